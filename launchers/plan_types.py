@@ -1,0 +1,56 @@
+"""What a launcher is asked to start: plain records produced by ``launchers.plan`` from a cell."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+SGLANG_ENTRYPOINT = ("python3", "-m", "sglang.launch_server")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a cell's nodes live. Real clusters give node addresses; on one machine each node
+    gets its own loopback address (127.0.0.1, 127.0.0.2, ...) so every rank can bind the same port."""
+
+    bind_hosts: tuple[str, ...]  # --host for each node rank
+    leader_addr: str  # address of node rank 0, for --dist-init-addr
+    port: int = 30000
+    dist_port: int = 20000
+
+    @classmethod
+    def template(cls, nnodes: int) -> "Placement":
+        """What `dspark-ci plan` prints: bind all interfaces; rank 0's address left as a reference."""
+        return cls(bind_hosts=("0.0.0.0",) * nnodes, leader_addr="${NODE0_ADDR}")
+
+    @classmethod
+    def loopback(cls, nnodes: int, port: int, dist_port: int) -> "Placement":
+        hosts = tuple(f"127.0.0.{rank + 1}" for rank in range(nnodes))
+        return cls(bind_hosts=hosts, leader_addr=hosts[0], port=port, dist_port=dist_port)
+
+
+@dataclass(frozen=True)
+class RankCommand:
+    node_rank: int
+    argv: tuple[str, ...]  # starts with SGLANG_ENTRYPOINT
+    env: Mapping[str, str] = field(default_factory=dict)  # secrets as "${NAME}" references
+
+    def __post_init__(self):
+        object.__setattr__(self, "argv", tuple(self.argv))
+        object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
+
+    def to_dict(self) -> dict:
+        return {"node_rank": self.node_rank, "argv": list(self.argv), "env": dict(self.env)}
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    cell_id: str
+    ranks: tuple[RankCommand, ...]
+    health_url: str  # rank 0's /health, the only rank whose health means anything
+    base_url: str  # rank 0's API root, e.g. http://127.0.0.1:30000
+    image: str | None = None
+
+    def to_dict(self) -> list[dict]:
+        return [r.to_dict() for r in self.ranks]

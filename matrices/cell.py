@@ -1,0 +1,75 @@
+"""A cell: one deployment to test, and what it should do. The record every later stage reads.
+
+Cells are plain, immutable data. ``to_dict()`` is the CONTRACT.md shape (without ``ranks``,
+which the launch planner adds); ``Cell.from_dict`` reads it back (e.g. from ``plan --format json``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+SERVE, REJECT = "serve", "reject"
+
+
+@dataclass(frozen=True)
+class Expect:
+    outcome: str = SERVE  # "serve" | "reject"
+    message: str | None = None  # regex searched in SGLang's error line, for "reject"
+    sglang: str | None = None  # version spec the expectation was written for, e.g. ">=0.5.23"
+
+    def to_dict(self) -> dict:
+        return {"outcome": self.outcome, "message": self.message, "sglang": self.sglang}
+
+
+@dataclass(frozen=True)
+class Cell:
+    id: str
+    matrix: str  # the file it came from (as given on the command line)
+    config: Mapping[str, Any]  # model, device, tp, dp, cp, pp, moe_a2a_backend, ... (CONTRACT.md)
+    runner: str  # CI runner label, e.g. "8-gpu-h200"
+    expect: Expect = Expect()
+    env: Mapping[str, str] = field(default_factory=dict)  # launch env; secrets as "${NAME}"
+    extra_args: tuple[str, ...] = ()  # extra launch_server flags the matrix set verbatim
+    suites: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # suite name -> options
+    baseline: str | None = None  # path of the baseline file, relative to the repo root or absolute
+    image: str | None = None  # container image for the Docker launcher
+    line: int | None = None  # line in `matrix` where the cell was declared (for messages)
+
+    def __post_init__(self):
+        # Freeze the mappings so a stage cannot change what the next one sees.
+        object.__setattr__(self, "config", MappingProxyType(dict(self.config)))
+        object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
+        object.__setattr__(self, "suites", MappingProxyType({k: MappingProxyType(dict(v)) for k, v in self.suites.items()}))
+
+    @property
+    def nnodes(self) -> int:
+        return int(self.config.get("nnodes", 1))
+
+    @property
+    def speculative(self) -> bool:
+        return bool(self.config.get("speculative_algorithm"))
+
+    def to_dict(self) -> dict:
+        return {
+            "id": self.id,
+            "matrix": self.matrix,
+            "config": dict(self.config),
+            "runner": self.runner,
+            "expect": self.expect.to_dict(),
+            "env": dict(self.env),
+            "extra_args": list(self.extra_args),
+            "suites": {k: dict(v) for k, v in self.suites.items()},
+            "baseline": self.baseline,
+            "image": self.image,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Cell":
+        return cls(
+            id=data["id"], matrix=data["matrix"], config=data["config"], runner=data["runner"],
+            expect=Expect(**data.get("expect", {})), env=data.get("env", {}),
+            extra_args=tuple(data.get("extra_args", ())), suites=data.get("suites", {}),
+            baseline=data.get("baseline"), image=data.get("image"),
+        )
