@@ -1,0 +1,62 @@
+"""Progress a person can follow: cell, stage, elapsed. A live line on a terminal; plain lines in CI."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import TextIO
+
+
+class Progress:
+    def __init__(self, stream: TextIO = sys.stderr, live: bool | None = None):
+        self._stream = stream
+        if live is None:
+            live = stream.isatty() and os.environ.get("CI", "").lower() not in ("1", "true", "yes")
+        self._live = live
+        self._lock = threading.Lock()
+        self._label = ""
+        self._since = time.monotonic()
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+
+    def stage(self, label: str) -> None:
+        """A new stage starts: a plain line, or the live line is rewritten."""
+        with self._lock:
+            self._label, self._since = label, time.monotonic()
+            if self._live:
+                self._draw()
+            else:
+                print(f"[dspark-ci] {label}", file=self._stream, flush=True)
+        if self._live and self._ticker is None:
+            self._ticker = threading.Thread(target=self._tick, daemon=True)
+            self._ticker.start()
+
+    def done(self, line: str) -> None:
+        """A finished result: always kept on screen as a line of its own."""
+        with self._lock:
+            if self._live:
+                self._stream.write("\r\033[K")
+            print(f"[dspark-ci] {line}", file=self._stream, flush=True)
+            self._label = ""
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._ticker:
+            self._ticker.join(timeout=2)
+        with self._lock:
+            if self._live and self._label:
+                self._stream.write("\r\033[K")
+                self._stream.flush()
+
+    def _draw(self) -> None:
+        if self._label:
+            elapsed = time.monotonic() - self._since
+            self._stream.write(f"\r\033[K[dspark-ci] {self._label} ({elapsed:.0f}s)")
+            self._stream.flush()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(1.0):
+            with self._lock:
+                self._draw()

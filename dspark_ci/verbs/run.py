@@ -1,0 +1,101 @@
+"""dspark-ci run: launch each selected cell, run the suites against it, gate, write the run directory."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+from pathlib import Path
+
+from dspark_ci.errors import BadInput
+from dspark_ci import run as pipeline
+from dspark_ci.suite_runner import KNOWN_SUITES, SYNTHETIC_GPQA
+
+HELP = "Launch each selected cell, run the suites against it, gate, and write results and reports."
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled exactly like Ctrl-C: tear everything down, keep what was measured."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("matrices", nargs="+", metavar="MATRIX", help="matrix YAML files")
+    parser.add_argument("--cell", action="append", default=[], metavar="ID", help="run only this cell (repeatable)")
+    parser.add_argument("--launcher", choices=("local", "docker"), default="local",
+                        help="local processes (default) or Docker containers")
+    parser.add_argument("--suites", metavar="LIST", help=f"comma-separated, from {', '.join(KNOWN_SUITES)} "
+                        "(default: each cell's own suites)")
+    parser.add_argument("--out", type=Path, metavar="DIR", help="run directory (default runs/<run-id>/)")
+    parser.add_argument("--baseline", metavar="FILE", help="baseline file for every cell (default: each cell's own)")
+    parser.add_argument("--server", choices=("sim", "sglang"), default=os.environ.get("DSPARK_SERVER", "sim"),
+                        help="server under test: the embedded simulated SGLang server (default) or real SGLang")
+    parser.add_argument("--sglang-version", default="0.5.23",
+                        help="SGLang version under test, matched against each expectation's version spec")
+    parser.add_argument("--boot-timeout", type=float, default=None, metavar="SECONDS",
+                        help="how long rank 0 may take to become healthy (default 60 for the simulator, 1800 for SGLang)")
+    parser.add_argument("--hosts", metavar="FILE", help="Docker hosts inventory (docker launcher)")
+    parser.add_argument("--pull", choices=("never", "missing", "always"), default="missing",
+                        help="image pull policy (docker launcher)")
+
+
+def _suites(text: str | None) -> tuple[str, ...] | None:
+    if not text:
+        return None
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in KNOWN_SUITES]
+    if unknown or not names:
+        raise BadInput(f"--suites {text}", f"unknown suite {unknown[0] if unknown else '(none)'}",
+                       f"choose from {', '.join(KNOWN_SUITES)}")
+    return names
+
+
+def _sim_suite_defaults(options: dict) -> dict:
+    """The simulator answers GPQA from the dataset it is given: point both at the same file."""
+    if "gpqa" in options and not options["gpqa"].get("dataset"):
+        options["gpqa"]["dataset"] = os.environ.get("DSPARK_SIM_GPQA_PATH", str(SYNTHETIC_GPQA))
+    return options
+
+
+def _caller_env(server: str) -> dict:
+    env = dict(os.environ)
+    if server == "sim":
+        env.setdefault("DSPARK_SIM_GPQA_PATH", str(SYNTHETIC_GPQA))
+    return env
+
+
+def _local_launcher(args, boot_timeout: float):
+    from launchers.local import LocalLauncher, LocalSettings
+
+    return LocalLauncher(LocalSettings(server=args.server, boot_timeout_s=boot_timeout,
+                                       caller_env=_caller_env(args.server)))
+
+
+def _docker_launcher(args, boot_timeout: float):
+    from launchers.docker import docker_launcher_from_args
+
+    return docker_launcher_from_args(args, boot_timeout, _caller_env(args.server))
+
+
+LAUNCHERS = {"local": _local_launcher, "docker": _docker_launcher}
+
+
+def run_verb(args: argparse.Namespace) -> int:
+    boot_timeout = args.boot_timeout or (60.0 if args.server == "sim" else 1800.0)
+    options = pipeline.RunOptions(matrices=tuple(args.matrices), cell_ids=tuple(args.cell), launcher=args.launcher,
+                         suites=_suites(args.suites), out=args.out, baseline=args.baseline,
+                         sglang_version=args.sglang_version)
+    launcher = LAUNCHERS[args.launcher](args, boot_timeout)
+    defaults = _sim_suite_defaults if args.server == "sim" else (lambda o: o)
+    return pipeline.run(options, launcher, suite_defaults=defaults)
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+def run(args: argparse.Namespace) -> int:
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        return run_verb(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
