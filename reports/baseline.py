@@ -1,0 +1,227 @@
+"""Baseline files: reference values per cell and metric, and how far a new run may stray from them.
+
+Format (documented for users in baselines/README.md)::
+
+    schema: 1
+    description: nightly H200 numbers      # optional, free text
+    source: runs/2025-06-01-nightly         # optional, where the numbers came from
+    cells:
+      CELL-ID-OR-GLOB:
+        METRIC: {value: 3.1, min_ratio: 0.95}      # accept_length >= 0.95 x 3.1
+        METRIC: {min: 1.5}                         # absolute floor
+        gpqa_accuracy: {value: 0.62, stderr: 0.034, max_drop_stderr: 2}
+
+Every mistake is a ``BadInput`` with ``file:line``. Gates that sampling noise alone would trip
+are accepted but reported in ``Baseline.warnings``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import math
+import numbers
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping
+
+import yaml
+
+from dspark_ci.errors import BadInput
+from reports.metrics import HIGHER, LOWER, METRICS, NEUTRAL, STDERR_OF
+from reports.yaml_nodes import compose_file, describe, mapping_items, scalar, where
+
+SCHEMA = 1
+TOP_LEVEL_KEYS = ("schema", "description", "source", "cells")
+GATE_KEYS = ("min", "max", "min_ratio", "max_ratio", "max_drop_stderr")
+# key -> (lowest allowed value, whether the lowest is allowed itself)
+SPEC_KEYS = {"value": (-math.inf, True), "stderr": (0.0, True), "min": (-math.inf, True), "max": (-math.inf, True),
+             "min_ratio": (0.0, False), "max_ratio": (0.0, False), "max_drop_stderr": (0.0, False)}
+FRACTION_KEYS = ("value", "stderr", "min", "max")  # keys that carry the metric's own unit
+# A ratio gate must point the way the metric gets worse, or it would fail on improvements.
+RATIO_KEY_FOR = {HIGHER: "min_ratio", LOWER: "max_ratio", NEUTRAL: None}
+NOISE_STDERRS = 2.0  # a GPQA gate tighter than this many standard errors fails on noise alone
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One metric's reference and limits for the cells a baseline entry matches."""
+
+    metric: str
+    where: str  # file:line, for messages
+    value: float | None = None
+    stderr: float | None = None
+    min: float | None = None
+    max: float | None = None
+    min_ratio: float | None = None
+    max_ratio: float | None = None
+    max_drop_stderr: float | None = None
+
+
+@dataclass(frozen=True)
+class BaselineEntry:
+    pattern: str  # a cell id, or a glob (fnmatch: *, ?, [...])
+    where: str
+    metrics: Mapping[str, MetricSpec]
+
+    @property
+    def is_glob(self) -> bool:
+        return any(char in self.pattern for char in "*?[")
+
+    def matches(self, cell_id: str) -> bool:
+        return fnmatch.fnmatchcase(cell_id, self.pattern) if self.is_glob else cell_id == self.pattern
+
+
+@dataclass(frozen=True)
+class Baseline:
+    path: str
+    entries: tuple[BaselineEntry, ...]
+    description: str | None = None
+    source: str | None = None
+    warnings: tuple[str, ...] = ()
+
+    def specs_for(self, cell_id: str) -> dict[str, MetricSpec]:
+        """Per metric, the spec that applies: an exact id beats globs; among globs the first in the file."""
+        ordered = [e for e in self.entries if not e.is_glob] + [e for e in self.entries if e.is_glob]
+        specs: dict[str, MetricSpec] = {}
+        for entry in ordered:
+            if entry.matches(cell_id):
+                for name, spec in entry.metrics.items():
+                    specs.setdefault(name, spec)
+        return specs
+
+    def unmatched(self, cell_ids) -> list[str]:
+        """Entries that match none of ``cell_ids`` (usually a typo or a renamed cell), as "file:line: pattern"."""
+        return [f"{e.where}: {e.pattern!r} matches no cell" for e in self.entries
+                if not any(e.matches(cell_id) for cell_id in cell_ids)]
+
+
+def load_baseline(path: Path | str) -> Baseline:
+    path = Path(path)
+    root = compose_file(path)
+    if root is None:
+        raise BadInput(str(path), "the file is empty", f"start it with `schema: {SCHEMA}` and `cells:`")
+    top = {key: (key_node, value_node) for key, key_node, value_node in mapping_items(path, root, "the baseline")}
+    for key, (key_node, _) in top.items():
+        if key not in TOP_LEVEL_KEYS:
+            raise BadInput(where(path, key_node), f"unknown key {key!r}", f"allowed: {', '.join(TOP_LEVEL_KEYS)}")
+    _check_schema(path, root, top.get("schema"))
+    if "cells" not in top:
+        raise BadInput(where(path, root), "no `cells:` mapping", "add `cells:` mapping cell ids (or globs) to metrics")
+    entries = tuple(_entry(path, pattern, key_node, value_node)
+                    for pattern, key_node, value_node in mapping_items(path, top["cells"][1], "`cells`"))
+    warnings = tuple(w for entry in entries for spec in entry.metrics.values() for w in _noise_warnings(spec))
+    return Baseline(path=str(path), entries=entries, description=_optional_text(path, top.get("description")),
+                    source=_optional_text(path, top.get("source")), warnings=warnings)
+
+
+def _check_schema(path: Path, root: yaml.Node, schema_item) -> None:
+    if schema_item is None:
+        raise BadInput(where(path, root), "no `schema:` key", f"add `schema: {SCHEMA}` at the top")
+    _, value_node = schema_item
+    value = scalar(value_node)
+    if value != SCHEMA or isinstance(value, bool):
+        shown = repr(value) if isinstance(value_node, yaml.ScalarNode) else describe(value_node)
+        raise BadInput(where(path, value_node), f"schema {shown} is not supported",
+                       f"this dspark-ci reads `schema: {SCHEMA}`")
+
+
+def _optional_text(path: Path, item) -> str | None:
+    if item is None:
+        return None
+    value = scalar(item[1])
+    if not isinstance(value, str):
+        raise BadInput(where(path, item[1]), f"{item[0].value} must be a string, not {describe(item[1])}")
+    return value
+
+
+def _entry(path: Path, pattern: str, key_node: yaml.Node, node: yaml.Node) -> BaselineEntry:
+    if not pattern.strip():
+        raise BadInput(where(path, key_node), "empty cell id", "give a cell id or a glob such as `smoke-*`")
+    specs = {}
+    for metric, metric_key_node, spec_node in mapping_items(path, node, f"cell {pattern!r}"):
+        if metric not in METRICS:
+            close = difflib.get_close_matches(metric, METRICS, n=1)
+            fix = f"did you mean {close[0]!r}?" if close else f"known metrics: {', '.join(METRICS)}"
+            raise BadInput(where(path, metric_key_node), f"unknown metric {metric!r}", fix)
+        specs[metric] = _metric_spec(path, metric, metric_key_node, spec_node)
+    return BaselineEntry(pattern=pattern, where=where(path, key_node), metrics=MappingProxyType(specs))
+
+
+def _metric_spec(path: Path, metric: str, key_node: yaml.Node, node: yaml.Node) -> MetricSpec:
+    fields = {}
+    for key, key_node, value_node in mapping_items(path, node, metric):
+        if key not in SPEC_KEYS:
+            raise BadInput(where(path, key_node), f"unknown key {key!r} for {metric}",
+                           f"allowed: {', '.join(SPEC_KEYS)}")
+        fields[key] = _number(path, metric, key, value_node)
+    spec = MetricSpec(metric=metric, where=where(path, key_node), **fields)
+    _check_spec(spec)
+    return spec
+
+
+def _number(path: Path, metric: str, key: str, node: yaml.Node) -> float:
+    value = scalar(node)
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value):
+        raise BadInput(where(path, node), f"{metric}.{key} must be a number, not {describe(node)}")
+    lowest, inclusive = SPEC_KEYS[key]
+    if value < lowest or (value == lowest and not inclusive):
+        bound = "0 or more" if inclusive else "more than 0"
+        raise BadInput(where(path, node), f"{metric}.{key} is {value}, it must be {bound}")
+    if METRICS[metric].fraction and key in FRACTION_KEYS and not 0 <= value <= 1:
+        raise BadInput(where(path, node), f"{metric}.{key} is {value}: {metric} is a fraction between 0 and 1",
+                       f"write {value / 100:g} for {value:g}%")
+    return float(value)
+
+
+def _check_spec(spec: MetricSpec) -> None:
+    """Rules across keys; each failure names the metric and says what to write instead."""
+    for problem, fix in _spec_problems(spec):
+        raise BadInput(spec.where, f"{spec.metric}: {problem}", fix)
+
+
+def _spec_problems(spec: MetricSpec):
+    given = {key for key in SPEC_KEYS if getattr(spec, key) is not None}
+    better = METRICS[spec.metric].better
+    if not given & set(GATE_KEYS):
+        yield "no gate", f"add one of {', '.join(GATE_KEYS)}"
+    for ratio_key in ("min_ratio", "max_ratio"):
+        if ratio_key in given and RATIO_KEY_FOR[better] != ratio_key:
+            if better == NEUTRAL:
+                yield f"{ratio_key} on a metric where neither direction is better", "use min/max (absolute)"
+            else:
+                yield (f"{better} is better, so {ratio_key} would fail on improvements",
+                       f"use {RATIO_KEY_FOR[better]} (or {ratio_key[:3]} for an absolute limit)")
+    for key in ("min_ratio", "max_ratio", "max_drop_stderr"):
+        if key in given and "value" not in given:
+            yield f"{key} needs the reference `value`", "add value: (the baseline run's measurement)"
+    if "stderr" in given and spec.metric not in STDERR_OF:
+        yield "stderr is only known for " + ", ".join(STDERR_OF), "remove stderr"
+    if "max_drop_stderr" in given and "stderr" not in given:
+        yield "max_drop_stderr needs the baseline's `stderr`", f"add stderr: (the baseline run's {STDERR_OF.get(spec.metric, 'stderr')})"
+    if "min" in given and "max" in given and spec.min > spec.max:
+        yield f"min {spec.min:g} is above max {spec.max:g}", "swap them"
+
+
+def _noise_warnings(spec: MetricSpec):
+    """Gates on a sampled metric that noise alone would trip, as readable warnings."""
+    if spec.metric not in STDERR_OF:
+        return
+    if spec.max_drop_stderr is not None and spec.max_drop_stderr < NOISE_STDERRS:
+        yield (f"{spec.where}: {spec.metric}: max_drop_stderr {spec.max_drop_stderr:g} is tighter than "
+               f"{NOISE_STDERRS:g} standard errors: expect failures from sampling noise alone")
+    floors = [spec.min] if spec.min is not None else []
+    if spec.min_ratio is not None:
+        floors.append(spec.value * spec.min_ratio)
+    if not floors:
+        return
+    if spec.stderr is None or spec.value is None:
+        yield (f"{spec.where}: {spec.metric}: a fixed floor cannot be checked against sampling error; "
+               "prefer value + stderr + max_drop_stderr: 2")
+        return
+    allowed_drop = spec.value - max(floors)
+    if allowed_drop < NOISE_STDERRS * spec.stderr:
+        yield (f"{spec.where}: {spec.metric}: the gate allows a drop of {allowed_drop:.3f}, less than "
+               f"{NOISE_STDERRS:g} standard errors ({NOISE_STDERRS * spec.stderr:.3f}): expect failures from "
+               "sampling noise alone; prefer max_drop_stderr: 2")

@@ -1,0 +1,116 @@
+"""Gates: what a cell's measurements must satisfy, as CONTRACT.md gate dicts.
+
+Two sources:
+- floors that need no baseline: a speculative cell's accept length must stay above the collapse
+  floor (a draft model that never gets accepted serves correct text, only slowly);
+- a baseline's specs for the cell (``reports.baseline``).
+
+A gated metric that was not measured gives ``value: None, passed: False``: a gate that silently
+passes because its suite did not run would hide exactly the regressions it exists for.
+"""
+
+from __future__ import annotations
+
+import math
+
+from reports.baseline import Baseline, MetricSpec
+from reports.metrics import METRICS, STDERR_OF, format_value
+
+COLLAPSE_FLOOR = 1.2  # accept_length at or below ~1 means no draft token is being accepted
+GATE_PRECISION = 6  # decimals kept in thresholds (ratios make long floats)
+
+
+def evaluate(cell: dict, metrics: dict, baseline: Baseline | None) -> list[dict]:
+    """All gates for one cell: floors first, then the baseline's, in the metric table's order."""
+    return [_gate(metric, op, threshold, metrics.get(metric))
+            for metric, op, threshold, _ in _limits(cell, metrics, baseline)]
+
+
+def explain(cell: dict, metrics: dict, baseline: Baseline | None) -> dict[tuple, str]:
+    """Where each gate's threshold comes from, keyed by (metric, op, threshold) as in the gate dict."""
+    return {(metric, op, round(threshold, GATE_PRECISION)): basis
+            for metric, op, threshold, basis in _limits(cell, metrics, baseline)}
+
+
+def _limits(cell: dict, metrics: dict, baseline: Baseline | None) -> list[tuple[str, str, float, str]]:
+    """(metric, op, threshold, basis) for every limit that applies to the cell."""
+    if (cell.get("expect") or {}).get("outcome") == "reject":
+        return []  # nothing is measured on a deployment that must not come up
+    limits = _floor_limits(cell, metrics)
+    if baseline is not None:
+        specs = baseline.specs_for(cell["id"])
+        for name in sorted(specs, key=list(METRICS).index):
+            limits.extend(_spec_limits(specs[name], metrics))
+    return limits
+
+
+def _floor_limits(cell: dict, metrics: dict) -> list[tuple[str, str, float, str]]:
+    speculative = bool((cell.get("config") or {}).get("speculative_algorithm"))
+    if not speculative or metrics.get("accept_length") is None:
+        return []
+    floor = ((cell.get("suites") or {}).get("accept") or {}).get("min_accept_length")
+    if floor is None:
+        return [("accept_length", ">=", COLLAPSE_FLOOR, "collapse floor")]
+    return [("accept_length", ">=", float(floor), "collapse floor (suites.accept.min_accept_length)")]
+
+
+def _spec_limits(spec: MetricSpec, metrics: dict) -> list[tuple[str, str, float, str]]:
+    """(metric, op, threshold, basis) for each limit a baseline spec sets."""
+    name, where, limits = spec.metric, spec.where, []
+    reference = format_value(name, spec.value)
+    if spec.min is not None:
+        limits.append((name, ">=", spec.min, f"min ({where})"))
+    if spec.min_ratio is not None:
+        limits.append((name, ">=", spec.value * spec.min_ratio, f"{reference} × {spec.min_ratio:g} ({where})"))
+    if spec.max_drop_stderr is not None:
+        limits.append((name, ">=", noise_floor(spec, metrics.get(STDERR_OF[name])),
+                       f"{reference} − {spec.max_drop_stderr:g}·√(se_base² + se_now²) ({where})"))
+    if spec.max is not None:
+        limits.append((name, "<=", spec.max, f"max ({where})"))
+    if spec.max_ratio is not None:
+        limits.append((name, "<=", spec.value * spec.max_ratio, f"{reference} × {spec.max_ratio:g} ({where})"))
+    return limits
+
+
+def noise_floor(spec: MetricSpec, stderr_now: float | None) -> float:
+    """baseline − k·sqrt(se_base² + se_now²): fail only on a drop sampling error does not explain.
+
+    Without a measured stderr the new run is assumed as noisy as the baseline (same question count).
+    """
+    se_now = spec.stderr if stderr_now is None else stderr_now
+    return spec.value - spec.max_drop_stderr * math.sqrt(spec.stderr ** 2 + se_now ** 2)
+
+
+_OPS = {">=": lambda value, threshold: value >= threshold, "<=": lambda value, threshold: value <= threshold}
+
+
+def _gate(metric: str, op: str, threshold: float, value) -> dict:
+    passed = value is not None and _OPS[op](value, threshold)
+    return {"metric": metric, "op": op, "threshold": round(threshold, GATE_PRECISION), "value": value,
+            "passed": passed}
+
+
+def regate(results: dict, baseline: Baseline) -> dict:
+    """A copy of ``results`` with every serving cell's gates evaluated against ``baseline``.
+
+    Status follows the gates, except that a cell which failed with an error message (a suite's
+    test failed, a request crashed) stays failed whatever its gates say.
+    """
+    cells = []
+    for cell in results["cells"]:
+        if cell["status"] in ("passed", "failed"):
+            gates = evaluate(cell, cell.get("metrics") or {}, baseline)
+            failed_otherwise = cell["status"] == "failed" and cell.get("error")
+            status = "failed" if failed_otherwise or not all(g["passed"] for g in gates) else "passed"
+            cell = {**cell, "gates": gates, "status": status}
+        cells.append(cell)
+    return {**results, "cells": cells}
+
+
+def describe_gate(gate: dict) -> str:
+    """"accept_length = 1.00, needs >= 1.20" / "ttft_ms_median not measured (gate <= 51.2)"."""
+    threshold = format_value(gate["metric"], gate["threshold"])
+    if gate["value"] is None:
+        return f"{gate['metric']} not measured (gate {gate['op']} {threshold})"
+    value = format_value(gate["metric"], gate["value"])
+    return f"{gate['metric']} = {value}, needs {gate['op']} {threshold}"

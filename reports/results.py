@@ -1,0 +1,104 @@
+"""``results.json`` (schema 1, CONTRACT.md): written atomically after every cell, read back strictly.
+
+A run may be killed at any moment, so the file on disk is always either the previous complete
+version or the new one (temp file in the same directory, fsync, rename). Reading never crashes
+with a traceback: a missing, half-written or foreign file becomes one ``BadInput`` message.
+"""
+
+from __future__ import annotations
+
+import json
+import numbers
+import os
+import tempfile
+from pathlib import Path
+
+from dspark_ci.errors import BadInput
+
+SCHEMA = 1
+STATUSES = ("passed", "failed", "rejected_as_expected", "error", "skipped")
+FAILING_STATUSES = ("failed", "error")  # statuses that make a run exit 1
+
+
+def write_results(path: Path | str, results: dict) -> None:
+    """Write ``results`` as JSON so that ``path`` is never seen half-written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as tmp:
+            json.dump(results, tmp, indent=2, allow_nan=False)
+            tmp.write("\n")
+            tmp.flush()
+            os.fsync(tmp.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def load_results(path: Path | str) -> dict:
+    """Read and check a results.json; anything unusable raises ``BadInput`` naming the file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BadInput(str(path), "no such file", "give a run directory written by `dspark-ci run --out DIR`") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise BadInput(str(path), f"cannot read it ({err})", "check the file's permissions and contents") from None
+    try:
+        results = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise BadInput(f"{path}:{err.lineno}", f"not valid JSON ({err.msg})",
+                       "the run that wrote it was probably killed mid-write; run the cells again") from None
+    _check_results(path, results)
+    return results
+
+
+def _check_results(path: Path, results) -> None:
+    def bad(problem: str):
+        raise BadInput(str(path), problem, "this is not a results.json written by dspark-ci; run the cells again")
+
+    if not isinstance(results, dict):
+        bad("the top level is not a JSON object")
+    if results.get("schema") != SCHEMA:
+        raise BadInput(str(path), f"schema {results.get('schema')!r} is not supported (this dspark-ci reads "
+                       f"schema {SCHEMA})", "render it with the dspark-ci version that wrote it")
+    cells = results.get("cells")
+    if not isinstance(cells, list):
+        bad('"cells" is missing or not a list')
+    for index, cell in enumerate(cells):
+        problem = _cell_problem(cell)
+        if problem:
+            bad(f"cells[{index}]: {problem}")
+
+
+def _cell_problem(cell) -> str | None:
+    if not isinstance(cell, dict):
+        return "not a JSON object"
+    if not isinstance(cell.get("id"), str):
+        return '"id" is missing or not a string'
+    if cell.get("status") not in STATUSES:
+        return f'"status" is {cell.get("status")!r}, expected one of {", ".join(STATUSES)}'
+    metrics = cell.get("metrics", {})
+    if not isinstance(metrics, dict) or not all(_is_number(v) or v is None for v in metrics.values()):
+        return '"metrics" must map metric names to numbers'
+    gates = cell.get("gates", [])
+    if not isinstance(gates, list) or not all(_is_gate(gate) for gate in gates):
+        return '"gates" must be a list of {"metric", "op", "threshold", "value", "passed"}'
+    return None
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _is_gate(gate) -> bool:
+    return (isinstance(gate, dict) and isinstance(gate.get("metric"), str) and gate.get("op") in (">=", "<=")
+            and _is_number(gate.get("threshold")) and (gate.get("value") is None or _is_number(gate["value"]))
+            and isinstance(gate.get("passed"), bool))
+
+
+def run_failed(results: dict) -> bool:
+    """True when some cell fell short (CONTRACT.md exit code 1)."""
+    return any(cell["status"] in FAILING_STATUSES for cell in results["cells"])
