@@ -1,0 +1,124 @@
+"""``dspark-ci plan``: expand matrices into validated cells and print them; nothing is launched."""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import sys
+from typing import Callable
+
+from dspark_ci.errors import BadInput
+from launchers.plan import plan_launch
+from launchers.plan_types import Placement
+from matrices import Cell, load_cells
+
+HELP = "Expand matrices into cells, validate them and print them (json, github or table); nothing is launched."
+
+GITHUB_MAX_JOBS = 256  # GitHub Actions runs at most 256 jobs per matrix
+
+EPILOG = f"""\
+formats:
+  table   aligned columns for people (default)
+  json    {{"cells": [CELL, ...]}}: each cell as in CONTRACT.md, with "ranks" (per-node argv and env
+          for SGLang 0.5.23, placed on a template: bind 0.0.0.0, leader ${{NODE0_ADDR}})
+  github  {{"include": [{{"cell": ID, "runner": LABEL, "matrix": PATH}}, ...]}} for
+          `strategy.matrix: ${{{{ fromJSON(needs.plan.outputs.matrix) }}}}`, on one line.
+          Past {GITHUB_MAX_JOBS} cells (GitHub's per-matrix job limit) the output becomes
+          {{"chunks": [{{"include": [...]}}, ...]}} with at most {GITHUB_MAX_JOBS} entries per chunk, in cell
+          order; give each chunk its own job: `fromJSON(needs.plan.outputs.matrix).chunks[0]`, ...
+          The split is reported on stderr.
+
+exit codes: 0 printed; 2 bad matrix or arguments (the message names file:line and the fix)
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    parser.add_argument("matrices", nargs="+", metavar="MATRIX", help="matrix YAML files (e.g. matrices/nightly.yaml)")
+    parser.add_argument("--format", choices=("table", "json", "github"), default="table",
+                        help="output format (default: table)")
+    parser.add_argument("--select", action="append", metavar="PATTERN",
+                        help="keep cells whose id matches this glob (e.g. '*-npu'); repeatable")
+
+
+def select(cells: list[Cell], patterns: list[str] | None) -> list[Cell]:
+    if not patterns:
+        return cells
+    chosen = [c for c in cells if any(fnmatch.fnmatchcase(c.id, p) for p in patterns)]
+    if not chosen:
+        raise BadInput("--select", f"{' '.join(patterns)} matches none of the {len(cells)} cells",
+                       "list the ids with `dspark-ci plan MATRIX --format table` and use a glob such as '*dpattn*'")
+    return chosen
+
+
+def render_json(cells: list[Cell]) -> str:
+    entries = [{**cell.to_dict(), "ranks": plan_launch(cell, Placement.template(cell.nnodes)).to_dict()}
+               for cell in cells]
+    return json.dumps({"cells": entries}, indent=2)
+
+
+def github_matrix(cells: list[Cell]) -> tuple[dict, str | None]:
+    """The strategy.matrix object, and a note for stderr when it had to be split."""
+    include = [{"cell": c.id, "runner": c.runner, "matrix": c.matrix} for c in cells]
+    if len(include) <= GITHUB_MAX_JOBS:
+        return {"include": include}, None
+    chunks = [{"include": include[i:i + GITHUB_MAX_JOBS]} for i in range(0, len(include), GITHUB_MAX_JOBS)]
+    sizes = ", ".join(str(len(chunk["include"])) for chunk in chunks)
+    note = (f"{len(include)} cells exceed GitHub's {GITHUB_MAX_JOBS} jobs per matrix: split into "
+            f"{len(chunks)} chunks ({sizes}) under \"chunks\"; use fromJSON(...).chunks[0] .. "
+            f"chunks[{len(chunks) - 1}] in separate jobs")
+    return {"chunks": chunks}, note
+
+
+def render_github(cells: list[Cell]) -> str:
+    matrix, note = github_matrix(cells)
+    if note:
+        print(f"dspark-ci plan: {note}", file=sys.stderr)
+    return json.dumps(matrix, separators=(",", ":"))
+
+
+def _layout(c: Cell) -> str:
+    cfg = c.config
+    dp = f"attn{cfg['dp']}" if cfg["enable_dp_attention"] else str(cfg["dp"])
+    return f"{cfg['tp']}/{dp}/{cfg['cp']}/{cfg['pp']}"
+
+
+def _spec(c: Cell) -> str:
+    algorithm = c.config.get("speculative_algorithm")
+    block = c.config.get("speculative_block_size")
+    return f"{algorithm}({block})" if algorithm and block else (algorithm or "-")
+
+
+# Table columns: header -> value of a cell.
+TABLE_COLUMNS: dict[str, Callable[[Cell], str]] = {
+    "id": lambda c: c.id,
+    "runner": lambda c: c.runner,
+    "expect": lambda c: c.expect.outcome,
+    "tp/dp/cp/pp": _layout,
+    "a2a": lambda c: c.config["moe_a2a_backend"],
+    "spec": _spec,
+    "nodes": lambda c: str(c.nnodes),
+}
+
+
+def render_table(cells: list[Cell]) -> str:
+    rows = [list(TABLE_COLUMNS)] + [[column(c) for column in TABLE_COLUMNS.values()] for c in cells]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(TABLE_COLUMNS))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines) + f"\n{len(cells)} cells"
+
+
+RENDERERS: dict[str, Callable[[list[Cell]], str]] = {
+    "json": render_json,
+    "github": render_github,
+    "table": render_table,
+}
+
+
+def run(args: argparse.Namespace) -> int:
+    cells = select(load_cells(args.matrices), args.select)
+    print(RENDERERS[args.format](cells))
+    return 0
