@@ -64,3 +64,9 @@ def format_value(name: str, value) -> str:
 def label(name: str) -> str:
     metric = METRICS.get(name)
     return metric.label if metric else name
+
+
+def in_table_order(names) -> list[str]:
+    """Metric names in the table's order; names the table does not know come last, alphabetically."""
+    order = list(METRICS)
+    return sorted(names, key=lambda name: (order.index(name) if name in order else len(order), name))

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from dspark_ci.errors import BadInput
+from launchers.base import sglang_error_line
 
 SCHEMA = 1
 STATUSES = ("passed", "failed", "rejected_as_expected", "error", "skipped")
@@ -102,3 +103,12 @@ def _is_gate(gate) -> bool:
 def run_failed(results: dict) -> bool:
     """True when some cell fell short (CONTRACT.md exit code 1)."""
     return any(cell["status"] in FAILING_STATUSES for cell in results["cells"])
+
+
+def error_headline(error: str | None) -> str:
+    """One line for a cell's error: its first line, plus SGLang's own ``SomeError: ...`` line if further down."""
+    lines = [line.strip() for line in (error or "").strip().splitlines()]
+    if not lines:
+        return ""
+    sglang_line = sglang_error_line(lines[1:])
+    return f"{lines[0]}: {sglang_line}" if sglang_line else lines[0]

@@ -1,0 +1,42 @@
+"""report.html: one self-contained page (inline CSS, charts as base64 PNG, no external assets).
+
+The text is report.md rendered with markdown-it (raw HTML disabled, so an error message can never
+inject markup), so the page and the markdown always say the same thing; the charts go after the
+summary.
+"""
+
+from __future__ import annotations
+
+import html
+from importlib import resources
+from string import Template
+
+from markdown_it import MarkdownIt
+
+from reports.baseline import Baseline
+from reports.markdown import render_cells, step_summary
+from reports.plots import ratio_chart, run_charts
+
+
+def render_html(results: dict, baseline: Baseline | None = None, comparison: dict | None = None,
+                comparison_md: str | None = None) -> str:
+    charts = run_charts(results)
+    if comparison is not None:
+        charts.extend(chart for chart in [ratio_chart(comparison)] if chart)
+    page = Template(resources.files("reports").joinpath("templates/report.html").read_text(encoding="utf-8"))
+    return page.substitute(
+        title=html.escape(f"dspark-ci run {results.get('run_id', '')}"),
+        summary=_markdown_to_html(step_summary(results)),
+        charts="<h2>Charts</h2>\n" + "\n".join(_figure(title, png) for title, png in charts) if charts else "",
+        details=_markdown_to_html(render_cells(results, baseline, comparison_md)),
+    )
+
+
+def _markdown_to_html(text: str) -> str:
+    return MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
+
+
+def _figure(title: str, png_base64: str) -> str:
+    alt = html.escape(title, quote=True)
+    return (f'<figure><img alt="{alt}" src="data:image/png;base64,{png_base64}">'
+            f"<figcaption>{html.escape(title)}</figcaption></figure>")

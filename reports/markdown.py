@@ -1,0 +1,205 @@
+"""report.md and the GitHub step summary: a release-qualification report in markdown.
+
+``step_summary`` is the short form (verdict, one row per cell, what failed and why), fit for
+``$GITHUB_STEP_SUMMARY``; ``render_markdown`` adds a section per cell with SGLang-style tables
+(``Model | Dataset | Metric | n | value`` and ``Avg Lat | Avg TTFT | Avg TPOT | Avg Thpt | ...``)
+and where each gate's threshold comes from.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from reports.baseline import Baseline
+from reports.gates import describe_gate, explain
+from reports.metrics import SPEED_DETAIL, SPEED_LINE, format_value, label
+from reports.results import FAILING_STATUSES, STATUSES, error_headline
+
+STATUS_ICONS = {"passed": "✅", "failed": "❌", "rejected_as_expected": "✅", "error": "💥", "skipped": "⏭️"}
+OVERVIEW_METRICS = ("accept_length", "output_throughput_tok_s", "ttft_ms_mean", "tpot_ms_mean", "gpqa_accuracy")
+# Quality rows of a cell's first table: metric -> (dataset, metric label)
+QUALITY_ROWS = {
+    "gpqa_accuracy": ("GPQA", "Accuracy"),
+    "accept_length": ("accept", "Accept length"),
+    "accept_rate": ("accept", "Accept rate"),
+    "parity_mismatches": ("parity", "Mismatches"),
+}
+# How a cell's config reads in its one-line summary: key -> (format, values not worth showing)
+CONFIG_SUMMARY = {
+    "device": ("{}", ()), "tp": ("tp {}", ()), "dp": ("dp {}", (1,)), "cp": ("cp {}", (1,)), "pp": ("pp {}", (1,)),
+    "nnodes": ("{} nodes", (1,)), "enable_dp_attention": ("dp-attention", (False,)),
+    "moe_a2a_backend": ("a2a {}", ("none",)), "speculative_algorithm": ("{}", ()),
+}
+PROBLEM_WIDTH = 140  # characters of an error shown in a table cell
+
+
+def step_summary(results: dict) -> str:
+    """The short report: verdict, one row per cell, failed gates, errors."""
+    parts = [_heading(results), _verdict_line(results), _matrices_line(results), _overview(results),
+             _failed_gates(results), _errors(results)]
+    return "\n\n".join(part for part in parts if part) + "\n"
+
+
+def render_markdown(results: dict, baseline: Baseline | None = None, comparison: str | None = None) -> str:
+    """report.md: the step summary, then ``render_cells``."""
+    return step_summary(results) + "\n" + render_cells(results, baseline, comparison)
+
+
+def render_cells(results: dict, baseline: Baseline | None = None, comparison: str | None = None) -> str:
+    """The baseline's warnings, one section per cell, then ``comparison`` (already markdown)."""
+    sections = [_baseline_section(baseline), "## Cells"]
+    sections += [_cell_section(cell, baseline) for cell in results["cells"]]
+    if comparison:
+        sections.append(comparison.rstrip("\n"))
+    return "\n\n".join(section for section in sections if section) + "\n"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_table_text(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _table_text(text: str) -> str:
+    """Text safe inside one markdown table cell: one line, pipes escaped."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def status_text(status: str) -> str:
+    return f"{STATUS_ICONS[status]} {status.replace('_', ' ')}"
+
+
+def _heading(results: dict) -> str:
+    return f"# dspark-ci run `{results.get('run_id', '?')}`"
+
+
+def _verdict_line(results: dict) -> str:
+    cells = results["cells"]
+    failed = any(cell["status"] in FAILING_STATUSES for cell in cells)
+    counts = ", ".join(f"{sum(c['status'] == s for c in cells)} {s.replace('_', ' ')}" for s in STATUSES)
+    verdict = "❌ **FAILED**" if failed else "✅ **PASSED**"
+    when = _time_span(results.get("started_at"), results.get("finished_at"))
+    return f"{verdict}: {len(cells)} cells: {counts} · launcher `{results.get('launcher', '?')}` · {when}"
+
+
+def _time_span(started: str | None, finished: str | None) -> str:
+    try:
+        seconds = int((datetime.fromisoformat(finished) - datetime.fromisoformat(started)).total_seconds())
+    except (TypeError, ValueError):
+        return f"{started or '?'} → {finished or 'unfinished'}"
+    return f"{started} → {finished} ({seconds // 60}m {seconds % 60:02d}s)"
+
+
+def _matrices_line(results: dict) -> str:
+    matrices = results.get("matrices") or []
+    return "Matrices: " + ", ".join(f"`{m}`" for m in matrices) if matrices else ""
+
+
+def _overview(results: dict) -> str:
+    header = ["Cell", "Status"] + [label(m) for m in OVERVIEW_METRICS] + ["Problem"]
+    rows = [[f"`{cell['id']}`", status_text(cell["status"])]
+            + [format_value(m, (cell.get("metrics") or {}).get(m)) for m in OVERVIEW_METRICS]
+            + [_problem(cell)] for cell in results["cells"]]
+    return table(header, rows)
+
+
+def _problem(cell: dict) -> str:
+    """Why a cell did not pass, in one short line ("" when it passed)."""
+    if cell["status"] in ("passed", "rejected_as_expected"):
+        return ""
+    failed = [describe_gate(g) for g in cell.get("gates") or [] if not g["passed"]]
+    text = "; ".join(failed) if failed else error_headline(cell.get("error"))
+    return text if len(text) <= PROBLEM_WIDTH else text[:PROBLEM_WIDTH - 1] + "…"
+
+
+def _failed_gates(results: dict) -> str:
+    lines = [f"- `{cell['id']}`: {describe_gate(gate)}"
+             for cell in results["cells"] for gate in cell.get("gates") or [] if not gate["passed"]]
+    return "## ❌ Failed gates\n\n" + "\n".join(lines) if lines else ""
+
+
+def _errors(results: dict) -> str:
+    blocks = [f"### `{cell['id']}` ({cell['status']})\n\n{_code_block(cell['error'])}"
+              for cell in results["cells"] if cell["status"] in FAILING_STATUSES and cell.get("error")]
+    return "## 💥 Errors\n\n" + "\n\n".join(blocks) if blocks else ""
+
+
+def _code_block(text: str) -> str:
+    fence = "~~~~" if "```" in text else "```"
+    return f"{fence}\n{text.rstrip()}\n{fence}"
+
+
+def _baseline_section(baseline: Baseline | None) -> str:
+    if baseline is None:
+        return ""
+    paragraphs = [f"## Baseline `{baseline.path}`"]
+    if baseline.description:
+        paragraphs.append(baseline.description)
+    if baseline.source:
+        paragraphs.append(f"Source: {baseline.source}")
+    if baseline.warnings:
+        paragraphs.append("\n".join(f"- ⚠️ {warning}" for warning in baseline.warnings))
+    return "\n\n".join(paragraphs)
+
+
+def _cell_section(cell: dict, baseline: Baseline | None) -> str:
+    metrics = cell.get("metrics") or {}
+    parts = [f"### {STATUS_ICONS[cell['status']]} `{cell['id']}`: {cell['status'].replace('_', ' ')}",
+             _config_line(cell)]
+    if cell["status"] == "rejected_as_expected":
+        parts.append(f"Rejected as expected: `{' '.join((cell.get('error') or '').split())}`")
+    parts += [_quality_table(cell, metrics), _speed_tables(metrics), _gates_table(cell, metrics, baseline)]
+    if cell["status"] in FAILING_STATUSES + ("skipped",) and cell.get("error"):
+        parts.append(_code_block(cell["error"]))
+    return "\n\n".join(part for part in parts if part)
+
+
+def _config_line(cell: dict) -> str:
+    config = cell.get("config") or {}
+    items = [f"`{config['model']}`"] if config.get("model") else []
+    items += [fmt.format(config[key]) for key, (fmt, hidden) in CONFIG_SUMMARY.items()
+              if config.get(key) is not None and config[key] not in hidden]
+    if cell.get("boot_seconds") is not None:
+        items.append(f"boot {cell['boot_seconds']:.1f} s")
+    return " · ".join(items)
+
+
+def _quality_table(cell: dict, metrics: dict) -> str:
+    model = (cell.get("config") or {}).get("model", "?")
+    rows = [[model, dataset, name, _sample_size(metric, metrics), _quality_value(metric, metrics)]
+            for metric, (dataset, name) in QUALITY_ROWS.items() if metrics.get(metric) is not None]
+    return table(["Model", "Dataset", "Metric", "n", "value"], rows) if rows else ""
+
+
+def _sample_size(metric: str, metrics: dict) -> str:
+    if metric != "gpqa_accuracy" or metrics.get("gpqa_num_questions") is None:
+        return ""
+    repeats = metrics.get("gpqa_repeats") or 1
+    questions = f"{metrics['gpqa_num_questions']:.0f}"
+    return questions if repeats == 1 else f"{questions} × {repeats:.0f}"
+
+
+def _quality_value(metric: str, metrics: dict) -> str:
+    value = format_value(metric, metrics[metric])
+    if metric == "gpqa_accuracy" and metrics.get("gpqa_stderr") is not None:
+        value += f" ± {format_value('gpqa_stderr', metrics['gpqa_stderr'])}"
+    return value
+
+
+def _speed_tables(metrics: dict) -> str:
+    tables = [table([label(m) for m in columns], [[format_value(m, metrics.get(m)) for m in columns]])
+              for columns in (SPEED_LINE, SPEED_DETAIL) if any(metrics.get(m) is not None for m in columns)]
+    return "\n\n".join(tables)
+
+
+def _gates_table(cell: dict, metrics: dict, baseline: Baseline | None) -> str:
+    gates = cell.get("gates") or []
+    if not gates:
+        return ""
+    bases = explain(cell, metrics, baseline)
+    rows = [[f"{g['metric']} {g['op']} {format_value(g['metric'], g['threshold'])}",
+             "not measured" if g["value"] is None else format_value(g["metric"], g["value"]),
+             bases.get((g["metric"], g["op"], g["threshold"]), ""), "✅ pass" if g["passed"] else "❌ fail"]
+            for g in gates]
+    return table(["Gate", "Value", "Threshold from", "Result"], rows)
+

@@ -1,0 +1,138 @@
+"""Charts for report.html, as base64 PNG (the HTML carries them inline: no external files).
+
+Horizontal bars, one group per cell (cell ids are long and read best on the y axis), value labels
+on every bar, and each gate's threshold drawn as a red tick on the bar it applies to.
+matplotlib's object API (``Figure``) is used directly, so no pyplot global state is touched.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+from dataclasses import dataclass
+
+from reports.metrics import METRICS, format_value, label
+
+BAR_HEIGHT_IN = 0.28  # inches per bar
+WIDTH_IN = 9.0
+DPI = 100
+BETTER_COLOR, WORSE_COLOR, GATE_COLOR = "#2e7d32", "#c62828", "#d50000"
+
+
+@dataclass(frozen=True)
+class Chart:
+    title: str
+    xlabel: str
+    metrics: tuple[str, ...]  # one bar per metric per cell
+    stderr_of: dict | None = None  # metric -> its stderr metric: drawn as ±2 SE error bars
+
+
+CHARTS = (
+    Chart("Accept length", "accepted tokens per verify step (incl. bonus token)", ("accept_length",)),
+    Chart("Output throughput", "tok/s", ("output_throughput_tok_s",)),
+    Chart("Time to first token", "ms", ("ttft_ms_mean", "ttft_ms_median", "ttft_ms_p99")),
+    Chart("Time per output token", "ms", ("tpot_ms_mean", "tpot_ms_median", "tpot_ms_p99")),
+    Chart("GPQA accuracy", "accuracy (error bars: ±2 standard errors)", ("gpqa_accuracy",),
+          stderr_of={"gpqa_accuracy": "gpqa_stderr"}),
+)
+RATIO_METRICS = ("accept_length", "output_throughput_tok_s", "ttft_ms_median", "tpot_ms_median", "gpqa_accuracy")
+
+
+def run_charts(results: dict) -> list[tuple[str, str]]:
+    """(title, base64 PNG) for each chart that has at least one measured value."""
+    charts = []
+    for chart in CHARTS:
+        cells = [c for c in results["cells"] if any((c.get("metrics") or {}).get(m) is not None for m in chart.metrics)]
+        if cells:
+            charts.append((chart.title, _png(_metric_figure(chart, cells))))
+    return charts
+
+
+def ratio_chart(comparison: dict) -> tuple[str, str] | None:
+    """new/old of the headline metrics per cell; green where the new run is better, red where worse."""
+    bars = [(cell["id"], m) for cell in comparison["cells"] for m in cell["metrics"]
+            if m["metric"] in RATIO_METRICS and m["ratio"] is not None]
+    if not bars:
+        return None
+    from matplotlib.figure import Figure  # imported on use: the CLI stays quick for other verbs
+
+    figure = Figure(figsize=(WIDTH_IN, 1.2 + BAR_HEIGHT_IN * len(bars)), dpi=DPI, layout="constrained")
+    axes = figure.add_subplot()
+    ys = list(range(len(bars)))[::-1]
+    colors = [{"better": BETTER_COLOR, "worse": WORSE_COLOR}.get(m["change"], "#9e9e9e") for _, m in bars]
+    # Bars grow from 1.0 (no change), so a 3 % regression is as visible as a 3 % gain.
+    container = axes.barh(ys, [m["ratio"] - 1.0 for _, m in bars], left=1.0, color=colors)
+    axes.bar_label(container, labels=[f"{m['ratio']:.3f}" for _, m in bars], padding=3, fontsize=8)
+    axes.set_yticks(ys, [f"{cell_id} · {label(m['metric'])}" for cell_id, m in bars], fontsize=8)
+    axes.axvline(1.0, color="black", linewidth=1)
+    axes.set_title(f"new/old: {comparison['new_run']} over {comparison['old_run']}")
+    axes.set_xlabel("ratio (green: better, red: worse)")
+    axes.margins(x=0.15)
+    return "Compared with the old run", _png(figure)
+
+
+def _metric_figure(chart: Chart, cells: list[dict]):
+    from matplotlib.figure import Figure  # imported on use: the CLI stays quick for other verbs
+
+    per_cell = len(chart.metrics)
+    group = per_cell + 1  # one empty slot between cells
+    figure = Figure(figsize=(WIDTH_IN, 1.2 + BAR_HEIGHT_IN * group * len(cells)), dpi=DPI, layout="constrained")
+    axes = figure.add_subplot()
+    top = group * len(cells)
+    for slot, metric in enumerate(chart.metrics):
+        ys = [top - (i * group + slot) for i in range(len(cells))]
+        values = [_number((c.get("metrics") or {}).get(metric)) for c in cells]
+        xerr = _error_bars(chart, metric, cells)
+        container = axes.barh(ys, values, height=0.85, xerr=xerr, label=label(metric) if per_cell > 1 else None,
+                              capsize=3 if xerr else 0)
+        axes.bar_label(container, labels=[_bar_text(metric, c) for c in cells], padding=3, fontsize=8)
+        for y, value in zip(ys, values):
+            if math.isnan(value):  # no bar to label: say so where the bar would start
+                axes.text(0, y, " not measured", va="center", fontsize=8, color="#616161")
+        _gate_ticks(axes, metric, cells, ys)
+    centers = [top - (i * group + (per_cell - 1) / 2) for i in range(len(cells))]
+    axes.set_yticks(centers, [c["id"] for c in cells], fontsize=8)
+    axes.set_title(chart.title)
+    axes.set_xlabel(chart.xlabel)
+    axes.margins(x=0.15)
+    if METRICS[chart.metrics[0]].fraction:
+        axes.xaxis.set_major_formatter(lambda x, _: f"{x:.0%}")
+    handles, _ = axes.get_legend_handles_labels()
+    if handles:
+        axes.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    return figure
+
+
+def _gate_ticks(axes, metric: str, cells: list[dict], ys: list[float]) -> None:
+    for y, cell in zip(ys, cells):
+        for gate in cell.get("gates") or []:
+            if gate["metric"] == metric:
+                axes.plot([gate["threshold"]] * 2, [y - 0.5, y + 0.5], color=GATE_COLOR, linewidth=2,
+                          label="gate" if not _has_label(axes, "gate") else None)
+
+
+def _has_label(axes, text: str) -> bool:
+    return text in axes.get_legend_handles_labels()[1]
+
+
+def _error_bars(chart: Chart, metric: str, cells: list[dict]) -> list[float] | None:
+    stderr_metric = (chart.stderr_of or {}).get(metric)
+    if not stderr_metric:
+        return None
+    return [2 * ((c.get("metrics") or {}).get(stderr_metric) or 0.0) for c in cells]
+
+
+def _bar_text(metric: str, cell: dict) -> str:
+    value = (cell.get("metrics") or {}).get(metric)
+    return "" if value is None else format_value(metric, value)
+
+
+def _number(value) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _png(figure) -> str:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", metadata={"Software": None})
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
