@@ -87,6 +87,7 @@ FLAG_RULES: tuple[FlagRule, ...] = (
     value("--speculative-num-steps", "speculative_num_steps"),
     value("--speculative-eagle-topk", "speculative_eagle_topk"),
     value("--speculative-num-draft-tokens", "speculative_num_draft_tokens"),
+    value("--reasoning-parser", "reasoning_parser"),
     switch("--trust-remote-code", "trust_remote_code"),
     switch("--enable-metrics", "enable_metrics"),
 )

@@ -304,6 +304,7 @@ CELL_KEYS: Mapping[str, Key] = MappingProxyType({
                                   "--speculative-eagle-topk"),
     "speculative_num_draft_tokens": Key(optional(int_at_least(1)), "speculative_num_draft_tokens: 4", True,
                                         "--speculative-num-draft-tokens"),
+    "reasoning_parser": Key(optional(text), "reasoning_parser: deepseek-v4", True, "--reasoning-parser"),
     "trust_remote_code": Key(boolean, "trust_remote_code: true", True, "--trust-remote-code"),
     "enable_metrics": Key(boolean, "enable_metrics: true", True, "--enable-metrics"),
     # Not config: how the cell is named, launched, measured and judged.
