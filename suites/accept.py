@@ -1,0 +1,182 @@
+"""Speculative acceptance, per request and as the server counts it (CONTRACT.md definitions).
+
+Per request (the metrics): chat completions with ``return_spec_tokens_details`` give
+``sglext.spec_tokens_details``; ``return_meta_info`` adds ``choices[0].meta_info`` (same spec fields,
+plus ``dp_rank``), used when sglext is missing.
+    accept_length = Σ completion_tokens / Σ spec_verify_ct      (bonus token included)
+    accept_rate   = Σ spec_num_correct_drafts / Σ spec_num_proposed_drafts
+
+Server side (the cross-check), snapshots before and after the requests:
+- ``/metrics`` (with --enable-metrics): counters ``sglang:generation_tokens_total`` and
+  ``sglang:spec_verify_calls_total``; their differences give the window exactly, all DP ranks together.
+- ``/server_info``: ``internal_states`` has one entry per DP rank with ``avg_spec_accept_length``, a
+  ratio cumulative since start (no counts). The window is exact for a rank that had no speculative
+  step before the snapshot; otherwise the value mixes in earlier traffic and is recorded but not
+  compared. Ranks are combined weighted by the tokens each generated in the window (``dp_rank`` of
+  each response): Σ tokens / Σ (tokens_r / accept_length_r) = Σ tokens / Σ verify steps.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping, Sequence
+
+import openai
+
+from suites.prompts import PROMPTS
+from suites.server import Server
+
+SPEC_FIELDS = ("spec_verify_ct", "spec_num_correct_drafts", "spec_num_proposed_drafts", "spec_accept_length",
+               "spec_accept_rate")
+GENERATION_TOKENS = "sglang:generation_tokens_total"
+VERIFY_CALLS = "sglang:spec_verify_calls_total"
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    prompt_index: int
+    completion_tokens: int
+    spec_verify_ct: int | None  # None: the response carried no speculative statistics
+    spec_num_correct_drafts: int | None
+    spec_num_proposed_drafts: int | None
+    spec_accept_length: float | None  # as the server computed it for this request
+    dp_rank: int | None
+    source: str | None  # "sglext" | "meta_info" | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ServerSnapshot:
+    has_server_info: bool  # False: the server does not serve /server_info
+    speculative_algorithm: str | None
+    rank_accept_lengths: tuple[float | None, ...]  # avg_spec_accept_length per DP rank, cumulative
+    generation_tokens: float | None  # /metrics counters; None without --enable-metrics
+    verify_calls: float | None
+
+
+def take_snapshot(server: Server) -> ServerSnapshot:
+    info = server.get_json("/server_info") or server.get_json("/get_server_info")
+    states = (info or {}).get("internal_states") or []
+    counters = server.metrics_samples() or {}
+    return ServerSnapshot(
+        has_server_info=info is not None,
+        speculative_algorithm=(info or {}).get("speculative_algorithm"),
+        rank_accept_lengths=tuple(state.get("avg_spec_accept_length") for state in states),
+        generation_tokens=counters.get(GENERATION_TOKENS),
+        verify_calls=counters.get(VERIFY_CALLS),
+    )
+
+
+def measure_requests(server: Server, num_requests: int, max_tokens: int, concurrency: int) -> list[RequestSpec]:
+    client = server.client()
+    prompt_indexes = [i % len(PROMPTS) for i in range(num_requests)]
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        return list(pool.map(lambda i: _one_request(client, server.model, i, max_tokens), prompt_indexes))
+
+
+def _one_request(client: openai.OpenAI, model: str, prompt_index: int, max_tokens: int) -> RequestSpec:
+    try:
+        response = client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": PROMPTS[prompt_index]}], temperature=0.0,
+            max_tokens=max_tokens, extra_body={"return_spec_tokens_details": True, "return_meta_info": True})
+    except openai.OpenAIError as err:
+        return RequestSpec(prompt_index, 0, None, None, None, None, None, None, error=str(err))
+    body = response.model_dump()
+    meta = (body["choices"][0].get("meta_info") or {})
+    details, source = _spec_details(body, meta)
+    tokens = (body.get("usage") or {}).get("completion_tokens") or meta.get("completion_tokens") or 0
+    return RequestSpec(
+        prompt_index=prompt_index, completion_tokens=tokens,
+        spec_verify_ct=details.get("spec_verify_ct"), spec_num_correct_drafts=details.get("spec_num_correct_drafts"),
+        spec_num_proposed_drafts=details.get("spec_num_proposed_drafts"),
+        spec_accept_length=details.get("spec_accept_length"), dp_rank=meta.get("dp_rank"), source=source)
+
+
+def _spec_details(body: Mapping[str, Any], meta: Mapping[str, Any]) -> tuple[dict, str | None]:
+    details = (body.get("sglext") or {}).get("spec_tokens_details")
+    if isinstance(details, list):  # n > 1 gives a list; we send n = 1
+        details = details[0] if details else None
+    if details and details.get("spec_verify_ct"):
+        return dict(details), "sglext"
+    if meta.get("spec_verify_ct"):
+        return {key: meta.get(key) for key in SPEC_FIELDS}, "meta_info"
+    return {}, None
+
+
+def with_spec(requests: Sequence[RequestSpec]) -> list[RequestSpec]:
+    return [r for r in requests if r.spec_verify_ct]
+
+
+def per_request_metrics(requests: Sequence[RequestSpec]) -> dict[str, float | None]:
+    measured = with_spec(requests)
+    verify = sum(r.spec_verify_ct for r in measured)
+    proposed = sum(r.spec_num_proposed_drafts or 0 for r in measured)
+    return {
+        "accept_length": sum(r.completion_tokens for r in measured) / verify if verify else None,
+        "accept_rate": sum(r.spec_num_correct_drafts or 0 for r in measured) / proposed if proposed else None,
+    }
+
+
+def server_side_figures(before: ServerSnapshot, after: ServerSnapshot,
+                        requests: Sequence[RequestSpec]) -> list[dict]:
+    """The server's own accept length over the window, each with how it was obtained."""
+    figures = []
+    if None not in (before.verify_calls, after.verify_calls, before.generation_tokens, after.generation_tokens):
+        verify = after.verify_calls - before.verify_calls
+        if verify > 0:
+            figures.append({"source": "/metrics counters", "exact_window": True,
+                            "accept_length": (after.generation_tokens - before.generation_tokens) / verify})
+    if after.rank_accept_lengths:
+        figures.append(_server_info_figure(before, after, requests))
+    return figures
+
+
+def _server_info_figure(before: ServerSnapshot, after: ServerSnapshot, requests: Sequence[RequestSpec]) -> dict:
+    ranks = len(after.rank_accept_lengths)
+    before_values = before.rank_accept_lengths or (None,) * ranks
+    tokens_by_rank = _tokens_by_rank(requests, ranks)
+    per_rank, exact, tokens_sum, verify_sum = [], True, 0.0, 0.0
+    for rank, (old, new) in enumerate(zip(before_values, after.rank_accept_lengths)):
+        window_tokens = tokens_by_rank.get(rank, 0) if tokens_by_rank is not None else None
+        per_rank.append({"rank": rank, "before": old, "after": new, "window_tokens": window_tokens})
+        weight = 1.0 if window_tokens is None else window_tokens  # equal weights when dp_rank is unknown
+        if new is None or not weight:
+            continue
+        exact = exact and old is None
+        tokens_sum += weight
+        verify_sum += weight / new
+    return {
+        "source": "/server_info internal_states", "exact_window": exact and verify_sum > 0 and tokens_by_rank is not None,
+        "weighting": "tokens per dp_rank" if tokens_by_rank is not None else "equal (no dp_rank in responses)",
+        "accept_length": tokens_sum / verify_sum if verify_sum else None, "ranks": per_rank,
+    }
+
+
+def _tokens_by_rank(requests: Sequence[RequestSpec], ranks: int) -> dict[int, int] | None:
+    measured = with_spec(requests)
+    if ranks == 1:
+        return {0: sum(r.completion_tokens for r in measured)}
+    if not measured or any(r.dp_rank is None for r in measured):
+        return None
+    totals: dict[int, int] = {}
+    for r in measured:
+        totals[r.dp_rank] = totals.get(r.dp_rank, 0) + r.completion_tokens
+    return totals
+
+
+def disagreements(per_request: float | None, figures: Sequence[dict], tolerance: float) -> list[str]:
+    """Messages for exact server-side figures further than ``tolerance`` (relative) from ours."""
+    messages = []
+    for figure in figures:
+        theirs = figure["accept_length"]
+        if per_request is None or theirs is None or not figure["exact_window"]:
+            continue
+        if abs(theirs - per_request) > tolerance * per_request:
+            messages.append(f"accept: per-request accept_length {per_request:.3f} disagrees with "
+                            f"{figure['source']} {theirs:.3f} (tolerance {tolerance:.0%})")
+    return messages
+
+
+def request_record(request: RequestSpec) -> dict:
+    return asdict(request)

@@ -1,0 +1,162 @@
+"""pytest wiring for the measurement suites: options, the frozen config record, the output file.
+
+Standalone:   pytest suites/ --base-url http://HOST:PORT [--dspark-out OUT.json] [...]
+In a run:     python -m pytest suites/test_<name>.py --base-url URL --dspark-out OUT.json \
+                  --suite-options OPTIONS.json -p no:cacheprovider
+Without --base-url every suite test is skipped with the reason, so `pytest suites/` never hangs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from suites.config import (
+    SuiteConfig, SuiteInputError, freeze, load_options_file, merge_options, normalize_base_url,
+)
+from suites.output import SuiteOutput
+from suites.server import Server, connect
+
+SUITES_DIR = Path(__file__).parent
+CONFIG_KEY = pytest.StashKey[SuiteConfig]()
+OUTPUT_KEY = pytest.StashKey[SuiteOutput]()
+NO_SERVER_REASON = "no server under test: pass --base-url http://HOST:PORT (see suites/README.md)"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("dspark", "dspark-ci measurement suites")
+    _add_base_url(group)
+    group.addoption("--model", help="served model name (default: the first of /v1/models)")
+    group.addoption("--api-key", default="EMPTY", help="API key sent to the server (default: EMPTY)")
+    group.addoption("--request-timeout", type=float, default=3600.0,
+                    help="seconds one request may take (default: 3600; thinking models are slow)")
+    group.addoption("--suite-options", metavar="FILE.json",
+                    help="JSON object: suite name -> options (docs/ARCHITECTURE.md)")
+    group.addoption("--suite-option", action="append", default=[], metavar="SUITE.KEY=VALUE",
+                    help="override one option, e.g. gpqa.repeats=4 (repeatable; VALUE is JSON or a string)")
+    group.addoption("--dspark-out", metavar="OUT.json", help="write metrics, records and outcomes here")
+    group.addoption("--gpqa-dataset", metavar="PATH|URL", help="GPQA CSV (overrides gpqa.dataset)")
+    group.addoption("--reference-url", help="parity: the same deployment without speculation")
+    group.addoption("--reference-file", metavar="FILE.json", help="parity: recorded reference outputs")
+    group.addoption("--save-reference", metavar="FILE.json",
+                    help="parity: write the outputs of --base-url as a reference file")
+    group.addoption("--cache-dir", metavar="DIR", help="downloads (GPQA CSV); default ~/.cache/dspark-ci")
+
+
+def _add_base_url(group) -> None:
+    # pytest-base-url (pulled in by pytest-playwright/-selenium) registers the same option with
+    # the same meaning; reuse it instead of failing on the duplicate.
+    try:
+        group.addoption("--base-url", help="the server under test, http://HOST:PORT")
+    except ValueError:
+        pass
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    try:
+        suite_config = _build_config(config)
+    except SuiteInputError as err:
+        raise pytest.UsageError(str(err)) from None
+    config.stash[CONFIG_KEY] = suite_config
+    config.stash[OUTPUT_KEY] = SuiteOutput()
+    config.pluginmanager.register(OutputPlugin(config.stash[OUTPUT_KEY], suite_config.out_path),
+                                  "dspark-suite-output")
+
+
+def _build_config(config: pytest.Config) -> SuiteConfig:
+    opt = config.option
+    options_file = load_options_file(opt.suite_options) if opt.suite_options else None
+    options = merge_options(options_file, list(opt.suite_option), opt.suite_options or "--suite-options")
+    if opt.gpqa_dataset:
+        options["gpqa"]["dataset"] = opt.gpqa_dataset
+    if opt.reference_url and opt.reference_file:
+        raise SuiteInputError("--reference-url and --reference-file: give one of them, not both")
+    path_or_none = lambda value: Path(value) if value else None  # noqa: E731
+    return SuiteConfig(
+        base_url=normalize_base_url(opt.base_url) if opt.base_url else None,
+        model=opt.model, api_key=opt.api_key, request_timeout=opt.request_timeout,
+        options=freeze(options),
+        reference_url=normalize_base_url(opt.reference_url) if opt.reference_url else None,
+        reference_file=path_or_none(opt.reference_file), save_reference=path_or_none(opt.save_reference),
+        cache_dir=Path(opt.cache_dir) if opt.cache_dir else Path.home() / ".cache" / "dspark-ci",
+        out_path=path_or_none(opt.dspark_out),
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.stash[CONFIG_KEY].base_url:
+        return
+    for item in items:
+        if SUITES_DIR in Path(item.path).parents:
+            item.add_marker(pytest.mark.skip(reason=NO_SERVER_REASON))
+
+
+@pytest.fixture(scope="session")
+def suite_config(pytestconfig: pytest.Config) -> SuiteConfig:
+    return pytestconfig.stash[CONFIG_KEY]
+
+
+@pytest.fixture(scope="session")
+def suite_output(pytestconfig: pytest.Config) -> SuiteOutput:
+    return pytestconfig.stash[OUTPUT_KEY]
+
+
+@pytest.fixture(scope="session")
+def server(suite_config: SuiteConfig) -> Server:
+    try:
+        return connect(suite_config)
+    except Exception as err:  # any failure here means the same thing to the user
+        pytest.fail(f"cannot reach the server at {suite_config.base_url}: {err}", pytrace=False)
+
+
+class OutputPlugin:
+    """Collects each test's outcome (like junitxml) and writes the suite output at session end."""
+
+    def __init__(self, output: SuiteOutput, path: Path | None):
+        self.output, self.path = output, path
+        self._open: dict[str, dict] = {}  # nodeid -> outcome so far, until its teardown report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        state = self._open.setdefault(report.nodeid, {"outcome": "passed", "duration": 0.0, "message": None})
+        state["duration"] += report.duration
+        outcome = _phase_outcome(report)
+        if outcome != "passed" and state["outcome"] == "passed":
+            state["outcome"], state["message"] = outcome, _message(report)
+        if report.when == "teardown":
+            self.output.add_test(report.nodeid, **self._open.pop(report.nodeid))
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.output.add_test(report.nodeid, "error", 0.0, _message(report))
+
+    def pytest_sessionfinish(self) -> None:
+        if self.path is not None:
+            self.output.write(self.path)
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if self.output.metrics:
+            terminalreporter.section("dspark metrics")
+            for name, value in sorted(self.output.metrics.items()):
+                terminalreporter.write_line(f"{name:28} {value:.6g}")
+        if self.output.warnings:
+            terminalreporter.section("dspark warnings")
+            for message in self.output.warnings:
+                terminalreporter.write_line(message)
+
+
+def _phase_outcome(report) -> str:
+    if report.passed:
+        return "passed"
+    if report.skipped:
+        return "skipped"
+    return "failed" if report.when == "call" else "error"
+
+
+def _message(report) -> str | None:
+    if report.skipped and isinstance(report.longrepr, tuple):
+        return report.longrepr[2].removeprefix("Skipped: ")
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None:
+        return crash.message
+    return str(report.longrepr).strip().splitlines()[-1] if report.longrepr else None

@@ -1,0 +1,81 @@
+"""Evaluation data from a local path or a URL: downloaded once into a cache, checksummed.
+
+The sha256 of the bytes actually read goes into the records, so two runs can be compared knowing
+they asked the same questions.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+from urllib.parse import urlparse
+
+import requests
+
+from suites.config import SuiteInputError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Dataset:
+    rows: tuple[Mapping[str, str], ...]
+    source: str  # as given: path or URL
+    path: Path  # the local file read
+    sha256: str
+
+    def describe(self) -> dict:
+        return {"source": self.source, "path": str(self.path), "sha256": self.sha256, "rows": len(self.rows)}
+
+
+def load_csv(source: str, cache_dir: Path, required_columns: Sequence[str]) -> Dataset:
+    path = fetch(source, cache_dir) if _is_url(source) else resolve_local(source)
+    data = path.read_bytes()
+    reader = csv.DictReader(io.StringIO(data.decode("utf-8-sig")))
+    missing = [column for column in required_columns if column not in (reader.fieldnames or [])]
+    if missing:
+        raise SuiteInputError(f"{path}: not a GPQA-format CSV, missing columns {missing}")
+    rows = tuple(reader)
+    if not rows:
+        raise SuiteInputError(f"{path}: no rows")
+    return Dataset(rows=rows, source=source, path=path, sha256=hashlib.sha256(data).hexdigest())
+
+
+def resolve_local(source: str) -> Path:
+    """A path as given (absolute or from the working directory), else from the repository root,
+    so a matrix can name `suites/data/...` whatever directory the run starts in."""
+    path = Path(source).expanduser()
+    for candidate in (path, REPO_ROOT / path):
+        if candidate.is_file():
+            return candidate
+    raise SuiteInputError(f"dataset {source}: no such file (give a path or an http(s) URL)")
+
+
+def fetch(url: str, cache_dir: Path) -> Path:
+    """The cached copy of ``url``, downloading it the first time (atomically: no half files)."""
+    name = Path(urlparse(url).path).name or "download"
+    target = cache_dir / f"{hashlib.sha256(url.encode()).hexdigest()[:10]}-{name}"
+    if target.is_file():
+        return target
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        response = requests.get(url, timeout=120)
+        response.raise_for_status()
+    except requests.RequestException as err:
+        raise SuiteInputError(
+            f"dataset {url}: download failed ({err}); pass a local copy with --gpqa-dataset PATH") from None
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=f".{name}.", suffix=".tmp")
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(response.content)
+    os.replace(tmp, target)
+    return target
+
+
+def _is_url(source: str) -> bool:
+    return urlparse(source).scheme in ("http", "https")

@@ -1,0 +1,75 @@
+"""The suite output JSON (docs/ARCHITECTURE.md, "Suite output"): collected during the session, written once.
+
+Like pytest's junitxml: measurements and test outcomes accumulate in one ``SuiteOutput`` that
+conftest.py keeps on the pytest config, and the file is written at session end (atomically, so a
+reader never sees half a file).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# CONTRACT.md's metric names: a suite may report only these (a typo would silently miss a gate).
+METRIC_NAMES = frozenset(
+    {
+        "gpqa_accuracy", "gpqa_stderr", "gpqa_num_questions", "gpqa_repeats",
+        "accept_length", "accept_rate",
+        "ttft_ms_mean", "ttft_ms_median", "ttft_ms_p99", "tpot_ms_mean", "tpot_ms_median", "tpot_ms_p99",
+        "itl_ms_mean", "e2e_latency_s_mean", "output_throughput_tok_s", "input_tokens_mean",
+        "output_tokens_mean",
+        "parity_mismatches",
+    }
+)
+
+TEST_OUTCOMES = ("passed", "failed", "skipped", "error")
+
+
+@dataclass
+class SuiteOutput:
+    metrics: dict[str, float] = field(default_factory=dict)
+    records: dict[str, list[dict]] = field(default_factory=dict)
+    tests: list[dict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def add_metrics(self, metrics: dict[str, float | None]) -> None:
+        """Record metrics; None or NaN (nothing to measure) are left out rather than written as null."""
+        unknown = set(metrics) - METRIC_NAMES
+        if unknown:
+            raise ValueError(f"not CONTRACT.md metric names: {sorted(unknown)}")
+        for name, value in metrics.items():
+            if value is not None and not (isinstance(value, float) and math.isnan(value)):
+                self.metrics[name] = value
+
+    def add_records(self, kind: str, records: list[dict]) -> None:
+        self.records.setdefault(kind, []).extend(records)
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+
+    def add_test(self, nodeid: str, outcome: str, duration: float, message: str | None) -> None:
+        assert outcome in TEST_OUTCOMES, outcome
+        self.tests.append({"nodeid": nodeid, "outcome": outcome, "duration": round(duration, 3),
+                           "message": message})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metrics": self.metrics, "records": self.records, "tests": self.tests,
+                "warnings": self.warnings}
+
+    def write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as handle:
+            json.dump(self.to_dict(), handle, indent=1, default=_jsonable)
+            handle.write("\n")
+        os.replace(tmp, path)
+
+
+def _jsonable(value: Any) -> Any:
+    # Tuples are lists already; this catches Paths and other small objects in records.
+    return str(value)

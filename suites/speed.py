@@ -1,0 +1,263 @@
+"""Streaming latency and throughput, by sglang.bench_serving's definitions (CONTRACT.md).
+
+Per request (chat completions, streamed through ``openai.AsyncOpenAI`` with
+``stream_options={"include_usage": True}``):
+- TTFT: from sending to the first chunk with non-empty content or reasoning content;
+- ITL: the gaps between later such chunks (a chunk may carry several tokens under speculation);
+- E2E: from sending to the end of the stream;
+- TPOT: (E2E − TTFT) / (completion_tokens − 1), completion_tokens from ``usage``, for requests with more
+  than one output token.
+Run level: output throughput = Σ completion_tokens / wall time of the measured phase (first send to last
+end); warm-up requests are excluded; at most ``concurrency`` requests in flight (a semaphore).
+
+Input length is set by prompt construction (random words, calibrated against ``usage.prompt_tokens``,
+no tokenizer needed), output length by ``max_tokens`` with ``ignore_eos``. With ``workers`` > 1 the
+requests and the concurrency are split over that many client processes, started together on a
+barrier; they share CLOCK_MONOTONIC, so their timestamps compare (see BENCHMARKS.md for when it helps).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import random
+import statistics
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping, Sequence
+
+import openai
+
+from suites.server import Server
+
+# Common short English words: each is one token (with its leading space) in most BPE vocabularies.
+WORDS = tuple(
+    "the of and to in is you that it he was for on are as with his they at be this have from or one had by "
+    "word but not what all were we when your can said there use an each which she do how their if will up "
+    "other about out many then them these so some her would make like him into time has look two more write "
+    "go see number no way could people my than first water been call who oil its now find long down day did "
+    "get come made may part".split()
+)
+CALIBRATION_WORDS = (32, 256)  # two prompt sizes: tokens = overhead + slope × words
+LOOP_LAG_INTERVAL_S = 0.01
+
+
+@dataclass(frozen=True)
+class SpeedSettings:
+    num_requests: int
+    concurrency: int
+    input_len: int
+    output_len: int
+    warmup_requests: int
+    workers: int
+    ignore_eos: bool
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> "SpeedSettings":
+        return cls(**{name: options[name] for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class RequestTiming:
+    start: float  # time.monotonic() when sent (shared by all client processes)
+    ttft: float | None  # seconds
+    e2e: float | None
+    itl: tuple[float, ...]  # seconds between content chunks after the first
+    completion_tokens: int | None
+    prompt_tokens: int | None
+    chunks: int  # content chunks received
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.ttft is not None and self.completion_tokens is not None
+
+    @property
+    def tpot(self) -> float | None:
+        if not self.ok or self.completion_tokens <= 1:
+            return None
+        return (self.e2e - self.ttft) / (self.completion_tokens - 1)
+
+
+@dataclass(frozen=True)
+class WorkerJob:
+    api_base: str
+    api_key: str
+    model: str
+    timeout: float
+    prompts: tuple[str, ...]  # measured
+    warmup_prompts: tuple[str, ...]
+    concurrency: int
+    max_tokens: int
+    ignore_eos: bool
+
+
+@dataclass(frozen=True)
+class WorkerResult:
+    timings: tuple[RequestTiming, ...]
+    loop_lag_ms: tuple[float, ...]  # how late the event loop woke a 10 ms sleeper: >> 0 means saturated
+
+
+# ---------------------------------------------------------------- prompts
+
+
+def calibrate(server: Server) -> tuple[float, float]:
+    """(overhead tokens, tokens per word) of this server's chat template and tokenizer."""
+    client = server.client()
+    measured = []
+    for words in CALIBRATION_WORDS:
+        response = client.chat.completions.create(
+            model=server.model, messages=[{"role": "user", "content": random_text(random.Random(words), words)}],
+            max_tokens=1, temperature=0.0)
+        measured.append(response.usage.prompt_tokens)
+    slope = (measured[1] - measured[0]) / (CALIBRATION_WORDS[1] - CALIBRATION_WORDS[0])
+    return measured[0] - slope * CALIBRATION_WORDS[0], slope
+
+
+def random_text(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(words))
+
+
+def build_prompts(count: int, input_len: int, overhead: float, tokens_per_word: float, seed: int) -> tuple[str, ...]:
+    # Distinct random prompts so no request reuses another's prefix cache.
+    words = max(1, round((input_len - overhead) / max(tokens_per_word, 1e-6)))
+    return tuple(random_text(random.Random(seed * 1_000_003 + i), words) for i in range(count))
+
+
+# ---------------------------------------------------------------- one process
+
+
+def run_worker(job: WorkerJob, barrier=None) -> WorkerResult:
+    """Warm up, wait for the other workers, then measure. Runs in the calling or a spawned process."""
+    return asyncio.run(_run_worker(job, barrier))
+
+
+async def _run_worker(job: WorkerJob, barrier) -> WorkerResult:
+    client = openai.AsyncOpenAI(base_url=job.api_base, api_key=job.api_key, timeout=job.timeout, max_retries=0)
+    async with client:
+        await _run_phase(client, job, job.warmup_prompts)
+        if barrier is not None:
+            await asyncio.to_thread(barrier.wait)
+        lag: list[float] = []
+        probe = asyncio.create_task(_probe_loop_lag(lag))
+        timings = await _run_phase(client, job, job.prompts)
+        probe.cancel()
+    return WorkerResult(timings=tuple(timings), loop_lag_ms=tuple(lag))
+
+
+async def _run_phase(client: openai.AsyncOpenAI, job: WorkerJob, prompts: Sequence[str]) -> list[RequestTiming]:
+    semaphore = asyncio.Semaphore(job.concurrency)
+
+    async def limited(prompt: str) -> RequestTiming:
+        async with semaphore:
+            return await stream_one(client, job, prompt)
+
+    return list(await asyncio.gather(*(limited(p) for p in prompts)))
+
+
+async def stream_one(client: openai.AsyncOpenAI, job: WorkerJob, prompt: str) -> RequestTiming:
+    start_wall, start = time.monotonic(), time.perf_counter()
+    ttft = last = None
+    itl: list[float] = []
+    usage = None
+    chunks = 0
+    try:
+        stream = await client.chat.completions.create(
+            model=job.model, messages=[{"role": "user", "content": prompt}], max_tokens=job.max_tokens,
+            temperature=0.0, stream=True, stream_options={"include_usage": True},
+            extra_body={"ignore_eos": job.ignore_eos})
+        async for chunk in stream:
+            now = time.perf_counter()
+            usage = chunk.usage or usage
+            if not chunk.choices:
+                continue
+            delta = chunk.choices[0].delta
+            if delta.content or getattr(delta, "reasoning_content", None):
+                chunks += 1
+                if ttft is None:
+                    ttft = now - start
+                else:
+                    itl.append(now - last)
+                last = now
+        e2e = time.perf_counter() - start
+    except Exception as err:  # a broken stream is a measurement failure, whatever raised it
+        return RequestTiming(start_wall, ttft, None, tuple(itl), None, None, chunks, error=f"{type(err).__name__}: {err}")
+    if usage is None:
+        return RequestTiming(start_wall, ttft, e2e, tuple(itl), None, None, chunks, error="no usage in the stream")
+    return RequestTiming(start_wall, ttft, e2e, tuple(itl), usage.completion_tokens, usage.prompt_tokens, chunks)
+
+
+async def _probe_loop_lag(lag: list[float]) -> None:
+    while True:
+        before = time.perf_counter()
+        await asyncio.sleep(LOOP_LAG_INTERVAL_S)
+        lag.append((time.perf_counter() - before - LOOP_LAG_INTERVAL_S) * 1000)
+
+
+# ---------------------------------------------------------------- several processes
+
+
+def run_measurement(server: Server, settings: SpeedSettings, prompts: Sequence[str],
+                    warmup_prompts: Sequence[str]) -> list[WorkerResult]:
+    jobs = [
+        WorkerJob(api_base=server.api_base, api_key=server.api_key, model=server.model,
+                  timeout=server.request_timeout, prompts=tuple(prompts[w::settings.workers]),
+                  warmup_prompts=tuple(warmup_prompts[w::settings.workers]),
+                  concurrency=_share(settings.concurrency, settings.workers, w),
+                  max_tokens=settings.output_len, ignore_eos=settings.ignore_eos)
+        for w in range(settings.workers)
+    ]
+    if settings.workers == 1:
+        return [run_worker(jobs[0])]
+    context = multiprocessing.get_context("spawn")  # no fork of a process that holds threads and sockets
+    barrier = context.Manager().Barrier(settings.workers)
+    with ProcessPoolExecutor(max_workers=settings.workers, mp_context=context) as pool:
+        return list(pool.map(run_worker, jobs, [barrier] * settings.workers))
+
+
+def _share(total: int, parts: int, index: int) -> int:
+    return max(1, total // parts + (1 if index < total % parts else 0))
+
+
+# ---------------------------------------------------------------- numbers
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """numpy.percentile's default (linear interpolation), as bench_serving reports p99."""
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def speed_metrics(timings: Sequence[RequestTiming]) -> dict[str, float | None]:
+    done = [t for t in timings if t.ok]
+    if not done:
+        return {}
+    ttft_ms = [t.ttft * 1000 for t in done]
+    tpot_ms = [t.tpot * 1000 for t in done if t.tpot is not None]
+    itl_ms = [gap * 1000 for t in done for gap in t.itl]
+    wall = max(t.start + t.e2e for t in done) - min(t.start for t in done)
+    metrics = {
+        "ttft_ms_mean": statistics.fmean(ttft_ms), "ttft_ms_median": statistics.median(ttft_ms),
+        "ttft_ms_p99": percentile(ttft_ms, 99),
+        "itl_ms_mean": statistics.fmean(itl_ms) if itl_ms else None,
+        "e2e_latency_s_mean": statistics.fmean(t.e2e for t in done),
+        "output_throughput_tok_s": sum(t.completion_tokens for t in done) / wall if wall > 0 else None,
+        "input_tokens_mean": statistics.fmean(t.prompt_tokens or 0 for t in done),
+        "output_tokens_mean": statistics.fmean(t.completion_tokens for t in done),
+    }
+    if tpot_ms:
+        metrics.update(tpot_ms_mean=statistics.fmean(tpot_ms), tpot_ms_median=statistics.median(tpot_ms),
+                       tpot_ms_p99=percentile(tpot_ms, 99))
+    return metrics
+
+
+def timing_record(timing: RequestTiming) -> dict:
+    record = asdict(timing)
+    del record["itl"]  # thousands of numbers per request; the count and the mean are enough here
+    record.update(itl_count=len(timing.itl), itl_ms_mean=statistics.fmean(timing.itl) * 1000 if timing.itl else None,
+                  tpot=timing.tpot)
+    return record

@@ -1,0 +1,57 @@
+"""Streaming speed: ttft_ms_*, tpot_ms_*, itl_ms_mean, e2e_latency_s_mean, output_throughput_tok_s,
+input_tokens_mean, output_tokens_mean; records "speed" (per request) and "speed_summary".
+
+Options (suite "speed"): num_requests, concurrency, input_len, output_len, warmup_requests, workers,
+ignore_eos. Speed is gated by the run against a baseline; this suite fails only when requests fail.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from suites.speed import (
+    SpeedSettings, build_prompts, calibrate, percentile, run_measurement, speed_metrics, timing_record,
+)
+
+# A client event loop that wakes a 10 ms sleeper this late (p99) is too busy to timestamp chunks well.
+LOOP_LAG_WARN_MS = 5.0
+
+
+@pytest.fixture(scope="module")
+def speed_run(server, suite_config, suite_output):
+    settings = SpeedSettings.from_options(suite_config.suite("speed"))
+    overhead, tokens_per_word = calibrate(server)
+    prompts = build_prompts(settings.num_requests, settings.input_len, overhead, tokens_per_word, seed=1)
+    warmup = build_prompts(settings.warmup_requests, settings.input_len, overhead, tokens_per_word, seed=2)
+    results = run_measurement(server, settings, prompts, warmup)
+    timings = [timing for result in results for timing in result.timings]
+    lag = [value for result in results for value in result.loop_lag_ms]
+
+    suite_output.add_metrics(speed_metrics(timings))
+    suite_output.add_records("speed", [timing_record(t) for t in timings])
+    lag_p99 = percentile(lag, 99) if lag else None
+    suite_output.add_records("speed_summary", [{
+        "settings": vars(settings), "model": server.model,
+        "prompt_calibration": {"overhead_tokens": overhead, "tokens_per_word": tokens_per_word},
+        "failed": sum(not t.ok for t in timings),
+        "client_loop_lag_ms": {"median": statistics.median(lag), "p99": lag_p99} if lag else None,
+    }])
+    if lag_p99 is not None and lag_p99 > LOOP_LAG_WARN_MS:
+        suite_output.warn(f"speed: the client's event loop ran {lag_p99:.1f} ms late (p99): timings may be "
+                          f"inflated by the harness; raise speed.workers (BENCHMARKS.md)")
+    _warn_on_short_outputs(timings, settings, suite_output)
+    return timings
+
+
+def _warn_on_short_outputs(timings, settings, suite_output) -> None:
+    short = [t for t in timings if t.ok and t.completion_tokens < settings.output_len]
+    if short and settings.ignore_eos:
+        suite_output.warn(f"speed: {len(short)} of {len(timings)} requests stopped before output_len="
+                          f"{settings.output_len} tokens although ignore_eos was sent")
+
+
+def test_speed(speed_run):
+    failed = [t for t in speed_run if not t.ok]
+    assert not failed, f"{len(failed)} of {len(speed_run)} streamed requests failed; first: {failed[0].error}"
