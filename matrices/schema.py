@@ -65,8 +65,24 @@ class Where:
         return Where(self.path, line_of(key) if line_of else self.line)
 
 
+# SGLang's own spellings of cell keys (its flag names and field names), for "did you mean".
+SGLANG_SPELLINGS: Mapping[str, str] = {
+    "tp_size": "tp", "tensor_parallel": "tp", "tensor_parallel_size": "tp",
+    "dp_size": "dp", "data_parallel": "dp", "data_parallel_size": "dp",
+    "attn_dp_size": "dp", "pp_size": "pp", "pipeline_parallel_size": "pp",
+    "attn_cp_size": "cp", "cp_size": "cp", "enable_prefill_cp": "cp",
+    "model_path": "model", "speculative_draft_model_path": "draft_model", "draft_model_path": "draft_model",
+    "speculative_dspark_block_size": "speculative_block_size",
+    "speculative_dflash_block_size": "speculative_block_size",
+    "num_nodes": "nnodes", "nodes": "nnodes", "gpus": "gpus_per_node", "num_gpus": "gpus_per_node",
+}
+
+
 def closest(word: str, known) -> str:
     """`did you mean 'x'?` text, or the list of known words when nothing is close."""
+    alias = SGLANG_SPELLINGS.get(str(word).replace("-", "_").lstrip("_"))
+    if alias in known:
+        return f"did you mean {alias!r}?"
     match = difflib.get_close_matches(str(word), list(known), n=1, cutoff=0.6)
     if match:
         return f"did you mean {match[0]!r}?"

@@ -94,10 +94,12 @@ def load_yaml(path: str):
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         line = mark.line + 1 if mark else 1
-        column = f", column {mark.column + 1}" if mark else ""
+        near = f"line {line}, column {mark.column + 1}" if mark else f"line {line}"
+        if err.context_mark and err.problem_mark and err.context_mark.line != err.problem_mark.line:
+            near += f" (the construct opened at line {err.context_mark.line + 1})"
         problem = " ".join(p for p in (err.context, err.problem) if p)
         raise BadInput(f"{path}:{line}", f"not valid YAML: {problem}",
-                       f"fix the syntax near line {line}{column} (indentation, a missing ':' or an unclosed quote)") from None
+                       f"fix the syntax near {near}: indentation, a missing ':', an unclosed quote or bracket") from None
     except yaml.YAMLError as err:
         raise BadInput(path, f"not valid YAML: {err}", "fix the YAML syntax") from None
     finally:
