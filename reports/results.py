@@ -23,13 +23,17 @@ FAILING_STATUSES = ("failed", "error")  # statuses that make a run exit 1
 
 def write_results(path: Path | str, results: dict) -> None:
     """Write ``results`` as JSON so that ``path`` is never seen half-written."""
-    path = Path(path)
+    write_text_atomically(Path(path), json.dumps(results, indent=2, allow_nan=False) + "\n")
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Temp file in the same directory, fsync, rename: readers see the old file or the new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; reports are shared artifacts
         with os.fdopen(fd, "w", encoding="utf-8") as tmp:
-            json.dump(results, tmp, indent=2, allow_nan=False)
-            tmp.write("\n")
+            tmp.write(text)
             tmp.flush()
             os.fsync(tmp.fileno())
         os.replace(tmp_name, path)

@@ -1,4 +1,4 @@
-"""Write every report file of a run directory from its results (results.json itself is the run's)."""
+"""Render and write every report file of a run directory (results.json itself is the run's)."""
 
 from __future__ import annotations
 
@@ -9,24 +9,30 @@ from reports.compare import compare_markdown, compare_runs
 from reports.html import render_html
 from reports.junit import render_junit
 from reports.markdown import render_markdown
+from reports.results import write_text_atomically
 
 
-def write_reports(run_dir: Path | str, results: dict, baseline: Baseline | None = None,
-                  compare_to: dict | None = None) -> list[Path]:
-    """junit.xml, report.md and report.html in ``run_dir``; with ``compare_to`` (another run's
-    results), the comparison is added to report.md and report.html. Returns the paths written."""
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+def render_reports(results: dict, baseline: Baseline | None = None, compare_to: dict | None = None) -> dict[str, str]:
+    """File name -> contents for junit.xml, report.md and report.html. With ``compare_to`` (another
+    run's results), report.md and report.html end with the comparison."""
     comparison = compare_runs(results, compare_to) if compare_to is not None else None
     comparison_md = compare_markdown(comparison) if comparison is not None else None
-    contents = {
+    return {
         "junit.xml": render_junit(results),
         "report.md": render_markdown(results, baseline, comparison_md),
         "report.html": render_html(results, baseline, comparison, comparison_md),
     }
-    paths = []
-    for name, text in contents.items():
-        path = run_dir / name
-        path.write_text(text, encoding="utf-8")
-        paths.append(path)
+
+
+def write_rendered(run_dir: Path | str, rendered: dict[str, str]) -> list[Path]:
+    run_dir = Path(run_dir)
+    paths = [run_dir / name for name in rendered]
+    for path, text in zip(paths, rendered.values()):
+        write_text_atomically(path, text)
     return paths
+
+
+def write_reports(run_dir: Path | str, results: dict, baseline: Baseline | None = None,
+                  compare_to: dict | None = None) -> list[Path]:
+    """Write junit.xml, report.md and report.html into ``run_dir``; returns the paths written."""
+    return write_rendered(run_dir, render_reports(results, baseline, compare_to))

@@ -1,0 +1,82 @@
+"""``dspark-ci report``: render a run directory's reports again, optionally re-gated or compared."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from dspark_ci.errors import BadInput
+from reports.baseline import Baseline, load_baseline
+from reports.compare import compare_markdown, compare_runs
+from reports.gates import regate
+from reports.results import load_results, run_failed
+
+HELP = "Render a run directory's reports again from its results.json; --compare puts two runs side by side."
+
+EPILOG = """\
+Rewrites RUN_DIR/junit.xml, report.md and report.html (results.json is left as the run wrote it)
+and prints one format to stdout:
+  md     report.md (default); with --compare, the comparison tables only
+  html   report.html (self-contained: charts are inline images)
+  json   results.json as rendered (re-gated with --baseline); with --compare, the comparison:
+         {"new_run", "old_run", "cells": [{"id", "new_status", "old_status",
+          "metrics": [{"metric", "old", "new", "ratio", "better", "change"}]}], "only_new", "only_old"}
+
+--baseline FILE evaluates every serving cell's gates again against FILE (format: baselines/README.md);
+a cell's status follows its new gates unless it failed with an error.
+
+exit codes: 0 every cell passed (or was rejected as expected, or skipped); 1 a cell failed or
+errored; 2 bad input (missing run directory, corrupt results.json, bad baseline file)
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by `dspark-ci run --out`")
+    parser.add_argument("--compare", metavar="OTHER_RUN_DIR",
+                        help="an older run to compare with (ratios are RUN_DIR over OTHER_RUN_DIR)")
+    parser.add_argument("--baseline", metavar="FILE", help="evaluate gates again against this baseline file")
+    parser.add_argument("--format", choices=("md", "html", "json"), default="md", help="what to print (default: md)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from reports.writers import render_reports, write_rendered  # on use: matplotlib loads only when drawing
+
+    run_dir = _run_dir(args.run_dir, "RUN_DIR")
+    results = load_results(run_dir / "results.json")
+    other = load_results(_run_dir(args.compare, "--compare") / "results.json") if args.compare else None
+    baseline = load_baseline(args.baseline) if args.baseline else None
+    if baseline is not None:
+        _warn_about(baseline, [cell["id"] for cell in results["cells"]])
+        results = regate(results, baseline)
+    rendered = render_reports(results, baseline, compare_to=other)
+    try:
+        write_rendered(run_dir, rendered)
+    except OSError as err:  # e.g. a read-only artifact download: still print what was asked for
+        print(f"dspark-ci report: warning: could not rewrite the reports in {run_dir} ({err})", file=sys.stderr)
+    print(_stdout_text(args.format, results, other, rendered), end="")
+    return 1 if run_failed(results) else 0
+
+
+def _run_dir(path: str, argument: str) -> Path:
+    run_dir = Path(path)
+    if not run_dir.is_dir():
+        raise BadInput(f"{argument} {path}", "no such directory", "give a directory written by `dspark-ci run --out DIR`")
+    return run_dir
+
+
+def _warn_about(baseline: Baseline, cell_ids: list[str]) -> None:
+    for warning in list(baseline.warnings) + baseline.unmatched(cell_ids):
+        print(f"dspark-ci report: warning: {warning}", file=sys.stderr)
+
+
+def _stdout_text(fmt: str, results: dict, other: dict | None, rendered: dict[str, str]) -> str:
+    comparison = compare_runs(results, other) if other is not None else None
+    if fmt == "json":
+        return json.dumps(comparison if comparison is not None else results, indent=2) + "\n"
+    if fmt == "md":
+        return compare_markdown(comparison) if comparison is not None else rendered["report.md"]
+    return rendered["report.html"]
