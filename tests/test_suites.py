@@ -1,0 +1,204 @@
+"""The measurement suites, run as a user runs them: `pytest suites/... --base-url URL --dspark-out OUT.json`
+in a subprocess, against simulated SGLang servers started by hand on free loopback ports.
+
+Each metric must land where the simulator's settings put it (within sampling error); no timing is
+asserted tightly (the machine is shared): TPOT only within a generous band.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from suites.simulator import SPECULATIVE_ARGS, running_simulator
+
+REPO = Path(__file__).resolve().parent.parent
+SYNTHETIC_GPQA = REPO / "suites" / "data" / "gpqa_synthetic.csv"
+ALPHA, GAMMA = 0.7, 3  # the speculative simulator's acceptance probability and DSpark block size
+GPQA_ACCURACY = 0.6
+STEP_MS = 20.0
+FAST = {"DSPARK_SIM_DECODE_STEP_MS": "1", "DSPARK_SIM_PREFILL_MS_PER_TOKEN": "0"}
+
+
+def run_suites(tmp_path: Path, suite: str, base_url: str | None, *args: str) -> tuple[int, dict, str]:
+    """(pytest exit code, the --dspark-out JSON, pytest's output) of one suite file."""
+    out = tmp_path / f"{suite}.json"
+    argv = [sys.executable, "-m", "pytest", f"suites/test_{suite}.py", "-p", "no:cacheprovider", "-q",
+            "--dspark-out", str(out), *(["--base-url", base_url] if base_url else []), *args]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
+    return done.returncode, json.loads(out.read_text()), done.stdout + done.stderr
+
+
+def outcomes(output: dict) -> dict[str, str]:
+    return {test["nodeid"].split("::")[-1]: test["outcome"] for test in output["tests"]}
+
+
+def expected_accept_length(alpha: float, gamma: int) -> float:
+    return (1 - alpha ** (gamma + 1)) / (1 - alpha)
+
+
+def accept_length_stderr(alpha: float, gamma: int, steps: int) -> float:
+    """Standard error of the mean tokens per verify step (accepted + 1, truncated geometric)."""
+    probs = [alpha ** k * (1 - alpha) for k in range(gamma)] + [alpha ** gamma]
+    mean = sum((k + 1) * p for k, p in enumerate(probs))
+    variance = sum((k + 1 - mean) ** 2 * p for k, p in enumerate(probs))
+    return math.sqrt(variance / steps)
+
+
+@pytest.fixture(scope="module")
+def spec_server(tmp_path_factory):
+    env = {**FAST, "DSPARK_SIM_ACCEPT_PROB": str(ALPHA), "DSPARK_SIM_GPQA_PATH": str(SYNTHETIC_GPQA),
+           "DSPARK_SIM_GPQA_ACCURACY": str(GPQA_ACCURACY)}
+    log = tmp_path_factory.mktemp("sim") / "spec.log"
+    with running_simulator(env, [*SPECULATIVE_ARGS, "--enable-metrics"], log_path=log) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def plain_server(tmp_path_factory):
+    log = tmp_path_factory.mktemp("sim") / "plain.log"
+    with running_simulator(FAST, log_path=log) as url:
+        yield url
+
+
+def test_without_base_url_every_suite_skips_with_the_reason(tmp_path):
+    out = tmp_path / "out.json"
+    done = subprocess.run([sys.executable, "-m", "pytest", "suites/", "-p", "no:cacheprovider", "-q",
+                           "--dspark-out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout
+    tests = json.loads(out.read_text())["tests"]
+    assert {t["nodeid"].split("::")[0] for t in tests} >= {f"suites/test_{s}.py" for s in ("gpqa", "accept", "speed", "parity")}
+    assert all(t["outcome"] == "skipped" and "--base-url" in t["message"] for t in tests)
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("gpqa.no_such_option=1", "suite 'gpqa' has no option 'no_such_option'"),
+    ("speed.concurrency=0", "speed.concurrency must be at least 1"),
+    ("gpqa.extractor=perl", "gpqa.extractor must be one of sglang, openai"),
+], ids=["unknown-option", "zero-concurrency", "unknown-extractor"])
+def test_a_bad_suite_option_stops_pytest_with_one_line(tmp_path, flag, message):
+    done = subprocess.run([sys.executable, "-m", "pytest", "suites/", "-p", "no:cacheprovider", "-q",
+                           "--suite-option", flag], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR
+    assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_gpqa_accuracy_is_within_two_standard_errors_of_the_configured_probability(tmp_path, spec_server):
+    code, output, log = run_suites(tmp_path, "gpqa", spec_server, "--gpqa-dataset", str(SYNTHETIC_GPQA),
+                                   "--suite-option", "gpqa.concurrency=16")
+    assert code == 0, log
+    n = output["metrics"]["gpqa_num_questions"]
+    assert n == 60 and output["metrics"]["gpqa_repeats"] == 1
+    stderr = math.sqrt(GPQA_ACCURACY * (1 - GPQA_ACCURACY) / n)
+    assert abs(output["metrics"]["gpqa_accuracy"] - GPQA_ACCURACY) <= 2 * stderr
+    accuracy = output["metrics"]["gpqa_accuracy"]
+    assert output["metrics"]["gpqa_stderr"] == pytest.approx(math.sqrt(accuracy * (1 - accuracy) / (n - 1)))
+    summary = output["records"]["gpqa_summary"][0]
+    assert summary["dataset"]["sha256"] == hashlib.sha256(SYNTHETIC_GPQA.read_bytes()).hexdigest()
+    assert summary["extractor"] == "sglang" and summary["regex"] == r"(?i)Answer\s*:\s*([A-D])"
+
+
+def test_gpqa_follows_simple_evals_sampling_and_permutations(tmp_path, spec_server):
+    code, output, log = run_suites(tmp_path, "gpqa", spec_server, "--gpqa-dataset", str(SYNTHETIC_GPQA),
+                                   "--suite-option", "gpqa.num_questions=5", "--suite-option", "gpqa.repeats=2",
+                                   "--suite-option", "gpqa.extractor=openai")
+    assert code == 0, log
+    rows = list(csv.DictReader(SYNTHETIC_GPQA.open(newline="")))
+    rng = random.Random(0)
+    chosen = rng.sample(rows, 5) * 2
+    expected = [(hashlib.sha256(row["Question"].encode()).hexdigest()[:16], rng.sample(range(4), 4)) for row in chosen]
+    records = output["records"]["gpqa"]
+    assert [(r["question_id"], r["permutation"]) for r in records] == expected
+    assert [r["repeat"] for r in records] == [0] * 5 + [1] * 5
+    assert output["records"]["gpqa_summary"][0]["extractor"] == "openai"
+
+
+def test_accept_length_and_rate_match_alpha_and_gamma(tmp_path, spec_server):
+    code, output, log = run_suites(tmp_path, "accept", spec_server, "--suite-option", "accept.num_requests=24",
+                                   "--suite-option", "accept.max_tokens=200")
+    assert code == 0, log
+    steps = sum(r["spec_verify_ct"] for r in output["records"]["accept"])
+    expected = expected_accept_length(ALPHA, GAMMA)
+    tolerance = 4 * accept_length_stderr(ALPHA, GAMMA, steps) + 0.02  # + the truncated last step of each request
+    assert output["metrics"]["accept_length"] == pytest.approx(expected, abs=tolerance)
+    assert output["metrics"]["accept_rate"] == pytest.approx((expected - 1) / GAMMA, abs=tolerance / GAMMA)
+    assert output["warnings"] == []  # per-request and server-side figures agree
+    assert {figure["source"] for figure in output["records"]["accept_server"]} >= {"/metrics counters"}
+
+
+def test_accept_floor_fails_when_acceptance_collapses(tmp_path):
+    env = {**FAST, "DSPARK_SIM_FAULTS": "accept_collapse"}
+    with running_simulator(env, SPECULATIVE_ARGS, log_path=tmp_path / "sim.log") as url:
+        code, output, log = run_suites(tmp_path, "accept", url, "--suite-option", "accept.num_requests=4")
+    assert code == pytest.ExitCode.TESTS_FAILED, log
+    assert output["metrics"]["accept_length"] == pytest.approx(1.0)
+    floor = [t for t in output["tests"] if t["nodeid"].endswith("test_accept_length_above_collapse_floor")][0]
+    assert floor["outcome"] == "failed" and "collapse floor 1.2" in floor["message"]
+
+
+def test_accept_skips_on_a_server_without_speculation(tmp_path, plain_server):
+    code, output, log = run_suites(tmp_path, "accept", plain_server)
+    assert code == 0, log
+    assert set(outcomes(output).values()) == {"skipped"}
+    assert "without speculative decoding" in output["tests"][0]["message"]
+    assert "accept_length" not in output["metrics"]
+
+
+def test_speed_tpot_is_step_time_over_accept_length(tmp_path):
+    env = {"DSPARK_SIM_ACCEPT_PROB": str(ALPHA), "DSPARK_SIM_DECODE_STEP_MS": str(STEP_MS)}
+    options = ["speed.num_requests=16", "speed.concurrency=8", "speed.output_len=48", "speed.input_len=200",
+               "speed.warmup_requests=2"]
+    with running_simulator(env, SPECULATIVE_ARGS, log_path=tmp_path / "sim.log") as url:
+        code, output, log = run_suites(tmp_path, "speed", url, *[a for o in options for a in ("--suite-option", o)])
+    assert code == 0, log
+    metrics = output["metrics"]
+    expected_tpot = STEP_MS / expected_accept_length(ALPHA, GAMMA)
+    assert 0.6 * expected_tpot <= metrics["tpot_ms_mean"] <= 1.8 * expected_tpot  # generous: shared machine
+    assert metrics["output_tokens_mean"] == 48
+    assert metrics["input_tokens_mean"] == pytest.approx(200, rel=0.25)
+    assert metrics["ttft_ms_median"] <= metrics["ttft_ms_p99"]
+    assert len(output["records"]["speed"]) == 16  # warm-up excluded
+
+
+def test_parity_is_zero_against_the_same_model_without_speculation(tmp_path, spec_server, plain_server):
+    code, output, log = run_suites(tmp_path, "parity", spec_server, "--reference-url", plain_server)
+    assert code == 0, log
+    assert output["metrics"]["parity_mismatches"] == 0
+    assert all(r["match"] and r["first_difference"] is None for r in output["records"]["parity"])
+
+
+def test_parity_counts_garbage_output_as_mismatches(tmp_path, plain_server):
+    env = {**FAST, "DSPARK_SIM_FAULTS": "garbage_output"}
+    with running_simulator(env, SPECULATIVE_ARGS, log_path=tmp_path / "sim.log") as url:
+        code, output, log = run_suites(tmp_path, "parity", url, "--reference-url", plain_server)
+    assert code == pytest.ExitCode.TESTS_FAILED, log
+    assert output["metrics"]["parity_mismatches"] > 0
+    assert any(r["first_difference"] is not None for r in output["records"]["parity"])
+
+
+def test_parity_reports_where_an_altered_reference_differs(tmp_path, spec_server):
+    saved = tmp_path / "reference.json"
+    code, _, log = run_suites(tmp_path, "parity", spec_server, "--save-reference", str(saved),
+                              "--suite-option", "parity.num_prompts=3")
+    assert code == 0, log
+    reference = json.loads(saved.read_text())
+    altered = reference["outputs"][1]
+    position = 5
+    if altered["token_ids"]:
+        altered["token_ids"][position] += 1
+    altered["text"] = altered["text"][:position] + "#" + altered["text"][position + 1:]
+    saved.write_text(json.dumps(reference))
+
+    code, output, log = run_suites(tmp_path, "parity", spec_server, "--reference-file", str(saved))
+    assert code == pytest.ExitCode.TESTS_FAILED, log
+    assert output["metrics"]["parity_mismatches"] == 1
+    differing = [r for r in output["records"]["parity"] if not r["match"]]
+    assert [(r["prompt_index"], r["first_difference"]) for r in differing] == [(1, position)]
