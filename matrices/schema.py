@@ -65,8 +65,10 @@ class Where:
         return Where(self.path, line_of(key) if line_of else self.line)
 
 
-# SGLang's own spellings of cell keys (its flag names and field names), for "did you mean".
-SGLANG_SPELLINGS: Mapping[str, str] = {
+# Other spellings of cell keys and values (SGLang's flag and field names, hardware words), for
+# "did you mean".
+OTHER_SPELLINGS: Mapping[str, str] = {
+    "gpu": "cuda", "nvidia": "cuda", "rocm": "cuda", "hip": "cuda", "ascend": "npu",
     "tp_size": "tp", "tensor_parallel": "tp", "tensor_parallel_size": "tp",
     "dp_size": "dp", "data_parallel": "dp", "data_parallel_size": "dp",
     "attn_dp_size": "dp", "pp_size": "pp", "pipeline_parallel_size": "pp",
@@ -80,12 +82,13 @@ SGLANG_SPELLINGS: Mapping[str, str] = {
 
 def closest(word: str, known) -> str:
     """`did you mean 'x'?` text, or the list of known words when nothing is close."""
-    alias = SGLANG_SPELLINGS.get(str(word).replace("-", "_").lstrip("_"))
+    alias = OTHER_SPELLINGS.get(str(word).replace("-", "_").lstrip("_"))
     if alias in known:
         return f"did you mean {alias!r}?"
-    match = difflib.get_close_matches(str(word), list(known), n=1, cutoff=0.6)
+    by_lower = {str(k).lower(): k for k in known}
+    match = difflib.get_close_matches(str(word).lower(), list(by_lower), n=1, cutoff=0.6)
     if match:
-        return f"did you mean {match[0]!r}?"
+        return f"did you mean {by_lower[match[0]]!r}?"
     return "known keys: " + ", ".join(sorted(known))
 
 

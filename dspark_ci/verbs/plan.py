@@ -10,7 +10,7 @@ from typing import Callable
 
 from dspark_ci.errors import BadInput
 from launchers.plan import plan_launch
-from launchers.plan_types import Placement
+from launchers.plan_types import LaunchPlan, Placement
 from matrices import Cell, load_cells
 
 HELP = "Expand matrices into cells, validate them and print them (json, github or table); nothing is launched."
@@ -53,9 +53,13 @@ def select(cells: list[Cell], patterns: list[str] | None) -> list[Cell]:
     return chosen
 
 
-def render_json(cells: list[Cell]) -> str:
-    entries = [{**cell.to_dict(), "ranks": plan_launch(cell, Placement.template(cell.nnodes)).to_dict()}
-               for cell in cells]
+def launch_plans(cells: list[Cell]) -> dict[str, LaunchPlan]:
+    """Every cell's plan on the printed template placement (also validates extra_args and flags)."""
+    return {cell.id: plan_launch(cell, Placement.template(cell.nnodes)) for cell in cells}
+
+
+def render_json(cells: list[Cell], plans: dict[str, LaunchPlan]) -> str:
+    entries = [{**cell.to_dict(), "ranks": plans[cell.id].to_dict()} for cell in cells]
     return json.dumps({"cells": entries}, indent=2)
 
 
@@ -72,7 +76,7 @@ def github_matrix(cells: list[Cell]) -> tuple[dict, str | None]:
     return {"chunks": chunks}, note
 
 
-def render_github(cells: list[Cell]) -> str:
+def render_github(cells: list[Cell], plans: dict[str, LaunchPlan]) -> str:
     matrix, note = github_matrix(cells)
     if note:
         print(f"dspark-ci plan: {note}", file=sys.stderr)
@@ -103,7 +107,7 @@ TABLE_COLUMNS: dict[str, Callable[[Cell], str]] = {
 }
 
 
-def render_table(cells: list[Cell]) -> str:
+def render_table(cells: list[Cell], plans: dict[str, LaunchPlan]) -> str:
     rows = [list(TABLE_COLUMNS)] + [[column(c) for column in TABLE_COLUMNS.values()] for c in cells]
     widths = [max(len(row[i]) for row in rows) for i in range(len(TABLE_COLUMNS))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
@@ -111,7 +115,7 @@ def render_table(cells: list[Cell]) -> str:
     return "\n".join(lines) + f"\n{len(cells)} cells"
 
 
-RENDERERS: dict[str, Callable[[list[Cell]], str]] = {
+RENDERERS: dict[str, Callable[[list[Cell], dict[str, LaunchPlan]], str]] = {
     "json": render_json,
     "github": render_github,
     "table": render_table,
@@ -120,5 +124,6 @@ RENDERERS: dict[str, Callable[[list[Cell]], str]] = {
 
 def run(args: argparse.Namespace) -> int:
     cells = select(load_cells(args.matrices), args.select)
-    print(RENDERERS[args.format](cells))
+    plans = launch_plans(cells)  # every format validates the command lines, not only json
+    print(RENDERERS[args.format](cells, plans))
     return 0
