@@ -10,10 +10,20 @@ import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from dspark_ci.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def in_repo_root(monkeypatch):
+    """Shipped matrices are named as a user in the repository root names them."""
+    monkeypatch.chdir(REPO)
+
 
 # A valid head most cases build on: line 1 hardware, line 2 defaults, line 3 model.
 HEAD = "hardware: {cuda: h200, npu: a3}\ndefaults:\n  model: org/model\n"
