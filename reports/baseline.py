@@ -101,7 +101,7 @@ def load_baseline(path: Path | str) -> Baseline:
     path = Path(path)
     root = compose_file(path)
     if root is None:
-        raise BadInput(str(path), "the file is empty", f"start it with `schema: {SCHEMA}` and `cells:`")
+        raise BadInput(f"{path}:1", "the file is empty", f"start it with `schema: {SCHEMA}` and `cells:`")
     top = {key: (key_node, value_node) for key, key_node, value_node in mapping_items(path, root, "the baseline")}
     for key, (key_node, _) in top.items():
         if key not in TOP_LEVEL_KEYS:

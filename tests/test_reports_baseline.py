@@ -1,0 +1,105 @@
+"""Baseline files: every mistake is one message with file:line through `dspark-ci report --baseline`
+(exit 2, no traceback); gates too tight for GPQA's sampling error are warned about."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dspark_ci.cli import main
+
+RUN_FIXTURE = Path(__file__).parent / "golden" / "reports" / "run_new"
+HEAD = "schema: 1\ncells:\n  smoke-qwen3-eagle3-tp1:\n"  # the cell's metrics start on line 4
+
+
+@pytest.fixture
+def run_dir(tmp_path) -> Path:
+    shutil.copytree(RUN_FIXTURE, tmp_path / "run")
+    return tmp_path / "run"
+
+
+def report_with_baseline(tmp_path, run_dir, text: str, capsys) -> tuple[int, str]:
+    baseline = tmp_path / "baseline.yaml"
+    baseline.write_text(text)
+    code = main(["report", str(run_dir), "--baseline", str(baseline)])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, line, expected", [
+    pytest.param("", 1, "the file is empty", id="empty-file"),
+    pytest.param("cells: {}\n", 1, "no `schema:` key", id="missing-schema"),
+    pytest.param("schema: 2\ncells: {}\n", 1, "schema 2 is not supported", id="unknown-schema"),
+    pytest.param("schema: 1\n", 1, "no `cells:` mapping", id="missing-cells"),
+    pytest.param("schema: 1\ncells: {}\nthresholds: {}\n", 3, "unknown key 'thresholds'", id="unknown-top-level-key"),
+    pytest.param("schema: 1\ncells: [a, b]\n", 2, "`cells` must be a mapping, not a list", id="cells-not-mapping"),
+    pytest.param("schema: 1\ncells: {a: [}\n", 2, "not valid YAML", id="yaml-syntax"),
+    pytest.param(HEAD + "    accept_len: {min: 1}\n", 4, "unknown metric 'accept_len' (did you mean 'accept_length'?)",
+                 id="unknown-metric"),
+    pytest.param(HEAD + "    accept_length: 3.1\n", 4, "accept_length must be a mapping, not a number",
+                 id="metric-not-mapping"),
+    pytest.param(HEAD + "    accept_length: {value: 3, ratio: 0.9}\n", 4, "unknown key 'ratio' for accept_length",
+                 id="unknown-gate-key"),
+    pytest.param(HEAD + "    accept_length: {value: high, min: 1}\n", 4, "accept_length.value must be a number, not a string",
+                 id="value-not-number"),
+    pytest.param(HEAD + "    accept_length: {value: 3, min_ratio: 0}\n", 4, "accept_length.min_ratio is 0, it must be more than 0",
+                 id="ratio-zero"),
+    pytest.param(HEAD + "    accept_length: {value: 3}\n", 4, "accept_length: no gate", id="no-gate"),
+    pytest.param(HEAD + "    ttft_ms_median: {value: 50, min_ratio: 0.9}\n", 4,
+                 "ttft_ms_median: lower is better, so min_ratio would fail on improvements", id="ratio-wrong-direction"),
+    pytest.param(HEAD + "    output_throughput_tok_s: {value: 800, max_ratio: 1.1}\n", 4,
+                 "higher is better, so max_ratio would fail on improvements", id="ratio-wrong-direction-higher"),
+    pytest.param(HEAD + "    input_tokens_mean: {value: 512, max_ratio: 1.1}\n", 4,
+                 "max_ratio on a metric where neither direction is better", id="ratio-on-neutral-metric"),
+    pytest.param(HEAD + "    accept_length: {min_ratio: 0.95}\n", 4, "min_ratio needs the reference `value`",
+                 id="ratio-without-value"),
+    pytest.param(HEAD + "    gpqa_accuracy: {value: 0.6, max_drop_stderr: 2}\n", 4,
+                 "max_drop_stderr needs the baseline's `stderr`", id="drop-without-stderr"),
+    pytest.param(HEAD + "    accept_length: {value: 3, stderr: 0.1, min: 1}\n", 4, "stderr is only known for gpqa_accuracy",
+                 id="stderr-on-unsampled-metric"),
+    pytest.param(HEAD + "    gpqa_accuracy: {value: 62, min: 55}\n", 4, "write 0.62 for 62%", id="percent-for-fraction"),
+    pytest.param(HEAD + "    accept_length: {min: 3, max: 2}\n", 4, "min 3 is above max 2", id="min-above-max"),
+    pytest.param(HEAD + "    accept_length: {min: 1}\n    accept_length: {min: 2}\n", 5,
+                 "'accept_length' appears twice", id="duplicate-metric"),
+    pytest.param(HEAD + "    accept_length:\n      value: 3\n      min_ratio: true\n", 6,
+                 "accept_length.min_ratio must be a number, not true/false", id="bool-not-number"),
+])
+def test_bad_baseline_exits_2_naming_file_and_line(tmp_path, run_dir, capsys, text, line, expected):
+    code, err = report_with_baseline(tmp_path, run_dir, text, capsys)
+    assert code == 2
+    assert f"baseline.yaml:{line}: " in err and expected in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("gate, warned", [
+    pytest.param("{value: 0.62, stderr: 0.034, max_drop_stderr: 2}", None, id="two-stderr-drop-is-fine"),
+    pytest.param("{value: 0.62, stderr: 0.034, max_drop_stderr: 1}", "tighter than 2 standard errors",
+                 id="one-stderr-drop"),
+    pytest.param("{value: 0.62, stderr: 0.034, min_ratio: 0.95}", "less than 2 standard errors",
+                 id="ratio-within-noise"),
+    pytest.param("{value: 0.62, stderr: 0.034, min: 0.5}", None, id="floor-far-below-noise"),
+    pytest.param("{min: 0.55}", "cannot be checked against sampling error", id="floor-without-stderr"),
+])
+def test_gpqa_gates_tighter_than_noise_are_warned_about(tmp_path, run_dir, capsys, gate, warned):
+    code, err = report_with_baseline(tmp_path, run_dir, HEAD + f"    gpqa_accuracy: {gate}\n", capsys)
+    assert code == 1  # the fixture run has failed cells either way; the file itself is accepted
+    warnings = [line for line in err.splitlines() if "gpqa_accuracy" in line]
+    if warned:
+        assert len(warnings) == 1 and "baseline.yaml:4:" in warnings[0] and warned in warnings[0]
+    else:
+        assert warnings == []
+
+
+def test_baseline_entry_matching_no_cell_is_warned_about(tmp_path, run_dir, capsys):
+    text = "schema: 1\ncells:\n  smoke-qwen3-eagle-tp1:\n    accept_length: {min: 1}\n"
+    _, err = report_with_baseline(tmp_path, run_dir, text, capsys)
+    assert "baseline.yaml:3: 'smoke-qwen3-eagle-tp1' matches no cell" in err
+
+
+def test_shipped_smoke_baseline_is_valid_and_quiet():
+    from reports.baseline import load_baseline
+
+    baseline = load_baseline(Path(__file__).parents[1] / "baselines" / "smoke.yaml")
+    assert baseline.warnings == ()
+    assert "gpqa_accuracy" in baseline.specs_for("dsv4-flash-tp8-a2a-none-dspark-b7-cuda")

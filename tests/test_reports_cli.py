@@ -1,0 +1,156 @@
+"""`dspark-ci report` end to end on a fixed pair of runs (tests/golden/reports/run_new, run_old).
+
+Golden files live in tests/golden/reports/. After an intended change to the reports, regenerate them with
+    DSPARK_UPDATE_GOLDEN=1 python -m pytest tests/test_reports_cli.py
+and review the diff before committing.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from dspark_ci.cli import main
+
+GOLDEN = Path(__file__).parent / "golden" / "reports"
+
+
+def assert_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("DSPARK_UPDATE_GOLDEN") == "1":
+        path.write_text(text, encoding="utf-8")
+    assert path.exists(), f"{path} missing: run with DSPARK_UPDATE_GOLDEN=1 to create it"
+    assert text == path.read_text(encoding="utf-8"), f"{name} differs from the golden file (see module docstring)"
+
+
+@pytest.fixture
+def runs(tmp_path, monkeypatch) -> Path:
+    """tmp_path holding copies of run_new/, run_old/ and baseline.yaml; the working directory is tmp_path,
+    so paths in the output are relative and the same on every machine."""
+    for name in ("run_new", "run_old"):
+        shutil.copytree(GOLDEN / name, tmp_path / name)
+    shutil.copy(GOLDEN / "baseline.yaml", tmp_path / "baseline.yaml")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def report(capsys, *args: str) -> tuple[int, str, str]:
+    try:
+        code = main(["report", *args])
+    except SystemExit as exit:  # argparse rejects arguments by exiting
+        code = exit.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_report_md_matches_golden_and_is_written(runs, capsys):
+    code, out, _ = report(capsys, "run_new")
+    assert code == 1  # the fixture has a failed cell and an errored one
+    assert_golden("report.md", out)
+    assert (runs / "run_new" / "report.md").read_text(encoding="utf-8") == out
+
+
+def test_report_with_baseline_regates_and_explains_thresholds(runs, capsys):
+    code, out, err = report(capsys, "run_new", "--baseline", "baseline.yaml")
+    assert code == 1
+    assert_golden("report-baseline.md", out)
+    assert "'smoke-qwen3-eagle3-*'" not in err  # the glob matched cells: no "matches no cell" warning
+
+
+def test_compare_table_matches_golden(runs, capsys):
+    code, out, _ = report(capsys, "run_new", "--compare", "run_old")
+    assert code == 1
+    assert_golden("compare.md", out)
+    assert "## Compared with `20250531-120000-old`" in (runs / "run_new" / "report.md").read_text(encoding="utf-8")
+
+
+def test_compare_json_gives_ratios_and_direction(runs, capsys):
+    _, out, _ = report(capsys, "run_new", "--compare", "run_old", "--format", "json")
+    comparison = json.loads(out)
+    cell = next(c for c in comparison["cells"] if c["id"] == "smoke-qwen3-eagle3-tp1")
+    rows = {row["metric"]: row for row in cell["metrics"]}
+    assert rows["accept_length"] == {"metric": "accept_length", "old": 3.05, "new": 3.12, "ratio": 1.023,
+                                     "better": "higher", "change": "better"}
+    assert rows["ttft_ms_mean"]["change"] == "worse"  # 45.12 ms vs 43.0 ms, lower is better
+    assert comparison["only_new"] == ["smoke-2node-tp16"] and comparison["only_old"] == ["smoke-qwen3-dflash-tp1"]
+
+
+def test_exit_0_when_every_cell_passed(runs, capsys):
+    results = json.loads((runs / "run_new" / "results.json").read_text())
+    results["cells"] = [c for c in results["cells"] if c["status"] in ("passed", "rejected_as_expected", "skipped")]
+    (runs / "run_new" / "results.json").write_text(json.dumps(results))
+    assert report(capsys, "run_new")[0] == 0
+
+
+def test_junit_has_one_testcase_per_cell_with_the_right_failures(runs, capsys):
+    report(capsys, "run_new")
+    suite = ET.parse(runs / "run_new" / "junit.xml").getroot().find("testsuite")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("6", "1", "1", "1")
+    cases = {case.get("name"): case for case in suite.iter("testcase")}
+    assert len(cases) == 6
+    failure = cases["smoke-qwen3-eagle3-collapse"].find("failure")
+    assert "accept_length = 1.00, needs >= 1.20" in failure.get("message")
+    assert "ttft_ms_median not measured" in failure.get("message")
+    error = cases["smoke-qwen3-eagle3-crash"].find("error")
+    assert "AssertionError: prefill batch" in error.get("message")  # SGLang's own error line
+    assert cases["smoke-2node-tp16"].find("skipped") is not None
+    passing = [name for name, case in cases.items() if not list(case.iter("failure")) + list(case.iter("error"))
+               + list(case.iter("skipped"))]
+    assert sorted(passing) == ["smoke-dsv4-tp8-dp4-dpattn-a2a-none-cuda", "smoke-qwen3-base-tp1",
+                               "smoke-qwen3-eagle3-tp1"]
+
+
+def test_html_is_self_contained_with_embedded_charts(runs, capsys):
+    _, out, _ = report(capsys, "run_new", "--compare", "run_old", "--format", "html")
+    assert (runs / "run_new" / "report.html").read_text(encoding="utf-8") == out
+    images = re.findall(r'<img alt="([^"]+)" src="data:image/png;base64,([^"]+)"', out)
+    assert {"Accept length", "Output throughput", "GPQA accuracy", "Compared with the old run"} <= {a for a, _ in images}
+    assert all(base64.b64decode(data).startswith(b"\x89PNG") for _, data in images)
+    assert not re.search(r'(src|href)="(https?:)?//', out)  # no external assets
+
+
+def test_html_shows_error_text_as_text(runs, capsys):
+    results = json.loads((runs / "run_new" / "results.json").read_text())
+    results["cells"][4]["error"] = "ValueError: bad <script>alert(1)</script> value"
+    (runs / "run_new" / "results.json").write_text(json.dumps(results))
+    _, out, _ = report(capsys, "run_new", "--format", "html")
+    assert "<script>" not in out and "&lt;script&gt;alert(1)&lt;/script&gt;" in out
+
+
+@pytest.mark.parametrize("content, expected", [
+    pytest.param('{"schema": 1, "cells": [', "results.json:1: not valid JSON", id="truncated-json"),
+    pytest.param("", "results.json:1: not valid JSON", id="empty-file"),
+    pytest.param('{"schema": 2, "cells": []}', "schema 2 is not supported", id="unknown-schema"),
+    pytest.param('{"schema": 1, "cells": [{"id": "a", "status": "great"}]}', '"status" is \'great\'', id="bad-status"),
+    pytest.param('[1, 2]', "the top level is not a JSON object", id="not-an-object"),
+])
+def test_corrupt_results_json_exits_2_with_one_message(tmp_path, content, expected):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "results.json").write_text(content)
+    proc = subprocess.run([sys.executable, "-m", "dspark_ci", "report", str(run_dir)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert expected in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("args, expected", [
+    pytest.param(["missing"], "RUN_DIR missing: no such directory", id="missing-run-dir"),
+    pytest.param(["empty"], "results.json: no such file", id="dir-without-results"),
+    pytest.param(["run_new", "--compare", "missing"], "--compare missing: no such directory", id="missing-compare-dir"),
+    pytest.param(["run_new", "--baseline", "missing.yaml"], "missing.yaml: no such file", id="missing-baseline"),
+    pytest.param(["run_new", "--format", "pdf"], "invalid choice: 'pdf'", id="unknown-format"),
+])
+def test_bad_arguments_exit_2(runs, capsys, args, expected):
+    (runs / "empty").mkdir()
+    code, _, err = report(capsys, *args)
+    assert code == 2 and expected in err
