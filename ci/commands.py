@@ -1,0 +1,127 @@
+"""ChatOps commands: the first line of a PR comment, read with a strict allow-list.
+
+Only four commands exist; anything else is refused. Test specs of ``/rerun-test`` may hold only
+characters a file name, a ``::Class.test`` selector or a ``*``/``?`` wildcard needs: a test
+command ends up in a shell on a GPU runner, so a spec that could mean anything else never gets
+past this module.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+TAG_RUN_CI_LABEL = "/tag-run-ci-label"
+TAG_AND_RERUN_CI = "/tag-and-rerun-ci"
+RERUN_FAILED_CI = "/rerun-failed-ci"
+RERUN_TEST = "/rerun-test"
+
+# command -> does it take test specs?
+COMMANDS = {
+    TAG_RUN_CI_LABEL: False,
+    TAG_AND_RERUN_CI: False,
+    RERUN_FAILED_CI: False,
+    RERUN_TEST: True,
+}
+
+MAX_SPECS = 20  # more than this in one comment is a paste accident, not a rerun
+
+_FILE_CHARS = re.compile(r"[A-Za-z0-9_./*?-]+")
+_SELECTOR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
+WILDCARDS = "*?"
+
+RERUN_TEST_EXAMPLES = (
+    "/rerun-test test/registered/spec/test_dflash.py::TestDFlash.test_gsm8k",
+    "/rerun-test registered/spec/test_dflash.py",
+    "/rerun-test test_dflash.py",
+    "/rerun-test test_dflash_*.py",
+)
+
+
+class CommentRejected(Exception):
+    """The comment is not a command we run.
+
+    ``refusals``: (token at fault or None for the whole line, problem); ``command``: the command
+    name when the line started with one.
+    """
+
+    def __init__(self, refusals: list[tuple[str | None, str]], command: str | None = None):
+        self.refusals, self.command = refusals, command
+        super().__init__("; ".join(f"{spec}: {why}" if spec else why for spec, why in refusals))
+
+
+class SpecRejected(Exception):
+    def __init__(self, spec: str, problem: str):
+        self.spec, self.problem = spec, problem
+        super().__init__(problem)
+
+
+@dataclass(frozen=True)
+class TestSpec:
+    text: str  # as the user wrote it
+    file_part: str  # before "::"
+    selector: str | None  # "TestClass" or "TestClass.test_method"
+
+    @property
+    def has_wildcard(self) -> bool:
+        return any(c in self.file_part for c in WILDCARDS)
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str  # one of COMMANDS
+    specs: tuple[TestSpec, ...] = ()
+
+
+def first_line(comment: str) -> str:
+    stripped = comment.strip()
+    return stripped.splitlines()[0].strip() if stripped else ""
+
+
+def parse_comment(comment: str) -> Command:
+    """The command on the comment's first line; raises CommentRejected for anything else."""
+    line = first_line(comment)
+    tokens = line.split()
+    if not tokens or tokens[0] not in COMMANDS:
+        shown = line if len(line) <= 60 else line[:57] + "..."
+        raise CommentRejected([(None, f"'{shown}' is not a command; the first line must be one of "
+                                      + ", ".join(COMMANDS))])
+    name, args = tokens[0], tokens[1:]
+    if not COMMANDS[name]:
+        if args:
+            raise CommentRejected([(None, f"{name} takes no arguments (got '{' '.join(args)}')")], name)
+        return Command(name)
+    if not args:
+        raise CommentRejected([(None, f"{name} needs at least one test, e.g. "
+                                + "; ".join(RERUN_TEST_EXAMPLES))], name)
+    if len(args) > MAX_SPECS:
+        raise CommentRejected([(None, f"{name} takes at most {MAX_SPECS} tests per comment "
+                                      f"(got {len(args)})")], name)
+    specs, refusals = [], []
+    for arg in args:
+        try:
+            specs.append(parse_spec(arg))
+        except SpecRejected as err:
+            refusals.append((err.spec, err.problem))
+    if refusals:
+        raise CommentRejected(refusals, name)
+    return Command(name, tuple(specs))
+
+
+def parse_spec(text: str) -> TestSpec:
+    file_part, sep, selector = text.partition("::")
+    bad = sorted({c for c in file_part + selector if not _FILE_CHARS.fullmatch(c)})
+    if bad:
+        shown = " ".join(c if c.isprintable() else repr(c) for c in bad)
+        raise SpecRejected(text, f"contains {shown}: only letters, digits, _ - . / * ? and one "
+                                 "::Class.test selector are allowed")
+    if file_part.startswith("/"):
+        raise SpecRejected(text, "absolute paths are not allowed: give a path under test/registered/ "
+                                 "or a bare file name")
+    if ".." in file_part:
+        raise SpecRejected(text, ".. is not allowed: give a path under test/registered/ or a bare file name")
+    if not file_part:
+        raise SpecRejected(text, "no test file before ::")
+    if sep and not _SELECTOR.fullmatch(selector):
+        raise SpecRejected(text, "after :: give TestClass or TestClass.test_method (no wildcards)")
+    return TestSpec(text=text, file_part=file_part, selector=selector if sep else None)

@@ -1,0 +1,84 @@
+"""The reply comment ChatOps posts, and the in-place status updates the rerun workflow makes.
+
+One line per runner group, each carrying a hidden marker so the workflow can find its own line
+and move the icon ⏳ (dispatched) → 🔄 (a runner picked it up) → ✅/❌ (finished) in the same
+comment, as SGLang's bot does:
+
+    🚀 `4-gpu-h100` (1 test): ⏳ queued <!--rrt:0-->
+    ```
+    cd test/ && python3 registered/spec/test_dflash.py
+    ```
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ci.resolve import ResolvedTest
+
+STATUS_ICONS = {"queued": "⏳", "running": "🔄", "success": "✅", "failure": "❌"}
+TERMINAL = frozenset({"success", "failure"})
+REFUSED = "⛔"
+
+
+@dataclass(frozen=True)
+class RunnerGroup:
+    index: int  # position in the reply; names the marker
+    runner: str
+    backend: str
+    tests: tuple[ResolvedTest, ...]
+
+    @property
+    def marker(self) -> str:
+        return f"<!--rrt:{self.index}-->"
+
+    @property
+    def test_command(self) -> str:
+        """One command per line, as the rerun workflow reads them."""
+        return "\n".join(test.command for test in self.tests)
+
+
+def group_by_runner(tests: list[ResolvedTest]) -> list[RunnerGroup]:
+    """Groups in order of first appearance; a file named twice runs once."""
+    by_key: dict[tuple[str, str], list[ResolvedTest]] = {}
+    for test in tests:
+        bucket = by_key.setdefault((test.runner, test.registration.backend), [])
+        if test.command not in {t.command for t in bucket}:
+            bucket.append(test)
+    return [RunnerGroup(i, runner, backend, tuple(bucket))
+            for i, ((runner, backend), bucket) in enumerate(by_key.items())]
+
+
+def render_groups(groups: list[RunnerGroup]) -> str:
+    return "\n\n".join(_group_block(group) for group in groups) + "\n"
+
+
+def _group_block(group: RunnerGroup) -> str:
+    count = len(group.tests)
+    commands = "\n".join(f"cd test/ && python3 {test.command}" for test in group.tests)
+    return (f"🚀 `{group.runner}` ({count} test{'s' if count != 1 else ''}): "
+            f"{STATUS_ICONS['queued']} queued {group.marker}\n```\n{commands}\n```")
+
+
+def render_refusals(refusals: list[tuple[str | None, str]], footer: str = "") -> str:
+    lines = [f"{REFUSED} {who}: {why}" if who else f"{REFUSED} {why}" for who, why in refusals]
+    return "\n\n".join(lines + ([footer] if footer else [])) + "\n"
+
+
+def set_status(body: str, marker: str, status: str, run_url: str | None = None) -> str:
+    """``body`` with the line carrying ``marker`` moved to ``status``.
+
+    A finished line gets a ``:done`` marker, so a late "running" update (the runner's beacon racing
+    the finisher) or a repeated one leaves it alone.
+    """
+    icon = STATUS_ICONS[status]
+    new_marker = marker.replace("-->", ":done-->") if status in TERMINAL else marker
+    icons = "|".join(STATUS_ICONS.values())
+    line = re.compile(rf"^(.*?): (?:{icons}) (.*?) {re.escape(marker)}$", re.MULTILINE)
+
+    def updated(match: re.Match) -> str:
+        text = f"[View workflow run]({run_url})" if run_url else match.group(2)
+        return f"{match.group(1)}: {icon} {text} {new_marker}"
+
+    return line.sub(updated, body, count=1)
