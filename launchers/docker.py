@@ -1,0 +1,490 @@
+"""The Docker launcher: every rank of a cell as a container, node rank r on host r of the inventory.
+
+Used like the local launcher::
+
+    launcher = DockerLauncher(DockerSettings(server="sim", inventory=load_inventory(path, os.environ)))
+    with launcher.launch(launcher_plan, logs_dir) as deployment:
+        ...  # deployment.base_url; deployment.check() raises LaunchFailed if a rank died
+
+Containers run as SGLang documents (host network, ``ipc=host``, shm size, GPUs or Ascend devices, the HF
+cache) and carry labels (run, cell, rank, launch) so that teardown — and ``dspark-ci cleanup`` after a hard
+kill — finds every one of them. Rank 0's health is awaited against our own deadline while every rank's
+container state is polled, so a dead rank fails the launch at once with its exit code and log.
+Teardown, whatever happened (error, Ctrl-C, SIGTERM): stop every container with a short timeout, keep
+its full log, force-remove it. Nothing is left running or stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import os
+import re
+import signal
+import sys
+import tarfile
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Mapping
+
+import docker
+import docker.errors
+import requests
+from docker.types import DeviceRequest
+from docker.utils import parse_repository_tag
+
+from dspark_ci.errors import BadInput, InfraError
+from launchers.base import LaunchFailed, sglang_error_line
+from launchers.hosts import DockerHost, Inventory, clients, load_inventory
+from launchers.local import free_port
+from launchers.logs import rank_log_path
+from launchers.plan_types import LaunchPlan, Placement, RankCommand
+from launchers.resolve import redact, resolve_env, secret_values, server_argv
+from launchers.wait import Deadline, HttpOk, wait_until_ready
+
+SIM_IMAGE = "dspark-ci/sglang-sim:latest"
+# Real SGLang's images per device; a matrix's `image:` or --image overrides them.
+DEVICE_IMAGES = {
+    "cuda": "lmsysorg/sglang:v0.5.23",
+    "npu": "quay.io/ascend/sglang:v0.5.23-cann8.5.0-a3",
+}
+PULL_POLICIES = ("never", "missing", "always")
+
+# Labels on everything we create: how teardown and `dspark-ci cleanup` find it.
+LABEL_RUN, LABEL_CELL, LABEL_RANK, LABEL_LAUNCH = "dspark-ci.run", "dspark-ci.cell", "dspark-ci.rank", "dspark-ci.launch"
+HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
+_EXITED = ("exited", "dead")
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
+@dataclass(frozen=True)
+class DockerSettings:
+    server: str = "sim"  # "sim": the simulator image; "sglang": real SGLang images with devices
+    image: str | None = None  # one image for every cell (overrides everything below)
+    device_images: Mapping[str, str] = field(default_factory=lambda: dict(DEVICE_IMAGES))
+    sim_image: str = SIM_IMAGE
+    pull: str = "missing"  # never | missing | always
+    boot_timeout_s: float = 600.0
+    poll_s: float = 0.5
+    stop_timeout_s: int = 5  # SIGTERM grace before the engine kills a container
+    shm_size: str = "32g"
+    hf_cache: str | None = "/root/.cache/huggingface"  # host path on each engine's machine (real SGLang only)
+    inventory: Inventory = field(default_factory=lambda: load_inventory(None, os.environ))
+    caller_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    forward_env_prefixes: tuple[str, ...] = ("DSPARK_SIM_",)  # caller variables every container gets
+    run_id: str = field(default_factory=new_run_id)
+    port: int = 30000  # for remote engines (local ones get free ports, like the local launcher)
+    dist_port: int = 20000
+
+    def __post_init__(self):
+        if self.pull not in PULL_POLICIES:
+            raise BadInput("--pull", f"unknown pull policy {self.pull!r}", f"choose from {', '.join(PULL_POLICIES)}")
+        if self.server not in ("sim", "sglang"):
+            raise BadInput("--server", f"unknown server {self.server!r}", "choose sim or sglang")
+
+
+def docker_launcher_from_args(args, boot_timeout_s: float, caller_env: Mapping[str, str]) -> "DockerLauncher":
+    """What `dspark-ci run --launcher docker` builds from its arguments (--hosts, --pull, --server, ...)."""
+    settings = DockerSettings(
+        server=args.server, image=getattr(args, "image", None), pull=getattr(args, "pull", "missing"),
+        boot_timeout_s=boot_timeout_s, inventory=load_inventory(getattr(args, "hosts", None), caller_env),
+        caller_env=dict(caller_env), run_id=getattr(args, "run_id", None) or new_run_id(),
+    )
+    return DockerLauncher(settings)
+
+
+# --- what a container looks like -----------------------------------------------------------------
+
+def device_of(plan: LaunchPlan) -> str:
+    """The device a plan runs on, from SGLang's own `--device` flag (SGLang's default: cuda)."""
+    argv = list(plan.ranks[0].argv) if plan.ranks else []
+    for index, arg in enumerate(argv):
+        if arg == "--device" and index + 1 < len(argv):
+            return argv[index + 1]
+        if arg.startswith("--device="):
+            return arg.split("=", 1)[1]
+    return "cuda"
+
+
+def _cuda_access(host: DockerHost) -> dict:
+    if isinstance(host.gpus, tuple):
+        request = DeviceRequest(device_ids=[str(g) for g in host.gpus], capabilities=[["gpu"]])
+    else:
+        request = DeviceRequest(count=-1 if host.gpus is None else host.gpus, capabilities=[["gpu"]])
+    return {"device_requests": [request]}
+
+
+ASCEND_DRIVER_MOUNTS = ("/usr/local/Ascend/driver", "/usr/local/Ascend/firmware", "/usr/local/dcmi",
+                        "/usr/local/bin/npu-smi", "/usr/local/sbin", "/etc/ascend_install.info")
+ASCEND_CONTROL_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
+
+
+def _npu_access(host: DockerHost) -> dict:
+    # An Atlas A3 node has 16 davinci devices; the inventory narrows them with ids or a count.
+    ids = host.gpus if isinstance(host.gpus, tuple) else range(16 if host.gpus is None else host.gpus)
+    devices = [f"/dev/davinci{i}" for i in ids] + list(ASCEND_CONTROL_DEVICES)
+    return {"devices": [f"{d}:{d}:rwm" for d in devices],
+            "volumes": {path: {"bind": path, "mode": "ro"} for path in ASCEND_DRIVER_MOUNTS}}
+
+
+DEVICE_ACCESS: dict[str, Callable[[DockerHost], dict]] = {"cuda": _cuda_access, "npu": _npu_access}
+
+
+def container_spec(command: RankCommand, host: DockerHost, image: str, labels: Mapping[str, str],
+                   settings: DockerSettings, device: str) -> dict:
+    """Keyword arguments for ``client.containers.create`` for one node rank (no secrets resolved here)."""
+    spec = {
+        "image": image,
+        "command": server_argv(command, settings.server, python="python3"),
+        "name": container_name(labels),
+        "labels": {**labels, LABEL_RANK: str(command.node_rank)},
+        "network_mode": "host",  # ranks reach each other and we reach rank 0 as on bare nodes
+        "ipc_mode": "host",
+        "shm_size": settings.shm_size,
+        "init": True,  # a real PID 1 forwards SIGTERM, so `stop` is quick
+        "detach": True,
+        "volumes": {},
+    }
+    if settings.server == "sglang":  # the simulator needs no devices and downloads nothing
+        access = DEVICE_ACCESS.get(device, lambda _host: {})(host)
+        spec["volumes"].update(access.pop("volumes", {}))
+        spec.update(access)
+        if settings.hf_cache:
+            spec["volumes"][settings.hf_cache] = {"bind": HF_CACHE_IN_CONTAINER, "mode": "rw"}
+    return spec
+
+
+def container_name(labels: Mapping[str, str]) -> str:
+    cell = re.sub(r"[^A-Za-z0-9_.-]", "-", labels[LABEL_CELL])[:120]
+    return f"dspark-{cell}-{labels[LABEL_LAUNCH]}"
+
+
+def container_env(command: RankCommand, caller_env: Mapping[str, str], prefixes: tuple[str, ...]) -> dict[str, str]:
+    """The caller's simulator knobs, then the plan's own environment with ``${NAME}`` filled in."""
+    forwarded = {k: v for k, v in caller_env.items() if k.startswith(prefixes)}
+    return {**forwarded, **resolve_env(command.env, caller_env)}
+
+
+def files_to_copy(env: Mapping[str, str], prefixes: tuple[str, ...]) -> list[Path]:
+    """Files on this machine that simulator knobs point at (e.g. DSPARK_SIM_GPQA_PATH): copied in, same path."""
+    paths = [Path(v) for k, v in env.items() if k.startswith(prefixes) and v.startswith("/")]
+    return [p for p in paths if p.is_file()]
+
+
+# --- the launcher ------------------------------------------------------------------------------------
+
+class DockerLauncher:
+    name = "docker"
+
+    def __init__(self, settings: DockerSettings = None):
+        self.settings = settings or DockerSettings()
+        self._remote_ports = itertools.count()  # spreads remote launches over distinct ports
+
+    def placement(self, nnodes: int) -> Placement:
+        hosts = self.settings.inventory.hosts_for(nnodes)
+        if all(host.is_local for host in hosts):  # containers share this machine's ports
+            return self.settings.inventory.placement(nnodes, free_port(), free_port())
+        offset = next(self._remote_ports)
+        return self.settings.inventory.placement(nnodes, self.settings.port + offset, self.settings.dist_port + offset)
+
+    def image_for(self, plan: LaunchPlan) -> str:
+        s = self.settings
+        if s.image:
+            return s.image
+        if s.server == "sim":
+            return s.sim_image
+        device = device_of(plan)
+        image = plan.image or s.device_images.get(device)
+        if not image:
+            raise BadInput(plan.cell_id, f"no container image for device {device!r}",
+                           "set `image:` in the matrix or pass --image")
+        return image
+
+    @contextlib.contextmanager
+    def launch(self, plan: LaunchPlan, logs_dir: Path) -> Iterator["DockerDeployment"]:
+        logs_dir.mkdir(parents=True, exist_ok=True)
+        hosts = self.settings.inventory.hosts_for(len(plan.ranks))
+        image = self.image_for(plan)
+        labels = {LABEL_RUN: self.settings.run_id, LABEL_CELL: plan.cell_id, LABEL_LAUNCH: uuid.uuid4().hex[:8]}
+        with clients(host.url for host in hosts) as engines, _sigterm_as_interrupt():
+            group = _Group(labels, engines, self.settings.stop_timeout_s)
+            try:
+                for url, client in engines.items():
+                    ensure_image(client, url, image, self.settings.pull)
+                for command, host in zip(plan.ranks, hosts):
+                    env = container_env(command, self.settings.caller_env, self.settings.forward_env_prefixes)
+                    group.start(self._spec(command, host, image, labels, plan), command, host,
+                                rank_log_path(logs_dir, command.node_rank), env,
+                                secret_values(command.env, self.settings.caller_env),
+                                files_to_copy(env, self.settings.forward_env_prefixes))
+                deployment = DockerDeployment(plan.cell_id, plan.base_url, group)
+                deployment.boot_seconds = wait_until_ready(
+                    HttpOk(plan.health_url), Deadline(self.settings.boot_timeout_s, self.settings.poll_s),
+                    deployment.check, cell_id=plan.cell_id, last_lines=group.rank0_tail)
+                yield deployment
+            finally:
+                with _signals_deferred():
+                    group.teardown()
+
+    def _spec(self, command, host, image, labels, plan) -> dict:
+        return container_spec(command, host, image, labels, self.settings, device_of(plan))
+
+
+class DockerDeployment:
+    def __init__(self, cell_id: str, base_url: str, group: "_Group"):
+        self.cell_id, self.base_url, self._group = cell_id, base_url, group
+        self.boot_seconds = 0.0
+
+    def check(self) -> None:
+        """Raise LaunchFailed naming the rank whose container exited first."""
+        self._group.check(self.cell_id)
+
+
+# --- images --------------------------------------------------------------------------------------
+
+def ensure_image(client: docker.DockerClient, url: str, image: str, policy: str) -> None:
+    """The image on this engine, pulled by policy; InfraError with what to do when it cannot be had."""
+    try:
+        client.images.get(image)
+        present = True
+    except docker.errors.ImageNotFound:
+        present = False
+    if policy == "never" and not present:
+        raise InfraError(f"image {image} is not on Docker engine {url} and the pull policy is `never`; "
+                         f"{_image_hint(image, url)}")
+    if policy == "always" or not present:
+        repository, tag = parse_repository_tag(image)
+        try:
+            client.images.pull(repository, tag=tag or "latest")
+        except (docker.errors.APIError, requests.RequestException) as err:
+            raise InfraError(f"cannot pull {image} onto Docker engine {url} ({str(err).splitlines()[0][:160]}); "
+                             f"{_image_hint(image, url)}") from None
+
+
+def _image_hint(image: str, url: str) -> str:
+    if image == SIM_IMAGE:
+        return f"build it without a registry: docker/build-sim-image.sh --docker-host {url}"
+    return (f"no registry reachable? load it from a machine that has it: "
+            f"`docker save {image} | docker -H {url} load`, or run with --pull never after loading")
+
+
+# --- one launched group of containers --------------------------------------------------------------
+
+@dataclass
+class _Rank:
+    command: RankCommand
+    host: DockerHost
+    container: object  # docker.models.containers.Container
+    log: "_LogPump"
+
+
+class _Group:
+    """The containers of one launch: started one by one, watched together, removed together."""
+
+    def __init__(self, labels: Mapping[str, str], engines: Mapping[str, docker.DockerClient], stop_timeout_s: int):
+        self.labels, self.engines, self.stop_timeout_s = dict(labels), engines, stop_timeout_s
+        self.ranks: list[_Rank] = []
+
+    def start(self, spec: dict, command: RankCommand, host: DockerHost, log_path: Path,
+              env: dict[str, str], secrets: list[str], files: list[Path]) -> None:
+        client = self.engines[host.url]
+        try:
+            container = client.containers.create(environment=env, **spec)
+            header = (f"# node rank {command.node_rank} on {host.url} ({host.address}), image {spec['image']}, "
+                      f"container {spec['name']}\n# {' '.join(spec['command'])}\n")
+            log = _LogPump(container, log_path, redact(header, secrets), secrets)
+            self.ranks.append(_Rank(command, host, container, log))
+            _copy_into(container, files)
+            container.start()
+        except docker.errors.APIError as err:
+            raise InfraError(f"Docker engine {host.url} could not start node rank {command.node_rank} "
+                             f"({spec['name']}, image {spec['image']}): "
+                             f"{redact(err.explanation or str(err), secrets)}") from None
+        log.start()
+
+    def check(self, cell_id: str) -> None:
+        exited = []
+        for rank in self.ranks:
+            state = self._state(rank)
+            if state.get("Status") in _EXITED:
+                exited.append((state.get("FinishedAt", ""), rank, state.get("ExitCode")))
+        if not exited:
+            return
+        exited.sort(key=lambda item: _seconds(item[0]))
+        _, rank, code = exited[0]
+        lines = rank.log.last_lines(40)
+        others = [f"node rank {r.command.node_rank} exited too" for _, r, _ in exited[1:]]
+        raise LaunchFailed(cell_id=cell_id, reason="exited", node_rank=rank.command.node_rank, exit_code=code,
+                           last_lines=lines[-15:], sglang_error=sglang_error_line(lines),
+                           hint="; ".join([*others, f"container on {rank.host.url}", f"full log: {rank.log.path}"]))
+
+    def _state(self, rank: _Rank) -> dict:
+        try:
+            rank.container.reload()
+            return rank.container.attrs.get("State", {})
+        except docker.errors.NotFound:
+            return {"Status": "dead", "ExitCode": None, "Error": "container removed behind our back"}
+        except (docker.errors.APIError, requests.RequestException) as err:
+            raise InfraError(f"lost Docker engine {rank.host.url} while watching node rank "
+                             f"{rank.command.node_rank}: {str(err).splitlines()[0][:160]}") from None
+
+    def rank0_tail(self) -> list[str]:
+        return self.ranks[0].log.last_lines(15) if self.ranks else []
+
+    def teardown(self) -> None:
+        """Stop, keep the log of, and remove every container of this launch, on every engine, in parallel."""
+        known = {rank.container.id: rank for rank in self.ranks}
+        stragglers = [c for client in self.engines.values() for c in _labelled(client, self.labels)
+                      if c.id not in known]  # e.g. created just as Ctrl-C arrived
+        jobs = [lambda r=rank: _dispose(r.container, self.stop_timeout_s, r.log) for rank in self.ranks]
+        jobs += [lambda c=container: _dispose(c, 0, None) for container in stragglers]
+        if jobs:
+            with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+                for future in [pool.submit(job) for job in jobs]:
+                    future.result()
+
+
+def _seconds(rfc3339: str) -> float:
+    """Docker's FinishedAt (nanoseconds, trailing zeros trimmed) as a number that sorts right."""
+    match = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?", rfc3339 or "")
+    if not match:
+        return float("inf")
+    whole = datetime.fromisoformat(match.group(1)).replace(tzinfo=timezone.utc).timestamp()
+    return whole + float(match.group(2) or 0)
+
+
+def _dispose(container, stop_timeout_s: int, log: "_LogPump | None") -> None:
+    """Stop (short grace), save the complete log, force-remove. Never raises: teardown must go on."""
+    try:
+        with contextlib.suppress(docker.errors.APIError, requests.RequestException):
+            container.stop(timeout=stop_timeout_s)
+        if log:
+            log.finish()
+        container.remove(force=True, v=True)
+    except docker.errors.NotFound:
+        pass
+    except (docker.errors.APIError, requests.RequestException) as err:
+        print(f"dspark-ci: could not remove container {container.name}: {err} "
+              "(`dspark-ci cleanup` removes it later)", file=sys.stderr)
+
+
+def _labelled(client: docker.DockerClient, labels: Mapping[str, str]) -> list:
+    try:
+        return client.containers.list(all=True, filters={"label": [f"{k}={v}" for k, v in labels.items()]})
+    except (docker.errors.APIError, requests.RequestException):
+        return []
+
+
+def _copy_into(container, paths: list[Path]) -> None:
+    if not paths:
+        return
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for path in paths:
+            archive.add(str(path), arcname=str(path).lstrip("/"))
+    container.put_archive("/", buffer.getvalue())
+
+
+# --- logs ------------------------------------------------------------------------------------------
+
+class _LogPump:
+    """Copies one container's output into its rank log as it comes, secrets redacted.
+
+    A follow stream may never end after the container exits, so the pump is a daemon thread whose stream
+    teardown closes; ``finish`` then rewrites the file from the engine's complete, non-streamed log.
+    """
+
+    def __init__(self, container, path: Path, header: str, secrets: list[str]):
+        self.container, self.path, self.header, self.secrets = container, path, header, secrets
+        self._stream = None
+        self._lock = threading.Lock()
+        self._finished = False
+        path.write_text(header)
+        self._thread = threading.Thread(target=self._pump, name=f"log-{path.parent.name}-{path.stem}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _pump(self) -> None:
+        pending = b""
+        with contextlib.suppress(Exception):  # the stream ends by closing, or with the engine
+            self._stream = self.container.logs(stream=True, follow=True, stdout=True, stderr=True)
+            for chunk in self._stream:
+                pending += chunk
+                complete, _, pending = pending.rpartition(b"\n")
+                if complete:
+                    self._append(complete + b"\n")
+        if pending:
+            self._append(pending)
+
+    def _append(self, data: bytes) -> None:
+        with self._lock:
+            if not self._finished:
+                with open(self.path, "a") as handle:
+                    handle.write(redact(data.decode("utf-8", "replace"), self.secrets))
+
+    def last_lines(self, count: int) -> list[str]:
+        """The container's last lines, straight from the engine (the pump may lag behind)."""
+        try:
+            text = self.container.logs(stdout=True, stderr=True, tail=count).decode("utf-8", "replace")
+        except (docker.errors.APIError, requests.RequestException):
+            text = self.path.read_text(errors="replace")
+        return redact(text, self.secrets).splitlines()[-count:]
+
+    def finish(self) -> None:
+        with contextlib.suppress(Exception):
+            if self._stream is not None:
+                self._stream.close()
+        self._thread.join(timeout=2)
+        with contextlib.suppress(docker.errors.APIError, requests.RequestException):
+            full = self.container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+            with self._lock:
+                self._finished = True
+                self.path.write_text(self.header + redact(full, self.secrets))
+
+
+# --- signals -------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM tears the group down like Ctrl-C does, unless the caller already handles SIGTERM."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt("SIGTERM")
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """A second Ctrl-C or SIGTERM during teardown would leave containers behind: hold it until done."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if received:  # deliver it now, to whoever handled it before
+            signal.raise_signal(received[0])
