@@ -44,7 +44,7 @@ def _timing(results: dict) -> dict:
 
 def _testcase(cell: dict) -> ET.Element:
     testcase = ET.Element("testcase", {"classname": CLASSNAME, "name": cell["id"]})
-    metrics = cell.get("metrics") or {}
+    metrics = {name: value for name, value in (cell.get("metrics") or {}).items() if value is not None}
     if metrics:
         properties = ET.SubElement(testcase, "properties")
         for name in in_table_order(metrics):

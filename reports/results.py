@@ -8,6 +8,7 @@ with a traceback: a missing, half-written or foreign file becomes one ``BadInput
 from __future__ import annotations
 
 import json
+import math
 import numbers
 import os
 import tempfile
@@ -22,8 +23,21 @@ FAILING_STATUSES = ("failed", "error")  # statuses that make a run exit 1
 
 
 def write_results(path: Path | str, results: dict) -> None:
-    """Write ``results`` as JSON so that ``path`` is never seen half-written."""
-    write_text_atomically(Path(path), json.dumps(results, indent=2, allow_nan=False) + "\n")
+    """Write ``results`` as JSON so that ``path`` is never seen half-written.
+
+    NaN and infinities (a mean over nothing) become null: JSON has no spelling for them.
+    """
+    write_text_atomically(Path(path), json.dumps(_finite(results), indent=2, allow_nan=False) + "\n")
+
+
+def _finite(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def write_text_atomically(path: Path, text: str) -> None:

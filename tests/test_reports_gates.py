@@ -1,0 +1,89 @@
+"""Gates: each direction, the GPQA noise rule, the collapse floor, unmeasured metrics, precedence."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from reports.baseline import load_baseline
+from reports.gates import evaluate
+
+SPECULATIVE = {"id": "cell-a", "config": {"speculative_algorithm": "DSPARK"}, "expect": {"outcome": "serve"}}
+PLAIN = {"id": "cell-a", "config": {"speculative_algorithm": None}, "expect": {"outcome": "serve"}}
+
+
+def baseline_file(tmp_path, metrics_yaml: str, pattern: str = "cell-a"):
+    path = tmp_path / "baseline.yaml"
+    path.write_text(f"schema: 1\ncells:\n  {pattern}:\n" + "".join(f"    {line}\n" for line in metrics_yaml.splitlines()))
+    return load_baseline(path)
+
+
+def only_gate(gates: list[dict]) -> dict:
+    assert len(gates) == 1, gates
+    return gates[0]
+
+
+@pytest.mark.parametrize("spec, metric, value, op, threshold, passed", [
+    pytest.param("{value: 3.0, min_ratio: 0.95}", "accept_length", 2.86, ">=", 2.85, True, id="higher-ratio-pass"),
+    pytest.param("{value: 3.0, min_ratio: 0.95}", "accept_length", 2.84, ">=", 2.85, False, id="higher-ratio-fail"),
+    pytest.param("{value: 800, min_ratio: 0.97}", "output_throughput_tok_s", 776, ">=", 776, True, id="at-threshold-passes"),
+    pytest.param("{value: 100, max_ratio: 1.025}", "ttft_ms_median", 102.4, "<=", 102.5, True, id="lower-ratio-pass"),
+    pytest.param("{value: 100, max_ratio: 1.025}", "ttft_ms_median", 102.6, "<=", 102.5, False, id="lower-ratio-fail"),
+    pytest.param("{min: 0.5}", "accept_rate", 0.49, ">=", 0.5, False, id="absolute-min"),
+    pytest.param("{max: 0}", "parity_mismatches", 1, "<=", 0, False, id="absolute-max"),
+    pytest.param("{max: 0}", "parity_mismatches", None, "<=", 0, False, id="not-measured-fails"),
+])
+def test_baseline_gate_directions(tmp_path, spec, metric, value, op, threshold, passed):
+    baseline = baseline_file(tmp_path, f"{metric}: {spec}")
+    metrics = {} if value is None else {metric: value}
+    assert only_gate(evaluate(PLAIN, metrics, baseline)) == {
+        "metric": metric, "op": op, "threshold": threshold, "value": value, "passed": passed}
+
+
+GPQA = "gpqa_accuracy: {value: 0.62, stderr: 0.034, max_drop_stderr: 2}"
+
+
+@pytest.mark.parametrize("accuracy, stderr_now, passed", [
+    pytest.param(0.53, 0.035, True, id="drop-within-noise-passes"),
+    pytest.param(0.51, 0.035, False, id="drop-beyond-noise-fails"),
+    pytest.param(0.53, None, True, id="no-stderr-measured-uses-baselines"),
+])
+def test_gpqa_gate_respects_sampling_error(tmp_path, accuracy, stderr_now, passed):
+    metrics = {"gpqa_accuracy": accuracy, **({} if stderr_now is None else {"gpqa_stderr": stderr_now})}
+    gate = only_gate(evaluate(PLAIN, metrics, baseline_file(tmp_path, GPQA)))
+    se_now = 0.034 if stderr_now is None else stderr_now
+    assert gate["op"] == ">=" and gate["passed"] is passed
+    assert gate["threshold"] == pytest.approx(0.62 - 2 * math.sqrt(0.034 ** 2 + se_now ** 2), abs=1e-6)
+
+
+@pytest.mark.parametrize("cell, metrics, expected", [
+    pytest.param(SPECULATIVE, {"accept_length": 1.0}, [(">=", 1.2, False)], id="collapse-fails"),
+    pytest.param(SPECULATIVE, {"accept_length": 2.5}, [(">=", 1.2, True)], id="healthy-passes"),
+    pytest.param({**SPECULATIVE, "suites": {"accept": {"min_accept_length": 3.0}}}, {"accept_length": 2.5},
+                 [(">=", 3.0, False)], id="cell-overrides-floor"),
+    pytest.param(SPECULATIVE, {"ttft_ms_mean": 10.0}, [], id="accept-not-measured-no-floor"),
+    pytest.param(PLAIN, {"accept_length": 1.0}, [], id="not-speculative-no-floor"),
+    pytest.param({**SPECULATIVE, "expect": {"outcome": "reject"}}, {"accept_length": 1.0}, [], id="rejection-never-gated"),
+])
+def test_collapse_floor_needs_no_baseline(cell, metrics, expected):
+    gates = evaluate(cell, metrics, None)
+    assert [(g["op"], g["threshold"], g["passed"]) for g in gates] == expected
+    assert all(g["metric"] == "accept_length" for g in gates)
+
+
+def test_exact_cell_id_beats_glob_per_metric(tmp_path):
+    path = tmp_path / "baseline.yaml"
+    path.write_text("schema: 1\ncells:\n"
+                    "  'cell-*':\n    accept_length: {min: 2.0}\n    accept_rate: {min: 0.5}\n"
+                    "  cell-a:\n    accept_length: {min: 3.0}\n")
+    gates = evaluate(PLAIN, {"accept_length": 2.5, "accept_rate": 0.6}, load_baseline(path))
+    assert {(g["metric"], g["threshold"], g["passed"]) for g in gates} == {
+        ("accept_length", 3.0, False), ("accept_rate", 0.5, True)}
+    other = evaluate({**PLAIN, "id": "cell-b"}, {"accept_length": 2.5, "accept_rate": 0.6}, load_baseline(path))
+    assert {(g["metric"], g["threshold"]) for g in other} == {("accept_length", 2.0), ("accept_rate", 0.5)}
+
+
+def test_floor_and_baseline_gates_both_apply(tmp_path):
+    gates = evaluate(SPECULATIVE, {"accept_length": 2.0}, baseline_file(tmp_path, "accept_length: {value: 3.0, min_ratio: 0.95}"))
+    assert [(g["threshold"], g["passed"]) for g in gates] == [(1.2, True), (2.85, False)]
