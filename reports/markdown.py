@@ -78,6 +78,8 @@ def _verdict_line(results: dict) -> str:
     failed = any(cell["status"] in FAILING_STATUSES for cell in cells)
     counts = ", ".join(f"{sum(c['status'] == s for c in cells)} {s.replace('_', ' ')}" for s in STATUSES)
     verdict = "❌ **FAILED**" if failed else "✅ **PASSED**"
+    if results.get("interrupted"):
+        verdict += " (interrupted: cells after the last one listed did not run)"
     when = _time_span(results.get("started_at"), results.get("finished_at"))
     return f"{verdict}: {len(cells)} cells: {counts} · launcher `{results.get('launcher', '?')}` · {when}"
 
@@ -149,6 +151,7 @@ def _cell_section(cell: dict, baseline: Baseline | None) -> str:
     if cell["status"] == "rejected_as_expected":
         parts.append(f"Rejected as expected: `{' '.join((cell.get('error') or '').split())}`")
     parts += [_quality_table(cell, metrics), _speed_tables(metrics), _gates_table(cell, metrics, baseline)]
+    parts.append("\n".join(f"- ⚠️ {' '.join(str(w).split())}" for w in cell.get("warnings") or []))
     if cell["status"] in FAILING_STATUSES + ("skipped",) and cell.get("error"):
         parts.append(_code_block(cell["error"]))
     return "\n\n".join(part for part in parts if part)
