@@ -220,6 +220,7 @@ class DockerLauncher:
             try:
                 for url, client in engines.items():
                     ensure_image(client, url, image, self.settings.pull)
+                started = time.monotonic()
                 for command, host in zip(plan.ranks, hosts):
                     env = container_env(command, self.settings.caller_env, self.settings.forward_env_prefixes)
                     group.start(self._spec(command, host, image, labels, plan), command, host,
@@ -227,9 +228,9 @@ class DockerLauncher:
                                 secret_values(command.env, self.settings.caller_env),
                                 files_to_copy(env, self.settings.forward_env_prefixes))
                 deployment = DockerDeployment(plan.cell_id, plan.base_url, group)
-                deployment.boot_seconds = wait_until_ready(
-                    HttpOk(plan.health_url), Deadline(self.settings.boot_timeout_s, self.settings.poll_s),
-                    deployment.check, cell_id=plan.cell_id, last_lines=group.rank0_tail)
+                wait_until_ready(HttpOk(plan.health_url), Deadline(self.settings.boot_timeout_s, self.settings.poll_s),
+                                 deployment.check, cell_id=plan.cell_id, last_lines=group.rank0_tail)
+                deployment.boot_seconds = time.monotonic() - started  # container starts included
                 yield deployment
             finally:
                 with _signals_deferred():
@@ -375,6 +376,17 @@ def _dispose(container, stop_timeout_s: int, log: "_LogPump | None") -> None:
     except (docker.errors.APIError, requests.RequestException) as err:
         print(f"dspark-ci: could not remove container {container.name}: {err} "
               "(`dspark-ci cleanup` removes it later)", file=sys.stderr)
+
+
+def leftovers(client: docker.DockerClient, run_id: str | None = None) -> list:
+    """Every container a launch created on this engine (of one run, or of any), running or not."""
+    return client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}" if run_id else LABEL_RUN})
+
+
+def remove_leftover(container) -> None:
+    """Remove a container at once (its run is gone: there is nobody to stop it gracefully for)."""
+    with contextlib.suppress(docker.errors.NotFound):
+        container.remove(force=True, v=True)
 
 
 def _labelled(client: docker.DockerClient, labels: Mapping[str, str]) -> list:
