@@ -16,271 +16,29 @@ Top level (all optional except that some cells must result)::
     include: [{CELL KEYS}, ...]           # extra cells: defaults + this entry (not crossed)
     overrides: [{match: {...}, set: {CELL KEYS}}, ...]   # patches every matching cell
 
-Cell keys: see ``CELL_KEYS`` below (config keys go into ``Cell.config``).
+Cell keys: see ``CELL_KEYS`` below (config keys go into ``Cell.config``). When fragments are laid
+over each other (defaults < axis values < include entry < override ``set``), ``env`` mappings
+merge, ``extra_args`` lists append, every other key is replaced. ``exclude`` and override
+``match`` compare config keys (and a subset of ``env``) after code defaults apply, so
+``{moe_a2a_backend: none}`` matches a cell that never set it. YAML anchors and ``<<:`` merge
+keys work as usual. matrices/README.md is the user-facing reference.
 """
 
 from __future__ import annotations
 
-import difflib
-import re
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-
-from dspark_ci.errors import BadInput
 from dspark_ci.sglang.flags import load_flags
-from matrices.cell import REJECT, SERVE, Expect
+from matrices.values import (SGLANG_VERSION, Parser, Where, arg_list, boolean, check_keys, env_map, expect_spec,
+                             int_at_least, one_of, optional, slug, suite_map, text, version_spec)
 from matrices.yaml_lines import YamlList, YamlMap
-
-SGLANG_VERSION = "0.5.23"  # the launch-flag snapshot extra_args and choices are checked against
 
 # SpeculativeAlgorithm members and reserved aliases in sglang/srt/speculative/spec_info.py (0.5.23).
 SPECULATIVE_ALGORITHMS = ("DSPARK", "DFLASH", "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM",
                           "FROZEN_KV_MTP", "UNO")
 DEVICES = ("cuda", "npu", "xpu", "hpu", "cpu", "mps", "musa")
-SUITE_NAMES = ("gpqa", "accept", "speed", "parity")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Names that hold credentials (HF_TOKEN, GITHUB_TOKEN, AWS_SECRET_ACCESS_KEY, ...). Simulator knobs
-# such as DSPARK_SIM_PREFILL_MS_PER_TOKEN are numbers, not secrets.
-_SECRET_NAME = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY)$", re.IGNORECASE)
-_NOT_SECRET_PREFIX = "DSPARK_SIM_"
-_REFERENCE = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$")
-_SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-
-
-@dataclass(frozen=True)
-class Where:
-    """A place in a matrix file; builds the BadInput for a problem found there."""
-
-    path: str
-    line: int
-
-    def error(self, problem: str, fix: str = "") -> BadInput:
-        return BadInput(f"{self.path}:{self.line}", problem, fix)
-
-    def at(self, node, key) -> "Where":
-        line_of = getattr(node, "line_of", None)
-        return Where(self.path, line_of(key) if line_of else self.line)
-
-
-# Other spellings of cell keys and values (SGLang's flag and field names, hardware words), for
-# "did you mean".
-OTHER_SPELLINGS: Mapping[str, str] = {
-    "gpu": "cuda", "nvidia": "cuda", "rocm": "cuda", "hip": "cuda", "ascend": "npu",
-    "tp_size": "tp", "tensor_parallel": "tp", "tensor_parallel_size": "tp",
-    "dp_size": "dp", "data_parallel": "dp", "data_parallel_size": "dp",
-    "attn_dp_size": "dp", "pp_size": "pp", "pipeline_parallel_size": "pp",
-    "attn_cp_size": "cp", "cp_size": "cp", "enable_prefill_cp": "cp",
-    "model_path": "model", "speculative_draft_model_path": "draft_model", "draft_model_path": "draft_model",
-    "speculative_dspark_block_size": "speculative_block_size",
-    "speculative_dflash_block_size": "speculative_block_size",
-    "num_nodes": "nnodes", "nodes": "nnodes", "gpus": "gpus_per_node", "num_gpus": "gpus_per_node",
-}
-
-
-def closest(word: str, known) -> str:
-    """`did you mean 'x'?` text, or the list of known words when nothing is close."""
-    alias = OTHER_SPELLINGS.get(str(word).replace("-", "_").lstrip("_"))
-    if alias in known:
-        return f"did you mean {alias!r}?"
-    by_lower = {str(k).lower(): k for k in known}
-    match = difflib.get_close_matches(str(word).lower(), list(by_lower), n=1, cutoff=0.6)
-    if match:
-        return f"did you mean {by_lower[match[0]]!r}?"
-    return "known keys: " + ", ".join(sorted(known))
-
-
-def check_keys(node: YamlMap, known, where: Where, what: str) -> None:
-    for key in node:
-        if key not in known:
-            raise where.at(node, key).error(f"unknown {what} key {key!r}", closest(key, known))
-
-
-# --- value parsers: (value, where, key, example) -> normalised value, or raise BadInput -------------
-
-Parser = Callable[[Any, Where, str, str], Any]
-
-
-def _fail(where: Where, key: str, expected: str, value, example: str) -> BadInput:
-    return where.error(f"{key} must be {expected}, got {value!r}", f"write it like `{example}`")
-
-
-def int_at_least(minimum: int) -> Parser:
-    def parse(value, where, key, example):
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise _fail(where, key, f"an integer >= {minimum}", value, example)
-        return value
-    return parse
-
-
-def text(value, where, key, example):
-    if not isinstance(value, str) or not value.strip():
-        raise _fail(where, key, "a non-empty string", value, example)
-    return value
-
-
-def slug(value, where, key, example):
-    if not isinstance(value, str) or not _SLUG.match(value):
-        raise _fail(where, key, "lowercase letters, digits, '.', '_' or '-'", value, example)
-    return value
-
-
-def boolean(value, where, key, example):
-    if not isinstance(value, bool):
-        raise _fail(where, key, "true or false", value, example)
-    return value
-
-
-def number(value, where, key, example):
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _fail(where, key, "a number", value, example)
-    return value
-
-
-def one_of(choices) -> Parser:
-    def parse(value, where, key, example):
-        if value not in choices:
-            hint = closest(value, choices) if isinstance(value, str) else ""
-            raise where.error(f"{key} must be one of {', '.join(map(str, choices))}, got {value!r}",
-                              hint or f"write it like `{example}`")
-        return value
-    return parse
-
-
-def optional(parse: Parser) -> Parser:
-    def parse_optional(value, where, key, example):
-        return None if value is None else parse(value, where, key, example)
-    return parse_optional
-
-
-def version_spec(value, where, key, example):
-    try:
-        SpecifierSet(text(value, where, key, example))
-    except InvalidSpecifier:
-        raise _fail(where, key, "a PEP 440 version specifier", value, example) from None
-    return value
-
-
-def env_map(value, where, key, example) -> Mapping[str, str]:
-    """Launch environment. Values are strings; secrets only as ``${NAME}`` references."""
-    if not isinstance(value, YamlMap):
-        raise _fail(where, key, "a mapping of NAME: value", value, example)
-    env = {}
-    for name, raw in value.items():
-        here = where.at(value, name)
-        if not isinstance(name, str) or not _ENV_NAME.match(name):
-            raise here.error(f"{name!r} is not an environment variable name", "use letters, digits and '_'")
-        if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
-            raise here.error(f"env {name} must be a string, got {raw!r}",
-                             f"quote it, e.g. `{name}: \"1\"`")
-        if _SECRET_NAME.search(name) and not name.startswith(_NOT_SECRET_PREFIX) and not _REFERENCE.match(str(raw)):
-            raise here.error(f"env {name} looks like a secret and holds a literal value",
-                             f"write `{name}: ${{{name}}}`; the launcher fills it from the environment at launch time")
-        env[name] = str(raw)
-    return MappingProxyType(env)
-
-
-def arg_list(value, where, key, example) -> tuple[str, ...]:
-    """Extra launch_server arguments, verbatim; every flag must exist in SGLang 0.5.23."""
-    if not isinstance(value, YamlList):
-        raise _fail(where, key, "a list of strings", value, example)
-    flags = load_flags(SGLANG_VERSION)
-    args = []
-    for index, item in enumerate(value):
-        here = where.at(value, index)
-        if isinstance(item, bool) or not isinstance(item, (str, int, float)):
-            raise here.error(f"{key} items must be strings, got {item!r}", f"write it like `{example}`")
-        item = str(item)
-        flag_name = item.split("=", 1)[0]
-        if item.startswith("--") and flags.get(flag_name) is None:
-            candidates = [f.name for f in flags.canonical()]
-            raise here.error(f"{flag_name} is not a flag of SGLang {SGLANG_VERSION}'s launch_server",
-                             closest(flag_name, candidates))
-        args.append(item)
-    return tuple(args)
-
-
-# Suite options (docs/ARCHITECTURE.md, "Suites and their options"): option -> (parser, example).
-SUITE_OPTIONS: Mapping[str, Mapping[str, tuple[Parser, str]]] = {
-    "gpqa": {
-        "num_questions": (optional(int_at_least(1)), "num_questions: 20"),
-        "repeats": (int_at_least(1), "repeats: 4"),
-        "concurrency": (int_at_least(1), "concurrency: 16"),
-        "max_tokens": (int_at_least(1), "max_tokens: 4096"),
-        "temperature": (number, "temperature: 0.0"),
-        "extractor": (one_of(("sglang", "openai")), "extractor: sglang"),
-        "dataset": (text, "dataset: data/gpqa_diamond.csv"),
-        "thinking": (boolean, "thinking: true"),
-    },
-    "accept": {
-        "num_requests": (int_at_least(1), "num_requests: 8"),
-        "max_tokens": (int_at_least(1), "max_tokens: 256"),
-        "concurrency": (int_at_least(1), "concurrency: 4"),
-        "min_accept_length": (number, "min_accept_length: 1.5"),
-    },
-    "speed": {
-        "num_requests": (int_at_least(1), "num_requests: 16"),
-        "concurrency": (int_at_least(1), "concurrency: 4"),
-        "input_len": (int_at_least(1), "input_len: 1024"),
-        "output_len": (int_at_least(1), "output_len: 64"),
-        "warmup_requests": (int_at_least(0), "warmup_requests: 2"),
-    },
-    "parity": {
-        "num_prompts": (int_at_least(1), "num_prompts: 8"),
-        "max_tokens": (int_at_least(1), "max_tokens: 128"),
-    },
-}
-
-
-def suite_map(value, where, key, example) -> Mapping[str, Mapping[str, Any]]:
-    """``suites: {accept: {num_requests: 8}, gpqa: null}``; null options mean the suite's defaults."""
-    if not isinstance(value, YamlMap):
-        raise _fail(where, key, "a mapping of suite name to options", value, example)
-    suites = {}
-    for name, options in value.items():
-        here = where.at(value, name)
-        if name not in SUITE_OPTIONS:
-            raise here.error(f"unknown suite {name!r}", closest(name, SUITE_OPTIONS))
-        if options is None:
-            suites[name] = {}
-            continue
-        if not isinstance(options, YamlMap):
-            raise here.error(f"options of suite {name} must be a mapping, got {options!r}",
-                             f"write it like `{name}: {{{next(iter(SUITE_OPTIONS[name]))}: ...}}` or `{name}: null`")
-        known = SUITE_OPTIONS[name]
-        check_keys(options, known, here, f"{name} suite option")
-        suites[name] = {opt: known[opt][0](val, here.at(options, opt), opt, known[opt][1])
-                        for opt, val in options.items()}
-    return MappingProxyType(suites)
-
-
-def expect_spec(value, where, key, example) -> Expect:
-    """``expect: serve`` or ``expect: {outcome: reject, message: REGEX, sglang: SPEC}``."""
-    if value == SERVE:
-        return Expect(SERVE)
-    if not isinstance(value, YamlMap):
-        raise where.error(f"expect must be `serve` or a mapping with outcome/message/sglang, got {value!r}",
-                          'write `expect: serve` or `expect: {outcome: reject, message: "regex", sglang: ">=0.5.23"}`')
-    check_keys(value, ("outcome", "message", "sglang"), where, "expect")
-    outcome = one_of((SERVE, REJECT))(value.get("outcome"), where.at(value, "outcome"), "expect.outcome",
-                                      "outcome: reject")
-    message = value.get("message")
-    here = where.at(value, "message")
-    if outcome == REJECT:
-        text(message, here, "expect.message", 'message: "DSpark with dp attention requires"')
-        try:
-            re.compile(message)
-        except re.error as err:
-            raise here.error(f"expect.message is not a valid regular expression ({err})",
-                             r"escape regex characters such as ( ) . with a backslash") from None
-    elif message is not None:
-        raise here.error("expect.message is only meaningful with outcome: reject",
-                         "remove message, or set outcome: reject")
-    sglang = optional(version_spec)(value.get("sglang"), where.at(value, "sglang"), "expect.sglang",
-                                    'sglang: ">=0.5.23"')
-    return Expect(outcome, message, sglang)
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from matrices import load_cells
+from matrices.schema import CELL_KEYS, TOP_KEYS
 
 
 def cells_of(tmp_path, text: str, name: str = "m.yaml"):
@@ -144,3 +146,9 @@ def test_config_carries_contract_keys_with_defaults(tmp_path):
         "moe_a2a_backend": "none", "speculative_algorithm": None,
     }
     assert cell.expect.to_dict() == {"outcome": "serve", "message": None, "sglang": None}
+
+
+def test_every_cell_key_is_documented_for_matrix_authors():
+    readme = (Path(__file__).resolve().parent.parent / "matrices" / "README.md").read_text()
+    undocumented = [key for key in (*CELL_KEYS, *TOP_KEYS) if f"`{key}`" not in readme and f"{key}:" not in readme]
+    assert not undocumented
