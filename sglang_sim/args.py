@@ -1,0 +1,183 @@
+"""SGLang's launch argv -> a typed, immutable record of the fields the simulator acts on.
+
+Parsing uses the snapshot of SGLang's own flags (``dspark_ci.sglang.flags``), so an unknown flag
+is an argparse error with exit code 2, exactly as with ``python3 -m sglang.launch_server``.
+The snapshot stores values as text; ``FIELD_TYPES`` gives the type and SGLang default of the
+fields the simulator reads (defaults copied from ``sglang/srt/arg_groups/fields/*.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
+
+from dspark_ci.sglang.flags import load_flags
+
+SGLANG_VERSION = "0.5.23"
+
+
+def _bool(value: Any) -> bool:
+    return bool(value)
+
+
+# SGLang field -> (converter of the parsed text, SGLang's default)
+FIELD_TYPES: dict[str, tuple[Callable[[Any], Any], Any]] = {
+    "model_path": (str, None),
+    "served_model_name": (str, None),
+    "tokenizer_path": (str, None),
+    "revision": (str, None),
+    "host": (str, "127.0.0.1"),
+    "port": (int, 30000),
+    "api_key": (str, None),
+    "device": (str, None),
+    "random_seed": (int, None),
+    "log_level": (str, "info"),
+    "context_length": (int, None),
+    "tp_size": (int, 1),
+    "dp_size": (int, 1),
+    "attn_dp_size": (int, 1),
+    "attn_cp_size": (int, 1),
+    "pp_size": (int, 1),
+    "ep_size": (int, 1),
+    "dcp_size": (int, 1),
+    "moe_dense_tp_size": (int, None),
+    "enable_dp_attention": (_bool, False),
+    "enable_dp_lm_head": (_bool, False),
+    "moe_a2a_backend": (str, "none"),
+    "enable_prefill_cp": (_bool, False),
+    "cp_strategy": (str, None),
+    "enable_encoder_swa_bounded_replay": (_bool, False),
+    "nnodes": (int, 1),
+    "node_rank": (int, 0),
+    "dist_init_addr": (str, None),
+    "dist_timeout": (int, None),
+    "disaggregation_mode": (str, "null"),
+    "max_running_requests": (int, None),
+    "decode_log_interval": (int, 40),
+    "enable_metrics": (_bool, False),
+    "reasoning_parser": (str, None),
+    "stream_response_default_include_usage": (_bool, False),
+    "enable_cache_report": (_bool, False),
+    "trust_remote_code": (_bool, False),
+    "speculative_algorithm": (str, None),
+    "speculative_draft_model_path": (str, None),
+    "speculative_draft_model_revision": (str, None),
+    "speculative_num_steps": (int, None),
+    "speculative_eagle_topk": (int, None),
+    "speculative_num_draft_tokens": (int, None),
+    "speculative_dspark_block_size": (int, None),
+    "speculative_dflash_block_size": (int, None),
+    "speculative_moe_a2a_backend": (str, None),
+    "speculative_ngram_max_bfs_breadth": (int, 10),
+    "enable_multi_layer_eagle": (_bool, False),
+}
+
+
+@dataclass(frozen=True)
+class ServerArgs:
+    """The launch configuration as SGLang would hold it while resolving (see ``admission``)."""
+
+    model_path: str
+    served_model_name: str | None = None
+    tokenizer_path: str | None = None
+    revision: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 30000
+    api_key: str | None = None
+    device: str | None = None
+    random_seed: int | None = None
+    log_level: str = "info"
+    context_length: int | None = None
+    tp_size: int = 1
+    dp_size: int = 1
+    attn_dp_size: int = 1
+    attn_cp_size: int = 1
+    pp_size: int = 1
+    ep_size: int = 1
+    dcp_size: int = 1
+    moe_dense_tp_size: int | None = None
+    enable_dp_attention: bool = False
+    enable_dp_lm_head: bool = False
+    moe_a2a_backend: str = "none"
+    enable_prefill_cp: bool = False
+    cp_strategy: str | None = None
+    enable_encoder_swa_bounded_replay: bool = False
+    nnodes: int = 1
+    node_rank: int = 0
+    dist_init_addr: str | None = None
+    dist_timeout: int | None = None
+    disaggregation_mode: str = "null"
+    max_running_requests: int | None = None
+    decode_log_interval: int = 40
+    enable_metrics: bool = False
+    reasoning_parser: str | None = None
+    stream_response_default_include_usage: bool = False
+    enable_cache_report: bool = False
+    trust_remote_code: bool = False
+    speculative_algorithm: str | None = None
+    speculative_draft_model_path: str | None = None
+    speculative_draft_model_revision: str | None = None
+    speculative_num_steps: int | None = None
+    speculative_eagle_topk: int | None = None
+    speculative_num_draft_tokens: int | None = None
+    speculative_dspark_block_size: int | None = None
+    speculative_dflash_block_size: int | None = None
+    speculative_moe_a2a_backend: str | None = None
+    speculative_ngram_max_bfs_breadth: int = 10
+    enable_multi_layer_eagle: bool = False
+    # every other flag as given on the command line (text), for /server_info
+    other_flags: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        object.__setattr__(self, "other_flags", MappingProxyType(dict(self.other_flags)))
+
+    @property
+    def model_name(self) -> str:
+        """What /v1/models and the OpenAI responses call the model."""
+        return self.served_model_name or self.model_path
+
+    @property
+    def platform_is_npu(self) -> bool:
+        return (self.device or "").startswith("npu")
+
+    def describe(self) -> str:
+        """The launch line for the log: typed fields, plus the other flags that were given."""
+        given = {name: value for name, value in self.other_flags.items() if value is not None}
+        typed = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self)
+                          if f.name != "other_flags")
+        return f"ServerArgs({typed}, other_flags={given!r})"
+
+    def to_dict(self) -> dict:
+        """Every SGLang field the command line could set, as /server_info reports it."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "other_flags"}
+        return {**dict(self.other_flags), **values}
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    return load_flags(SGLANG_VERSION).argument_parser(prog="sglang serve")
+
+
+def parse_server_args(argv: list[str]) -> ServerArgs:
+    """Parse like SGLang: argparse errors (unknown flag, bad int, missing --model-path) exit 2."""
+    parser = argument_parser()
+    namespace = vars(parser.parse_args(argv))
+    if namespace.get("model_path") is None:
+        parser.error("the following arguments are required: --model-path/--model")
+    typed: dict = {}
+    for name, (convert, default) in FIELD_TYPES.items():
+        raw = namespace.pop(name, None)
+        typed[name] = default if raw is None else _convert(parser, name, convert, raw)
+    other = {name: value for name, value in namespace.items()}
+    return ServerArgs(**typed, other_flags=other)
+
+
+def _convert(parser: argparse.ArgumentParser, name: str, convert: Callable, raw: Any) -> Any:
+    try:
+        return convert(raw)
+    except ValueError:
+        # argparse's own wording, as SGLang's typed parser would print it
+        spellings = next("/".join(a.option_strings) for a in parser._actions if a.dest == name)
+        parser.error(f"argument {spellings}: invalid {convert.__name__} value: {raw!r}")

@@ -1,0 +1,195 @@
+"""What the simulator does beyond SGLang, read once from ``DSPARK_SIM_*`` environment variables.
+
+Never from flags: the simulator takes exactly SGLang's argv (CONTRACT.md). Every knob is listed
+in ``KNOBS`` with its default; ``SimConfig.from_env`` is the only reader of the environment.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Mapping
+
+
+class SimConfigError(ValueError):
+    """A ``DSPARK_SIM_*`` variable has a value the simulator cannot use (exit code 2)."""
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Injected failures (``DSPARK_SIM_FAULTS``), each named in CONTRACT.md."""
+
+    accept_collapse: bool = False  # no draft token is ever accepted
+    boot_reject: str | None = None  # exit at start with "ValueError: <message>"
+    crash_first_prefill: bool = False  # healthy until the first real request, then AssertionError + exit
+    hang_boot: bool = False  # never becomes healthy
+    garbage_output: bool = False  # random text, no parseable answer
+    slow_decode: float = 1.0  # every decode step takes this many times longer
+    rank_exit: tuple[int, float] | None = None  # (node rank, seconds after start)
+    malformed_stream: bool = False  # streamed responses break off mid-event
+
+    @property
+    def names(self) -> list[str]:
+        defaults = Faults()
+        return [name for name in FAULT_PARSERS if getattr(self, name) != getattr(defaults, name)]
+
+
+def _flag(name: str) -> Callable[[str | None], dict]:
+    def parse(value: str | None) -> dict:
+        if value is not None:
+            raise SimConfigError(f"fault {name!r} takes no value (got {name}={value})")
+        return {name: True}
+    return parse
+
+
+def _boot_reject(value: str | None) -> dict:
+    if not value:
+        raise SimConfigError("fault 'boot_reject' needs a message: boot_reject=MESSAGE")
+    return {"boot_reject": value}
+
+
+def _slow_decode(value: str | None) -> dict:
+    factor = _number("slow_decode", value or "", minimum=0.0)
+    if factor <= 0:
+        raise SimConfigError(f"fault 'slow_decode' needs a factor > 0: slow_decode=FACTOR (got {value!r})")
+    return {"slow_decode": factor}
+
+
+def _rank_exit(value: str | None) -> dict:
+    rank, sep, seconds = (value or "").partition(":")
+    if not sep or not rank.strip().isdigit():
+        raise SimConfigError(f"fault 'rank_exit' needs RANK:SECONDS, e.g. rank_exit=1:5 (got {value!r})")
+    return {"rank_exit": (int(rank), _number("rank_exit", seconds, minimum=0.0))}
+
+
+# fault name -> parser of its optional "=VALUE" part, returning the Faults fields it sets
+FAULT_PARSERS: dict[str, Callable[[str | None], dict]] = {
+    "accept_collapse": _flag("accept_collapse"),
+    "boot_reject": _boot_reject,
+    "crash_first_prefill": _flag("crash_first_prefill"),
+    "hang_boot": _flag("hang_boot"),
+    "garbage_output": _flag("garbage_output"),
+    "slow_decode": _slow_decode,
+    "rank_exit": _rank_exit,
+    "malformed_stream": _flag("malformed_stream"),
+}
+
+
+def parse_faults(text: str) -> Faults:
+    """``"accept_collapse,slow_decode=3,boot_reject=a, b"`` -> Faults.
+
+    A comma starts a new fault only when a known fault name follows, so a boot_reject
+    message may itself contain commas (SGLang's messages often do).
+    """
+    pieces: list[str] = []
+    for piece in text.split(","):
+        name = piece.split("=", 1)[0].strip()
+        if pieces and name not in FAULT_PARSERS:
+            pieces[-1] += "," + piece
+        else:
+            pieces.append(piece)
+    updates: dict = {}
+    for piece in pieces:
+        name, sep, value = piece.strip().partition("=")
+        if not name:
+            continue
+        if name not in FAULT_PARSERS:
+            raise SimConfigError(f"unknown fault {name!r}; known: {', '.join(FAULT_PARSERS)}")
+        updates.update(FAULT_PARSERS[name](value if sep else None))
+    return replace(Faults(), **updates)
+
+
+def _number(name: str, text: str, minimum: float | None = None, maximum: float | None = None) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise SimConfigError(f"{name}={text!r}: expected a number") from None
+    if math.isnan(value) or (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        bounds = f"[{minimum if minimum is not None else '-inf'}, {maximum if maximum is not None else 'inf'}]"
+        raise SimConfigError(f"{name}={text!r}: expected a number in {bounds}")
+    return value
+
+
+@dataclass(frozen=True)
+class Knob:
+    env: str
+    default: str
+    help: str
+    parse: Callable[[str, str], object]  # (env name, text) -> value
+
+
+def _probability(env: str, text: str) -> float:
+    return _number(env, text, 0.0, 1.0)
+
+
+def _non_negative(env: str, text: str) -> float:
+    return _number(env, text, minimum=0.0)
+
+
+def _integer(env: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise SimConfigError(f"{env}={text!r}: expected an integer") from None
+
+
+def _optional_path(env: str, text: str) -> Path | None:
+    return Path(text).expanduser() if text else None
+
+
+def _optional_text(env: str, text: str) -> str | None:
+    return text or None
+
+
+def _faults(env: str, text: str) -> Faults:
+    try:
+        return parse_faults(text)
+    except SimConfigError as err:
+        raise SimConfigError(f"{env}: {err}") from None
+
+
+# SimConfig field -> its environment variable, default (as the text a user would set) and meaning
+KNOBS: dict[str, Knob] = {
+    "accept_prob": Knob("DSPARK_SIM_ACCEPT_PROB", "0.7",
+                        "alpha: probability that each draft token is accepted, given the previous one was",
+                        _probability),
+    "boot_seconds": Knob("DSPARK_SIM_BOOT_SECONDS", "2",
+                         "seconds from start until /health answers 200", _non_negative),
+    "prefill_ms_per_token": Knob("DSPARK_SIM_PREFILL_MS_PER_TOKEN", "0.05",
+                                 "prefill time per prompt token (time to first token)", _non_negative),
+    "decode_step_ms": Knob("DSPARK_SIM_DECODE_STEP_MS", "20",
+                           "one decode (verify) step; it emits accepted+1 tokens under speculation",
+                           _non_negative),
+    "gpqa_accuracy": Knob("DSPARK_SIM_GPQA_ACCURACY", "0.7",
+                          "probability of answering a GPQA question right (fixed per question and seed)",
+                          _probability),
+    "gpqa_path": Knob("DSPARK_SIM_GPQA_PATH", "",
+                      "gpqa_diamond.csv used to recognise GPQA prompts and their right answers", _optional_path),
+    "seed": Knob("DSPARK_SIM_SEED", "0", "seed of every random choice (text, acceptance, answers)", _integer),
+    "faults": Knob("DSPARK_SIM_FAULTS", "", "comma-separated faults (CONTRACT.md)", _faults),
+    "join_timeout_seconds": Knob("DSPARK_SIM_JOIN_TIMEOUT_SECONDS", "120",
+                                 "how long node ranks >= 1 keep trying to reach rank 0", _non_negative),
+    "architecture": Knob("DSPARK_SIM_ARCHITECTURE", "",
+                         "model architecture to pretend (default: guessed from --model-path)", _optional_text),
+}
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    accept_prob: float = 0.7
+    boot_seconds: float = 2.0
+    prefill_ms_per_token: float = 0.05
+    decode_step_ms: float = 20.0
+    gpqa_accuracy: float = 0.7
+    gpqa_path: Path | None = None
+    seed: int = 0
+    faults: Faults = field(default_factory=Faults)
+    join_timeout_seconds: float = 120.0
+    architecture: str | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> "SimConfig":
+        values = {name: knob.parse(knob.env, environ.get(knob.env, knob.default).strip())
+                  for name, knob in KNOBS.items()}
+        return cls(**values)

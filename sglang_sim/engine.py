@@ -1,0 +1,243 @@
+"""The simulated engine: requests spread over DP ranks, prefill, then verify steps on a clock.
+
+One asyncio task per request; per step only a few integer updates and a sleep, so hundreds
+of concurrent streams fit on two cores. Every statistic the server reports (meta_info,
+/server_info, /metrics) is updated from the tokens this module actually hands out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import random
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Callable
+
+from sglang_sim.admission import SglangEnv
+from sglang_sim.args import ServerArgs
+from sglang_sim.config import SimConfig
+from sglang_sim.metrics import ServerMetrics
+from sglang_sim.speculation import SpecShape, SpecStats, draw_accepted
+from sglang_sim.textgen import Ask, Persona, reply_tokens
+from sglang_sim.tokenizer import EOS_TOKEN_ID
+
+logger = logging.getLogger("sglang_sim")
+DSPARK_RECORDS_KEPT = 1000
+
+
+@dataclass
+class RankState:
+    """One DP rank's scheduler: its running requests and its speculative counters."""
+
+    dp_rank: int
+    running: int = 0
+    total_accept_tokens: int = 0  # accepted + bonus, summed over verify steps (cumulative)
+    total_forward_ct: int = 0  # verify steps, per request (SGLang adds the batch size)
+    window_accept_tokens: int = 0  # the same since the last log window
+    window_correct_drafts: int = 0
+    window_forward_ct: int = 0
+    window_generated: int = 0
+    window_started: float = field(default_factory=time.perf_counter)
+    last_gen_throughput: float = 0.0
+    dspark_records: deque = field(default_factory=lambda: deque(maxlen=DSPARK_RECORDS_KEPT))
+
+    @property
+    def avg_spec_accept_length(self) -> float | None:
+        if self.total_forward_ct == 0:
+            return None
+        return self.total_accept_tokens / self.total_forward_ct
+
+
+@dataclass
+class Generation:
+    """One sample being generated; the HTTP layer reads it to build responses."""
+
+    rid: str
+    dp_rank: int
+    prompt_tokens: int
+    spec: SpecStats | None
+    tokens: list[str] = field(default_factory=list)
+    finish_reason: dict | None = None
+    started: float = field(default_factory=time.perf_counter)
+    first_token_at: float | None = None
+    finished_at: float | None = None
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.tokens)
+
+    def meta_info(self, with_dp_rank: bool) -> dict:
+        """SGLang's meta_info: latency and spec fields arrive with the finished state only."""
+        info = {"id": self.rid, "finish_reason": self.finish_reason, "prompt_tokens": self.prompt_tokens,
+                "weight_version": "default", "num_retractions": 0, "reasoning_tokens": 0,
+                "completion_tokens": self.completion_tokens, "cached_tokens": 0}
+        if with_dp_rank:
+            info["dp_rank"] = self.dp_rank
+        if self.finish_reason is not None:
+            info["e2e_latency"] = (self.finished_at or time.perf_counter()) - self.started
+            if self.spec is not None:
+                info.update(self.spec.meta_info(self.completion_tokens))
+        return info
+
+
+@dataclass(frozen=True)
+class Job:
+    ask: Ask
+    prompt_tokens: int
+    max_new_tokens: int
+    streaming: bool
+
+
+class Engine:
+    def __init__(self, args: ServerArgs, config: SimConfig, env: SglangEnv, shape: SpecShape | None,
+                 persona: Persona, on_prefill: Callable[[], None], metrics: ServerMetrics | None = None):
+        self.args, self.config, self.env, self.shape, self.persona = args, config, env, shape, persona
+        self.ranks = [RankState(rank) for rank in range(max(1, args.dp_size * args.attn_dp_size))]
+        self._next_rank = itertools.cycle(self.ranks)
+        self._on_prefill = on_prefill  # where the crash_first_prefill fault strikes
+        self._sample_counter = itertools.count()
+        self.metrics = metrics
+        self.step_seconds = config.decode_step_ms * config.faults.slow_decode / 1000
+        self.alpha = 0.0 if config.faults.accept_collapse else config.accept_prob
+
+    @property
+    def reports_dp_rank(self) -> bool:
+        return len(self.ranks) > 1
+
+    def sample_key(self, temperature: float) -> str:
+        """Greedy samples share one key (same text every time); sampled ones get a fresh key."""
+        return "greedy" if temperature == 0 else f"sample-{next(self._sample_counter)}"
+
+    def start(self, job: Job) -> Generation:
+        rank = next(self._next_rank)
+        spec = SpecStats(self.shape) if self.shape is not None else None
+        return Generation(uuid.uuid4().hex, rank.dp_rank, job.prompt_tokens, spec)
+
+    async def run(self, gen: Generation, job: Job) -> AsyncIterator[list[str]]:
+        """Yield the tokens of each step (prefill first); ``gen`` holds the totals."""
+        rank = self.ranks[gen.dp_rank]
+        rank.running += 1
+        self._running_changed(rank)
+        try:
+            async for step in self._steps(gen, job, rank):
+                yield step
+        finally:
+            rank.running -= 1
+            gen.finished_at = time.perf_counter()
+            if gen.finish_reason is None:
+                gen.finish_reason = {"type": "abort", "message": "client disconnected"}
+            self._running_changed(rank)
+            if rank.running == 0:
+                self._publish_window(rank)
+            if self.metrics is not None:
+                self.metrics.request_finished(gen, job.streaming)
+
+    async def _steps(self, gen: Generation, job: Job, rank: RankState) -> AsyncIterator[list[str]]:
+        source = reply_tokens(self.persona, job.ask)
+        # Acceptance is random per request but repeatable: greedy requests for the same prompt
+        # accept the same drafts, as with a real draft model.
+        accept_rng = random.Random(f"accept\x1f{self.config.seed}\x1f{job.ask.prompt}\x1f{job.ask.sample_key}")
+        clock = time.perf_counter()
+        clock += job.prompt_tokens * self.config.prefill_ms_per_token / 1000
+        await _sleep_until(clock)
+        self._on_prefill()
+        first = self._take(gen, source, 1, job.max_new_tokens)
+        gen.first_token_at = time.perf_counter()
+        yield first
+        while gen.finish_reason is None:
+            clock += self.step_seconds
+            await _sleep_until(clock)
+            yield self._verify_step(gen, job, rank, source, accept_rng)
+
+    def _verify_step(self, gen: Generation, job: Job, rank: RankState, source, accept_rng) -> list[str]:
+        if self.shape is None:
+            tokens = self._take(gen, source, 1, job.max_new_tokens)
+            rank.window_generated += len(tokens)
+            return tokens
+        accepted = draw_accepted(accept_rng, self.alpha, self.shape.max_accept)
+        tokens = self._take(gen, source, accepted + 1, job.max_new_tokens)
+        correct = len(tokens) - 1  # drafts past a stop or max_tokens are never sent: not counted
+        gen.spec.record_step(correct)
+        rank.total_accept_tokens += len(tokens)
+        rank.total_forward_ct += 1
+        rank.window_accept_tokens += len(tokens)
+        rank.window_correct_drafts += correct
+        rank.window_forward_ct += 1
+        rank.window_generated += len(tokens)
+        if rank.window_forward_ct >= self.args.decode_log_interval * max(1, rank.running):
+            self._publish_window(rank)
+        return tokens
+
+    @staticmethod
+    def _take(gen: Generation, source, count: int, max_new_tokens: int) -> list[str]:
+        """Up to ``count`` next tokens, stopping at EOS (an empty token) or max_new_tokens."""
+        taken: list[str] = []
+        while len(taken) < count and gen.finish_reason is None:
+            token = next(source, None)
+            if token is None:
+                taken.append("")
+                gen.tokens.append("")
+                gen.finish_reason = {"type": "stop", "matched": EOS_TOKEN_ID}
+                break
+            taken.append(token)
+            gen.tokens.append(token)
+            if len(gen.tokens) >= max_new_tokens:
+                gen.finish_reason = {"type": "length", "length": max_new_tokens}
+        return taken
+
+    def _running_changed(self, rank: RankState) -> None:
+        if self.metrics is not None:
+            self.metrics.running_changed(rank.dp_rank, rank.running)
+
+    def _publish_window(self, rank: RankState) -> None:
+        """What SGLang does every decode_log_interval batches: log a line, set the spec gauges."""
+        now = time.perf_counter()
+        elapsed = max(now - rank.window_started, 1e-9)
+        rank.last_gen_throughput = rank.window_generated / elapsed
+        message = f"Decode batch, #running-req: {rank.running}, "
+        if self.shape is not None and rank.window_forward_ct > 0:
+            accept_length = rank.window_accept_tokens / rank.window_forward_ct
+            accept_rate = rank.window_correct_drafts / (rank.window_forward_ct * max(1, self.shape.drafts_per_step))
+            message += f"accept len: {accept_length:.2f}, accept rate: {accept_rate:.2f}, "
+            if self.metrics is not None:
+                self.metrics.spec_window(rank.dp_rank, accept_length, accept_rate)
+            if self.shape.algorithm == "DSPARK":
+                rank.dspark_records.append({"forward_ct": rank.total_forward_ct, "bs": rank.running,
+                                            "mode": self.env.ragged_verify_mode,
+                                            "num_running_reqs": rank.running,
+                                            "num_verify_tokens": rank.window_forward_ct * self.shape.num_draft_tokens})
+        if rank.window_generated or rank.window_forward_ct:
+            prefix = f"[DP{rank.dp_rank}] " if self.reports_dp_rank else ""
+            logger.info(f"{prefix}{message}gen throughput (token/s): {rank.last_gen_throughput:.2f}, #queue-req: 0")
+        rank.window_accept_tokens = rank.window_correct_drafts = rank.window_forward_ct = rank.window_generated = 0
+        rank.window_started = now
+
+    def internal_states(self, server_args: dict) -> list[dict]:
+        """/server_info's internal_states: one entry per DP rank."""
+        states = []
+        for rank in self.ranks:
+            state = {**server_args, "dp_rank": rank.dp_rank, "world_size": self.args.tp_size * self.args.pp_size
+                     * self.args.dp_size, "effective_max_running_requests_per_dp": self.args.max_running_requests,
+                     "last_gen_throughput": rank.last_gen_throughput, "num_running_reqs": rank.running}
+            if self.shape is not None and rank.avg_spec_accept_length is not None:
+                state["avg_spec_accept_length"] = rank.avg_spec_accept_length
+            if self.shape is not None and self.shape.algorithm == "DSPARK":
+                state["dspark_info_record"] = {
+                    "mode": self.env.ragged_verify_mode, "gamma": self.shape.drafts_per_step,
+                    "verify_num_draft_tokens": self.shape.num_draft_tokens, "components": ["core"],
+                    "records": list(rank.dspark_records), "simulate_acc_len": None}
+            states.append(state)
+        return states
+
+
+async def _sleep_until(deadline: float) -> None:
+    """Sleep to an absolute time, so per-step overhead does not add up over a long reply."""
+    await asyncio.sleep(max(0.0, deadline - time.perf_counter()))

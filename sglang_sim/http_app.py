@@ -1,0 +1,64 @@
+"""The aiohttp applications: rank 0's full API, and the dummy health server of node ranks >= 1."""
+
+from __future__ import annotations
+
+import secrets
+
+from aiohttp import web
+
+from sglang_sim import native_api, openai_api
+from sglang_sim.server_state import ServerState, json_response
+
+# (methods, path, handler); generation endpoints are 503 until the server is up
+ROUTES = (
+    (("GET",), "/health", native_api.health),
+    (("GET",), "/health_generate", native_api.health),
+    (("GET",), "/ready", native_api.health),
+    (("GET",), "/model_info", native_api.model_info),
+    (("GET",), "/get_model_info", native_api.get_model_info),
+    (("GET",), "/server_info", native_api.server_info),
+    (("GET",), "/get_server_info", native_api.get_server_info),
+    (("GET",), "/v1/models", native_api.models),
+    (("GET", "POST"), "/flush_cache", native_api.flush_cache),
+    (("POST",), "/v1/chat/completions", native_api.not_ready(openai_api.chat_completions)),
+    (("POST",), "/v1/completions", native_api.not_ready(openai_api.completions)),
+    (("POST", "PUT"), "/generate", native_api.not_ready(native_api.generate)),
+)
+METRICS_ROUTE = (("GET",), "/metrics", native_api.metrics)
+# SGLang lets probes and scrapers through without a key (utils/auth.py)
+OPEN_PREFIXES = ("/health", "/ready", "/metrics")
+
+
+def _api_key_middleware(api_key: str):
+    @web.middleware
+    async def check(request: web.Request, handler):
+        if request.method == "OPTIONS" or request.path.startswith(OPEN_PREFIXES):
+            return await handler(request)
+        scheme, _, token = (request.headers.get("Authorization") or "").partition(" ")
+        if scheme.lower() != "bearer" or not secrets.compare_digest(token, api_key):
+            return json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
+    return check
+
+
+def api_app(state: ServerState) -> web.Application:
+    middlewares = [_api_key_middleware(state.args.api_key)] if state.args.api_key else []
+    app = web.Application(middlewares=middlewares, client_max_size=64 * 1024 * 1024)
+    app[ServerState.KEY] = state
+    routes = ROUTES + ((METRICS_ROUTE,) if state.args.enable_metrics else ())
+    for methods, path, handler in routes:
+        for method in methods:
+            app.router.add_route(method, path, handler)
+    return app
+
+
+async def _always_healthy(request: web.Request) -> web.Response:
+    return web.Response(status=200)
+
+
+def dummy_health_app() -> web.Application:
+    """What SGLang's node ranks >= 1 serve: a /health that always says 200, proving nothing."""
+    app = web.Application()
+    app.router.add_get("/health", _always_healthy)
+    app.router.add_get("/health_generate", _always_healthy)
+    return app

@@ -1,0 +1,170 @@
+"""``python -m sglang_sim [SGLang launch_server flags]``: parse, admit, then serve as the node rank says.
+
+Exit codes: 2 for argv SGLang's parser refuses (and for unusable ``DSPARK_SIM_*`` values), 1 for a
+launch SGLang rejects or a crash (the last stderr line is SGLang's error line), 0 after SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+from aiohttp import web
+
+from sglang_sim.admission import Rejected, SglangEnv, admit, guess_architecture
+from sglang_sim.args import ServerArgs, parse_server_args
+from sglang_sim.config import SimConfig, SimConfigError
+from sglang_sim.engine import Engine
+from sglang_sim.failures import SCHEDULER_FRAMES, die, print_lines, rejection_traceback, traceback_tail
+from sglang_sim.gpqa import GpqaAnswerKey, GpqaDatasetError
+from sglang_sim.http_app import api_app, dummy_health_app
+from sglang_sim.metrics import ServerMetrics
+from sglang_sim.rendezvous import Leader, join, split_addr
+from sglang_sim.server_state import ServerState
+from sglang_sim.speculation import SpecShape
+from sglang_sim.textgen import Persona
+
+logger = logging.getLogger("sglang_sim")
+SHUTDOWN_GRACE_SECONDS = 1.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_server_args(argv)  # argparse exits 2 by itself
+    try:
+        config = SimConfig.from_env(os.environ)
+        answer_key = GpqaAnswerKey.load(config.gpqa_path)
+    except (SimConfigError, GpqaDatasetError) as err:
+        print(f"sglang_sim: {err}", file=sys.stderr)
+        return 2
+    _setup_logging(args.log_level)
+    env = SglangEnv.from_environ(os.environ)
+    if env.enable_cp_v2_set:
+        logger.warning("Environment variable SGLANG_ENABLE_CP_V2 is deprecated. Strategy-based prefill context "
+                       "parallelism is now the only generic implementation.")
+    logger.info(f"server_args={args.describe()}")
+    if config.faults.names:
+        logger.info(f"[sglang_sim] injected faults: {', '.join(config.faults.names)}")
+    if config.faults.boot_reject is not None:
+        print_lines(rejection_traceback("speculative_hook.py:handle_speculative_decoding",
+                                        f"ValueError: {config.faults.boot_reject}"))
+        return 1
+    architecture = guess_architecture(args.model_path, config.architecture)
+    try:
+        resolved = admit(args, env, architecture)
+    except Rejected as rejection:
+        print_lines(rejection_traceback(rejection.hook, rejection.line))
+        return 1
+    role = _serve_rank0 if resolved.node_rank == 0 else _serve_other_rank
+    try:
+        return asyncio.run(role(resolved, config, env, architecture, answer_key))
+    except OSError as err:  # e.g. the port is taken
+        print_lines([f"OSError: {err}"])
+        return 1
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), format="[%(asctime)s] %(message)s",
+                        datefmt="%Y-%m-%d %H:%M:%S", force=True)
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+def _stop_on_signals() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    return stop
+
+
+def _arm_rank_exit(config: SimConfig, node_rank: int) -> None:
+    """Fault rank_exit=RANK:SECONDS: this node rank dies that long after start."""
+    if config.faults.rank_exit is None or config.faults.rank_exit[0] != node_rank:
+        return
+    seconds = config.faults.rank_exit[1]
+    asyncio.get_running_loop().call_later(seconds, die, traceback_tail(
+        SCHEDULER_FRAMES, f"RuntimeError: [sglang_sim fault rank_exit] node rank {node_rank} exits after {seconds:g} s"))
+
+
+def _crash_on_prefill(config: SimConfig):
+    """Fault crash_first_prefill: the first real prefill kills the server."""
+    def on_prefill() -> None:
+        if config.faults.crash_first_prefill:
+            logger.error("Scheduler hit an exception during the first prefill batch.")
+            die(traceback_tail(SCHEDULER_FRAMES, "AssertionError: [sglang_sim fault crash_first_prefill] "
+                                                 "prefill batch failed: req.extend_input_len > 0"))
+    return on_prefill
+
+
+async def _start_site(app: web.Application, host: str, port: int) -> web.AppRunner:
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner
+
+
+async def _serve_rank0(args: ServerArgs, config: SimConfig, env: SglangEnv, architecture: str,
+                       answer_key: GpqaAnswerKey) -> int:
+    stop = _stop_on_signals()
+    _arm_rank_exit(config, 0)
+    shape = SpecShape.of(args)
+    num_dp_ranks = max(1, args.dp_size * args.attn_dp_size)
+    metrics = ServerMetrics(args, num_dp_ranks) if args.enable_metrics else None
+    persona = Persona(config.seed, config.gpqa_accuracy, answer_key, garbage=config.faults.garbage_output)
+    engine = Engine(args, config, env, shape, persona, _crash_on_prefill(config), metrics)
+    state = ServerState(args, config, engine, metrics, architecture)
+    leader = Leader(args.nnodes, on_rank_lost=lambda rank: die(traceback_tail(SCHEDULER_FRAMES, (
+        f"RuntimeError: NCCL communicator was aborted: node rank {rank} disconnected "
+        "(sglang_sim: a peer rank exited)"))))
+    if args.nnodes > 1:
+        await leader.listen(*split_addr(args.dist_init_addr or f"{args.host}:20000"))
+    runner = await _start_site(api_app(state), args.host, args.port)
+    logger.info(f"Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
+    booting = asyncio.create_task(_boot(state, config, leader, shape))
+    await stop.wait()
+    booting.cancel()
+    await leader.close()
+    await runner.cleanup()
+    return 0
+
+
+async def _boot(state: ServerState, config: SimConfig, leader: Leader, shape: SpecShape | None) -> None:
+    args = state.args
+    logger.info(f"Load weight begin. model_path={args.model_path}, architecture={state.architecture}")
+    await asyncio.sleep(config.boot_seconds)
+    if shape is not None:
+        logger.info(f"Speculative decoding: algorithm={shape.algorithm}, "
+                    f"num_draft_tokens={shape.num_draft_tokens}, accept_prob={config.accept_prob:g}")
+    if not leader.everyone_joined.is_set():
+        logger.info(f"Waiting for {len(leader.expected)} other node ranks to join at {args.dist_init_addr}.")
+    await leader.everyone_joined.wait()
+    if config.faults.hang_boot:
+        logger.info("Capture cuda graph begin.")  # ... and never ends
+        await asyncio.Event().wait()
+    state.ready = True
+    logger.info("The server is fired up and ready to roll!")
+
+
+async def _serve_other_rank(args: ServerArgs, config: SimConfig, env: SglangEnv, architecture: str,
+                            answer_key: GpqaAnswerKey) -> int:
+    stop = _stop_on_signals()
+    _arm_rank_exit(config, args.node_rank)
+    runner = await _start_site(dummy_health_app(), args.host, args.port)
+    host, port = split_addr(args.dist_init_addr or "127.0.0.1:20000")
+    try:
+        reader, writer = await join(host, port, args.node_rank, config.join_timeout_seconds)
+    except TimeoutError as err:
+        die(traceback_tail(SCHEDULER_FRAMES, f"RuntimeError: {err}"))
+    logger.info(f"Node rank {args.node_rank} joined rank 0 at {host}:{port}; serving a dummy /health.")
+    leader_gone = asyncio.create_task(reader.read())
+    stopped = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait({leader_gone, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    if leader_gone in done:
+        die(traceback_tail(SCHEDULER_FRAMES, f"RuntimeError: NCCL communicator was aborted: lost node rank 0 "
+                                             f"at {host}:{port} (sglang_sim: a peer rank exited)"))
+    writer.close()
+    await runner.cleanup()
+    return 0

@@ -1,0 +1,146 @@
+"""SGLang's native endpoints (``srt/entrypoints/http_server.py``): health, info, /generate, cache, metrics."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from aiohttp import web
+
+from sglang_sim.args import SGLANG_VERSION
+from sglang_sim.choices import Choices
+from sglang_sim.engine import Generation, Job
+from sglang_sim.openai_api import BadRequest, error_response
+from sglang_sim.server_state import ServerState, json_response, sse_event
+from sglang_sim.textgen import Ask
+from sglang_sim.tokenizer import count_tokens, token_id
+
+logger = logging.getLogger("sglang_sim")
+FLUSHED = ("Cache flushed.\nPlease check backend logs for more details. "
+           "(When there are running or waiting requests, the operation will not be performed.)\n")
+
+
+def _state(request: web.Request) -> ServerState:
+    return request.app[ServerState.KEY]
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.Response(status=200 if _state(request).ready else 503)
+
+
+async def model_info(request: web.Request) -> web.Response:
+    state = _state(request)
+    args = state.args
+    return json_response({
+        "model_path": args.model_path, "served_model_name": args.model_name,
+        "tokenizer_path": args.tokenizer_path or args.model_path, "is_generation": True,
+        "preferred_sampling_params": None, "weight_version": "default", "load_format": "auto",
+        "reasoning_parser": args.reasoning_parser, "tool_call_parser": None,
+        "disaggregation_mode": args.disaggregation_mode, "has_image_understanding": False,
+        "has_audio_understanding": False, "model_type": None, "architectures": [state.architecture],
+    })
+
+
+async def server_info(request: web.Request) -> web.Response:
+    state = _state(request)
+    server_args = state.args.to_dict()
+    return json_response({**server_args, "startup_time": state.startup_time,
+                          "internal_states": state.engine.internal_states(server_args),
+                          "version": SGLANG_VERSION, "frontend": "python"})
+
+
+async def deprecated(request: web.Request, name: str, handler) -> web.Response:
+    logger.warning(f"Endpoint '/get_{name}' is deprecated and will be removed in a future version. "
+                   f"Please use '/{name}' instead.")
+    return await handler(request)
+
+
+async def get_model_info(request: web.Request) -> web.Response:
+    return await deprecated(request, "model_info", model_info)
+
+
+async def get_server_info(request: web.Request) -> web.Response:
+    return await deprecated(request, "server_info", server_info)
+
+
+async def models(request: web.Request) -> web.Response:
+    state = _state(request)
+    name = state.args.model_name
+    return json_response({"object": "list", "data": [{
+        "id": name, "object": "model", "created": int(state.startup_time), "owned_by": "sglang", "root": name,
+        "parent": None, "max_model_len": state.context_length}]})
+
+
+async def flush_cache(request: web.Request) -> web.Response:
+    return web.Response(text=FLUSHED)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = _state(request).metrics.render()
+    return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+
+# --- /generate -------------------------------------------------------------------------------
+
+def _generate_jobs(state: ServerState, body: dict) -> tuple[list[Job], bool]:
+    text = body.get("text")
+    if isinstance(text, str):
+        prompts, batched = [text], False
+    elif isinstance(text, list) and text and all(isinstance(item, str) for item in text):
+        prompts, batched = text, True
+    else:
+        raise BadRequest("text must be a string or a non-empty list of strings")
+    params = body.get("sampling_params") or {}
+    if not isinstance(params, dict):
+        raise BadRequest("sampling_params must be an object")
+    max_new_tokens = params.get("max_new_tokens", 128)
+    temperature = params.get("temperature", 1.0)
+    stream = bool(body.get("stream", False))
+    jobs = []
+    for prompt in prompts:
+        prompt_tokens = count_tokens(prompt)
+        limit = max_new_tokens if max_new_tokens is not None else max(1, state.context_length - prompt_tokens)
+        ask = Ask(prompt, prompt, state.engine.sample_key(temperature), False, bool(params.get("ignore_eos")))
+        jobs.append(Job(ask, prompt_tokens, int(limit), stream))
+    return jobs, batched
+
+
+def _output(gen: Generation, with_dp_rank: bool, index: int | None) -> dict:
+    out = {"text": gen.text, "output_ids": [token_id(piece) for piece in gen.tokens],
+           "meta_info": gen.meta_info(with_dp_rank)}
+    if index is not None:
+        out["index"] = index
+    return out
+
+
+async def generate(request: web.Request) -> web.StreamResponse:
+    state = _state(request)
+    try:
+        body = await request.json()
+        if not isinstance(body, dict):
+            raise BadRequest("request body must be a JSON object")
+        jobs, batched = _generate_jobs(state, body)
+    except (BadRequest, json.JSONDecodeError, UnicodeDecodeError) as err:
+        return json_response({"error": {"message": str(err)}}, status=400)
+    choices = Choices(state.engine, jobs)
+    with_rank = state.engine.reports_dp_rank
+    if not jobs[0].streaming:
+        generations = await choices.run_to_end()
+        outputs = [_output(gen, with_rank, None) for gen in generations]
+        return json_response(outputs if batched else outputs[0])
+    response = await state.open_stream(request)
+    async with state.streaming(request, response) as send, choices.stepping() as steps:
+        async for index, _ in steps:
+            # SGLang streams the text so far (incremental_streaming_output is off by default)
+            await send(sse_event(_output(choices.generations[index], with_rank, index if batched else None)))
+        await send(b"data: [DONE]\n\n")
+    return response
+
+
+def not_ready(handler):
+    """Generation endpoints answer 503 until the server is up (the engine is not there yet)."""
+    async def guarded(request: web.Request) -> web.StreamResponse:
+        if not _state(request).ready:
+            return error_response("The server is not ready yet.", status=503, err_type="ServiceUnavailable")
+        return await handler(request)
+    return guarded

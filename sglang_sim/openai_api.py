@@ -1,0 +1,301 @@
+"""``/v1/chat/completions`` and ``/v1/completions`` with SGLang's JSON shapes.
+
+Shapes follow ``srt/entrypoints/openai/protocol.py``, ``serving_chat.py``, ``serving_completions.py``
+and ``sse_utils.py``: a chat stream is a role chunk, content (or reasoning) chunks, one finish
+chunk per choice, then ``sglext`` in a chunk of its own, then usage, then ``[DONE]``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from sglang_sim.choices import Choices
+from sglang_sim.engine import Generation, Job
+from sglang_sim.server_state import ServerState, json_response, sse_event
+from sglang_sim.textgen import Ask
+from sglang_sim.tokenizer import THINK_END, THINK_START, count_tokens
+
+DEFAULT_MODEL_NAME = "default"
+SPEC_DETAIL_FIELDS = {  # SpecTokensDetails, in its field order, with its defaults
+    "spec_accept_rate": 0.0, "spec_accept_length": 0.0, "spec_cap_length": 0.0, "spec_block_accept_length": 0.0,
+    "spec_num_correct_drafts": 0, "spec_num_proposed_drafts": 0, "spec_verify_ct": 0,
+    "spec_correct_drafts_histogram": [], "spec_cap_lens_histogram": [],
+}
+
+
+class BadRequest(ValueError):
+    """A request SGLang answers with 400 and an ErrorResponse."""
+
+
+def error_response(message: str, status: int = 400, err_type: str = "BadRequestError") -> web.Response:
+    return json_response({"object": "error", "message": message, "type": err_type, "param": None, "code": status},
+                         status=status)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """What the OpenAI request asks of generation, validated."""
+
+    model: str
+    n: int
+    max_tokens: int | None
+    temperature: float
+    ignore_eos: bool
+    stream: bool
+    include_usage: bool
+    spec_details: bool
+
+
+def _number(body: dict, key: str, default, kind=float):
+    value = body.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and value != int(value)):
+        raise BadRequest(f"{key} must be a {'integer' if kind is int else 'number'}, got {value!r}")
+    return kind(value)
+
+
+def parse_sampling(body: dict, state: ServerState, default_max_tokens: int | None) -> Sampling:
+    n = _number(body, "n", 1, int)
+    if n < 1:
+        raise BadRequest("n must be at least 1")
+    max_tokens = _number(body, "max_completion_tokens", None, int) or _number(body, "max_tokens", default_max_tokens,
+                                                                               int)
+    if max_tokens is not None and max_tokens <= 0:
+        raise BadRequest("max_tokens must be positive")
+    temperature = _number(body, "temperature", None)
+    stream_options = body.get("stream_options") or {}
+    return Sampling(model=body.get("model") or DEFAULT_MODEL_NAME, n=n, max_tokens=max_tokens,
+                    temperature=1.0 if temperature is None else temperature,
+                    ignore_eos=bool(body.get("ignore_eos", False)), stream=bool(body.get("stream", False)),
+                    include_usage=bool(stream_options.get("include_usage"))
+                    or state.args.stream_response_default_include_usage,
+                    spec_details=bool(body.get("return_spec_tokens_details", False)))
+
+
+def _text_of(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part.get("text") or "" for part in content if isinstance(part, dict))
+    raise BadRequest("message content must be a string or a list of parts")
+
+
+def render_chat(messages: Any) -> tuple[str, str]:
+    """A plain chat template: (the prompt the model reads, the last user turn)."""
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("messages must be a non-empty list")
+    turns, last_user = [], ""
+    for message in messages:
+        if not isinstance(message, dict) or "role" not in message:
+            raise BadRequest("each message needs a role")
+        text = _text_of(message.get("content"))
+        turns.append(f"<|{message['role']}|>\n{text}\n")
+        if message["role"] == "user":
+            last_user = text
+    return "".join(turns) + "<|assistant|>\n", last_user
+
+
+def _jobs(state: ServerState, prompt: str, question: str, sampling: Sampling, thinking: bool) -> list[Job]:
+    prompt_tokens = count_tokens(prompt)
+    limit = sampling.max_tokens if sampling.max_tokens is not None else max(1, state.context_length - prompt_tokens)
+    return [Job(Ask(prompt, question, state.engine.sample_key(sampling.temperature), thinking, sampling.ignore_eos),
+                prompt_tokens, limit, sampling.stream)
+            for _ in range(sampling.n)]
+
+
+def usage_of(generations: list[Generation], n: int) -> dict:
+    prompt = sum(gen.prompt_tokens for index, gen in enumerate(generations) if index % n == 0)
+    completion = sum(gen.completion_tokens for gen in generations)
+    return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
+            "prompt_tokens_details": None, "reasoning_tokens": 0, "completion_tokens_details": None}
+
+
+def sglext_of(generations: list[Generation], sampling: Sampling, with_dp_rank: bool) -> dict | None:
+    """``{"spec_tokens_details": ...}`` when asked for and the server speculates (a list when n > 1)."""
+    if not sampling.spec_details:
+        return None
+    details = []
+    for gen in generations:
+        info = gen.meta_info(with_dp_rank)
+        if any(key in info for key in SPEC_DETAIL_FIELDS):
+            details.append({key: info.get(key) or default for key, default in SPEC_DETAIL_FIELDS.items()})
+    if not details:
+        return None
+    return {"spec_tokens_details": details if sampling.n > 1 else details[0]}
+
+
+def _finish(gen: Generation) -> tuple[str | None, Any]:
+    reason = gen.finish_reason
+    if reason is None:
+        return None, None
+    return reason["type"], reason.get("matched")
+
+
+class ReasoningSplit:
+    """What SGLang's reasoning parser does to a thinking reply: text inside <think> goes to
+    reasoning_content, the rest to content. Off (everything is content) without a parser."""
+
+    def __init__(self, active: bool):
+        self.active = active
+        self.inside = False
+
+    def split(self, tokens: list[str]) -> tuple[str, str]:
+        if not self.active:
+            return "", "".join(tokens)
+        reasoning, content = [], []
+        for token in tokens:
+            if token == THINK_START:
+                self.inside = True
+            elif token == THINK_END:
+                self.inside = False
+            else:
+                (reasoning if self.inside else content).append(token)
+        return "".join(reasoning), "".join(content)
+
+
+# --- chat ------------------------------------------------------------------------------------
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    state: ServerState = request.app[ServerState.KEY]
+    try:
+        body = await _json_body(request)
+        sampling = parse_sampling(body, state, default_max_tokens=None)
+        prompt, question = render_chat(body.get("messages"))
+    except BadRequest as err:
+        return error_response(str(err))
+    kwargs = body.get("chat_template_kwargs") or {}
+    thinking = bool(kwargs.get("thinking") or kwargs.get("enable_thinking"))
+    separate = bool(state.args.reasoning_parser) and body.get("separate_reasoning", True) is not False
+    choices = Choices(state.engine, _jobs(state, prompt, question, sampling, thinking))
+    splits = [ReasoningSplit(separate and thinking) for _ in choices.jobs]
+    if sampling.stream:
+        return await _chat_stream(request, state, choices, sampling, splits)
+    generations = await choices.run_to_end()
+    rid, created = generations[0].rid, int(time.time())
+    response_choices = []
+    for index, gen in enumerate(generations):
+        reasoning, content = splits[index].split(gen.tokens)
+        finish, matched = _finish(gen)
+        response_choices.append({"index": index, "message": {"role": "assistant", "content": content,
+                                                             "reasoning_content": reasoning or None},
+                                 "logprobs": None, "finish_reason": finish, "matched_stop": matched})
+    payload = {"id": rid, "object": "chat.completion", "created": created, "model": sampling.model,
+               "choices": response_choices, "usage": usage_of(generations, sampling.n),
+               "metadata": {"weight_version": "default"}}
+    sglext = sglext_of(generations, sampling, state.engine.reports_dp_rank)
+    if sglext is not None:
+        payload["sglext"] = sglext
+    return json_response(payload)
+
+
+def _chat_chunk(rid: str, created: int, model: str, index: int, delta: dict, finish=None, matched=None) -> bytes:
+    return sse_event({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+                      "choices": [{"index": index, "delta": {"reasoning_content": None, **delta}, "logprobs": None,
+                                   "finish_reason": finish, "matched_stop": matched}]})
+
+
+async def _chat_stream(request, state: ServerState, choices: Choices, sampling: Sampling,
+                       splits: list[ReasoningSplit]) -> web.StreamResponse:
+    response = await state.open_stream(request)
+    rid, created, model = choices.generations[0].rid, int(time.time()), sampling.model
+    started = set()
+    async with state.streaming(request, response) as send, choices.stepping() as steps:
+        async for index, tokens in steps:
+            if index not in started:
+                started.add(index)
+                await send(_chat_chunk(rid, created, model, index, {"role": "assistant", "content": ""}))
+            reasoning, content = splits[index].split(tokens)
+            if reasoning:
+                await send(_chat_chunk(rid, created, model, index, {"reasoning_content": reasoning}))
+            if content:
+                await send(_chat_chunk(rid, created, model, index, {"content": content}))
+        for index, gen in enumerate(choices.generations):
+            finish, matched = _finish(gen)
+            await send(_chat_chunk(rid, created, model, index, {}, finish, matched))
+        sglext = sglext_of(choices.generations, sampling, state.engine.reports_dp_rank)
+        if sglext is not None:
+            await send(sse_event({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+                                  "choices": [], "usage": None, "sglext": sglext}))
+        if sampling.include_usage:
+            await send(sse_event({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+                                  "choices": [], "usage": usage_of(choices.generations, sampling.n)}))
+        await send(b"data: [DONE]\n\n")
+    return response
+
+
+# --- completions -----------------------------------------------------------------------------
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    state: ServerState = request.app[ServerState.KEY]
+    try:
+        body = await _json_body(request)
+        sampling = parse_sampling(body, state, default_max_tokens=16)
+        prompts = _prompts(body.get("prompt"))
+    except BadRequest as err:
+        return error_response(str(err))
+    jobs = [job for prompt in prompts for job in _jobs(state, prompt, prompt, sampling, thinking=False)]
+    choices = Choices(state.engine, jobs)
+    if sampling.stream:
+        return await _completion_stream(request, state, choices, sampling)
+    generations = await choices.run_to_end()
+    response_choices = []
+    for index, gen in enumerate(generations):
+        finish, matched = _finish(gen)
+        response_choices.append({"index": index, "text": gen.text, "logprobs": None, "finish_reason": finish,
+                                 "matched_stop": matched})
+    payload = {"id": generations[0].rid, "object": "text_completion", "created": int(time.time()),
+               "model": sampling.model, "choices": response_choices, "usage": usage_of(generations, sampling.n),
+               "metadata": {"weight_version": "default"}}
+    sglext = sglext_of(generations, sampling, state.engine.reports_dp_rank)
+    if sglext is not None:
+        payload["sglext"] = sglext
+    return json_response(payload)
+
+
+def _prompts(prompt: Any) -> list[str]:
+    if isinstance(prompt, str):
+        return [prompt]
+    if isinstance(prompt, list) and prompt and all(isinstance(item, str) for item in prompt):
+        return prompt
+    raise BadRequest("prompt must be a string or a non-empty list of strings")
+
+
+async def _completion_stream(request, state: ServerState, choices: Choices, sampling: Sampling):
+    response = await state.open_stream(request)
+    rid, created, model = choices.generations[0].rid, int(time.time()), sampling.model
+    async with state.streaming(request, response) as send, choices.stepping() as steps:
+        async for index, tokens in steps:
+            finish, matched = _finish(choices.generations[index])
+            await send(sse_event({"id": rid, "object": "text_completion", "created": created, "model": model,
+                                  "choices": [{"index": index, "text": "".join(tokens), "logprobs": None,
+                                               "finish_reason": finish, "matched_stop": matched}],
+                                  "usage": None}))
+        sglext = sglext_of(choices.generations, sampling, state.engine.reports_dp_rank)
+        if sglext is not None:
+            await send(sse_event({"id": rid, "object": "text_completion", "created": created, "model": model,
+                                  "choices": [], "usage": None, "sglext": sglext}))
+        if sampling.include_usage:
+            usage = {key: value for key, value in usage_of(choices.generations, sampling.n).items()
+                     if value is not None}
+            await send(sse_event({"id": rid, "object": "text_completion", "created": created, "model": model,
+                                  "choices": [], "usage": usage}))
+        await send(b"data: [DONE]\n\n")
+    return response
+
+
+async def _json_body(request: web.Request) -> dict:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise BadRequest("request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    return body

@@ -1,0 +1,78 @@
+"""What every HTTP handler shares: the resolved args, the engine, readiness, and SSE plumbing."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Awaitable, Callable
+
+from aiohttp import web
+
+from sglang_sim.args import ServerArgs
+from sglang_sim.config import SimConfig
+from sglang_sim.engine import Engine
+from sglang_sim.metrics import ServerMetrics
+
+logger = logging.getLogger("sglang_sim")
+DEFAULT_CONTEXT_LENGTH = 32768
+MALFORMED_STREAM_AFTER_EVENTS = 2  # fault malformed_stream: the third event is cut in half
+
+
+def json_response(payload, status: int = 200) -> web.Response:
+    return web.Response(body=json.dumps(payload).encode(), status=status, content_type="application/json")
+
+
+def sse_event(payload: dict) -> bytes:
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+class _StreamBroken(Exception):
+    """Raised after the malformed_stream fault has cut a response off."""
+
+
+@dataclass
+class ServerState:
+    KEY = web.AppKey("sglang_sim_state", object)
+
+    args: ServerArgs
+    config: SimConfig
+    engine: Engine
+    metrics: ServerMetrics | None
+    architecture: str
+    startup_time: float = field(default_factory=time.time)
+    ready: bool = False  # /health is 503 until the boot delay has passed and every node rank has joined
+
+    @property
+    def context_length(self) -> int:
+        return self.args.context_length or DEFAULT_CONTEXT_LENGTH
+
+    async def open_stream(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        return response
+
+    @contextlib.asynccontextmanager
+    async def streaming(self, request: web.Request,
+                        response: web.StreamResponse) -> AsyncIterator[Callable[[bytes], Awaitable[None]]]:
+        """Yield ``send(event)``; a client that goes away just ends the stream."""
+        sent = 0
+
+        async def send(event: bytes) -> None:
+            nonlocal sent
+            if self.config.faults.malformed_stream and sent == MALFORMED_STREAM_AFTER_EVENTS:
+                await response.write(event[: len(event) // 2])
+                request.transport.close()
+                raise _StreamBroken()
+            await response.write(event)
+            sent += 1
+
+        try:
+            yield send
+        except _StreamBroken:
+            logger.info("malformed_stream fault: cut a streamed response off mid-event")
+        except ConnectionResetError:
+            logger.info("client disconnected from a streamed response")
