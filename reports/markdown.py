@@ -110,7 +110,7 @@ def _problem(cell: dict) -> str:
     if cell["status"] in ("passed", "rejected_as_expected"):
         return ""
     failed = [describe_gate(g) for g in cell.get("gates") or [] if not g["passed"]]
-    text = "; ".join(failed) if failed else error_headline(cell.get("error"))
+    text = "; ".join(failed) if failed else error_headline(cell.get("error")).removeprefix(f"{cell['id']}: ")
     return text if len(text) <= PROBLEM_WIDTH else text[:PROBLEM_WIDTH - 1] + "…"
 
 

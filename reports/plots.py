@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from reports.metrics import METRICS, format_value, label
 
 BAR_HEIGHT_IN = 0.28  # inches per bar
+MAX_BARS = 400  # beyond this a chart gets taller than image formats like (and than anyone reads)
 WIDTH_IN = 9.0
 DPI = 100
 BETTER_COLOR, WORSE_COLOR, GATE_COLOR = "#2e7d32", "#c62828", "#d50000"
@@ -44,8 +45,10 @@ def run_charts(results: dict) -> list[tuple[str, str]]:
     charts = []
     for chart in CHARTS:
         cells = [c for c in results["cells"] if any((c.get("metrics") or {}).get(m) is not None for m in chart.metrics)]
-        if cells:
-            charts.append((chart.title, _png(_metric_figure(chart, cells))))
+        shown = cells[:MAX_BARS // len(chart.metrics)]
+        if shown:
+            title = chart.title if len(shown) == len(cells) else f"{chart.title} (first {len(shown)} of {len(cells)} cells)"
+            charts.append((title, _png(_metric_figure(chart, shown, title))))
     return charts
 
 
@@ -53,6 +56,7 @@ def ratio_chart(comparison: dict) -> tuple[str, str] | None:
     """new/old of the headline metrics per cell; green where the new run is better, red where worse."""
     bars = [(cell["id"], m) for cell in comparison["cells"] for m in cell["metrics"]
             if m["metric"] in RATIO_METRICS and m["ratio"] is not None]
+    bars = bars[:MAX_BARS]
     if not bars:
         return None
     from matplotlib.figure import Figure  # imported on use: the CLI stays quick for other verbs
@@ -72,7 +76,7 @@ def ratio_chart(comparison: dict) -> tuple[str, str] | None:
     return "Compared with the old run", _png(figure)
 
 
-def _metric_figure(chart: Chart, cells: list[dict]):
+def _metric_figure(chart: Chart, cells: list[dict], title: str):
     from matplotlib.figure import Figure  # imported on use: the CLI stays quick for other verbs
 
     per_cell = len(chart.metrics)
@@ -93,7 +97,7 @@ def _metric_figure(chart: Chart, cells: list[dict]):
         _gate_ticks(axes, metric, cells, ys)
     centers = [top - (i * group + (per_cell - 1) / 2) for i in range(len(cells))]
     axes.set_yticks(centers, [c["id"] for c in cells], fontsize=8)
-    axes.set_title(chart.title)
+    axes.set_title(title)
     axes.set_xlabel(chart.xlabel)
     axes.margins(x=0.15)
     if METRICS[chart.metrics[0]].fraction:
