@@ -237,7 +237,8 @@ def parse_matrix(doc, path: str) -> MatrixSpec:
     check_keys(hardware_node, DEVICES, hw_where, "hardware device")
     hardware = {device: slug(kind, hw_where.at(hardware_node, device), f"hardware.{device}", "cuda: h200")
                 for device, kind in hardware_node.items()}
-    defaults = parse_fragment(doc.get("defaults", YamlMap()), top.at(doc, "defaults"), "defaults")
+    defaults_node = YamlMap() if doc.get("defaults") is None else doc["defaults"]  # `defaults:` alone is empty
+    defaults = parse_fragment(defaults_node, top.at(doc, "defaults"), "defaults")
     exclude_node = doc.get("exclude")
     exclude = tuple(parse_fragment(entry, top.at(exclude_node, i), "exclude entry", MATCH_KEYS)
                     for i, entry in enumerate(_list_of(exclude_node, top.at(doc, "exclude"), "exclude",

@@ -152,3 +152,14 @@ def test_every_cell_key_is_documented_for_matrix_authors():
     readme = (Path(__file__).resolve().parent.parent / "matrices" / "README.md").read_text()
     undocumented = [key for key in (*CELL_KEYS, *TOP_KEYS) if f"`{key}`" not in readme and f"{key}:" not in readme]
     assert not undocumented
+
+
+def test_env_can_be_an_axis(tmp_path):
+    cells = cells_of(tmp_path, """\
+        hardware: {cuda: h200}
+        defaults: {model: org/m, tp: 8, env: {HF_TOKEN: "${HF_TOKEN}"}}
+        axes:
+          env: [{SGLANG_RAGGED_VERIFY_MODE: static}, {SGLANG_RAGGED_VERIFY_MODE: compact}]
+        """)
+    assert [c.id for c in cells] == ["m-tp8-a2a-none-cuda", "m-tp8-a2a-none-rv-compact-cuda"]
+    assert dict(cells[1].env) == {"HF_TOKEN": "${HF_TOKEN}", "SGLANG_RAGGED_VERIFY_MODE": "compact"}
