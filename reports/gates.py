@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from reports.baseline import Baseline, MetricSpec
-from reports.metrics import METRICS, STDERR_OF, format_value
+from reports.metrics import STDERR_OF, format_value, in_table_order
 
 COLLAPSE_FLOOR = 1.2  # accept_length at or below ~1 means no draft token is being accepted
 GATE_PRECISION = 6  # decimals kept in thresholds (ratios make long floats)
@@ -39,7 +39,7 @@ def _limits(cell: dict, metrics: dict, baseline: Baseline | None) -> list[tuple[
     limits = _floor_limits(cell, metrics)
     if baseline is not None:
         specs = baseline.specs_for(cell["id"])
-        for name in sorted(specs, key=list(METRICS).index):
+        for name in in_table_order(specs):
             limits.extend(_spec_limits(specs[name], metrics))
     return limits
 
@@ -93,18 +93,27 @@ def _gate(metric: str, op: str, threshold: float, value) -> dict:
 def regate(results: dict, baseline: Baseline) -> dict:
     """A copy of ``results`` with every serving cell's gates evaluated against ``baseline``.
 
-    Status follows the gates, except that a cell which failed with an error message (a suite's
-    test failed, a request crashed) stays failed whatever its gates say.
+    Status follows the new gates, except that a cell which also failed for another reason (a suite
+    test failed, an expected rejection did not happen) stays failed.
     """
     cells = []
     for cell in results["cells"]:
         if cell["status"] in ("passed", "failed"):
             gates = evaluate(cell, cell.get("metrics") or {}, baseline)
-            failed_otherwise = cell["status"] == "failed" and cell.get("error")
-            status = "failed" if failed_otherwise or not all(g["passed"] for g in gates) else "passed"
-            cell = {**cell, "gates": gates, "status": status}
+            failed = _failed_apart_from_gates(cell) or not all(g["passed"] for g in gates)
+            cell = {**cell, "gates": gates, "status": "failed" if failed else "passed"}
         cells.append(cell)
     return {**results, "cells": cells}
+
+
+def _failed_apart_from_gates(cell: dict) -> bool:
+    if cell["status"] != "failed":
+        return False
+    if (cell.get("expect") or {}).get("outcome") == "reject":
+        return True  # it served when it should have been rejected (or the other way round)
+    if "tests" in cell:  # the suites' own test outcomes, as the run records them
+        return any(test.get("outcome") in ("failed", "error") for test in cell["tests"])
+    return bool(cell.get("error"))
 
 
 def describe_gate(gate: dict) -> str:

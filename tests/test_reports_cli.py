@@ -154,3 +154,26 @@ def test_bad_arguments_exit_2(runs, capsys, args, expected):
     (runs / "empty").mkdir()
     code, _, err = report(capsys, *args)
     assert code == 2 and expected in err
+
+
+
+@pytest.mark.parametrize("test_outcome, status_after", [
+    pytest.param("passed", "passed", id="gate-only-failure-passes-under-looser-baseline"),
+    pytest.param("failed", "failed", id="suite-test-failure-stays-failed"),
+])
+def test_regating_follows_the_new_gates(runs, capsys, test_outcome, status_after):
+    results = json.loads((runs / "run_new" / "results.json").read_text())
+    cell = results["cells"][0]  # smoke-qwen3-eagle3-tp1, 812.53 tok/s; failed against an older, stricter gate
+    cell.update(status="failed", error="gate output_throughput_tok_s >= 900: measured 812.53",
+                gates=[{"metric": "output_throughput_tok_s", "op": ">=", "threshold": 900, "value": 812.53, "passed": False}],
+                tests=[{"nodeid": "suites/test_speed.py::test_speed", "outcome": test_outcome, "duration": 1.0, "message": None}])
+    results["cells"] = [cell]
+    (runs / "run_new" / "results.json").write_text(json.dumps(results))
+    (runs / "loose.yaml").write_text("schema: 1\ncells:\n  smoke-qwen3-eagle3-tp1:\n"
+                                     "    output_throughput_tok_s: {value: 820, min_ratio: 0.97}\n")
+    code, out, _ = report(capsys, "run_new", "--baseline", "loose.yaml", "--format", "json")
+    regated = json.loads(out)["cells"][0]
+    assert [(g["metric"], g["threshold"], g["passed"]) for g in regated["gates"]] == [
+        ("accept_length", 1.2, True), ("output_throughput_tok_s", 795.4, True)]
+    assert regated["status"] == status_after
+    assert code == (0 if status_after == "passed" else 1)

@@ -25,7 +25,8 @@ and prints one format to stdout:
           "metrics": [{"metric", "old", "new", "ratio", "better", "change"}]}], "only_new", "only_old"}
 
 --baseline FILE evaluates every serving cell's gates again against FILE (format: baselines/README.md);
-a cell's status follows its new gates unless it failed with an error.
+a cell's status follows its new gates unless it also failed for another reason (a suite's test
+failed, an expected rejection did not happen).
 
 exit codes: 0 every cell passed (or was rejected as expected, or skipped); 1 a cell failed or
 errored; 2 bad input (missing run directory, corrupt results.json, bad baseline file)
