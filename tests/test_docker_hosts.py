@@ -1,0 +1,137 @@
+"""The Docker hosts inventory and container specs: what a user writes, and what engines are asked for.
+
+No Docker engine needed: these run everywhere.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from dspark_ci.errors import BadInput
+from launchers.docker import (LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, DockerLauncher, DockerSettings,
+                              container_spec)
+from launchers.hosts import load_inventory
+from launchers.plan_types import SGLANG_ENTRYPOINT, LaunchPlan, RankCommand
+
+
+def cleanup(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["dspark-ci", "cleanup", *args], capture_output=True, text=True, timeout=60,
+                          env={"PATH": __import__("os").environ["PATH"], **(env or {})})
+
+
+def test_inventory_file_places_node_rank_r_on_host_r(tmp_path):
+    path = tmp_path / "hosts.yaml"
+    path.write_text("hosts:\n"
+                    "  - url: ssh://ci@gpu-node-1\n"
+                    "    gpus: [0, 1, 2, 3]\n"
+                    "  - url: tcp://10.0.0.12:2375\n"
+                    "    address: node-2.internal\n"
+                    "    gpus: 8\n"
+                    "    labels: {rack: b}\n")
+    placement = load_inventory(str(path), {}).placement(2, port=30000, dist_port=20000)
+    assert placement.bind_hosts == ("gpu-node-1", "node-2.internal")
+    assert placement.leader_addr == "gpu-node-1"  # --dist-init-addr is rank 0's address
+
+
+def test_environment_lists_engines_with_addresses():
+    inventory = load_inventory(None, {"DSPARK_DOCKER_HOSTS": "unix:///var/run/docker.sock "
+                                                             "unix:///run/dspark-docker2.sock=127.0.0.9"})
+    assert [(h.url, h.address) for h in inventory.hosts] == [
+        ("unix:///var/run/docker.sock", "127.0.0.1"), ("unix:///run/dspark-docker2.sock", "127.0.0.9")]
+
+
+@pytest.mark.parametrize("environ, url", [
+    ({}, "unix:///var/run/docker.sock"),
+    ({"DOCKER_HOST": "tcp://127.0.0.1:2375"}, "tcp://127.0.0.1:2375"),
+], ids=["default-socket", "docker-host"])
+def test_default_is_the_local_engine(environ, url):
+    assert [h.url for h in load_inventory(None, environ).hosts] == [url]
+
+
+def test_too_few_hosts_for_a_multi_node_cell_is_bad_input():
+    launcher = DockerLauncher(DockerSettings(inventory=load_inventory(None, {})))
+    with pytest.raises(BadInput) as failure:
+        launcher.placement(2)
+    assert "a 2-node cell needs 2 Docker hosts, the inventory lists 1" in str(failure.value)
+    assert failure.value.exit_code == 2
+
+
+@pytest.mark.parametrize("text, where, problem", [
+    ("hosts:\n  - url: ftp://x\n", ":2", "'ftp://x' is not a Docker engine URL"),
+    ("hosts:\n  - url: unix:///s\n    gpu: 2\n", ":3", "unknown host key 'gpu'"),
+    ("hosts:\n  - url: unix:///s\n    gpus: two\n", ":2", "gpus must be a count or a list of device ids"),
+    ("hosts:\n  - address: 1.2.3.4\n", ":2", "each host needs a `url`"),
+    ("hosts: []\n", ":1", "needs a non-empty `hosts:` list"),
+    ("hosts:\n  - url: [unclosed\n", ":3", "not valid YAML"),
+], ids=["bad-scheme", "unknown-key", "bad-gpus", "no-url", "empty", "bad-yaml"])
+def test_bad_inventory_is_one_message_with_file_and_line(tmp_path, text, where, problem):
+    path = tmp_path / "hosts.yaml"
+    path.write_text(text)
+    result = cleanup("--hosts", str(path))
+    assert result.returncode == 2
+    assert f"{path}{where}: " in result.stderr and problem in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_cleanup_with_an_unreachable_engine_exits_3_naming_it():
+    result = cleanup(env={"DSPARK_DOCKER_HOSTS": "unix:///nonexistent/docker.sock"})
+    assert result.returncode == 3
+    assert "Docker engine unix:///nonexistent/docker.sock does not answer" in result.stderr
+    assert "is dockerd running" in result.stderr
+
+
+# --- what each rank's container is asked for ---------------------------------------------------------
+
+LABELS = {LABEL_RUN: "r1", LABEL_CELL: "cell-a", LABEL_LAUNCH: "abcd1234"}
+
+
+def spec_for(tmp_path, server: str, device: str, gpus_line: str = "") -> dict:
+    path = tmp_path / "hosts.yaml"
+    path.write_text(f"hosts:\n  - url: ssh://ci@node-1\n{gpus_line}")
+    host = load_inventory(str(path), {}).hosts[0]
+    command = RankCommand(0, [*SGLANG_ENTRYPOINT, "--model-path", "m", "--device", device])
+    return container_spec(command, host, "img", LABELS, DockerSettings(server=server, inventory=load_inventory(None, {})), device)
+
+
+def test_simulator_containers_get_no_devices_and_run_the_simulator(tmp_path):
+    spec = spec_for(tmp_path, "sim", "cuda")
+    assert spec["command"][:3] == ["python3", "-m", "sglang_sim"]
+    assert "device_requests" not in spec and "devices" not in spec and spec["volumes"] == {}
+    assert (spec["network_mode"], spec["ipc_mode"]) == ("host", "host")
+    assert spec["labels"] == {**LABELS, "dspark-ci.rank": "0"}
+
+
+@pytest.mark.parametrize("gpus_line, expected", [
+    ("", {"Count": -1, "DeviceIDs": []}),  # docker run --gpus all
+    ("    gpus: 4\n", {"Count": 4, "DeviceIDs": []}),
+    ("    gpus: [2, 3]\n", {"Count": 0, "DeviceIDs": ["2", "3"]}),
+], ids=["all-gpus", "gpu-count", "gpu-ids"])
+def test_cuda_containers_request_the_inventorys_gpus(tmp_path, gpus_line, expected):
+    spec = spec_for(tmp_path, "sglang", "cuda", gpus_line)
+    (request,) = spec["device_requests"]
+    assert {"Count": request["Count"], "DeviceIDs": request["DeviceIDs"]} == expected
+    assert request["Capabilities"] == [["gpu"]]
+    assert spec["command"][:3] == list(SGLANG_ENTRYPOINT)
+    assert spec["volumes"]["/root/.cache/huggingface"]["bind"] == "/root/.cache/huggingface"
+
+
+def test_npu_containers_mount_the_ascend_devices_and_driver(tmp_path):
+    spec = spec_for(tmp_path, "sglang", "npu", "    gpus: [0, 1]\n")
+    devices = [d.split(":")[0] for d in spec["devices"]]
+    assert devices == ["/dev/davinci0", "/dev/davinci1", "/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc"]
+    assert spec["volumes"]["/usr/local/Ascend/driver"] == {"bind": "/usr/local/Ascend/driver", "mode": "ro"}
+    assert "device_requests" not in spec
+
+
+@pytest.mark.parametrize("server, image_setting, plan_image, expected", [
+    ("sim", None, "lmsysorg/sglang:v0.5.23", "dspark-ci/sglang-sim:latest"),
+    ("sglang", None, "my/sglang:dev", "my/sglang:dev"),
+    ("sglang", None, None, "lmsysorg/sglang:v0.5.23"),
+    ("sglang", "override:1", "my/sglang:dev", "override:1"),
+], ids=["simulator-replaces-cell-image", "cell-image", "device-default", "override-wins"])
+def test_image_choice(server, image_setting, plan_image, expected):
+    launcher = DockerLauncher(DockerSettings(server=server, image=image_setting, inventory=load_inventory(None, {})))
+    plan = LaunchPlan("c", (RankCommand(0, list(SGLANG_ENTRYPOINT)),), "http://h/health", "http://h", image=plan_image)
+    assert launcher.image_for(plan) == expected
