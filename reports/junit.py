@@ -12,7 +12,7 @@ from datetime import datetime
 
 from reports.gates import describe_gate
 from reports.metrics import in_table_order
-from reports.results import error_headline
+from reports.results import error_headline, rejection_message
 
 CLASSNAME = "dspark-ci"
 
@@ -52,8 +52,8 @@ def _testcase(cell: dict) -> ET.Element:
     outcome = _OUTCOMES.get(cell["status"])
     if outcome:
         testcase.append(outcome(cell))
-    if cell["status"] == "rejected_as_expected" and cell.get("error"):
-        ET.SubElement(testcase, "system-out").text = f"rejected as expected: {cell['error']}"
+    if rejection_message(cell):
+        ET.SubElement(testcase, "system-out").text = f"rejected as expected: {rejection_message(cell)}"
     return testcase
 
 

@@ -13,7 +13,7 @@ from datetime import datetime
 from reports.baseline import Baseline
 from reports.gates import describe_gate, explain
 from reports.metrics import SPEED_DETAIL, SPEED_LINE, format_value, label
-from reports.results import FAILING_STATUSES, STATUSES, error_headline
+from reports.results import FAILING_STATUSES, STATUSES, error_headline, rejection_message
 
 STATUS_ICONS = {"passed": "✅", "failed": "❌", "rejected_as_expected": "✅", "error": "💥", "skipped": "⏭️"}
 OVERVIEW_METRICS = ("accept_length", "output_throughput_tok_s", "ttft_ms_mean", "tpot_ms_mean", "gpqa_accuracy")
@@ -148,8 +148,9 @@ def _cell_section(cell: dict, baseline: Baseline | None) -> str:
     metrics = cell.get("metrics") or {}
     parts = [f"### {STATUS_ICONS[cell['status']]} `{cell['id']}`: {cell['status'].replace('_', ' ')}",
              _config_line(cell)]
-    if cell["status"] == "rejected_as_expected":
-        parts.append(f"Rejected as expected: `{' '.join((cell.get('error') or '').split())}`")
+    said = rejection_message(cell)
+    if said:
+        parts.append(f"Rejected as expected: `{' '.join(said.split())}`")
     parts += [_quality_table(cell, metrics), _speed_tables(metrics), _gates_table(cell, metrics, baseline)]
     parts.append("\n".join(f"- ⚠️ {' '.join(str(w).split())}" for w in cell.get("warnings") or []))
     if cell["status"] in FAILING_STATUSES + ("skipped",) and cell.get("error"):

@@ -130,3 +130,10 @@ def error_headline(error: str | None) -> str:
         return ""
     sglang_line = sglang_error_line(lines[1:])
     return f"{lines[0]}: {sglang_line}" if sglang_line else lines[0]
+
+
+def rejection_message(cell: dict) -> str:
+    """What SGLang said when it rejected a cell as expected ("" for other cells)."""
+    if cell["status"] != "rejected_as_expected":
+        return ""
+    return cell.get("detail") or cell.get("error") or ""

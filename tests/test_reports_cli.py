@@ -103,6 +103,8 @@ def test_junit_has_one_testcase_per_cell_with_the_right_failures(runs, capsys):
     error = cases["smoke-qwen3-eagle3-crash"].find("error")
     assert "AssertionError: prefill batch" in error.get("message")  # SGLang's own error line
     assert cases["smoke-2node-tp16"].find("skipped") is not None
+    rejected = cases["smoke-dsv4-tp8-dp4-dpattn-a2a-none-cuda"].find("system-out").text
+    assert rejected.startswith("rejected as expected: ValueError: dp attention with speculative decoding requires")
     passing = [name for name, case in cases.items() if not list(case.iter("failure")) + list(case.iter("error"))
                + list(case.iter("skipped"))]
     assert sorted(passing) == ["smoke-dsv4-tp8-dp4-dpattn-a2a-none-cuda", "smoke-qwen3-base-tp1",
