@@ -13,14 +13,15 @@ import sys
 
 from dspark_ci.errors import DsparkError, ExitCode
 
-# verb name -> module under dspark_ci.verbs
+# verb name -> one-line help. The module dspark_ci.verbs.<verb> is imported only when that verb runs,
+# so one verb's heavy or broken imports never stop another.
 VERBS = {
-    "plan": "plan",
-    "run": "run",
-    "report": "report",
-    "chatops": "chatops",
-    "sim": "sim",
-    "cleanup": "cleanup",
+    "plan": "Expand matrices into validated cells with their exact launch commands; launch nothing.",
+    "run": "Launch each selected cell, run the suites against it, gate, and write results and reports.",
+    "report": "Render the reports of a run directory again, optionally side by side with another run.",
+    "chatops": "Parse a PR comment, check permission, resolve test paths, print the reply and dispatch plan.",
+    "sim": "The simulated SGLang server: takes python3 -m sglang.launch_server's flags.",
+    "cleanup": "Remove what an interrupted run left behind (containers carrying dspark-ci labels).",
 }
 
 
@@ -31,17 +32,20 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _load(verb: str):
-    return importlib.import_module(f"dspark_ci.verbs.{VERBS[verb]}")
+    return importlib.import_module(f"dspark_ci.verbs.{verb}")
 
 
-def build_parser(verbs: dict) -> argparse.ArgumentParser:
+def build_parser(chosen: str | None) -> argparse.ArgumentParser:
+    """Every verb is listed; only the chosen one's module is imported to add its arguments."""
     parser = _Parser(prog="dspark-ci", description="Regression suite and CI orchestrator for SGLang "
                      "speculative-decoding deployments.")
     sub = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
-    for name, module in verbs.items():
-        verb_parser = sub.add_parser(name, help=module.HELP, description=module.HELP)
-        module.add_arguments(verb_parser)
-        verb_parser.set_defaults(_module=module)
+    for name, help_text in VERBS.items():
+        verb_parser = sub.add_parser(name, help=help_text, description=help_text)
+        if name == chosen:
+            module = _load(name)
+            module.add_arguments(verb_parser)
+            verb_parser.set_defaults(_module=module)
     return parser
 
 
@@ -50,14 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     # The simulator takes SGLang's own argv untouched (its flags are not ours to parse).
     if argv[:1] == ["sim"]:
         return _load("sim").main(argv[1:])
-    verbs = {}
-    for name in VERBS:
-        try:
-            verbs[name] = _load(name)
-        except ModuleNotFoundError as err:
-            if err.name != f"dspark_ci.verbs.{VERBS[name]}":
-                raise
-    args = build_parser(verbs).parse_args(argv)
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(chosen if chosen in VERBS else None).parse_args(argv)
     try:
         return int(args._module.run(args))
     except DsparkError as err:
