@@ -131,6 +131,6 @@ def _launch_reference(cell: Cell, names, ctx: CellContext, stack: contextlib.Exi
 
 
 def without_speculation(cell: Cell) -> Cell:
-    config = {k: v for k, v in cell.config.items() if not k.startswith("speculative")}
+    config = {k: v for k, v in cell.config.items() if not k.startswith("speculative") and k != "draft_model"}
     config["speculative_algorithm"] = None
     return replace(cell, id=f"{cell.id}-reference", config=config)

@@ -39,7 +39,7 @@ class LaunchFailed(DsparkError):
     cell_id: str
     reason: str  # "exited" | "timeout"
     node_rank: int | None = None
-    exit_code: int | None = None
+    rank_exit_code: int | None = None  # the rank's own exit status (exit_code is dspark-ci's)
     last_lines: list[str] = field(default_factory=list)
     sglang_error: str | None = None
     hint: str = ""
@@ -51,7 +51,7 @@ class LaunchFailed(DsparkError):
         if self.reason == "timeout":
             head = f"{self.cell_id}: rank 0 did not become healthy in time"
         else:
-            head = f"{self.cell_id}: node rank {self.node_rank} exited with code {self.exit_code}"
+            head = f"{self.cell_id}: node rank {self.node_rank} exited with code {self.rank_exit_code}"
         parts = [head]
         if self.sglang_error:
             parts.append(f"SGLang said: {self.sglang_error}")

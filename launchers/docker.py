@@ -324,7 +324,7 @@ class _Group:
         _, rank, code = exited[0]
         lines = rank.log.last_lines(40)
         others = [f"node rank {r.command.node_rank} exited too" for _, r, _ in exited[1:]]
-        raise LaunchFailed(cell_id=cell_id, reason="exited", node_rank=rank.command.node_rank, exit_code=code,
+        raise LaunchFailed(cell_id=cell_id, reason="exited", node_rank=rank.command.node_rank, rank_exit_code=code,
                            last_lines=lines[-15:], sglang_error=sglang_error_line(lines),
                            hint="; ".join([*others, f"container on {rank.host.url}", f"full log: {rank.log.path}"]))
 

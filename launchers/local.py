@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,14 @@ class _Rank:
     command: RankCommand
     process: subprocess.Popen
     log_path: Path
+    exited_at: float | None = None  # set by a watcher thread the moment the process exits
+
+    def watch(self) -> None:
+        def wait() -> None:
+            self.process.wait()
+            self.exited_at = time.monotonic()
+
+        threading.Thread(target=wait, name=f"watch-rank-{self.command.node_rank}", daemon=True).start()
 
 
 class LocalDeployment:
@@ -50,16 +59,17 @@ class LocalDeployment:
         self.boot_seconds = 0.0
 
     def check(self) -> None:
-        """Raise LaunchFailed naming the first rank that has exited."""
-        for rank in self._ranks:
-            code = rank.process.poll()
-            if code is not None:
-                lines = tail(rank.log_path, 40)
-                raise LaunchFailed(
-                    cell_id=self.cell_id, reason="exited", node_rank=rank.command.node_rank,
-                    exit_code=code, last_lines=lines[-15:], sglang_error=sglang_error_line(lines),
-                    hint=f"full log: {rank.log_path}",
-                )
+        """Raise LaunchFailed naming the rank that exited first (the others often die of losing it)."""
+        exited = sorted((r for r in self._ranks if r.exited_at is not None), key=lambda r: r.exited_at)
+        if exited:
+            rank = exited[0]
+            lines = tail(rank.log_path, 40)
+            others = [f"node rank {r.command.node_rank} exited too" for r in exited[1:]]
+            raise LaunchFailed(
+                cell_id=self.cell_id, reason="exited", node_rank=rank.command.node_rank,
+                rank_exit_code=rank.process.returncode, last_lines=lines[-15:], sglang_error=sglang_error_line(lines),
+                hint="; ".join([*others, f"full log: {rank.log_path}"]),
+            )
 
     def rank0_log_tail(self) -> list[str]:
         return tail(self._ranks[0].log_path, 15) if self._ranks else []
@@ -102,7 +112,9 @@ class LocalLauncher:
             log.flush()
             process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                        env=env, start_new_session=True)
-        return _Rank(command, process, log_path)
+        rank = _Rank(command, process, log_path)
+        rank.watch()
+        return rank
 
 
 def stop_all(processes: list[subprocess.Popen], grace_s: float) -> None:

@@ -67,7 +67,7 @@ def test_boot_rejection_fails_fast_with_sglang_message(tmp_path, marker):
             pytest.fail("a rejected server must not become healthy")
     err = caught.value
     assert (err.reason, err.node_rank) == ("exited", 0)
-    assert err.exit_code != 0
+    assert err.rank_exit_code != 0
     assert err.sglang_error == "ValueError: DSpark with dp attention requires --enable-dp-lm-head."
     assert "ValueError" in str(err)
     assert_none_left(marker)
@@ -93,5 +93,5 @@ def test_losing_a_rank_is_seen_and_the_group_torn_down(tmp_path, marker):
                 __import__("time").sleep(0.1)
             pytest.fail("rank 1 was configured to exit after 1 s")
     assert caught.value.node_rank == 1
-    assert caught.value.exit_code != 0
+    assert caught.value.rank_exit_code != 0
     assert_none_left(marker)

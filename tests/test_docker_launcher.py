@@ -1,0 +1,217 @@
+"""The Docker launcher against real engines running the simulator image.
+
+Every test ends by asserting that no container of its run is left on any engine, running or stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from openai import OpenAI
+
+from launchers.base import LaunchFailed, LaunchTimeout
+from launchers.docker import LABEL_RANK, LABEL_RUN, DockerLauncher
+from tests.docker_engines import (ENGINE1, ENGINE2, SECRET, containers_of, inventory, make_plan, new_run_id,
+                                  require_engine, settings)
+
+pytestmark = pytest.mark.docker
+REPO = Path(__file__).resolve().parents[1]
+REJECTION = "DSpark with dp attention requires --enable-dp-lm-head."
+
+
+@pytest.fixture(scope="module")
+def engine1():
+    client = require_engine(ENGINE1)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def engine2():
+    client = require_engine(ENGINE2)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def run_id() -> str:
+    return new_run_id()
+
+
+def assert_nothing_left(run_id: str, *engines) -> None:
+    assert containers_of(run_id, list(engines)) == []
+
+
+def launched_until_failure(launcher: DockerLauncher, plan, logs: Path) -> LaunchFailed:
+    """Launch and keep checking the group until a rank's death is reported."""
+    with pytest.raises(LaunchFailed) as failure:
+        with launcher.launch(plan, logs) as deployment:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                deployment.check()
+                time.sleep(0.2)
+            pytest.fail("a rank was meant to die, but check() kept saying the group is fine")
+    return failure.value
+
+
+def test_one_node_serves_a_chat_request(tmp_path, engine1, run_id):
+    launcher = DockerLauncher(settings(run_id, inventory(ENGINE1)))
+    plan = make_plan(launcher.placement(1), 1, "docker-one-node")
+    with launcher.launch(plan, tmp_path) as deployment:
+        client = OpenAI(base_url=f"{deployment.base_url}/v1", api_key="unused")
+        reply = client.chat.completions.create(model="docker-one-node", max_tokens=16,
+                                               messages=[{"role": "user", "content": "Say hello."}])
+        assert reply.choices[0].message.content
+        assert reply.usage.completion_tokens > 0
+        deployment.check()
+    assert_nothing_left(run_id, engine1)
+    log = (tmp_path / "0.log").read_text()
+    assert "node rank 0 on" in log and "sglang_sim" in log
+
+
+def test_two_nodes_run_on_two_engines(tmp_path, engine1, engine2, run_id):
+    launcher = DockerLauncher(settings(run_id, inventory(ENGINE1, ENGINE2)))
+    plan = make_plan(launcher.placement(2), 2, "docker-two-nodes")
+    with launcher.launch(plan, tmp_path) as deployment:
+        ranks_on = {name: [c.labels[LABEL_RANK] for c in engine.containers.list(filters={"label": f"{LABEL_RUN}={run_id}"})]
+                    for name, engine in (("engine1", engine1), ("engine2", engine2))}
+        assert ranks_on == {"engine1": ["0"], "engine2": ["1"]}
+        client = OpenAI(base_url=f"{deployment.base_url}/v1", api_key="unused")
+        reply = client.chat.completions.create(model="docker-two-nodes", max_tokens=8,
+                                               messages=[{"role": "user", "content": "Two nodes?"}])
+        assert reply.choices[0].message.content
+        deployment.check()
+    assert_nothing_left(run_id, engine1, engine2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["0.log", "1.log"]
+
+
+@pytest.mark.parametrize("boot_seconds", ["30", "0.2"], ids=["while-booting", "while-serving"])
+def test_node_loss_names_the_rank_and_tears_the_group_down(tmp_path, engine1, engine2, run_id, boot_seconds):
+    launcher = DockerLauncher(settings(run_id, inventory(ENGINE1, ENGINE2), faults="rank_exit=1:3",
+                                       boot_timeout_s=120, DSPARK_SIM_BOOT_SECONDS=boot_seconds))
+    failure = launched_until_failure(launcher, make_plan(launcher.placement(2), 2, "docker-node-loss"), tmp_path)
+    assert not isinstance(failure, LaunchTimeout)  # it failed fast, not at the boot deadline
+    assert failure.node_rank == 1 and failure.rank_exit_code not in (None, 0)
+    assert f"node rank 1 exited with code {failure.rank_exit_code}" in str(failure)
+    assert_nothing_left(run_id, engine1, engine2)
+
+
+def test_boot_rejection_surfaces_sglangs_error_line(tmp_path, engine1, run_id):
+    launcher = DockerLauncher(settings(run_id, inventory(ENGINE1), faults=f"boot_reject={REJECTION}"))
+    failure = launched_until_failure(launcher, make_plan(launcher.placement(1), 1, "docker-rejected"), tmp_path)
+    assert failure.node_rank == 0 and failure.rank_exit_code not in (None, 0)
+    assert failure.sglang_error.endswith(f"ValueError: {REJECTION}")
+    assert f"SGLang said: {failure.sglang_error}" in str(failure)
+    assert f"ValueError: {REJECTION}" in (tmp_path / "0.log").read_text()
+    assert_nothing_left(run_id, engine1)
+
+
+def test_boot_timeout_is_infrastructure_trouble(tmp_path, engine1, run_id):
+    launcher = DockerLauncher(settings(run_id, inventory(ENGINE1), faults="hang_boot", boot_timeout_s=3))
+    with pytest.raises(LaunchTimeout) as failure:
+        with launcher.launch(make_plan(launcher.placement(1), 1, "docker-hang"), tmp_path):
+            pytest.fail("a hanging boot became healthy")
+    assert failure.value.exit_code == 3 and "raise --boot-timeout" in str(failure.value)
+    assert_nothing_left(run_id, engine1)
+
+
+def test_secrets_reach_the_container_but_no_log_or_error(tmp_path, engine1, run_id):
+    # The server is made to print the secret (as its rejection message): logs and errors must mask it.
+    launcher = DockerLauncher(settings(run_id, inventory(ENGINE1)))
+    plan = make_plan(launcher.placement(1), 1, "docker-secret", env={"DSPARK_SIM_FAULTS": "boot_reject=token ${HF_TOKEN}"})
+    failure = launched_until_failure(launcher, plan, tmp_path)
+    assert failure.sglang_error.endswith("ValueError: token ***")  # it arrived, and was masked
+    assert SECRET not in str(failure)
+    assert SECRET not in (tmp_path / "0.log").read_text()
+    assert_nothing_left(run_id, engine1)
+
+
+# --- interrupted runs, in a subprocess as a user's terminal would have it ---------------------------
+
+DRIVER = """
+import os, sys, time
+from pathlib import Path
+from launchers.docker import DockerLauncher
+from tests.docker_engines import ENGINE1, ENGINE2, inventory, make_plan, settings
+
+nnodes = int(os.environ["NNODES"])
+hosts = inventory(*[ENGINE1, ENGINE2][:nnodes])
+launcher = DockerLauncher(settings(os.environ["RUN_ID"], hosts, faults=os.environ["FAULTS"], boot_timeout_s=120))
+with launcher.launch(make_plan(launcher.placement(nnodes), nnodes, "docker-interrupted"), Path(os.environ["LOGS"])):
+    print("serving", flush=True)
+    time.sleep(300)
+"""
+
+
+def start_driver(tmp_path: Path, run_id: str, nnodes: int, faults: str = "") -> subprocess.Popen:
+    env = {**os.environ, "RUN_ID": run_id, "NNODES": str(nnodes), "FAULTS": faults, "LOGS": str(tmp_path),
+           "DOCKER_HOST": ENGINE1, "DSPARK_DOCKER_HOST2": ENGINE2}
+    return subprocess.Popen([sys.executable, "-c", DRIVER], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def wait_for(condition, what: str, timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def wait_until_serving(driver: subprocess.Popen) -> None:
+    line = driver.stdout.readline()  # blocks until the launch is healthy, or the driver dies
+    assert line.strip() == "serving", f"driver did not come up: {line}{driver.stdout.read()}"
+
+
+@pytest.mark.parametrize("sig, moment, nnodes", [
+    (signal.SIGINT, "serving", 2),
+    (signal.SIGINT, "booting", 1),
+    (signal.SIGTERM, "serving", 1),
+], ids=["ctrl-c-while-serving-two-engines", "ctrl-c-while-booting", "sigterm-while-serving"])
+def test_interrupt_removes_every_container(tmp_path, engine1, engine2, run_id, sig, moment, nnodes):
+    engines = [engine1, engine2]
+    driver = start_driver(tmp_path, run_id, nnodes, faults="hang_boot" if moment == "booting" else "")
+    try:
+        if moment == "serving":
+            wait_until_serving(driver)
+        else:
+            wait_for(lambda: len(containers_of(run_id, engines)) == nnodes, "the containers to exist")
+        driver.send_signal(sig)
+        driver.wait(timeout=60)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode != 0  # interrupted, not finished
+    assert_nothing_left(run_id, *engines)
+
+
+def test_cleanup_removes_what_a_killed_run_left(tmp_path, engine1, engine2, run_id):
+    driver = start_driver(tmp_path, run_id, 2)
+    try:
+        wait_until_serving(driver)
+    finally:
+        driver.kill()  # SIGKILL: no teardown can run
+        driver.wait(timeout=30)
+    left = containers_of(run_id, [engine1, engine2])
+    assert len(left) == 2
+
+    env = {**os.environ, "DSPARK_DOCKER_HOSTS": f"{ENGINE1} {ENGINE2}"}
+    dry = subprocess.run(["dspark-ci", "cleanup", "--run", run_id, "--dry-run"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert dry.returncode == 0, dry.stderr
+    assert all(f"would remove {name}" in dry.stdout for name in left)
+    assert sorted(containers_of(run_id, [engine1, engine2])) == sorted(left)  # a dry run removes nothing
+
+    inventory_file = tmp_path / "hosts.yaml"
+    inventory_file.write_text(f"hosts:\n  - url: {ENGINE1}\n  - url: {ENGINE2}\n")
+    real = subprocess.run(["dspark-ci", "cleanup", "--hosts", str(inventory_file), "--run", run_id],
+                          capture_output=True, text=True, timeout=60)
+    assert real.returncode == 0, real.stderr
+    assert "2 container(s) removed on 2 engine(s)" in real.stdout
+    assert_nothing_left(run_id, engine1, engine2)
+
