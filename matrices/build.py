@@ -10,6 +10,7 @@ with ``expect: {outcome: reject, ...}``.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -120,6 +121,13 @@ def _config(fragment: Fragment, spec: MatrixSpec) -> dict:
             if key in CODE_DEFAULTS or values.get(key) is not None}
 
 
+def _beside(matrix_path: str, path: str | None) -> str | None:
+    """A relative path in a matrix is relative to the matrix file, wherever the command runs."""
+    if path is None or os.path.isabs(path):
+        return path
+    return os.path.normpath(os.path.join(os.path.dirname(matrix_path), path))
+
+
 def build_cell(fragment: Fragment, spec: MatrixSpec) -> Cell:
     where = Where(spec.path, fragment.line)
     if "model" not in fragment.values:
@@ -136,6 +144,6 @@ def build_cell(fragment: Fragment, spec: MatrixSpec) -> Cell:
     return Cell(
         id=identity, matrix=spec.path, config=config, runner=_runner(config, fragment, spec.path),
         expect=expect, env=env, extra_args=fragment.values.get("extra_args", ()),
-        suites=fragment.values.get("suites", {}), baseline=fragment.values.get("baseline"),
+        suites=fragment.values.get("suites", {}), baseline=_beside(spec.path, fragment.values.get("baseline")),
         image=fragment.values.get("image"), line=fragment.line,
     )

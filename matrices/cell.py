@@ -33,7 +33,7 @@ class Cell:
     env: Mapping[str, str] = field(default_factory=dict)  # launch env; secrets as "${NAME}"
     extra_args: tuple[str, ...] = ()  # extra launch_server flags the matrix set verbatim
     suites: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # suite name -> options
-    baseline: str | None = None  # path of the baseline file, relative to the repo root or absolute
+    baseline: str | None = None  # baseline file; the matrix gives it relative to itself
     image: str | None = None  # container image for the Docker launcher
     line: int | None = None  # line in `matrix` where the cell was declared (for messages)
 
