@@ -1,0 +1,330 @@
+"""The simulator's HTTP API, driven with the official openai client and requests, as a user would.
+
+Everything it reports (usage, sglext, meta_info, /server_info, /metrics) must agree with the
+tokens it actually streamed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import aiohttp
+import openai
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.sim_fixtures import module_sim, sim  # noqa: F401 (fixtures)
+
+GAMMA = 3
+SPEC_ARGS = ["--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", "sim/draft",
+             "--speculative-dspark-block-size", str(GAMMA)]
+HELLO = [{"role": "user", "content": "Tell me about speculative decoding."}]
+
+
+@pytest.fixture(scope="module")
+def spec_server(module_sim):
+    return module_sim([*SPEC_ARGS, "--enable-metrics", "--reasoning-parser", "deepseek-r1"])
+
+
+@pytest.fixture(scope="module")
+def plain_server(module_sim):
+    return module_sim([])
+
+
+def client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url("/v1"), api_key="unused", max_retries=0)
+
+
+def spec_details(obj) -> dict:
+    return (obj.model_extra or {})["sglext"]["spec_tokens_details"]
+
+
+def data_events(response: requests.Response) -> list[str]:
+    """The ``data:`` payloads of an SSE response (the wire format is what is under test here)."""
+    return [line[len("data: "):] for line in response.iter_lines(decode_unicode=True) if line.startswith("data: ")]
+
+
+# --- chat ------------------------------------------------------------------------------------
+
+def test_chat_honours_max_tokens_exactly_with_ignore_eos(spec_server):
+    reply = client(spec_server).chat.completions.create(
+        model="m", messages=HELLO, max_tokens=57, temperature=0,
+        extra_body={"ignore_eos": True, "return_spec_tokens_details": True})
+    details = spec_details(reply)
+    assert reply.object == "chat.completion"
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.usage.completion_tokens == 57
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + 57
+    assert details["spec_accept_length"] == pytest.approx(57 / details["spec_verify_ct"])
+    assert details["spec_num_proposed_drafts"] == details["spec_verify_ct"] * GAMMA
+    assert details["spec_accept_rate"] == pytest.approx(details["spec_num_correct_drafts"]
+                                                        / details["spec_num_proposed_drafts"])
+    assert sum(details["spec_correct_drafts_histogram"]) == details["spec_verify_ct"]
+    # the first token comes from prefill, each verify step sends correct drafts + 1
+    assert 1 + details["spec_verify_ct"] + details["spec_num_correct_drafts"] == 57
+
+
+def test_chat_natural_end_is_stop_on_eos(spec_server):
+    reply = client(spec_server).chat.completions.create(model="m", messages=HELLO, temperature=0)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "stop"
+    assert choice.model_extra["matched_stop"] == 1  # the EOS token, counted in completion_tokens as by SGLang
+    assert 0 < reply.usage.completion_tokens < 500
+
+
+def test_chat_stream_sends_role_content_finish_sglext_usage_in_sglangs_order(spec_server):
+    stream = client(spec_server).chat.completions.create(
+        model="m", messages=HELLO, max_tokens=40, temperature=0, stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True, "return_spec_tokens_details": True})
+    chunks = list(stream)
+    assert all(chunk.object == "chat.completion.chunk" for chunk in chunks)
+    assert len({chunk.id for chunk in chunks}) == 1
+    first, *middle, finish, sglext, usage = chunks
+    assert first.choices[0].delta.role == "assistant" and first.choices[0].delta.content == ""
+    assert all(chunk.choices[0].finish_reason is None and chunk.choices[0].delta.content for chunk in middle)
+    assert finish.choices[0].finish_reason == "length"
+    assert sglext.choices == [] and usage.choices == []
+    details = spec_details(sglext)
+    assert usage.usage.completion_tokens == 40
+    # one chunk per step: the prefill token, then one chunk per verify step
+    assert len(middle) == 1 + details["spec_verify_ct"]
+    streamed = "".join(chunk.choices[0].delta.content for chunk in middle)
+    again = client(spec_server).chat.completions.create(model="m", messages=HELLO, max_tokens=40, temperature=0,
+                                                         extra_body={"ignore_eos": True})
+    assert streamed == again.choices[0].message.content
+
+
+def test_chat_stream_without_include_usage_has_no_usage_chunk(spec_server):
+    with requests.post(spec_server.url("/v1/chat/completions"), stream=True, timeout=30,
+                       json={"model": "m", "messages": HELLO, "max_tokens": 8, "stream": True}) as response:
+        events = data_events(response)
+    assert events[-1] == "[DONE]"
+    payloads = [json.loads(event) for event in events[:-1]]
+    assert all("usage" not in payload or payload["usage"] is None for payload in payloads)
+    assert all(payload["choices"] for payload in payloads)  # no sglext chunk either: not asked for
+
+
+def test_n_choices_report_one_spec_detail_each(spec_server):
+    reply = client(spec_server).chat.completions.create(
+        model="m", messages=HELLO, max_tokens=30, n=2, temperature=0.8,
+        extra_body={"ignore_eos": True, "return_spec_tokens_details": True})
+    details = reply.model_extra["sglext"]["spec_tokens_details"]
+    assert [choice.index for choice in reply.choices] == [0, 1]
+    assert len(details) == 2
+    assert reply.usage.completion_tokens == 60
+    assert all(d["spec_accept_length"] == pytest.approx(30 / d["spec_verify_ct"]) for d in details)
+
+
+def test_max_completion_tokens_wins_over_max_tokens(spec_server):
+    reply = client(spec_server).chat.completions.create(
+        model="m", messages=HELLO, max_completion_tokens=5, temperature=0, extra_body={"ignore_eos": True})
+    assert reply.usage.completion_tokens == 5
+
+
+def test_bad_request_is_sglangs_error_response(spec_server):
+    response = requests.post(spec_server.url("/v1/chat/completions"), json={"model": "m", "messages": []}, timeout=5)
+    assert response.status_code == 400
+    body = response.json()
+    assert body["object"] == "error" and body["type"] == "BadRequestError" and body["code"] == 400
+
+
+# --- reasoning ---------------------------------------------------------------------------------
+
+def test_thinking_goes_to_reasoning_content_with_a_reasoning_parser(spec_server):
+    reply = client(spec_server).chat.completions.create(
+        model="m", messages=HELLO, temperature=0, max_tokens=2000,
+        extra_body={"chat_template_kwargs": {"thinking": True}})
+    message = reply.choices[0].message
+    assert message.model_extra["reasoning_content"]
+    assert "<think>" not in message.content and "</think>" not in message.content
+    stream = client(spec_server).chat.completions.create(
+        model="m", messages=HELLO, temperature=0, max_tokens=2000, stream=True,
+        extra_body={"chat_template_kwargs": {"thinking": True}})
+    kinds = [("reasoning" if (chunk.choices[0].delta.model_extra or {}).get("reasoning_content") else "content")
+             for chunk in stream if chunk.choices and chunk.choices[0].delta.content != "" and
+             (chunk.choices[0].delta.content or (chunk.choices[0].delta.model_extra or {}).get("reasoning_content"))]
+    assert kinds[0] == "reasoning" and kinds[-1] == "content"
+    assert kinds == sorted(kinds, key=lambda kind: kind == "content")  # all reasoning before any content
+
+
+def test_thinking_stays_inline_without_a_reasoning_parser(plain_server):
+    reply = client(plain_server).chat.completions.create(
+        model="m", messages=HELLO, temperature=0, max_tokens=2000,
+        extra_body={"chat_template_kwargs": {"enable_thinking": True}})
+    assert reply.choices[0].message.content.startswith("<think>")
+
+
+# --- completions and /generate -------------------------------------------------------------------
+
+def test_completions_default_to_16_tokens_and_stream_the_same_text(spec_server):
+    reply = client(spec_server).completions.create(model="m", prompt="Once upon a time", temperature=0,
+                                                    extra_body={"ignore_eos": True})
+    assert reply.object == "text_completion"
+    assert reply.usage.completion_tokens == 16
+    stream = client(spec_server).completions.create(model="m", prompt="Once upon a time", temperature=0, stream=True,
+                                                     stream_options={"include_usage": True},
+                                                     extra_body={"ignore_eos": True})
+    chunks = list(stream)
+    text = "".join(chunk.choices[0].text for chunk in chunks if chunk.choices)
+    assert text == reply.choices[0].text
+    finishes = [chunk.choices[0].finish_reason for chunk in chunks if chunk.choices]
+    assert finishes[-1] == "length" and set(finishes[:-1]) == {None}
+    assert chunks[-1].usage.completion_tokens == 16
+
+
+def test_generate_meta_info_matches_output(spec_server):
+    body = {"text": "The capital of France is", "sampling_params": {"max_new_tokens": 33, "temperature": 0,
+                                                                     "ignore_eos": True}}
+    out = requests.post(spec_server.url("/generate"), json=body, timeout=30).json()
+    meta = out["meta_info"]
+    assert meta["completion_tokens"] == len(out["output_ids"]) == 33
+    assert meta["prompt_tokens"] > 0 and meta["e2e_latency"] > 0
+    assert meta["finish_reason"] == {"type": "length", "length": 33}
+    assert meta["spec_accept_length"] == pytest.approx(33 / meta["spec_verify_ct"])
+    with requests.post(spec_server.url("/generate"), json={**body, "stream": True}, stream=True,
+                       timeout=30) as response:
+        events = data_events(response)
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(event) for event in events[:-1]]
+    assert chunks[-1]["text"] == out["text"]  # SGLang streams the text so far
+    assert all(chunks[i]["text"].startswith(chunks[i - 1]["text"]) for i in range(1, len(chunks)))
+    assert "spec_verify_ct" in chunks[-1]["meta_info"] and "spec_verify_ct" not in chunks[0]["meta_info"]
+
+
+def test_generate_batch_returns_a_list(plain_server):
+    out = requests.post(plain_server.url("/generate"), timeout=30, json={
+        "text": ["a b c", "d e f"], "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}}).json()
+    assert [o["meta_info"]["completion_tokens"] for o in out] == [4, 4]
+    assert "spec_verify_ct" not in out[0]["meta_info"]  # no speculation, no spec fields
+
+
+# --- greedy parity ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("prompt", ["What is 2+2?", "Write a haiku about GPUs.", "x" * 300])
+def test_greedy_output_is_identical_with_and_without_speculation(spec_server, plain_server, prompt):
+    messages = [{"role": "user", "content": prompt}]
+    texts = [client(server).chat.completions.create(model="m", messages=messages, temperature=0,
+                                                    max_tokens=200).choices[0].message.content
+             for server in (spec_server, plain_server)]
+    assert texts[0] == texts[1]
+
+
+def test_sampled_output_varies(plain_server):
+    texts = {client(plain_server).chat.completions.create(model="m", messages=HELLO, temperature=1.0,
+                                                          max_tokens=30).choices[0].message.content
+             for _ in range(3)}
+    assert len(texts) > 1
+
+
+# --- info endpoints --------------------------------------------------------------------------
+
+def test_models_and_model_info(spec_server):
+    listed = client(spec_server).models.list()
+    assert [model.id for model in listed.data] == ["sim/tiny"]
+    info = requests.get(spec_server.url("/model_info"), timeout=5).json()
+    assert info["model_path"] == "sim/tiny" and info["is_generation"] is True
+    assert requests.get(spec_server.url("/get_model_info"), timeout=5).json() == info
+    for method in (requests.get, requests.post):
+        assert method(spec_server.url("/flush_cache"), timeout=5).text.startswith("Cache flushed.")
+    assert requests.get(spec_server.url("/ready"), timeout=5).status_code == 200
+
+
+def test_server_info_accept_length_is_absent_until_the_first_step_then_cumulative_per_dp_rank(sim):
+    server = sim([*SPEC_ARGS, "--tp-size", "2", "--attn-dp-size", "2", "--enable-dp-lm-head"])
+    states = requests.get(server.url("/server_info"), timeout=5).json()["internal_states"]
+    assert len(states) == 2
+    assert all("avg_spec_accept_length" not in state for state in states)
+    assert all(state["dspark_info_record"]["verify_num_draft_tokens"] == GAMMA + 1 for state in states)
+    served = {0: [0, 0], 1: [0, 0]}  # dp rank -> [tokens after the first, verify steps]
+    for index in range(6):
+        meta = requests.post(server.url("/generate"), timeout=30, json={
+            "text": f"prompt {index}", "sampling_params": {"max_new_tokens": 50, "ignore_eos": True}}
+        ).json()["meta_info"]
+        served[meta["dp_rank"]][0] += meta["completion_tokens"] - 1
+        served[meta["dp_rank"]][1] += meta["spec_verify_ct"]
+    info = requests.get(server.url("/get_server_info"), timeout=5).json()
+    assert info["version"] == "0.5.23" and info["attn_dp_size"] == 2
+    for state in info["internal_states"]:
+        tokens, steps = served[state["dp_rank"]]
+        assert steps > 0  # requests are spread over the ranks
+        assert state["avg_spec_accept_length"] == pytest.approx(tokens / steps)
+
+
+def _metric_samples(server) -> dict:
+    text = requests.get(server.url("/metrics"), timeout=5).text
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            key = (sample.name, tuple(sorted((k, v) for k, v in sample.labels.items() if k != "model_name")))
+            samples[key] = sample.value
+    return samples
+
+
+def test_metrics_count_what_was_served(sim):
+    server = sim([*SPEC_ARGS, "--enable-metrics"])
+    usage = client(server).chat.completions.create(
+        model="m", messages=HELLO, max_tokens=30, extra_body={"ignore_eos": True, "return_spec_tokens_details": True})
+    details = spec_details(usage)
+    streamed = list(client(server).chat.completions.create(model="m", messages=HELLO, max_tokens=20, stream=True,
+                                                            extra_body={"ignore_eos": True}))
+    assert streamed
+    samples = _metric_samples(server)
+    unified = (("engine_type", "unified"),)
+    assert samples[("sglang:generation_tokens_total", unified + (("is_streaming", "false"),))] == 30
+    assert samples[("sglang:generation_tokens_total", unified + (("is_streaming", "true"),))] == 20
+    assert samples[("sglang:prompt_tokens_total", unified + (("is_streaming", "false"),))] == usage.usage.prompt_tokens
+    assert samples[("sglang:num_requests_total", unified + (("is_streaming", "true"),))] == 1
+    gauge_labels = unified + (("moe_ep_rank", "0"), ("pp_rank", "0"), ("tp_rank", "0"))
+    assert 1.0 <= samples[("sglang:spec_accept_length", gauge_labels)] <= GAMMA + 1
+    assert 0.0 <= samples[("sglang:spec_accept_rate", gauge_labels)] <= 1.0
+    assert details["spec_verify_ct"] > 0
+
+
+def test_metrics_only_with_enable_metrics(plain_server):
+    assert requests.get(plain_server.url("/metrics"), timeout=5).status_code == 404
+
+
+def test_health_is_503_while_booting(sim):
+    server = sim([], env={"DSPARK_SIM_BOOT_SECONDS": "1.5"}, wait=False)
+    codes = []
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and 200 not in codes:
+        codes.append(server.health())
+        time.sleep(0.05)
+    answered = [code for code in codes if code is not None]
+    assert answered[0] == 503 and answered[-1] == 200
+    assert "The server is fired up and ready to roll!" in server.log()
+
+
+def test_api_key_guards_everything_but_probes(sim):
+    server = sim(["--api-key", "sekret"])
+    assert requests.get(server.url("/v1/models"), timeout=5).status_code == 401
+    assert requests.get(server.url("/v1/models"), headers={"Authorization": "Bearer sekret"},
+                        timeout=5).status_code == 200
+    assert requests.get(server.url("/health"), timeout=5).status_code == 200
+
+
+# --- many streams at once --------------------------------------------------------------------
+
+async def _stream_many(url: str, count: int) -> list[int]:
+    async def one(session: aiohttp.ClientSession, index: int) -> int:
+        body = {"model": "m", "messages": [{"role": "user", "content": f"question {index}"}], "max_tokens": 24,
+                "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
+        async with session.post(url, json=body) as response:
+            usage = None
+            async for line in response.content:
+                if line.startswith(b"data: {") and b'"usage": {' in line:
+                    usage = json.loads(line[len(b"data: "):])["usage"]["completion_tokens"]
+            return usage
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        return await asyncio.gather(*(one(session, index) for index in range(count)))
+
+
+def test_carries_hundreds_of_concurrent_streams(spec_server):
+    completions = asyncio.run(_stream_many(spec_server.url("/v1/chat/completions"), 300))
+    assert completions == [24] * 300
