@@ -36,6 +36,12 @@ class GitHub:
     def post_comment(self, pr: int, body: str) -> int:
         return self._call("POST", f"/issues/{pr}/comments", {"body": body})["id"]
 
+    def comment_body(self, comment_id: int) -> str:
+        return self._call("GET", f"/issues/comments/{comment_id}")["body"] or ""
+
+    def edit_comment(self, comment_id: int, body: str) -> None:
+        self._call("PATCH", f"/issues/comments/{comment_id}", {"body": body})
+
     def react(self, comment_id: int, reaction: str) -> None:
         self._call("POST", f"/issues/comments/{comment_id}/reactions", {"content": REACTIONS[reaction]})
 

