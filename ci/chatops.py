@@ -17,7 +17,7 @@ from ci.event import CommentEvent
 from ci.github import GitHub
 from ci.permissions import Commenter, UserPermissions, refusal
 from ci.reply import group_by_runner, render_groups, render_refusals
-from ci.resolve import SpecRefused, resolve_spec
+from ci.resolve import resolve_specs
 from dspark_ci.errors import BadInput, ExitCode
 
 RERUN_WORKFLOW = "rerun-test.yml"
@@ -67,12 +67,7 @@ def _rerun_test(command, event: CommentEvent, config: ChatOpsConfig, plan: dict)
     if not (config.repo_root / "test" / "registered").is_dir():
         raise BadInput("--repo-root", f"{config.repo_root} has no test/registered/ folder",
                        "pass the root of the SGLang checkout the PR is about")
-    resolved, refusals = [], []
-    for spec in command.specs:
-        try:
-            resolved.extend(resolve_spec(spec, config.repo_root))
-        except SpecRefused as err:
-            refusals.append((spec.text, str(err)))
+    resolved, refusals = resolve_specs(command.specs, config.repo_root)
     # All or nothing: a half-dispatched rerun reads too easily as the whole request.
     if refusals:
         return _rejected(plan, refusals, f"{len(refusals)} of {len(command.specs)} tests refused: "
@@ -122,22 +117,21 @@ def execute(outcome: Outcome, event: CommentEvent, github: GitHub) -> None:
     pr = event.pr_number
     if event.comment_id is not None:
         github.react(event.comment_id, "accepted" if outcome.accepted else "refused")
-    if not outcome.accepted:
-        github.post_comment(pr, outcome.reply)
-        return
-    # The reply goes first: the rerun workflow edits it in place and needs its id.
+    actions = outcome.plan["actions"]
+    dispatches = [action for action in actions if action["type"] == "workflow_dispatch"]
+    # Labels and reruns first, so the reply never claims what failed; dispatches after the reply,
+    # because the rerun workflow edits that reply in place and needs its id.
+    for action in actions:
+        if action not in dispatches:
+            _PR_ACTIONS[action["type"]](github, pr, action)
     reply_id = github.post_comment(pr, outcome.reply)
-    for action in outcome.plan["actions"]:
-        _ACTIONS[action["type"]](github, pr, reply_id, action)
+    for action in dispatches:
+        github.dispatch_workflow(action["workflow"], action["ref"],
+                                 {**action["inputs"], "reply_comment_id": str(reply_id)})
 
 
-def _dispatch(github: GitHub, pr: int, reply_id: int, action: dict) -> None:
-    github.dispatch_workflow(action["workflow"], action["ref"],
-                             {**action["inputs"], "reply_comment_id": str(reply_id)})
-
-
-_ACTIONS = {
-    "workflow_dispatch": _dispatch,
-    "add_label": lambda github, pr, reply_id, action: github.add_label(pr, action["label"]),
-    "rerun_failed_runs": lambda github, pr, reply_id, action: github.rerun_failed_runs(pr),
+# plan action type -> how it is carried out on the PR
+_PR_ACTIONS = {
+    "add_label": lambda github, pr, action: github.add_label(pr, action["label"]),
+    "rerun_failed_runs": lambda github, pr, action: github.rerun_failed_runs(pr),
 }

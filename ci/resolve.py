@@ -16,6 +16,7 @@ from ci.commands import TestSpec
 from ci.registry import Registration, RegistrationError, chosen_registration
 
 TEST_FILE_PATTERN = "test_*.py"
+MAX_FILES = 20  # per comment: a wildcard must not turn one comment into a whole-suite run
 
 
 class SpecRefused(Exception):
@@ -37,6 +38,22 @@ class ResolvedTest:
     @property
     def runner(self) -> str:
         return self.registration.runner
+
+
+def resolve_specs(specs: tuple[TestSpec, ...], repo_root: Path) -> tuple[list[ResolvedTest], list[tuple[str, str]]]:
+    """Every spec's tests, and (spec, why) for each spec that cannot run."""
+    resolved, refusals = [], []
+    for spec in specs:
+        try:
+            resolved.extend(resolve_spec(spec, repo_root))
+        except SpecRefused as err:
+            refusals.append((spec.text, str(err)))
+    files = sorted({test.path for test in resolved})
+    if len(files) > MAX_FILES:
+        refusals.append((" ".join(spec.text for spec in specs),
+                         f"matched {len(files)} test files; at most {MAX_FILES} run per comment: "
+                         "narrow the wildcards or split the request"))
+    return resolved, refusals
 
 
 def resolve_spec(spec: TestSpec, repo_root: Path) -> list[ResolvedTest]:

@@ -200,6 +200,16 @@ def test_unresolvable_spec_is_refused_with_reason(capsys, sglang_repo, permissio
     assert "Nothing was dispatched" in result["reply"]
 
 
+def test_wildcard_cannot_turn_one_comment_into_a_suite_run(capsys, sglang_repo, permissions_file):
+    for i in range(21):
+        (sglang_repo / "test/registered/spec" / f"test_many_{i:02d}.py").write_text(
+            'register_cuda_ci(est_time=5, stage="base-b", runner_config="1-gpu-large")\n')
+    code, result, _ = chatops_json(capsys, sglang_repo, permissions_file, "/rerun-test test_many_*.py")
+    assert code == 2
+    assert "matched 21 test files; at most 20 run per comment" in result["reply"]
+    assert result["plan"]["actions"] == []
+
+
 # --- the allow-list: what never reaches a runner ----------------------------------------------
 
 @pytest.mark.parametrize("spec, reason", [
