@@ -124,6 +124,8 @@ class Engine:
     async def run(self, gen: Generation, job: Job) -> AsyncIterator[list[str]]:
         """Yield the tokens of each step (prefill first); ``gen`` holds the totals."""
         rank = self.ranks[gen.dp_rank]
+        if rank.running == 0:  # an idle rank's log window starts with its next request
+            rank.window_started = time.perf_counter()
         rank.running += 1
         self._running_changed(rank)
         try:
