@@ -60,7 +60,12 @@ def _run_job(chunk: int) -> Job:
         Step("Install dspark-ci", run="python3 -m pip install -e ."),
         Step("Run the cell", env={"MATRIX": "${{ matrix.matrix }}", "CELL": "${{ matrix.cell }}",
                                   "HF_TOKEN": "${{ secrets.HF_TOKEN }}"},
-             run=f'dspark-ci run "$MATRIX" --cell "$CELL" --launcher docker --out "{RUNS_DIR}/$CELL"\n'),
+             run=(
+                 # Multi-node cells need the runner's Docker hosts inventory (DSPARK_HOSTS in its environment).
+                 'hosts_args=()\n'
+                 'if [ -n "${DSPARK_HOSTS:-}" ]; then hosts_args=(--hosts "$DSPARK_HOSTS"); fi\n'
+                 f'dspark-ci run "$MATRIX" --cell "$CELL" --launcher docker --out "{RUNS_DIR}/$CELL" '
+                 '--server sglang "${hosts_args[@]}"\n')),
         Step("Add the report to the job summary", if_="always()", env={"CELL": "${{ matrix.cell }}"}, run=(
             f'if [ -f "{RUNS_DIR}/$CELL/report.md" ]; then\n'
             f'  cat "{RUNS_DIR}/$CELL/report.md" >> "$GITHUB_STEP_SUMMARY"\n'

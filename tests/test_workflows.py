@@ -90,7 +90,8 @@ def test_nightly_fans_out_one_job_per_cell_on_its_runner():
     steps = steps_of(run)
     assert steps["Run the cell"]["env"]["MATRIX"] == "${{ matrix.matrix }}"
     assert steps["Run the cell"]["env"]["CELL"] == "${{ matrix.cell }}"
-    assert 'dspark-ci run "$MATRIX" --cell "$CELL" --launcher docker --out "runs/$CELL"' in steps["Run the cell"]["run"]
+    run_cell = steps["Run the cell"]["run"]
+    assert 'dspark-ci run "$MATRIX" --cell "$CELL" --launcher docker --out "runs/$CELL" --server sglang' in run_cell
     summary = steps["Add the report to the job summary"]
     assert summary["if"] == "always()" and '>> "$GITHUB_STEP_SUMMARY"' in summary["run"]
     upload = steps["Upload the run directory"]
@@ -221,17 +222,26 @@ def _step_script(workflow_name: str, job: str, step: str) -> str:
     return steps_of(workflow(workflow_name)["jobs"][job])[step]["run"]
 
 
-def test_plan_step_script_writes_the_nightly_matrix_to_github_output(tmp_path):
+# GitHub runs `run:` scripts with `bash --noprofile --norc -eo pipefail`.
+GITHUB_BASH = ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c"]
+
+
+@pytest.mark.parametrize("select, cell_suffix, runner", [
+    pytest.param("", "", None, id="scheduled-every-cell"),
+    pytest.param("*-npu", "-npu", "16-npu-a3", id="manual-select"),
+])
+def test_plan_step_script_writes_the_nightly_matrix_to_github_output(tmp_path, select, cell_suffix, runner):
     (tmp_path / "matrices").symlink_to(REPO / "matrices")
     github_output = tmp_path / "github_output"
-    env = {**os.environ, "GITHUB_OUTPUT": str(github_output), "SELECT": "*-npu"}
-    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", _step_script("nightly.yml", "plan", "Plan cells")],
+    env = {**os.environ, "GITHUB_OUTPUT": str(github_output), "SELECT": select}
+    proc = subprocess.run([*GITHUB_BASH, _step_script("nightly.yml", "plan", "Plan cells")],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     outputs = dict(line.split("=", 1) for line in github_output.read_text().splitlines())
     matrix = json.loads(outputs["matrix"])["include"]
-    assert matrix and all(entry["cell"].endswith("-npu") and entry["runner"] == "16-npu-a3"
-                          and entry["matrix"] == "matrices/nightly.yaml" for entry in matrix)
+    assert int(outputs["cells"]) == len(matrix) > 0
+    assert all(entry["cell"].endswith(cell_suffix) and entry["runner"] == (runner or entry["runner"])
+               and entry["matrix"] == "matrices/nightly.yaml" for entry in matrix)
     assert outputs["chunks"] == "1" and json.loads(outputs["matrix_2"]) == {"include": []}
 
 
@@ -259,7 +269,7 @@ def run_report_step(tmp_path: Path, planned: list[str]) -> tuple[subprocess.Comp
         {"include": [{"cell": c, "runner": "8-gpu-h200", "matrix": "matrices/nightly.yaml"} for c in planned]}))
     summary = tmp_path / "summary.md"
     env = {**os.environ, "GITHUB_STEP_SUMMARY": str(summary), "GITHUB_RUN_ID": "777"}
-    proc = subprocess.run(["bash", "-eo", "pipefail", "-c", _step_script("nightly.yml", "report", "Merge and report")],
+    proc = subprocess.run([*GITHUB_BASH, _step_script("nightly.yml", "report", "Merge and report")],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
     merged = json.loads((tmp_path / "merged" / "results.json").read_text())
     return proc, merged, summary.read_text() if summary.exists() else ""
