@@ -39,8 +39,7 @@ class CellOutcome:
 
 
 def run_cell(cell: Cell, ctx: CellContext) -> CellOutcome:
-    record = {"id": cell.id, "config": dict(cell.config), "expect": cell.expect.to_dict(), "runner": cell.runner,
-              "status": "error", "error": None, "boot_seconds": None, "metrics": {}, "gates": [], "warnings": []}
+    record = new_record(cell)
     if not _expectation_applies(cell, ctx.sglang_version):
         return _finish(record, "skipped", f"expectation written for SGLang {cell.expect.sglang}, "
                                           f"testing {ctx.sglang_version}", ExitCode.OK)
@@ -71,6 +70,14 @@ def run_cell(cell: Cell, ctx: CellContext) -> CellOutcome:
     return _judge_measurement(record, cell, outcome, ctx)
 
 
+def new_record(cell: Cell) -> dict:
+    """A cell's results.json entry before anything happened (CONTRACT.md keys, plus the cell's suite options
+    so `dspark-ci report --baseline` can gate again exactly as the run did)."""
+    return {"id": cell.id, "config": dict(cell.config), "expect": cell.expect.to_dict(), "runner": cell.runner,
+            "suites": {name: dict(options) for name, options in cell.suites.items()}, "baseline": cell.baseline,
+            "status": "error", "error": None, "boot_seconds": None, "metrics": {}, "gates": [], "warnings": []}
+
+
 def _judge_rejection(record: dict, cell: Cell, err: LaunchFailed) -> CellOutcome:
     said = err.sglang_error or ""
     if cell.expect.message and re.search(cell.expect.message, said):
@@ -87,10 +94,10 @@ def _judge_measurement(record: dict, cell: Cell, outcome: SuiteOutcome, ctx: Cel
     record["warnings"] = list(outcome.warnings)
     record["tests"] = outcome.tests
     record["gates"] = ctx.gate(cell.to_dict(), outcome.metrics)
-    problems = outcome.failures + [
-        f"gate {g['metric']} {g['op']} {g['threshold']:g}: measured {g['value']}" for g in record["gates"] if not g["passed"]]
-    if problems:
-        return _finish(record, "failed", "; ".join(problems), ExitCode.FELL_SHORT)
+    if outcome.failures:  # failed gates are in record["gates"]; `error` is for everything else
+        return _finish(record, "failed", "; ".join(outcome.failures), ExitCode.FELL_SHORT)
+    if not all(gate["passed"] for gate in record["gates"]):
+        return _finish(record, "failed", None, ExitCode.FELL_SHORT)
     return _finish(record, "passed", None, ExitCode.OK)
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from dspark_ci.cell_run import CellContext, run_cell
+from dspark_ci.cell_run import CellContext, new_record, run_cell
 from dspark_ci.errors import BadInput, ExitCode, InfraError
 from dspark_ci.progress import Progress
 from matrices import load_cells
@@ -52,30 +52,41 @@ def select_cells(cells: list[Cell], wanted: tuple[str, ...]) -> list[Cell]:
     return [by_id[w] for w in wanted]
 
 
-def load_gate(cells: list[Cell], override: str | None) -> Callable[[dict, dict], list]:
-    """Load every baseline the run needs before launching anything (a bad one is exit 2, nothing lost)."""
-    paths = {override} if override else {c.baseline for c in cells if c.baseline}
-    baselines = {path: load_baseline(path) for path in paths if path}
+@dataclass(frozen=True)
+class Baselines:
+    """Every baseline the run needs, loaded before anything is launched (a bad one is exit 2, nothing lost)."""
 
-    def gate(cell: dict, metrics: dict) -> list:
-        path = override or cell.get("baseline")
-        return evaluate(cell, metrics, baselines.get(path))
+    by_path: dict
+    override: str | None
 
-    return gate
+    @classmethod
+    def load(cls, cells: list[Cell], override: str | None) -> "Baselines":
+        paths = {override} if override else {c.baseline for c in cells if c.baseline}
+        return cls({path: load_baseline(path) for path in paths if path}, override)
+
+    def for_cell(self, cell: dict):
+        return self.by_path.get(self.override or cell.get("baseline"))
+
+    def gate(self, cell: dict, metrics: dict) -> list:
+        return evaluate(cell, metrics, self.for_cell(cell))
+
+    def shared(self):
+        """The one baseline every cell uses, if there is exactly one (reports name its lines)."""
+        return next(iter(self.by_path.values())) if len(self.by_path) == 1 else None
 
 
 def run(options: RunOptions, launcher: Any, suite_defaults: Callable[[dict], dict] = lambda o: o,
         progress: Progress | None = None) -> ExitCode:
     progress = progress or Progress()
     cells = select_cells(load_cells(list(options.matrices)), options.cell_ids)
-    gate = load_gate(cells, options.baseline)
+    baselines = Baselines.load(cells, options.baseline)
     run_id = new_run_id()
     run_dir = options.out or Path("runs") / run_id
     results = {"schema": 1, "run_id": run_id, "started_at": _now(), "finished_at": None,
                "launcher": options.launcher, "matrices": list(options.matrices), "cells": []}
     _save(run_dir, results)
     ctx = CellContext(launcher=launcher, run_dir=run_dir, sglang_version=options.sglang_version,
-                      suites=options.suites, gate=gate, stage=progress.stage, suite_defaults=suite_defaults)
+                      suites=options.suites, gate=baselines.gate, stage=progress.stage, suite_defaults=suite_defaults)
     codes = []
     try:
         for index, cell in enumerate(cells, 1):
@@ -93,7 +104,7 @@ def run(options: RunOptions, launcher: Any, suite_defaults: Callable[[dict], dic
     finally:
         results["finished_at"] = _now()
         _save(run_dir, results)
-        write_reports(run_dir, results)
+        write_reports(run_dir, results, baseline=baselines.shared())
         _append_step_summary(results)
         progress.close()
         progress.done(f"results in {run_dir}/ (results.json, junit.xml, report.md, report.html, logs/)")
@@ -101,9 +112,8 @@ def run(options: RunOptions, launcher: Any, suite_defaults: Callable[[dict], dic
 
 
 def interrupted_record(cell: Cell) -> dict:
-    return {"id": cell.id, "config": dict(cell.config), "expect": cell.expect.to_dict(), "runner": cell.runner,
-            "status": "error", "error": "interrupted (Ctrl-C or SIGTERM) before the cell finished; "
-            "everything it started was torn down", "boot_seconds": None, "metrics": {}, "gates": []}
+    return {**new_record(cell), "error": "interrupted (Ctrl-C or SIGTERM) before the cell finished; "
+            "everything it started was torn down"}
 
 
 def _summary_line(index: int, total: int, record: dict) -> str:

@@ -1,0 +1,134 @@
+"""`dspark-ci run` end to end on the simulated server, as a user runs it: exit codes, results, logs, no orphans."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.process_table import assert_no_process_with_env
+
+REPO = Path(__file__).resolve().parent.parent
+SMOKE = str(REPO / "matrices" / "smoke.yaml")
+ONE_NODE = "dsv4-flash-tp8-a2a-none-dspark-b7-cuda"
+TWO_NODES = "dsv4-flash-2node-tp16-a2a-none-dspark-b7-cuda"
+REJECTED = "dsv4-flash-tp8-dp4-dpattn-a2a-none-dspark-b7-cuda"
+
+
+class Run:
+    """One `dspark-ci run` in a subprocess, tagged so its processes can be found in the process table."""
+
+    def __init__(self, tmp_path: Path, *args: str, faults: str = ""):
+        self.out = tmp_path / "run"
+        self.tag = uuid.uuid4().hex
+        self.env = {**os.environ, "CI": "true", "DSPARK_TEST_RUN": self.tag, "DSPARK_SIM_FAULTS": faults}
+        self.argv = [sys.executable, "-m", "dspark_ci", "run", *args, "--out", str(self.out)]
+
+    def __call__(self, timeout: float = 240) -> subprocess.CompletedProcess:
+        done = subprocess.run(self.argv, env=self.env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+        self.assert_nothing_left()
+        return done
+
+    def start(self) -> subprocess.Popen:
+        return subprocess.Popen(self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, cwd=REPO)
+
+    def results(self) -> dict:
+        return json.loads((self.out / "results.json").read_text())
+
+    def cell(self, cell_id: str) -> dict:
+        return next(c for c in self.results()["cells"] if c["id"] == cell_id)
+
+    def assert_nothing_left(self) -> None:
+        assert_no_process_with_env("DSPARK_TEST_RUN", self.tag)
+
+
+def test_smoke_matrix_runs_end_to_end(tmp_path):
+    run = Run(tmp_path, SMOKE)
+    done = run()
+    assert done.returncode == 0, done.stderr
+    statuses = {c["id"]: c["status"] for c in run.results()["cells"]}
+    assert statuses == {ONE_NODE: "passed", TWO_NODES: "passed", REJECTED: "rejected_as_expected"}
+    for name in ("results.json", "junit.xml", "report.md", "report.html"):
+        assert (run.out / name).stat().st_size > 0
+    assert (run.out / "logs" / TWO_NODES / "1.log").exists()
+    assert "ready to roll" in (run.out / "logs" / ONE_NODE / "0.log").read_text()
+    measured = run.cell(ONE_NODE)["metrics"]
+    assert measured["accept_length"] > 2 and measured["output_throughput_tok_s"] > 0
+    assert f"{ONE_NODE}: PASSED" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "faults, cell_id, code, status, says",
+    [
+        ("accept_collapse", ONE_NODE, 1, "failed", None),
+        ("crash_first_prefill", ONE_NODE, 1, "error", "AssertionError"),
+        ("rank_exit=1:3", TWO_NODES, 1, "error", "node rank 1 exited"),
+        ("hang_boot", ONE_NODE, 3, "error", "did not become healthy"),
+    ],
+    ids=["accept-collapse-fails-the-floor", "crash-on-first-prefill", "node-loss", "hung-boot-times-out"],
+)
+def test_faults_are_reported_for_what_they_are(tmp_path, faults, cell_id, code, status, says):
+    run = Run(tmp_path, SMOKE, "--cell", cell_id, "--boot-timeout", "4", faults=faults)
+    done = run()
+    assert done.returncode == code, done.stderr
+    cell = run.cell(cell_id)
+    assert cell["status"] == status
+    if says:
+        assert says in cell["error"]
+    else:  # a collapse serves happily: only the accept-length floor notices
+        failed = [g["metric"] for g in cell["gates"] if not g["passed"]]
+        assert "accept_length" in failed and cell["metrics"]["accept_length"] == pytest.approx(1.0, abs=0.05)  # the prefill token is not verified
+    assert cell["id"] in (run.out / "report.md").read_text()
+
+
+def test_expected_rejection_with_another_message_fails(tmp_path):
+    run = Run(tmp_path, SMOKE, "--cell", REJECTED, faults="boot_reject=Some other reason.")
+    done = run()
+    assert done.returncode == 1
+    cell = run.cell(REJECTED)
+    assert cell["status"] == "failed"
+    assert "Some other reason." in cell["error"]
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 130)], ids=["ctrl-c", "sigterm"])
+def test_interrupting_a_run_keeps_results_and_leaves_nothing(tmp_path, sig, code):
+    run = Run(tmp_path, SMOKE, "--cell", ONE_NODE, "--cell", TWO_NODES, faults="slow_decode=20")
+    process = run.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (run.out / "logs" / ONE_NODE / "suites.log").exists():
+        time.sleep(0.2)
+    time.sleep(1.0)  # in the middle of measuring
+    process.send_signal(sig)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == code, output
+    run.assert_nothing_left()
+    results = run.results()
+    assert results["interrupted"] is True and results["finished_at"]
+    assert [c["status"] for c in results["cells"]] == ["error"]
+    assert "interrupted" in results["cells"][0]["error"]
+    assert (run.out / "report.md").exists()
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--cell", "no-such-cell"], "--cell no-such-cell: no such cell"),
+        (["--suites", "gpqa,bogus"], "unknown suite bogus"),
+        (["--baseline", "missing-baseline.yaml"], "missing-baseline.yaml"),
+    ],
+    ids=["unknown-cell", "unknown-suite", "missing-baseline"],
+)
+def test_bad_input_is_exit_2_with_one_message_and_launches_nothing(tmp_path, args, says):
+    run = Run(tmp_path, SMOKE, *args)
+    done = run()
+    assert done.returncode == 2
+    assert says in done.stderr and "Traceback" not in done.stderr
+    assert not (run.out / "logs").exists()
