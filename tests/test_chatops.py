@@ -329,7 +329,7 @@ def test_event_file_rerun_test_reply_and_plan_match_goldens(capsys, tmp_path, sg
     check_golden("plan_rerun_test.json", json.dumps(result["plan"], indent=2, ensure_ascii=False) + "\n")
 
 
-def test_text_output_shows_reply_then_plan(capsys, tmp_path, sglang_repo, permissions_file):
+def test_text_output_shows_reply_then_plan(capsys, tmp_path, permissions_file):
     event = tmp_path / "event.json"
     event.write_text(json.dumps(issue_comment_event("/tag-and-rerun-ci")))
     code, out, _ = chatops(capsys, "--event", str(event), "--permissions", str(permissions_file), "--dry-run")
@@ -368,7 +368,7 @@ def test_missing_event_file_exits_2(capsys, tmp_path):
     pytest.param('{"alice": {"cooldown_interval_minutes": -5}}', "alice.cooldown_interval_minutes is -5",
                  id="cooldown-negative"),
 ])
-def test_bad_permissions_file_exits_2_naming_the_file(capsys, tmp_path, sglang_repo, content, message):
+def test_bad_permissions_file_exits_2_naming_the_file(capsys, tmp_path, content, message):
     path = tmp_path / "permissions.json"
     path.write_text(content)
     code, out, err = chatops(capsys, "--comment", "/rerun-failed-ci", "--user", "alice", "--permissions", str(path),
