@@ -60,6 +60,8 @@ PULL_POLICIES = ("never", "missing", "always")
 LABEL_RUN, LABEL_CELL, LABEL_RANK, LABEL_LAUNCH = "dspark-ci.run", "dspark-ci.cell", "dspark-ci.rank", "dspark-ci.launch"
 HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
 _EXITED = ("exited", "dead")
+SETTLE_S = 0.5  # after seeing one rank exit, let every engine catch up before naming the culprit
+SIMULTANEOUS_S = 1.0  # exits closer than this are one event, as far as engine clocks can tell
 
 
 def new_run_id() -> str:
@@ -313,20 +315,22 @@ class _Group:
         log.start()
 
     def check(self, cell_id: str) -> None:
-        exited = []
-        for rank in self.ranks:
-            state = self._state(rank)
-            if state.get("Status") in _EXITED:
-                exited.append((state.get("FinishedAt", ""), rank, state.get("ExitCode")))
-        if not exited:
+        if not self._exited():
             return
-        exited.sort(key=lambda item: _seconds(item[0]))
-        _, rank, code = exited[0]
+        time.sleep(SETTLE_S)  # another engine may not have registered its rank's exit yet
+        exited = self._exited()
+        culprit = _culprit(exited)
+        rank = culprit.rank
         lines = rank.log.last_lines(40)
-        others = [f"node rank {r.command.node_rank} exited too" for _, r, _ in exited[1:]]
-        raise LaunchFailed(cell_id=cell_id, reason="exited", node_rank=rank.command.node_rank, rank_exit_code=code,
-                           last_lines=lines[-15:], sglang_error=sglang_error_line(lines),
+        others = [f"node rank {e.rank.command.node_rank} exited too (code {e.code})" for e in exited if e is not culprit]
+        raise LaunchFailed(cell_id=cell_id, reason="exited", node_rank=rank.command.node_rank,
+                           rank_exit_code=culprit.code, last_lines=lines[-15:], sglang_error=sglang_error_line(lines),
                            hint="; ".join([*others, f"container on {rank.host.url}", f"full log: {rank.log.path}"]))
+
+    def _exited(self) -> list["_Exit"]:
+        states = [(rank, self._state(rank)) for rank in self.ranks]
+        return [_Exit(rank, state.get("ExitCode"), _seconds(state.get("FinishedAt", "")))
+                for rank, state in states if state.get("Status") in _EXITED]
 
     def _state(self, rank: _Rank) -> dict:
         try:
@@ -352,6 +356,25 @@ class _Group:
             with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
                 for future in [pool.submit(job) for job in jobs]:
                     future.result()
+
+
+@dataclass(frozen=True)
+class _Exit:
+    rank: _Rank
+    code: int | None
+    finished_at: float  # engine's clock, seconds
+
+
+def _culprit(exited: list[_Exit]) -> _Exit:
+    """The rank whose exit brought the group down.
+
+    Engines time exits to a few milliseconds, which cannot order ranks that die together. When they
+    do, blame a worker: a leader aborts the moment a worker disconnects, while workers that lose their
+    leader wait (for their join or NCCL timeout) far longer than SIMULTANEOUS_S.
+    """
+    first = min(e.finished_at for e in exited)
+    together = [e for e in exited if e.finished_at - first <= SIMULTANEOUS_S]
+    return min(together, key=lambda e: (e.rank.command.node_rank == 0, e.finished_at))
 
 
 def _seconds(rfc3339: str) -> float:
