@@ -147,7 +147,7 @@ def container_spec(command: RankCommand, host: DockerHost, image: str, labels: M
     spec = {
         "image": image,
         "command": server_argv(command, settings.server, python="python3"),
-        "name": container_name(labels),
+        "name": container_name(labels, command.node_rank),
         "labels": {**labels, LABEL_RANK: str(command.node_rank)},
         "network_mode": "host",  # ranks reach each other and we reach rank 0 as on bare nodes
         "ipc_mode": "host",
@@ -165,9 +165,10 @@ def container_spec(command: RankCommand, host: DockerHost, image: str, labels: M
     return spec
 
 
-def container_name(labels: Mapping[str, str]) -> str:
+def container_name(labels: Mapping[str, str], node_rank: int) -> str:
+    """Readable in `docker ps`, unique per engine: cell, rank, and this launch's token."""
     cell = re.sub(r"[^A-Za-z0-9_.-]", "-", labels[LABEL_CELL])[:120]
-    return f"dspark-{cell}-{labels[LABEL_LAUNCH]}"
+    return f"dspark-{cell}-r{node_rank}-{labels[LABEL_LAUNCH]}"
 
 
 def container_env(command: RankCommand, caller_env: Mapping[str, str], prefixes: tuple[str, ...]) -> dict[str, str]:

@@ -12,7 +12,8 @@ An inventory is a YAML file (``--hosts FILE``)::
 
 or the environment variable ``DSPARK_DOCKER_HOSTS``: whitespace-separated ``URL`` or ``URL=ADDRESS`` entries,
 e.g. ``unix:///var/run/docker.sock=127.0.0.1 unix:///run/dspark-docker2.sock=127.0.0.2``.
-Without either: the local engine (``DOCKER_HOST`` or the default socket).
+Without either: the local engine (``DOCKER_HOST`` or the default socket), which then stands in for every
+node of a multi-node cell (node rank r at 127.0.0.(r+1)).
 
 A multi-node cell puts node rank r on host r. Several engines on one machine share its network (containers
 use host networking), so a local engine's address defaults to its own loopback address, 127.0.0.(i+1):
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Iterator, Mapping
 from urllib.parse import urlparse
@@ -63,9 +64,14 @@ class DockerHost:
 class Inventory:
     hosts: tuple[DockerHost, ...]
     source: str  # the file, the environment variable, or "the local engine"
+    # No inventory given: the local engine stands in for as many nodes as a cell has, node rank r at
+    # 127.0.0.(r+1), as the local launcher does. A written inventory means what it lists.
+    local_nodes_on_loopback: bool = False
 
     def hosts_for(self, nnodes: int) -> tuple[DockerHost, ...]:
         """Node rank r -> host r."""
+        if nnodes > len(self.hosts) and self.local_nodes_on_loopback and self.hosts[0].is_local:
+            return tuple(replace(self.hosts[0], address=f"127.0.0.{rank + 1}") for rank in range(nnodes))
         if nnodes > len(self.hosts):
             raise BadInput(self.source, f"a {nnodes}-node cell needs {nnodes} Docker hosts, the inventory lists "
                                         f"{len(self.hosts)}",
@@ -92,7 +98,7 @@ def load_inventory(path: str | None, environ: Mapping[str, str]) -> Inventory:
         return _from_env(environ[HOSTS_ENV])
     url = environ.get("DOCKER_HOST") or DEFAULT_ENGINE
     return Inventory((_host(url, None, None, {}, "DOCKER_HOST" if environ.get("DOCKER_HOST") else "default", 0),),
-                     source=f"the local engine ({url})")
+                     source=f"the local engine ({url})", local_nodes_on_loopback=True)
 
 
 def _from_env(text: str) -> Inventory:

@@ -51,11 +51,17 @@ def test_default_is_the_local_engine(environ, url):
 
 
 def test_too_few_hosts_for_a_multi_node_cell_is_bad_input():
-    launcher = DockerLauncher(DockerSettings(inventory=load_inventory(None, {})))
+    inventory = load_inventory(None, {"DSPARK_DOCKER_HOSTS": "unix:///var/run/docker.sock"})
+    launcher = DockerLauncher(DockerSettings(inventory=inventory))
     with pytest.raises(BadInput) as failure:
         launcher.placement(2)
     assert "a 2-node cell needs 2 Docker hosts, the inventory lists 1" in str(failure.value)
     assert failure.value.exit_code == 2
+
+
+def test_without_an_inventory_the_local_engine_hosts_every_node_on_its_own_loopback_address():
+    hosts = load_inventory(None, {}).hosts_for(3)
+    assert [(h.url, h.address) for h in hosts] == [("unix:///var/run/docker.sock", f"127.0.0.{r}") for r in (1, 2, 3)]
 
 
 @pytest.mark.parametrize("text, where, problem", [
