@@ -60,8 +60,10 @@ if [ "$id1" != "$id2" ]; then
     docker -H "$engine2" image prune -f --filter "label=dspark-ci.image=sglang-sim" >/dev/null
 fi
 
+# DSPARK_REQUIRE_DOCKER: the engines are up, so a Docker test that cannot reach them fails instead of skipping.
 cat <<EXPORTS
 export DOCKER_HOST=$engine1
 export DSPARK_DOCKER_HOST2=$engine2
 export DSPARK_DOCKER_HOSTS="$engine1=127.0.0.1 $engine2=127.0.0.2"
+export DSPARK_REQUIRE_DOCKER=1
 EXPORTS

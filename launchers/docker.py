@@ -209,7 +209,7 @@ class DockerLauncher:
         image = plan.image or s.device_images.get(device)
         if not image:
             raise BadInput(plan.cell_id, f"no container image for device {device!r}",
-                           "set `image:` in the matrix or pass --image")
+                           "set `image:` in the matrix")
         return image
 
     @contextlib.contextmanager
