@@ -5,6 +5,7 @@ Every test ends by asserting that no container of its run is left on any engine,
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 from openai import OpenAI
 
 from launchers.base import LaunchFailed, LaunchTimeout
-from launchers.docker import LABEL_RANK, LABEL_RUN, DockerLauncher
+from launchers.docker import LABEL_CELL, LABEL_RANK, LABEL_RUN, DockerLauncher
 from tests.docker_engines import (ENGINE1, ENGINE2, SECRET, containers_of, inventory, make_plan, new_run_id,
                                   require_engine, settings)
 
@@ -215,3 +216,22 @@ def test_cleanup_removes_what_a_killed_run_left(tmp_path, engine1, engine2, run_
     assert "2 container(s) removed on 2 engine(s)" in real.stdout
     assert_nothing_left(run_id, engine1, engine2)
 
+
+
+def test_run_verb_runs_smoke_cells_in_containers_on_two_engines(tmp_path, engine1, engine2):
+    """`dspark-ci run --launcher docker` end to end: a 2-node cell across engines and an expected rejection."""
+    plan = subprocess.run(["dspark-ci", "plan", "matrices/smoke.yaml", "--format", "json"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60, check=True)
+    cells = json.loads(plan.stdout)["cells"]
+    two_nodes = next(c["id"] for c in cells if c["config"]["nnodes"] == 2 and c["expect"]["outcome"] == "serve")
+    rejected = next(c["id"] for c in cells if c["expect"]["outcome"] == "reject")
+    env = {**os.environ, "DSPARK_DOCKER_HOSTS": f"{ENGINE1}=127.0.0.1 {ENGINE2}=127.0.0.2"}
+    run = subprocess.run(["dspark-ci", "run", "matrices/smoke.yaml", "--launcher", "docker", "--cell", two_nodes,
+                          "--cell", rejected, "--out", str(tmp_path)], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert {c["id"]: c["status"] for c in results["cells"]} == {two_nodes: "passed", rejected: "rejected_as_expected"}
+    assert (tmp_path / "logs" / two_nodes / "1.log").read_text().startswith(f"# node rank 1 on {ENGINE2}")
+    for engine in (engine1, engine2):
+        assert engine.containers.list(all=True, filters={"label": f"{LABEL_CELL}={two_nodes}"}) == []
