@@ -12,8 +12,10 @@ Server side (the cross-check), snapshots before and after the requests:
 - ``/server_info``: ``internal_states`` has one entry per DP rank with ``avg_spec_accept_length``, a
   ratio cumulative since start (no counts). The window is exact for a rank that had no speculative
   step before the snapshot; otherwise the value mixes in earlier traffic and is recorded but not
-  compared. Ranks are combined weighted by the tokens each generated in the window (``dp_rank`` of
-  each response): Σ tokens / Σ (tokens_r / accept_length_r) = Σ tokens / Σ verify steps.
+  compared. The scheduler counts the tokens of verify steps only (not a request's first token, which
+  prefill makes), so it is compared with (Σ completion_tokens − requests) / Σ spec_verify_ct. Ranks
+  are combined weighted by the verify-step tokens each emitted in the window (``dp_rank`` of each
+  response): Σ tokens_r / Σ (tokens_r / accept_length_r) = Σ tokens / Σ verify steps.
 """
 
 from __future__ import annotations
@@ -125,7 +127,7 @@ def server_side_figures(before: ServerSnapshot, after: ServerSnapshot,
     if None not in (before.verify_calls, after.verify_calls, before.generation_tokens, after.generation_tokens):
         verify = after.verify_calls - before.verify_calls
         if verify > 0:
-            figures.append({"source": "/metrics counters", "exact_window": True,
+            figures.append({"source": "/metrics counters", "exact_window": True, "counts_first_token": True,
                             "accept_length": (after.generation_tokens - before.generation_tokens) / verify})
     if after.rank_accept_lengths:
         figures.append(_server_info_figure(before, after, requests))
@@ -148,33 +150,43 @@ def _server_info_figure(before: ServerSnapshot, after: ServerSnapshot, requests:
         verify_sum += weight / new
     return {
         "source": "/server_info internal_states", "exact_window": exact and verify_sum > 0 and tokens_by_rank is not None,
+        # The scheduler counts tokens per verify step: a request's first token (from prefill) is not in it.
+        "counts_first_token": False,
         "weighting": "tokens per dp_rank" if tokens_by_rank is not None else "equal (no dp_rank in responses)",
         "accept_length": tokens_sum / verify_sum if verify_sum else None, "ranks": per_rank,
     }
 
 
 def _tokens_by_rank(requests: Sequence[RequestSpec], ranks: int) -> dict[int, int] | None:
+    """Tokens each DP rank emitted from verify steps in the window (a request's first token comes from prefill)."""
     measured = with_spec(requests)
     if ranks == 1:
-        return {0: sum(r.completion_tokens for r in measured)}
+        return {0: sum(r.completion_tokens - 1 for r in measured)}
     if not measured or any(r.dp_rank is None for r in measured):
         return None
     totals: dict[int, int] = {}
     for r in measured:
-        totals[r.dp_rank] = totals.get(r.dp_rank, 0) + r.completion_tokens
+        totals[r.dp_rank] = totals.get(r.dp_rank, 0) + r.completion_tokens - 1
     return totals
 
 
-def disagreements(per_request: float | None, figures: Sequence[dict], tolerance: float) -> list[str]:
-    """Messages for exact server-side figures further than ``tolerance`` (relative) from ours."""
+def disagreements(requests: Sequence[RequestSpec], figures: Sequence[dict], tolerance: float) -> list[str]:
+    """Messages for exact server-side figures further than ``tolerance`` (relative) from ours,
+    each compared with the per-request figure computed the way that source counts."""
+    measured = with_spec(requests)
+    verify = sum(r.spec_verify_ct for r in measured)
+    if not verify:
+        return []
+    tokens = sum(r.completion_tokens for r in measured)
+    ours_by_definition = {True: tokens / verify, False: (tokens - len(measured)) / verify}
     messages = []
     for figure in figures:
-        theirs = figure["accept_length"]
-        if per_request is None or theirs is None or not figure["exact_window"]:
+        theirs, ours = figure["accept_length"], ours_by_definition[figure["counts_first_token"]]
+        if theirs is None or not figure["exact_window"]:
             continue
-        if abs(theirs - per_request) > tolerance * per_request:
-            messages.append(f"accept: per-request accept_length {per_request:.3f} disagrees with "
-                            f"{figure['source']} {theirs:.3f} (tolerance {tolerance:.0%})")
+        if abs(theirs - ours) > tolerance * ours:
+            messages.append(f"accept: per-request accept length {ours:.3f} disagrees with {figure['source']} "
+                            f"{theirs:.3f} (tolerance {tolerance:.0%}; both counted as {figure['source']} counts)")
     return messages
 
 

@@ -43,6 +43,7 @@ SUITE_DEFAULTS: dict[str, dict[str, Any]] = {
         "warmup_requests": 4,
         "workers": 1,  # client processes sharing the concurrency (see BENCHMARKS.md)
         "ignore_eos": True,
+        "client": "aiohttp",  # "aiohttp" | "openai": what reads the streams (BENCHMARKS.md: why aiohttp)
     },
     "parity": {
         "num_prompts": 8,
@@ -60,6 +61,7 @@ OPTION_TYPES: dict[tuple[str, str], tuple[type, ...]] = {
 
 ALLOWED_VALUES: dict[tuple[str, str], tuple[str, ...]] = {
     ("gpqa", "extractor"): ("sglang", "openai"),
+    ("speed", "client"): ("aiohttp", "openai"),
 }
 
 # Counts and sizes: zero or less is a mistake, not a request for nothing.

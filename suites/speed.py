@@ -1,7 +1,6 @@
 """Streaming latency and throughput, by sglang.bench_serving's definitions (CONTRACT.md).
 
-Per request (chat completions, streamed through ``openai.AsyncOpenAI`` with
-``stream_options={"include_usage": True}``):
+Per request (chat completions, streamed with ``stream_options={"include_usage": True}``):
 - TTFT: from sending to the first chunk with non-empty content or reasoning content;
 - ITL: the gaps between later such chunks (a chunk may carry several tokens under speculation);
 - E2E: from sending to the end of the stream;
@@ -14,19 +13,28 @@ Input length is set by prompt construction (random words, calibrated against ``u
 no tokenizer needed), output length by ``max_tokens`` with ``ignore_eos``. With ``workers`` > 1 the
 requests and the concurrency are split over that many client processes, started together on a
 barrier; they share CLOCK_MONOTONIC, so their timestamps compare (see BENCHMARKS.md for when it helps).
+
+The streams are read with aiohttp by default (``client: aiohttp``): the same OpenAI chat request, the
+event stream read line by line. ``client: openai`` streams through ``openai.AsyncOpenAI`` instead; it
+costs far more CPU per request and per chunk, and at 64+ concurrent streams on a small machine it adds
+hundreds of milliseconds to TTFT and inflates TPOT (bench/speed_fidelity.py, BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
+import json
 import multiprocessing
 import random
 import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
+import aiohttp
 import openai
 
 from suites.server import Server
@@ -52,6 +60,7 @@ class SpeedSettings:
     warmup_requests: int
     workers: int
     ignore_eos: bool
+    client: str
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> "SpeedSettings":
@@ -91,6 +100,7 @@ class WorkerJob:
     concurrency: int
     max_tokens: int
     ignore_eos: bool
+    client: str  # "aiohttp" | "openai"
 
 
 @dataclass(frozen=True)
@@ -134,58 +144,133 @@ def run_worker(job: WorkerJob, barrier=None) -> WorkerResult:
 
 
 async def _run_worker(job: WorkerJob, barrier) -> WorkerResult:
-    client = openai.AsyncOpenAI(base_url=job.api_base, api_key=job.api_key, timeout=job.timeout, max_retries=0)
-    async with client:
-        await _run_phase(client, job, job.warmup_prompts)
+    async with _open_client(job) as stream_one:
+        await _run_phase(stream_one, job, job.warmup_prompts)
         if barrier is not None:
             await asyncio.to_thread(barrier.wait)
         lag: list[float] = []
         probe = asyncio.create_task(_probe_loop_lag(lag))
-        timings = await _run_phase(client, job, job.prompts)
+        timings = await _run_phase(stream_one, job, job.prompts)
         probe.cancel()
     return WorkerResult(timings=tuple(timings), loop_lag_ms=tuple(lag))
 
 
-async def _run_phase(client: openai.AsyncOpenAI, job: WorkerJob, prompts: Sequence[str]) -> list[RequestTiming]:
+@contextlib.asynccontextmanager
+async def _open_client(job: WorkerJob) -> AsyncIterator[Callable[[WorkerJob, str], Awaitable[RequestTiming]]]:
+    """A function that streams one request, bound to a client for the whole worker."""
+    timeout = aiohttp.ClientTimeout(total=job.timeout)
+    if job.client == "aiohttp":
+        # limit=0: no connection cap of our own; the semaphore is the concurrency limit.
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as session:
+            yield functools.partial(stream_with_aiohttp, session)
+    else:
+        async with openai.AsyncOpenAI(base_url=job.api_base, api_key=job.api_key, timeout=job.timeout,
+                                      max_retries=0) as client:
+            yield functools.partial(stream_with_openai, client)
+
+
+async def _run_phase(stream_one, job: WorkerJob, prompts: Sequence[str]) -> list[RequestTiming]:
     semaphore = asyncio.Semaphore(job.concurrency)
 
     async def limited(prompt: str) -> RequestTiming:
         async with semaphore:
-            return await stream_one(client, job, prompt)
+            return await stream_one(job, prompt)
 
     return list(await asyncio.gather(*(limited(p) for p in prompts)))
 
 
-async def stream_one(client: openai.AsyncOpenAI, job: WorkerJob, prompt: str) -> RequestTiming:
-    start_wall, start = time.monotonic(), time.perf_counter()
-    ttft = last = None
-    itl: list[float] = []
-    usage = None
-    chunks = 0
+class _RequestClock:
+    """One request's timestamps, as bench_serving takes them."""
+
+    def __init__(self):
+        self.start_wall, self.start = time.monotonic(), time.perf_counter()
+        self.ttft = self.last = None
+        self.itl: list[float] = []
+        self.chunks = 0
+        self.completion_tokens = self.prompt_tokens = None
+
+    def text_arrived(self) -> None:
+        now = time.perf_counter()
+        self.chunks += 1
+        if self.ttft is None:
+            self.ttft = now - self.start
+        else:
+            self.itl.append(now - self.last)
+        self.last = now
+
+    def usage_arrived(self, prompt_tokens: int | None, completion_tokens: int | None) -> None:
+        self.prompt_tokens, self.completion_tokens = prompt_tokens, completion_tokens
+
+    def result(self, error: str | None = None) -> RequestTiming:
+        e2e = None if error else time.perf_counter() - self.start
+        if error is None and self.completion_tokens is None:
+            error = "no usage in the stream"
+        return RequestTiming(self.start_wall, self.ttft, e2e, tuple(self.itl), self.completion_tokens,
+                             self.prompt_tokens, self.chunks, error=error)
+
+
+def _payload(job: WorkerJob, prompt: str) -> dict:
+    return {"model": job.model, "messages": [{"role": "user", "content": prompt}], "max_tokens": job.max_tokens,
+            "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True},
+            "ignore_eos": job.ignore_eos}
+
+
+async def stream_with_aiohttp(session: aiohttp.ClientSession, job: WorkerJob, prompt: str) -> RequestTiming:
+    clock = _RequestClock()
+    try:
+        async with session.post(f"{job.api_base}/chat/completions", json=_payload(job, prompt),
+                                headers={"Authorization": f"Bearer {job.api_key}"}) as response:
+            if response.status != 200:
+                return clock.result(f"HTTP {response.status}: {(await response.text())[:300]}")
+            async for data in sse_data(response.content):
+                if data == "[DONE]":
+                    break
+                event = json.loads(data)
+                if "error" in event:
+                    return clock.result(f"error event: {event['error']}")
+                if event.get("usage"):
+                    clock.usage_arrived(event["usage"].get("prompt_tokens"), event["usage"].get("completion_tokens"))
+                delta = (event.get("choices") or [{}])[0].get("delta") or {}
+                if delta.get("content") or delta.get("reasoning_content"):
+                    clock.text_arrived()
+    except Exception as err:  # a broken stream is a measurement failure, whatever raised it
+        return clock.result(f"{type(err).__name__}: {err}")
+    return clock.result()
+
+
+async def sse_data(content: aiohttp.StreamReader) -> AsyncIterator[str]:
+    """The data of each server-sent event: its `data:` lines joined by newlines, dispatched at a
+    blank line (the WHATWG event-stream rules; comments and other fields are ignored)."""
+    lines: list[str] = []
+    async for raw in content:
+        line = raw.decode("utf-8").rstrip("\r\n")
+        if not line:
+            if lines:
+                yield "\n".join(lines)
+                lines = []
+        elif line.startswith("data:"):
+            lines.append(line[5:].removeprefix(" "))
+    if lines:
+        yield "\n".join(lines)
+
+
+async def stream_with_openai(client: openai.AsyncOpenAI, job: WorkerJob, prompt: str) -> RequestTiming:
+    clock = _RequestClock()
+    payload = _payload(job, prompt)
     try:
         stream = await client.chat.completions.create(
-            model=job.model, messages=[{"role": "user", "content": prompt}], max_tokens=job.max_tokens,
-            temperature=0.0, stream=True, stream_options={"include_usage": True},
-            extra_body={"ignore_eos": job.ignore_eos})
+            model=job.model, messages=payload["messages"], max_tokens=job.max_tokens, temperature=0.0,
+            stream=True, stream_options={"include_usage": True}, extra_body={"ignore_eos": job.ignore_eos})
         async for chunk in stream:
-            now = time.perf_counter()
-            usage = chunk.usage or usage
-            if not chunk.choices:
-                continue
-            delta = chunk.choices[0].delta
-            if delta.content or getattr(delta, "reasoning_content", None):
-                chunks += 1
-                if ttft is None:
-                    ttft = now - start
-                else:
-                    itl.append(now - last)
-                last = now
-        e2e = time.perf_counter() - start
-    except Exception as err:  # a broken stream is a measurement failure, whatever raised it
-        return RequestTiming(start_wall, ttft, None, tuple(itl), None, None, chunks, error=f"{type(err).__name__}: {err}")
-    if usage is None:
-        return RequestTiming(start_wall, ttft, e2e, tuple(itl), None, None, chunks, error="no usage in the stream")
-    return RequestTiming(start_wall, ttft, e2e, tuple(itl), usage.completion_tokens, usage.prompt_tokens, chunks)
+            if chunk.usage:
+                clock.usage_arrived(chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
+            if chunk.choices:
+                delta = chunk.choices[0].delta
+                if delta.content or getattr(delta, "reasoning_content", None):
+                    clock.text_arrived()
+    except Exception as err:
+        return clock.result(f"{type(err).__name__}: {err}")
+    return clock.result()
 
 
 async def _probe_loop_lag(lag: list[float]) -> None:
@@ -205,7 +290,7 @@ def run_measurement(server: Server, settings: SpeedSettings, prompts: Sequence[s
                   timeout=server.request_timeout, prompts=tuple(prompts[w::settings.workers]),
                   warmup_prompts=tuple(warmup_prompts[w::settings.workers]),
                   concurrency=_share(settings.concurrency, settings.workers, w),
-                  max_tokens=settings.output_len, ignore_eos=settings.ignore_eos)
+                  max_tokens=settings.output_len, ignore_eos=settings.ignore_eos, client=settings.client)
         for w in range(settings.workers)
     ]
     if settings.workers == 1:

@@ -32,7 +32,7 @@ def accept_run(server, suite_config, suite_output):
     suite_output.add_records("accept", [request_record(r) for r in requests])
     suite_output.add_records("accept_server", [{**figure, "speculative_algorithm": after.speculative_algorithm}
                                                for figure in figures])
-    for message in disagreements(metrics["accept_length"], figures, options["disagreement_tolerance"]):
+    for message in disagreements(requests, figures, options["disagreement_tolerance"]):
         suite_output.warn(message)
     return requests, metrics
 
