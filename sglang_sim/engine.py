@@ -8,6 +8,7 @@ of concurrent streams fit on two cores. Every statistic the server reports (meta
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import random
@@ -34,7 +35,9 @@ class RankState:
     """One DP rank's scheduler: its running requests and its speculative counters."""
 
     dp_rank: int
+    slots: asyncio.Semaphore | None = None  # --max-running-requests; the rest wait in the queue
     running: int = 0
+    queued: int = 0
     total_accept_tokens: int = 0  # accepted + bonus, summed over verify steps (cumulative)
     total_forward_ct: int = 0  # verify steps, per request (SGLang adds the batch size)
     window_accept_tokens: int = 0  # the same since the last log window
@@ -100,7 +103,9 @@ class Engine:
     def __init__(self, args: ServerArgs, config: SimConfig, env: SglangEnv, shape: SpecShape | None,
                  persona: Persona, on_prefill: Callable[[], None], metrics: ServerMetrics | None = None):
         self.args, self.config, self.env, self.shape, self.persona = args, config, env, shape, persona
-        self.ranks = [RankState(rank) for rank in range(max(1, args.dp_size * args.attn_dp_size))]
+        cap = args.max_running_requests  # per DP rank's scheduler; None: as many as memory allows (unbounded here)
+        self.ranks = [RankState(rank, asyncio.Semaphore(cap) if cap else None)
+                      for rank in range(max(1, args.dp_size * args.attn_dp_size))]
         self._next_rank = itertools.cycle(self.ranks)
         self._on_prefill = on_prefill  # where the crash_first_prefill fault strikes
         self._sample_counter = itertools.count()
@@ -124,6 +129,20 @@ class Engine:
     async def run(self, gen: Generation, job: Job) -> AsyncIterator[list[str]]:
         """Yield the tokens of each step (prefill first); ``gen`` holds the totals."""
         rank = self.ranks[gen.dp_rank]
+        admitted = False
+        rank.queued += 1
+        try:
+            async with rank.slots or contextlib.nullcontext():
+                rank.queued -= 1
+                admitted = True
+                async with contextlib.aclosing(self._running(gen, job, rank)) as steps:
+                    async for step in steps:
+                        yield step
+        finally:
+            if not admitted:  # the client left while the request was still queued
+                rank.queued -= 1
+
+    async def _running(self, gen: Generation, job: Job, rank: RankState) -> AsyncIterator[list[str]]:
         if rank.running == 0:  # an idle rank's log window starts with its next request
             rank.window_started = time.perf_counter()
         rank.running += 1
@@ -218,7 +237,8 @@ class Engine:
                                             "num_verify_tokens": rank.window_forward_ct * self.shape.num_draft_tokens})
         if rank.window_generated or rank.window_forward_ct:
             prefix = f"[DP{rank.dp_rank}] " if self.reports_dp_rank else ""
-            logger.info(f"{prefix}{message}gen throughput (token/s): {rank.last_gen_throughput:.2f}, #queue-req: 0")
+            logger.info(f"{prefix}{message}gen throughput (token/s): {rank.last_gen_throughput:.2f}, "
+                        f"#queue-req: {rank.queued}")
         rank.window_accept_tokens = rank.window_correct_drafts = rank.window_forward_ct = rank.window_generated = 0
         rank.window_started = now
 
@@ -228,7 +248,8 @@ class Engine:
         for rank in self.ranks:
             state = {**server_args, "dp_rank": rank.dp_rank, "world_size": self.args.tp_size * self.args.pp_size
                      * self.args.dp_size, "effective_max_running_requests_per_dp": self.args.max_running_requests,
-                     "last_gen_throughput": rank.last_gen_throughput, "num_running_reqs": rank.running}
+                     "last_gen_throughput": rank.last_gen_throughput, "num_running_reqs": rank.running,
+                     "num_queue_reqs": rank.queued}
             if self.shape is not None and rank.avg_spec_accept_length is not None:
                 state["avg_spec_accept_length"] = rank.avg_spec_accept_length
             if self.shape is not None and self.shape.algorithm == "DSPARK":

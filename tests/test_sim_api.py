@@ -328,3 +328,34 @@ async def _stream_many(url: str, count: int) -> list[int]:
 def test_carries_hundreds_of_concurrent_streams(spec_server):
     completions = asyncio.run(_stream_many(spec_server.url("/v1/chat/completions"), 300))
     assert completions == [24] * 300
+
+
+def test_requests_beyond_max_running_requests_wait_in_the_queue(sim):
+    server = sim(["--max-running-requests", "2"], env={"DSPARK_SIM_DECODE_STEP_MS": "20"})
+
+    async def four_requests():
+        async with aiohttp.ClientSession() as session:
+            async def one(index):
+                async with session.post(server.url("/generate"), json={
+                        "text": f"p{index}", "sampling_params": {"max_new_tokens": 30, "ignore_eos": True}}) as r:
+                    return (await r.json())["meta_info"]["completion_tokens"]
+
+            async def watch():
+                seen = set()
+                for _ in range(100):
+                    async with session.get(server.url("/server_info")) as r:
+                        state = (await r.json())["internal_states"][0]
+                    seen.add((state["num_running_reqs"], state["num_queue_reqs"]))
+                    if (2, 2) in seen:
+                        break
+                    await asyncio.sleep(0.02)
+                return seen
+
+            watcher = asyncio.create_task(watch())
+            done = await asyncio.gather(*(one(index) for index in range(4)))
+            return done, await watcher
+
+    completions, seen = asyncio.run(four_requests())
+    assert completions == [30] * 4
+    assert (2, 2) in seen  # two running, two waiting
+    assert all(running <= 2 for running, _ in seen)
