@@ -48,7 +48,8 @@ else
         rootfs=$(mktemp -d /tmp/dspark-rootfs.XXXXXX)
         trap 'rm -rf "$rootfs"' EXIT
         say "debootstrap $suite (about a minute) from $mirror"
-        debootstrap --variant=minbase --include=python3,python3-pip,ca-certificates "$suite" "$rootfs" "$mirror" >&2
+        debootstrap --variant=minbase --include=python3,python3-pip,ca-certificates "$suite" "$rootfs" "$mirror" \
+            > "$cache/debootstrap.log" 2>&1 || { tail -n 20 "$cache/debootstrap.log" >&2; say "debootstrap failed"; exit 3; }
         rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
         tar -C "$rootfs" -c . > "$base_tarball.tmp"
         mv "$base_tarball.tmp" "$base_tarball"
