@@ -225,11 +225,7 @@ class DockerLauncher:
                     ensure_image(client, url, image, self.settings.pull)
                 started = time.monotonic()
                 for command, host in zip(plan.ranks, hosts):
-                    env = container_env(command, self.settings.caller_env, self.settings.forward_env_prefixes)
-                    group.start(self._spec(command, host, image, labels, plan), command, host,
-                                rank_log_path(logs_dir, command.node_rank), env,
-                                secret_values(command.env, self.settings.caller_env),
-                                files_to_copy(env, self.settings.forward_env_prefixes))
+                    group.start(self._rank_container(command, host, image, labels, device_of(plan), logs_dir))
                 deployment = DockerDeployment(plan.cell_id, plan.base_url, group)
                 wait_until_ready(HttpOk(plan.health_url), Deadline(self.settings.boot_timeout_s, self.settings.poll_s),
                                  deployment.check, cell_id=plan.cell_id, last_lines=group.rank0_tail)
@@ -239,8 +235,14 @@ class DockerLauncher:
                 with _signals_deferred():
                     group.teardown()
 
-    def _spec(self, command, host, image, labels, plan) -> dict:
-        return container_spec(command, host, image, labels, self.settings, device_of(plan))
+    def _rank_container(self, command: RankCommand, host: DockerHost, image: str, labels: Mapping[str, str],
+                        device: str, logs_dir: Path) -> "_RankContainer":
+        s = self.settings
+        env = container_env(command, s.caller_env, s.forward_env_prefixes)
+        return _RankContainer(command=command, host=host, spec=container_spec(command, host, image, labels, s, device),
+                              env=env, secrets=secret_values(command.env, s.caller_env),
+                              files=files_to_copy(env, s.forward_env_prefixes),
+                              log_path=rank_log_path(logs_dir, command.node_rank))
 
 
 class DockerDeployment:
@@ -283,6 +285,19 @@ def _image_hint(image: str, url: str) -> str:
 
 # --- one launched group of containers --------------------------------------------------------------
 
+@dataclass(frozen=True)
+class _RankContainer:
+    """Everything needed to start one node rank's container."""
+
+    command: RankCommand
+    host: DockerHost
+    spec: dict  # containers.create arguments, without the environment
+    env: dict[str, str]  # resolved: holds secret values
+    secrets: list[str]  # to mask wherever text could be printed
+    files: list[Path]  # copied into the container before it starts
+    log_path: Path
+
+
 @dataclass
 class _Rank:
     command: RankCommand
@@ -298,21 +313,20 @@ class _Group:
         self.labels, self.engines, self.stop_timeout_s = dict(labels), engines, stop_timeout_s
         self.ranks: list[_Rank] = []
 
-    def start(self, spec: dict, command: RankCommand, host: DockerHost, log_path: Path,
-              env: dict[str, str], secrets: list[str], files: list[Path]) -> None:
-        client = self.engines[host.url]
+    def start(self, rank: _RankContainer) -> None:
+        command, host, spec = rank.command, rank.host, rank.spec
         try:
-            container = client.containers.create(environment=env, **spec)
+            container = self.engines[host.url].containers.create(environment=rank.env, **spec)
             header = (f"# node rank {command.node_rank} on {host.url} ({host.address}), image {spec['image']}, "
                       f"container {spec['name']}\n# {' '.join(spec['command'])}\n")
-            log = _LogPump(container, log_path, redact(header, secrets), secrets)
-            self.ranks.append(_Rank(command, host, container, log))
-            _copy_into(container, files)
+            log = _LogPump(container, rank.log_path, redact(header, rank.secrets), rank.secrets)
+            self.ranks.append(_Rank(command, host, container, log))  # from here on, teardown removes it
+            _copy_into(container, rank.files)
             container.start()
         except docker.errors.APIError as err:
             raise InfraError(f"Docker engine {host.url} could not start node rank {command.node_rank} "
                              f"({spec['name']}, image {spec['image']}): "
-                             f"{redact(err.explanation or str(err), secrets)}") from None
+                             f"{redact(err.explanation or str(err), rank.secrets)}") from None
         log.start()
 
     def check(self, cell_id: str) -> None:
