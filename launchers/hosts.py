@@ -24,7 +24,6 @@ listed twice (with two addresses) to run a 2-node cell on one engine.
 from __future__ import annotations
 
 import contextlib
-import socket
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Iterator, Mapping
@@ -162,7 +161,7 @@ def connect(url: str, timeout_s: float = 30.0) -> docker.DockerClient:
         client = docker.DockerClient(base_url=url, timeout=int(timeout_s), use_ssh_client=use_ssh)
         client.ping()
         return client
-    except (docker.errors.DockerException, requests.RequestException, OSError, socket.error) as err:
+    except (docker.errors.DockerException, requests.RequestException, OSError) as err:
         raise InfraError(f"Docker engine {url} does not answer ({_first_line(err)}); check: "
                          f"{_what_to_check(url)}") from None
 
