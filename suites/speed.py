@@ -285,24 +285,21 @@ async def _probe_loop_lag(lag: list[float]) -> None:
 
 def run_measurement(server: Server, settings: SpeedSettings, prompts: Sequence[str],
                     warmup_prompts: Sequence[str]) -> list[WorkerResult]:
+    workers = min(settings.workers, settings.concurrency)  # each worker keeps at least one stream open
     jobs = [
         WorkerJob(api_base=server.api_base, api_key=server.api_key, model=server.model,
-                  timeout=server.request_timeout, prompts=tuple(prompts[w::settings.workers]),
-                  warmup_prompts=tuple(warmup_prompts[w::settings.workers]),
-                  concurrency=_share(settings.concurrency, settings.workers, w),
+                  timeout=server.request_timeout, prompts=tuple(prompts[w::workers]),
+                  warmup_prompts=tuple(warmup_prompts[w::workers]),
+                  concurrency=settings.concurrency // workers + (1 if w < settings.concurrency % workers else 0),
                   max_tokens=settings.output_len, ignore_eos=settings.ignore_eos, client=settings.client)
-        for w in range(settings.workers)
+        for w in range(workers)
     ]
-    if settings.workers == 1:
+    if workers == 1:
         return [run_worker(jobs[0])]
     context = multiprocessing.get_context("spawn")  # no fork of a process that holds threads and sockets
-    barrier = context.Manager().Barrier(settings.workers)
-    with ProcessPoolExecutor(max_workers=settings.workers, mp_context=context) as pool:
-        return list(pool.map(run_worker, jobs, [barrier] * settings.workers))
-
-
-def _share(total: int, parts: int, index: int) -> int:
-    return max(1, total // parts + (1 if index < total % parts else 0))
+    with context.Manager() as manager, ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        barrier = manager.Barrier(workers)
+        return list(pool.map(run_worker, jobs, [barrier] * workers))
 
 
 # ---------------------------------------------------------------- numbers

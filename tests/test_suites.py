@@ -58,7 +58,7 @@ def spec_server(tmp_path_factory):
     env = {**FAST, "DSPARK_SIM_ACCEPT_PROB": str(ALPHA), "DSPARK_SIM_GPQA_PATH": str(SYNTHETIC_GPQA),
            "DSPARK_SIM_GPQA_ACCURACY": str(GPQA_ACCURACY)}
     log = tmp_path_factory.mktemp("sim") / "spec.log"
-    with running_simulator(env, [*SPECULATIVE_ARGS, "--enable-metrics"], log_path=log) as url:
+    with running_simulator(env, [*SPECULATIVE_ARGS, "--reasoning-parser", "deepseek-r1"], log_path=log) as url:
         yield url
 
 
@@ -121,6 +121,21 @@ def test_gpqa_follows_simple_evals_sampling_and_permutations(tmp_path, spec_serv
     assert output["records"]["gpqa_summary"][0]["extractor"] == "openai"
 
 
+def test_gpqa_scores_the_answer_not_the_reasoning_of_a_thinking_model(tmp_path, spec_server):
+    runs = {}
+    for thinking in (False, True):
+        code, output, log = run_suites(tmp_path, "gpqa", spec_server, "--gpqa-dataset", str(SYNTHETIC_GPQA),
+                                       "--suite-option", "gpqa.num_questions=8",
+                                       "--suite-option", f"gpqa.thinking={json.dumps(thinking)}")
+        assert code == 0, log
+        runs[thinking] = output["records"]["gpqa"]
+    assert all(r["reasoning_chars"] > 0 for r in runs[True])
+    assert all(r["reasoning_chars"] == 0 for r in runs[False])
+    # The simulated model's choice is fixed per question: thinking moves text, not the answer.
+    assert [r["extracted_answer"] for r in runs[True]] == [r["extracted_answer"] for r in runs[False]]
+    assert output["records"]["gpqa_summary"][0]["chat_template_kwargs"] == {"thinking": True, "enable_thinking": True}
+
+
 def test_accept_length_and_rate_match_alpha_and_gamma(tmp_path):
     # A fresh server, so its cumulative /server_info figure covers exactly the suite's requests.
     env = {**FAST, "DSPARK_SIM_ACCEPT_PROB": str(ALPHA)}
@@ -175,6 +190,16 @@ def test_speed_tpot_is_step_time_over_accept_length(tmp_path):
     assert metrics["input_tokens_mean"] == pytest.approx(200, rel=0.25)
     assert metrics["ttft_ms_median"] <= metrics["ttft_ms_p99"]
     assert len(output["records"]["speed"]) == 16  # warm-up excluded
+
+
+def test_speed_fails_with_the_reason_when_streams_break_off(tmp_path):
+    env = {**FAST, "DSPARK_SIM_FAULTS": "malformed_stream"}
+    with running_simulator(env, log_path=tmp_path / "sim.log") as url:
+        code, output, log = run_suites(tmp_path, "speed", url, "--suite-option", "speed.num_requests=4",
+                                       "--suite-option", "speed.warmup_requests=0")
+    assert code == pytest.ExitCode.TESTS_FAILED, log
+    [test] = output["tests"]
+    assert test["outcome"] == "failed" and "streamed requests failed" in test["message"]
 
 
 def test_parity_is_zero_against_the_same_model_without_speculation(tmp_path, spec_server, plain_server):
