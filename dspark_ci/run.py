@@ -29,6 +29,7 @@ from reports import write_reports, step_summary
 @dataclass(frozen=True)
 class RunOptions:
     matrices: tuple[str, ...]
+    run_id: str
     cell_ids: tuple[str, ...] = ()
     launcher: str = "local"
     suites: tuple[str, ...] | None = None
@@ -80,7 +81,7 @@ def run(options: RunOptions, launcher: Any, suite_defaults: Callable[[dict], dic
     progress = progress or Progress()
     cells = select_cells(load_cells(list(options.matrices)), options.cell_ids)
     baselines = Baselines.load(cells, options.baseline)
-    run_id = new_run_id()
+    run_id = options.run_id
     run_dir = options.out or Path("runs") / run_id
     results = {"schema": 1, "run_id": run_id, "started_at": _now(), "finished_at": None,
                "launcher": options.launcher, "matrices": list(options.matrices), "cells": []}

@@ -36,6 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hosts", metavar="FILE", help="Docker hosts inventory (docker launcher)")
     parser.add_argument("--pull", choices=("never", "missing", "always"), default="missing",
                         help="image pull policy (docker launcher)")
+    parser.add_argument("--image", metavar="IMAGE", help="container image for every cell (docker launcher; "
+                        "default: the cell's image, or the simulator image with --server sim)")
 
 
 def _suites(text: str | None) -> tuple[str, ...] | None:
@@ -81,7 +83,10 @@ LAUNCHERS = {"local": _local_launcher, "docker": _docker_launcher}
 
 def run_verb(args: argparse.Namespace) -> int:
     boot_timeout = args.boot_timeout or (60.0 if args.server == "sim" else 1800.0)
-    options = pipeline.RunOptions(matrices=tuple(args.matrices), cell_ids=tuple(args.cell), launcher=args.launcher,
+    # One id names the run directory and labels every container, so `dspark-ci cleanup --run ID` finds them.
+    args.run_id = pipeline.new_run_id()
+    options = pipeline.RunOptions(matrices=tuple(args.matrices), run_id=args.run_id, cell_ids=tuple(args.cell),
+                                  launcher=args.launcher,
                          suites=_suites(args.suites), out=args.out, baseline=args.baseline,
                          sglang_version=args.sglang_version)
     launcher = LAUNCHERS[args.launcher](args, boot_timeout)
