@@ -29,7 +29,7 @@ from typing import Mapping
 import yaml
 
 from dspark_ci.errors import BadInput
-from reports.metrics import HIGHER, LOWER, METRICS, NEUTRAL, STDERR_OF
+from reports.metrics import HIGHER, LOWER, METRICS, NEUTRAL, NOISE_STDERRS, STDERR_OF
 from reports.yaml_nodes import compose_file, describe, mapping_items, scalar, where
 
 SCHEMA = 1
@@ -41,7 +41,6 @@ SPEC_KEYS = {"value": (-math.inf, True), "stderr": (0.0, True), "min": (-math.in
 FRACTION_KEYS = ("value", "stderr", "min", "max")  # keys that carry the metric's own unit
 # A ratio gate must point the way the metric gets worse, or it would fail on improvements.
 RATIO_KEY_FOR = {HIGHER: "min_ratio", LOWER: "max_ratio", NEUTRAL: None}
-NOISE_STDERRS = 2.0  # a GPQA gate tighter than this many standard errors fails on noise alone
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,8 @@
 """Two runs side by side: per cell and metric, old and new value, new/old, and whether that is better.
 
+A change smaller than the metric's noise band (``reports.metrics.noise_band``) reads "within noise",
+so two runs of the same build do not come out as a list of gains and regressions.
+
 ``compare_runs`` gives plain data (also the ``--format json`` output); ``compare_markdown``
 renders it as one table per cell.
 """
@@ -7,7 +10,8 @@ renders it as one table per cell.
 from __future__ import annotations
 
 from reports.markdown import status_text, table
-from reports.metrics import HIGHER, LOWER, METRICS, NEUTRAL, format_value, in_table_order, label
+from reports.metrics import (HIGHER, LOWER, METRICS, NEUTRAL, NOISE_STDERRS, format_value, in_table_order,
+                             label, noise_band)
 
 RATIO_DIGITS = 3
 
@@ -28,33 +32,39 @@ def _compare_cell(new_cell: dict, old_cell: dict) -> dict:
     new_metrics, old_metrics = new_cell.get("metrics") or {}, old_cell.get("metrics") or {}
     names = in_table_order(set(new_metrics) | set(old_metrics))
     return {"id": new_cell["id"], "new_status": new_cell["status"], "old_status": old_cell["status"],
-            "metrics": [_compare_metric(name, new_metrics.get(name), old_metrics.get(name)) for name in names]}
+            "metrics": [_compare_metric(name, new_metrics, old_metrics) for name in names]}
 
 
-def _compare_metric(name: str, new, old) -> dict:
+def _compare_metric(name: str, new_metrics: dict, old_metrics: dict) -> dict:
+    new, old = new_metrics.get(name), old_metrics.get(name)
     better = METRICS[name].better if name in METRICS else NEUTRAL
     ratio = round(new / old, RATIO_DIGITS) if new is not None and old not in (None, 0) else None
-    return {"metric": name, "old": old, "new": new, "ratio": ratio, "better": better,
-            "change": _change(better, new, old)}
+    noise = round(noise_band(name, old_metrics, new_metrics), NOISE_DIGITS) if better != NEUTRAL else None
+    return {"metric": name, "old": old, "new": new, "ratio": ratio, "better": better, "noise": noise,
+            "change": _change(better, new, old, noise)}
 
 
-def _change(better: str, new, old) -> str | None:
-    """"better" | "worse" | "same", or None when either side is missing or no direction is better."""
+def _change(better: str, new, old, noise: float | None) -> str | None:
+    """"better" | "worse" | "within_noise" | "same", or None when either side is missing or no direction
+    is better."""
     if new is None or old is None or better == NEUTRAL:
         return None
     if new == old:
         return "same"
+    if abs(new - old) < noise:
+        return "within_noise"
     improved = new > old if better == HIGHER else new < old
     return "better" if improved else "worse"
 
 
-CHANGE_TEXT = {"better": "🟢 better", "worse": "🔴 worse", "same": "same", None: ""}
+NOISE_DIGITS = 6  # the band in the metric's unit; products such as 0.025 x 41.3 make long floats
+CHANGE_TEXT = {"better": "🟢 better", "worse": "🔴 worse", "within_noise": "≈ within noise", "same": "same", None: ""}
 BETTER_TEXT = {HIGHER: "higher", LOWER: "lower", NEUTRAL: ""}
 
 
 def compare_markdown(comparison: dict) -> str:
     old_run, new_run = comparison["old_run"], comparison["new_run"]
-    parts = [f"## Compared with `{old_run}`", f"new/old: `{new_run}` over `{old_run}`."]
+    parts = [f"## Compared with `{old_run}`", f"new/old: `{new_run}` over `{old_run}`. {_noise_rule()}"]
     for cell in comparison["cells"]:
         parts.append(f"### `{cell['id']}`: {status_text(cell['old_status'])} → {status_text(cell['new_status'])}")
         rows = [[label(m["metric"]), format_value(m["metric"], m["old"]), format_value(m["metric"], m["new"]),
@@ -65,3 +75,12 @@ def compare_markdown(comparison: dict) -> str:
         if comparison[key]:
             parts.append(f"Cells {where}: " + ", ".join(f"`{cell_id}`" for cell_id in comparison[key]))
     return "\n\n".join(parts) + "\n"
+
+
+def _noise_rule() -> str:
+    """The noise rule in one sentence, with the headline bands read from the metric table."""
+    band = {name: f"±{METRICS[name].noise * 100:g}%" for name in
+            ("output_throughput_tok_s", "ttft_ms_median", "accept_length")}
+    return (f"Changes smaller than noise read ≈ within noise: {band['output_throughput_tok_s']} throughput, "
+            f"{band['ttft_ms_median']} median TTFT/TPOT, {band['accept_length']} accept length, "
+            f"{NOISE_STDERRS:g}·√(se_old² + se_new²) GPQA accuracy (every band: reports/metrics.py).")

@@ -1,7 +1,8 @@
 """The metric names of CONTRACT.md, and everything reports need to know about each one.
 
 One table: which direction is better (decides which ratio gates make sense and how a comparison
-reads), how to label and format a value. Anything else in reports looks metrics up here.
+reads), how much change is noise, how to label and format a value. Anything else in reports looks
+metrics up here.
 """
 
 from __future__ import annotations
@@ -10,6 +11,16 @@ import math
 from dataclasses import dataclass
 
 HIGHER, LOWER, NEUTRAL = "higher", "lower", "neutral"  # which direction is better
+NOISE_STDERRS = 2.0  # a change (or a gate) within this many combined standard errors is sampling noise
+
+# Relative noise bands (fraction of the old value), from what CI gates in the wild tolerate
+# (/work/shared/FIELD_NOTES.md):
+THROUGHPUT_NOISE = 0.03  # vLLM's throughput gate: -3%
+MEDIAN_NOISE = 0.025  # vLLM's median TTFT/ITL gate: +2.5%; also means over every token (TPOT, ITL)
+MEAN_TTFT_NOISE = 0.05  # a mean over a few dozen requests moves with one queued prefill: twice the median's
+P99_NOISE = 0.10  # on tens of requests the p99 is one or two requests: the noisiest number in the table
+ACCEPT_NOISE = 0.02  # acceptance gates sit at 95-98% of baseline; the tightest (2%) is what people trust
+STDERR_NOISE = 0.10  # sqrt(p(1-p)/n) moves with the accuracy itself; only n (questions, repeats) moves it far
 
 
 @dataclass(frozen=True)
@@ -19,31 +30,35 @@ class Metric:
     fmt: str  # format spec for one value
     group: str  # "quality" (accuracy-style table) | "speed" (latency/throughput table) | "info"
     fraction: bool = False  # a share in [0, 1] (people tend to write 62 for 62%)
+    noise: float = 0.0  # a change smaller than this fraction of the old value is noise (0: every change counts)
+    stderr: str | None = None  # the metric holding this one's standard error: noise is then sampling error
 
 
 METRICS: dict[str, Metric] = {
-    "gpqa_accuracy": Metric(HIGHER, "GPQA accuracy", ".1%", "quality", fraction=True),
-    "gpqa_stderr": Metric(LOWER, "GPQA stderr", ".1%", "info", fraction=True),
+    "gpqa_accuracy": Metric(HIGHER, "GPQA accuracy", ".1%", "quality", fraction=True, stderr="gpqa_stderr"),
+    "gpqa_stderr": Metric(LOWER, "GPQA stderr", ".1%", "info", fraction=True, noise=STDERR_NOISE),
     "gpqa_num_questions": Metric(NEUTRAL, "GPQA questions", ".0f", "info"),
     "gpqa_repeats": Metric(NEUTRAL, "GPQA repeats", ".0f", "info"),
-    "accept_length": Metric(HIGHER, "Accept length", ".2f", "quality"),
-    "accept_rate": Metric(HIGHER, "Accept rate", ".1%", "quality", fraction=True),
-    "ttft_ms_mean": Metric(LOWER, "Avg TTFT (ms)", ".1f", "speed"),
-    "ttft_ms_median": Metric(LOWER, "Median TTFT (ms)", ".1f", "speed"),
-    "ttft_ms_p99": Metric(LOWER, "P99 TTFT (ms)", ".1f", "speed"),
-    "tpot_ms_mean": Metric(LOWER, "Avg TPOT (ms)", ".2f", "speed"),
-    "tpot_ms_median": Metric(LOWER, "Median TPOT (ms)", ".2f", "speed"),
-    "tpot_ms_p99": Metric(LOWER, "P99 TPOT (ms)", ".2f", "speed"),
-    "itl_ms_mean": Metric(LOWER, "Avg ITL (ms)", ".2f", "speed"),
-    "e2e_latency_s_mean": Metric(LOWER, "Avg Lat (s)", ".3f", "speed"),
-    "output_throughput_tok_s": Metric(HIGHER, "Avg Thpt (tok/s)", ".2f", "speed"),
+    "accept_length": Metric(HIGHER, "Accept length", ".2f", "quality", noise=ACCEPT_NOISE),
+    "accept_rate": Metric(HIGHER, "Accept rate", ".1%", "quality", fraction=True, noise=ACCEPT_NOISE),
+    "ttft_ms_mean": Metric(LOWER, "Avg TTFT (ms)", ".1f", "speed", noise=MEAN_TTFT_NOISE),
+    "ttft_ms_median": Metric(LOWER, "Median TTFT (ms)", ".1f", "speed", noise=MEDIAN_NOISE),
+    "ttft_ms_p99": Metric(LOWER, "P99 TTFT (ms)", ".1f", "speed", noise=P99_NOISE),
+    "tpot_ms_mean": Metric(LOWER, "Avg TPOT (ms)", ".2f", "speed", noise=MEDIAN_NOISE),
+    "tpot_ms_median": Metric(LOWER, "Median TPOT (ms)", ".2f", "speed", noise=MEDIAN_NOISE),
+    "tpot_ms_p99": Metric(LOWER, "P99 TPOT (ms)", ".2f", "speed", noise=P99_NOISE),
+    "itl_ms_mean": Metric(LOWER, "Avg ITL (ms)", ".2f", "speed", noise=MEDIAN_NOISE),
+    # End-to-end latency is mostly decode time, the reciprocal of throughput: the same band.
+    "e2e_latency_s_mean": Metric(LOWER, "Avg Lat (s)", ".3f", "speed", noise=THROUGHPUT_NOISE),
+    "output_throughput_tok_s": Metric(HIGHER, "Avg Thpt (tok/s)", ".2f", "speed", noise=THROUGHPUT_NOISE),
     "input_tokens_mean": Metric(NEUTRAL, "Avg In", ".0f", "speed"),
     "output_tokens_mean": Metric(NEUTRAL, "Avg Out", ".0f", "speed"),
+    # Greedy outputs with and without speculation must match token for token: every mismatch counts.
     "parity_mismatches": Metric(LOWER, "Parity mismatches", ".0f", "quality"),
 }
 
 # A metric whose sampling error is measured alongside it (for gates that respect noise).
-STDERR_OF: dict[str, str] = {"gpqa_accuracy": "gpqa_stderr"}
+STDERR_OF: dict[str, str] = {name: metric.stderr for name, metric in METRICS.items() if metric.stderr}
 
 # The SGLang-style speed line of a cell, in the order SGLang PRs print it.
 SPEED_LINE = ("e2e_latency_s_mean", "ttft_ms_mean", "tpot_ms_mean", "output_throughput_tok_s",
@@ -70,3 +85,19 @@ def in_table_order(names) -> list[str]:
     """Metric names in the table's order; names the table does not know come last, alphabetically."""
     order = list(METRICS)
     return sorted(names, key=lambda name: (order.index(name) if name in order else len(order), name))
+
+
+def noise_band(name: str, old_metrics: dict, new_metrics: dict) -> float:
+    """How far (in the metric's own unit) the new value may lie from the old one and still be noise.
+
+    A sampled metric: NOISE_STDERRS·√(se_old² + se_new²); a run without its stderr counts as noisy as
+    the other (as the gates assume); neither run measured it: 0. Others: the table's band × |old|.
+    """
+    metric = METRICS.get(name)
+    if metric is None or old_metrics.get(name) is None:
+        return 0.0
+    if metric.stderr:
+        se_old, se_new = old_metrics.get(metric.stderr), new_metrics.get(metric.stderr)
+        se_old, se_new = (se_new if se_old is None else se_old), (se_old if se_new is None else se_new)
+        return 0.0 if se_old is None else NOISE_STDERRS * math.hypot(se_old, se_new)
+    return metric.noise * abs(old_metrics[name])

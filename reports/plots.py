@@ -53,7 +53,8 @@ def run_charts(results: dict) -> list[tuple[str, str]]:
 
 
 def ratio_chart(comparison: dict) -> tuple[str, str] | None:
-    """new/old of the headline metrics per cell; green where the new run is better, red where worse."""
+    """new/old of the headline metrics per cell; green where the new run is better, red where worse,
+    grey where the change is within noise (or there is none)."""
     bars = [(cell["id"], m) for cell in comparison["cells"] for m in cell["metrics"]
             if m["metric"] in RATIO_METRICS and m["ratio"] is not None]
     bars = bars[:MAX_BARS]
@@ -71,7 +72,7 @@ def ratio_chart(comparison: dict) -> tuple[str, str] | None:
     axes.set_yticks(ys, [f"{cell_id} · {label(m['metric'])}" for cell_id, m in bars], fontsize=8)
     axes.axvline(1.0, color="black", linewidth=1)
     axes.set_title(f"new/old: {comparison['new_run']} over {comparison['old_run']}")
-    axes.set_xlabel("ratio (green: better, red: worse)")
+    axes.set_xlabel("ratio (green: better, red: worse, grey: within noise)")
     axes.margins(x=0.15)
     return "Compared with the old run", _png(figure)
 

@@ -79,8 +79,9 @@ def test_compare_json_gives_ratios_and_direction(runs, capsys):
     cell = next(c for c in comparison["cells"] if c["id"] == "smoke-qwen3-eagle3-tp1")
     rows = {row["metric"]: row for row in cell["metrics"]}
     assert rows["accept_length"] == {"metric": "accept_length", "old": 3.05, "new": 3.12, "ratio": 1.023,
-                                     "better": "higher", "change": "better"}
-    assert rows["ttft_ms_mean"]["change"] == "worse"  # 45.12 ms vs 43.0 ms, lower is better
+                                     "better": "higher", "noise": 0.061, "change": "better"}  # +2.3%, band ±2%
+    assert rows["output_throughput_tok_s"]["change"] == "worse"  # 812.53 vs 840 tok/s: -3.3%, band ±3%
+    assert rows["ttft_ms_mean"]["change"] == "within_noise"  # 45.12 ms vs 43.0 ms: +4.9%, band ±5%
     assert comparison["only_new"] == ["smoke-2node-tp16"] and comparison["only_old"] == ["smoke-qwen3-dflash-tp1"]
 
 

@@ -22,7 +22,9 @@ and prints one format to stdout:
   html   report.html (self-contained: charts are inline images)
   json   results.json as rendered (re-gated with --baseline); with --compare, the comparison:
          {"new_run", "old_run", "cells": [{"id", "new_status", "old_status",
-          "metrics": [{"metric", "old", "new", "ratio", "better", "change"}]}], "only_new", "only_old"}
+          "metrics": [{"metric", "old", "new", "ratio", "better", "noise", "change"}]}], "only_new", "only_old"}
+         noise: how far new may lie from old and still be noise (the metric's unit); change: better,
+         worse, within_noise, same, or null (a side missing, or no direction is better)
 
 --baseline FILE evaluates every serving cell's gates again against FILE (format: baselines/README.md);
 a cell's status follows its new gates unless it also failed for another reason (a suite's test
