@@ -34,6 +34,7 @@ import docker.errors
 import requests
 
 from dspark_ci.errors import BadInput, InfraError
+from dspark_ci.yaml_lines import load_yaml
 from launchers.plan_types import Placement
 
 HOSTS_ENV = "DSPARK_DOCKER_HOSTS"
@@ -109,9 +110,9 @@ def _from_env(text: str) -> Inventory:
 
 
 def _from_file(path: str) -> Inventory:
-    from matrices.yaml_lines import load_yaml  # the project's line-keeping YAML reader
+    from matrices import MATRIX_FILE  # inventories report unreadable files and bad syntax as matrices do
 
-    document = load_yaml(path)
+    document = load_yaml(path, MATRIX_FILE)
     entries = document.get("hosts") if isinstance(document, dict) else None
     if not isinstance(entries, list) or not entries:
         raise BadInput(f"{path}:{getattr(document, 'line', 1) or 1}", "a hosts inventory needs a non-empty `hosts:` list",

@@ -3,25 +3,34 @@
     from matrices import load_cells
     cells = load_cells(["matrices/nightly.yaml"])
 
-Stages: ``yaml_lines`` (YAML with line numbers) -> ``schema`` (strict input records) ->
+Stages: ``dspark_ci.yaml_lines`` (YAML with line numbers) -> ``schema`` (strict input records) ->
 ``expand`` (axes, exclude, include, overrides) -> ``build`` (defaults, layout, runner, id) -> Cell.
 Any problem is ``dspark_ci.errors.BadInput`` naming ``file:line`` and the fix.
 """
 
 from __future__ import annotations
 
+from dspark_ci.yaml_lines import FileWords, load_yaml
 from matrices.build import build_cell
 from matrices.cell import Cell, Expect
 from matrices.expand import expand
 from matrices.schema import MatrixSpec, Where, parse_matrix
-from matrices.yaml_lines import load_yaml
 
-__all__ = ["Cell", "Expect", "load_cells", "load_matrix"]
+__all__ = ["MATRIX_FILE", "Cell", "Expect", "load_cells", "load_matrix"]
+
+# How a matrix file that cannot be read or parsed is reported.
+MATRIX_FILE = FileWords(
+    missing=("no such matrix file", "check the path (matrices live in matrices/*.yaml)"),
+    unreadable=("cannot read the matrix file ({error_type})", "pass a readable UTF-8 YAML file"),
+    syntax=("not valid YAML: {both}",
+            "fix the syntax near {near}: indentation, a missing ':', an unclosed quote or bracket"),
+    unplaced=("not valid YAML: {error}", "fix the YAML syntax"),
+)
 
 
 def load_matrix(path: str) -> MatrixSpec:
     """One matrix file, validated into its input record."""
-    return parse_matrix(load_yaml(path), path)
+    return parse_matrix(load_yaml(path, MATRIX_FILE), path)
 
 
 def load_cells(paths: list[str]) -> list[Cell]:

@@ -31,9 +31,9 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from dspark_ci.sglang.flags import load_flags
+from dspark_ci.yaml_lines import YamlList, YamlMap
 from matrices.values import (SGLANG_VERSION, Parser, Where, arg_list, boolean, check_keys, env_map, expect_spec,
                              int_at_least, one_of, optional, slug, suite_map, text, version_spec)
-from matrices.yaml_lines import YamlList, YamlMap
 
 # SpeculativeAlgorithm members and reserved aliases in sglang/srt/speculative/spec_info.py (0.5.23).
 SPECULATIVE_ALGORITHMS = ("DSPARK", "DFLASH", "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM",

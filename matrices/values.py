@@ -17,8 +17,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from dspark_ci.errors import BadInput
 from dspark_ci.sglang.flags import load_flags
+from dspark_ci.yaml_lines import YamlList, YamlMap
 from matrices.cell import REJECT, SERVE, Expect
-from matrices.yaml_lines import YamlList, YamlMap
 
 SGLANG_VERSION = "0.5.23"  # the launch-flag snapshot extra_args and choices are checked against
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

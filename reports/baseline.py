@@ -29,8 +29,8 @@ from typing import Mapping
 import yaml
 
 from dspark_ci.errors import BadInput
+from dspark_ci.yaml_lines import FileWords, compose_file, describe, mapping_items, scalar, where
 from reports.metrics import HIGHER, LOWER, METRICS, NEUTRAL, NOISE_STDERRS, STDERR_OF
-from reports.yaml_nodes import compose_file, describe, mapping_items, scalar, where
 
 SCHEMA = 1
 TOP_LEVEL_KEYS = ("schema", "description", "source", "cells")
@@ -41,6 +41,13 @@ SPEC_KEYS = {"value": (-math.inf, True), "stderr": (0.0, True), "min": (-math.in
 FRACTION_KEYS = ("value", "stderr", "min", "max")  # keys that carry the metric's own unit
 # A ratio gate must point the way the metric gets worse, or it would fail on improvements.
 RATIO_KEY_FOR = {HIGHER: "min_ratio", LOWER: "max_ratio", NEUTRAL: None}
+# How a baseline file that cannot be read or parsed is reported.
+BASELINE_FILE = FileWords(
+    missing=("no such file", "check the --baseline path"),
+    unreadable=("cannot read it ({error})", "check the file's permissions and contents"),
+    syntax=("not valid YAML ({either})", "fix the YAML syntax"),
+    unplaced=("not valid YAML ({error})", "fix the YAML syntax"),
+)
 
 
 @dataclass(frozen=True)
@@ -98,7 +105,7 @@ class Baseline:
 
 def load_baseline(path: Path | str) -> Baseline:
     path = Path(path)
-    root = compose_file(path)
+    root = compose_file(path, BASELINE_FILE)
     if root is None:
         raise BadInput(f"{path}:1", "the file is empty", f"start it with `schema: {SCHEMA}` and `cells:`")
     top = {key: (key_node, value_node) for key, key_node, value_node in mapping_items(path, root, "the baseline")}

@@ -1,0 +1,208 @@
+"""Read YAML so that every complaint about it can name ``file:line``.
+
+PyYAML's nodes carry their position (``node.start_mark``); everything here keeps it:
+
+- ``compose_file(path, words)``: the document as nodes, for readers that check a file one level at
+  a time and word each problem in context (baselines); ``where``, ``describe``, ``mapping_items``
+  and ``scalar`` turn nodes into values and raise ``BadInput`` at the offending node.
+- ``load_yaml(path, words)``: the document as plain dicts and lists that remember the line each key
+  and item came from (``YamlMap``, ``YamlList``), for readers that take a file whole (matrices, host
+  inventories). Duplicate keys, which PyYAML would silently resolve to the last one, are refused.
+
+Both read the file and report unreadable files and bad syntax the same way; ``FileWords`` holds how
+each kind of file words those messages (users and tests know each wording).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from dspark_ci.errors import BadInput
+
+
+@dataclass(frozen=True)
+class FileWords:
+    """(problem, fix) templates for a file that cannot be read or parsed.
+
+    Fields the templates may use: ``{error}`` (the exception's text), ``{error_type}`` (its class name),
+    ``{both}`` (PyYAML's context and problem, e.g. "while parsing a flow node expected ..."),
+    ``{either}`` (its problem, else its context), ``{near}`` ("line 3, column 2 (the construct opened
+    at line 1)").
+    """
+
+    missing: tuple[str, str]
+    unreadable: tuple[str, str]
+    syntax: tuple[str, str]  # an error PyYAML could place in the file
+    unplaced: tuple[str, str]  # one it could not
+
+
+# --- reading and syntax: shared by both views -----------------------------------------------------
+
+def _read(path: Path | str, words: FileWords) -> str:
+    """The file's text; ``path`` is named as given in messages."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BadInput(str(path), *words.missing) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise BadInput(str(path), *_fill(words.unreadable, error=err, error_type=err.__class__.__name__)) from None
+
+
+@contextlib.contextmanager
+def _yaml_errors(path: Path | str, words: FileWords):
+    """PyYAML's errors as ``BadInput`` at the line it points to."""
+    try:
+        yield
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        if mark is None:
+            raise BadInput(str(path), *_fill(words.unplaced, error=err)) from None
+        near = f"line {mark.line + 1}, column {mark.column + 1}"
+        if err.context_mark and err.problem_mark and err.context_mark.line != err.problem_mark.line:
+            near += f" (the construct opened at line {err.context_mark.line + 1})"
+        both = " ".join(part for part in (err.context, err.problem) if part)
+        raise BadInput(f"{path}:{mark.line + 1}",
+                       *_fill(words.syntax, both=both, either=err.problem or err.context, near=near)) from None
+    except yaml.YAMLError as err:
+        raise BadInput(str(path), *_fill(words.unplaced, error=err)) from None
+
+
+def _fill(templates: tuple[str, str], **fields) -> tuple[str, str]:
+    return tuple(template.format(**fields) for template in templates)
+
+
+# --- nodes: checked one level at a time -------------------------------------------------------------
+
+_SCALAR_TYPE_NAMES = {
+    "tag:yaml.org,2002:str": "a string", "tag:yaml.org,2002:int": "an integer",
+    "tag:yaml.org,2002:float": "a number", "tag:yaml.org,2002:bool": "true/false",
+    "tag:yaml.org,2002:null": "null",
+}
+
+
+def compose_file(path: Path | str, words: FileWords) -> yaml.Node | None:
+    """The document's root node (None for an empty file)."""
+    path = Path(path)
+    text = _read(path, words)
+    with _yaml_errors(path, words):
+        return yaml.compose(text, Loader=yaml.SafeLoader)
+
+
+def where(path: Path, node: yaml.Node) -> str:
+    return f"{path}:{node.start_mark.line + 1}"
+
+
+def describe(node: yaml.Node) -> str:
+    """What a node is, in words ("a list", "an integer", ...) for type complaints."""
+    if isinstance(node, yaml.MappingNode):
+        return "a mapping"
+    if isinstance(node, yaml.SequenceNode):
+        return "a list"
+    return _SCALAR_TYPE_NAMES.get(node.tag, node.tag)
+
+
+def mapping_items(path: Path, node: yaml.Node, what: str) -> list[tuple[str, yaml.Node, yaml.Node]]:
+    """``(key, key_node, value_node)`` of a mapping; rejects non-mappings, non-string and duplicate keys."""
+    if not isinstance(node, yaml.MappingNode):
+        raise BadInput(where(path, node), f"{what} must be a mapping, not {describe(node)}")
+    items, seen = [], {}
+    for key_node, value_node in node.value:
+        key = scalar(key_node)
+        if not isinstance(key, str):
+            raise BadInput(where(path, key_node), f"keys of {what} must be strings, not {describe(key_node)}",
+                           "quote the key")
+        if key in seen:
+            raise BadInput(where(path, key_node), f"{key!r} appears twice in {what} (first on line {seen[key]})",
+                           "keep one of them")
+        seen[key] = key_node.start_mark.line + 1
+        items.append((key, key_node, value_node))
+    return items
+
+
+def scalar(node: yaml.Node):
+    """The Python value of a scalar node (str, int, float, bool, None); other nodes give None."""
+    if not isinstance(node, yaml.ScalarNode):
+        return None
+    return yaml.SafeLoader("").construct_object(node)
+
+
+# --- values that remember their lines: the whole file at once ---------------------------------------
+
+class YamlMap(dict):
+    """A YAML mapping. ``line``: where it starts; ``lines[key]``: where that key is written."""
+
+    line: int = 0
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lines: dict = {}
+
+    def line_of(self, key) -> int:
+        return self.lines.get(key, self.line)
+
+
+class YamlList(list):
+    """A YAML sequence. ``line``: where it starts; ``lines[i]``: where item i is written."""
+
+    line: int = 0
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.lines: list[int] = []
+
+    def line_of(self, index: int) -> int:
+        return self.lines[index] if index < len(self.lines) else self.line
+
+
+class _LineLoader(yaml.SafeLoader):
+    """SafeLoader whose mappings and sequences keep their line numbers (1-based)."""
+
+    source = "<yaml>"  # set per file, for messages
+
+
+def _construct_map(loader: _LineLoader, node: yaml.MappingNode) -> YamlMap:
+    loader.flatten_mapping(node)  # YAML merge keys (<<: *defaults) work as usual
+    result = YamlMap()
+    result.line = node.start_mark.line + 1
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        key_line = key_node.start_mark.line + 1
+        try:
+            seen = key in result
+        except TypeError:
+            raise BadInput(f"{loader.source}:{key_line}", "a mapping key must be a plain word",
+                           "write keys as `name: value`") from None
+        if seen:
+            raise BadInput(f"{loader.source}:{key_line}",
+                           f"key {key!r} appears twice in this mapping (first at line {result.lines[key]})",
+                           "keep one of them")
+        result[key] = loader.construct_object(value_node, deep=True)
+        result.lines[key] = key_line
+    return result
+
+
+def _construct_list(loader: _LineLoader, node: yaml.SequenceNode) -> YamlList:
+    result = YamlList(loader.construct_object(child, deep=True) for child in node.value)
+    result.line = node.start_mark.line + 1
+    result.lines = [child.start_mark.line + 1 for child in node.value]
+    return result
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_map)
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_list)
+
+
+def load_yaml(path: Path | str, words: FileWords):
+    """The document in ``path`` as YamlMap/YamlList/scalars. ``path`` is used as given in messages."""
+    text = _read(path, words)
+    loader = _LineLoader(text)
+    loader.source = str(path)
+    try:
+        with _yaml_errors(path, words):
+            return loader.get_single_data()
+    finally:
+        loader.dispose()
