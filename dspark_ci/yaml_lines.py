@@ -16,6 +16,7 @@ each kind of file words those messages (users and tests know each wording).
 from __future__ import annotations
 
 import contextlib
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,9 +88,10 @@ _SCALAR_TYPE_NAMES = {
 def compose_file(path: Path | str, words: FileWords) -> yaml.Node | None:
     """The document's root node (None for an empty file)."""
     path = Path(path)
-    text = _read(path, words)
+    stream = io.StringIO(_read(path, words))
+    stream.name = str(path)  # marks (node.start_mark.name) carry the file, so later complaints can name it
     with _yaml_errors(path, words):
-        return yaml.compose(text, Loader=yaml.SafeLoader)
+        return yaml.compose(stream, Loader=yaml.SafeLoader)
 
 
 def where(path: Path, node: yaml.Node) -> str:
@@ -127,7 +129,12 @@ def scalar(node: yaml.Node):
     """The Python value of a scalar node (str, int, float, bool, None); other nodes give None."""
     if not isinstance(node, yaml.ScalarNode):
         return None
-    return yaml.SafeLoader("").construct_object(node)
+    try:
+        return yaml.SafeLoader("").construct_object(node)
+    except (yaml.YAMLError, ValueError, TypeError) as err:  # a tag it cannot build: `!foo x`, `!!int abc`, `<<`
+        raise BadInput(f"{node.start_mark.name}:{node.start_mark.line + 1}",
+                       f"cannot read {node.value!r} as {node.tag} ({getattr(err, 'problem', None) or err})",
+                       "write a plain value without a YAML tag") from None
 
 
 # --- values that remember their lines: the whole file at once ---------------------------------------
@@ -159,6 +166,14 @@ class YamlList(list):
 
 
 class _LineLoader(yaml.SafeLoader):
+    def construct_object(self, node, deep=False):
+        # `!!int abc` raises a bare ValueError deep in PyYAML; give it the node's line like any YAML error.
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, TypeError) as err:
+            raise yaml.constructor.ConstructorError(None, None, f"cannot read {node.value!r} as {node.tag} ({err})",
+                                                    node.start_mark) from None
+
     """SafeLoader whose mappings and sequences keep their line numbers (1-based)."""
 
     source = "<yaml>"  # set per file, for messages

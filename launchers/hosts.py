@@ -34,7 +34,7 @@ import docker.errors
 import requests
 
 from dspark_ci.errors import BadInput, InfraError
-from dspark_ci.yaml_lines import load_yaml
+from dspark_ci.yaml_lines import FileWords, load_yaml
 from launchers.plan_types import Placement
 
 HOSTS_ENV = "DSPARK_DOCKER_HOSTS"
@@ -109,10 +109,18 @@ def _from_env(text: str) -> Inventory:
     return Inventory(tuple(hosts), source=HOSTS_ENV)
 
 
-def _from_file(path: str) -> Inventory:
-    from matrices import MATRIX_FILE  # inventories report unreadable files and bad syntax as matrices do
+# How a hosts file that cannot be read or parsed is reported.
+HOSTS_FILE = FileWords(
+    missing=("no such hosts inventory", "check --hosts (see docs/DOCKER.md for the format)"),
+    unreadable=("cannot read the hosts inventory ({error_type})", "pass a readable UTF-8 YAML file"),
+    syntax=("not valid YAML: {both}",
+            "fix the syntax near {near}: indentation, a missing ':', an unclosed quote or bracket"),
+    unplaced=("not valid YAML: {error}", "fix the YAML syntax"),
+)
 
-    document = load_yaml(path, MATRIX_FILE)
+
+def _from_file(path: str) -> Inventory:
+    document = load_yaml(path, HOSTS_FILE)
     entries = document.get("hosts") if isinstance(document, dict) else None
     if not isinstance(entries, list) or not entries:
         raise BadInput(f"{path}:{getattr(document, 'line', 1) or 1}", "a hosts inventory needs a non-empty `hosts:` list",
