@@ -17,8 +17,10 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import statistics
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +49,7 @@ class Fidelity:
     ttft_excess_ms_median: float  # measured − true TTFT (HTTP, template, scheduling)
     stream_rate_tok_s: float  # Σ tokens / wall time
     loop_lag_ms_p99: float
+    client_cpu_cores: float  # CPU seconds of the client (this process and its finished workers) / wall
 
 
 def measure(base_url: str, client: str, concurrency: int, workers: int, step_ms: float, prefill_ms: float,
@@ -59,7 +62,9 @@ def measure(base_url: str, client: str, concurrency: int, workers: int, step_ms:
     overhead, per_word = calibrate(server)
     prompts = build_prompts(requests, input_len, overhead, per_word, seed=1)
     warmup = build_prompts(settings.warmup_requests, input_len, overhead, per_word, seed=2)
+    cpu_before, wall_before = client_cpu_seconds(), time.monotonic()
     results = run_measurement(server, settings, prompts, warmup)
+    cpu_cores = (client_cpu_seconds() - cpu_before) / (time.monotonic() - wall_before)
     timings = [t for result in results for t in result.timings if t.ok]
     if len(timings) < requests:
         raise SystemExit(f"{requests - len(timings)} requests failed at concurrency {concurrency}")
@@ -74,8 +79,15 @@ def measure(base_url: str, client: str, concurrency: int, workers: int, step_ms:
         ttft_ratio_mean=statistics.fmean(ttft_ratios), ttft_ratio_median=statistics.median(ttft_ratios),
         ttft_excess_ms_median=statistics.median(t.ttft * 1000 - truth for t, truth in zip(timings, ttft_true)),
         stream_rate_tok_s=sum(t.completion_tokens for t in timings) / wall,
-        loop_lag_ms_p99=percentile(lag, 99) if lag else 0.0,
+        loop_lag_ms_p99=percentile(lag, 99) if lag else 0.0, client_cpu_cores=cpu_cores,
     )
+
+
+def client_cpu_seconds() -> float:
+    # RUSAGE_CHILDREN counts only children that have exited and been waited for: the speed workers,
+    # not the simulator, which runs until the end.
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def measure_median(repeats: int, *args) -> Fidelity:
@@ -92,12 +104,12 @@ def print_row(row: Fidelity) -> None:
     print(f"| {row.client} | {row.concurrency:>4} | {row.workers} | {row.step_ms:>5g} | {row.requests:>4} | "
           f"{row.tpot_ratio_mean:.3f} | {row.tpot_ratio_p99:.3f} | {row.ttft_ratio_mean:.3f} | "
           f"{row.ttft_ratio_median:.3f} | {row.ttft_excess_ms_median:>6.1f} | {row.stream_rate_tok_s:>8.0f} | "
-          f"{row.loop_lag_ms_p99:>5.1f} |", flush=True)
+          f"{row.loop_lag_ms_p99:>5.1f} | {row.client_cpu_cores:.2f} |", flush=True)
 
 
 HEADER = ("| client | conc | workers | step ms | requests | TPOT ratio mean | TPOT ratio p99 | TTFT ratio mean | "
-          "TTFT ratio median | TTFT excess ms (median) | stream tok/s | client loop lag p99 ms |\n"
-          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "TTFT ratio median | TTFT excess ms (median) | stream tok/s | client loop lag p99 ms | client CPU cores |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
 
 def machine() -> str:

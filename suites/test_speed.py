@@ -15,8 +15,9 @@ from suites.speed import (
     SpeedSettings, build_prompts, calibrate, percentile, run_measurement, speed_metrics, timing_record,
 )
 
-# A client event loop that wakes a 10 ms sleeper this late (p99) is too busy to timestamp chunks well.
-LOOP_LAG_WARN_MS = 5.0
+# A client event loop that wakes a 10 ms sleeper this late (p99) is too busy to timestamp chunks well
+# (bench/speed_fidelity.py: TPOT errors above 1 % came with p99 lags of 15 ms and more).
+LOOP_LAG_WARN_MS = 10.0
 
 
 @pytest.fixture(scope="module")
