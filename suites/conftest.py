@@ -158,5 +158,7 @@ def _message(report) -> str | None:
         return report.longrepr[2].removeprefix("Skipped: ")
     crash = getattr(report.longrepr, "reprcrash", None)
     if crash is not None:
-        return crash.message
+        # The first line is the assertion's own message; pytest's introspection of it follows.
+        first = crash.message.splitlines()[0]
+        return first.removeprefix("AssertionError: ").removeprefix("Failed: ")
     return str(report.longrepr).strip().splitlines()[-1] if report.longrepr else None

@@ -4,7 +4,9 @@ Kept exactly: one ``random.Random(0)``; optional subsample ``rng.sample(rows, n)
 then one ``rng.sample(range(4), 4)`` permutation per example, in order; the prompt text; the first
 match of the answer regex; score 0/1. Beyond simple-evals: per-sample records, reasoning content kept
 apart from the answer (only the content is scored), and a true standard error next to the
-per-question standard deviation that simple-evals reports as ``score:std``.
+per-question standard deviation that simple-evals reports as ``score:std``. simple-evals refuses a
+subsample together with repeats; here the two combine (sample first, then repeat), which is the same
+sequence of random draws whenever either is left at its default.
 """
 
 from __future__ import annotations
