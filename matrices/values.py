@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from dspark_ci.errors import BadInput
+from suites.config import SUITE_DEFAULTS, option_problem
 from dspark_ci.sglang.flags import load_flags
 from dspark_ci.yaml_lines import YamlList, YamlMap
 from matrices.cell import REJECT, SERVE, Expect
@@ -182,38 +183,6 @@ def arg_list(value, where, key, example) -> tuple[str, ...]:
     return tuple(args)
 
 
-# Suite options (docs/ARCHITECTURE.md, "Suites and their options"): option -> (parser, example).
-SUITE_OPTIONS: Mapping[str, Mapping[str, tuple[Parser, str]]] = {
-    "gpqa": {
-        "num_questions": (optional(int_at_least(1)), "num_questions: 20"),
-        "repeats": (int_at_least(1), "repeats: 4"),
-        "concurrency": (int_at_least(1), "concurrency: 16"),
-        "max_tokens": (int_at_least(1), "max_tokens: 4096"),
-        "temperature": (number, "temperature: 0.0"),
-        "extractor": (one_of(("sglang", "openai")), "extractor: sglang"),
-        "dataset": (text, "dataset: data/gpqa_diamond.csv"),
-        "thinking": (boolean, "thinking: true"),
-    },
-    "accept": {
-        "num_requests": (int_at_least(1), "num_requests: 8"),
-        "max_tokens": (int_at_least(1), "max_tokens: 256"),
-        "concurrency": (int_at_least(1), "concurrency: 4"),
-        "min_accept_length": (number, "min_accept_length: 1.5"),
-    },
-    "speed": {
-        "num_requests": (int_at_least(1), "num_requests: 16"),
-        "concurrency": (int_at_least(1), "concurrency: 4"),
-        "input_len": (int_at_least(1), "input_len: 1024"),
-        "output_len": (int_at_least(1), "output_len: 64"),
-        "warmup_requests": (int_at_least(0), "warmup_requests: 2"),
-    },
-    "parity": {
-        "num_prompts": (int_at_least(1), "num_prompts: 8"),
-        "max_tokens": (int_at_least(1), "max_tokens: 128"),
-    },
-}
-
-
 def suite_map(value, where, key, example) -> Mapping[str, Mapping[str, Any]]:
     """``suites: {accept: {num_requests: 8}, gpqa: null}``; null options mean the suite's defaults."""
     if not isinstance(value, YamlMap):
@@ -221,18 +190,22 @@ def suite_map(value, where, key, example) -> Mapping[str, Mapping[str, Any]]:
     suites = {}
     for name, options in value.items():
         here = where.at(value, name)
-        if name not in SUITE_OPTIONS:
-            raise here.error(f"unknown suite {name!r}", closest(name, SUITE_OPTIONS))
+        if name not in SUITE_DEFAULTS:
+            raise here.error(f"unknown suite {name!r}", closest(name, SUITE_DEFAULTS))
         if options is None:
             suites[name] = {}
             continue
         if not isinstance(options, YamlMap):
             raise here.error(f"options of suite {name} must be a mapping, got {options!r}",
-                             f"write it like `{name}: {{{next(iter(SUITE_OPTIONS[name]))}: ...}}` or `{name}: null`")
-        known = SUITE_OPTIONS[name]
-        check_keys(options, known, here, f"{name} suite option")
-        suites[name] = {opt: known[opt][0](val, here.at(options, opt), opt, known[opt][1])
-                        for opt, val in options.items()}
+                             f"write it like `{name}: {{{next(iter(SUITE_DEFAULTS[name]))}: ...}}` or `{name}: null`")
+        check_keys(options, SUITE_DEFAULTS[name], here, f"{name} suite option")
+        for opt, val in options.items():  # the suites' own rules (suites/config.py), at the option's line
+            problem = option_problem(name, opt, val)
+            if problem:
+                default = SUITE_DEFAULTS[name][opt]
+                example = f"write it like `{opt}: {default}`" if default is not None else "see suites/README.md"
+                raise here.at(options, opt).error(problem, example)
+        suites[name] = dict(options)
     return MappingProxyType(suites)
 
 

@@ -140,21 +140,30 @@ def _parse_flag(flag: str) -> tuple[str, str, Any]:
     return suite, key, value
 
 
-def _set_option(merged: dict, suite: str, key: str, value: Any, where: str) -> None:
+def option_problem(suite: str, key: str, value: Any) -> str | None:
+    """What is wrong with one option value, or None. Shared with the matrix loader, which checks
+    a cell's `suites:` options where the YAML enters (with the option's own line)."""
     if suite not in SUITE_DEFAULTS:
-        raise SuiteInputError(f"{where}: unknown suite '{suite}' (known: {', '.join(SUITE_DEFAULTS)})")
+        return f"unknown suite '{suite}' (known: {', '.join(SUITE_DEFAULTS)})"
     defaults = SUITE_DEFAULTS[suite]
     if key not in defaults:
-        raise SuiteInputError(f"{where}: suite '{suite}' has no option '{key}' (known: {', '.join(defaults)})")
+        return f"suite '{suite}' has no option '{key}' (known: {', '.join(defaults)})"
     expected = OPTION_TYPES.get((suite, key)) or _types_like(defaults[key])
     if isinstance(value, bool) and bool not in expected or not isinstance(value, expected):
         names = " or ".join("null" if t is type(None) else t.__name__ for t in expected)
-        raise SuiteInputError(f"{where}: {suite}.{key} must be {names}, got {json.dumps(value)}")
+        return f"{suite}.{key} must be {names}, got {json.dumps(value)}"
     if key in POSITIVE_OPTIONS and value is not None and value <= 0:
-        raise SuiteInputError(f"{where}: {suite}.{key} must be at least 1, got {value}")
+        return f"{suite}.{key} must be at least 1, got {value}"
     allowed = ALLOWED_VALUES.get((suite, key))
     if allowed and value not in allowed:
-        raise SuiteInputError(f"{where}: {suite}.{key} must be one of {', '.join(allowed)}, got {value!r}")
+        return f"{suite}.{key} must be one of {', '.join(allowed)}, got {value!r}"
+    return None
+
+
+def _set_option(merged: dict, suite: str, key: str, value: Any, where: str) -> None:
+    problem = option_problem(suite, key, value)
+    if problem:
+        raise SuiteInputError(f"{where}: {problem}")
     merged[suite][key] = value
 
 

@@ -150,7 +150,12 @@ CASES = {
     "unknown-suite-option": Case(HEAD + "  suites:\n    accept: {num_request: 8}\ninclude: [{}]\n", 5,
                                  "unknown accept suite option key 'num_request'", "did you mean 'num_requests'?"),
     "suite-option-wrong-type": Case(HEAD + "  suites:\n    speed: {concurrency: four}\ninclude: [{}]\n", 5,
-                                    "concurrency must be an integer >= 1", "concurrency: 4"),
+                                    'speed.concurrency must be int, got "four"', "write it like `concurrency: 8`"),
+    "suite-option-not-positive": Case(HEAD + "  suites:\n    gpqa: {repeats: 0}\ninclude: [{}]\n", 5,
+                                      "gpqa.repeats must be at least 1, got 0", "write it like `repeats: 1`"),
+    "suite-option-not-allowed": Case(HEAD + "  suites:\n    speed: {client: curl}\ninclude: [{}]\n", 5,
+                                     "speed.client must be one of aiohttp, openai, got 'curl'",
+                                     "write it like `client: aiohttp`"),
 }
 
 
