@@ -2,6 +2,8 @@
 
 One registry per server (no process-global state). Counters move when a request finishes, by
 the tokens it really produced; the spec gauges hold the last logging window, as in SGLang.
+prometheus_client drops a counter name's ``_total`` and adds it back on exposition, so
+``sglang:prompt_tokens`` here is ``sglang:prompt_tokens_total`` on the wire, as SGLang's.
 """
 
 from __future__ import annotations
@@ -40,6 +42,11 @@ class ServerMetrics:
                                      request_labels, registry=registry)
         self.generation_tokens = Counter("sglang:generation_tokens", "Number of generation tokens processed.",
                                          request_labels, registry=registry)
+        # SGLang 0.5.23: TokenizerMetricsCollector.__init__ (observability/metrics_collector.py); no
+        # is_streaming label, and observe_one_finished_request adds each finished request's spec_verify_ct.
+        self.spec_verify_calls = Counter("sglang:spec_verify_calls",
+                                         "Number of speculative decoding verification calls.",
+                                         list(self._labels), registry=registry)
         self.num_requests = Counter("sglang:num_requests", "Number of requests processed.",
                                     request_labels, registry=registry)
         self.time_to_first_token = Histogram("sglang:time_to_first_token_seconds",
@@ -72,6 +79,8 @@ class ServerMetrics:
         self.num_requests.labels(**labels).inc()
         self.prompt_tokens.labels(**labels).inc(gen.prompt_tokens)
         self.generation_tokens.labels(**labels).inc(gen.completion_tokens)
+        if gen.spec is not None and gen.spec.verify_ct > 0:  # as SGLang: only when the request verified
+            self.spec_verify_calls.labels(**self._labels).inc(gen.spec.verify_ct)
         if gen.first_token_at is not None:
             self.time_to_first_token.labels(**labels).observe(gen.first_token_at - gen.started)
         self.e2e_request_latency.labels(**labels).observe((gen.finished_at or gen.started) - gen.started)

@@ -284,6 +284,31 @@ def test_metrics_count_what_was_served(sim):
     assert details["spec_verify_ct"] > 0
 
 
+def test_metrics_verify_calls_agree_with_the_steps_streamed(sim):
+    server = sim([*SPEC_ARGS, "--enable-metrics"])
+    whole = client(server).chat.completions.create(
+        model="m", messages=HELLO, max_tokens=30, extra_body={"ignore_eos": True, "return_spec_tokens_details": True})
+    chunks = list(client(server).chat.completions.create(
+        model="m", messages=HELLO, max_tokens=20, stream=True, stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True, "return_spec_tokens_details": True}))
+    content_chunks = [chunk for chunk in chunks if chunk.choices and chunk.choices[0].delta.content]
+    streamed_verify_ct = spec_details(chunks[-2])["spec_verify_ct"]
+    assert len(content_chunks) == 1 + streamed_verify_ct  # the prefill token, then one chunk per verify step
+    samples = _metric_samples(server)
+    verify_calls = samples[("sglang:spec_verify_calls_total", (("engine_type", "unified"),))]  # no is_streaming
+    assert verify_calls == spec_details(whole)["spec_verify_ct"] + streamed_verify_ct
+    generated = sum(value for (name, _), value in samples.items() if name == "sglang:generation_tokens_total")
+    assert generated == 30 + 20  # so generated / verify_calls is the per-request accept length definition
+
+
+def test_metrics_have_no_verify_calls_without_speculation(sim):
+    server = sim(["--enable-metrics"])
+    client(server).chat.completions.create(model="m", messages=HELLO, max_tokens=5, extra_body={"ignore_eos": True})
+    names = {name for name, _ in _metric_samples(server)}
+    assert "sglang:generation_tokens_total" in names
+    assert "sglang:spec_verify_calls_total" not in names
+
+
 def test_metrics_only_with_enable_metrics(plain_server):
     assert requests.get(plain_server.url("/metrics"), timeout=5).status_code == 404
 
