@@ -60,7 +60,12 @@ class Generation:
     """One sample being generated; the HTTP layer reads it to build responses."""
 
     rid: str
-    dp_rank: int
+    dp_rank: int  # the simulated scheduler that runs it
+    # meta_info's dp_rank as SGLang 0.5.23 fills it (tokenizer_manager._handle_batch_output from
+    # BatchStrOutput.dp_ranks, set by output_streamer to get_parallel().dp_rank): a DP replica's index
+    # under --dp-size N, None otherwise; attention-DP schedulers are launched without a DP rank
+    # (data_parallel_controller.launch_dp_attention_schedulers passes None).
+    reported_dp_rank: int | None
     prompt_tokens: int
     spec: SpecStats | None
     tokens: list[str] = field(default_factory=list)
@@ -77,13 +82,11 @@ class Generation:
     def text(self) -> str:
         return "".join(self.tokens)
 
-    def meta_info(self, with_dp_rank: bool) -> dict:
+    def meta_info(self) -> dict:
         """SGLang's meta_info: latency and spec fields arrive with the finished state only."""
         info = {"id": self.rid, "finish_reason": self.finish_reason, "prompt_tokens": self.prompt_tokens,
                 "weight_version": "default", "num_retractions": 0, "reasoning_tokens": 0,
-                "completion_tokens": self.completion_tokens, "cached_tokens": 0}
-        if with_dp_rank:
-            info["dp_rank"] = self.dp_rank
+                "completion_tokens": self.completion_tokens, "cached_tokens": 0, "dp_rank": self.reported_dp_rank}
         if self.finish_reason is not None:
             info["e2e_latency"] = (self.finished_at or time.perf_counter()) - self.started
             if self.spec is not None:
@@ -124,7 +127,8 @@ class Engine:
     def start(self, job: Job) -> Generation:
         rank = next(self._next_rank)
         spec = SpecStats(self.shape) if self.shape is not None else None
-        return Generation(uuid.uuid4().hex, rank.dp_rank, job.prompt_tokens, spec)
+        reported_dp_rank = rank.dp_rank if self.args.dp_size > 1 else None
+        return Generation(uuid.uuid4().hex, rank.dp_rank, reported_dp_rank, job.prompt_tokens, spec)
 
     async def run(self, gen: Generation, job: Job) -> AsyncIterator[list[str]]:
         """Yield the tokens of each step (prefill first); ``gen`` holds the totals."""

@@ -105,9 +105,9 @@ def _generate_jobs(state: ServerState, body: dict) -> tuple[list[Job], bool]:
     return jobs, batched
 
 
-def _output(gen: Generation, with_dp_rank: bool, index: int | None) -> dict:
+def _output(gen: Generation, index: int | None) -> dict:
     out = {"text": gen.text, "output_ids": [token_id(piece) for piece in gen.tokens],
-           "meta_info": gen.meta_info(with_dp_rank)}
+           "meta_info": gen.meta_info()}
     if index is not None:
         out["index"] = index
     return out
@@ -123,16 +123,15 @@ async def generate(request: web.Request) -> web.StreamResponse:
     except (BadRequest, json.JSONDecodeError, UnicodeDecodeError) as err:
         return json_response({"error": {"message": str(err)}}, status=400)
     choices = Choices(state.engine, jobs)
-    with_rank = state.engine.reports_dp_rank
     if not jobs[0].streaming:
         generations = await choices.run_to_end()
-        outputs = [_output(gen, with_rank, None) for gen in generations]
+        outputs = [_output(gen, None) for gen in generations]
         return json_response(outputs if batched else outputs[0])
     response = await state.open_stream(request)
     async with state.streaming(request, response) as send, choices.stepping() as steps:
         async for index, _ in steps:
             # SGLang streams the text so far (incremental_streaming_output is off by default)
-            await send(sse_event(_output(choices.generations[index], with_rank, index if batched else None)))
+            await send(sse_event(_output(choices.generations[index], index if batched else None)))
         await send(b"data: [DONE]\n\n")
     return response
 

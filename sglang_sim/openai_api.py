@@ -29,7 +29,14 @@ SPEC_DETAIL_FIELDS = {  # SpecTokensDetails, in its field order, with its defaul
 
 
 class BadRequest(ValueError):
-    """A request SGLang answers with 400 and an ErrorResponse."""
+    """A request SGLang answers with 400 and an ErrorResponse.
+
+    ``err_type`` tells SGLang's two paths apart (serving_base.handle_request): "BadRequestError" from
+    request validation, "BadRequest" from a ValueError raised while converting the request."""
+
+    def __init__(self, message: str, err_type: str = "BadRequestError"):
+        super().__init__(message)
+        self.err_type = err_type
 
 
 def error_response(message: str, status: int = 400, err_type: str = "BadRequestError") -> web.Response:
@@ -49,6 +56,22 @@ class Sampling:
     stream: bool
     include_usage: bool
     spec_details: bool
+
+
+@dataclass(frozen=True)
+class ChatReturns:
+    """What a chat request asks to get back beyond the text (ChatCompletionRequest's return_* fields)."""
+
+    meta_info: bool  # choices[].meta_info: the whole meta_info of each sample
+
+    @classmethod
+    def parse(cls, body: dict, streaming: bool) -> "ChatReturns":
+        returns = cls(meta_info=bool(body.get("return_meta_info", False)))
+        # serving_chat.OpenAIServingChat._convert_to_internal_request refuses these when streaming
+        if streaming and returns.meta_info:
+            raise BadRequest("return_meta_info is not supported with streaming. "
+                             "Please set stream=false when using return_meta_info=true.", "BadRequest")
+        return returns
 
 
 def _number(body: dict, key: str, default, kind=float):
@@ -118,13 +141,13 @@ def usage_of(generations: list[Generation], n: int) -> dict:
             "prompt_tokens_details": None, "reasoning_tokens": 0, "completion_tokens_details": None}
 
 
-def sglext_of(generations: list[Generation], sampling: Sampling, with_dp_rank: bool) -> dict | None:
+def sglext_of(generations: list[Generation], sampling: Sampling) -> dict | None:
     """``{"spec_tokens_details": ...}`` when asked for and the server speculates (a list when n > 1)."""
     if not sampling.spec_details:
         return None
     details = []
     for gen in generations:
-        info = gen.meta_info(with_dp_rank)
+        info = gen.meta_info()
         if any(key in info for key in SPEC_DETAIL_FIELDS):
             details.append({key: info.get(key) or default for key, default in SPEC_DETAIL_FIELDS.items()})
     if not details:
@@ -169,8 +192,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         body = await _json_body(request)
         sampling = parse_sampling(body, state, default_max_tokens=None)
         prompt, question = render_chat(body.get("messages"))
+        returns = ChatReturns.parse(body, sampling.stream)
     except BadRequest as err:
-        return error_response(str(err))
+        return error_response(str(err), err_type=err.err_type)
     kwargs = body.get("chat_template_kwargs") or {}
     thinking = bool(kwargs.get("thinking") or kwargs.get("enable_thinking"))
     separate = bool(state.args.reasoning_parser) and body.get("separate_reasoning", True) is not False
@@ -184,13 +208,16 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     for index, gen in enumerate(generations):
         reasoning, content = splits[index].split(gen.tokens)
         finish, matched = _finish(gen)
-        response_choices.append({"index": index, "message": {"role": "assistant", "content": content,
-                                                             "reasoning_content": reasoning or None},
-                                 "logprobs": None, "finish_reason": finish, "matched_stop": matched})
+        choice = {"index": index, "message": {"role": "assistant", "content": content,
+                                              "reasoning_content": reasoning or None},
+                  "logprobs": None, "finish_reason": finish, "matched_stop": matched}
+        if returns.meta_info:  # serving_chat._build_chat_response: ret_item["meta_info"], as /generate has it
+            choice["meta_info"] = gen.meta_info()
+        response_choices.append(choice)
     payload = {"id": rid, "object": "chat.completion", "created": created, "model": sampling.model,
                "choices": response_choices, "usage": usage_of(generations, sampling.n),
                "metadata": {"weight_version": "default"}}
-    sglext = sglext_of(generations, sampling, state.engine.reports_dp_rank)
+    sglext = sglext_of(generations, sampling)
     if sglext is not None:
         payload["sglext"] = sglext
     return json_response(payload)
@@ -220,7 +247,7 @@ async def _chat_stream(request, state: ServerState, choices: Choices, sampling: 
         for index, gen in enumerate(choices.generations):
             finish, matched = _finish(gen)
             await send(_chat_chunk(rid, created, model, index, {}, finish, matched))
-        sglext = sglext_of(choices.generations, sampling, state.engine.reports_dp_rank)
+        sglext = sglext_of(choices.generations, sampling)
         if sglext is not None:
             await send(sse_event({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
                                   "choices": [], "usage": None, "sglext": sglext}))
@@ -240,7 +267,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
         sampling = parse_sampling(body, state, default_max_tokens=16)
         prompts = _prompts(body.get("prompt"))
     except BadRequest as err:
-        return error_response(str(err))
+        return error_response(str(err), err_type=err.err_type)
     jobs = [job for prompt in prompts for job in _jobs(state, prompt, prompt, sampling, thinking=False)]
     choices = Choices(state.engine, jobs)
     if sampling.stream:
@@ -254,7 +281,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     payload = {"id": generations[0].rid, "object": "text_completion", "created": int(time.time()),
                "model": sampling.model, "choices": response_choices, "usage": usage_of(generations, sampling.n),
                "metadata": {"weight_version": "default"}}
-    sglext = sglext_of(generations, sampling, state.engine.reports_dp_rank)
+    sglext = sglext_of(generations, sampling)
     if sglext is not None:
         payload["sglext"] = sglext
     return json_response(payload)
@@ -278,7 +305,7 @@ async def _completion_stream(request, state: ServerState, choices: Choices, samp
                                   "choices": [{"index": index, "text": "".join(tokens), "logprobs": None,
                                                "finish_reason": finish, "matched_stop": matched}],
                                   "usage": None}))
-        sglext = sglext_of(choices.generations, sampling, state.engine.reports_dp_rank)
+        sglext = sglext_of(choices.generations, sampling)
         if sglext is not None:
             await send(sse_event({"id": rid, "object": "text_completion", "created": created, "model": model,
                                   "choices": [], "usage": None, "sglext": sglext}))

@@ -119,6 +119,62 @@ def test_n_choices_report_one_spec_detail_each(spec_server):
     assert all(d["spec_accept_length"] == pytest.approx(30 / d["spec_verify_ct"]) for d in details)
 
 
+def test_chat_meta_info_per_choice_is_the_samples_meta_info(spec_server):
+    reply = client(spec_server).chat.completions.create(
+        model="m", messages=HELLO, max_tokens=25, temperature=0,
+        extra_body={"ignore_eos": True, "return_meta_info": True, "return_spec_tokens_details": True})
+    meta = reply.choices[0].model_extra["meta_info"]
+    assert meta["id"] == reply.id
+    assert meta["finish_reason"] == {"type": "length", "length": 25}
+    assert (meta["prompt_tokens"], meta["completion_tokens"]) == (reply.usage.prompt_tokens, 25)
+    assert meta["e2e_latency"] > 0
+    assert meta["dp_rank"] is None  # one DP rank
+    details = spec_details(reply)
+    assert details["spec_verify_ct"] > 0
+    for key in ("spec_verify_ct", "spec_num_correct_drafts", "spec_num_proposed_drafts", "spec_accept_length"):
+        assert meta[key] == details[key]
+    plain = client(spec_server).chat.completions.create(model="m", messages=HELLO, max_tokens=5, temperature=0)
+    assert "meta_info" not in plain.choices[0].model_extra
+
+
+def test_chat_meta_info_for_each_of_n_choices(spec_server):
+    reply = client(spec_server).chat.completions.create(
+        model="m", messages=HELLO, max_tokens=12, n=3, temperature=0.7,
+        extra_body={"ignore_eos": True, "return_meta_info": True})
+    metas = [choice.model_extra["meta_info"] for choice in reply.choices]
+    assert len({meta["id"] for meta in metas}) == 3
+    assert sum(meta["completion_tokens"] for meta in metas) == reply.usage.completion_tokens == 36
+
+
+@pytest.mark.parametrize("flag", ["return_meta_info"])
+def test_chat_stream_refuses_what_sglang_returns_only_whole(spec_server, flag):
+    response = requests.post(spec_server.url("/v1/chat/completions"), timeout=10, json={
+        "model": "m", "messages": HELLO, "max_tokens": 5, "stream": True, flag: True})
+    assert response.status_code == 400
+    body = response.json()
+    assert body["type"] == "BadRequest" and "not supported with streaming" in body["message"]
+    assert f"{flag}=true" in body["message"]
+    with pytest.raises(openai.BadRequestError):
+        client(spec_server).chat.completions.create(model="m", messages=HELLO, max_tokens=5, stream=True,
+                                                     extra_body={flag: True})
+
+
+@pytest.mark.parametrize("args, dp_ranks", [
+    pytest.param([], {None}, id="one-rank"),
+    pytest.param(["--tp-size", "2", "--dp-size", "2"], {0, 1}, id="dp-replicas"),
+    pytest.param(["--tp-size", "2", "--attn-dp-size", "2"], {None}, id="attention-dp"),
+])
+def test_meta_info_dp_rank_as_sglang_fills_it(sim, args, dp_ranks):
+    server = sim(args)
+    seen = set()
+    for index in range(4):
+        reply = client(server).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": f"q{index}"}], max_tokens=3,
+            extra_body={"return_meta_info": True})
+        seen.add(reply.choices[0].model_extra["meta_info"]["dp_rank"])
+    assert seen == dp_ranks
+
+
 def test_max_completion_tokens_wins_over_max_tokens(spec_server):
     reply = client(spec_server).chat.completions.create(
         model="m", messages=HELLO, max_completion_tokens=5, temperature=0, extra_body={"ignore_eos": True})
@@ -234,7 +290,8 @@ def test_models_and_model_info(spec_server):
 
 
 def test_server_info_accept_length_is_absent_until_the_first_step_then_cumulative_per_dp_rank(sim):
-    server = sim([*SPEC_ARGS, "--tp-size", "2", "--attn-dp-size", "2", "--enable-dp-lm-head"])
+    # DP replicas: meta_info names the replica (under attention DP SGLang reports dp_rank None)
+    server = sim([*SPEC_ARGS, "--tp-size", "2", "--dp-size", "2"])
     states = requests.get(server.url("/server_info"), timeout=5).json()["internal_states"]
     assert len(states) == 2
     assert all("avg_spec_accept_length" not in state for state in states)
@@ -247,7 +304,7 @@ def test_server_info_accept_length_is_absent_until_the_first_step_then_cumulativ
         served[meta["dp_rank"]][0] += meta["completion_tokens"] - 1
         served[meta["dp_rank"]][1] += meta["spec_verify_ct"]
     info = requests.get(server.url("/get_server_info"), timeout=5).json()
-    assert info["version"] == "0.5.23" and info["attn_dp_size"] == 2
+    assert info["version"] == "0.5.23" and info["dp_size"] == 2
     for state in info["internal_states"]:
         tokens, steps = served[state["dp_rank"]]
         assert steps > 0  # requests are spread over the ranks
