@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from dspark_ci.errors import ExitCode
+from dspark_ci.errors import ExitCode, InfraError
 from dspark_ci.suite_runner import DEFAULT_SUITES, SuiteOutcome, SuiteRequest, run_suites
 from launchers.base import LaunchFailed, LaunchTimeout
 from launchers.plan import plan_launch
@@ -61,7 +61,7 @@ def run_cell(cell: Cell, ctx: CellContext) -> CellOutcome:
                 options=ctx.suite_defaults({n: dict(cell.suites.get(n, {})) for n in names}),
                 work_dir=logs_dir, reference_url=reference_url))
             deployment.check()  # a rank that died while we measured invalidates the numbers
-    except LaunchTimeout as err:
+    except (LaunchTimeout, InfraError) as err:  # the machine's fault, not the cell's: record it and go on
         return _finish(record, "error", str(err), ExitCode.INFRA)
     except LaunchFailed as err:
         if cell.expect.outcome == REJECT:

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from dspark_ci.cell_run import CellContext, new_record, run_cell
 from dspark_ci.errors import BadInput, ExitCode, InfraError
+from dspark_ci.preflight import preflight
 from dspark_ci.progress import Progress
 from matrices import load_cells
 from matrices.cell import Cell
@@ -83,6 +84,8 @@ def run(options: RunOptions, launcher: Any, suite_defaults: Callable[[dict], dic
     baselines = Baselines.load(cells, options.baseline)
     run_id = options.run_id
     run_dir = options.out or Path("runs") / run_id
+    progress.stage(f"preflight: {len(cells)} cell(s), {options.launcher} launcher")
+    preflight(cells, launcher, run_dir)
     results = {"schema": 1, "run_id": run_id, "started_at": _now(), "finished_at": None,
                "launcher": options.launcher, "matrices": list(options.matrices), "cells": []}
     _save(run_dir, results)

@@ -21,7 +21,7 @@ from dspark_ci.errors import DsparkError, InfraError
 
 # SGLang prints the exception that stopped it as "<Type>: <message>" on one line.
 _ERROR_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(ValueError|AssertionError|NotImplementedError|RuntimeError|"
-                         r"TypeError|KeyError|torch\.OutOfMemoryError|OutOfMemoryError)\b:?\s*(.*)$")
+                         r"TypeError|KeyError|ModuleNotFoundError|ImportError|torch\.OutOfMemoryError|OutOfMemoryError)\b:?\s*(.*)$")
 
 
 def sglang_error_line(log_lines: list[str]) -> str | None:

@@ -199,6 +199,19 @@ class DockerLauncher:
         offset = next(self._remote_ports)
         return self.settings.inventory.placement(nnodes, self.settings.port + offset, self.settings.dist_port + offset)
 
+    def preflight(self, plans: list[LaunchPlan]) -> None:
+        """Before any launch: every engine the cells need answers and holds their image (pulled now, per
+        policy, so a pull never counts as boot time and a missing image fails the run in seconds)."""
+        images_by_engine: dict[str, set[str]] = {}
+        for plan in plans:
+            image = self.image_for(plan)
+            for host in self.settings.inventory.hosts_for(len(plan.ranks)):
+                images_by_engine.setdefault(host.url, set()).add(image)
+        with clients(images_by_engine) as engines:
+            for url, client in engines.items():
+                for image in sorted(images_by_engine[url]):
+                    ensure_image(client, url, image, self.settings.pull)
+
     def image_for(self, plan: LaunchPlan) -> str:
         s = self.settings
         if s.image:

@@ -21,6 +21,7 @@ from typing import Iterator, Mapping
 
 import psutil
 
+from dspark_ci.errors import InfraError
 from launchers.base import LaunchFailed, sglang_error_line
 from launchers.logs import rank_log_path, tail
 from launchers.plan_types import LaunchPlan, Placement, RankCommand
@@ -80,6 +81,20 @@ class LocalLauncher:
 
     def __init__(self, settings: LocalSettings = LocalSettings()):
         self.settings = settings
+
+    def preflight(self, plans: list[LaunchPlan]) -> None:
+        """Real SGLang must be importable by the `python3` the plans name, before anything starts."""
+        if self.settings.server != "sglang" or not plans:
+            return
+        python = plans[0].ranks[0].argv[0]
+        probe = [python, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('sglang') is None)"]
+        try:
+            found = subprocess.run(probe, capture_output=True, timeout=60, env=dict(self.settings.caller_env))
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise InfraError(f"cannot run {python} to look for SGLang ({err})") from None
+        if found.returncode != 0:
+            raise InfraError(f"SGLang is not installed for {python} on this machine: `pip install sglang==0.5.23`, "
+                             "or run the simulated server (--server sim) or containers (--launcher docker)")
 
     def placement(self, nnodes: int) -> Placement:
         """Node rank r on 127.0.0.(r+1), all on one free port, like separate machines."""

@@ -235,3 +235,13 @@ def test_run_verb_runs_smoke_cells_in_containers_on_two_engines(tmp_path, engine
     assert (tmp_path / "logs" / two_nodes / "1.log").read_text().startswith(f"# node rank 1 on {ENGINE2}")
     for engine in (engine1, engine2):
         assert engine.containers.list(all=True, filters={"label": f"{LABEL_CELL}={two_nodes}"}) == []
+
+
+def test_missing_image_fails_the_run_in_preflight_before_any_container(tmp_path, engine1):
+    run = subprocess.run(["dspark-ci", "run", "matrices/smoke.yaml", "--launcher", "docker", "--image",
+                          "dspark-ci/no-such-image:0", "--pull", "never", "--out", str(tmp_path / "run")],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 3, run.stderr[-2000:]
+    assert "dspark-ci/no-such-image:0 is not on Docker engine" in run.stderr and "docker save" in run.stderr
+    assert not (tmp_path / "run").exists()
+    assert engine1.containers.list(all=True, filters={"label": LABEL_RUN}) == []

@@ -132,3 +132,18 @@ def test_bad_input_is_exit_2_with_one_message_and_launches_nothing(tmp_path, arg
     assert done.returncode == 2
     assert says in done.stderr and "Traceback" not in done.stderr
     assert not (run.out / "logs").exists()
+
+
+def sglang_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("sglang") is not None
+
+
+@pytest.mark.skipif(sglang_installed(), reason="SGLang is installed here: nothing to refuse")
+def test_real_sglang_missing_fails_preflight_before_anything_starts(tmp_path):
+    run = Run(tmp_path, SMOKE, "--server", "sglang")
+    done = run()
+    assert done.returncode == 3
+    assert "SGLang is not installed" in done.stderr and "--server sim" in done.stderr
+    assert not run.out.exists()

@@ -1,0 +1,32 @@
+"""Checks before the first launch, so a run fails in seconds with the reason instead of after an hour.
+
+Each check is one small function of plain values; the launcher adds its own (engines answer,
+images present or pulled, SGLang importable). Any failure is an InfraError (exit 3) or BadInput (2).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from dspark_ci.errors import InfraError
+from launchers.plan import plan_launch
+from launchers.plan_types import Placement
+from matrices.cell import Cell
+
+MIN_FREE_DISK_MB = 200  # logs and reports of a run; real SGLang logs grow, but never this fast
+
+
+def check_disk(run_dir: Path) -> None:
+    existing = next(p for p in (run_dir, *run_dir.resolve().parents) if p.exists())
+    free_mb = shutil.disk_usage(existing).free / 2**20
+    if free_mb < MIN_FREE_DISK_MB:
+        raise InfraError(f"only {free_mb:.0f} MB free under {existing} (need {MIN_FREE_DISK_MB} MB for logs and "
+                         "reports): free some space or pass --out on another disk")
+
+
+def preflight(cells: list[Cell], launcher, run_dir: Path) -> None:
+    check_disk(run_dir)
+    launcher_check = getattr(launcher, "preflight", None)
+    if launcher_check:
+        launcher_check([plan_launch(cell, Placement.template(cell.nnodes)) for cell in cells])
