@@ -41,6 +41,17 @@ class FileWords:
     unplaced: tuple[str, str]  # one it could not
 
 
+def config_file_words(noun: str, missing_fix: str) -> FileWords:
+    """The wording for a YAML config file a person writes (a matrix, a hosts inventory)."""
+    return FileWords(
+        missing=(f"no such {noun}", missing_fix),
+        unreadable=(f"cannot read the {noun} ({{error_type}})", "pass a readable UTF-8 YAML file"),
+        syntax=("not valid YAML: {both}",
+                "fix the syntax near {near}: indentation, a missing ':', an unclosed quote or bracket"),
+        unplaced=("not valid YAML: {error}", "fix the YAML syntax"),
+    )
+
+
 # --- reading and syntax: shared by both views -----------------------------------------------------
 
 def _read(path: Path | str, words: FileWords) -> str:

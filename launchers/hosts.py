@@ -34,7 +34,7 @@ import docker.errors
 import requests
 
 from dspark_ci.errors import BadInput, InfraError
-from dspark_ci.yaml_lines import FileWords, load_yaml
+from dspark_ci.yaml_lines import config_file_words, load_yaml
 from launchers.plan_types import Placement
 
 HOSTS_ENV = "DSPARK_DOCKER_HOSTS"
@@ -110,13 +110,7 @@ def _from_env(text: str) -> Inventory:
 
 
 # How a hosts file that cannot be read or parsed is reported.
-HOSTS_FILE = FileWords(
-    missing=("no such hosts inventory", "check --hosts (see docs/DOCKER.md for the format)"),
-    unreadable=("cannot read the hosts inventory ({error_type})", "pass a readable UTF-8 YAML file"),
-    syntax=("not valid YAML: {both}",
-            "fix the syntax near {near}: indentation, a missing ':', an unclosed quote or bracket"),
-    unplaced=("not valid YAML: {error}", "fix the YAML syntax"),
-)
+HOSTS_FILE = config_file_words("hosts inventory", "check --hosts (see docs/DOCKER.md for the format)")
 
 
 def _from_file(path: str) -> Inventory:

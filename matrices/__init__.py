@@ -10,7 +10,7 @@ Any problem is ``dspark_ci.errors.BadInput`` naming ``file:line`` and the fix.
 
 from __future__ import annotations
 
-from dspark_ci.yaml_lines import FileWords, load_yaml
+from dspark_ci.yaml_lines import config_file_words, load_yaml
 from matrices.build import build_cell
 from matrices.cell import Cell, Expect
 from matrices.expand import expand
@@ -19,13 +19,7 @@ from matrices.schema import MatrixSpec, Where, parse_matrix
 __all__ = ["MATRIX_FILE", "Cell", "Expect", "load_cells", "load_matrix"]
 
 # How a matrix file that cannot be read or parsed is reported.
-MATRIX_FILE = FileWords(
-    missing=("no such matrix file", "check the path (matrices live in matrices/*.yaml)"),
-    unreadable=("cannot read the matrix file ({error_type})", "pass a readable UTF-8 YAML file"),
-    syntax=("not valid YAML: {both}",
-            "fix the syntax near {near}: indentation, a missing ':', an unclosed quote or bracket"),
-    unplaced=("not valid YAML: {error}", "fix the YAML syntax"),
-)
+MATRIX_FILE = config_file_words("matrix file", "check the path (matrices live in matrices/*.yaml)")
 
 
 def load_matrix(path: str) -> MatrixSpec:
