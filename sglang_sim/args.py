@@ -61,6 +61,8 @@ FIELD_TYPES: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "reasoning_parser": (str, None),
     "stream_response_default_include_usage": (_bool, False),
     "enable_cache_report": (_bool, False),
+    "return_input_ids": (_bool, False),  # sglext.input_ids on every chat completion (fields/serving.py)
+    "return_output_ids": (_bool, False),  # sglext.output_ids on every chat completion
     "trust_remote_code": (_bool, False),
     "speculative_algorithm": (str, None),
     "speculative_draft_model_path": (str, None),
@@ -116,6 +118,8 @@ class ServerArgs:
     reasoning_parser: str | None = None
     stream_response_default_include_usage: bool = False
     enable_cache_report: bool = False
+    return_input_ids: bool = False
+    return_output_ids: bool = False
     trust_remote_code: bool = False
     speculative_algorithm: str | None = None
     speculative_draft_model_path: str | None = None

@@ -24,7 +24,7 @@ from sglang_sim.config import SimConfig
 from sglang_sim.metrics import ServerMetrics
 from sglang_sim.speculation import SpecShape, SpecStats, draw_accepted
 from sglang_sim.textgen import Ask, Persona, reply_tokens
-from sglang_sim.tokenizer import EOS_TOKEN_ID
+from sglang_sim.tokenizer import EOS_TOKEN_ID, token_id
 
 logger = logging.getLogger("sglang_sim")
 DSPARK_RECORDS_KEPT = 1000
@@ -73,10 +73,18 @@ class Generation:
     started: float = field(default_factory=time.perf_counter)
     first_token_at: float | None = None
     finished_at: float | None = None
+    _output_ids: list[int] = field(default_factory=list, repr=False)
 
     @property
     def completion_tokens(self) -> int:
         return len(self.tokens)
+
+    def output_ids(self) -> list[int]:
+        """The ids of the tokens so far (EOS included, as SGLang's output_ids), each computed once and
+        only when a response asks for ids. The live list: serialise it, do not keep it."""
+        if len(self._output_ids) < len(self.tokens):
+            self._output_ids.extend(token_id(piece) for piece in self.tokens[len(self._output_ids):])
+        return self._output_ids
 
     @property
     def text(self) -> str:

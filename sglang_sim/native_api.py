@@ -13,7 +13,7 @@ from sglang_sim.engine import Generation, Job
 from sglang_sim.openai_api import BadRequest, error_response
 from sglang_sim.server_state import ServerState, json_response, sse_event
 from sglang_sim.textgen import Ask
-from sglang_sim.tokenizer import count_tokens, token_id
+from sglang_sim.tokenizer import count_tokens
 
 logger = logging.getLogger("sglang_sim")
 FLUSHED = ("Cache flushed.\nPlease check backend logs for more details. "
@@ -106,7 +106,7 @@ def _generate_jobs(state: ServerState, body: dict) -> tuple[list[Job], bool]:
 
 
 def _output(gen: Generation, index: int | None) -> dict:
-    out = {"text": gen.text, "output_ids": [token_id(piece) for piece in gen.tokens],
+    out = {"text": gen.text, "output_ids": gen.output_ids(),
            "meta_info": gen.meta_info()}
     if index is not None:
         out["index"] = index

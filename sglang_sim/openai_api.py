@@ -10,15 +10,16 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from aiohttp import web
 
+from sglang_sim.args import ServerArgs
 from sglang_sim.choices import Choices
 from sglang_sim.engine import Generation, Job
 from sglang_sim.server_state import ServerState, json_response, sse_event
 from sglang_sim.textgen import Ask
-from sglang_sim.tokenizer import THINK_END, THINK_START, count_tokens
+from sglang_sim.tokenizer import THINK_END, THINK_START, count_tokens, encode, token_id
 
 DEFAULT_MODEL_NAME = "default"
 SPEC_DETAIL_FIELDS = {  # SpecTokensDetails, in its field order, with its defaults
@@ -58,20 +59,52 @@ class Sampling:
     spec_details: bool
 
 
+# What serving_chat.OpenAIServingChat._convert_to_internal_request refuses on a stream, in its order
+CHAT_STREAM_REFUSES = {
+    "return_prompt_token_ids": "return_prompt_token_ids is not supported with streaming. "
+                               "Please set stream=false when using return_prompt_token_ids=true.",
+    "return_token_ids": "return_token_ids is not supported with streaming on /v1/chat/completions. "
+                        "Please set stream=false when using return_token_ids=true.",
+    "return_meta_info": "return_meta_info is not supported with streaming. "
+                        "Please set stream=false when using return_meta_info=true.",
+}
+
+
 @dataclass(frozen=True)
 class ChatReturns:
-    """What a chat request asks to get back beyond the text (ChatCompletionRequest's return_* fields)."""
+    """What a chat request asks to get back beyond the text (ChatCompletionRequest's return_* fields,
+    read as serving_chat._build_chat_response and _handle_streaming_request read them)."""
 
     meta_info: bool  # choices[].meta_info: the whole meta_info of each sample
+    prompt_token_ids: bool  # choices[].prompt_token_ids: return_prompt_token_ids or return_token_ids
+    response_token_ids: bool  # choices[].response_token_ids: return_token_ids
+    input_ids_in_sglext: bool  # sglext.input_ids (streaming too)
+    output_ids_in_sglext: bool  # sglext.output_ids, one list per choice (streaming too)
 
     @classmethod
-    def parse(cls, body: dict, streaming: bool) -> "ChatReturns":
-        returns = cls(meta_info=bool(body.get("return_meta_info", False)))
-        # serving_chat.OpenAIServingChat._convert_to_internal_request refuses these when streaming
-        if streaming and returns.meta_info:
-            raise BadRequest("return_meta_info is not supported with streaming. "
-                             "Please set stream=false when using return_meta_info=true.", "BadRequest")
-        return returns
+    def parse(cls, body: dict, headers: Mapping[str, str], args: ServerArgs, streaming: bool) -> "ChatReturns":
+        if streaming:
+            for flag, message in CHAT_STREAM_REFUSES.items():
+                if body.get(flag):
+                    raise BadRequest(message, "BadRequest")  # a ValueError in SGLang: type "BadRequest"
+        token_ids = bool(body.get("return_token_ids"))
+        # _should_return_input_ids / _should_return_output_ids: the body flag, a header, or the server flag
+        return cls(meta_info=bool(body.get("return_meta_info")),
+                   prompt_token_ids=token_ids or bool(body.get("return_prompt_token_ids")),
+                   response_token_ids=token_ids,
+                   input_ids_in_sglext=bool(body.get("return_input_ids_in_sglext"))
+                   or headers.get("x-sglext-return-input-ids") == "1" or args.return_input_ids,
+                   output_ids_in_sglext=bool(body.get("return_output_ids_in_sglext"))
+                   or headers.get("x-sglext-return-output-ids") == "1" or args.return_output_ids)
+
+    def sglext_ids(self, choices: Choices) -> dict:
+        """sglext's input_ids (the prompt all choices share) and output_ids, as far as asked for."""
+        ids = {}
+        if self.input_ids_in_sglext:
+            ids["input_ids"] = encode(choices.jobs[0].ask.prompt)
+        if self.output_ids_in_sglext:
+            ids["output_ids"] = [list(gen.output_ids()) for gen in choices.generations]
+        return ids
 
 
 def _number(body: dict, key: str, default, kind=float):
@@ -141,8 +174,18 @@ def usage_of(generations: list[Generation], n: int) -> dict:
             "prompt_tokens_details": None, "reasoning_tokens": 0, "completion_tokens_details": None}
 
 
-def sglext_of(generations: list[Generation], sampling: Sampling) -> dict | None:
-    """``{"spec_tokens_details": ...}`` when asked for and the server speculates (a list when n > 1)."""
+def sglext_of(generations: list[Generation], sampling: Sampling, ids: dict | None = None) -> dict | None:
+    """SglExt in its field order: ``spec_tokens_details`` when asked for and the server speculates (a
+    list when n > 1), then ``input_ids``/``output_ids`` from ``ids``; None when empty."""
+    sglext = {}
+    details = _spec_tokens_details(generations, sampling)
+    if details is not None:
+        sglext["spec_tokens_details"] = details
+    sglext.update(ids or {})
+    return sglext or None
+
+
+def _spec_tokens_details(generations: list[Generation], sampling: Sampling) -> dict | list | None:
     if not sampling.spec_details:
         return None
     details = []
@@ -152,7 +195,7 @@ def sglext_of(generations: list[Generation], sampling: Sampling) -> dict | None:
             details.append({key: info.get(key) or default for key, default in SPEC_DETAIL_FIELDS.items()})
     if not details:
         return None
-    return {"spec_tokens_details": details if sampling.n > 1 else details[0]}
+    return details if sampling.n > 1 else details[0]
 
 
 def _finish(gen: Generation) -> tuple[str | None, Any]:
@@ -192,7 +235,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         body = await _json_body(request)
         sampling = parse_sampling(body, state, default_max_tokens=None)
         prompt, question = render_chat(body.get("messages"))
-        returns = ChatReturns.parse(body, sampling.stream)
+        returns = ChatReturns.parse(body, request.headers, state.args, sampling.stream)
     except BadRequest as err:
         return error_response(str(err), err_type=err.err_type)
     kwargs = body.get("chat_template_kwargs") or {}
@@ -201,7 +244,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     choices = Choices(state.engine, _jobs(state, prompt, question, sampling, thinking))
     splits = [ReasoningSplit(separate and thinking) for _ in choices.jobs]
     if sampling.stream:
-        return await _chat_stream(request, state, choices, sampling, splits)
+        return await _chat_stream(request, state, choices, sampling, splits, returns)
     generations = await choices.run_to_end()
     rid, created = generations[0].rid, int(time.time())
     response_choices = []
@@ -211,13 +254,17 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         choice = {"index": index, "message": {"role": "assistant", "content": content,
                                               "reasoning_content": reasoning or None},
                   "logprobs": None, "finish_reason": finish, "matched_stop": matched}
+        if returns.prompt_token_ids:
+            choice["prompt_token_ids"] = encode(choices.jobs[index].ask.prompt)
+        if returns.response_token_ids:
+            choice["response_token_ids"] = gen.output_ids()
         if returns.meta_info:  # serving_chat._build_chat_response: ret_item["meta_info"], as /generate has it
             choice["meta_info"] = gen.meta_info()
         response_choices.append(choice)
     payload = {"id": rid, "object": "chat.completion", "created": created, "model": sampling.model,
                "choices": response_choices, "usage": usage_of(generations, sampling.n),
                "metadata": {"weight_version": "default"}}
-    sglext = sglext_of(generations, sampling)
+    sglext = sglext_of(generations, sampling, returns.sglext_ids(choices))
     if sglext is not None:
         payload["sglext"] = sglext
     return json_response(payload)
@@ -230,7 +277,7 @@ def _chat_chunk(rid: str, created: int, model: str, index: int, delta: dict, fin
 
 
 async def _chat_stream(request, state: ServerState, choices: Choices, sampling: Sampling,
-                       splits: list[ReasoningSplit]) -> web.StreamResponse:
+                       splits: list[ReasoningSplit], returns: ChatReturns) -> web.StreamResponse:
     response = await state.open_stream(request)
     rid, created, model = choices.generations[0].rid, int(time.time()), sampling.model
     started = set()
@@ -247,7 +294,7 @@ async def _chat_stream(request, state: ServerState, choices: Choices, sampling: 
         for index, gen in enumerate(choices.generations):
             finish, matched = _finish(gen)
             await send(_chat_chunk(rid, created, model, index, {}, finish, matched))
-        sglext = sglext_of(choices.generations, sampling)
+        sglext = sglext_of(choices.generations, sampling, returns.sglext_ids(choices))
         if sglext is not None:
             await send(sse_event({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
                                   "choices": [], "usage": None, "sglext": sglext}))
@@ -270,14 +317,20 @@ async def completions(request: web.Request) -> web.StreamResponse:
         return error_response(str(err), err_type=err.err_type)
     jobs = [job for prompt in prompts for job in _jobs(state, prompt, prompt, sampling, thinking=False)]
     choices = Choices(state.engine, jobs)
+    # CompletionRequest.return_token_ids: choices[].token_ids and prompt_token_ids, streaming too
+    # (serving_completions: _build_completion_response, _generate_completion_stream)
+    token_ids = bool(body.get("return_token_ids"))
     if sampling.stream:
-        return await _completion_stream(request, state, choices, sampling)
+        return await _completion_stream(request, state, choices, sampling, token_ids)
     generations = await choices.run_to_end()
     response_choices = []
     for index, gen in enumerate(generations):
         finish, matched = _finish(gen)
-        response_choices.append({"index": index, "text": gen.text, "logprobs": None, "finish_reason": finish,
-                                 "matched_stop": matched})
+        choice = {"index": index, "text": gen.text, "logprobs": None, "finish_reason": finish,
+                  "matched_stop": matched}
+        if token_ids:
+            choice.update(token_ids=gen.output_ids(), prompt_token_ids=encode(jobs[index].ask.prompt))
+        response_choices.append(choice)
     payload = {"id": generations[0].rid, "object": "text_completion", "created": int(time.time()),
                "model": sampling.model, "choices": response_choices, "usage": usage_of(generations, sampling.n),
                "metadata": {"weight_version": "default"}}
@@ -295,16 +348,22 @@ def _prompts(prompt: Any) -> list[str]:
     raise BadRequest("prompt must be a string or a non-empty list of strings")
 
 
-async def _completion_stream(request, state: ServerState, choices: Choices, sampling: Sampling):
+async def _completion_stream(request, state: ServerState, choices: Choices, sampling: Sampling, token_ids: bool):
     response = await state.open_stream(request)
     rid, created, model = choices.generations[0].rid, int(time.time()), sampling.model
+    started = set()
     async with state.streaming(request, response) as send, choices.stepping() as steps:
         async for index, tokens in steps:
             finish, matched = _finish(choices.generations[index])
+            choice = {"index": index, "text": "".join(tokens), "logprobs": None, "finish_reason": finish,
+                      "matched_stop": matched}
+            if token_ids:  # the step's ids (with n > 1 other steps may have run on since); the prompt's first
+                choice["token_ids"] = [token_id(piece) for piece in tokens]
+                if index not in started:
+                    started.add(index)
+                    choice["prompt_token_ids"] = encode(choices.jobs[index].ask.prompt)
             await send(sse_event({"id": rid, "object": "text_completion", "created": created, "model": model,
-                                  "choices": [{"index": index, "text": "".join(tokens), "logprobs": None,
-                                               "finish_reason": finish, "matched_stop": matched}],
-                                  "usage": None}))
+                                  "choices": [choice], "usage": None}))
         sglext = sglext_of(choices.generations, sampling)
         if sglext is not None:
             await send(sse_event({"id": rid, "object": "text_completion", "created": created, "model": model,

@@ -146,7 +146,7 @@ def test_chat_meta_info_for_each_of_n_choices(spec_server):
     assert sum(meta["completion_tokens"] for meta in metas) == reply.usage.completion_tokens == 36
 
 
-@pytest.mark.parametrize("flag", ["return_meta_info"])
+@pytest.mark.parametrize("flag", ["return_meta_info", "return_token_ids", "return_prompt_token_ids"])
 def test_chat_stream_refuses_what_sglang_returns_only_whole(spec_server, flag):
     response = requests.post(spec_server.url("/v1/chat/completions"), timeout=10, json={
         "model": "m", "messages": HELLO, "max_tokens": 5, "stream": True, flag: True})
@@ -186,6 +186,64 @@ def test_bad_request_is_sglangs_error_response(spec_server):
     assert response.status_code == 400
     body = response.json()
     assert body["object"] == "error" and body["type"] == "BadRequestError" and body["code"] == 400
+
+
+# --- token ids ---------------------------------------------------------------------------------
+
+def test_chat_token_ids_match_usage_and_repeat(spec_server):
+    def ask(**flags):
+        return client(spec_server).chat.completions.create(model="m", messages=HELLO, temperature=0,
+                                                           extra_body=flags)
+    reply = ask(return_token_ids=True)
+    choice = reply.choices[0].model_extra
+    assert len(choice["prompt_token_ids"]) == reply.usage.prompt_tokens
+    assert len(choice["response_token_ids"]) == reply.usage.completion_tokens
+    assert choice["response_token_ids"][-1] == choice["matched_stop"]  # a natural end: the EOS id, counted
+    assert ask(return_token_ids=True).choices[0].model_extra["response_token_ids"] == choice["response_token_ids"]
+    only_prompt = ask(return_prompt_token_ids=True).choices[0].model_extra
+    assert only_prompt["prompt_token_ids"] == choice["prompt_token_ids"] and "response_token_ids" not in only_prompt
+    assert not {"prompt_token_ids", "response_token_ids"} & set(ask().choices[0].model_extra)
+
+
+@pytest.mark.parametrize("how", [
+    pytest.param({"extra_body": {"return_input_ids_in_sglext": True, "return_output_ids_in_sglext": True}},
+                 id="body"),
+    pytest.param({"extra_headers": {"x-sglext-return-input-ids": "1", "x-sglext-return-output-ids": "1"}},
+                 id="headers"),
+])
+def test_chat_sglext_ids_streaming_and_whole_agree(spec_server, how):
+    messages = [{"role": "user", "content": "Name three prime numbers."}]
+    whole = client(spec_server).chat.completions.create(
+        model="m", messages=messages, temperature=0, n=2, extra_body={"return_token_ids": True})
+    stream = client(spec_server).chat.completions.create(
+        model="m", messages=messages, temperature=0, n=2, stream=True, stream_options={"include_usage": True},
+        **how)
+    chunks = list(stream)
+    sglext = chunks[-2].model_extra["sglext"]
+    assert sglext["input_ids"] == whole.choices[0].model_extra["prompt_token_ids"]
+    assert sglext["output_ids"] == [choice.model_extra["response_token_ids"] for choice in whole.choices]
+    assert sum(map(len, sglext["output_ids"])) == chunks[-1].usage.completion_tokens
+
+
+def test_completions_token_ids_streamed_add_up_to_the_whole(spec_server):
+    ask = {"model": "m", "prompt": ["Once upon a time", "In a galaxy"], "temperature": 0, "max_tokens": 20,
+           "n": 2, "extra_body": {"return_token_ids": True, "ignore_eos": True}}
+    whole = client(spec_server).completions.create(**ask)
+    assert [len(choice.model_extra["token_ids"]) for choice in whole.choices] == [20] * 4
+    assert len(whole.choices[0].model_extra["prompt_token_ids"]) + len(
+        whole.choices[2].model_extra["prompt_token_ids"]) == whole.usage.prompt_tokens
+    streamed: dict[int, dict] = {}
+    for chunk in client(spec_server).completions.create(**ask, stream=True):
+        for choice in chunk.choices:
+            got = streamed.setdefault(choice.index, {"ids": [], "text": "", "prompt_ids": []})
+            got["ids"] += choice.model_extra["token_ids"]
+            got["text"] += choice.text
+            got["prompt_ids"].append(choice.model_extra.get("prompt_token_ids"))
+    for index, choice in enumerate(whole.choices):
+        got = streamed[index]
+        assert (got["text"], got["ids"]) == (choice.text, choice.model_extra["token_ids"])
+        assert got["prompt_ids"][0] == choice.model_extra["prompt_token_ids"]
+        assert all(ids is None for ids in got["prompt_ids"][1:])  # the prompt's ids with the first chunk only
 
 
 # --- reasoning ---------------------------------------------------------------------------------
@@ -263,10 +321,12 @@ def test_generate_batch_returns_a_list(plain_server):
 @pytest.mark.parametrize("prompt", ["What is 2+2?", "Write a haiku about GPUs.", "x" * 300])
 def test_greedy_output_is_identical_with_and_without_speculation(spec_server, plain_server, prompt):
     messages = [{"role": "user", "content": prompt}]
-    texts = [client(server).chat.completions.create(model="m", messages=messages, temperature=0,
-                                                    max_tokens=200).choices[0].message.content
-             for server in (spec_server, plain_server)]
-    assert texts[0] == texts[1]
+    outputs = []
+    for server in (spec_server, plain_server):
+        choice = client(server).chat.completions.create(model="m", messages=messages, temperature=0, max_tokens=200,
+                                                        extra_body={"return_token_ids": True}).choices[0]
+        outputs.append((choice.message.content, choice.model_extra["response_token_ids"]))
+    assert outputs[0] == outputs[1]
 
 
 def test_sampled_output_varies(plain_server):
