@@ -172,6 +172,10 @@ KNOBS: dict[str, Knob] = {
                                  "how long node ranks >= 1 keep trying to reach rank 0", _non_negative),
     "architecture": Knob("DSPARK_SIM_ARCHITECTURE", "",
                          "model architecture to pretend (default: guessed from --model-path)", _optional_text),
+    "emission_log": Knob("DSPARK_SIM_EMISSION_LOG", "",
+                         "file to append one JSON line to per finished request: token counts and the monotonic "
+                         "and wall-clock times of its arrival, first and last token (node rank 0 only)",
+                         _optional_path),
 }
 
 
@@ -187,6 +191,7 @@ class SimConfig:
     faults: Faults = field(default_factory=Faults)
     join_timeout_seconds: float = 120.0
     architecture: str | None = None
+    emission_log: Path | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> "SimConfig":

@@ -16,11 +16,12 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Callable, NamedTuple
 
 from sglang_sim.admission import SglangEnv
 from sglang_sim.args import ServerArgs
 from sglang_sim.config import SimConfig
+from sglang_sim.emission_log import EmissionLog
 from sglang_sim.metrics import ServerMetrics
 from sglang_sim.speculation import SpecShape, SpecStats, draw_accepted
 from sglang_sim.textgen import Ask, Persona, reply_tokens
@@ -55,6 +56,18 @@ class RankState:
         return self.total_accept_tokens / self.total_forward_ct
 
 
+class Instant(NamedTuple):
+    """One moment on both clocks, read back to back: ``time.monotonic()`` (for intervals, and for clients
+    on the same host) and ``time.time()`` (for clients elsewhere)."""
+
+    monotonic: float
+    wall: float
+
+    @classmethod
+    def now(cls) -> "Instant":
+        return cls(time.monotonic(), time.time())
+
+
 @dataclass
 class Generation:
     """One sample being generated; the HTTP layer reads it to build responses."""
@@ -70,9 +83,10 @@ class Generation:
     spec: SpecStats | None
     tokens: list[str] = field(default_factory=list)
     finish_reason: dict | None = None
-    started: float = field(default_factory=time.perf_counter)
-    first_token_at: float | None = None
-    finished_at: float | None = None
+    arrived: Instant = field(default_factory=Instant.now)
+    first_token: Instant | None = None  # when the engine handed the first token to the HTTP layer
+    last_token: Instant | None = None  # ... and the last one (so far)
+    finished_at: float | None = None  # time.monotonic()
     _output_ids: list[int] = field(default_factory=list, repr=False)
 
     @property
@@ -96,7 +110,7 @@ class Generation:
                 "weight_version": "default", "num_retractions": 0, "reasoning_tokens": 0,
                 "completion_tokens": self.completion_tokens, "cached_tokens": 0, "dp_rank": self.reported_dp_rank}
         if self.finish_reason is not None:
-            info["e2e_latency"] = (self.finished_at or time.perf_counter()) - self.started
+            info["e2e_latency"] = (self.finished_at or time.monotonic()) - self.arrived.monotonic
             if self.spec is not None:
                 info.update(self.spec.meta_info(self.completion_tokens))
         return info
@@ -112,7 +126,8 @@ class Job:
 
 class Engine:
     def __init__(self, args: ServerArgs, config: SimConfig, env: SglangEnv, shape: SpecShape | None,
-                 persona: Persona, on_prefill: Callable[[], None], metrics: ServerMetrics | None = None):
+                 persona: Persona, on_prefill: Callable[[], None], metrics: ServerMetrics | None = None,
+                 emission_log: EmissionLog | None = None):
         self.args, self.config, self.env, self.shape, self.persona = args, config, env, shape, persona
         cap = args.max_running_requests  # per DP rank's scheduler; None: as many as memory allows (unbounded here)
         self.ranks = [RankState(rank, asyncio.Semaphore(cap) if cap else None)
@@ -121,6 +136,7 @@ class Engine:
         self._on_prefill = on_prefill  # where the crash_first_prefill fault strikes
         self._sample_counter = itertools.count()
         self.metrics = metrics
+        self.emission_log = emission_log
         self.step_seconds = config.decode_step_ms * config.faults.slow_decode / 1000
         self.alpha = 0.0 if config.faults.accept_collapse else config.accept_prob
 
@@ -164,7 +180,7 @@ class Engine:
                 yield step
         finally:
             rank.running -= 1
-            gen.finished_at = time.perf_counter()
+            gen.finished_at = time.monotonic()
             if gen.finish_reason is None:
                 gen.finish_reason = {"type": "abort", "message": "client disconnected"}
             self._running_changed(rank)
@@ -172,6 +188,8 @@ class Engine:
                 self._publish_window(rank)
             if self.metrics is not None:
                 self.metrics.request_finished(gen, job.streaming)
+            if self.emission_log is not None:
+                self.emission_log.record(gen, job.streaming)
 
     async def _steps(self, gen: Generation, job: Job, rank: RankState) -> AsyncIterator[list[str]]:
         source = reply_tokens(self.persona, job.ask)
@@ -183,12 +201,14 @@ class Engine:
         await _sleep_until(clock)
         self._on_prefill()
         first = self._take(gen, source, 1, job.max_new_tokens)
-        gen.first_token_at = time.perf_counter()
+        gen.first_token = gen.last_token = Instant.now()  # the handler writes what we yield at once
         yield first
         while gen.finish_reason is None:
             clock += self.step_seconds
             await _sleep_until(clock)
-            yield self._verify_step(gen, job, rank, source, accept_rng)
+            tokens = self._verify_step(gen, job, rank, source, accept_rng)
+            gen.last_token = Instant.now()
+            yield tokens
 
     def _verify_step(self, gen: Generation, job: Job, rank: RankState, source, accept_rng) -> list[str]:
         if self.shape is None:

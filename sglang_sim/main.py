@@ -16,7 +16,8 @@ from aiohttp import web
 
 from sglang_sim.admission import Rejected, SglangEnv, admit, guess_architecture
 from sglang_sim.args import ServerArgs, parse_server_args
-from sglang_sim.config import SimConfig, SimConfigError
+from sglang_sim.config import KNOBS, SimConfig, SimConfigError
+from sglang_sim.emission_log import EmissionLog
 from sglang_sim.engine import Engine
 from sglang_sim.failures import SCHEDULER_FRAMES, die, print_lines, rejection_traceback, traceback_tail
 from sglang_sim.gpqa import GpqaAnswerKey, GpqaDatasetError
@@ -58,9 +59,30 @@ def main(argv: list[str] | None = None) -> int:
     except Rejected as rejection:
         print_lines(rejection_traceback(rejection.hook, rejection.line))
         return 1
-    role = _serve_rank0 if resolved.node_rank == 0 else _serve_other_rank
+    return _serve(resolved, config, env, architecture, answer_key)
+
+
+def _serve(args: ServerArgs, config: SimConfig, env: SglangEnv, architecture: str,
+           answer_key: GpqaAnswerKey) -> int:
+    """Serve as the node rank says. Rank 0 owns the emission log: exit 2 when it cannot be appended to."""
+    if args.node_rank != 0:
+        return _run(_serve_other_rank(args, config))
     try:
-        return asyncio.run(role(resolved, config, env, architecture, answer_key))
+        emission_log = EmissionLog.open(config.emission_log) if config.emission_log is not None else None
+    except OSError as err:
+        print(f"sglang_sim: {KNOBS['emission_log'].env}={config.emission_log}: cannot append to it "
+              f"({err.strerror or err})", file=sys.stderr)
+        return 2
+    try:
+        return _run(_serve_rank0(args, config, env, architecture, answer_key, emission_log))
+    finally:
+        if emission_log is not None:
+            emission_log.close()
+
+
+def _run(serving) -> int:
+    try:
+        return asyncio.run(serving)
     except OSError as err:  # e.g. the port is taken
         print_lines([f"OSError: {err}"])
         return 1
@@ -107,14 +129,14 @@ async def _start_site(app: web.Application, host: str, port: int) -> web.AppRunn
 
 
 async def _serve_rank0(args: ServerArgs, config: SimConfig, env: SglangEnv, architecture: str,
-                       answer_key: GpqaAnswerKey) -> int:
+                       answer_key: GpqaAnswerKey, emission_log: EmissionLog | None) -> int:
     stop = _stop_on_signals()
     _arm_rank_exit(config, 0)
     shape = SpecShape.of(args)
     num_dp_ranks = max(1, args.dp_size * args.attn_dp_size)
     metrics = ServerMetrics(args, num_dp_ranks) if args.enable_metrics else None
     persona = Persona(config.seed, config.gpqa_accuracy, answer_key, garbage=config.faults.garbage_output)
-    engine = Engine(args, config, env, shape, persona, _crash_on_prefill(config), metrics)
+    engine = Engine(args, config, env, shape, persona, _crash_on_prefill(config), metrics, emission_log)
     state = ServerState(args, config, engine, metrics, architecture)
     leader = Leader(args.nnodes, on_rank_lost=lambda rank: die(traceback_tail(SCHEDULER_FRAMES, (
         f"RuntimeError: NCCL communicator was aborted: node rank {rank} disconnected "
@@ -148,8 +170,7 @@ async def _boot(state: ServerState, config: SimConfig, leader: Leader, shape: Sp
     logger.info("The server is fired up and ready to roll!")
 
 
-async def _serve_other_rank(args: ServerArgs, config: SimConfig, env: SglangEnv, architecture: str,
-                            answer_key: GpqaAnswerKey) -> int:
+async def _serve_other_rank(args: ServerArgs, config: SimConfig) -> int:
     stop = _stop_on_signals()
     _arm_rank_exit(config, args.node_rank)
     runner = await _start_site(dummy_health_app(), args.host, args.port)

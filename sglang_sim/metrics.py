@@ -81,9 +81,10 @@ class ServerMetrics:
         self.generation_tokens.labels(**labels).inc(gen.completion_tokens)
         if gen.spec is not None and gen.spec.verify_ct > 0:  # as SGLang: only when the request verified
             self.spec_verify_calls.labels(**self._labels).inc(gen.spec.verify_ct)
-        if gen.first_token_at is not None:
-            self.time_to_first_token.labels(**labels).observe(gen.first_token_at - gen.started)
-        self.e2e_request_latency.labels(**labels).observe((gen.finished_at or gen.started) - gen.started)
+        started = gen.arrived.monotonic
+        if gen.first_token is not None:
+            self.time_to_first_token.labels(**labels).observe(gen.first_token.monotonic - started)
+        self.e2e_request_latency.labels(**labels).observe((gen.finished_at or started) - started)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
