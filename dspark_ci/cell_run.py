@@ -15,7 +15,7 @@ from typing import Any, Callable
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from dspark_ci.errors import ExitCode, InfraError
-from dspark_ci.suite_runner import DEFAULT_SUITES, SuiteOutcome, SuiteRequest, run_suites
+from dspark_ci.suite_runner import DEFAULT_SUITES, SuiteOutcome, SuiteRequest, run_suites, suite_of
 from launchers.base import LaunchFailed, LaunchTimeout
 from launchers.plan import plan_launch
 from matrices.cell import REJECT, Cell
@@ -67,7 +67,7 @@ def run_cell(cell: Cell, ctx: CellContext) -> CellOutcome:
         if cell.expect.outcome == REJECT:
             return _judge_rejection(record, cell, err)
         return _finish(record, "error", str(err), ExitCode.FELL_SHORT)
-    return _judge_measurement(record, cell, outcome, ctx)
+    return _judge_measurement(record, cell, names, outcome, ctx)
 
 
 def new_record(cell: Cell) -> dict:
@@ -81,19 +81,22 @@ def new_record(cell: Cell) -> dict:
 def _judge_rejection(record: dict, cell: Cell, err: LaunchFailed) -> CellOutcome:
     said = err.sglang_error or ""
     if cell.expect.message and re.search(cell.expect.message, said):
-        record["error"] = None
-        record["metrics"] = {}
-        return _finish(record, "rejected_as_expected", None, ExitCode.OK, keep_error=False, detail=said)
+        return _finish(record, "rejected_as_expected", None, ExitCode.OK, detail=said)
     return _finish(record, "failed", f"expected a rejection matching /{cell.expect.message}/, but "
                    f"{'SGLang said: ' + said if said else 'no SGLang error line was found'}\n  {err}",
                    ExitCode.FELL_SHORT)
 
 
-def _judge_measurement(record: dict, cell: Cell, outcome: SuiteOutcome, ctx: CellContext) -> CellOutcome:
+def _judge_measurement(record: dict, cell: Cell, names, outcome: SuiteOutcome, ctx: CellContext) -> CellOutcome:
     record["metrics"] = outcome.metrics
     record["warnings"] = list(outcome.warnings)
     record["tests"] = outcome.tests
-    record["gates"] = ctx.gate(cell.to_dict(), outcome.metrics)
+    # A baseline gate on a suite this run did not select (--suites) is not applicable; one on a suite that ran
+    # but did not produce its metric still fails.
+    gates = ctx.gate(cell.to_dict(), outcome.metrics)
+    record["gates"] = [g for g in gates if suite_of(g["metric"]) in names]
+    record["warnings"] += sorted({f"{suite_of(g['metric'])} suite not run: gate on {g['metric']} not applied"
+                                  for g in gates if suite_of(g["metric"]) not in names})
     if outcome.failures:  # failed gates are in record["gates"]; `error` is for everything else
         return _finish(record, "failed", "; ".join(outcome.failures), ExitCode.FELL_SHORT)
     if not all(gate["passed"] for gate in record["gates"]):
@@ -101,10 +104,9 @@ def _judge_measurement(record: dict, cell: Cell, outcome: SuiteOutcome, ctx: Cel
     return _finish(record, "passed", None, ExitCode.OK)
 
 
-def _finish(record: dict, status: str, error: str | None, code: ExitCode, keep_error: bool = True,
-            detail: str | None = None) -> CellOutcome:
+def _finish(record: dict, status: str, error: str | None, code: ExitCode, detail: str | None = None) -> CellOutcome:
     record["status"] = status
-    record["error"] = error if keep_error else None
+    record["error"] = error
     if detail:
         record["detail"] = detail
     return CellOutcome(record, code)

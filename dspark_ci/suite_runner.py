@@ -19,6 +19,12 @@ SUITES_DIR = Path(suites_package.__file__).parent
 KNOWN_SUITES = ("gpqa", "accept", "speed", "parity")
 DEFAULT_SUITES = ("accept", "speed")
 SYNTHETIC_GPQA = SUITES_DIR / "data" / "gpqa_synthetic.csv"
+# Which suite measures a metric (CONTRACT.md names), by prefix; the rest are the speed suite's.
+_METRIC_PREFIX_SUITE = {"gpqa_": "gpqa", "accept_": "accept", "parity_": "parity"}
+
+
+def suite_of(metric: str) -> str:
+    return next((suite for prefix, suite in _METRIC_PREFIX_SUITE.items() if metric.startswith(prefix)), "speed")
 
 
 @dataclass(frozen=True)

@@ -147,3 +147,16 @@ def test_real_sglang_missing_fails_preflight_before_anything_starts(tmp_path):
     assert done.returncode == 3
     assert "SGLang is not installed" in done.stderr and "--server sim" in done.stderr
     assert not run.out.exists()
+
+
+def test_parity_launches_a_reference_without_speculation(tmp_path):
+    run = Run(tmp_path, SMOKE, "--cell", ONE_NODE, "--suites", "parity,accept")
+    done = run()
+    assert done.returncode == 0, done.stderr
+    cell = run.cell(ONE_NODE)
+    assert cell["status"] == "passed" and cell["metrics"]["parity_mismatches"] == 0
+    reference_argv = (run.out / "logs" / ONE_NODE / "reference" / "0.log").read_text().splitlines()[0]
+    assert "--model-path" in reference_argv and "--speculative-algorithm" not in reference_argv
+    # Gates on suites the user did not select are reported as not applied, not failed.
+    assert {g["metric"] for g in cell["gates"]} <= {"accept_length", "parity_mismatches"}
+    assert "gpqa suite not run: gate on gpqa_accuracy not applied" in cell["warnings"]
