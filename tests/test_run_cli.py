@@ -160,3 +160,14 @@ def test_parity_launches_a_reference_without_speculation(tmp_path):
     # Gates on suites the user did not select are reported as not applied, not failed.
     assert {g["metric"] for g in cell["gates"]} <= {"accept_length", "parity_mismatches"}
     assert "gpqa suite not run: gate on gpqa_accuracy not applied" in cell["warnings"]
+
+
+def test_expectations_written_for_another_release_are_skipped_not_failed(tmp_path):
+    run = Run(tmp_path, SMOKE, "--cell", REJECTED, "--sglang-version", "0.5.22",
+              faults="boot_reject=an older release's wording")
+    done = run()
+    assert done.returncode == 0, done.stderr
+    cell = run.cell(REJECTED)
+    assert cell["status"] == "skipped"
+    assert "written for SGLang >=0.5.23, testing 0.5.22" in cell["error"]
+    assert not (run.out / "logs" / REJECTED).exists()  # nothing was launched for it
