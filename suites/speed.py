@@ -77,6 +77,7 @@ class RequestTiming:
     prompt_tokens: int | None
     chunks: int  # content chunks received
     error: str | None = None
+    response_id: str | None = None  # the stream's "id": joins this request with server-side logs
 
     @property
     def ok(self) -> bool:
@@ -188,6 +189,11 @@ class _RequestClock:
         self.itl: list[float] = []
         self.chunks = 0
         self.completion_tokens = self.prompt_tokens = None
+        self.response_id = None
+
+    def event_arrived(self, response_id: str | None) -> None:
+        if self.response_id is None:
+            self.response_id = response_id
 
     def text_arrived(self) -> None:
         now = time.perf_counter()
@@ -206,7 +212,7 @@ class _RequestClock:
         if error is None and self.completion_tokens is None:
             error = "no usage in the stream"
         return RequestTiming(self.start_wall, self.ttft, e2e, tuple(self.itl), self.completion_tokens,
-                             self.prompt_tokens, self.chunks, error=error)
+                             self.prompt_tokens, self.chunks, error=error, response_id=self.response_id)
 
 
 def _payload(job: WorkerJob, prompt: str) -> dict:
@@ -226,6 +232,7 @@ async def stream_with_aiohttp(session: aiohttp.ClientSession, job: WorkerJob, pr
                 if data == "[DONE]":
                     break
                 event = json.loads(data)
+                clock.event_arrived(event.get("id"))
                 if "error" in event:
                     return clock.result(f"error event: {event['error']}")
                 if event.get("usage"):
@@ -262,6 +269,7 @@ async def stream_with_openai(client: openai.AsyncOpenAI, job: WorkerJob, prompt:
             model=job.model, messages=payload["messages"], max_tokens=job.max_tokens, temperature=0.0,
             stream=True, stream_options={"include_usage": True}, extra_body={"ignore_eos": job.ignore_eos})
         async for chunk in stream:
+            clock.event_arrived(chunk.id)
             if chunk.usage:
                 clock.usage_arrived(chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
             if chunk.choices:
