@@ -1,0 +1,96 @@
+"""The server's side of each request, from the simulator's emission log (``DSPARK_SIM_EMISSION_LOG``).
+
+Every line is one finished request: its ``rid`` (the stream's ``id``, which the speed suite records as
+``RequestTiming.response_id``) and when the simulator parsed it, handed out its first token and its
+last, on ``time.monotonic()``. Client and simulator run on the same host, so the client's own
+``time.monotonic()`` readings compare with those directly (sglang_sim/README.md, "Emission log").
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from suites.speed import RequestTiming
+
+FLUSH_WAIT_SECONDS = 5.0  # the simulator flushes its log within 0.5 s; leave room for a busy machine
+
+
+@dataclass(frozen=True)
+class ServerTimes:
+    """One request as the simulator emitted it (seconds on CLOCK_MONOTONIC)."""
+
+    arrival: float  # the request parsed
+    first_token: float  # the first token handed to the HTTP handler, which writes it in the same turn
+    last_token: float
+    completion_tokens: int
+
+    @property
+    def ttft(self) -> float:
+        return self.first_token - self.arrival
+
+    @property
+    def tpot(self) -> float:
+        return (self.last_token - self.first_token) / (self.completion_tokens - 1)
+
+
+@dataclass(frozen=True)
+class PairedRequest:
+    """The same request seen by the speed suite (client) and by the simulator (server)."""
+
+    client: RequestTiming
+    server: ServerTimes
+
+    @property
+    def before_server_s(self) -> float:
+        """From the client's send to the simulator having parsed the request."""
+        return self.server.arrival - self.client.start
+
+    @property
+    def after_first_token_s(self) -> float:
+        """From the simulator handing out the first token to the client timestamping it."""
+        return self.client.start + self.client.ttft - self.server.first_token
+
+    @property
+    def ttft_excess_s(self) -> float:
+        """Client TTFT − server TTFT = before_server_s + after_first_token_s, exactly."""
+        return self.client.ttft - self.server.ttft
+
+
+def pair_with_server(timings: Sequence[RequestTiming], log_path: Path) -> list[PairedRequest]:
+    """Match each measured request to its log line by response id."""
+    found = wait_for_server_times({t.response_id for t in timings}, log_path)
+    return [PairedRequest(t, found[t.response_id]) for t in timings]
+
+
+def wait_for_server_times(response_ids: set[str | None], log_path: Path) -> dict[str, ServerTimes]:
+    """rid → ServerTimes for every id asked for, waiting for the log's next flush if need be."""
+    if None in response_ids:
+        raise SystemExit("a measured request has no response id: the stream carried no \"id\"")
+    deadline = time.monotonic() + FLUSH_WAIT_SECONDS
+    while True:
+        found = read_server_times(log_path.read_text(encoding="utf-8").splitlines(), response_ids)
+        if len(found) == len(response_ids) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    missing = len(response_ids) - len(found)
+    if missing:
+        raise SystemExit(f"{missing} of {len(response_ids)} measured requests are not in the emission log {log_path}")
+    return found
+
+
+def read_server_times(lines: Iterable[str], wanted: set[str]) -> dict[str, ServerTimes]:
+    """rid → ServerTimes for the wanted, completely logged lines (the last line may still be half written)."""
+    found = {}
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if record.get("rid") in wanted and record.get("last_token_monotonic") is not None:
+            found[record["rid"]] = ServerTimes(record["arrival_monotonic"], record["first_token_monotonic"],
+                                               record["last_token_monotonic"], record["completion_tokens"])
+    return found
