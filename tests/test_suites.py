@@ -190,6 +190,8 @@ def test_speed_tpot_is_step_time_over_accept_length(tmp_path):
     assert metrics["input_tokens_mean"] == pytest.approx(200, rel=0.25)
     assert metrics["ttft_ms_median"] <= metrics["ttft_ms_p99"]
     assert len(output["records"]["speed"]) == 16  # warm-up excluded
+    # Each record names its stream, so it joins with server-side logs (the simulator's emission log, SGLang's rid).
+    assert len({r["response_id"] for r in output["records"]["speed"]}) == 16
 
 
 def test_speed_fails_with_the_reason_when_streams_break_off(tmp_path):
