@@ -18,7 +18,15 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, handled exactly like Ctrl-C: tear everything down, keep what was measured."""
 
 
+EXIT_CODES = """exit codes: 0 every cell passed (or was rejected as expected, or skipped); 1 a gate failed, a cell
+crashed, or a rejection was not the expected one; 2 bad input (matrix, flag, baseline: the message names
+file:line and the fix; nothing is launched); 3 infrastructure trouble (launch timeout, Docker engine, disk).
+Ctrl-C or SIGTERM: everything started is torn down, results.json keeps what was measured, exit 130."""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EXIT_CODES
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("matrices", nargs="+", metavar="MATRIX", help="matrix YAML files")
     parser.add_argument("--cell", action="append", default=[], metavar="ID", help="run only this cell (repeatable)")
     parser.add_argument("--launcher", choices=("local", "docker"), default="local",
