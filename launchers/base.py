@@ -20,8 +20,9 @@ from typing import Protocol
 from dspark_ci.errors import DsparkError, InfraError
 
 # SGLang prints the exception that stopped it as "<Type>: <message>" on one line.
-_ERROR_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(ValueError|AssertionError|NotImplementedError|RuntimeError|"
-                         r"TypeError|KeyError|ModuleNotFoundError|ImportError|torch\.OutOfMemoryError|OutOfMemoryError)\b:?\s*(.*)$")
+SGLANG_FATAL_ERRORS = ("ValueError", "AssertionError", "NotImplementedError", "RuntimeError", "TypeError", "KeyError",
+                       "ModuleNotFoundError", "ImportError", "torch.OutOfMemoryError", "OutOfMemoryError")
+_ERROR_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(" + "|".join(map(re.escape, SGLANG_FATAL_ERRORS)) + r")\b:?\s*(.*)$")
 
 
 def sglang_error_line(log_lines: list[str]) -> str | None:
