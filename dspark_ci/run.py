@@ -25,6 +25,7 @@ from reports.baseline import load_baseline
 from reports.gates import evaluate
 from reports.results import write_results
 from reports import write_reports, step_summary
+from reports.markdown import rerun_command
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,8 @@ def run(options: RunOptions, launcher: Any, suite_defaults: Callable[[dict], dic
         _append_step_summary(results)
         progress.close()
         progress.done(f"results in {run_dir}/ (results.json, junit.xml, report.md, report.html, logs/)")
+        if rerun_command(results):
+            progress.done(f"run the cells that did not pass again: {rerun_command(results)}")
     return max(codes, default=ExitCode.OK)
 
 

@@ -36,7 +36,7 @@ PROBLEM_WIDTH = 140  # characters of an error shown in a table cell
 def step_summary(results: dict) -> str:
     """The short report: verdict, one row per cell, failed gates, errors."""
     parts = [_heading(results), _verdict_line(results), _matrices_line(results), _overview(results),
-             _failed_gates(results), _errors(results)]
+             _failed_gates(results), _errors(results), _rerun(results)]
     return "\n\n".join(part for part in parts if part) + "\n"
 
 
@@ -124,6 +124,24 @@ def _errors(results: dict) -> str:
     blocks = [f"### `{cell['id']}` ({cell['status']})\n\n{_code_block(cell['error'])}"
               for cell in results["cells"] if cell["status"] in FAILING_STATUSES and cell.get("error")]
     return "## 💥 Errors\n\n" + "\n\n".join(blocks) if blocks else ""
+
+
+def rerun_command(results: dict) -> str | None:
+    """One command that runs again exactly the cells that failed or erred, or None when none did."""
+    failing = [cell["id"] for cell in results["cells"] if cell["status"] in FAILING_STATUSES]
+    if not failing:
+        return None
+    words = ["dspark-ci", "run", *(results.get("matrices") or ["MATRIX"])]
+    if results.get("launcher") == "docker":
+        words += ["--launcher", "docker"]
+    for cell_id in failing:
+        words += ["--cell", cell_id]
+    return " ".join(words)
+
+
+def _rerun(results: dict) -> str:
+    command = rerun_command(results)
+    return f"Run the cells that did not pass again:\n\n{_code_block(command)}" if command else ""
 
 
 def _code_block(text: str) -> str:

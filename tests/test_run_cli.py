@@ -87,6 +87,9 @@ def test_faults_are_reported_for_what_they_are(tmp_path, faults, cell_id, code, 
         failed = [g["metric"] for g in cell["gates"] if not g["passed"]]
         assert "accept_length" in failed and cell["metrics"]["accept_length"] == pytest.approx(1.0, abs=0.05)  # the prefill token is not verified
     assert cell["id"] in (run.out / "report.md").read_text()
+    # One command to run exactly the failed cell again, on screen and in the report.
+    rerun = f"dspark-ci run {SMOKE} --cell {cell_id}"
+    assert rerun in done.stderr and rerun in (run.out / "report.md").read_text()
 
 
 def test_expected_rejection_with_another_message_fails(tmp_path):
