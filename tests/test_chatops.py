@@ -15,8 +15,9 @@ import pytest
 import requests
 
 from dspark_ci.cli import main
+from tests.golden_files import GOLDEN_DIR, assert_golden
 
-GOLDEN = Path(__file__).parent / "golden" / "ci"
+GOLDEN = GOLDEN_DIR / "ci"
 
 # A fake SGLang checkout: test/registered/** with register_*_ci calls as SGLang writes them.
 REGISTERED = {
@@ -101,15 +102,6 @@ def chatops_json(capsys, sglang_repo: Path, permissions_file: Path, comment: str
     return code, json.loads(out), err
 
 
-def check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("UPDATE_GOLDEN"):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    assert path.exists(), f"{path} missing: run with UPDATE_GOLDEN=1 to create it"
-    assert text == path.read_text(), f"{name} differs from its golden file (UPDATE_GOLDEN=1 to accept)"
-
-
 def dispatched(result: dict) -> dict[str, list[str]]:
     """runner label -> test commands, from the dispatch plan."""
     return {action["inputs"]["runner"]: action["inputs"]["test_command"].splitlines()
@@ -173,7 +165,7 @@ def test_ambiguous_bare_name_is_refused_and_nothing_runs(capsys, sglang_repo, pe
         "⛔ test_dflash_dp_attention.py: Ambiguous filename test_dflash_dp_attention.py — matched 2 files: ")
     assert "Please provide the full path, e.g. /rerun-test test/registered/" in result["reply"]
     assert "Ambiguous filename" in err
-    check_golden("reply_ambiguous.md", result["reply"])
+    assert_golden(GOLDEN / "reply_ambiguous.md", result["reply"])
 
 
 @pytest.mark.parametrize("spec, reason", [
@@ -300,7 +292,7 @@ def test_refused_permission_is_decided_before_reading_any_test_file(capsys, tmp_
     code, result, _ = chatops_json(capsys, tmp_path / "missing", permissions_file, "/rerun-test test_x.py",
                                    "stranger", "NONE")
     assert code == 1
-    check_golden("reply_refused.md", result["reply"])
+    assert_golden(GOLDEN / "reply_refused.md", result["reply"])
 
 
 # --- event files, goldens for reply and plan ----------------------------------------------------
@@ -325,8 +317,8 @@ def test_event_file_rerun_test_reply_and_plan_match_goldens(capsys, tmp_path, sg
     assert (code, err) == (0, "")
     result = json.loads(out)
     assert result["dry_run"] is True
-    check_golden("reply_rerun_test.md", result["reply"])
-    check_golden("plan_rerun_test.json", json.dumps(result["plan"], indent=2, ensure_ascii=False) + "\n")
+    assert_golden(GOLDEN / "reply_rerun_test.md", result["reply"])
+    assert_golden(GOLDEN / "plan_rerun_test.json", json.dumps(result["plan"], indent=2, ensure_ascii=False) + "\n")
 
 
 def test_text_output_shows_reply_then_plan(capsys, tmp_path, permissions_file):
@@ -334,7 +326,7 @@ def test_text_output_shows_reply_then_plan(capsys, tmp_path, permissions_file):
     event.write_text(json.dumps(issue_comment_event("/tag-and-rerun-ci")))
     code, out, _ = chatops(capsys, "--event", str(event), "--permissions", str(permissions_file), "--dry-run")
     assert code == 0
-    check_golden("chatops_tag_and_rerun.txt", out)
+    assert_golden(GOLDEN / "chatops_tag_and_rerun.txt", out)
 
 
 @pytest.mark.parametrize("content, message", [

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -20,16 +19,9 @@ from pathlib import Path
 import pytest
 
 from dspark_ci.cli import main
+from tests.golden_files import GOLDEN_DIR, assert_golden
 
-GOLDEN = Path(__file__).parent / "golden" / "reports"
-
-
-def assert_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("DSPARK_UPDATE_GOLDEN") == "1":
-        path.write_text(text, encoding="utf-8")
-    assert path.exists(), f"{path} missing: run with DSPARK_UPDATE_GOLDEN=1 to create it"
-    assert text == path.read_text(encoding="utf-8"), f"{name} differs from the golden file (see module docstring)"
+GOLDEN = GOLDEN_DIR / "reports"
 
 
 @pytest.fixture
@@ -55,21 +47,21 @@ def report(capsys, *args: str) -> tuple[int, str, str]:
 def test_report_md_matches_golden_and_is_written(runs, capsys):
     code, out, _ = report(capsys, "run_new")
     assert code == 1  # the fixture has a failed cell and an errored one
-    assert_golden("report.md", out)
+    assert_golden(GOLDEN / "report.md", out)
     assert (runs / "run_new" / "report.md").read_text(encoding="utf-8") == out
 
 
 def test_report_with_baseline_regates_and_explains_thresholds(runs, capsys):
     code, out, err = report(capsys, "run_new", "--baseline", "baseline.yaml")
     assert code == 1
-    assert_golden("report-baseline.md", out)
+    assert_golden(GOLDEN / "report-baseline.md", out)
     assert "'smoke-qwen3-eagle3-*'" not in err  # the glob matched cells: no "matches no cell" warning
 
 
 def test_compare_table_matches_golden(runs, capsys):
     code, out, _ = report(capsys, "run_new", "--compare", "run_old")
     assert code == 1
-    assert_golden("compare.md", out)
+    assert_golden(GOLDEN / "compare.md", out)
     assert "## Compared with `20250531-120000-old`" in (runs / "run_new" / "report.md").read_text(encoding="utf-8")
 
 

@@ -24,10 +24,11 @@ from ci.reply import set_status
 from ci.workflow_model import Job, Step, Workflow, WorkflowError
 from ci.workflows import main as workflows_main
 from ci.workflows import render_all
+from tests.golden_files import GOLDEN_DIR, assert_golden
 
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOWS = REPO / ".github" / "workflows"
-GOLDEN = Path(__file__).parent / "golden" / "ci"
+GOLDEN = GOLDEN_DIR / "ci"
 RENDERED = render_all()
 PINNED = {"actions/checkout@v4", "actions/setup-python@v5", "actions/upload-artifact@v4", "actions/download-artifact@v4"}
 
@@ -320,7 +321,4 @@ def test_reply_icons_move_queued_running_finished_and_stay_finished():
     assert set_status(finished, "<!--rrt:1-->", "running", url) == finished  # a late beacon changes nothing
     other_done = set_status(finished, "<!--rrt:0-->", "success", "https://ci.example/actions/runs/2")
     text = "=== after: rrt:1 running ===\n" + running + "\n=== after: rrt:1 failure, rrt:0 success ===\n" + other_done
-    path = GOLDEN / "reply_status_updates.md"
-    if os.environ.get("UPDATE_GOLDEN"):
-        path.write_text(text)
-    assert text == path.read_text()
+    assert_golden(GOLDEN / "reply_status_updates.md", text)
