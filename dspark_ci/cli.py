@@ -1,6 +1,7 @@
 """``dspark-ci``: one verb per module in ``dspark_ci/verbs``; exit codes decided here only.
 
-Each verb module has ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int``.
+Each verb has its one-line help in ``VERBS`` below, and a module with ``add_arguments(parser)`` and
+``run(args) -> int``.
 Errors raised anywhere below become one message and CONTRACT.md's exit code; Ctrl-C is let
 through as 130 after the verb's own cleanup has run.
 """

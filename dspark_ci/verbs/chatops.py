@@ -13,8 +13,6 @@ from ci.github import DEFAULT_API, GitHub
 from ci.permissions import DEFAULT_PERMISSIONS, load_permissions
 from dspark_ci.errors import BadInput
 
-HELP = "Parse a PR comment's ChatOps command, check permission, print the reply and dispatch plan."
-
 
 def add_arguments(parser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)

@@ -12,8 +12,6 @@ import os
 
 from dspark_ci.errors import InfraError
 
-HELP = "Remove containers that interrupted runs left on the Docker hosts (found by their dspark-ci labels)."
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hosts", metavar="FILE",

@@ -13,8 +13,6 @@ from launchers.plan import plan_launch
 from launchers.plan_types import LaunchPlan, Placement
 from matrices import Cell, load_cells
 
-HELP = "Expand matrices into cells, validate them and print them (json, github or table); nothing is launched."
-
 GITHUB_MAX_JOBS = 256  # GitHub Actions runs at most 256 jobs per matrix
 
 EPILOG = f"""\

@@ -13,8 +13,6 @@ from reports.compare import compare_markdown, compare_runs
 from reports.gates import regate
 from reports.results import load_results, run_failed
 
-HELP = "Render a run directory's reports again from its results.json; --compare puts two runs side by side."
-
 EPILOG = """\
 Rewrites RUN_DIR/junit.xml, report.md and report.html (results.json is left as the run wrote it)
 and prints one format to stdout:

@@ -11,8 +11,6 @@ from dspark_ci.errors import BadInput
 from dspark_ci import run as pipeline
 from dspark_ci.suite_runner import KNOWN_SUITES, SYNTHETIC_GPQA
 
-HELP = "Launch each selected cell, run the suites against it, gate, and write results and reports."
-
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM, handled exactly like Ctrl-C: tear everything down, keep what was measured."""

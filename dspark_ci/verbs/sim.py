@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "Run the simulated SGLang server (takes python3 -m sglang.launch_server's flags; knobs in DSPARK_SIM_*)."
-
 
 def main(argv: list[str]) -> int:
     from sglang_sim.main import main as sim_main  # aiohttp etc. only when the simulator really runs
