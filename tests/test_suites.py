@@ -14,27 +14,16 @@ import math
 import random
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from suites.simulator import SPECULATIVE_ARGS, running_simulator
+from tests.suite_runs import REPO, SYNTHETIC_GPQA, run_suite
 
-REPO = Path(__file__).resolve().parent.parent
-SYNTHETIC_GPQA = REPO / "suites" / "data" / "gpqa_synthetic.csv"
 ALPHA, GAMMA = 0.7, 3  # the speculative simulator's acceptance probability and DSpark block size
 GPQA_ACCURACY = 0.6
 STEP_MS = 20.0
 FAST = {"DSPARK_SIM_DECODE_STEP_MS": "1", "DSPARK_SIM_PREFILL_MS_PER_TOKEN": "0"}
-
-
-def run_suites(tmp_path: Path, suite: str, base_url: str | None, *args: str) -> tuple[int, dict, str]:
-    """(pytest exit code, the --dspark-out JSON, pytest's output) of one suite file."""
-    out = tmp_path / f"{suite}.json"
-    argv = [sys.executable, "-m", "pytest", f"suites/test_{suite}.py", "-p", "no:cacheprovider", "-q",
-            "--dspark-out", str(out), *(["--base-url", base_url] if base_url else []), *args]
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
-    return done.returncode, json.loads(out.read_text()), done.stdout + done.stderr
 
 
 def outcomes(output: dict) -> dict[str, str]:
@@ -92,8 +81,8 @@ def test_a_bad_suite_option_stops_pytest_with_one_line(tmp_path, flag, message):
 
 
 def test_gpqa_accuracy_is_within_two_standard_errors_of_the_configured_probability(tmp_path, spec_server):
-    code, output, log = run_suites(tmp_path, "gpqa", spec_server, "--gpqa-dataset", str(SYNTHETIC_GPQA),
-                                   "--suite-option", "gpqa.concurrency=16")
+    code, output, log = run_suite(tmp_path, "gpqa", spec_server, "--gpqa-dataset", str(SYNTHETIC_GPQA),
+                                  "--suite-option", "gpqa.concurrency=16")
     assert code == 0, log
     n = output["metrics"]["gpqa_num_questions"]
     assert n == 60 and output["metrics"]["gpqa_repeats"] == 1
@@ -107,9 +96,9 @@ def test_gpqa_accuracy_is_within_two_standard_errors_of_the_configured_probabili
 
 
 def test_gpqa_follows_simple_evals_sampling_and_permutations(tmp_path, spec_server):
-    code, output, log = run_suites(tmp_path, "gpqa", spec_server, "--gpqa-dataset", str(SYNTHETIC_GPQA),
-                                   "--suite-option", "gpqa.num_questions=5", "--suite-option", "gpqa.repeats=2",
-                                   "--suite-option", "gpqa.extractor=openai")
+    code, output, log = run_suite(tmp_path, "gpqa", spec_server, "--gpqa-dataset", str(SYNTHETIC_GPQA),
+                                  "--suite-option", "gpqa.num_questions=5", "--suite-option", "gpqa.repeats=2",
+                                  "--suite-option", "gpqa.extractor=openai")
     assert code == 0, log
     rows = list(csv.DictReader(SYNTHETIC_GPQA.open(newline="")))
     rng = random.Random(0)
@@ -124,9 +113,9 @@ def test_gpqa_follows_simple_evals_sampling_and_permutations(tmp_path, spec_serv
 def test_gpqa_scores_the_answer_not_the_reasoning_of_a_thinking_model(tmp_path, spec_server):
     runs = {}
     for thinking in (False, True):
-        code, output, log = run_suites(tmp_path, "gpqa", spec_server, "--gpqa-dataset", str(SYNTHETIC_GPQA),
-                                       "--suite-option", "gpqa.num_questions=8",
-                                       "--suite-option", f"gpqa.thinking={json.dumps(thinking)}")
+        code, output, log = run_suite(tmp_path, "gpqa", spec_server, "--gpqa-dataset", str(SYNTHETIC_GPQA),
+                                      "--suite-option", "gpqa.num_questions=8",
+                                      "--suite-option", f"gpqa.thinking={json.dumps(thinking)}")
         assert code == 0, log
         runs[thinking] = output["records"]["gpqa"]
     assert all(r["reasoning_chars"] > 0 for r in runs[True])
@@ -140,8 +129,8 @@ def test_accept_length_and_rate_match_alpha_and_gamma(tmp_path):
     # A fresh server, so its cumulative /server_info figure covers exactly the suite's requests.
     env = {**FAST, "DSPARK_SIM_ACCEPT_PROB": str(ALPHA)}
     with running_simulator(env, [*SPECULATIVE_ARGS, "--enable-metrics"], log_path=tmp_path / "sim.log") as url:
-        code, output, log = run_suites(tmp_path, "accept", url, "--suite-option", "accept.num_requests=24",
-                                       "--suite-option", "accept.max_tokens=200")
+        code, output, log = run_suite(tmp_path, "accept", url, "--suite-option", "accept.num_requests=24",
+                                      "--suite-option", "accept.max_tokens=200")
     assert code == 0, log
     requests = output["records"]["accept"]
     steps = sum(r["spec_verify_ct"] for r in requests)
@@ -159,7 +148,7 @@ def test_accept_length_and_rate_match_alpha_and_gamma(tmp_path):
 def test_accept_floor_fails_when_acceptance_collapses(tmp_path):
     env = {**FAST, "DSPARK_SIM_FAULTS": "accept_collapse"}
     with running_simulator(env, SPECULATIVE_ARGS, log_path=tmp_path / "sim.log") as url:
-        code, output, log = run_suites(tmp_path, "accept", url, "--suite-option", "accept.num_requests=4")
+        code, output, log = run_suite(tmp_path, "accept", url, "--suite-option", "accept.num_requests=4")
     assert code == pytest.ExitCode.TESTS_FAILED, log
     # 1.0 per verify step; SGLang's figure adds each request's first (prefill) token over its steps.
     assert 1.0 <= output["metrics"]["accept_length"] < 1.05
@@ -169,7 +158,7 @@ def test_accept_floor_fails_when_acceptance_collapses(tmp_path):
 
 
 def test_accept_skips_on_a_server_without_speculation(tmp_path, plain_server):
-    code, output, log = run_suites(tmp_path, "accept", plain_server)
+    code, output, log = run_suite(tmp_path, "accept", plain_server)
     assert code == 0, log
     assert set(outcomes(output).values()) == {"skipped"}
     assert "without speculative decoding" in output["tests"][0]["message"]
@@ -181,7 +170,7 @@ def test_speed_tpot_is_step_time_over_accept_length(tmp_path):
     options = ["speed.num_requests=16", "speed.concurrency=8", "speed.output_len=48", "speed.input_len=200",
                "speed.warmup_requests=2"]
     with running_simulator(env, SPECULATIVE_ARGS, log_path=tmp_path / "sim.log") as url:
-        code, output, log = run_suites(tmp_path, "speed", url, *[a for o in options for a in ("--suite-option", o)])
+        code, output, log = run_suite(tmp_path, "speed", url, *[a for o in options for a in ("--suite-option", o)])
     assert code == 0, log
     metrics = output["metrics"]
     expected_tpot = STEP_MS / expected_accept_length(ALPHA, GAMMA)
@@ -197,15 +186,15 @@ def test_speed_tpot_is_step_time_over_accept_length(tmp_path):
 def test_speed_fails_with_the_reason_when_streams_break_off(tmp_path):
     env = {**FAST, "DSPARK_SIM_FAULTS": "malformed_stream"}
     with running_simulator(env, log_path=tmp_path / "sim.log") as url:
-        code, output, log = run_suites(tmp_path, "speed", url, "--suite-option", "speed.num_requests=4",
-                                       "--suite-option", "speed.warmup_requests=0")
+        code, output, log = run_suite(tmp_path, "speed", url, "--suite-option", "speed.num_requests=4",
+                                      "--suite-option", "speed.warmup_requests=0")
     assert code == pytest.ExitCode.TESTS_FAILED, log
     [test] = output["tests"]
     assert test["outcome"] == "failed" and "streamed requests failed" in test["message"]
 
 
 def test_parity_is_zero_against_the_same_model_without_speculation(tmp_path, spec_server, plain_server):
-    code, output, log = run_suites(tmp_path, "parity", spec_server, "--reference-url", plain_server)
+    code, output, log = run_suite(tmp_path, "parity", spec_server, "--reference-url", plain_server)
     assert code == 0, log
     assert output["metrics"]["parity_mismatches"] == 0
     assert all(r["match"] and r["first_difference"] is None for r in output["records"]["parity"])
@@ -214,7 +203,7 @@ def test_parity_is_zero_against_the_same_model_without_speculation(tmp_path, spe
 def test_parity_counts_garbage_output_as_mismatches(tmp_path, plain_server):
     env = {**FAST, "DSPARK_SIM_FAULTS": "garbage_output"}
     with running_simulator(env, SPECULATIVE_ARGS, log_path=tmp_path / "sim.log") as url:
-        code, output, log = run_suites(tmp_path, "parity", url, "--reference-url", plain_server)
+        code, output, log = run_suite(tmp_path, "parity", url, "--reference-url", plain_server)
     assert code == pytest.ExitCode.TESTS_FAILED, log
     assert output["metrics"]["parity_mismatches"] > 0
     assert any(r["first_difference"] is not None for r in output["records"]["parity"])
@@ -222,8 +211,8 @@ def test_parity_counts_garbage_output_as_mismatches(tmp_path, plain_server):
 
 def test_parity_reports_where_an_altered_reference_differs(tmp_path, spec_server):
     saved = tmp_path / "reference.json"
-    code, _, log = run_suites(tmp_path, "parity", spec_server, "--save-reference", str(saved),
-                              "--suite-option", "parity.num_prompts=3")
+    code, _, log = run_suite(tmp_path, "parity", spec_server, "--save-reference", str(saved),
+                             "--suite-option", "parity.num_prompts=3")
     assert code == 0, log
     reference = json.loads(saved.read_text())
     altered = reference["outputs"][1]
@@ -233,7 +222,7 @@ def test_parity_reports_where_an_altered_reference_differs(tmp_path, spec_server
     altered["text"] = altered["text"][:position] + "#" + altered["text"][position + 1:]
     saved.write_text(json.dumps(reference))
 
-    code, output, log = run_suites(tmp_path, "parity", spec_server, "--reference-file", str(saved))
+    code, output, log = run_suite(tmp_path, "parity", spec_server, "--reference-file", str(saved))
     assert code == pytest.ExitCode.TESTS_FAILED, log
     assert output["metrics"]["parity_mismatches"] == 1
     differing = [r for r in output["records"]["parity"] if not r["match"]]

@@ -7,32 +7,19 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-import json
-import subprocess
-import sys
 import threading
 from contextlib import contextmanager
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 from aiohttp import web
 
 from suites.simulator import free_port, running_simulator
+from tests.suite_runs import SYNTHETIC_GPQA, run_suite
 
-REPO = Path(__file__).resolve().parent.parent
-SYNTHETIC_GPQA = REPO / "suites" / "data" / "gpqa_synthetic.csv"
 # Per DP rank: (completion tokens, verify steps) of every request it serves. Step tokens per verify:
 # rank 0: 100/40 = 2.5, rank 1: 60/30 = 2.0; over the window (weighted by tokens): 160/70.
 RANK_WORK = {0: (101, 40), 1: (61, 30)}
-
-
-def run_suite(tmp_path: Path, suite: str, base_url: str, *args: str) -> tuple[int, dict, str]:
-    out = tmp_path / "out.json"
-    done = subprocess.run([sys.executable, "-m", "pytest", f"suites/test_{suite}.py", "-p", "no:cacheprovider", "-q",
-                           "--base-url", base_url, "--dspark-out", str(out), *args],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
-    return done.returncode, json.loads(out.read_text()), done.stdout + done.stderr
 
 
 def stand_in_sglang(rank_accept_after: dict[int, float]) -> web.Application:
