@@ -99,9 +99,8 @@ def _generate_jobs(state: ServerState, body: dict) -> tuple[list[Job], bool]:
     jobs = []
     for prompt in prompts:
         prompt_tokens = count_tokens(prompt)
-        limit = max_new_tokens if max_new_tokens is not None else max(1, state.context_length - prompt_tokens)
         ask = Ask(prompt, prompt, state.engine.sample_key(temperature), False, bool(params.get("ignore_eos")))
-        jobs.append(Job(ask, prompt_tokens, int(limit), stream))
+        jobs.append(Job(ask, prompt_tokens, int(state.max_new_tokens(prompt_tokens, max_new_tokens)), stream))
     return jobs, batched
 
 

@@ -161,7 +161,7 @@ def render_chat(messages: Any) -> tuple[str, str]:
 
 def _jobs(state: ServerState, prompt: str, question: str, sampling: Sampling, thinking: bool) -> list[Job]:
     prompt_tokens = count_tokens(prompt)
-    limit = sampling.max_tokens if sampling.max_tokens is not None else max(1, state.context_length - prompt_tokens)
+    limit = state.max_new_tokens(prompt_tokens, sampling.max_tokens)
     return [Job(Ask(prompt, question, state.engine.sample_key(sampling.temperature), thinking, sampling.ignore_eos),
                 prompt_tokens, limit, sampling.stream)
             for _ in range(sampling.n)]

@@ -49,6 +49,10 @@ class ServerState:
     def context_length(self) -> int:
         return self.args.context_length or DEFAULT_CONTEXT_LENGTH
 
+    def max_new_tokens(self, prompt_tokens: int, asked: int | None) -> int:
+        """The request's limit, or without one what the context has left after the prompt (at least 1)."""
+        return asked if asked is not None else max(1, self.context_length - prompt_tokens)
+
     async def open_stream(self, request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         response.enable_chunked_encoding()

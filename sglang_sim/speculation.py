@@ -70,15 +70,15 @@ class SpecStats:
         if self.verify_ct == 0:
             return {}
         proposed = self.verify_ct * self.shape.drafts_per_step
-        fields = {
-            "spec_accept_rate": self.correct_drafts / proposed if proposed else 0.0,
-            "spec_accept_length": completion_tokens / self.verify_ct,
-            "spec_num_correct_drafts": self.correct_drafts,
-            "spec_num_proposed_drafts": proposed,
-            "spec_verify_ct": self.verify_ct,
-        }
-        if proposed == 0:  # SGLang only reports the rates when drafts were proposed
-            fields = {}
+        fields = {}
+        if proposed:  # SGLang only reports the rates when drafts were proposed
+            fields = {
+                "spec_accept_rate": self.correct_drafts / proposed,
+                "spec_accept_length": completion_tokens / self.verify_ct,
+                "spec_num_correct_drafts": self.correct_drafts,
+                "spec_num_proposed_drafts": proposed,
+                "spec_verify_ct": self.verify_ct,
+            }
         if any(self.histogram):
             fields["spec_correct_drafts_histogram"] = list(self.histogram)
         return fields
