@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -38,10 +37,6 @@ class RunOptions:
     out: Path | None = None
     baseline: str | None = None
     sglang_version: str = "0.5.23"
-
-
-def new_run_id() -> str:
-    return dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
 def select_cells(cells: list[Cell], wanted: tuple[str, ...]) -> list[Cell]:

@@ -40,7 +40,8 @@ from docker.types import DeviceRequest
 from docker.utils import parse_repository_tag
 
 from dspark_ci.errors import BadInput, InfraError
-from launchers.base import LaunchFailed, sglang_error_line
+from dspark_ci.run_id import new_run_id
+from launchers.base import LOG_LINES_KEPT, LOG_LINES_SEARCHED, rank_exited
 from launchers.hosts import DockerHost, Inventory, clients, load_inventory
 from launchers.local import free_port
 from launchers.logs import rank_log_path
@@ -62,10 +63,6 @@ HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
 _EXITED = ("exited", "dead")
 SETTLE_S = 0.5  # after seeing one rank exit, let every engine catch up before naming the culprit
 SIMULTANEOUS_S = 1.0  # exits closer than this are one event, as far as engine clocks can tell
-
-
-def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
 
 
 @dataclass(frozen=True)

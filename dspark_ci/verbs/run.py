@@ -9,6 +9,7 @@ from pathlib import Path
 
 from dspark_ci.errors import BadInput
 from dspark_ci import run as pipeline
+from dspark_ci.run_id import new_run_id
 from dspark_ci.suite_runner import KNOWN_SUITES, SYNTHETIC_GPQA
 
 
@@ -90,7 +91,7 @@ LAUNCHERS = {"local": _local_launcher, "docker": _docker_launcher}
 def run_verb(args: argparse.Namespace) -> int:
     boot_timeout = args.boot_timeout or (60.0 if args.server == "sim" else 1800.0)
     # One id names the run directory and labels every container, so `dspark-ci cleanup --run ID` finds them.
-    args.run_id = pipeline.new_run_id()
+    args.run_id = new_run_id()
     options = pipeline.RunOptions(matrices=tuple(args.matrices), run_id=args.run_id, cell_ids=tuple(args.cell),
                                   launcher=args.launcher,
                          suites=_suites(args.suites), out=args.out, baseline=args.baseline,
