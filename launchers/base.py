@@ -63,6 +63,19 @@ class LaunchFailed(DsparkError):
         return "\n  ".join(parts)
 
 
+# How much of a rank's log is searched for SGLang's error line, and how much an error keeps (it prints 10).
+LOG_LINES_SEARCHED = 40
+LOG_LINES_KEPT = 15
+
+
+def rank_exited(cell_id: str, node_rank: int, exit_code: int | None, log_lines: list[str],
+                hints: list[str]) -> LaunchFailed:
+    """The error for a rank that exited: its exit code, SGLang's error line and the end of its log."""
+    return LaunchFailed(cell_id=cell_id, reason="exited", node_rank=node_rank, rank_exit_code=exit_code,
+                        last_lines=log_lines[-LOG_LINES_KEPT:], sglang_error=sglang_error_line(log_lines),
+                        hint="; ".join(hints))
+
+
 class LaunchTimeout(LaunchFailed, InfraError):
     """Rank 0 never became healthy before the deadline (exit code 3 when it is not the product's fault)."""
 

@@ -346,11 +346,9 @@ class _Group:
         exited = self._exited()
         culprit = _culprit(exited)
         rank = culprit.rank
-        lines = rank.log.last_lines(40)
         others = [f"node rank {e.rank.command.node_rank} exited too (code {e.code})" for e in exited if e is not culprit]
-        raise LaunchFailed(cell_id=cell_id, reason="exited", node_rank=rank.command.node_rank,
-                           rank_exit_code=culprit.code, last_lines=lines[-15:], sglang_error=sglang_error_line(lines),
-                           hint="; ".join([*others, f"container on {rank.host.url}", f"full log: {rank.log.path}"]))
+        raise rank_exited(cell_id, rank.command.node_rank, culprit.code, rank.log.last_lines(LOG_LINES_SEARCHED),
+                          [*others, f"container on {rank.host.url}", f"full log: {rank.log.path}"])
 
     def _exited(self) -> list["_Exit"]:
         states = [(rank, self._state(rank)) for rank in self.ranks]
@@ -368,7 +366,7 @@ class _Group:
                              f"{rank.command.node_rank}: {str(err).splitlines()[0][:160]}") from None
 
     def rank0_tail(self) -> list[str]:
-        return self.ranks[0].log.last_lines(15) if self.ranks else []
+        return self.ranks[0].log.last_lines(LOG_LINES_KEPT) if self.ranks else []
 
     def teardown(self) -> None:
         """Stop, keep the log of, and remove every container of this launch, on every engine, in parallel."""

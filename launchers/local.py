@@ -22,7 +22,7 @@ from typing import Iterator, Mapping
 import psutil
 
 from dspark_ci.errors import InfraError
-from launchers.base import LaunchFailed, sglang_error_line
+from launchers.base import LOG_LINES_KEPT, LOG_LINES_SEARCHED, rank_exited
 from launchers.logs import rank_log_path, tail
 from launchers.plan_types import LaunchPlan, Placement, RankCommand
 from launchers.resolve import redact, resolve_env, secret_values, server_argv
@@ -64,16 +64,12 @@ class LocalDeployment:
         exited = sorted((r for r in self._ranks if r.exited_at is not None), key=lambda r: r.exited_at)
         if exited:
             rank = exited[0]
-            lines = tail(rank.log_path, 40)
             others = [f"node rank {r.command.node_rank} exited too" for r in exited[1:]]
-            raise LaunchFailed(
-                cell_id=self.cell_id, reason="exited", node_rank=rank.command.node_rank,
-                rank_exit_code=rank.process.returncode, last_lines=lines[-15:], sglang_error=sglang_error_line(lines),
-                hint="; ".join([*others, f"full log: {rank.log_path}"]),
-            )
+            raise rank_exited(self.cell_id, rank.command.node_rank, rank.process.returncode,
+                              tail(rank.log_path, LOG_LINES_SEARCHED), [*others, f"full log: {rank.log_path}"])
 
     def rank0_log_tail(self) -> list[str]:
-        return tail(self._ranks[0].log_path, 15) if self._ranks else []
+        return tail(self._ranks[0].log_path, LOG_LINES_KEPT) if self._ranks else []
 
 
 class LocalLauncher:
