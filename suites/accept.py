@@ -20,7 +20,6 @@ Server side (the cross-check), snapshots before and after the requests:
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
@@ -71,10 +70,9 @@ def take_snapshot(server: Server) -> ServerSnapshot:
 
 
 def measure_requests(server: Server, num_requests: int, max_tokens: int, concurrency: int) -> list[RequestSpec]:
-    client = server.client()
     prompt_indexes = [i % len(PROMPTS) for i in range(num_requests)]
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        return list(pool.map(lambda i: _one_request(client, server.model, i, max_tokens), prompt_indexes))
+    return server.ask_each(lambda client, i: _one_request(client, server.model, i, max_tokens), prompt_indexes,
+                           concurrency)
 
 
 def _one_request(client: openai.OpenAI, model: str, prompt_index: int, max_tokens: int) -> RequestSpec:

@@ -16,7 +16,6 @@ import math
 import random
 import re
 import statistics
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -129,9 +128,8 @@ def extract_answer(content: str, extractor: str) -> str | None:
 
 def run_examples(server: Server, examples: Sequence[Example], settings: GpqaSettings) -> list[SampleResult]:
     # An eval, not a timing: retry transient errors as simple-evals does (the openai client's backoff).
-    client = server.client(max_retries=3)
-    with ThreadPoolExecutor(max_workers=settings.concurrency) as pool:
-        return list(pool.map(lambda example: ask(client, server.model, example, settings), examples))
+    return server.ask_each(lambda client, example: ask(client, server.model, example, settings), examples,
+                           settings.concurrency, max_retries=3)
 
 
 def ask(client: openai.OpenAI, model: str, example: Example, settings: GpqaSettings) -> SampleResult:

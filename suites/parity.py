@@ -9,7 +9,6 @@ the generated text (reasoning content, then content); each record says which uni
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -44,9 +43,8 @@ def default_prompts(count: int) -> tuple[str, ...]:
 
 
 def generate(server: Server, prompts: Sequence[str], max_tokens: int, concurrency: int) -> list[Output]:
-    client = server.client()
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        return list(pool.map(lambda prompt: _greedy(client, server.model, prompt, max_tokens), prompts))
+    return server.ask_each(lambda client, prompt: _greedy(client, server.model, prompt, max_tokens), prompts,
+                           concurrency)
 
 
 def _greedy(client: openai.OpenAI, model: str, prompt: str, max_tokens: int) -> Output:

@@ -6,14 +6,17 @@ client, ``/server_info`` and ``/metrics`` with plain HTTP.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Iterable, TypeVar
 
 import openai
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from suites.config import SuiteConfig
+
+Item, Answer = TypeVar("Item"), TypeVar("Answer")
 
 
 @dataclass(frozen=True)
@@ -34,9 +37,12 @@ class Server:
         return openai.OpenAI(base_url=self.api_base, api_key=self.api_key, timeout=self.request_timeout,
                              max_retries=max_retries)
 
-    def async_client(self) -> openai.AsyncOpenAI:
-        return openai.AsyncOpenAI(base_url=self.api_base, api_key=self.api_key,
-                                  timeout=self.request_timeout, max_retries=0)
+    def ask_each(self, ask: Callable[[openai.OpenAI, Item], Answer], items: Iterable[Item], concurrency: int,
+                 max_retries: int = 0) -> list[Answer]:
+        """``ask(client, item)`` for every item, ``concurrency`` at a time on one client; answers in item order."""
+        client = self.client(max_retries)
+        with ThreadPoolExecutor(max_workers=concurrency) as pool:
+            return list(pool.map(lambda item: ask(client, item), items))
 
     def get_json(self, path: str) -> dict[str, Any] | None:
         """GET a native endpoint; None when the server does not serve it (404) or it is not JSON."""
