@@ -1,4 +1,4 @@
-"""What the Docker tests share: the engines under test, plans for the simulator, and leftover checks.
+"""What the Docker tests share: the engines under test, launcher settings, and leftover checks.
 
 Engine 1 is ``DOCKER_HOST`` (or the default socket), engine 2 is ``DSPARK_DOCKER_HOST2``; `.ci/docker-up.sh`
 starts both and builds the simulator image into each. Without them the tests skip, saying so, unless
@@ -16,12 +16,11 @@ import pytest
 from dspark_ci.errors import InfraError
 from launchers.docker import LABEL_RUN, SIM_IMAGE, DockerSettings
 from launchers.hosts import DockerHost, Inventory, connect
-from launchers.plan_types import SGLANG_ENTRYPOINT, LaunchPlan, Placement, RankCommand
+from tests.sim_plans import FAST_SIM
 
 ENGINE1 = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
 ENGINE2 = os.environ.get("DSPARK_DOCKER_HOST2") or ""
 SECRET = "hf_docker_secret_marker_9731"
-FAST_SIM = {"DSPARK_SIM_BOOT_SECONDS": "0.2", "DSPARK_SIM_DECODE_STEP_MS": "1", "DSPARK_SIM_PREFILL_MS_PER_TOKEN": "0"}
 
 
 def _unavailable(reason: str):
@@ -56,20 +55,6 @@ def settings(run_id: str, hosts: Inventory, faults: str = "", boot_timeout_s: fl
     caller_env = {**FAST_SIM, "DSPARK_SIM_FAULTS": faults, "HF_TOKEN": SECRET, **env}
     return DockerSettings(server="sim", inventory=hosts, caller_env=caller_env, boot_timeout_s=boot_timeout_s,
                           poll_s=0.2, stop_timeout_s=2, pull="never", run_id=run_id)
-
-
-def make_plan(placement: Placement, nnodes: int, cell_id: str, env: dict | None = None) -> LaunchPlan:
-    """SGLang's own multi-node command line (the planner's shape), for a tiny simulated model."""
-    ranks = []
-    for rank in range(nnodes):
-        argv = [*SGLANG_ENTRYPOINT, "--model-path", "sim/tiny", "--served-model-name", cell_id,
-                "--host", placement.bind_hosts[rank], "--port", str(placement.port)]
-        if nnodes > 1:
-            argv += ["--nnodes", str(nnodes), "--node-rank", str(rank),
-                     "--dist-init-addr", f"{placement.leader_addr}:{placement.dist_port}"]
-        ranks.append(RankCommand(rank, argv, {"HF_TOKEN": "${HF_TOKEN}", **(env or {})}))
-    base = f"http://{placement.bind_hosts[0]}:{placement.port}"
-    return LaunchPlan(cell_id=cell_id, ranks=tuple(ranks), health_url=f"{base}/health", base_url=base)
 
 
 def new_run_id() -> str:

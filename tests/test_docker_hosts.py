@@ -5,6 +5,7 @@ No Docker engine needed: these run everywhere.
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -18,7 +19,7 @@ from launchers.plan_types import SGLANG_ENTRYPOINT, LaunchPlan, RankCommand
 
 def cleanup(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(["dspark-ci", "cleanup", *args], capture_output=True, text=True, timeout=60,
-                          env={"PATH": __import__("os").environ["PATH"], **(env or {})})
+                          env={"PATH": os.environ["PATH"], **(env or {})})
 
 
 def test_inventory_file_places_node_rank_r_on_host_r(tmp_path):

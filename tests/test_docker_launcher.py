@@ -18,8 +18,9 @@ from openai import OpenAI
 
 from launchers.base import LaunchFailed, LaunchTimeout
 from launchers.docker import LABEL_CELL, LABEL_RANK, LABEL_RUN, DockerLauncher
-from tests.docker_engines import (ENGINE1, ENGINE2, SECRET, containers_of, inventory, make_plan, new_run_id,
+from tests.docker_engines import (ENGINE1, ENGINE2, SECRET, containers_of, inventory, new_run_id,
                                   require_engine, settings)
+from tests.sim_plans import make_plan
 
 pytestmark = pytest.mark.docker
 REPO = Path(__file__).resolve().parents[1]
@@ -139,7 +140,8 @@ DRIVER = """
 import os, sys, time
 from pathlib import Path
 from launchers.docker import DockerLauncher
-from tests.docker_engines import ENGINE1, ENGINE2, inventory, make_plan, settings
+from tests.docker_engines import ENGINE1, ENGINE2, inventory, settings
+from tests.sim_plans import make_plan
 
 nnodes = int(os.environ["NNODES"])
 hosts = inventory(*[ENGINE1, ENGINE2][:nnodes])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 import uuid
 
 import pytest
@@ -9,28 +11,12 @@ import requests
 
 from launchers.base import LaunchFailed, LaunchTimeout
 from launchers.local import LocalLauncher, LocalSettings
-from launchers.plan_types import SGLANG_ENTRYPOINT, LaunchPlan, RankCommand
 from tests.process_table import assert_none_left
-
-FAST_SIM = {"DSPARK_SIM_BOOT_SECONDS": "0.2", "DSPARK_SIM_DECODE_STEP_MS": "1", "DSPARK_SIM_PREFILL_MS_PER_TOKEN": "0"}
-
-
-def make_plan(launcher: LocalLauncher, nnodes: int, marker: str) -> LaunchPlan:
-    placement = launcher.placement(nnodes)
-    ranks = []
-    for rank in range(nnodes):
-        argv = [*SGLANG_ENTRYPOINT, "--model-path", "sim/tiny", "--served-model-name", marker,
-                "--host", placement.bind_hosts[rank], "--port", str(placement.port)]
-        if nnodes > 1:
-            argv += ["--nnodes", str(nnodes), "--node-rank", str(rank),
-                     "--dist-init-addr", f"{placement.leader_addr}:{placement.dist_port}"]
-        ranks.append(RankCommand(rank, argv, {"HF_TOKEN": "${HF_TOKEN}"}))
-    base = f"http://{placement.bind_hosts[0]}:{placement.port}"
-    return LaunchPlan(cell_id=marker, ranks=tuple(ranks), health_url=f"{base}/health", base_url=base)
+from tests.sim_plans import FAST_SIM, make_plan
 
 
 def launcher_with(faults: str = "", boot_timeout_s: float = 30.0, **env) -> LocalLauncher:
-    caller_env = {**__import__("os").environ, **FAST_SIM, "DSPARK_SIM_FAULTS": faults,
+    caller_env = {**os.environ, **FAST_SIM, "DSPARK_SIM_FAULTS": faults,
                   "HF_TOKEN": "hf_secret_marker_123", **env}
     return LocalLauncher(LocalSettings(server="sim", boot_timeout_s=boot_timeout_s, poll_s=0.1,
                                        stop_grace_s=3.0, caller_env=caller_env))
@@ -44,7 +30,7 @@ def marker() -> str:
 @pytest.mark.parametrize("nnodes", [1, 2], ids=["one-node", "two-nodes"])
 def test_serves_then_leaves_nothing_behind(tmp_path, marker, nnodes):
     launcher = launcher_with()
-    plan = make_plan(launcher, nnodes, marker)
+    plan = make_plan(launcher.placement(nnodes), nnodes, marker)
     with launcher.launch(plan, tmp_path) as deployment:
         models = requests.get(f"{deployment.base_url}/v1/models", timeout=5).json()
         assert [m["id"] for m in models["data"]] == [marker]
@@ -55,7 +41,7 @@ def test_serves_then_leaves_nothing_behind(tmp_path, marker, nnodes):
 
 def test_secrets_are_passed_but_never_logged(tmp_path, marker):
     launcher = launcher_with()
-    with launcher.launch(make_plan(launcher, 1, marker), tmp_path):
+    with launcher.launch(make_plan(launcher.placement(1), 1, marker), tmp_path):
         pass
     assert "hf_secret_marker_123" not in (tmp_path / "0.log").read_text()
 
@@ -63,7 +49,7 @@ def test_secrets_are_passed_but_never_logged(tmp_path, marker):
 def test_boot_rejection_fails_fast_with_sglang_message(tmp_path, marker):
     launcher = launcher_with("boot_reject=DSpark with dp attention requires --enable-dp-lm-head.")
     with pytest.raises(LaunchFailed) as caught:
-        with launcher.launch(make_plan(launcher, 1, marker), tmp_path):
+        with launcher.launch(make_plan(launcher.placement(1), 1, marker), tmp_path):
             pytest.fail("a rejected server must not become healthy")
     err = caught.value
     assert (err.reason, err.node_rank) == ("exited", 0)
@@ -76,7 +62,7 @@ def test_boot_rejection_fails_fast_with_sglang_message(tmp_path, marker):
 def test_hung_boot_times_out_saying_what_was_awaited(tmp_path, marker):
     launcher = launcher_with("hang_boot", boot_timeout_s=2.0)
     with pytest.raises(LaunchTimeout) as caught:
-        with launcher.launch(make_plan(launcher, 1, marker), tmp_path):
+        with launcher.launch(make_plan(launcher.placement(1), 1, marker), tmp_path):
             pytest.fail("a hung server must not become healthy")
     message = str(caught.value)
     assert "/health" in message and "waited 2s" in message and "--boot-timeout" in message
@@ -87,10 +73,10 @@ def test_hung_boot_times_out_saying_what_was_awaited(tmp_path, marker):
 def test_losing_a_rank_is_seen_and_the_group_torn_down(tmp_path, marker):
     launcher = launcher_with("rank_exit=1:1")
     with pytest.raises(LaunchFailed) as caught:
-        with launcher.launch(make_plan(launcher, 2, marker), tmp_path) as deployment:
+        with launcher.launch(make_plan(launcher.placement(2), 2, marker), tmp_path) as deployment:
             for _ in range(100):
                 deployment.check()
-                __import__("time").sleep(0.1)
+                time.sleep(0.1)
             pytest.fail("rank 1 was configured to exit after 1 s")
     assert caught.value.node_rank == 1
     assert caught.value.rank_exit_code != 0
