@@ -18,6 +18,7 @@ from dspark_ci.cell_run import CellContext, new_record, run_cell
 from dspark_ci.errors import BadInput, ExitCode, InfraError
 from dspark_ci.preflight import preflight
 from dspark_ci.progress import Progress
+from dspark_ci.sglang.flags import DEFAULT_VERSION
 from matrices import load_cells
 from matrices.cell import Cell
 from reports.baseline import load_baseline
@@ -36,7 +37,7 @@ class RunOptions:
     suites: tuple[str, ...] | None = None
     out: Path | None = None
     baseline: str | None = None
-    sglang_version: str = "0.5.23"
+    sglang_version: str = DEFAULT_VERSION
 
 
 def select_cells(cells: list[Cell], wanted: tuple[str, ...]) -> list[Cell]:

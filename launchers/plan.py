@@ -16,7 +16,6 @@ from dspark_ci.sglang.flags import FlagSet, load_flags
 from launchers.plan_types import SGLANG_ENTRYPOINT, LaunchPlan, Placement, RankCommand
 from matrices.cell import Cell
 
-SGLANG_VERSION = "0.5.23"
 _WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 
 
@@ -134,7 +133,7 @@ def plan_launch(cell: Cell, placement: Placement, flags: FlagSet | None = None) 
     """The per-node commands that start ``cell`` on ``placement`` (one bind host per node)."""
     if len(placement.bind_hosts) < cell.nnodes:
         raise ValueError(f"placement has {len(placement.bind_hosts)} hosts, cell {cell.id} needs {cell.nnodes}")
-    flags = flags or load_flags(SGLANG_VERSION)
+    flags = flags or load_flags()
     config_args = [arg for rule in FLAG_RULES for arg in rule.render(cell.config)]
     env = dict(cell.env)
     for applies, variables in DERIVED_ENV:

@@ -17,11 +17,11 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from dspark_ci.errors import BadInput
 from suites.config import SUITE_DEFAULTS, option_problem
-from dspark_ci.sglang.flags import load_flags
+from dspark_ci.sglang.flags import DEFAULT_VERSION, load_flags
 from dspark_ci.yaml_lines import YamlList, YamlMap
 from matrices.cell import REJECT, SERVE, Expect
 
-SGLANG_VERSION = "0.5.23"  # the launch-flag snapshot extra_args and choices are checked against
+SGLANG_VERSION = DEFAULT_VERSION  # the launch-flag snapshot extra_args and choices are checked against
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Names that hold credentials (HF_TOKEN, GITHUB_TOKEN, AWS_SECRET_ACCESS_KEY, ...). Simulator knobs
 # such as DSPARK_SIM_PREFILL_MS_PER_TOKEN are numbers, not secrets.

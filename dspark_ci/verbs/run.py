@@ -10,6 +10,7 @@ from pathlib import Path
 from dspark_ci.errors import BadInput
 from dspark_ci import run as pipeline
 from dspark_ci.run_id import new_run_id
+from dspark_ci.sglang.flags import DEFAULT_VERSION
 from dspark_ci.suite_runner import KNOWN_SUITES, SYNTHETIC_GPQA
 
 
@@ -36,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baseline", metavar="FILE", help="baseline file for every cell (default: each cell's own)")
     parser.add_argument("--server", choices=("sim", "sglang"), default=os.environ.get("DSPARK_SERVER", "sim"),
                         help="server under test: the embedded simulated SGLang server (default) or real SGLang")
-    parser.add_argument("--sglang-version", default="0.5.23",
+    parser.add_argument("--sglang-version", default=DEFAULT_VERSION,
                         help="SGLang version under test, matched against each expectation's version spec")
     parser.add_argument("--boot-timeout", type=float, default=None, metavar="SECONDS",
                         help="how long rank 0 may take to become healthy (default 60 for the simulator, 1800 for SGLang)")
