@@ -91,12 +91,13 @@ class DockerSettings:
             raise BadInput("--server", f"unknown server {self.server!r}", "choose sim or sglang")
 
 
-def docker_launcher_from_args(args, boot_timeout_s: float, caller_env: Mapping[str, str]) -> "DockerLauncher":
+def docker_launcher_from_args(args, boot_timeout_s: float, caller_env: Mapping[str, str],
+                              run_id: str) -> "DockerLauncher":
     """What `dspark-ci run --launcher docker` builds from its arguments (--hosts, --pull, --server, ...)."""
     settings = DockerSettings(
         server=args.server, image=getattr(args, "image", None), pull=getattr(args, "pull", "missing"),
         boot_timeout_s=boot_timeout_s, inventory=load_inventory(getattr(args, "hosts", None), caller_env),
-        caller_env=dict(caller_env), run_id=getattr(args, "run_id", None) or new_run_id(),
+        caller_env=dict(caller_env), run_id=run_id,
     )
     return DockerLauncher(settings)
 

@@ -6,6 +6,7 @@ import argparse
 import os
 import signal
 from pathlib import Path
+from typing import Callable
 
 from dspark_ci.errors import BadInput
 from dspark_ci import run as pipeline
@@ -59,13 +60,6 @@ def _suites(text: str | None) -> tuple[str, ...] | None:
     return names
 
 
-def _sim_suite_defaults(options: dict) -> dict:
-    """The simulator answers GPQA from the dataset it is given: point both at the same file."""
-    if "gpqa" in options and not options["gpqa"].get("dataset"):
-        options["gpqa"]["dataset"] = os.environ.get("DSPARK_SIM_GPQA_PATH", str(SYNTHETIC_GPQA))
-    return options
-
-
 def _caller_env(server: str) -> dict:
     env = dict(os.environ)
     if server == "sim":
@@ -73,17 +67,25 @@ def _caller_env(server: str) -> dict:
     return env
 
 
-def _local_launcher(args, boot_timeout: float):
+def _gpqa_dataset(dataset: str) -> Callable[[dict], dict]:
+    """Suite defaults under the simulator, which answers GPQA from the dataset it is given: the same file."""
+    def defaults(options: dict) -> dict:
+        if "gpqa" in options and not options["gpqa"].get("dataset"):
+            options["gpqa"]["dataset"] = dataset
+        return options
+    return defaults
+
+
+def _local_launcher(args, boot_timeout: float, caller_env: dict, run_id: str):
     from launchers.local import LocalLauncher, LocalSettings
 
-    return LocalLauncher(LocalSettings(server=args.server, boot_timeout_s=boot_timeout,
-                                       caller_env=_caller_env(args.server)))
+    return LocalLauncher(LocalSettings(server=args.server, boot_timeout_s=boot_timeout, caller_env=caller_env))
 
 
-def _docker_launcher(args, boot_timeout: float):
+def _docker_launcher(args, boot_timeout: float, caller_env: dict, run_id: str):
     from launchers.docker import docker_launcher_from_args
 
-    return docker_launcher_from_args(args, boot_timeout, _caller_env(args.server))
+    return docker_launcher_from_args(args, boot_timeout, caller_env, run_id)
 
 
 LAUNCHERS = {"local": _local_launcher, "docker": _docker_launcher}
@@ -92,13 +94,13 @@ LAUNCHERS = {"local": _local_launcher, "docker": _docker_launcher}
 def run_verb(args: argparse.Namespace) -> int:
     boot_timeout = args.boot_timeout or (60.0 if args.server == "sim" else 1800.0)
     # One id names the run directory and labels every container, so `dspark-ci cleanup --run ID` finds them.
-    args.run_id = new_run_id()
-    options = pipeline.RunOptions(matrices=tuple(args.matrices), run_id=args.run_id, cell_ids=tuple(args.cell),
-                                  launcher=args.launcher,
-                         suites=_suites(args.suites), out=args.out, baseline=args.baseline,
-                         sglang_version=args.sglang_version)
-    launcher = LAUNCHERS[args.launcher](args, boot_timeout)
-    defaults = _sim_suite_defaults if args.server == "sim" else (lambda o: o)
+    run_id = new_run_id()
+    options = pipeline.RunOptions(matrices=tuple(args.matrices), run_id=run_id, cell_ids=tuple(args.cell),
+                                  launcher=args.launcher, suites=_suites(args.suites), out=args.out,
+                                  baseline=args.baseline, sglang_version=args.sglang_version)
+    caller_env = _caller_env(args.server)
+    launcher = LAUNCHERS[args.launcher](args, boot_timeout, caller_env, run_id)
+    defaults = _gpqa_dataset(caller_env["DSPARK_SIM_GPQA_PATH"]) if args.server == "sim" else (lambda o: o)
     return pipeline.run(options, launcher, suite_defaults=defaults)
 
 
