@@ -79,11 +79,10 @@ def run(options: RunOptions, launcher: Any, suite_defaults: Callable[[dict], dic
     progress = progress or Progress()
     cells = select_cells(load_cells(list(options.matrices)), options.cell_ids)
     baselines = Baselines.load(cells, options.baseline)
-    run_id = options.run_id
-    run_dir = options.out or Path("runs") / run_id
+    run_dir = options.out or Path("runs") / options.run_id
     progress.stage(f"preflight: {len(cells)} cell(s), {options.launcher} launcher")
     preflight(cells, launcher, run_dir)
-    results = {"schema": 1, "run_id": run_id, "started_at": _now(), "finished_at": None,
+    results = {"schema": 1, "run_id": options.run_id, "started_at": _now(), "finished_at": None,
                "launcher": options.launcher, "matrices": list(options.matrices), "cells": []}
     _save(run_dir, results)
     ctx = CellContext(launcher=launcher, run_dir=run_dir, sglang_version=options.sglang_version,
@@ -109,8 +108,9 @@ def run(options: RunOptions, launcher: Any, suite_defaults: Callable[[dict], dic
         _append_step_summary(results)
         progress.close()
         progress.done(f"results in {run_dir}/ (results.json, junit.xml, report.md, report.html, logs/)")
-        if rerun_command(results):
-            progress.done(f"run the cells that did not pass again: {rerun_command(results)}")
+        rerun = rerun_command(results)
+        if rerun:
+            progress.done(f"run the cells that did not pass again: {rerun}")
     return max(codes, default=ExitCode.OK)
 
 
