@@ -18,7 +18,7 @@ from ci.github import GitHub
 from ci.permissions import Commenter, UserPermissions, refusal
 from ci.reply import group_by_runner, render_groups, render_refusals
 from ci.resolve import resolve_specs
-from dspark_ci.errors import BadInput, ExitCode
+from ground.errors import BadInput, ExitCode
 
 RERUN_WORKFLOW = "rerun-test.yml"
 RUN_CI_LABEL = "run-ci"

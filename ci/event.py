@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from dspark_ci.errors import BadInput
+from ground.errors import BadInput
 
 EVENT_FIX = "pass the issue_comment event payload, e.g. --event \"$GITHUB_EVENT_PATH\""
 

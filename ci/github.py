@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import requests
 
-from dspark_ci.errors import InfraError
+from ground.errors import InfraError
 
 DEFAULT_API = "https://api.github.com"
 TIMEOUT_SECONDS = 30

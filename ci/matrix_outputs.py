@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from ci.tool import run_tool
-from dspark_ci.errors import BadInput
+from ground.errors import BadInput
 
 MAX_CHUNKS = 4  # run jobs in nightly.yml: 4 x 256 = 1024 cells
 

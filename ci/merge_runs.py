@@ -15,38 +15,40 @@ import sys
 from pathlib import Path
 
 from ci.tool import run_tool
-from dspark_ci.errors import BadInput
-from reports.results import SCHEMA, load_results, write_results
+from ground.errors import BadInput
+from ground.records import CellResult, RunResults, Status
+from reports.results import load_results, write_results
 
 MISSING_ERROR = ("no results.json from this cell's run job: the job was cancelled, its runner was lost, or it "
                  "failed before `dspark-ci run` wrote anything; see that job's log")
 
 
-def merge_results(runs: list[tuple[Path, dict]], run_id: str, expected_cells: list[str] | None = None) -> dict:
-    """One schema-1 results dict from ``(run_dir, results)`` pairs; each cell id must appear once."""
-    cells, matrices, origin = [], [], {}
+def merge_results(runs: list[tuple[Path, RunResults]], run_id: str,
+                  expected_cells: list[str] | None = None) -> RunResults:
+    """One run's results from ``(run_dir, results)`` pairs; each cell id must appear once."""
+    cells: list[CellResult] = []
+    matrices: list[str] = []
+    origin: dict[str, Path] = {}
     for run_dir, results in runs:
-        for cell in results["cells"]:
-            if cell["id"] in origin:
-                raise BadInput(str(run_dir / "results.json"), f"cell {cell['id']} is also in "
-                               f"{origin[cell['id']] / 'results.json'}", "merge each cell's run directory once")
-            origin[cell["id"]] = run_dir
+        for cell in results.cells:
+            if cell.id in origin:
+                raise BadInput(str(run_dir / "results.json"), f"cell {cell.id} is also in "
+                               f"{origin[cell.id] / 'results.json'}", "merge each cell's run directory once")
+            origin[cell.id] = run_dir
             cells.append(cell)
-        matrices += [m for m in results.get("matrices") or [] if m not in matrices]
+        matrices += [m for m in results.matrices if m not in matrices]
     cells += [_missing_cell(cell_id) for cell_id in expected_cells or [] if cell_id not in origin]
-    started = [r["started_at"] for _, r in runs if r.get("started_at")]
-    finished = [r["finished_at"] for _, r in runs if r.get("finished_at")]
-    launchers = [r["launcher"] for _, r in runs if r.get("launcher")]
-    return {
-        "schema": SCHEMA, "run_id": run_id,
-        "started_at": min(started) if started else None, "finished_at": max(finished) if finished else None,
-        "launcher": launchers[0] if launchers else None, "matrices": matrices, "cells": cells,
-    }
+    started = [r.started_at for _, r in runs if r.started_at]
+    finished = [r.finished_at for _, r in runs if r.finished_at]
+    launchers = [r.launcher for _, r in runs if r.launcher]
+    return RunResults(run_id=run_id, started_at=min(started) if started else None,
+                      finished_at=max(finished) if finished else None,
+                      launcher=launchers[0] if launchers else "", matrices=tuple(matrices), cells=tuple(cells),
+                      interrupted=any(r.interrupted for _, r in runs))
 
 
-def _missing_cell(cell_id: str) -> dict:
-    return {"id": cell_id, "config": {}, "expect": {}, "status": "error", "error": MISSING_ERROR,
-            "boot_seconds": None, "metrics": {}, "gates": []}
+def _missing_cell(cell_id: str) -> CellResult:
+    return CellResult(id=cell_id, config={}, expect={}, status=Status.ERROR, error=MISSING_ERROR)
 
 
 def planned_cells(path: Path) -> list[str]:

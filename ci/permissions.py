@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ci.commands import RERUN_FAILED_CI, RERUN_TEST, TAG_AND_RERUN_CI, TAG_RUN_CI_LABEL
-from dspark_ci.errors import BadInput
+from ground.errors import BadInput
 
 DEFAULT_PERMISSIONS = Path(__file__).with_name("permissions.json")
 WRITE_ASSOCIATIONS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})

@@ -14,7 +14,7 @@ import sys
 from ci.github import DEFAULT_API, GitHub
 from ci.reply import STATUS_ICONS, set_status
 from ci.tool import run_tool
-from dspark_ci.errors import BadInput
+from ground.errors import BadInput
 
 
 def main(argv: list[str] | None = None) -> int:

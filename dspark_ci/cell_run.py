@@ -1,115 +1,145 @@
-"""One cell, start to finish: plan → launch → measure → gate, reduced to a result record.
+"""One cell, start to finish: plan → launch → measure (watching every rank) → gate, reduced to a ``CellResult``.
 
-Every way a cell can end maps to one CONTRACT.md status and one exit-code contribution here,
-so the run itself only collects records.
+Every way a cell can end maps to one ``Status`` and one exit-code contribution here, including the ways
+nobody planned for: an unexpected exception in any stage becomes this cell's ``error`` (traceback kept in
+``logs/<cell>/dspark-ci-error.log``) and the run goes on to the next cell.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable, Mapping
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from dspark_ci.errors import ExitCode, InfraError
-from dspark_ci.suite_runner import DEFAULT_SUITES, SuiteOutcome, SuiteRequest, run_suites, suite_of
-from launchers.base import LaunchFailed, LaunchTimeout
+from ground.errors import BadInput, DsparkError, ExitCode, InfraError
+from ground.records import CellResult, GateResult, Status
+from ground.suites import DEFAULT_SUITES, SPECULATIVE_SUITES, suite_of
+from launchers.contract import LaunchFailed, Launcher, LaunchTimeout
 from launchers.plan import plan_launch
 from matrices.cell import REJECT, Cell
+from suites.runner import SuiteOutcome, SuiteRequest, Watch, run_suites
+
+ERROR_LOG = "dspark-ci-error.log"
 
 
 @dataclass(frozen=True)
 class CellContext:
-    launcher: Any  # LocalLauncher | DockerLauncher: .placement(nnodes), .launch(plan, logs_dir)
+    launcher: Launcher
     run_dir: Path
     sglang_version: str  # the version under test, for expectations written for a version spec
     suites: tuple[str, ...] | None  # --suites override; None = the cell's own
-    gate: Callable[[dict, dict], list]  # (cell dict, metrics) -> CONTRACT gate dicts
+    gate: Callable[[CellResult, Mapping], tuple[GateResult, ...]]
     stage: Callable[[str], None] = lambda _label: None
     suite_defaults: Callable[[dict], dict] = lambda options: options  # e.g. the simulator's dataset
+    watch: Watch = Watch()
 
 
-@dataclass(frozen=True)
-class CellOutcome:
-    record: dict  # the cell's entry in results.json
-    exit_code: ExitCode
+def pending_result(cell: Cell) -> CellResult:
+    """A cell's result before anything happened (with its suite options and baseline, so that
+    `dspark-ci report --baseline` can gate again exactly as the run did)."""
+    return CellResult(id=cell.id, config=cell.config, expect=cell.expect.to_dict(), runner=cell.runner,
+                      suites=cell.suites, baseline=cell.baseline)
 
 
-def run_cell(cell: Cell, ctx: CellContext) -> CellOutcome:
-    record = new_record(cell)
+def run_cell(cell: Cell, ctx: CellContext) -> CellResult:
+    """Never raises except KeyboardInterrupt (Ctrl-C / SIGTERM): every other ending is a result."""
+    result = pending_result(cell)
+    try:
+        return _run_cell(cell, ctx, result)
+    except (LaunchTimeout, InfraError) as err:  # the machine's fault, not the cell's: record it and go on
+        return result.finished(Status.ERROR, str(err), ExitCode.INFRA, sglang_error=_sglang_error(err))
+    except BadInput as err:
+        return result.finished(Status.ERROR, str(err), ExitCode.BAD_INPUT)
+    except DsparkError as err:
+        return result.finished(Status.ERROR, str(err), ExitCode.FELL_SHORT, sglang_error=_sglang_error(err))
+    except Exception as err:  # a bug of ours or a library's: red, with the traceback kept, and the run goes on
+        return result.finished(Status.ERROR, _unexpected(err, ctx.run_dir / "logs" / cell.id), ExitCode.FELL_SHORT)
+
+
+def _run_cell(cell: Cell, ctx: CellContext, result: CellResult) -> CellResult:
     if not _expectation_applies(cell, ctx.sglang_version):
-        return _finish(record, "skipped", f"expectation written for SGLang {cell.expect.sglang}, "
-                                          f"testing {ctx.sglang_version}", ExitCode.OK)
+        return result.finished(Status.SKIPPED, f"expectation written for SGLang {cell.expect.sglang}, "
+                                               f"testing {ctx.sglang_version}", ExitCode.OK)
     logs_dir = ctx.run_dir / "logs" / cell.id
     plan = plan_launch(cell, ctx.launcher.placement(cell.nnodes))
     ctx.stage(f"{cell.id}: launching {len(plan.ranks)} rank(s)")
     try:
         with contextlib.ExitStack() as stack:
             deployment = stack.enter_context(ctx.launcher.launch(plan, logs_dir))
-            record["boot_seconds"] = round(deployment.boot_seconds, 3)
+            result = replace(result, boot_seconds=round(deployment.boot_seconds, 3))
             if cell.expect.outcome == REJECT:
-                return _finish(record, "failed", f"expected SGLang to reject this cell "
-                                                 f"(/{cell.expect.message}/) but it became healthy", ExitCode.FELL_SHORT)
+                return result.finished(Status.FAILED, f"expected SGLang to reject this cell "
+                                       f"(/{cell.expect.message}/) but it became healthy", ExitCode.FELL_SHORT)
             names = _suite_names(cell, ctx)
-            reference_url = _launch_reference(cell, names, ctx, stack, logs_dir)
+            reference = _launch_reference(cell, names, ctx, stack, logs_dir)
             ctx.stage(f"{cell.id}: measuring ({', '.join(names)})")
             outcome = run_suites(SuiteRequest(
                 base_url=deployment.base_url, names=names, model=cell.config.get("model"),
                 options=ctx.suite_defaults({n: dict(cell.suites.get(n, {})) for n in names}),
-                work_dir=logs_dir, reference_url=reference_url))
+                work_dir=logs_dir, reference_url=reference.base_url if reference else None),
+                watched=[d for d in (deployment, reference) if d is not None], watch=ctx.watch)
             deployment.check()  # a rank that died while we measured invalidates the numbers
-    except (LaunchTimeout, InfraError) as err:  # the machine's fault, not the cell's: record it and go on
-        return _finish(record, "error", str(err), ExitCode.INFRA)
     except LaunchFailed as err:
+        if isinstance(err, LaunchTimeout):
+            raise
         if cell.expect.outcome == REJECT:
-            return _judge_rejection(record, cell, err)
-        return _finish(record, "error", str(err), ExitCode.FELL_SHORT)
-    return _judge_measurement(record, cell, names, outcome, ctx)
+            return _judge_rejection(result, cell, err)
+        return result.finished(Status.ERROR, str(err), ExitCode.FELL_SHORT, sglang_error=err.sglang_error)
+    return _judge_measurement(result, names, outcome, ctx)
 
 
-def new_record(cell: Cell) -> dict:
-    """A cell's results.json entry before anything happened (CONTRACT.md keys, plus the cell's suite options
-    so `dspark-ci report --baseline` can gate again exactly as the run did)."""
-    return {"id": cell.id, "config": dict(cell.config), "expect": cell.expect.to_dict(), "runner": cell.runner,
-            "suites": {name: dict(options) for name, options in cell.suites.items()}, "baseline": cell.baseline,
-            "status": "error", "error": None, "boot_seconds": None, "metrics": {}, "gates": [], "warnings": []}
-
-
-def _judge_rejection(record: dict, cell: Cell, err: LaunchFailed) -> CellOutcome:
+def _judge_rejection(result: CellResult, cell: Cell, err: LaunchFailed) -> CellResult:
     said = err.sglang_error or ""
     if cell.expect.message and re.search(cell.expect.message, said):
-        return _finish(record, "rejected_as_expected", None, ExitCode.OK, detail=said)
-    return _finish(record, "failed", f"expected a rejection matching /{cell.expect.message}/, but "
-                   f"{'SGLang said: ' + said if said else 'no SGLang error line was found'}\n  {err}",
-                   ExitCode.FELL_SHORT)
+        return result.finished(Status.REJECTED_AS_EXPECTED, None, ExitCode.OK, sglang_error=said)
+    return result.finished(Status.FAILED, f"expected a rejection matching /{cell.expect.message}/, but "
+                           f"{'SGLang said: ' + said if said else 'no SGLang error line was found'}\n  {err}",
+                           ExitCode.FELL_SHORT, sglang_error=err.sglang_error)
 
 
-def _judge_measurement(record: dict, cell: Cell, names, outcome: SuiteOutcome, ctx: CellContext) -> CellOutcome:
-    record["metrics"] = outcome.metrics
-    record["warnings"] = list(outcome.warnings)
-    record["tests"] = outcome.tests
+def _judge_measurement(result: CellResult, names: tuple[str, ...], outcome: SuiteOutcome,
+                       ctx: CellContext) -> CellResult:
+    measured = replace(result, metrics=outcome.metrics, warnings=tuple(outcome.warnings), tests=tuple(outcome.tests))
     # A baseline gate on a suite this run did not select (--suites) is not applicable; one on a suite that ran
     # but did not produce its metric still fails.
-    gates = ctx.gate(cell.to_dict(), outcome.metrics)
-    record["gates"] = [g for g in gates if suite_of(g["metric"]) in names]
-    record["warnings"] += sorted({f"{suite_of(g['metric'])} suite not run: gate on {g['metric']} not applied"
-                                  for g in gates if suite_of(g["metric"]) not in names})
-    if outcome.failures:  # failed gates are in record["gates"]; `error` is for everything else
-        return _finish(record, "failed", "; ".join(outcome.failures), ExitCode.FELL_SHORT)
-    if not all(gate["passed"] for gate in record["gates"]):
-        return _finish(record, "failed", None, ExitCode.FELL_SHORT)
-    return _finish(record, "passed", None, ExitCode.OK)
+    gates = ctx.gate(measured, outcome.metrics)
+    applied = tuple(g for g in gates if suite_of(g.metric) in names)
+    warnings = measured.warnings + tuple(sorted({f"{suite_of(g.metric)} suite not run: gate on {g.metric} not applied"
+                                                 for g in gates if suite_of(g.metric) not in names}))
+    measured = replace(measured, gates=applied, warnings=warnings)
+    if outcome.stopped_by is not None:  # a rank died or hung while the suites ran: the numbers are void
+        err = outcome.stopped_by
+        return measured.finished(Status.ERROR, str(err), _exit_code_of(err), sglang_error=err.sglang_error)
+    if measured.failed_tests:  # failed gates are in `gates`; `error` is for everything else
+        return measured.finished(Status.FAILED, "; ".join(measured.failed_tests), ExitCode.FELL_SHORT)
+    if not all(gate.passed for gate in applied):
+        return measured.finished(Status.FAILED, None, ExitCode.FELL_SHORT)
+    return measured.finished(Status.PASSED, None, ExitCode.OK)
 
 
-def _finish(record: dict, status: str, error: str | None, code: ExitCode, detail: str | None = None) -> CellOutcome:
-    record["status"] = status
-    record["error"] = error
-    if detail:
-        record["detail"] = detail
-    return CellOutcome(record, code)
+def _exit_code_of(err: DsparkError) -> ExitCode:
+    return ExitCode.INFRA if isinstance(err, InfraError) else ExitCode.FELL_SHORT
+
+
+def _sglang_error(err: Exception) -> str | None:
+    return getattr(err, "sglang_error", None)
+
+
+def _unexpected(err: Exception, logs_dir: Path) -> str:
+    """The one-line error for an exception nobody planned for; the traceback goes to the cell's logs."""
+    where = logs_dir / ERROR_LOG
+    try:
+        logs_dir.mkdir(parents=True, exist_ok=True)
+        where.write_text("".join(traceback.format_exception(err)))
+        kept = f"traceback in {where}"
+    except OSError as write_err:
+        kept = f"traceback could not be written ({write_err.strerror})"
+    return f"unexpected {type(err).__name__}: {err} (a dspark-ci bug or an environment problem; {kept})"
 
 
 def _expectation_applies(cell: Cell, version: str) -> bool:
@@ -124,19 +154,18 @@ def _expectation_applies(cell: Cell, version: str) -> bool:
 def _suite_names(cell: Cell, ctx: CellContext) -> tuple[str, ...]:
     names = ctx.suites or tuple(cell.suites) or DEFAULT_SUITES
     if not cell.speculative:  # speculation-only measurements mean nothing on a plain deployment
-        names = tuple(n for n in names if n not in ("accept", "parity"))
+        names = tuple(n for n in names if n not in SPECULATIVE_SUITES)
     return names
 
 
-def _launch_reference(cell: Cell, names, ctx: CellContext, stack: contextlib.ExitStack, logs_dir: Path) -> str | None:
+def _launch_reference(cell: Cell, names, ctx: CellContext, stack: contextlib.ExitStack, logs_dir: Path):
     """Parity compares against the same deployment without speculation, launched beside it."""
     if "parity" not in names:
         return None
     reference = without_speculation(cell)
     ctx.stage(f"{cell.id}: launching the non-speculative reference")
     plan = plan_launch(reference, ctx.launcher.placement(reference.nnodes))
-    deployment = stack.enter_context(ctx.launcher.launch(plan, logs_dir / "reference"))
-    return deployment.base_url
+    return stack.enter_context(ctx.launcher.launch(plan, logs_dir / "reference"))
 
 
 def without_speculation(cell: Cell) -> Cell:

@@ -12,7 +12,7 @@ import argparse
 import importlib
 import sys
 
-from dspark_ci.errors import DsparkError, ExitCode
+from ground.errors import DsparkError, ExitCode
 
 # verb name -> one-line help. The module dspark_ci.verbs.<verb> is imported only when that verb runs,
 # so one verb's heavy or broken imports never stop another.
@@ -22,7 +22,7 @@ VERBS = {
     "report": "Render the reports of a run directory again, optionally side by side with another run.",
     "chatops": "Parse a PR comment, check permission, resolve test paths, print the reply and dispatch plan.",
     "sim": "The simulated SGLang server: takes python3 -m sglang.launch_server's flags.",
-    "cleanup": "Remove what an interrupted run left behind (containers carrying dspark-ci labels).",
+    "cleanup": "Remove exactly what a killed run recorded it started (processes, containers, jobs).",
 }
 
 

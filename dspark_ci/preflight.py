@@ -9,7 +9,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from dspark_ci.errors import InfraError
+from ground.errors import InfraError
+from launchers.contract import Launcher
 from launchers.plan import plan_launch
 from launchers.plan_types import Placement
 from matrices.cell import Cell
@@ -25,8 +26,6 @@ def check_disk(run_dir: Path) -> None:
                          "reports): free some space or pass --out on another disk")
 
 
-def preflight(cells: list[Cell], launcher, run_dir: Path) -> None:
+def preflight(cells: list[Cell], launcher: Launcher, run_dir: Path) -> None:
     check_disk(run_dir)
-    launcher_check = getattr(launcher, "preflight", None)
-    if launcher_check:
-        launcher_check([plan_launch(cell, Placement.template(cell.nnodes)) for cell in cells])
+    launcher.preflight([plan_launch(cell, Placement.template(cell.nnodes)) for cell in cells])

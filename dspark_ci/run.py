@@ -1,31 +1,43 @@
-"""``dspark-ci run``: a short sequence of steps passing plain values.
+"""``dspark-ci run``: a short sequence of steps passing records.
 
-    options → cells → baselines → run dir → for each cell: run_cell → results.json → reports → exit code
+    options → cells → baselines → run dir → for each cell: run_cell → results → reports → verdict
 
-Inputs are all validated before anything is launched; results.json is rewritten after every cell,
-so a crash or Ctrl-C keeps what was measured; reports are written even when the run is interrupted.
+Inputs are all validated before anything is launched. After every cell the result is appended to
+``results.jsonl`` (linear in cells, survives SIGKILL), and results.json, junit.xml and report.md are rewritten
+when the last rewrite is older than ``REWRITE_EVERY_S`` (always at the end), so a report on disk is never
+older than a few seconds and a 10k-cell run stays linear. ``verdict`` is the one place that decides the exit
+code: never 0 unless every selected cell has a recorded outcome and none failed, and something was measured.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
-from dataclasses import dataclass
+import sys
+import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable, Mapping
 
-from dspark_ci.cell_run import CellContext, new_record, run_cell
-from dspark_ci.errors import BadInput, ExitCode, InfraError
+from dspark_ci.cell_run import CellContext, pending_result, run_cell
 from dspark_ci.preflight import preflight
 from dspark_ci.progress import Progress
-from dspark_ci.sglang.flags import DEFAULT_VERSION
+from ground.errors import BadInput, ExitCode, InfraError
+from ground.records import CellResult, GateResult, RunResults, Status
+from ground.sglang.release import DEFAULT_VERSION
+from launchers.contract import Launcher
+from launchers.ledger import Ledger
 from matrices import load_cells
 from matrices.cell import Cell
+from reports import step_summary, write_reports
 from reports.baseline import load_baseline
 from reports.gates import evaluate
-from reports.results import write_results
-from reports import write_reports, step_summary
 from reports.markdown import rerun_command
+from reports.results import write_results, write_text_atomically
+
+RESULTS_LINES = "results.jsonl"
+REWRITE_EVERY_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -38,6 +50,11 @@ class RunOptions:
     out: Path | None = None
     baseline: str | None = None
     sglang_version: str = DEFAULT_VERSION
+    rerun_options: tuple[str, ...] = ()  # the options this run was given, repeated by its rerun command
+
+    @property
+    def run_dir(self) -> Path:
+        return self.out or Path("runs") / self.run_id
 
 
 def select_cells(cells: list[Cell], wanted: tuple[str, ...]) -> list[Cell]:
@@ -55,7 +72,7 @@ def select_cells(cells: list[Cell], wanted: tuple[str, ...]) -> list[Cell]:
 class Baselines:
     """Every baseline the run needs, loaded before anything is launched (a bad one is exit 2, nothing lost)."""
 
-    by_path: dict
+    by_path: Mapping
     override: str | None
 
     @classmethod
@@ -63,81 +80,157 @@ class Baselines:
         paths = {override} if override else {c.baseline for c in cells if c.baseline}
         return cls({path: load_baseline(path) for path in paths if path}, override)
 
-    def for_cell(self, cell: dict):
-        return self.by_path.get(self.override or cell.get("baseline"))
-
-    def gate(self, cell: dict, metrics: dict) -> list:
-        return evaluate(cell, metrics, self.for_cell(cell))
+    def gate(self, cell: CellResult, metrics: Mapping) -> tuple[GateResult, ...]:
+        return evaluate(cell, metrics, self.by_path.get(self.override or cell.baseline))
 
     def shared(self):
         """The one baseline every cell uses, if there is exactly one (reports name its lines)."""
         return next(iter(self.by_path.values())) if len(self.by_path) == 1 else None
 
 
-def run(options: RunOptions, launcher: Any, suite_defaults: Callable[[dict], dict] = lambda o: o,
+def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict], dict] = lambda o: o,
         progress: Progress | None = None) -> ExitCode:
     progress = progress or Progress()
     cells = select_cells(load_cells(list(options.matrices)), options.cell_ids)
     baselines = Baselines.load(cells, options.baseline)
-    run_dir = options.out or Path("runs") / options.run_id
+    run_dir = options.run_dir
     progress.stage(f"preflight: {len(cells)} cell(s), {options.launcher} launcher")
     preflight(cells, launcher, run_dir)
-    results = {"schema": 1, "run_id": options.run_id, "started_at": _now(), "finished_at": None,
-               "launcher": options.launcher, "matrices": list(options.matrices), "cells": []}
-    _save(run_dir, results)
+    Ledger(options.run_id, run_dir).register(os.environ)
+    writer = ResultsWriter(run_dir, RunResults(run_id=options.run_id, started_at=_now(), finished_at=None,
+                                               launcher=options.launcher, matrices=options.matrices,
+                                               run_options=options.rerun_options),
+                           baseline=baselines.shared())
     ctx = CellContext(launcher=launcher, run_dir=run_dir, sglang_version=options.sglang_version,
                       suites=options.suites, gate=baselines.gate, stage=progress.stage, suite_defaults=suite_defaults)
-    codes = []
     try:
         for index, cell in enumerate(cells, 1):
             progress.stage(f"[{index}/{len(cells)}] {cell.id}")
             try:
-                outcome = run_cell(cell, ctx)
-            except KeyboardInterrupt:  # Ctrl-C / SIGTERM: record it, keep what was measured, let it through
-                results["cells"].append(interrupted_record(cell))
-                results["interrupted"] = True
+                result = run_cell(cell, ctx)
+            except KeyboardInterrupt:  # Ctrl-C / SIGTERM: record it and every cell not reached, then let it through
+                writer.add(interrupted_result(cell))
+                for later in cells[index:]:
+                    writer.add(not_run_result(later, "the run was interrupted before this cell started"))
+                writer.interrupted()
                 raise
-            results["cells"].append(outcome.record)
-            codes.append(outcome.exit_code)
-            _save(run_dir, results)
-            progress.done(_summary_line(index, len(cells), outcome.record))
+            writer.add(result)
+            progress.done(_summary_line(index, len(cells), result))
     finally:
-        results["finished_at"] = _now()
-        _save(run_dir, results)
-        write_reports(run_dir, results, baseline=baselines.shared())
-        _append_step_summary(results)
+        reported = writer.finish()
         progress.close()
         progress.done(f"results in {run_dir}/ (results.json, junit.xml, report.md, report.html, logs/)")
-        rerun = rerun_command(results)
+        rerun = rerun_command(writer.results)
         if rerun:
             progress.done(f"run the cells that did not pass again: {rerun}")
-    return max(codes, default=ExitCode.OK)
+    code, reason = verdict(writer.results, len(cells))
+    if reason:
+        progress.done(reason)
+    return code if reported else max(code, ExitCode.FELL_SHORT)
 
 
-def interrupted_record(cell: Cell) -> dict:
-    return {**new_record(cell), "error": "interrupted (Ctrl-C or SIGTERM) before the cell finished; "
-            "everything it started was torn down"}
+def verdict(results: RunResults, selected: int) -> tuple[ExitCode, str | None]:
+    """The run's exit code and, when it is not 0, why. Green only when every selected cell has an outcome,
+    none failed, and at least one was measured or rejected as expected (skipping everything tests nothing)."""
+    cells = results.cells
+    if len(cells) < selected:
+        return ExitCode.FELL_SHORT, f"only {len(cells)} of {selected} selected cells have a recorded outcome"
+    worst = max((cell.exit_code for cell in cells), default=ExitCode.OK)
+    if worst != ExitCode.OK:
+        failing = sum(cell.status.failing for cell in cells)
+        return worst, f"{failing} of {len(cells)} cells did not pass"
+    if cells and all(cell.status is Status.SKIPPED for cell in cells):
+        return ExitCode.FELL_SHORT, ("nothing was measured: every cell was skipped (their expectations were written "
+                                     "for another SGLang release than --sglang-version)")
+    if not cells:
+        return ExitCode.FELL_SHORT, "nothing was measured: no cell was selected"
+    return ExitCode.OK, None
 
 
-def _summary_line(index: int, total: int, record: dict) -> str:
-    line = f"[{index}/{total}] {record['id']}: {record['status'].upper()}"
-    if record.get("boot_seconds") is not None:
-        line += f" (boot {record['boot_seconds']:.1f}s)"
-    if record.get("error"):
-        line += "\n    " + record["error"].replace("\n", "\n    ")
+def interrupted_result(cell: Cell) -> CellResult:
+    return not_run_result(cell, "interrupted (Ctrl-C or SIGTERM) before the cell finished; everything it "
+                                "started was torn down")
+
+
+def not_run_result(cell: Cell, why: str) -> CellResult:
+    return pending_result(cell).finished(Status.ERROR, why)
+
+
+@dataclass
+class ResultsWriter:
+    """Keeps the run's results on disk as they grow: one JSON line per cell at once, the whole files at most
+    every REWRITE_EVERY_S seconds and at the end."""
+
+    run_dir: Path
+    results: RunResults
+    baseline: object = None
+    _written_at: float = field(default=0.0)
+
+    def __post_init__(self):
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / RESULTS_LINES).unlink(missing_ok=True)
+        except OSError as err:
+            raise _cannot_write(self.run_dir, err) from None
+        self._rewrite()
+
+    def add(self, cell: CellResult) -> None:
+        self.results = self.results.with_cell(cell)
+        try:
+            with open(self.run_dir / RESULTS_LINES, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(cell.to_dict(), allow_nan=False, default=str) + "\n")
+        except (OSError, ValueError) as err:
+            print(f"dspark-ci: warning: could not append to {RESULTS_LINES}: {err}", file=sys.stderr)
+        if time.monotonic() - self._written_at >= REWRITE_EVERY_S:
+            self._rewrite()
+
+    def interrupted(self) -> None:
+        self.results = replace(self.results, interrupted=True)
+
+    def finish(self) -> bool:
+        """Write everything one last time; False when a report could not be written (the run is then red)."""
+        self.results = replace(self.results, finished_at=_now())
+        try:
+            self._rewrite(html=True)
+            _append_step_summary(self.results)
+            return True
+        except KeyboardInterrupt:
+            raise
+        except Exception as err:  # never lose the verdict to a reporting bug: say so, and go red
+            print(f"dspark-ci: error: writing the reports failed ({type(err).__name__}: {err}); results.json and "
+                  f"{RESULTS_LINES} in {self.run_dir} hold what was measured", file=sys.stderr)
+            return False
+
+    def _rewrite(self, html: bool = False) -> None:
+        try:
+            write_results(self.run_dir / "results.json", self.results)
+        except OSError as err:
+            raise _cannot_write(self.run_dir, err) from None
+        if html:
+            write_reports(self.run_dir, self.results, baseline=self.baseline)
+        else:  # quick ones only while the run goes on (report.html draws charts)
+            from reports.junit import render_junit
+            from reports.markdown import render_markdown
+            write_text_atomically(self.run_dir / "junit.xml", render_junit(self.results))
+            write_text_atomically(self.run_dir / "report.md", render_markdown(self.results, self.baseline))
+        self._written_at = time.monotonic()
+
+
+def _cannot_write(run_dir: Path, err: OSError) -> InfraError:
+    return InfraError(f"cannot write {run_dir}/results.json: {err.strerror} (check free disk space and "
+                      f"permissions, or pass --out DIR)")
+
+
+def _summary_line(index: int, total: int, result: CellResult) -> str:
+    line = f"[{index}/{total}] {result.id}: {result.status.value.upper()}"
+    if result.boot_seconds is not None:
+        line += f" (boot {result.boot_seconds:.1f}s)"
+    if result.error:
+        line += "\n    " + result.error.replace("\n", "\n    ")
     return line
 
 
-def _save(run_dir: Path, results: dict) -> None:
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        write_results(run_dir / "results.json", results)
-    except OSError as err:
-        raise InfraError(f"cannot write {run_dir}/results.json: {err.strerror} (check free disk space and "
-                         f"permissions, or pass --out DIR)") from None
-
-
-def _append_step_summary(results: dict) -> None:
+def _append_step_summary(results: RunResults) -> None:
     path = os.environ.get("GITHUB_STEP_SUMMARY")
     if path:
         with open(path, "a") as handle:

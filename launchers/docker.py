@@ -21,7 +21,6 @@ import io
 import itertools
 import os
 import re
-import signal
 import sys
 import tarfile
 import threading
@@ -31,7 +30,7 @@ from datetime import datetime, timezone
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import docker
 import docker.errors
@@ -39,22 +38,19 @@ import requests
 from docker.types import DeviceRequest
 from docker.utils import parse_repository_tag
 
-from dspark_ci.errors import BadInput, InfraError
-from dspark_ci.run_id import new_run_id
-from launchers.base import LOG_LINES_KEPT, LOG_LINES_SEARCHED, rank_exited
-from launchers.hosts import DockerHost, Inventory, clients, load_inventory
-from launchers.local import free_port
+from ground.errors import BadInput, InfraError
+from ground.run_id import new_run_id
+from ground.sglang.release import DEVICE_IMAGES
+from launchers.contract import LOG_LINES_KEPT, LOG_LINES_SEARCHED, LaunchContext, RankExit, culprit, group_failed
+from launchers.hosts import DockerHost, Inventory, clients, connect, load_inventory
+from launchers.ledger import Ledger
+from launchers.processes import free_port, signals_deferred, sigterm_as_interrupt
 from launchers.logs import rank_log_path
 from launchers.plan_types import LaunchPlan, Placement, RankCommand
 from launchers.resolve import redact, resolve_env, secret_values, server_argv
 from launchers.wait import Deadline, HttpOk, wait_until_ready
 
 SIM_IMAGE = "dspark-ci/sglang-sim:latest"
-# Real SGLang's images per device; a matrix's `image:` or --image overrides them.
-DEVICE_IMAGES = {
-    "cuda": "lmsysorg/sglang:v0.5.23",
-    "npu": "quay.io/ascend/sglang:v0.5.23-cann8.5.0-a3",
-}
 PULL_POLICIES = ("never", "missing", "always")
 
 # Labels on everything we create: how teardown and `dspark-ci cleanup` find it.
@@ -62,7 +58,6 @@ LABEL_RUN, LABEL_CELL, LABEL_RANK, LABEL_LAUNCH = "dspark-ci.run", "dspark-ci.ce
 HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
 _EXITED = ("exited", "dead")
 SETTLE_S = 0.5  # after seeing one rank exit, let every engine catch up before naming the culprit
-SIMULTANEOUS_S = 1.0  # exits closer than this are one event, as far as engine clocks can tell
 
 
 @dataclass(frozen=True)
@@ -81,6 +76,7 @@ class DockerSettings:
     caller_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     forward_env_prefixes: tuple[str, ...] = ("DSPARK_SIM_",)  # caller variables every container gets
     run_id: str = field(default_factory=new_run_id)
+    ledger: Ledger | None = None  # where every container is recorded before it is created (None: not recorded)
     port: int = 30000  # for remote engines (local ones get free ports, like the local launcher)
     dist_port: int = 20000
 
@@ -91,15 +87,12 @@ class DockerSettings:
             raise BadInput("--server", f"unknown server {self.server!r}", "choose sim or sglang")
 
 
-def docker_launcher_from_args(args, boot_timeout_s: float, caller_env: Mapping[str, str],
-                              run_id: str) -> "DockerLauncher":
-    """What `dspark-ci run --launcher docker` builds from its arguments (--hosts, --pull, --server, ...)."""
-    settings = DockerSettings(
-        server=args.server, image=getattr(args, "image", None), pull=getattr(args, "pull", "missing"),
-        boot_timeout_s=boot_timeout_s, inventory=load_inventory(getattr(args, "hosts", None), caller_env),
-        caller_env=dict(caller_env), run_id=run_id,
-    )
-    return DockerLauncher(settings)
+def build(context: LaunchContext, options: Mapping[str, Any]) -> "DockerLauncher":
+    """The registry's constructor (launchers.registry): --hosts, --pull and --image arrive in ``options``."""
+    return DockerLauncher(DockerSettings(
+        server=context.server, image=options.get("image"), pull=options.get("pull") or "missing",
+        boot_timeout_s=context.boot_timeout_s, inventory=load_inventory(options.get("hosts"), context.caller_env),
+        caller_env=dict(context.caller_env), run_id=context.run_id, ledger=Ledger(context.run_id, context.run_dir)))
 
 
 # --- what a container looks like -----------------------------------------------------------------
@@ -197,7 +190,7 @@ class DockerLauncher:
         offset = next(self._remote_ports)
         return self.settings.inventory.placement(nnodes, self.settings.port + offset, self.settings.dist_port + offset)
 
-    def preflight(self, plans: list[LaunchPlan]) -> None:
+    def preflight(self, plans: Sequence[LaunchPlan]) -> None:
         """Before any launch: every engine the cells need answers and holds their image (pulled now, per
         policy, so a pull never counts as boot time and a missing image fails the run in seconds)."""
         images_by_engine: dict[str, set[str]] = {}
@@ -229,8 +222,8 @@ class DockerLauncher:
         hosts = self.settings.inventory.hosts_for(len(plan.ranks))
         image = self.image_for(plan)
         labels = {LABEL_RUN: self.settings.run_id, LABEL_CELL: plan.cell_id, LABEL_LAUNCH: uuid.uuid4().hex[:8]}
-        with clients(host.url for host in hosts) as engines, _sigterm_as_interrupt():
-            group = _Group(labels, engines, self.settings.stop_timeout_s)
+        with clients(host.url for host in hosts) as engines, sigterm_as_interrupt():
+            group = _Group(labels, engines, self.settings.stop_timeout_s, self.settings.ledger)
             try:
                 for url, client in engines.items():
                     ensure_image(client, url, image, self.settings.pull)
@@ -243,7 +236,7 @@ class DockerLauncher:
                 deployment.boot_seconds = time.monotonic() - started  # container starts included
                 yield deployment
             finally:
-                with _signals_deferred():
+                with signals_deferred():
                     group.teardown()
 
     def _rank_container(self, command: RankCommand, host: DockerHost, image: str, labels: Mapping[str, str],
@@ -320,12 +313,16 @@ class _Rank:
 class _Group:
     """The containers of one launch: started one by one, watched together, removed together."""
 
-    def __init__(self, labels: Mapping[str, str], engines: Mapping[str, docker.DockerClient], stop_timeout_s: int):
-        self.labels, self.engines, self.stop_timeout_s = dict(labels), engines, stop_timeout_s
+    def __init__(self, labels: Mapping[str, str], engines: Mapping[str, docker.DockerClient], stop_timeout_s: int,
+                 ledger: Ledger | None = None):
+        self.labels, self.engines, self.stop_timeout_s, self.ledger = dict(labels), engines, stop_timeout_s, ledger
         self.ranks: list[_Rank] = []
 
     def start(self, rank: _RankContainer) -> None:
         command, host, spec = rank.command, rank.host, rank.spec
+        if self.ledger:  # before it exists: a hard kill after create still leaves a record naming it
+            self.ledger.record("docker", self.labels[LABEL_CELL], command.node_rank, engine=host.url,
+                               container=spec["name"])
         try:
             container = self.engines[host.url].containers.create(environment=rank.env, **spec)
             header = (f"# node rank {command.node_rank} on {host.url} ({host.address}), image {spec['image']}, "
@@ -345,11 +342,10 @@ class _Group:
             return
         time.sleep(SETTLE_S)  # another engine may not have registered its rank's exit yet
         exited = self._exited()
-        culprit = _culprit(exited)
-        rank = culprit.rank
-        others = [f"node rank {e.rank.command.node_rank} exited too (code {e.code})" for e in exited if e is not culprit]
-        raise rank_exited(cell_id, rank.command.node_rank, culprit.code, rank.log.last_lines(LOG_LINES_SEARCHED),
-                          [*others, f"container on {rank.host.url}", f"full log: {rank.log.path}"])
+        exits = [RankExit(e.rank.command.node_rank, e.code, e.finished_at, e.rank.log.last_lines(LOG_LINES_SEARCHED))
+                 for e in exited]
+        blamed = next(e for e in exited if e.rank.command.node_rank == culprit(exits).node_rank)
+        raise group_failed(cell_id, exits, [f"container on {blamed.rank.host.url}", f"full log: {blamed.rank.log.path}"])
 
     def _exited(self) -> list["_Exit"]:
         states = [(rank, self._state(rank)) for rank in self.ranks]
@@ -389,18 +385,6 @@ class _Exit:
     finished_at: float  # engine's clock, seconds
 
 
-def _culprit(exited: list[_Exit]) -> _Exit:
-    """The rank whose exit brought the group down.
-
-    Engines time exits to a few milliseconds, which cannot order ranks that die together. When they
-    do, blame a worker: a leader aborts the moment a worker disconnects, while workers that lose their
-    leader wait (for their join or NCCL timeout) far longer than SIMULTANEOUS_S.
-    """
-    first = min(e.finished_at for e in exited)
-    together = [e for e in exited if e.finished_at - first <= SIMULTANEOUS_S]
-    return min(together, key=lambda e: (e.rank.command.node_rank == 0, e.finished_at))
-
-
 def _seconds(rfc3339: str) -> float:
     """Docker's FinishedAt (nanoseconds, trailing zeros trimmed) as a number that sorts right."""
     match = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?", rfc3339 or "")
@@ -434,6 +418,21 @@ def remove_leftover(container) -> None:
     """Remove a container at once (its run is gone: there is nobody to stop it gracefully for)."""
     with contextlib.suppress(docker.errors.NotFound):
         container.remove(force=True, v=True)
+
+
+def remove_started(entry: dict) -> str | None:
+    """Remove the container a dead run recorded in its ledger, on the engine it recorded (registry contract)."""
+    client = connect(entry["engine"])
+    try:
+        container = client.containers.get(entry["container"])
+        if container.labels.get(LABEL_RUN) != entry.get("run_id"):
+            return None  # the name was reused by another run: not ours to touch
+        remove_leftover(container)
+        return f"container {entry['container']} on {entry['engine']} (cell {entry.get('cell')}, rank {entry.get('rank')})"
+    except docker.errors.NotFound:
+        return None
+    finally:
+        client.close()
 
 
 def _labelled(client: docker.DockerClient, labels: Mapping[str, str]) -> list:
@@ -509,41 +508,3 @@ class _LogPump:
             with self._lock:
                 self._finished = True
                 self.path.write_text(self.header + redact(full, self.secrets))
-
-
-# --- signals -------------------------------------------------------------------------------------
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM tears the group down like Ctrl-C does, unless the caller already handles SIGTERM."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        yield
-        return
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt("SIGTERM")
-
-    signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-@contextlib.contextmanager
-def _signals_deferred() -> Iterator[None]:
-    """A second Ctrl-C or SIGTERM during teardown would leave containers behind: hold it until done."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        if received:  # deliver it now, to whoever handled it before
-            signal.raise_signal(received[0])

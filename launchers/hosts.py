@@ -33,8 +33,8 @@ import docker
 import docker.errors
 import requests
 
-from dspark_ci.errors import BadInput, InfraError
-from dspark_ci.yaml_lines import config_file_words, load_yaml
+from ground.errors import BadInput, InfraError
+from ground.yaml_lines import config_file_words, load_yaml
 from launchers.plan_types import Placement
 
 HOSTS_ENV = "DSPARK_DOCKER_HOSTS"

@@ -10,23 +10,28 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 import psutil
 
-from dspark_ci.errors import InfraError
-from launchers.base import LOG_LINES_KEPT, LOG_LINES_SEARCHED, rank_exited
+from ground.errors import InfraError
+from launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, LaunchContext, LaunchFailed, RankExit, culprit,
+                                group_failed)
+from launchers.ledger import Ledger
 from launchers.logs import rank_log_path, tail
 from launchers.plan_types import LaunchPlan, Placement, RankCommand
+from launchers.processes import descendants, die_with_parent, free_port, signal_group, signals_deferred, stop_all
 from launchers.resolve import redact, resolve_env, secret_values, server_argv
 from launchers.wait import Deadline, HttpOk, wait_until_ready
+
+
+SETTLE_S = 0.3  # after seeing one rank exit, let the ranks that die of losing it be seen too
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,14 @@ class LocalSettings:
     stop_grace_s: float = 10.0
     python: str = sys.executable
     caller_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    ledger: Ledger | None = None  # where every started process is recorded first (None: not recorded)
+
+
+def build(context: LaunchContext, options: Mapping[str, Any]) -> "LocalLauncher":
+    """The registry's constructor (launchers.registry): the local launcher takes no options of its own."""
+    return LocalLauncher(LocalSettings(server=context.server, boot_timeout_s=context.boot_timeout_s,
+                                       caller_env=dict(context.caller_env),
+                                       ledger=Ledger(context.run_id, context.run_dir)))
 
 
 @dataclass
@@ -60,13 +73,20 @@ class LocalDeployment:
         self.boot_seconds = 0.0
 
     def check(self) -> None:
-        """Raise LaunchFailed naming the rank that exited first (the others often die of losing it)."""
-        exited = sorted((r for r in self._ranks if r.exited_at is not None), key=lambda r: r.exited_at)
-        if exited:
-            rank = exited[0]
-            others = [f"node rank {r.command.node_rank} exited too" for r in exited[1:]]
-            raise rank_exited(self.cell_id, rank.command.node_rank, rank.process.returncode,
-                              tail(rank.log_path, LOG_LINES_SEARCHED), [*others, f"full log: {rank.log_path}"])
+        """Raise LaunchFailed naming the rank whose failure brought the group down (launchers.contract.culprit),
+        or a rank that is stopped (SIGSTOP, a debugger): it holds the group hostage without ever failing."""
+        if any(r.exited_at is not None for r in self._ranks):
+            time.sleep(SETTLE_S)  # the ranks that die of losing this one are a few milliseconds behind
+            exits = [RankExit(r.command.node_rank, r.process.returncode, r.exited_at,
+                              tail(r.log_path, LOG_LINES_SEARCHED)) for r in self._ranks if r.exited_at is not None]
+            blamed = culprit(exits)
+            raise group_failed(self.cell_id, exits, [f"full log: {self._ranks[blamed.node_rank].log_path}"])
+        stopped = next((r for r in self._ranks if _is_stopped(r.process.pid)), None)
+        if stopped:
+            raise LaunchFailed(cell_id=self.cell_id, reason="unresponsive", node_rank=stopped.command.node_rank,
+                               last_lines=tail(stopped.log_path, LOG_LINES_KEPT),
+                               hint=f"process {stopped.process.pid} is stopped (SIGSTOP or a debugger); "
+                                    f"full log: {stopped.log_path}")
 
     def rank0_log_tail(self) -> list[str]:
         return tail(self._ranks[0].log_path, LOG_LINES_KEPT) if self._ranks else []
@@ -78,7 +98,7 @@ class LocalLauncher:
     def __init__(self, settings: LocalSettings = LocalSettings()):
         self.settings = settings
 
-    def preflight(self, plans: list[LaunchPlan]) -> None:
+    def preflight(self, plans: Sequence[LaunchPlan]) -> None:
         """Real SGLang must be importable by the `python3` the plans name, before anything starts."""
         if self.settings.server != "sglang" or not plans:
             return
@@ -102,7 +122,7 @@ class LocalLauncher:
         ranks: list[_Rank] = []
         try:
             for command in plan.ranks:
-                ranks.append(self._start(command, logs_dir))
+                ranks.append(self._start(plan.cell_id, command, logs_dir))
             deployment = LocalDeployment(plan.cell_id, plan.base_url, ranks)
             deployment.boot_seconds = wait_until_ready(
                 HttpOk(plan.health_url),
@@ -111,9 +131,10 @@ class LocalLauncher:
             )
             yield deployment
         finally:
-            stop_all([rank.process for rank in ranks], self.settings.stop_grace_s)
+            with signals_deferred():  # a second Ctrl-C must not leave a rank behind
+                stop_all([rank.process for rank in ranks], self.settings.stop_grace_s)
 
-    def _start(self, command: RankCommand, logs_dir: Path) -> _Rank:
+    def _start(self, cell_id: str, command: RankCommand, logs_dir: Path) -> _Rank:
         argv = server_argv(command, self.settings.server, self.settings.python)
         env = {**self.settings.caller_env, **resolve_env(command.env, self.settings.caller_env)}
         secrets = secret_values(command.env, self.settings.caller_env)
@@ -122,45 +143,42 @@ class LocalLauncher:
             log.write(redact(f"# node rank {command.node_rank}: {' '.join(argv)}\n", secrets))
             log.flush()
             process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       env=env, start_new_session=True)
+                                       env=env, start_new_session=True, preexec_fn=die_with_parent())
+        if self.settings.ledger:  # recorded at once: a hard kill between start and record is covered by PDEATHSIG
+            self.settings.ledger.record(self.name, cell_id, command.node_rank, pid=process.pid,
+                                        pid_started=_started(process.pid), log=str(log_path))
         rank = _Rank(command, process, log_path)
         rank.watch()
         return rank
 
 
-def stop_all(processes: list[subprocess.Popen], grace_s: float) -> None:
-    """SIGTERM every process group, wait up to ``grace_s``, SIGKILL the rest (and strays that left the group)."""
-    members = {p.pid: _descendants(p.pid) for p in processes}
-    for process in processes:
-        _signal_group(process, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    for process in processes:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=max(0.0, deadline - time.monotonic()))
-    for process in processes:
-        _signal_group(process, signal.SIGKILL)
-        for child in members[process.pid]:
-            with contextlib.suppress(psutil.Error):
-                child.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=5)
-
-
-def _descendants(pid: int) -> list[psutil.Process]:
+def _is_stopped(pid: int) -> bool:
     try:
-        return psutil.Process(pid).children(recursive=True)
+        return psutil.Process(pid).status() == psutil.STATUS_STOPPED
     except psutil.Error:
-        return []
+        return False
 
 
-def _signal_group(process: subprocess.Popen, sig: int) -> None:
-    # The group outlives its leader when children remain: signal it even after the leader exited.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, sig)
+def _started(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
 
 
-def free_port() -> int:
-    """A TCP port nothing listens on now (the OS picks it; a tiny race with other programs remains)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def remove_started(entry: dict) -> str | None:
+    """Kill the process group a dead run left (only if the pid still belongs to the process it started)."""
+    pid, started = entry.get("pid"), entry.get("pid_started")
+    try:
+        process = psutil.Process(pid)
+        if started is None or abs(process.create_time() - started) > 1.0:
+            return None  # gone, and the pid reused by someone else: not ours to touch
+    except (psutil.Error, TypeError, ValueError):
+        return None
+    members = [process, *descendants(pid)]
+    signal_group(pid, signal.SIGKILL)
+    for member in members:
+        with contextlib.suppress(psutil.Error):
+            member.kill()
+    psutil.wait_procs(members, timeout=5)
+    return f"process {pid} (cell {entry.get('cell')}, node rank {entry.get('rank')}) and its {len(members) - 1} child(ren)"

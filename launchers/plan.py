@@ -2,7 +2,7 @@
 
 The argv targets SGLang 0.5.23 (sglang/srt/arg_groups/fields/*.py): ``FLAG_RULES`` maps config
 keys to flags, one rule per row, and every flag emitted is checked against the 0.5.23 snapshot
-(``dspark_ci.sglang.flags``). Every node runs the same command plus its own ``--host``,
+(``ground.sglang.flags``). Every node runs the same command plus its own ``--host``,
 ``--node-rank`` (multi-node) and the leader's ``--dist-init-addr``.
 """
 
@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from dspark_ci.errors import BadInput
-from dspark_ci.sglang.flags import FlagSet, load_flags
+from ground.errors import BadInput
+from ground.sglang.flags import FlagSet, load_flags
+from ground.sglang.release import BLOCK_SIZE_FLAGS
 from launchers.plan_types import SGLANG_ENTRYPOINT, LaunchPlan, Placement, RankCommand
 from matrices.cell import Cell
 
@@ -55,13 +56,6 @@ def _context_parallel(c: Mapping[str, Any]) -> list[str]:
         return []
     return ["--enable-prefill-cp", "--cp-strategy", c.get("cp_strategy") or "interleave",
             "--attn-cp-size", str(c["cp"])]
-
-
-# Which flag carries the block size of each speculative algorithm (fields/spec.py).
-BLOCK_SIZE_FLAGS: Mapping[str, str] = {
-    "DSPARK": "--speculative-dspark-block-size",  # gamma; num_draft_tokens = gamma + 1
-    "DFLASH": "--speculative-dflash-block-size",
-}
 
 
 def _block_size(c: Mapping[str, Any]) -> list[str]:
@@ -115,7 +109,7 @@ def _check_flags(argv: list[str], emitted: list[str], cell: Cell, flags: FlagSet
         name = token.split("=", 1)[0]
         if token.startswith("--") and flags.get(name) is None:
             raise BadInput(where, f"cell {cell.id}: {name} is not a flag of SGLang {flags.version}'s launch_server",
-                           "remove it from extra_args (flags are checked against dspark_ci/sglang/flags-*.json)")
+                           "remove it from extra_args (flags are checked against ground/sglang/flags-*.json)")
     planned = {flags.get(t).dest: t for t in emitted if t.startswith("--")}
     for token in cell.extra_args:
         flag = flags.get(token.split("=", 1)[0]) if token.startswith("--") else None

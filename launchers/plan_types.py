@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-SGLANG_ENTRYPOINT = ("python3", "-m", "sglang.launch_server")
+from ground.sglang.release import SGLANG_ENTRYPOINT
+
+__all__ = ["SGLANG_ENTRYPOINT", "LaunchPlan", "Placement", "RankCommand"]
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Callable, Protocol
 import requests
 import tenacity
 
-from launchers.base import LaunchTimeout
+from launchers.contract import LaunchTimeout
 
 
 class NotReady(Exception):

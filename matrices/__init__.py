@@ -3,14 +3,14 @@
     from matrices import load_cells
     cells = load_cells(["matrices/nightly.yaml"])
 
-Stages: ``dspark_ci.yaml_lines`` (YAML with line numbers) -> ``schema`` (strict input records) ->
+Stages: ``ground.yaml_lines`` (YAML with line numbers) -> ``schema`` (strict input records) ->
 ``expand`` (axes, exclude, include, overrides) -> ``build`` (defaults, layout, runner, id) -> Cell.
-Any problem is ``dspark_ci.errors.BadInput`` naming ``file:line`` and the fix.
+Any problem is ``ground.errors.BadInput`` naming ``file:line`` and the fix.
 """
 
 from __future__ import annotations
 
-from dspark_ci.yaml_lines import config_file_words, load_yaml
+from ground.yaml_lines import config_file_words, load_yaml
 from matrices.build import build_cell
 from matrices.cell import Cell, Expect
 from matrices.expand import expand

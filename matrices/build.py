@@ -14,13 +14,14 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from ground.sglang.release import BLOCK_SIZE_FLAGS
 from matrices.cell import SERVE, Cell, Expect
 from matrices.expand import CODE_DEFAULTS, effective
 from matrices.ids import cell_id
 from matrices.schema import CONFIG_KEYS, Fragment, MatrixSpec, Where
 
 # Which flag carries a speculative algorithm's block size (sglang/srt/arg_groups/fields/spec.py).
-BLOCK_SIZE_ALGORITHMS = ("DSPARK", "DFLASH")
+BLOCK_SIZE_ALGORITHMS = tuple(BLOCK_SIZE_FLAGS)
 # Runner label word per device: `8-gpu-h200`, `16-npu-a3`.
 DEVICE_KIND: Mapping[str, str] = {"npu": "npu", "cpu": "cpu"}
 DEFAULT_DEVICE_KIND = "gpu"

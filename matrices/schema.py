@@ -30,16 +30,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from dspark_ci.sglang.flags import load_flags
-from dspark_ci.yaml_lines import YamlList, YamlMap
+from ground.sglang.flags import load_flags
+from ground.sglang.release import DEVICES, SPECULATIVE_ALGORITHMS
+from ground.yaml_lines import YamlList, YamlMap
 from matrices.values import (SGLANG_VERSION, Parser, Where, arg_list, boolean, check_keys, env_map, expect_spec,
                              int_at_least, one_of, optional, slug, suite_map, text, version_spec)
-
-# SpeculativeAlgorithm members and reserved aliases in sglang/srt/speculative/spec_info.py (0.5.23).
-SPECULATIVE_ALGORITHMS = ("DSPARK", "DFLASH", "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM",
-                          "FROZEN_KV_MTP", "UNO")
-DEVICES = ("cuda", "npu", "xpu", "hpu", "cpu", "mps", "musa")
-
 
 @dataclass(frozen=True)
 class Key:

@@ -15,10 +15,11 @@ from typing import Any, Callable, Mapping
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from dspark_ci.errors import BadInput
-from suites.config import SUITE_DEFAULTS, option_problem
-from dspark_ci.sglang.flags import DEFAULT_VERSION, load_flags
-from dspark_ci.yaml_lines import YamlList, YamlMap
+from ground.errors import BadInput
+from ground.suites import SUITE_DEFAULTS, option_problem
+from ground.sglang.flags import load_flags
+from ground.sglang.release import DEFAULT_VERSION
+from ground.yaml_lines import YamlList, YamlMap
 from matrices.cell import REJECT, SERVE, Expect
 
 SGLANG_VERSION = DEFAULT_VERSION  # the launch-flag snapshot extra_args and choices are checked against

@@ -28,8 +28,8 @@ from typing import Mapping
 
 import yaml
 
-from dspark_ci.errors import BadInput
-from dspark_ci.yaml_lines import FileWords, compose_file, describe, mapping_items, scalar, where
+from ground.errors import BadInput
+from ground.yaml_lines import FileWords, compose_file, describe, mapping_items, scalar, where
 from reports.metrics import HIGHER, LOWER, METRICS, NEUTRAL, NOISE_STDERRS, STDERR_OF
 
 SCHEMA = 1

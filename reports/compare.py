@@ -9,6 +9,9 @@ renders it as one table per cell.
 
 from __future__ import annotations
 
+from typing import Mapping
+
+from ground.records import CellResult, RunResults, Status
 from reports.markdown import status_text, table
 from reports.metrics import (HIGHER, LOWER, METRICS, NEUTRAL, NOISE_STDERRS, format_value, in_table_order,
                              label, noise_band)
@@ -16,26 +19,26 @@ from reports.metrics import (HIGHER, LOWER, METRICS, NEUTRAL, NOISE_STDERRS, for
 RATIO_DIGITS = 3
 
 
-def compare_runs(new: dict, old: dict) -> dict:
-    old_cells = {cell["id"]: cell for cell in old["cells"]}
-    new_ids = [cell["id"] for cell in new["cells"]]
+def compare_runs(new: RunResults, old: RunResults) -> dict:
+    old_cells = {cell.id: cell for cell in old.cells}
+    new_ids = [cell.id for cell in new.cells]
     return {
-        "new_run": new.get("run_id"),
-        "old_run": old.get("run_id"),
-        "cells": [_compare_cell(cell, old_cells[cell["id"]]) for cell in new["cells"] if cell["id"] in old_cells],
+        "new_run": new.run_id,
+        "old_run": old.run_id,
+        "cells": [_compare_cell(cell, old_cells[cell.id]) for cell in new.cells if cell.id in old_cells],
         "only_new": [cell_id for cell_id in new_ids if cell_id not in old_cells],
         "only_old": [cell_id for cell_id in old_cells if cell_id not in new_ids],
     }
 
 
-def _compare_cell(new_cell: dict, old_cell: dict) -> dict:
-    new_metrics, old_metrics = new_cell.get("metrics") or {}, old_cell.get("metrics") or {}
+def _compare_cell(new_cell: CellResult, old_cell: CellResult) -> dict:
+    new_metrics, old_metrics = new_cell.metrics, old_cell.metrics
     names = in_table_order(set(new_metrics) | set(old_metrics))
-    return {"id": new_cell["id"], "new_status": new_cell["status"], "old_status": old_cell["status"],
+    return {"id": new_cell.id, "new_status": new_cell.status.value, "old_status": old_cell.status.value,
             "metrics": [_compare_metric(name, new_metrics, old_metrics) for name in names]}
 
 
-def _compare_metric(name: str, new_metrics: dict, old_metrics: dict) -> dict:
+def _compare_metric(name: str, new_metrics: Mapping, old_metrics: Mapping) -> dict:
     new, old = new_metrics.get(name), old_metrics.get(name)
     better = METRICS[name].better if name in METRICS else NEUTRAL
     ratio = round(new / old, RATIO_DIGITS) if new is not None and old not in (None, 0) else None
@@ -66,7 +69,7 @@ def compare_markdown(comparison: dict) -> str:
     old_run, new_run = comparison["old_run"], comparison["new_run"]
     parts = [f"## Compared with `{old_run}`", f"new/old: `{new_run}` over `{old_run}`. {_noise_rule()}"]
     for cell in comparison["cells"]:
-        parts.append(f"### `{cell['id']}`: {status_text(cell['old_status'])} → {status_text(cell['new_status'])}")
+        parts.append(f"### `{cell['id']}`: {status_text(Status(cell['old_status']))} → {status_text(Status(cell['new_status']))}")
         rows = [[label(m["metric"]), format_value(m["metric"], m["old"]), format_value(m["metric"], m["new"]),
                  "—" if m["ratio"] is None else f"{m['ratio']:.{RATIO_DIGITS}f}", BETTER_TEXT[m["better"]],
                  CHANGE_TEXT[m["change"]]] for m in cell["metrics"]]

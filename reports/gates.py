@@ -1,4 +1,4 @@
-"""Gates: what a cell's measurements must satisfy, as CONTRACT.md gate dicts.
+"""Gates: what a cell's measurements must satisfy, as ``GateResult`` records (CONTRACT.md gate dicts on disk).
 
 Two sources:
 - floors that need no baseline: a speculative cell's accept length must stay above the collapse
@@ -12,7 +12,10 @@ passes because its suite did not run would hide exactly the regressions it exist
 from __future__ import annotations
 
 import math
+from dataclasses import replace
+from typing import Mapping
 
+from ground.records import CellResult, GateResult, RunResults, Status
 from reports.baseline import Baseline, MetricSpec
 from reports.metrics import STDERR_OF, format_value, in_table_order
 
@@ -20,41 +23,41 @@ COLLAPSE_FLOOR = 1.2  # accept_length at or below ~1 means no draft token is bei
 GATE_PRECISION = 6  # decimals kept in thresholds (ratios make long floats)
 
 
-def evaluate(cell: dict, metrics: dict, baseline: Baseline | None) -> list[dict]:
+def evaluate(cell: CellResult, metrics: Mapping, baseline: Baseline | None) -> tuple[GateResult, ...]:
     """All gates for one cell: floors first, then the baseline's, in the metric table's order."""
-    return [_gate(metric, op, threshold, metrics.get(metric))
-            for metric, op, threshold, _ in _limits(cell, metrics, baseline)]
+    return tuple(_gate(metric, op, threshold, metrics.get(metric))
+                 for metric, op, threshold, _ in _limits(cell, metrics, baseline))
 
 
-def explain(cell: dict, metrics: dict, baseline: Baseline | None) -> dict[tuple, str]:
+def explain(cell: CellResult, metrics: Mapping, baseline: Baseline | None) -> dict[tuple, str]:
     """Where each gate's threshold comes from, keyed by (metric, op, threshold) as in the gate dict."""
     return {(metric, op, round(threshold, GATE_PRECISION)): basis
             for metric, op, threshold, basis in _limits(cell, metrics, baseline)}
 
 
-def _limits(cell: dict, metrics: dict, baseline: Baseline | None) -> list[tuple[str, str, float, str]]:
+def _limits(cell: CellResult, metrics: Mapping, baseline: Baseline | None) -> list[tuple[str, str, float, str]]:
     """(metric, op, threshold, basis) for every limit that applies to the cell."""
-    if (cell.get("expect") or {}).get("outcome") == "reject":
+    if cell.expect.get("outcome") == "reject":
         return []  # nothing is measured on a deployment that must not come up
     limits = _floor_limits(cell, metrics)
     if baseline is not None:
-        specs = baseline.specs_for(cell["id"])
+        specs = baseline.specs_for(cell.id)
         for name in in_table_order(specs):
             limits.extend(_spec_limits(specs[name], metrics))
     return limits
 
 
-def _floor_limits(cell: dict, metrics: dict) -> list[tuple[str, str, float, str]]:
-    speculative = bool((cell.get("config") or {}).get("speculative_algorithm"))
+def _floor_limits(cell: CellResult, metrics: Mapping) -> list[tuple[str, str, float, str]]:
+    speculative = bool(cell.config.get("speculative_algorithm"))
     if not speculative or metrics.get("accept_length") is None:
         return []
-    floor = ((cell.get("suites") or {}).get("accept") or {}).get("min_accept_length")
+    floor = (cell.suites.get("accept") or {}).get("min_accept_length")
     if floor is None:
         return [("accept_length", ">=", COLLAPSE_FLOOR, "collapse floor")]
     return [("accept_length", ">=", float(floor), "collapse floor (suites.accept.min_accept_length)")]
 
 
-def _spec_limits(spec: MetricSpec, metrics: dict) -> list[tuple[str, str, float, str]]:
+def _spec_limits(spec: MetricSpec, metrics: Mapping) -> list[tuple[str, str, float, str]]:
     """(metric, op, threshold, basis) for each limit a baseline spec sets."""
     name, where, limits = spec.metric, spec.where, []
     reference = format_value(name, spec.value)
@@ -84,42 +87,41 @@ def noise_floor(spec: MetricSpec, stderr_now: float | None) -> float:
 _OPS = {">=": lambda value, threshold: value >= threshold, "<=": lambda value, threshold: value <= threshold}
 
 
-def _gate(metric: str, op: str, threshold: float, value) -> dict:
+def _gate(metric: str, op: str, threshold: float, value) -> GateResult:
     passed = value is not None and _OPS[op](value, threshold)
-    return {"metric": metric, "op": op, "threshold": round(threshold, GATE_PRECISION), "value": value,
-            "passed": passed}
+    return GateResult(metric, op, round(threshold, GATE_PRECISION), value, passed)
 
 
-def regate(results: dict, baseline: Baseline) -> dict:
+def regate(results: RunResults, baseline: Baseline) -> RunResults:
     """A copy of ``results`` with every serving cell's gates evaluated against ``baseline``.
 
     Status follows the new gates, except that a cell which also failed for another reason (a suite
     test failed, an expected rejection did not happen) stays failed.
     """
     cells = []
-    for cell in results["cells"]:
-        if cell["status"] in ("passed", "failed"):
-            gates = evaluate(cell, cell.get("metrics") or {}, baseline)
-            failed = _failed_apart_from_gates(cell) or not all(g["passed"] for g in gates)
-            cell = {**cell, "gates": gates, "status": "failed" if failed else "passed"}
+    for cell in results.cells:
+        if cell.status in (Status.PASSED, Status.FAILED):
+            gates = evaluate(cell, cell.metrics, baseline)
+            failed = _failed_apart_from_gates(cell) or not all(g.passed for g in gates)
+            cell = replace(cell, gates=gates, status=Status.FAILED if failed else Status.PASSED, exit_code=None)
         cells.append(cell)
-    return {**results, "cells": cells}
+    return replace(results, cells=tuple(cells))
 
 
-def _failed_apart_from_gates(cell: dict) -> bool:
-    if cell["status"] != "failed":
+def _failed_apart_from_gates(cell: CellResult) -> bool:
+    if cell.status is not Status.FAILED:
         return False
-    if (cell.get("expect") or {}).get("outcome") == "reject":
+    if cell.expect.get("outcome") == "reject":
         return True  # it served when it should have been rejected (or the other way round)
-    if "tests" in cell:  # the suites' own test outcomes, as the run records them
-        return any(test.get("outcome") in ("failed", "error") for test in cell["tests"])
-    return bool(cell.get("error"))
+    if cell.tests is not None:  # the suites' own test outcomes, as the run records them
+        return bool(cell.failed_tests)
+    return bool(cell.error)
 
 
-def describe_gate(gate: dict) -> str:
+def describe_gate(gate: GateResult) -> str:
     """"accept_length = 1.00, needs >= 1.20" / "ttft_ms_median not measured (gate <= 51.2)"."""
-    threshold = format_value(gate["metric"], gate["threshold"])
-    if gate["value"] is None:
-        return f"{gate['metric']} not measured (gate {gate['op']} {threshold})"
-    value = format_value(gate["metric"], gate["value"])
-    return f"{gate['metric']} = {value}, needs {gate['op']} {threshold}"
+    threshold = format_value(gate.metric, gate.threshold)
+    if gate.value is None:
+        return f"{gate.metric} not measured (gate {gate.op} {threshold})"
+    value = format_value(gate.metric, gate.value)
+    return f"{gate.metric} = {value}, needs {gate.op} {threshold}"

@@ -8,14 +8,17 @@ and where each gate's threshold comes from.
 
 from __future__ import annotations
 
+import shlex
 from datetime import datetime
 
+from typing import Mapping
+
+from ground.records import CellResult, RunResults, Status
 from reports.baseline import Baseline
 from reports.gates import describe_gate, explain
 from reports.metrics import SPEED_DETAIL, SPEED_LINE, format_value, label
-from reports.results import FAILING_STATUSES, STATUSES, error_headline, rejection_message
+from reports.results import error_headline, rejection_message
 
-STATUS_ICONS = {"passed": "✅", "failed": "❌", "rejected_as_expected": "✅", "error": "💥", "skipped": "⏭️"}
 OVERVIEW_METRICS = ("accept_length", "output_throughput_tok_s", "ttft_ms_mean", "tpot_ms_mean", "gpqa_accuracy")
 # Quality rows of a cell's first table: metric -> (dataset, metric label)
 QUALITY_ROWS = {
@@ -33,22 +36,22 @@ CONFIG_SUMMARY = {
 PROBLEM_WIDTH = 140  # characters of an error shown in a table cell
 
 
-def step_summary(results: dict) -> str:
+def step_summary(results: RunResults) -> str:
     """The short report: verdict, one row per cell, failed gates, errors."""
     parts = [_heading(results), _verdict_line(results), _matrices_line(results), _overview(results),
              _failed_gates(results), _errors(results), _rerun(results)]
     return "\n\n".join(part for part in parts if part) + "\n"
 
 
-def render_markdown(results: dict, baseline: Baseline | None = None, comparison: str | None = None) -> str:
+def render_markdown(results: RunResults, baseline: Baseline | None = None, comparison: str | None = None) -> str:
     """report.md: the step summary, then ``render_cells``."""
     return step_summary(results) + "\n" + render_cells(results, baseline, comparison)
 
 
-def render_cells(results: dict, baseline: Baseline | None = None, comparison: str | None = None) -> str:
+def render_cells(results: RunResults, baseline: Baseline | None = None, comparison: str | None = None) -> str:
     """The baseline's warnings, one section per cell, then ``comparison`` (already markdown)."""
     sections = [_baseline_section(baseline), "## Cells"]
-    sections += [_cell_section(cell, baseline) for cell in results["cells"]]
+    sections += [_cell_section(cell, baseline) for cell in results.cells]
     if comparison:
         sections.append(comparison.rstrip("\n"))
     return "\n\n".join(section for section in sections if section) + "\n"
@@ -65,23 +68,22 @@ def _table_text(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def status_text(status: str) -> str:
-    return f"{STATUS_ICONS[status]} {status.replace('_', ' ')}"
+def status_text(status: Status) -> str:
+    return f"{status.icon} {status.text}"
 
 
-def _heading(results: dict) -> str:
-    return f"# dspark-ci run `{results.get('run_id', '?')}`"
+def _heading(results: RunResults) -> str:
+    return f"# dspark-ci run `{results.run_id or '?'}`"
 
 
-def _verdict_line(results: dict) -> str:
-    cells = results["cells"]
-    failed = any(cell["status"] in FAILING_STATUSES for cell in cells)
-    counts = ", ".join(f"{sum(c['status'] == s for c in cells)} {s.replace('_', ' ')}" for s in STATUSES)
-    verdict = "❌ **FAILED**" if failed else "✅ **PASSED**"
-    if results.get("interrupted"):
+def _verdict_line(results: RunResults) -> str:
+    cells = results.cells
+    counts = ", ".join(f"{sum(c.status is s for c in cells)} {s.text}" for s in Status)
+    verdict = "❌ **FAILED**" if results.failed else "✅ **PASSED**"
+    if results.interrupted:
         verdict += " (interrupted: cells after the last one listed did not run)"
-    when = _time_span(results.get("started_at"), results.get("finished_at"))
-    return f"{verdict}: {len(cells)} cells: {counts} · launcher `{results.get('launcher', '?')}` · {when}"
+    when = _time_span(results.started_at, results.finished_at)
+    return f"{verdict}: {len(cells)} cells: {counts} · launcher `{results.launcher or '?'}` · {when}"
 
 
 def _time_span(started: str | None, finished: str | None) -> str:
@@ -92,54 +94,53 @@ def _time_span(started: str | None, finished: str | None) -> str:
     return f"{started} → {finished} ({seconds // 60}m {seconds % 60:02d}s)"
 
 
-def _matrices_line(results: dict) -> str:
-    matrices = results.get("matrices") or []
+def _matrices_line(results: RunResults) -> str:
+    matrices = results.matrices
     return "Matrices: " + ", ".join(f"`{m}`" for m in matrices) if matrices else ""
 
 
-def _overview(results: dict) -> str:
+def _overview(results: RunResults) -> str:
     header = ["Cell", "Status"] + [label(m) for m in OVERVIEW_METRICS] + ["Problem"]
-    rows = [[f"`{cell['id']}`", status_text(cell["status"])]
-            + [format_value(m, (cell.get("metrics") or {}).get(m)) for m in OVERVIEW_METRICS]
-            + [_problem(cell)] for cell in results["cells"]]
+    rows = [[f"`{cell.id}`", status_text(cell.status)]
+            + [format_value(m, cell.metrics.get(m)) for m in OVERVIEW_METRICS]
+            + [_problem(cell)] for cell in results.cells]
     return table(header, rows)
 
 
-def _problem(cell: dict) -> str:
+def _problem(cell: CellResult) -> str:
     """Why a cell did not pass, in one short line ("" when it passed)."""
-    if cell["status"] in ("passed", "rejected_as_expected"):
+    if cell.status in (Status.PASSED, Status.REJECTED_AS_EXPECTED):
         return ""
-    failed = [describe_gate(g) for g in cell.get("gates") or [] if not g["passed"]]
-    text = "; ".join(failed) if failed else error_headline(cell.get("error")).removeprefix(f"{cell['id']}: ")
+    failed = [describe_gate(g) for g in cell.gates if not g.passed]
+    text = "; ".join(failed) if failed else error_headline(cell).removeprefix(f"{cell.id}: ")
     return text if len(text) <= PROBLEM_WIDTH else text[:PROBLEM_WIDTH - 1] + "…"
 
 
-def _failed_gates(results: dict) -> str:
-    lines = [f"- `{cell['id']}`: {describe_gate(gate)}"
-             for cell in results["cells"] for gate in cell.get("gates") or [] if not gate["passed"]]
+def _failed_gates(results: RunResults) -> str:
+    lines = [f"- `{cell.id}`: {describe_gate(gate)}" for cell in results.cells for gate in cell.gates if not gate.passed]
     return "## ❌ Failed gates\n\n" + "\n".join(lines) if lines else ""
 
 
-def _errors(results: dict) -> str:
-    blocks = [f"### `{cell['id']}` ({cell['status']})\n\n{_code_block(cell['error'])}"
-              for cell in results["cells"] if cell["status"] in FAILING_STATUSES and cell.get("error")]
+def _errors(results: RunResults) -> str:
+    blocks = [f"### `{cell.id}` ({cell.status.value})\n\n{_code_block(cell.error)}"
+              for cell in results.cells if cell.status.failing and cell.error]
     return "## 💥 Errors\n\n" + "\n\n".join(blocks) if blocks else ""
 
 
-def rerun_command(results: dict) -> str | None:
+def rerun_command(results: RunResults) -> str | None:
     """One command that runs again exactly the cells that failed or erred, or None when none did."""
-    failing = [cell["id"] for cell in results["cells"] if cell["status"] in FAILING_STATUSES]
+    failing = [cell.id for cell in results.cells if cell.status.failing]
     if not failing:
         return None
-    words = ["dspark-ci", "run", *(results.get("matrices") or ["MATRIX"])]
-    if results.get("launcher") == "docker":
-        words += ["--launcher", "docker"]
+    words = ["dspark-ci", "run", *(results.matrices or ["MATRIX"]), *results.run_options]
+    if results.launcher and results.launcher != "local" and "--launcher" not in results.run_options:
+        words += ["--launcher", results.launcher]
     for cell_id in failing:
         words += ["--cell", cell_id]
-    return " ".join(words)
+    return " ".join(shlex.quote(word) for word in words)
 
 
-def _rerun(results: dict) -> str:
+def _rerun(results: RunResults) -> str:
     command = rerun_command(results)
     return f"Run the cells that did not pass again:\n\n{_code_block(command)}" if command else ""
 
@@ -162,38 +163,37 @@ def _baseline_section(baseline: Baseline | None) -> str:
     return "\n\n".join(paragraphs)
 
 
-def _cell_section(cell: dict, baseline: Baseline | None) -> str:
-    metrics = cell.get("metrics") or {}
-    parts = [f"### {STATUS_ICONS[cell['status']]} `{cell['id']}`: {cell['status'].replace('_', ' ')}",
-             _config_line(cell)]
+def _cell_section(cell: CellResult, baseline: Baseline | None) -> str:
+    metrics = cell.metrics
+    parts = [f"### {cell.status.icon} `{cell.id}`: {cell.status.text}", _config_line(cell)]
     said = rejection_message(cell)
     if said:
         parts.append(f"Rejected as expected: `{' '.join(said.split())}`")
     parts += [_quality_table(cell, metrics), _speed_tables(metrics), _gates_table(cell, metrics, baseline)]
-    parts.append("\n".join(f"- ⚠️ {' '.join(str(w).split())}" for w in cell.get("warnings") or []))
-    if cell["status"] in FAILING_STATUSES + ("skipped",) and cell.get("error"):
-        parts.append(_code_block(cell["error"]))
+    parts.append("\n".join(f"- ⚠️ {' '.join(str(w).split())}" for w in cell.warnings))
+    if (cell.status.failing or cell.status is Status.SKIPPED) and cell.error:
+        parts.append(_code_block(cell.error))
     return "\n\n".join(part for part in parts if part)
 
 
-def _config_line(cell: dict) -> str:
-    config = cell.get("config") or {}
+def _config_line(cell: CellResult) -> str:
+    config = cell.config
     items = [f"`{config['model']}`"] if config.get("model") else []
     items += [fmt.format(config[key]) for key, (fmt, hidden) in CONFIG_SUMMARY.items()
               if config.get(key) is not None and config[key] not in hidden]
-    if cell.get("boot_seconds") is not None:
-        items.append(f"boot {cell['boot_seconds']:.1f} s")
+    if cell.boot_seconds is not None:
+        items.append(f"boot {cell.boot_seconds:.1f} s")
     return " · ".join(items)
 
 
-def _quality_table(cell: dict, metrics: dict) -> str:
-    model = (cell.get("config") or {}).get("model", "?")
+def _quality_table(cell: CellResult, metrics: Mapping) -> str:
+    model = cell.config.get("model", "?")
     rows = [[model, dataset, name, _sample_size(metric, metrics), _quality_value(metric, metrics)]
             for metric, (dataset, name) in QUALITY_ROWS.items() if metrics.get(metric) is not None]
     return table(["Model", "Dataset", "Metric", "n", "value"], rows) if rows else ""
 
 
-def _sample_size(metric: str, metrics: dict) -> str:
+def _sample_size(metric: str, metrics: Mapping) -> str:
     if metric != "gpqa_accuracy" or metrics.get("gpqa_num_questions") is None:
         return ""
     repeats = metrics.get("gpqa_repeats") or 1
@@ -201,27 +201,26 @@ def _sample_size(metric: str, metrics: dict) -> str:
     return questions if repeats == 1 else f"{questions} × {repeats:.0f}"
 
 
-def _quality_value(metric: str, metrics: dict) -> str:
+def _quality_value(metric: str, metrics: Mapping) -> str:
     value = format_value(metric, metrics[metric])
     if metric == "gpqa_accuracy" and metrics.get("gpqa_stderr") is not None:
         value += f" ± {format_value('gpqa_stderr', metrics['gpqa_stderr'])}"
     return value
 
 
-def _speed_tables(metrics: dict) -> str:
+def _speed_tables(metrics: Mapping) -> str:
     tables = [table([label(m) for m in columns], [[format_value(m, metrics.get(m)) for m in columns]])
               for columns in (SPEED_LINE, SPEED_DETAIL) if any(metrics.get(m) is not None for m in columns)]
     return "\n\n".join(tables)
 
 
-def _gates_table(cell: dict, metrics: dict, baseline: Baseline | None) -> str:
-    gates = cell.get("gates") or []
-    if not gates:
+def _gates_table(cell: CellResult, metrics: Mapping, baseline: Baseline | None) -> str:
+    if not cell.gates:
         return ""
     bases = explain(cell, metrics, baseline)
-    rows = [[f"{g['metric']} {g['op']} {format_value(g['metric'], g['threshold'])}",
-             "not measured" if g["value"] is None else format_value(g["metric"], g["value"]),
-             bases.get((g["metric"], g["op"], g["threshold"]), ""), "✅ pass" if g["passed"] else "❌ fail"]
-            for g in gates]
+    rows = [[f"{g.metric} {g.op} {format_value(g.metric, g.threshold)}",
+             "not measured" if g.value is None else format_value(g.metric, g.value),
+             bases.get((g.metric, g.op, g.threshold), ""), "✅ pass" if g.passed else "❌ fail"]
+            for g in cell.gates]
     return table(["Gate", "Value", "Threshold from", "Result"], rows)
 

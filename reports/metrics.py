@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Mapping
 
 HIGHER, LOWER, NEUTRAL = "higher", "lower", "neutral"  # which direction is better
 NOISE_STDERRS = 2.0  # a change (or a gate) within this many combined standard errors is sampling noise
@@ -87,7 +88,7 @@ def in_table_order(names) -> list[str]:
     return sorted(names, key=lambda name: (order.index(name) if name in order else len(order), name))
 
 
-def noise_band(name: str, old_metrics: dict, new_metrics: dict) -> float:
+def noise_band(name: str, old_metrics: Mapping, new_metrics: Mapping) -> float:
     """How far (in the metric's own unit) the new value may lie from the old one and still be noise.
 
     A sampled metric: NOISE_STDERRS·√(se_old² + se_new²); a run without its stderr counts as noisy as

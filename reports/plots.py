@@ -12,6 +12,7 @@ import io
 import math
 from dataclasses import dataclass
 
+from ground.records import CellResult, RunResults
 from reports.metrics import METRICS, format_value, label
 
 BAR_HEIGHT_IN = 0.28  # inches per bar
@@ -40,11 +41,11 @@ CHARTS = (
 RATIO_METRICS = ("accept_length", "output_throughput_tok_s", "ttft_ms_median", "tpot_ms_median", "gpqa_accuracy")
 
 
-def run_charts(results: dict) -> list[tuple[str, str]]:
+def run_charts(results: RunResults) -> list[tuple[str, str]]:
     """(title, base64 PNG) for each chart that has at least one measured value."""
     charts = []
     for chart in CHARTS:
-        cells = [c for c in results["cells"] if any((c.get("metrics") or {}).get(m) is not None for m in chart.metrics)]
+        cells = [c for c in results.cells if any(c.metrics.get(m) is not None for m in chart.metrics)]
         shown = cells[:MAX_BARS // len(chart.metrics)]
         if shown:
             title = chart.title if len(shown) == len(cells) else f"{chart.title} (first {len(shown)} of {len(cells)} cells)"
@@ -77,7 +78,7 @@ def ratio_chart(comparison: dict) -> tuple[str, str] | None:
     return "Compared with the old run", _png(figure)
 
 
-def _metric_figure(chart: Chart, cells: list[dict], title: str):
+def _metric_figure(chart: Chart, cells: list[CellResult], title: str):
     from matplotlib.figure import Figure  # imported on use: the CLI stays quick for other verbs
 
     per_cell = len(chart.metrics)
@@ -87,7 +88,7 @@ def _metric_figure(chart: Chart, cells: list[dict], title: str):
     top = group * len(cells)
     for slot, metric in enumerate(chart.metrics):
         ys = [top - (i * group + slot) for i in range(len(cells))]
-        values = [_number((c.get("metrics") or {}).get(metric)) for c in cells]
+        values = [_number(c.metrics.get(metric)) for c in cells]
         xerr = _error_bars(chart, metric, cells)
         container = axes.barh(ys, values, height=0.85, xerr=xerr, label=label(metric) if per_cell > 1 else None,
                               capsize=3 if xerr else 0)
@@ -97,7 +98,7 @@ def _metric_figure(chart: Chart, cells: list[dict], title: str):
                 axes.text(0, y, " not measured", va="center", fontsize=8, color="#616161")
         _gate_ticks(axes, metric, cells, ys)
     centers = [top - (i * group + (per_cell - 1) / 2) for i in range(len(cells))]
-    axes.set_yticks(centers, [c["id"] for c in cells], fontsize=8)
+    axes.set_yticks(centers, [c.id for c in cells], fontsize=8)
     axes.set_title(title)
     axes.set_xlabel(chart.xlabel)
     axes.margins(x=0.15)
@@ -109,11 +110,11 @@ def _metric_figure(chart: Chart, cells: list[dict], title: str):
     return figure
 
 
-def _gate_ticks(axes, metric: str, cells: list[dict], ys: list[float]) -> None:
+def _gate_ticks(axes, metric: str, cells: list[CellResult], ys: list[float]) -> None:
     for y, cell in zip(ys, cells):
-        for gate in cell.get("gates") or []:
-            if gate["metric"] == metric:
-                axes.plot([gate["threshold"]] * 2, [y - 0.5, y + 0.5], color=GATE_COLOR, linewidth=2,
+        for gate in cell.gates:
+            if gate.metric == metric:
+                axes.plot([gate.threshold] * 2, [y - 0.5, y + 0.5], color=GATE_COLOR, linewidth=2,
                           label="gate" if not _has_label(axes, "gate") else None)
 
 
@@ -121,15 +122,15 @@ def _has_label(axes, text: str) -> bool:
     return text in axes.get_legend_handles_labels()[1]
 
 
-def _error_bars(chart: Chart, metric: str, cells: list[dict]) -> list[float] | None:
+def _error_bars(chart: Chart, metric: str, cells: list[CellResult]) -> list[float] | None:
     stderr_metric = (chart.stderr_of or {}).get(metric)
     if not stderr_metric:
         return None
-    return [2 * ((c.get("metrics") or {}).get(stderr_metric) or 0.0) for c in cells]
+    return [2 * (c.metrics.get(stderr_metric) or 0.0) for c in cells]
 
 
-def _bar_text(metric: str, cell: dict) -> str:
-    value = (cell.get("metrics") or {}).get(metric)
+def _bar_text(metric: str, cell: CellResult) -> str:
+    value = cell.metrics.get(metric)
     return "" if value is None else format_value(metric, value)
 
 

@@ -14,20 +14,18 @@ import os
 import tempfile
 from pathlib import Path
 
-from dspark_ci.errors import BadInput
-from launchers.base import sglang_error_line
+from ground.errors import BadInput
+from ground.records import SCHEMA, CellResult, RunResults, Status
 
-SCHEMA = 1
-STATUSES = ("passed", "failed", "rejected_as_expected", "error", "skipped")
-FAILING_STATUSES = ("failed", "error")  # statuses that make a run exit 1
+STATUSES = tuple(status.value for status in Status)
 
 
-def write_results(path: Path | str, results: dict) -> None:
+def write_results(path: Path | str, results: RunResults) -> None:
     """Write ``results`` as JSON so that ``path`` is never seen half-written.
 
     NaN and infinities (a mean over nothing) become null: JSON has no spelling for them.
     """
-    write_text_atomically(Path(path), json.dumps(_finite(results), indent=2, allow_nan=False) + "\n")
+    write_text_atomically(Path(path), json.dumps(_finite(results.to_dict()), indent=2, allow_nan=False) + "\n")
 
 
 def _finite(value):
@@ -56,7 +54,7 @@ def write_text_atomically(path: Path, text: str) -> None:
         raise
 
 
-def load_results(path: Path | str) -> dict:
+def load_results(path: Path | str) -> RunResults:
     """Read and check a results.json; anything unusable raises ``BadInput`` naming the file."""
     path = Path(path)
     try:
@@ -71,7 +69,7 @@ def load_results(path: Path | str) -> dict:
         raise BadInput(f"{path}:{err.lineno}", f"not valid JSON ({err.msg})",
                        "the run that wrote it was probably killed mid-write; run the cells again") from None
     _check_results(path, results)
-    return results
+    return RunResults.from_dict(results)
 
 
 def _check_results(path: Path, results) -> None:
@@ -118,22 +116,17 @@ def _is_gate(gate) -> bool:
             and isinstance(gate.get("passed"), bool))
 
 
-def run_failed(results: dict) -> bool:
-    """True when some cell fell short (CONTRACT.md exit code 1)."""
-    return any(cell["status"] in FAILING_STATUSES for cell in results["cells"])
-
-
-def error_headline(error: str | None) -> str:
-    """One line for a cell's error: its first line, plus SGLang's own ``SomeError: ...`` line if further down."""
-    lines = [line.strip() for line in (error or "").strip().splitlines()]
+def error_headline(cell: CellResult) -> str:
+    """One line for a cell's error: its first line, plus SGLang's own ``SomeError: ...`` line when it has one."""
+    lines = [line.strip() for line in (cell.error or "").strip().splitlines()]
     if not lines:
         return ""
-    sglang_line = sglang_error_line(lines[1:])
-    return f"{lines[0]}: {sglang_line}" if sglang_line else lines[0]
+    said = cell.sglang_error
+    return f"{lines[0]}: {said}" if said and said != lines[0] and said not in lines[0] else lines[0]
 
 
-def rejection_message(cell: dict) -> str:
+def rejection_message(cell: CellResult) -> str:
     """What SGLang said when it rejected a cell as expected ("" for other cells)."""
-    if cell["status"] != "rejected_as_expected":
+    if cell.status is not Status.REJECTED_AS_EXPECTED:
         return ""
-    return cell.get("detail") or cell.get("error") or ""
+    return cell.sglang_error or cell.error or ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ground.records import RunResults
 from reports.baseline import Baseline
 from reports.compare import compare_markdown, compare_runs
 from reports.html import render_html
@@ -12,7 +13,8 @@ from reports.markdown import render_markdown
 from reports.results import write_text_atomically
 
 
-def render_reports(results: dict, baseline: Baseline | None = None, compare_to: dict | None = None) -> dict[str, str]:
+def render_reports(results: RunResults, baseline: Baseline | None = None,
+                   compare_to: RunResults | None = None) -> dict[str, str]:
     """File name -> contents for junit.xml, report.md and report.html. With ``compare_to`` (another
     run's results), report.md and report.html end with the comparison."""
     comparison = compare_runs(results, compare_to) if compare_to is not None else None
@@ -32,7 +34,7 @@ def write_rendered(run_dir: Path | str, rendered: dict[str, str]) -> list[Path]:
     return paths
 
 
-def write_reports(run_dir: Path | str, results: dict, baseline: Baseline | None = None,
-                  compare_to: dict | None = None) -> list[Path]:
+def write_reports(run_dir: Path | str, results: RunResults, baseline: Baseline | None = None,
+                  compare_to: RunResults | None = None) -> list[Path]:
     """Write junit.xml, report.md and report.html into ``run_dir``; returns the paths written."""
     return write_rendered(run_dir, render_reports(results, baseline, compare_to))

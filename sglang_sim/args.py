@@ -1,6 +1,6 @@
 """SGLang's launch argv -> a typed, immutable record of the fields the simulator acts on.
 
-Parsing uses the snapshot of SGLang's own flags (``dspark_ci.sglang.flags``), so an unknown flag
+Parsing uses the snapshot of SGLang's own flags (``ground.sglang.flags``), so an unknown flag
 is an argparse error with exit code 2, exactly as with ``python3 -m sglang.launch_server``.
 The snapshot stores values as text; ``FIELD_TYPES`` gives the type and SGLang default of the
 fields the simulator reads (defaults copied from ``sglang/srt/arg_groups/fields/*.py``).
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from dspark_ci.sglang.flags import load_flags
+from ground.sglang.flags import load_flags
 
 SGLANG_VERSION = "0.5.23"
 

@@ -15,17 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# CONTRACT.md's metric names: a suite may report only these (a typo would silently miss a gate).
-METRIC_NAMES = frozenset(
-    {
-        "gpqa_accuracy", "gpqa_stderr", "gpqa_num_questions", "gpqa_repeats",
-        "accept_length", "accept_rate",
-        "ttft_ms_mean", "ttft_ms_median", "ttft_ms_p99", "tpot_ms_mean", "tpot_ms_median", "tpot_ms_p99",
-        "itl_ms_mean", "e2e_latency_s_mean", "output_throughput_tok_s", "input_tokens_mean",
-        "output_tokens_mean",
-        "parity_mismatches",
-    }
-)
+from ground.suites import METRIC_NAMES
 
 TEST_OUTCOMES = ("passed", "failed", "skipped", "error")
 

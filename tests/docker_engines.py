@@ -13,7 +13,7 @@ import uuid
 import docker
 import pytest
 
-from dspark_ci.errors import InfraError
+from ground.errors import InfraError
 from launchers.docker import LABEL_RUN, SIM_IMAGE, DockerSettings
 from launchers.hosts import DockerHost, Inventory, connect
 from tests.sim_plans import FAST_SIM

@@ -7,18 +7,24 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from dspark_ci.errors import BadInput
+from ground.errors import BadInput
 from launchers.docker import (LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, DockerLauncher, DockerSettings,
                               container_spec)
 from launchers.hosts import load_inventory
+from tests.cli import DSPARK_CI
 from launchers.plan_types import SGLANG_ENTRYPOINT, LaunchPlan, RankCommand
 
+REPO = Path(__file__).resolve().parent.parent
 
-def cleanup(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(["dspark-ci", "cleanup", *args], capture_output=True, text=True, timeout=60,
+
+def run_docker(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`dspark-ci run` of the smoke matrix on the Docker launcher (inventories are read before anything starts)."""
+    return subprocess.run([*DSPARK_CI, "run", "matrices/smoke.yaml", "--launcher", "docker", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=60,
                           env={"PATH": os.environ["PATH"], **(env or {})})
 
 
@@ -76,14 +82,15 @@ def test_without_an_inventory_the_local_engine_hosts_every_node_on_its_own_loopb
 def test_bad_inventory_is_one_message_with_file_and_line(tmp_path, text, where, problem):
     path = tmp_path / "hosts.yaml"
     path.write_text(text)
-    result = cleanup("--hosts", str(path))
+    result = run_docker("--hosts", str(path))
     assert result.returncode == 2
     assert f"{path}{where}: " in result.stderr and problem in result.stderr
     assert "Traceback" not in result.stderr
 
 
-def test_cleanup_with_an_unreachable_engine_exits_3_naming_it():
-    result = cleanup(env={"DSPARK_DOCKER_HOSTS": "unix:///nonexistent/docker.sock"})
+def test_an_unreachable_engine_exits_3_naming_it_before_anything_starts():
+    result = run_docker("--cell", "dsv4-flash-tp8-a2a-none-dspark-b7-cuda",
+                        env={"DSPARK_DOCKER_HOSTS": "unix:///nonexistent/docker.sock"})
     assert result.returncode == 3
     assert "Docker engine unix:///nonexistent/docker.sock does not answer" in result.stderr
     assert "is dockerd running" in result.stderr

@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 from openai import OpenAI
 
-from launchers.base import LaunchFailed, LaunchTimeout
+from launchers.contract import LaunchFailed, LaunchTimeout
 from launchers.docker import LABEL_CELL, LABEL_RANK, LABEL_RUN, DockerLauncher
+from launchers.ledger import STATE_DIR_ENV
+from tests.cli import DSPARK_CI
 from tests.docker_engines import (ENGINE1, ENGINE2, SECRET, containers_of, inventory, new_run_id,
                                   require_engine, settings)
 from tests.sim_plans import make_plan
@@ -137,15 +139,19 @@ def test_secrets_reach_the_container_but_no_log_or_error(tmp_path, engine1, run_
 # --- interrupted runs, in a subprocess as a user's terminal would have it ---------------------------
 
 DRIVER = """
-import os, sys, time
+import dataclasses, os, sys, time
 from pathlib import Path
 from launchers.docker import DockerLauncher
+from launchers.ledger import Ledger
 from tests.docker_engines import ENGINE1, ENGINE2, inventory, settings
 from tests.sim_plans import make_plan
 
 nnodes = int(os.environ["NNODES"])
 hosts = inventory(*[ENGINE1, ENGINE2][:nnodes])
-launcher = DockerLauncher(settings(os.environ["RUN_ID"], hosts, faults=os.environ["FAULTS"], boot_timeout_s=120))
+ledger = Ledger(os.environ["RUN_ID"], Path(os.environ["LOGS"]))
+ledger.register(os.environ)  # as `dspark-ci run` does: `cleanup --run ID` finds it
+launcher = DockerLauncher(dataclasses.replace(
+    settings(os.environ["RUN_ID"], hosts, faults=os.environ["FAULTS"], boot_timeout_s=120), ledger=ledger))
 with launcher.launch(make_plan(launcher.placement(nnodes), nnodes, "docker-interrupted"), Path(os.environ["LOGS"])):
     print("serving", flush=True)
     time.sleep(300)
@@ -154,7 +160,7 @@ with launcher.launch(make_plan(launcher.placement(nnodes), nnodes, "docker-inter
 
 def start_driver(tmp_path: Path, run_id: str, nnodes: int, faults: str = "") -> subprocess.Popen:
     env = {**os.environ, "RUN_ID": run_id, "NNODES": str(nnodes), "FAULTS": faults, "LOGS": str(tmp_path),
-           "DOCKER_HOST": ENGINE1, "DSPARK_DOCKER_HOST2": ENGINE2}
+           "DOCKER_HOST": ENGINE1, "DSPARK_DOCKER_HOST2": ENGINE2, STATE_DIR_ENV: str(tmp_path / "state")}
     return subprocess.Popen([sys.executable, "-c", DRIVER], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 
@@ -203,32 +209,30 @@ def test_cleanup_removes_what_a_killed_run_left(tmp_path, engine1, engine2, run_
     left = containers_of(run_id, [engine1, engine2])
     assert len(left) == 2
 
-    env = {**os.environ, "DSPARK_DOCKER_HOSTS": f"{ENGINE1} {ENGINE2}"}
-    dry = subprocess.run(["dspark-ci", "cleanup", "--run", run_id, "--dry-run"], env=env,
+    # No inventory needed: the run's ledger names each container and the engine it was created on.
+    env = {**os.environ, STATE_DIR_ENV: str(tmp_path / "state")}
+    dry = subprocess.run([*DSPARK_CI, "cleanup", "--run", run_id, "--dry-run"], env=env,
                          capture_output=True, text=True, timeout=60)
     assert dry.returncode == 0, dry.stderr
-    assert all(f"would remove {name}" in dry.stdout for name in left)
+    assert all(name in dry.stdout for name in left) and ENGINE2 in dry.stdout
     assert sorted(containers_of(run_id, [engine1, engine2])) == sorted(left)  # a dry run removes nothing
 
-    inventory_file = tmp_path / "hosts.yaml"
-    inventory_file.write_text(f"hosts:\n  - url: {ENGINE1}\n  - url: {ENGINE2}\n")
-    real = subprocess.run(["dspark-ci", "cleanup", "--hosts", str(inventory_file), "--run", run_id],
-                          capture_output=True, text=True, timeout=60)
+    real = subprocess.run([*DSPARK_CI, "cleanup", "--run", run_id], env=env, capture_output=True, text=True, timeout=60)
     assert real.returncode == 0, real.stderr
-    assert "2 container(s) removed on 2 engine(s)" in real.stdout
+    assert "2 leftover(s) removed" in real.stdout
     assert_nothing_left(run_id, engine1, engine2)
 
 
 
 def test_run_verb_runs_smoke_cells_in_containers_on_two_engines(tmp_path, engine1, engine2):
     """`dspark-ci run --launcher docker` end to end: a 2-node cell across engines and an expected rejection."""
-    plan = subprocess.run(["dspark-ci", "plan", "matrices/smoke.yaml", "--format", "json"], cwd=REPO,
+    plan = subprocess.run([*DSPARK_CI, "plan", "matrices/smoke.yaml", "--format", "json"], cwd=REPO,
                           capture_output=True, text=True, timeout=60, check=True)
     cells = json.loads(plan.stdout)["cells"]
     two_nodes = next(c["id"] for c in cells if c["config"]["nnodes"] == 2 and c["expect"]["outcome"] == "serve")
     rejected = next(c["id"] for c in cells if c["expect"]["outcome"] == "reject")
     env = {**os.environ, "DSPARK_DOCKER_HOSTS": f"{ENGINE1}=127.0.0.1 {ENGINE2}=127.0.0.2"}
-    run = subprocess.run(["dspark-ci", "run", "matrices/smoke.yaml", "--launcher", "docker", "--cell", two_nodes,
+    run = subprocess.run([*DSPARK_CI, "run", "matrices/smoke.yaml", "--launcher", "docker", "--cell", two_nodes,
                           "--cell", rejected, "--out", str(tmp_path)], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
@@ -240,10 +244,13 @@ def test_run_verb_runs_smoke_cells_in_containers_on_two_engines(tmp_path, engine
 
 
 def test_missing_image_fails_the_run_in_preflight_before_any_container(tmp_path, engine1):
-    run = subprocess.run(["dspark-ci", "run", "matrices/smoke.yaml", "--launcher", "docker", "--image",
+    run = subprocess.run([*DSPARK_CI, "run", "matrices/smoke.yaml", "--launcher", "docker", "--image",
                           "dspark-ci/no-such-image:0", "--pull", "never", "--out", str(tmp_path / "run")],
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert run.returncode == 3, run.stderr[-2000:]
     assert "dspark-ci/no-such-image:0 is not on Docker engine" in run.stderr and "docker save" in run.stderr
     assert not (tmp_path / "run").exists()
-    assert engine1.containers.list(all=True, filters={"label": LABEL_RUN}) == []
+    # Other runs may share the engine: only a container of this image would be ours.
+    ours = [c for c in engine1.containers.list(all=True, filters={"label": LABEL_RUN})
+            if c.attrs["Config"]["Image"] == "dspark-ci/no-such-image:0"]
+    assert ours == []

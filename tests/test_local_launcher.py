@@ -9,7 +9,7 @@ import uuid
 import pytest
 import requests
 
-from launchers.base import LaunchFailed, LaunchTimeout
+from launchers.contract import LaunchFailed, LaunchTimeout
 from launchers.local import LocalLauncher, LocalSettings
 from tests.process_table import assert_none_left
 from tests.sim_plans import FAST_SIM, make_plan

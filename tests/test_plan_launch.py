@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dspark_ci.cli import main
-from dspark_ci.sglang.flags import load_flags
+from ground.sglang.flags import load_flags
 from launchers.plan import FLAG_RULES, PLACEMENT_KEYS, plan_launch
 from launchers.plan_types import SGLANG_ENTRYPOINT, Placement
 from matrices import load_cells

@@ -7,10 +7,13 @@ import math
 import pytest
 
 from reports.baseline import load_baseline
+from dataclasses import replace
+
+from ground.records import CellResult
 from reports.gates import evaluate
 
-SPECULATIVE = {"id": "cell-a", "config": {"speculative_algorithm": "DSPARK"}, "expect": {"outcome": "serve"}}
-PLAIN = {"id": "cell-a", "config": {"speculative_algorithm": None}, "expect": {"outcome": "serve"}}
+SPECULATIVE = CellResult(id="cell-a", config={"speculative_algorithm": "DSPARK"}, expect={"outcome": "serve"})
+PLAIN = CellResult(id="cell-a", config={"speculative_algorithm": None}, expect={"outcome": "serve"})
 
 
 def baseline_file(tmp_path, metrics_yaml: str, pattern: str = "cell-a"):
@@ -19,9 +22,9 @@ def baseline_file(tmp_path, metrics_yaml: str, pattern: str = "cell-a"):
     return load_baseline(path)
 
 
-def only_gate(gates: list[dict]) -> dict:
+def only_gate(gates) -> dict:
     assert len(gates) == 1, gates
-    return gates[0]
+    return gates[0].to_dict()
 
 
 @pytest.mark.parametrize("spec, metric, value, op, threshold, passed", [
@@ -60,16 +63,16 @@ def test_gpqa_gate_respects_sampling_error(tmp_path, accuracy, stderr_now, passe
 @pytest.mark.parametrize("cell, metrics, expected", [
     pytest.param(SPECULATIVE, {"accept_length": 1.0}, [(">=", 1.2, False)], id="collapse-fails"),
     pytest.param(SPECULATIVE, {"accept_length": 2.5}, [(">=", 1.2, True)], id="healthy-passes"),
-    pytest.param({**SPECULATIVE, "suites": {"accept": {"min_accept_length": 3.0}}}, {"accept_length": 2.5},
+    pytest.param(replace(SPECULATIVE, suites={"accept": {"min_accept_length": 3.0}}), {"accept_length": 2.5},
                  [(">=", 3.0, False)], id="cell-overrides-floor"),
     pytest.param(SPECULATIVE, {"ttft_ms_mean": 10.0}, [], id="accept-not-measured-no-floor"),
     pytest.param(PLAIN, {"accept_length": 1.0}, [], id="not-speculative-no-floor"),
-    pytest.param({**SPECULATIVE, "expect": {"outcome": "reject"}}, {"accept_length": 1.0}, [], id="rejection-never-gated"),
+    pytest.param(replace(SPECULATIVE, expect={"outcome": "reject"}), {"accept_length": 1.0}, [], id="rejection-never-gated"),
 ])
 def test_collapse_floor_needs_no_baseline(cell, metrics, expected):
     gates = evaluate(cell, metrics, None)
-    assert [(g["op"], g["threshold"], g["passed"]) for g in gates] == expected
-    assert all(g["metric"] == "accept_length" for g in gates)
+    assert [(g.op, g.threshold, g.passed) for g in gates] == expected
+    assert all(g.metric == "accept_length" for g in gates)
 
 
 def test_exact_cell_id_beats_glob_per_metric(tmp_path):
@@ -78,12 +81,12 @@ def test_exact_cell_id_beats_glob_per_metric(tmp_path):
                     "  'cell-*':\n    accept_length: {min: 2.0}\n    accept_rate: {min: 0.5}\n"
                     "  cell-a:\n    accept_length: {min: 3.0}\n")
     gates = evaluate(PLAIN, {"accept_length": 2.5, "accept_rate": 0.6}, load_baseline(path))
-    assert {(g["metric"], g["threshold"], g["passed"]) for g in gates} == {
+    assert {(g.metric, g.threshold, g.passed) for g in gates} == {
         ("accept_length", 3.0, False), ("accept_rate", 0.5, True)}
-    other = evaluate({**PLAIN, "id": "cell-b"}, {"accept_length": 2.5, "accept_rate": 0.6}, load_baseline(path))
-    assert {(g["metric"], g["threshold"]) for g in other} == {("accept_length", 2.0), ("accept_rate", 0.5)}
+    other = evaluate(replace(PLAIN, id="cell-b"), {"accept_length": 2.5, "accept_rate": 0.6}, load_baseline(path))
+    assert {(g.metric, g.threshold) for g in other} == {("accept_length", 2.0), ("accept_rate", 0.5)}
 
 
 def test_floor_and_baseline_gates_both_apply(tmp_path):
     gates = evaluate(SPECULATIVE, {"accept_length": 2.0}, baseline_file(tmp_path, "accept_length: {value: 3.0, min_ratio: 0.95}"))
-    assert [(g["threshold"], g["passed"]) for g in gates] == [(1.2, True), (2.85, False)]
+    assert [(g.threshold, g.passed) for g in gates] == [(1.2, True), (2.85, False)]

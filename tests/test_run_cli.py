@@ -88,7 +88,7 @@ def test_faults_are_reported_for_what_they_are(tmp_path, faults, cell_id, code, 
         assert "accept_length" in failed and cell["metrics"]["accept_length"] == pytest.approx(1.0, abs=0.05)  # the prefill token is not verified
     assert cell["id"] in (run.out / "report.md").read_text()
     # One command to run exactly the failed cell again, on screen and in the report.
-    rerun = f"dspark-ci run {SMOKE} --cell {cell_id}"
+    rerun = f"dspark-ci run {SMOKE} --boot-timeout 4 --cell {cell_id}"  # the options it was given, repeated
     assert rerun in done.stderr and rerun in (run.out / "report.md").read_text()
 
 
@@ -115,9 +115,14 @@ def test_interrupting_a_run_keeps_results_and_leaves_nothing(tmp_path, sig, code
     run.assert_nothing_left()
     results = run.results()
     assert results["interrupted"] is True and results["finished_at"]
-    assert [c["status"] for c in results["cells"]] == ["error"]
+    # Every selected cell has an outcome: the one interrupted, and the one never reached.
+    assert [c["status"] for c in results["cells"]] == ["error", "error"]
     assert "interrupted" in results["cells"][0]["error"]
-    assert (run.out / "report.md").exists()
+    assert "not run" in results["cells"][1]["error"] or "before this cell started" in results["cells"][1]["error"]
+    report = (run.out / "report.md").read_text()
+    assert "FAILED" in report and TWO_NODES in report
+    # The rerun command covers both: the interrupted cell and the one never reached.
+    assert f"--cell {ONE_NODE} --cell {TWO_NODES}" in report
 
 
 @pytest.mark.parametrize(
@@ -169,7 +174,9 @@ def test_expectations_written_for_another_release_are_skipped_not_failed(tmp_pat
     run = Run(tmp_path, SMOKE, "--cell", REJECTED, "--sglang-version", "0.5.22",
               faults="boot_reject=an older release's wording")
     done = run()
-    assert done.returncode == 0, done.stderr
+    # Skipped, not failed; but a run in which every cell was skipped measured nothing, and is never green.
+    assert done.returncode == 1, done.stderr
+    assert "nothing was measured: every cell was skipped" in done.stderr
     cell = run.cell(REJECTED)
     assert cell["status"] == "skipped"
     assert "written for SGLang >=0.5.23, testing 0.5.22" in cell["error"]

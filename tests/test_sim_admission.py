@@ -13,6 +13,7 @@ import sys
 import pytest
 import requests
 
+from tests.cli import DSPARK_CI
 from tests.sim_fixtures import run_sim_to_exit, sim  # noqa: F401 (sim is a fixture)
 
 DSPARK = ["--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", "sim/draft"]
@@ -164,12 +165,12 @@ def test_missing_model_path_exits_2():
 
 
 def test_dspark_ci_sim_verb_is_the_same_server():
-    result = subprocess.run(["dspark-ci", "sim", "--model-path", "m", "--speculative-algorithm", "DSPARK",
+    result = subprocess.run([*DSPARK_CI, "sim", "--model-path", "m", "--speculative-algorithm", "DSPARK",
                              "--device", "cpu"], capture_output=True, text=True, timeout=20)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
         "ValueError: DSpark speculative decoding only supports CUDA, NPU or XPU device.")
-    listed = subprocess.run(["dspark-ci", "--help"], capture_output=True, text=True, timeout=20)
+    listed = subprocess.run([*DSPARK_CI, "--help"], capture_output=True, text=True, timeout=20)
     assert "simulated SGLang server" in listed.stdout
 
 

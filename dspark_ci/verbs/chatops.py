@@ -11,7 +11,7 @@ from ci.chatops import ChatOpsConfig, Outcome, execute, handle
 from ci.event import event_from_flags, load_event
 from ci.github import DEFAULT_API, GitHub
 from ci.permissions import DEFAULT_PERMISSIONS, load_permissions
-from dspark_ci.errors import BadInput
+from ground.errors import BadInput
 
 
 def add_arguments(parser) -> None:

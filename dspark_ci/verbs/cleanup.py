@@ -1,8 +1,11 @@
-"""dspark-ci cleanup: remove the containers an interrupted run left, on every Docker host of the inventory.
+"""dspark-ci cleanup: remove exactly what a run recorded it started, on every launcher and engine.
 
-A run removes its own containers on success, failure, Ctrl-C and SIGTERM; only a hard kill (SIGKILL, a lost
-machine) leaves some. They are found by the labels every launch puts on them (``dspark-ci.run`` ...).
-Do not sweep all runs while another run is going on: pass ``--run`` to remove one run's containers only.
+A run removes what it started on success, failure, Ctrl-C and SIGTERM; only a hard kill (SIGKILL, a lost
+machine) leaves something. Every launcher writes each process, container or job to the run's ledger before
+starting it (``launchers/ledger.py``), and the run indexes itself with its owning process:
+
+- ``cleanup --run ID``: removes what run ID recorded (refused while that run is still alive, unless --force).
+- ``cleanup``: does so for every indexed run whose owning process is gone; live runs are never touched.
 """
 
 from __future__ import annotations
@@ -10,47 +13,66 @@ from __future__ import annotations
 import argparse
 import os
 
-from dspark_ci.errors import InfraError
+from ground.errors import BadInput, DsparkError, InfraError
+from launchers import registry
+from launchers.ledger import IndexedRun, find_run, forget, indexed_runs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--hosts", metavar="FILE",
-                        help="Docker hosts inventory (default: $DSPARK_DOCKER_HOSTS, else the local engine)")
-    parser.add_argument("--run", metavar="RUN_ID", help="only this run's containers (label dspark-ci.run)")
+    parser.add_argument("--run", metavar="RUN_ID", help="only this run (its id names runs/<run-id>/)")
     parser.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
+    parser.add_argument("--force", action="store_true", help="with --run: even if that run's process is still alive")
 
 
 def run(args: argparse.Namespace) -> int:
-    from launchers.docker import leftovers, remove_leftover
-    from launchers.hosts import connect, load_inventory
-
-    inventory = load_inventory(args.hosts, os.environ)
-    unreachable: list[str] = []
-    found = 0
-    for url in inventory.urls:
-        try:
-            client = connect(url)
-        except InfraError as err:
-            unreachable.append(str(err))  # sweep the engines that do answer first
-            continue
-        try:
-            for container in leftovers(client, args.run):
-                found += 1
-                print(f"{'would remove' if args.dry_run else 'removed'} {_describe(container)} on {url}")
-                if not args.dry_run:
-                    remove_leftover(container)
-        finally:
-            client.close()
+    env = os.environ
+    if args.run:
+        found = find_run(args.run, env)
+        if found is None:
+            raise BadInput(f"--run {args.run}", "no run with this id is recorded on this machine",
+                           "list recorded runs with `dspark-ci cleanup --dry-run`")
+        if found.owner_alive and not args.force:
+            raise BadInput(f"--run {args.run}", f"that run is still going (process {found.pid})",
+                           "stop it with Ctrl-C (it tears down what it started), or pass --force")
+        runs = [found]
+    else:
+        runs = [r for r in indexed_runs(env) if not r.owner_alive]
+    removed, problems = 0, []
+    for dead_run in runs:
+        count, trouble = _clean(dead_run, args.dry_run)
+        removed += count
+        problems += trouble
+        if not trouble and not args.dry_run:
+            forget(dead_run, env)
     verb = "to remove" if args.dry_run else "removed"
-    print(f"{found} container(s) {verb} on {len(inventory.urls) - len(unreachable)} engine(s)")
-    if unreachable:
-        raise InfraError("; ".join(unreachable))
+    print(f"{removed} leftover(s) {verb} from {len(runs)} finished run(s)")
+    if problems:
+        raise InfraError("; ".join(problems))
     return 0
 
 
-def _describe(container) -> str:
-    from launchers.docker import LABEL_CELL, LABEL_RANK, LABEL_RUN
+def _clean(run: IndexedRun, dry_run: bool) -> tuple[int, list[str]]:
+    """Remove (or list) what one run recorded; returns how many were found and what could not be done."""
+    found, problems = 0, []
+    for entry in run.ledger.entries():
+        kind = registry.BY_NAME.get(entry.get("launcher", ""))
+        if kind is None:
+            problems.append(f"run {run.run_id}: unknown launcher {entry.get('launcher')!r} in {run.ledger.path}")
+            continue
+        if dry_run:
+            print(f"would check run {run.run_id}: {kind.name} {_describe(entry)}")
+            continue
+        try:
+            what = kind.remove_started(entry)
+        except DsparkError as err:
+            problems.append(f"run {run.run_id}: {err}")
+            continue
+        if what:
+            found += 1
+            print(f"removed {what} (run {run.run_id})")
+    return found, problems
 
-    labels = container.labels
-    return (f"{container.name} ({container.status}; run {labels.get(LABEL_RUN)}, cell {labels.get(LABEL_CELL)}, "
-            f"rank {labels.get(LABEL_RANK)})")
+
+def _describe(entry: dict) -> str:
+    skip = {"launcher", "run_id"}
+    return ", ".join(f"{key} {value}" for key, value in sorted(entry.items()) if key not in skip)

@@ -8,7 +8,7 @@ import json
 import sys
 from typing import Callable
 
-from dspark_ci.errors import BadInput
+from ground.errors import BadInput
 from launchers.plan import plan_launch
 from launchers.plan_types import LaunchPlan, Placement
 from matrices import Cell, load_cells

@@ -7,15 +7,16 @@ import json
 import sys
 from pathlib import Path
 
-from dspark_ci.errors import BadInput
+from ground.errors import BadInput
 from reports.baseline import Baseline, load_baseline
 from reports.compare import compare_markdown, compare_runs
 from reports.gates import regate
-from reports.results import load_results, run_failed
+from ground.records import RunResults
+from reports.results import load_results
 
 EPILOG = """\
-Rewrites RUN_DIR/junit.xml, report.md and report.html (results.json is left as the run wrote it)
-and prints one format to stdout:
+With md or html, rewrites RUN_DIR/junit.xml, report.md and report.html (results.json is left as the run
+wrote it); with json nothing in RUN_DIR is written. Prints one format to stdout:
   md     report.md (default); with --compare, the comparison tables only
   html   report.html (self-contained: charts are inline images)
   json   results.json as rendered (re-gated with --baseline); with --compare, the comparison:
@@ -51,15 +52,19 @@ def run(args: argparse.Namespace) -> int:
     other = load_results(_run_dir(args.compare, "--compare") / "results.json") if args.compare else None
     baseline = load_baseline(args.baseline) if args.baseline else None
     if baseline is not None:
-        _warn_about(baseline, [cell["id"] for cell in results["cells"]])
+        _warn_about(baseline, [cell.id for cell in results.cells])
         results = regate(results, baseline)
+    if args.format == "json":  # a query: the run directory is not touched
+        comparison = compare_runs(results, other) if other is not None else None
+        print(json.dumps(comparison if comparison is not None else results.to_dict(), indent=2))
+        return 1 if results.failed else 0
     rendered = render_reports(results, baseline, compare_to=other)
     try:
         write_rendered(run_dir, rendered)
     except OSError as err:  # e.g. a read-only artifact download: still print what was asked for
         print(f"dspark-ci report: warning: could not rewrite the reports in {run_dir} ({err})", file=sys.stderr)
     print(_stdout_text(args.format, results, other, rendered), end="")
-    return 1 if run_failed(results) else 0
+    return 1 if results.failed else 0
 
 
 def _run_dir(path: str, argument: str) -> Path:
@@ -74,10 +79,8 @@ def _warn_about(baseline: Baseline, cell_ids: list[str]) -> None:
         print(f"dspark-ci report: warning: {warning}", file=sys.stderr)
 
 
-def _stdout_text(fmt: str, results: dict, other: dict | None, rendered: dict[str, str]) -> str:
+def _stdout_text(fmt: str, results: RunResults, other: RunResults | None, rendered: dict[str, str]) -> str:
     comparison = compare_runs(results, other) if other is not None else None
-    if fmt == "json":
-        return json.dumps(comparison if comparison is not None else results, indent=2) + "\n"
     if fmt == "md":
         return compare_markdown(comparison) if comparison is not None else rendered["report.md"]
     return rendered["report.html"]

@@ -8,11 +8,16 @@ import signal
 from pathlib import Path
 from typing import Callable
 
-from dspark_ci.errors import BadInput
+from packaging.version import InvalidVersion, Version
+
+from ground.errors import BadInput
+from launchers import registry
+from launchers.contract import SERVERS, LaunchContext
 from dspark_ci import run as pipeline
-from dspark_ci.run_id import new_run_id
-from dspark_ci.sglang.flags import DEFAULT_VERSION
-from dspark_ci.suite_runner import KNOWN_SUITES, SYNTHETIC_GPQA
+from ground.run_id import new_run_id
+from ground.sglang.release import DEFAULT_VERSION
+from suites.runner import SYNTHETIC_GPQA
+from ground.suites import KNOWN_SUITES
 
 
 class Terminated(KeyboardInterrupt):
@@ -30,23 +35,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("matrices", nargs="+", metavar="MATRIX", help="matrix YAML files")
     parser.add_argument("--cell", action="append", default=[], metavar="ID", help="run only this cell (repeatable)")
-    parser.add_argument("--launcher", choices=("local", "docker"), default="local",
-                        help="local processes (default) or Docker containers")
+    parser.add_argument("--launcher", choices=registry.NAMES, default="local",
+                        help="; ".join(f"{kind.name}: {kind.help}" for kind in registry.ALL_LAUNCHERS))
     parser.add_argument("--suites", metavar="LIST", help=f"comma-separated, from {', '.join(KNOWN_SUITES)} "
                         "(default: each cell's own suites)")
     parser.add_argument("--out", type=Path, metavar="DIR", help="run directory (default runs/<run-id>/)")
     parser.add_argument("--baseline", metavar="FILE", help="baseline file for every cell (default: each cell's own)")
-    parser.add_argument("--server", choices=("sim", "sglang"), default=os.environ.get("DSPARK_SERVER", "sim"),
+    parser.add_argument("--server", choices=SERVERS, default=os.environ.get("DSPARK_SERVER", "sim"),
                         help="server under test: the embedded simulated SGLang server (default) or real SGLang")
     parser.add_argument("--sglang-version", default=DEFAULT_VERSION,
                         help="SGLang version under test, matched against each expectation's version spec")
     parser.add_argument("--boot-timeout", type=float, default=None, metavar="SECONDS",
                         help="how long rank 0 may take to become healthy (default 60 for the simulator, 1800 for SGLang)")
-    parser.add_argument("--hosts", metavar="FILE", help="Docker hosts inventory (docker launcher)")
-    parser.add_argument("--pull", choices=("never", "missing", "always"), default="missing",
-                        help="image pull policy (docker launcher)")
-    parser.add_argument("--image", metavar="IMAGE", help="container image for every cell (docker launcher; "
-                        "default: the cell's image, or the simulator image with --server sim)")
+    for kind in registry.ALL_LAUNCHERS:
+        for option in kind.options:
+            parser.add_argument(option.flag, metavar=option.metavar, choices=option.choices, default=option.default,
+                                action="append" if option.repeatable else "store",
+                                help=f"{option.help} ({kind.name} launcher)")
 
 
 def _suites(text: str | None) -> tuple[str, ...] | None:
@@ -76,19 +81,32 @@ def _gpqa_dataset(dataset: str) -> Callable[[dict], dict]:
     return defaults
 
 
-def _local_launcher(args, boot_timeout: float, caller_env: dict, run_id: str):
-    from launchers.local import LocalLauncher, LocalSettings
-
-    return LocalLauncher(LocalSettings(server=args.server, boot_timeout_s=boot_timeout, caller_env=caller_env))
-
-
-def _docker_launcher(args, boot_timeout: float, caller_env: dict, run_id: str):
-    from launchers.docker import docker_launcher_from_args
-
-    return docker_launcher_from_args(args, boot_timeout, caller_env, run_id)
+def _version(text: str) -> str:
+    try:
+        Version(text)
+    except InvalidVersion:
+        raise BadInput(f"--sglang-version {text}", "not a version number", "e.g. --sglang-version 0.5.23") from None
+    return text
 
 
-LAUNCHERS = {"local": _local_launcher, "docker": _docker_launcher}
+# The options a rerun repeats (not --cell, which it sets, nor --out, which would overwrite this run).
+RERUN_FLAGS = (("--launcher", "launcher"), ("--suites", "suites"), ("--baseline", "baseline"), ("--server", "server"),
+               ("--sglang-version", "sglang_version"), ("--boot-timeout", "boot_timeout"))
+
+
+def rerun_options(args: argparse.Namespace) -> tuple[str, ...]:
+    """Every option given to this run that differs from its default, as command-line words."""
+    flags = RERUN_FLAGS + tuple((o.flag, o.dest) for kind in registry.ALL_LAUNCHERS for o in kind.options)
+    defaults = {"launcher": "local", "server": "sim", "sglang_version": DEFAULT_VERSION}
+    defaults.update({o.dest: o.default for kind in registry.ALL_LAUNCHERS for o in kind.options})
+    words: list[str] = []
+    for flag, dest in flags:
+        value = getattr(args, dest, None)
+        if value is None or value == defaults.get(dest):
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            words += [flag, f"{item:g}" if isinstance(item, float) else str(item)]
+    return tuple(words)
 
 
 def run_verb(args: argparse.Namespace) -> int:
@@ -97,9 +115,13 @@ def run_verb(args: argparse.Namespace) -> int:
     run_id = new_run_id()
     options = pipeline.RunOptions(matrices=tuple(args.matrices), run_id=run_id, cell_ids=tuple(args.cell),
                                   launcher=args.launcher, suites=_suites(args.suites), out=args.out,
-                                  baseline=args.baseline, sglang_version=args.sglang_version)
+                                  baseline=args.baseline, sglang_version=_version(args.sglang_version),
+                                  rerun_options=rerun_options(args))
     caller_env = _caller_env(args.server)
-    launcher = LAUNCHERS[args.launcher](args, boot_timeout, caller_env, run_id)
+    kind = registry.get(args.launcher)
+    context = LaunchContext(run_id=run_id, run_dir=options.run_dir, server=args.server, boot_timeout_s=boot_timeout,
+                            caller_env=caller_env)
+    launcher = kind.build(context, {option.dest: getattr(args, option.dest) for option in kind.options})
     defaults = _gpqa_dataset(caller_env["DSPARK_SIM_GPQA_PATH"]) if args.server == "sim" else (lambda o: o)
     return pipeline.run(options, launcher, suite_defaults=defaults)
 

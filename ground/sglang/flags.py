@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-DEFAULT_VERSION = "0.5.23"
+from ground.sglang.release import DEFAULT_VERSION
+
 _HERE = Path(__file__).parent
 
 

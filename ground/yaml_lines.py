@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from dspark_ci.errors import BadInput
+from ground.errors import BadInput
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,153 @@
+"""The launcher contract: what every launcher is, what it gives the run, and how it fails.
+
+A launcher turns a ``LaunchPlan`` (exact argv per node) into a running group and gives it back as a
+``Deployment``; ``launchers.registry`` lists every launcher, and ``tests/test_launcher_compliance.py`` runs
+the same behaviour checks over each registered one::
+
+    launcher = registry.build("local", context, options)
+    launcher.preflight(plans)                      # before anything starts: engines, images, partitions
+    with launcher.launch(plan, logs_dir) as deployment:
+        ...                                        # deployment.base_url serves the API; check() raises if a rank died
+    # every process / container / job of the group is gone here, whatever happened inside
+
+Errors carry what a person needs to act: which rank failed first, its exit code, its last log lines, and
+SGLang's own error line (``ValueError: ...``) when there is one (expected rejections are judged on it).
+Everything a launcher starts is written to the run's ledger (``launchers.ledger``) before it is started, so
+``dspark-ci cleanup --run ID`` can find and remove exactly that after a hard kill.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ContextManager, Mapping, Protocol, Sequence, runtime_checkable
+
+from ground.errors import DsparkError, InfraError
+from ground.sglang.release import is_peer_loss, sglang_error_line
+from launchers.plan_types import LaunchPlan, Placement
+
+SERVERS = ("sim", "sglang")  # the simulated SGLang server (default) or real SGLang
+
+
+@dataclass(frozen=True)
+class LaunchContext:
+    """What the run tells every launcher (launcher-specific options come separately, as plain values)."""
+
+    run_id: str
+    run_dir: Path  # the ledger of what was started lives here
+    server: str = "sim"
+    boot_timeout_s: float = 600.0
+    caller_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+
+
+@dataclass
+class LaunchFailed(DsparkError):
+    """A rank exited (at boot or later), stopped answering, or rank 0 never became healthy."""
+
+    cell_id: str
+    reason: str  # "exited" | "timeout" | "unresponsive"
+    node_rank: int | None = None
+    rank_exit_code: int | None = None  # the rank's own exit status (exit_code is dspark-ci's)
+    last_lines: list[str] = field(default_factory=list)
+    sglang_error: str | None = None
+    hint: str = ""
+
+    def __post_init__(self):
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        heads = {"timeout": f"{self.cell_id}: rank 0 did not become healthy in time",
+                 "unresponsive": f"{self.cell_id}: node rank {self.node_rank} stopped answering",
+                 "exited": f"{self.cell_id}: node rank {self.node_rank} exited with code {self.rank_exit_code}"}
+        parts = [heads.get(self.reason, heads["exited"])]
+        if self.sglang_error:
+            parts.append(f"SGLang said: {self.sglang_error}")
+        if self.last_lines:
+            parts.append("last log lines:\n    " + "\n    ".join(self.last_lines[-10:]))
+        if self.hint:
+            parts.append(f"hint: {self.hint}")
+        return "\n  ".join(parts)
+
+
+class LaunchTimeout(LaunchFailed, InfraError):
+    """A wait ran out (rank 0 never healthy, a job never scheduled): exit code 3, it names what it awaited."""
+
+
+# How much of a rank's log is searched for SGLang's error line, and how much an error keeps (it prints 10).
+LOG_LINES_SEARCHED = 40
+LOG_LINES_KEPT = 15
+
+
+def rank_exited(cell_id: str, node_rank: int, exit_code: int | None, log_lines: list[str],
+                hints: list[str]) -> LaunchFailed:
+    """The error for a rank that exited: its exit code, SGLang's error line and the end of its log."""
+    return LaunchFailed(cell_id=cell_id, reason="exited", node_rank=node_rank, rank_exit_code=exit_code,
+                        last_lines=log_lines[-LOG_LINES_KEPT:], sglang_error=sglang_error_line(log_lines),
+                        hint="; ".join(hints))
+
+
+# Exits closer together than this are one event as far as process or engine clocks can order them.
+SIMULTANEOUS_S = 1.0
+
+
+@dataclass(frozen=True)
+class RankExit:
+    """One rank seen dead: when (seconds on the clock of whoever watched it), with what, and its log's end."""
+
+    node_rank: int
+    exit_code: int | None
+    at: float
+    log_lines: list[str]
+
+    @property
+    def sglang_error(self) -> str | None:
+        return sglang_error_line(self.log_lines)
+
+
+def culprit(exits: list[RankExit]) -> RankExit:
+    """The rank whose failure brought the group down.
+
+    Ranks die together (a leader aborts the moment a worker disconnects; workers die when the leader goes), so
+    among the exits within SIMULTANEOUS_S of the first, a rank that died of its own SGLang error beats one that
+    died of losing a peer (NCCL abort, lost node), rank 0 is preferred among those, then the earliest.
+    """
+    first = min(e.at for e in exits)
+    together = [e for e in exits if e.at - first <= SIMULTANEOUS_S]
+    own = [e for e in together if not is_peer_loss(e.sglang_error)] or together
+    return min(own, key=lambda e: (e.sglang_error is None, e.node_rank != 0, e.at))
+
+
+def group_failed(cell_id: str, exits: list[RankExit], hints: list[str]) -> LaunchFailed:
+    """The error for a group in which ``exits`` ranks died: the culprit first, the others as consequences."""
+    blamed = culprit(exits)
+    others = [f"node rank {e.node_rank} exited too (code {e.exit_code})" for e in exits if e is not blamed]
+    return rank_exited(cell_id, blamed.node_rank, blamed.exit_code, blamed.log_lines, [*others, *hints])
+
+
+@runtime_checkable
+class Deployment(Protocol):
+    """A launched group whose rank 0 answered its health check."""
+
+    cell_id: str
+    base_url: str  # rank 0's API root, e.g. http://127.0.0.1:30000
+    boot_seconds: float  # from start (or, on a scheduler, from the job RUNNING) until rank 0 was healthy
+
+    def check(self) -> None:
+        """Raise LaunchFailed if any rank of the group has exited since launch (the first to fail named)."""
+
+
+@runtime_checkable
+class Launcher(Protocol):
+    name: str  # its row in launchers.registry
+
+    def placement(self, nnodes: int) -> Placement:
+        """Where the nodes of a cell with ``nnodes`` nodes will bind (ports free on the target)."""
+
+    def preflight(self, plans: Sequence[LaunchPlan]) -> None:
+        """Before any launch: raise InfraError (exit 3) or BadInput (exit 2) if the plans cannot run here."""
+
+    def launch(self, plan: LaunchPlan, logs_dir: Path) -> ContextManager[Deployment]:
+        """Start every rank (recording each in the ledger first), wait for rank 0's health against the
+        deadline, yield the deployment; on leaving, for any reason, tear the whole group down."""
+

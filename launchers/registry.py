@@ -1,0 +1,74 @@
+"""Every launcher, in one table (like nox's ``ALL_VENVS``): the CLI's ``--launcher`` choices, each launcher's
+own options, and ``dspark-ci cleanup`` all derive from it.
+
+A row names the module implementing the launcher; the module is imported only when that launcher is used
+(so the Docker SDK is not needed to run local processes) and provides:
+
+- ``build(context: LaunchContext, options: Mapping[str, Any]) -> Launcher`` (``launchers.contract.Launcher``);
+  ``options`` holds the values of the row's ``options`` by ``dest``;
+- ``remove_started(entry: dict) -> str | None``: remove one ledger entry of a dead run (``launchers.ledger``),
+  saying what was removed, or None if it was already gone.
+
+Adding a launcher: one module, one row here; ``tests/test_launcher_compliance.py`` then holds it to the contract.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Mapping
+
+from launchers.contract import LaunchContext, Launcher
+
+
+@dataclass(frozen=True)
+class LauncherOption:
+    """One command-line option a launcher adds to `dspark-ci run` (plain data: the CLI builds the flag)."""
+
+    flag: str  # e.g. "--hosts"
+    help: str
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+    default: Any = None
+    repeatable: bool = False  # may be given several times (a list of values)
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+@dataclass(frozen=True)
+class LauncherKind:
+    name: str
+    help: str
+    module: str
+    options: tuple[LauncherOption, ...] = ()
+
+    def load(self) -> ModuleType:
+        return importlib.import_module(self.module)
+
+    def build(self, context: LaunchContext, options: Mapping[str, Any]) -> Launcher:
+        values = {option.dest: options.get(option.dest, option.default) for option in self.options}
+        return self.load().build(context, values)
+
+    def remove_started(self, entry: dict) -> str | None:
+        return self.load().remove_started(entry)
+
+
+ALL_LAUNCHERS: tuple[LauncherKind, ...] = (
+    LauncherKind("local", "every rank as a process on this machine, node rank r on 127.0.0.(r+1)", "launchers.local"),
+    LauncherKind("docker", "every rank as a container, node rank r on Docker host r of the inventory", "launchers.docker", (
+        LauncherOption("--hosts", "Docker hosts inventory (YAML; default $DSPARK_DOCKER_HOSTS, else the local engine)",
+                       metavar="FILE"),
+        LauncherOption("--pull", "image pull policy", choices=("never", "missing", "always"), default="missing"),
+        LauncherOption("--image", "container image for every cell (default: the cell's image, or the simulator "
+                       "image with --server sim)", metavar="IMAGE"),
+    )),
+)
+BY_NAME: Mapping[str, LauncherKind] = {kind.name: kind for kind in ALL_LAUNCHERS}
+NAMES: tuple[str, ...] = tuple(BY_NAME)
+
+
+def get(name: str) -> LauncherKind:
+    return BY_NAME[name]

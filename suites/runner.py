@@ -1,0 +1,158 @@
+"""Running the measurement suites against a deployment: pytest in a subprocess, results as plain data.
+
+The suites are the same files a user runs standalone (``pytest suites/ --base-url URL``); the run
+hands them a base URL and options and reads back the JSON they write (docs/ARCHITECTURE.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import requests
+
+import suites as suites_package
+from ground.errors import DsparkError, InfraError
+from ground.suites import SUITE_DEFAULTS
+from launchers.contract import Deployment, LaunchFailed
+from launchers.processes import die_with_parent, signal_group
+
+SUITES_DIR = Path(suites_package.__file__).parent
+SYNTHETIC_GPQA = SUITES_DIR / "data" / "gpqa_synthetic.csv"
+
+
+# A request may take this long before its first token (queueing, a long prefill) plus this long per token it
+# may generate: far above any healthy server (a 4 tok/s decode), so only a server that stopped answering hits it.
+REQUEST_BASE_S = 60.0
+REQUEST_PER_TOKEN_S = 0.25
+
+
+@dataclass(frozen=True)
+class Watch:
+    """How the deployment is watched while the suites run (the hang and death detection bounds)."""
+
+    poll_s: float = 1.0  # every rank's state is checked this often
+    unresponsive_after_s: float = 30.0  # rank 0's /health silent this long: the cell fails as unresponsive
+    probe_timeout_s: float = 5.0
+    suites_timeout_s: float = 3 * 3600.0  # the whole suite run, a last resort behind the two above
+    stop_grace_s: float = 10.0  # SIGINT lets pytest write what it measured so far; then SIGKILL
+
+
+@dataclass(frozen=True)
+class SuiteOutcome:
+    metrics: dict = field(default_factory=dict)
+    tests: list = field(default_factory=list)  # [{"nodeid", "outcome", "duration", "message"}]
+    warnings: list = field(default_factory=list)
+    records: dict = field(default_factory=dict)
+    exit_code: int | None = 0
+    stopped_by: DsparkError | None = None  # the rank death or hang that stopped the suites early
+
+
+@dataclass(frozen=True)
+class SuiteRequest:
+    base_url: str
+    names: tuple[str, ...]
+    options: Mapping[str, Mapping]  # suite name -> options
+    work_dir: Path  # where the options file, the output JSON and suites.log go
+    model: str | None = None
+    reference_url: str | None = None
+    extra_args: tuple[str, ...] = ()
+
+    @property
+    def request_timeout_s(self) -> float:
+        """Per request: derived from the most tokens any selected suite asks for (never an hour by default)."""
+        tokens = max((int(self.options.get(n, {}).get(key) or 0) for n in self.names
+                      for key in ("max_tokens", "output_len")), default=0)
+        tokens = tokens or max(SUITE_DEFAULTS[n].get("max_tokens", SUITE_DEFAULTS[n].get("output_len", 0))
+                               for n in self.names)
+        return REQUEST_BASE_S + REQUEST_PER_TOKEN_S * tokens
+
+
+def run_suites(request: SuiteRequest, watched: Sequence[Deployment] = (), watch: Watch = Watch()) -> SuiteOutcome:
+    """pytest over the selected suites in a subprocess that dies with us, while every rank of ``watched`` is
+    checked: a rank that dies or stops answering stops the suites at once (what they measured is kept)."""
+    request.work_dir.mkdir(parents=True, exist_ok=True)
+    options_path = request.work_dir / "suite-options.json"
+    out_path = request.work_dir / "suites.json"
+    options_path.write_text(json.dumps({k: dict(v) for k, v in request.options.items()}, indent=1))
+    out_path.unlink(missing_ok=True)
+    argv = [sys.executable, "-m", "pytest", *(str(SUITES_DIR / f"test_{name}.py") for name in request.names),
+            "--base-url", request.base_url, "--suite-options", str(options_path), "--dspark-out", str(out_path),
+            "--request-timeout", f"{request.request_timeout_s:g}", "-p", "no:cacheprovider", "-q", "-rfEs",
+            *request.extra_args]
+    if request.model:
+        argv += ["--model", request.model]
+    if request.reference_url:
+        argv += ["--reference-url", request.reference_url]
+    with open(request.work_dir / "suites.log", "w") as log:
+        log.write("# " + " ".join(argv) + "\n")
+        log.flush()
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   cwd=SUITES_DIR.parent, start_new_session=True, preexec_fn=die_with_parent())
+        try:
+            stopped_by = _watch(process, watched, watch)
+        finally:
+            _stop(process, watch.stop_grace_s)  # no-op when it finished; on Ctrl-C it must not outlive us
+    return _outcome(out_path, process.returncode, request.work_dir / "suites.log", stopped_by)
+
+
+def _watch(process: subprocess.Popen, watched: Sequence[Deployment], watch: Watch) -> DsparkError | None:
+    """Until pytest exits: the first rank death, hang or overrun, or None."""
+    started = time.monotonic()
+    healthy_at = {id(d): started for d in watched}
+    while process.poll() is None:
+        now = time.monotonic()
+        if now - started > watch.suites_timeout_s:
+            return InfraError(f"the suites did not finish within {watch.suites_timeout_s:g} s (every rank still "
+                              "alive and answering); see suites.log")
+        for deployment in watched:
+            try:
+                deployment.check()
+            except LaunchFailed as err:
+                return err
+            if _answers(deployment.base_url, watch.probe_timeout_s):
+                healthy_at[id(deployment)] = time.monotonic()
+            elif time.monotonic() - healthy_at[id(deployment)] > watch.unresponsive_after_s:
+                return LaunchFailed(cell_id=deployment.cell_id, reason="unresponsive", node_rank=0,
+                                    hint=f"{deployment.base_url}/health has not answered for "
+                                         f"{watch.unresponsive_after_s:g} s while the suites ran; the suites were stopped")
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=watch.poll_s)
+    return None
+
+
+def _answers(base_url: str, timeout_s: float) -> bool:
+    try:
+        return requests.get(f"{base_url}/health", timeout=timeout_s).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def _stop(process: subprocess.Popen, grace_s: float) -> None:
+    """SIGINT first (pytest ends the session and writes what it has), then SIGKILL the whole group."""
+    if process.poll() is None:
+        signal_group(process.pid, signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=grace_s)
+    signal_group(process.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=5)
+
+
+def _outcome(out_path: Path, returncode: int | None, log_path: Path, stopped_by: DsparkError | None) -> SuiteOutcome:
+    try:
+        data = json.loads(out_path.read_text())
+    except (OSError, ValueError):
+        return SuiteOutcome(exit_code=returncode, stopped_by=stopped_by, tests=[{
+            "nodeid": "suites", "outcome": "error", "duration": 0.0,
+            "message": f"pytest exited {returncode} without results; see {log_path}"}])
+    return SuiteOutcome(metrics=data.get("metrics", {}), tests=data.get("tests", []),
+                        warnings=data.get("warnings", []), records=data.get("records", {}),
+                        exit_code=returncode, stopped_by=stopped_by)
