@@ -22,8 +22,9 @@ command -v debootstrap >/dev/null || missing+=(debootstrap)
 if [ ${#missing[@]} -gt 0 ]; then
     say "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >&2
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+    # Another apt (an unattended upgrade, a parallel job) may hold the dpkg lock: wait for it, bounded.
+    apt-get -o DPkg::Lock::Timeout=600 update -qq >&2
+    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
 
 answers() { docker -H "$1" version --format '{{.Server.Version}}' >/dev/null 2>&1; }

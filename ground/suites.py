@@ -103,7 +103,7 @@ def option_problem(suite: str, key: str, value: Any) -> str | None:
     if isinstance(value, bool) and bool not in expected or not isinstance(value, expected):
         names = " or ".join("null" if t is type(None) else t.__name__ for t in expected)
         return f"{suite}.{key} must be {names}, got {json.dumps(value)}"
-    if key in POSITIVE_OPTIONS and value is not None and value <= 0:
+    if key in POSITIVE_OPTIONS and isinstance(value, (int, float)) and value <= 0:
         return f"{suite}.{key} must be at least 1, got {value}"
     allowed = ALLOWED_VALUES.get((suite, key))
     if allowed and value not in allowed:

@@ -84,7 +84,8 @@ def _yaml_errors(path: Path | str, words: FileWords):
 
 
 def _fill(templates: tuple[str, str], **fields) -> tuple[str, str]:
-    return tuple(template.format(**fields) for template in templates)
+    problem, fix = templates
+    return problem.format(**fields), fix.format(**fields)
 
 
 # --- nodes: checked one level at a time -------------------------------------------------------------
@@ -122,7 +123,8 @@ def mapping_items(path: Path, node: yaml.Node, what: str) -> list[tuple[str, yam
     """``(key, key_node, value_node)`` of a mapping; rejects non-mappings, non-string and duplicate keys."""
     if not isinstance(node, yaml.MappingNode):
         raise BadInput(where(path, node), f"{what} must be a mapping, not {describe(node)}")
-    items, seen = [], {}
+    items: list[tuple[str, yaml.Node, yaml.Node]] = []
+    seen: dict[str, yaml.Node] = {}
     for key_node, value_node in node.value:
         key = scalar(key_node)
         if not isinstance(key, str):

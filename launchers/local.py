@@ -169,6 +169,8 @@ def _started(pid: int) -> float | None:
 def remove_started(entry: dict) -> str | None:
     """Kill the process group a dead run left (only if the pid still belongs to the process it started)."""
     pid, started = entry.get("pid"), entry.get("pid_started")
+    if not isinstance(pid, int):
+        return None
     try:
         process = psutil.Process(pid)
         if started is None or abs(process.create_time() - started) > 1.0:

@@ -110,7 +110,7 @@ def _check_flags(argv: list[str], emitted: list[str], cell: Cell, flags: FlagSet
         if token.startswith("--") and flags.get(name) is None:
             raise BadInput(where, f"cell {cell.id}: {name} is not a flag of SGLang {flags.version}'s launch_server",
                            "remove it from extra_args (flags are checked against ground/sglang/flags-*.json)")
-    planned = {flags.get(t).dest: t for t in emitted if t.startswith("--")}
+    planned = {flag.dest: t for t in emitted if t.startswith("--") and (flag := flags.get(t)) is not None}
     for token in cell.extra_args:
         flag = flags.get(token.split("=", 1)[0]) if token.startswith("--") else None
         if flag is not None and flag.dest in planned:

@@ -113,8 +113,9 @@ def test_two_nodes_run_the_same_command_with_their_rank_and_the_leader_address(t
         assert argv[argv.index("--nnodes") + 1] == "2"
         assert argv[argv.index("--node-rank") + 1] == str(rank.node_rank)
         assert argv[argv.index("--dist-init-addr") + 1] == "127.0.0.1:20500"
-    strip = lambda argv: [t for i, t in enumerate(argv) if t not in ("--host", "--node-rank")
-                          and argv[i - 1] not in ("--host", "--node-rank")]
+    def strip(argv):
+        return [t for i, t in enumerate(argv) if t not in ("--host", "--node-rank")
+                and argv[i - 1] not in ("--host", "--node-rank")]
     assert strip(rank0.argv) == strip(rank1.argv)
     assert rank0.env == rank1.env
     assert plan.health_url == "http://127.0.0.1:30500/health"
