@@ -62,3 +62,11 @@ def test_the_ground_imports_no_stage():
 def test_the_layering_itself_is_checked_on_every_package():
     on_disk = {p.name for p in REPO.iterdir() if (p / "__init__.py").exists()}
     assert on_disk == set(FLOOR_OF), "a new package needs a floor in FLOORS"
+
+
+def test_reports_know_exactly_the_metrics_the_suites_report():
+    from ground.suites import METRIC_SUITE, SUITE_DEFAULTS
+    from reports.metrics import METRICS
+
+    assert set(METRICS) == set(METRIC_SUITE)
+    assert set(METRIC_SUITE.values()) <= set(SUITE_DEFAULTS)
