@@ -140,5 +140,6 @@ def plan_launch(cell: Cell, placement: Placement, flags: FlagSet | None = None) 
         _check_flags(argv, config_args + node_args, cell, flags)
         ranks.append(RankCommand(node_rank=rank, argv=tuple(argv), env=env))
     base_url = f"http://{_connect_host(placement)}:{placement.port}"
+    gpus = cell.config.get("gpus_per_node")
     return LaunchPlan(cell_id=cell.id, ranks=tuple(ranks), health_url=f"{base_url}/health",
-                      base_url=base_url, image=cell.image)
+                      base_url=base_url, image=cell.image, gpus_per_node=int(gpus) if gpus is not None else None)

@@ -53,6 +53,7 @@ class LaunchPlan:
     health_url: str  # rank 0's /health, the only rank whose health means anything
     base_url: str  # rank 0's API root, e.g. http://127.0.0.1:30000
     image: str | None = None
+    gpus_per_node: int | None = None  # what a scheduler must allocate per node (Slurm --gpus-per-node)
 
     def to_dict(self) -> list[dict]:
         return [r.to_dict() for r in self.ranks]
