@@ -14,7 +14,7 @@ import docker
 import pytest
 
 from ground.errors import InfraError
-from launchers.docker import LABEL_RUN, SIM_IMAGE, DockerSettings
+from launchers.docker_spec import LABEL_RUN, SIM_IMAGE, DockerSettings
 from launchers.hosts import DockerHost, Inventory, connect
 from tests.sim_plans import FAST_SIM
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from ground.errors import BadInput
-from launchers.docker import (LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, DockerLauncher, DockerSettings,
-                              container_spec)
+from launchers.docker import DockerLauncher
+from launchers.docker_spec import LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, DockerSettings, container_spec
 from launchers.hosts import load_inventory
 from tests.cli import DSPARK_CI
 from launchers.plan_types import SGLANG_ENTRYPOINT, LaunchPlan, RankCommand

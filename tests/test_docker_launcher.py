@@ -17,7 +17,8 @@ import pytest
 from openai import OpenAI
 
 from launchers.contract import LaunchFailed, LaunchTimeout
-from launchers.docker import LABEL_CELL, LABEL_RANK, LABEL_RUN, DockerLauncher
+from launchers.docker import DockerLauncher
+from launchers.docker_spec import LABEL_CELL, LABEL_RANK, LABEL_RUN
 from launchers.ledger import STATE_DIR_ENV
 from tests.cli import DSPARK_CI
 from tests.docker_engines import (ENGINE1, ENGINE2, SECRET, containers_of, inventory, new_run_id,

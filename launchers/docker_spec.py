@@ -1,0 +1,150 @@
+"""What a rank's container looks like, for the Docker launcher: pure data, testable without an engine.
+
+``container_spec`` gives the ``containers.create`` arguments SGLang's Docker docs call for (host network,
+``ipc=host``, shm size, GPUs or Ascend devices, the HF cache) plus the labels every container carries (run, cell,
+rank, launch) so teardown and ``dspark-ci cleanup`` find it. The engine lifecycle is ``launchers/docker.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping
+
+from docker.types import DeviceRequest
+
+from ground.errors import BadInput
+from ground.run_id import new_run_id
+from ground.sglang.release import DEVICE_IMAGES
+from launchers.contract import SERVERS
+from launchers.hosts import DockerHost, Inventory, load_inventory
+from launchers.ledger import Ledger
+from launchers.plan_types import LaunchPlan, RankCommand
+from launchers.resolve import resolve_env, server_argv
+
+SIM_IMAGE = "dspark-ci/sglang-sim:latest"
+PULL_POLICIES = ("never", "missing", "always")
+
+# Labels on everything we create: how teardown and `dspark-ci cleanup` find it.
+LABEL_RUN, LABEL_CELL, LABEL_RANK, LABEL_LAUNCH = "dspark-ci.run", "dspark-ci.cell", "dspark-ci.rank", "dspark-ci.launch"
+HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
+
+
+@dataclass(frozen=True)
+class DockerSettings:
+    server: str = "sim"  # "sim": the simulator image; "sglang": real SGLang images with devices
+    image: str | None = None  # one image for every cell (overrides everything below)
+    device_images: Mapping[str, str] = field(default_factory=lambda: dict(DEVICE_IMAGES))
+    sim_image: str = SIM_IMAGE
+    pull: str = "missing"  # never | missing | always
+    boot_timeout_s: float = 600.0
+    poll_s: float = 0.5
+    stop_timeout_s: int = 5  # SIGTERM grace before the engine kills a container
+    shm_size: str = "32g"
+    hf_cache: str | None = "/root/.cache/huggingface"  # host path on each engine's machine (real SGLang only)
+    inventory: Inventory = field(default_factory=lambda: load_inventory(None, os.environ))
+    caller_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    forward_env_prefixes: tuple[str, ...] = ("DSPARK_SIM_",)  # caller variables every container gets
+    run_id: str = field(default_factory=new_run_id)
+    ledger: Ledger | None = None  # where every container is recorded before it is created (None: not recorded)
+    port: int = 30000  # for remote engines (local ones get free ports, like the local launcher)
+    dist_port: int = 20000
+
+    def __post_init__(self):
+        if self.pull not in PULL_POLICIES:
+            raise BadInput("--pull", f"unknown pull policy {self.pull!r}", f"choose from {', '.join(PULL_POLICIES)}")
+        if self.server not in SERVERS:
+            raise BadInput("--server", f"unknown server {self.server!r}", f"choose from {', '.join(SERVERS)}")
+
+
+def device_of(plan: LaunchPlan) -> str:
+    """The device a plan runs on, from SGLang's own `--device` flag (SGLang's default: cuda)."""
+    argv = list(plan.ranks[0].argv) if plan.ranks else []
+    for index, arg in enumerate(argv):
+        if arg == "--device" and index + 1 < len(argv):
+            return argv[index + 1]
+        if arg.startswith("--device="):
+            return arg.split("=", 1)[1]
+    return "cuda"
+
+
+def _cuda_access(host: DockerHost) -> dict:
+    if isinstance(host.gpus, tuple):
+        request = DeviceRequest(device_ids=[str(g) for g in host.gpus], capabilities=[["gpu"]])
+    else:
+        request = DeviceRequest(count=-1 if host.gpus is None else host.gpus, capabilities=[["gpu"]])
+    return {"device_requests": [request]}
+
+
+ASCEND_DRIVER_MOUNTS = ("/usr/local/Ascend/driver", "/usr/local/Ascend/firmware", "/usr/local/dcmi",
+                        "/usr/local/bin/npu-smi", "/usr/local/sbin", "/etc/ascend_install.info")
+ASCEND_CONTROL_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
+
+
+def _npu_access(host: DockerHost) -> dict:
+    # An Atlas A3 node has 16 davinci devices; the inventory narrows them with ids or a count.
+    ids = host.gpus if isinstance(host.gpus, tuple) else range(16 if host.gpus is None else host.gpus)
+    devices = [f"/dev/davinci{i}" for i in ids] + list(ASCEND_CONTROL_DEVICES)
+    return {"devices": [f"{d}:{d}:rwm" for d in devices],
+            "volumes": {path: {"bind": path, "mode": "ro"} for path in ASCEND_DRIVER_MOUNTS}}
+
+
+DEVICE_ACCESS: dict[str, Callable[[DockerHost], dict]] = {"cuda": _cuda_access, "npu": _npu_access}
+
+
+def container_spec(command: RankCommand, host: DockerHost, image: str, labels: Mapping[str, str],
+                   settings: DockerSettings, device: str) -> dict:
+    """Keyword arguments for ``client.containers.create`` for one node rank (no secrets resolved here)."""
+    spec = {
+        "image": image,
+        "command": server_argv(command, settings.server, python="python3"),
+        "name": container_name(labels, command.node_rank),
+        "labels": {**labels, LABEL_RANK: str(command.node_rank)},
+        "network_mode": "host",  # ranks reach each other and we reach rank 0 as on bare nodes
+        "ipc_mode": "host",
+        "shm_size": settings.shm_size,
+        "init": True,  # a real PID 1 forwards SIGTERM, so `stop` is quick
+        "detach": True,
+        "volumes": {},
+    }
+    if settings.server == "sglang":  # the simulator needs no devices and downloads nothing
+        access = DEVICE_ACCESS.get(device, lambda _host: {})(host)
+        spec["volumes"].update(access.pop("volumes", {}))
+        spec.update(access)
+        if settings.hf_cache:
+            spec["volumes"][settings.hf_cache] = {"bind": HF_CACHE_IN_CONTAINER, "mode": "rw"}
+    return spec
+
+
+def container_name(labels: Mapping[str, str], node_rank: int) -> str:
+    """Readable in `docker ps`, unique per engine: cell, rank, and this launch's token."""
+    cell = re.sub(r"[^A-Za-z0-9_.-]", "-", labels[LABEL_CELL])[:120]
+    return f"dspark-{cell}-r{node_rank}-{labels[LABEL_LAUNCH]}"
+
+
+def container_env(command: RankCommand, caller_env: Mapping[str, str], prefixes: tuple[str, ...]) -> dict[str, str]:
+    """The caller's simulator knobs, then the plan's own environment with ``${NAME}`` filled in."""
+    forwarded = {k: v for k, v in caller_env.items() if k.startswith(prefixes)}
+    return {**forwarded, **resolve_env(command.env, caller_env)}
+
+
+def files_to_copy(env: Mapping[str, str], prefixes: tuple[str, ...]) -> list[Path]:
+    """Files on this machine that simulator knobs point at (e.g. DSPARK_SIM_GPQA_PATH): copied in, same path."""
+    paths = [Path(v) for k, v in env.items() if k.startswith(prefixes) and v.startswith("/")]
+    return [p for p in paths if p.is_file()]
+
+
+
+def image_for(settings: DockerSettings, plan: LaunchPlan) -> str:
+    """The image a plan runs in: --image, else the simulator's, else the cell's or its device's release image."""
+    if settings.image:
+        return settings.image
+    if settings.server == "sim":
+        return settings.sim_image
+    device = device_of(plan)
+    image = plan.image or settings.device_images.get(device)
+    if not image:
+        raise BadInput(plan.cell_id, f"no container image for device {device!r}", "set `image:` in the matrix")
+    return image
