@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.send_trace import SendTrace, trace_sends  # noqa: E402
 from bench.server_truth import PairedRequest, pair_with_server  # noqa: E402
 from suites.server import Server  # noqa: E402
-from suites.simulator import running_simulator  # noqa: E402
+from tests.simulator_process import running_simulator  # noqa: E402
 from suites.speed import SpeedSettings, build_prompts, calibrate, percentile, run_measurement  # noqa: E402
 
 CONCURRENCIES = (1, 64, 256)

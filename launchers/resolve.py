@@ -8,7 +8,6 @@ from typing import Mapping
 
 from launchers.plan_types import SGLANG_ENTRYPOINT, RankCommand
 
-SERVERS = ("sim", "sglang")
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 

@@ -1,7 +1,7 @@
 """A cell: one deployment to test, and what it should do. The record every later stage reads.
 
 Cells are plain, immutable data. ``to_dict()`` is the CONTRACT.md shape (without ``ranks``,
-which the launch planner adds); ``Cell.from_dict`` reads it back (e.g. from ``plan --format json``).
+which the launch planner adds).
 """
 
 from __future__ import annotations
@@ -64,12 +64,3 @@ class Cell:
             "baseline": self.baseline,
             "image": self.image,
         }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Cell":
-        return cls(
-            id=data["id"], matrix=data["matrix"], config=data["config"], runner=data["runner"],
-            expect=Expect(**data.get("expect", {})), env=data.get("env", {}),
-            extra_args=tuple(data.get("extra_args", ())), suites=data.get("suites", {}),
-            baseline=data.get("baseline"), image=data.get("image"),
-        )

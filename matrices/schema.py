@@ -41,7 +41,7 @@ class Key:
     parse: Parser
     example: str
     in_config: bool  # part of Cell.config (and of CONTRACT.md's `config`)
-    help: str
+    help: str  # what the key is (its SGLang flag, when it has one), shown when a typo is corrected
 
 
 _flags = load_flags(SGLANG_VERSION)
@@ -157,7 +157,6 @@ class MatrixSpec:
     hardware: Mapping[str, str]
     defaults: Fragment
     axes: tuple[Axis, ...]
-    axes_line: int
     exclude: tuple[Fragment, ...]
     include: tuple[Fragment, ...]
     overrides: tuple[Override, ...]
@@ -245,6 +244,6 @@ def parse_matrix(doc, path: str) -> MatrixSpec:
     return MatrixSpec(
         path=path, sglang=sglang, id_prefix=id_prefix, hardware=MappingProxyType(hardware),
         defaults=defaults, axes=_parse_axes(doc.get("axes"), top.at(doc, "axes")),
-        axes_line=doc.line_of("axes"), exclude=exclude, include=include,
+        exclude=exclude, include=include,
         overrides=_parse_overrides(doc.get("overrides"), top.at(doc, "overrides")),
     )

@@ -63,15 +63,16 @@ OTHER_SPELLINGS: Mapping[str, str] = {
 
 
 def closest(word: str, known) -> str:
-    """`did you mean 'x'?` text, or the list of known words when nothing is close."""
+    """`did you mean 'x' (what x is)?` text, or the list of known words when nothing is close. ``known`` may map
+    each word to a record with a ``help`` text (matrices.schema.Key), shown with the suggestion."""
     alias = OTHER_SPELLINGS.get(str(word).replace("-", "_").lstrip("_"))
-    if alias in known:
-        return f"did you mean {alias!r}?"
     by_lower = {str(k).lower(): k for k in known}
     match = difflib.get_close_matches(str(word).lower(), list(by_lower), n=1, cutoff=0.6)
-    if match:
-        return f"did you mean {by_lower[match[0]]!r}?"
-    return "known keys: " + ", ".join(sorted(known))
+    suggestion = alias if alias in known else (by_lower[match[0]] if match else None)
+    if suggestion is None:
+        return "known keys: " + ", ".join(sorted(known))
+    help_text = getattr(known[suggestion], "help", None) if isinstance(known, Mapping) else None
+    return f"did you mean {suggestion!r}? that is: {help_text}" if help_text else f"did you mean {suggestion!r}?"
 
 
 def check_keys(node: YamlMap, known, where: Where, what: str) -> None:
@@ -112,12 +113,6 @@ def slug(value, where, key, example):
 def boolean(value, where, key, example):
     if not isinstance(value, bool):
         raise _fail(where, key, "true or false", value, example)
-    return value
-
-
-def number(value, where, key, example):
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _fail(where, key, "a number", value, example)
     return value
 
 

@@ -2,8 +2,9 @@
 
 Parsing uses the snapshot of SGLang's own flags (``ground.sglang.flags``), so an unknown flag
 is an argparse error with exit code 2, exactly as with ``python3 -m sglang.launch_server``.
-The snapshot stores values as text; ``FIELD_TYPES`` gives the type and SGLang default of the
-fields the simulator reads (defaults copied from ``sglang/srt/arg_groups/fields/*.py``).
+The snapshot stores values as text; ``ServerArgs`` declares the type and SGLang default of each
+field the simulator reads (defaults copied from ``sglang/srt/arg_groups/fields/*.py``), and
+``FIELD_TYPES`` is derived from it.
 """
 
 from __future__ import annotations
@@ -15,67 +16,13 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from ground.sglang.flags import load_flags
+from ground.sglang.release import DEFAULT_VERSION
 
-SGLANG_VERSION = "0.5.23"
+SGLANG_VERSION = DEFAULT_VERSION  # the flag snapshot the simulator parses with
 
 
 def _bool(value: Any) -> bool:
     return bool(value)
-
-
-# SGLang field -> (converter of the parsed text, SGLang's default)
-FIELD_TYPES: dict[str, tuple[Callable[[Any], Any], Any]] = {
-    "model_path": (str, None),
-    "served_model_name": (str, None),
-    "tokenizer_path": (str, None),
-    "revision": (str, None),
-    "host": (str, "127.0.0.1"),
-    "port": (int, 30000),
-    "api_key": (str, None),
-    "device": (str, None),
-    "random_seed": (int, None),
-    "log_level": (str, "info"),
-    "context_length": (int, None),
-    "tp_size": (int, 1),
-    "dp_size": (int, 1),
-    "attn_dp_size": (int, 1),
-    "attn_cp_size": (int, 1),
-    "pp_size": (int, 1),
-    "ep_size": (int, 1),
-    "dcp_size": (int, 1),
-    "moe_dense_tp_size": (int, None),
-    "enable_dp_attention": (_bool, False),
-    "enable_dp_lm_head": (_bool, False),
-    "moe_a2a_backend": (str, "none"),
-    "enable_prefill_cp": (_bool, False),
-    "cp_strategy": (str, None),
-    "enable_encoder_swa_bounded_replay": (_bool, False),
-    "nnodes": (int, 1),
-    "node_rank": (int, 0),
-    "dist_init_addr": (str, None),
-    "dist_timeout": (int, None),
-    "disaggregation_mode": (str, "null"),
-    "max_running_requests": (int, None),
-    "decode_log_interval": (int, 40),
-    "enable_metrics": (_bool, False),
-    "reasoning_parser": (str, None),
-    "stream_response_default_include_usage": (_bool, False),
-    "enable_cache_report": (_bool, False),
-    "return_input_ids": (_bool, False),  # sglext.input_ids on every chat completion (fields/serving.py)
-    "return_output_ids": (_bool, False),  # sglext.output_ids on every chat completion
-    "trust_remote_code": (_bool, False),
-    "speculative_algorithm": (str, None),
-    "speculative_draft_model_path": (str, None),
-    "speculative_draft_model_revision": (str, None),
-    "speculative_num_steps": (int, None),
-    "speculative_eagle_topk": (int, None),
-    "speculative_num_draft_tokens": (int, None),
-    "speculative_dspark_block_size": (int, None),
-    "speculative_dflash_block_size": (int, None),
-    "speculative_moe_a2a_backend": (str, None),
-    "speculative_ngram_max_bfs_breadth": (int, 10),
-    "enable_multi_layer_eagle": (_bool, False),
-}
 
 
 @dataclass(frozen=True)
@@ -118,8 +65,8 @@ class ServerArgs:
     reasoning_parser: str | None = None
     stream_response_default_include_usage: bool = False
     enable_cache_report: bool = False
-    return_input_ids: bool = False
-    return_output_ids: bool = False
+    return_input_ids: bool = False  # sglext.input_ids on every chat completion (fields/serving.py)
+    return_output_ids: bool = False  # sglext.output_ids on every chat completion
     trust_remote_code: bool = False
     speculative_algorithm: str | None = None
     speculative_draft_model_path: str | None = None
@@ -158,6 +105,24 @@ class ServerArgs:
         """Every SGLang field the command line could set, as /server_info reports it."""
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "other_flags"}
         return {**dict(self.other_flags), **values}
+
+
+# How the snapshot's text becomes each field's type, read off the dataclass's annotations.
+_CONVERTERS: Mapping[str, Callable[[Any], Any]] = {"str": str, "int": int, "bool": _bool}
+
+
+def _field_types() -> Mapping[str, tuple[Callable[[Any], Any], Any]]:
+    """SGLang field -> (converter of the parsed text, SGLang's default), from ``ServerArgs`` itself."""
+    types = {}
+    for spec in dataclasses.fields(ServerArgs):
+        if spec.name == "other_flags":
+            continue
+        base = str(spec.type).split("|")[0].strip()
+        types[spec.name] = (_CONVERTERS[base], None if spec.default is dataclasses.MISSING else spec.default)
+    return MappingProxyType(types)
+
+
+FIELD_TYPES = _field_types()
 
 
 def argument_parser() -> argparse.ArgumentParser:

@@ -11,6 +11,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,14 @@ REQUEST_PER_TOKEN_S = 0.25
 
 @dataclass(frozen=True)
 class Watch:
-    """How the deployment is watched while the suites run (the hang and death detection bounds)."""
+    """How the deployment is watched while the suites run (the hang and death detection bounds).
+
+    Stated bounds, from the moment it happens to the suites being stopped: a rank that exits or is stopped
+    (SIGSTOP, a debugger) within ``poll_s`` (plus the launcher's check, e.g. its settle time); a rank 0 whose
+    /health stops answering within ``unresponsive_after_s + poll_s``. Stopping the suites then takes until
+    pytest has written what it measured (at most ``stop_grace_s``). /health is probed beside the loop, so a
+    probe hanging on a stopped server never delays the rank checks.
+    """
 
     poll_s: float = 1.0  # every rank's state is checked this often
     unresponsive_after_s: float = 30.0  # rank 0's /health silent this long: the cell fails as unresponsive
@@ -99,48 +107,89 @@ def run_suites(request: SuiteRequest, watched: Sequence[Deployment] = (), watch:
         try:
             stopped_by = _watch(process, watched, watch)
         finally:
-            _stop(process, watch.stop_grace_s)  # no-op when it finished; on Ctrl-C it must not outlive us
+            _stop(process, watch.stop_grace_s, out_path)  # no-op when it finished; on Ctrl-C it must not outlive us
     return _outcome(out_path, process.returncode, request.work_dir / "suites.log", stopped_by)
 
 
 def _watch(process: subprocess.Popen, watched: Sequence[Deployment], watch: Watch) -> DsparkError | None:
     """Until pytest exits: the first rank death, hang or overrun, or None."""
     started = time.monotonic()
-    healthy_at = {id(d): started for d in watched}
-    while process.poll() is None:
-        now = time.monotonic()
-        if now - started > watch.suites_timeout_s:
-            return InfraError(f"the suites did not finish within {watch.suites_timeout_s:g} s (every rank still "
-                              "alive and answering); see suites.log")
-        for deployment in watched:
-            try:
-                deployment.check()
-            except LaunchFailed as err:
-                return err
-            if _answers(deployment.base_url, watch.probe_timeout_s):
-                healthy_at[id(deployment)] = time.monotonic()
-            elif time.monotonic() - healthy_at[id(deployment)] > watch.unresponsive_after_s:
-                return LaunchFailed(cell_id=deployment.cell_id, reason="unresponsive", node_rank=0,
-                                    hint=f"{deployment.base_url}/health has not answered for "
-                                         f"{watch.unresponsive_after_s:g} s while the suites ran; the suites were stopped")
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=watch.poll_s)
-    return None
-
-
-def _answers(base_url: str, timeout_s: float) -> bool:
+    probes = [_HealthProbe(d.base_url, watch) for d in watched]
     try:
-        return requests.get(f"{base_url}/health", timeout=timeout_s).status_code == 200
+        while process.poll() is None:
+            if time.monotonic() - started > watch.suites_timeout_s:
+                return InfraError(f"the suites did not finish within {watch.suites_timeout_s:g} s (every rank still "
+                                  "alive and answering); see suites.log")
+            for deployment, probe in zip(watched, probes):
+                try:
+                    deployment.check()
+                except LaunchFailed as err:
+                    return err
+                if probe.silent_for() > watch.unresponsive_after_s:
+                    return LaunchFailed(cell_id=deployment.cell_id, reason="unresponsive", node_rank=0,
+                                        hint=f"{deployment.base_url}/health has not answered for "
+                                             f"{watch.unresponsive_after_s:g} s while the suites ran; the suites "
+                                             "were stopped")
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=watch.poll_s)
+        return None
+    finally:
+        for probe in probes:
+            probe.stop()
+
+
+class _HealthProbe:
+    """Probes ``base_url``/health every poll in its own thread and remembers when it last answered 200."""
+
+    def __init__(self, base_url: str, watch: Watch):
+        self._url, self._watch = f"{base_url}/health", watch
+        self._answered_at = time.monotonic()
+        self._done = threading.Event()
+        threading.Thread(target=self._run, name=f"probe {self._url}", daemon=True).start()
+
+    def silent_for(self) -> float:
+        return time.monotonic() - self._answered_at
+
+    def stop(self) -> None:
+        self._done.set()
+
+    def _run(self) -> None:
+        while not self._done.is_set():
+            if _answers(self._url, self._watch.probe_timeout_s):
+                self._answered_at = time.monotonic()
+            self._done.wait(self._watch.poll_s)
+
+
+def _answers(url: str, timeout_s: float) -> bool:
+    try:
+        return requests.get(url, timeout=timeout_s).status_code == 200
     except requests.RequestException:
         return False
 
 
-def _stop(process: subprocess.Popen, grace_s: float) -> None:
-    """SIGINT first (pytest ends the session and writes what it has), then SIGKILL the whole group."""
+# SIGINTs sent to stop the suites, this far apart: the first ends the test in progress, a later one a wait that
+# swallowed it (a thread pool's shutdown waiting on requests to a server that will not answer).
+STOP_INTERRUPTS = 3
+STOP_INTERRUPT_EVERY_S = 1.0
+
+
+def _stop(process: subprocess.Popen, grace_s: float, out_path: Path) -> None:
+    """SIGINT (pytest ends the session and writes what it has so far), then SIGKILL the whole group once pytest
+    exited, or wrote its results (its request threads may still hang on a dead server), or after ``grace_s``."""
     if process.poll() is None:
-        signal_group(process.pid, signal.SIGINT)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=grace_s)
+        written_before = out_path.exists()
+        deadline = time.monotonic() + grace_s
+        interrupts, next_interrupt = 0, time.monotonic()
+        while process.poll() is None and time.monotonic() < deadline:
+            if not written_before and out_path.exists():
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(timeout=0.5)  # the summary it prints after; then it is only waiting on threads
+                break
+            if interrupts < STOP_INTERRUPTS and time.monotonic() >= next_interrupt:
+                signal_group(process.pid, signal.SIGINT)
+                interrupts, next_interrupt = interrupts + 1, time.monotonic() + STOP_INTERRUPT_EVERY_S
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=0.1)
     signal_group(process.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=5)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -27,17 +26,13 @@ from typing import Iterator
 import pytest
 import requests
 
+from launchers.processes import free_port
+
 # Fast and deterministic: no boot delay, no prefill time, 1 ms per decode step.
 FAST_SIM_ENV = {"DSPARK_SIM_BOOT_SECONDS": "0", "DSPARK_SIM_PREFILL_MS_PER_TOKEN": "0",
                 "DSPARK_SIM_DECODE_STEP_MS": "1", "DSPARK_SIM_SEED": "0"}
 MODEL = "sim/tiny"
 BOOT_TIMEOUT_S = 20.0
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from suites.simulator import SPECULATIVE_ARGS, running_simulator
+from tests.simulator_process import SPECULATIVE_ARGS, running_simulator
 from tests.suite_runs import REPO, SYNTHETIC_GPQA, run_suite
 
 ALPHA, GAMMA = 0.7, 3  # the speculative simulator's acceptance probability and DSpark block size

@@ -14,7 +14,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from aiohttp import web
 
-from suites.simulator import free_port, running_simulator
+from tests.simulator_process import free_port, running_simulator
 from tests.suite_runs import SYNTHETIC_GPQA, run_suite
 
 # Per DP rank: (completion tokens, verify steps) of every request it serves. Step tokens per verify:

@@ -1,4 +1,4 @@
-"""Start the simulated SGLang server on a free loopback port, for the suites' own tests and bench/.
+"""Start the simulated SGLang server on a free loopback port, for our tests of the suites and for bench/.
 
 Only the public command line is used (``python -m sglang_sim`` + SGLang's launch flags, knobs in
 ``DSPARK_SIM_*``), exactly as a user would start it by hand.
@@ -7,7 +7,6 @@ Only the public command line is used (``python -m sglang_sim`` + SGLang's launch
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,14 +16,10 @@ from typing import Iterator, Mapping, Sequence
 
 import requests
 
+from launchers.processes import free_port
+
 SPECULATIVE_ARGS = ("--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", "sim/draft",
                     "--speculative-dspark-block-size", "3")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextmanager
