@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import hashlib
 import itertools
 import re
 import sys
@@ -45,14 +46,15 @@ from launchers.docker_spec import (LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, SIM_IMAG
                                    container_spec, device_of, files_to_copy, image_for)
 from launchers.hosts import DockerHost, clients, connect, load_inventory
 from launchers.ledger import Ledger
-from launchers.processes import free_port, signals_deferred, sigterm_as_interrupt
+from launchers.processes import free_port, port_is_free, signals_deferred, sigterm_as_interrupt
 from launchers.logs import rank_log_path
 from launchers.plan_types import LaunchPlan, Placement, RankCommand
 from launchers.resolve import redact, secret_values
-from launchers.wait import Deadline, HttpOk, wait_until_ready
+from launchers.wait import Deadline, OurServer, wait_until_ready
 
 _EXITED = ("exited", "dead")
 SETTLE_S = 0.5  # after seeing one rank exit, let every engine catch up before naming the culprit
+REMOTE_PORT_TRIES = 20
 
 def build(context: LaunchContext, options: Mapping[str, Any]) -> "DockerLauncher":
     """The registry's constructor (launchers.registry): --hosts, --pull and --image arrive in ``options``."""
@@ -69,14 +71,26 @@ class DockerLauncher:
 
     def __init__(self, settings: DockerSettings = None):
         self.settings = settings or DockerSettings()
-        self._remote_ports = itertools.count()  # spreads remote launches over distinct ports
+        # Each run starts its remote ports at its own offset (0..9990): concurrent runs rarely even try the same.
+        start = int(hashlib.sha256(self.settings.run_id.encode()).hexdigest(), 16) % 1000 * 10
+        self._remote_offsets = (start + i for i in itertools.count())
 
     def placement(self, nnodes: int) -> Placement:
         hosts = self.settings.inventory.hosts_for(nnodes)
         if all(host.is_local for host in hosts):  # containers share this machine's ports
             return self.settings.inventory.placement(nnodes, free_port(), free_port())
-        offset = next(self._remote_ports)
-        return self.settings.inventory.placement(nnodes, self.settings.port + offset, self.settings.dist_port + offset)
+        return self.settings.inventory.placement(nnodes, *self._remote_ports(hosts))
+
+    def _remote_ports(self, hosts) -> tuple[int, int]:
+        """Ports on remote nodes: a block of its own for each run (from the run id, so two runs on one engine do
+        not start on the same numbers), each pair checked free on every node before use."""
+        for _ in range(REMOTE_PORT_TRIES):
+            offset = next(self._remote_offsets)
+            port, dist_port = self.settings.port + offset, self.settings.dist_port + offset
+            if all(port_is_free(h.address, p) for h in hosts for p in (port, dist_port)):
+                return port, dist_port
+        raise InfraError(f"no free port pair found on {', '.join(h.address for h in hosts)} after "
+                         f"{REMOTE_PORT_TRIES} tries from {self.settings.port}: check what listens there")
 
     def preflight(self, plans: Sequence[LaunchPlan]) -> None:
         """Before any launch: every engine the cells need answers and holds their image (pulled now, per
@@ -109,7 +123,7 @@ class DockerLauncher:
                 for command, host in zip(plan.ranks, hosts):
                     group.start(self._rank_container(command, host, image, labels, device_of(plan), logs_dir))
                 deployment = DockerDeployment(plan.cell_id, plan.base_url, group)
-                wait_until_ready(HttpOk(plan.health_url), Deadline(self.settings.boot_timeout_s, self.settings.poll_s),
+                wait_until_ready(OurServer(plan), Deadline(self.settings.boot_timeout_s, self.settings.poll_s),
                                  deployment.check, cell_id=plan.cell_id, last_lines=group.rank0_tail)
                 deployment.boot_seconds = time.monotonic() - started  # container starts included
                 yield deployment

@@ -28,7 +28,7 @@ from launchers.logs import rank_log_path, tail
 from launchers.plan_types import LaunchPlan, Placement, RankCommand
 from launchers.processes import descendants, die_with_parent, free_port, signal_group, signals_deferred, stop_all
 from launchers.resolve import redact, resolve_env, secret_values, server_argv
-from launchers.wait import Deadline, HttpOk, wait_until_ready
+from launchers.wait import Deadline, OurServer, wait_until_ready
 
 
 SETTLE_S = 0.3  # after seeing one rank exit, let the ranks that die of losing it be seen too
@@ -125,13 +125,15 @@ class LocalLauncher:
                 ranks.append(self._start(plan.cell_id, command, logs_dir))
             deployment = LocalDeployment(plan.cell_id, plan.base_url, ranks)
             deployment.boot_seconds = wait_until_ready(
-                HttpOk(plan.health_url),
+                OurServer(plan),
                 Deadline(self.settings.boot_timeout_s, self.settings.poll_s),
                 deployment.check, cell_id=plan.cell_id, last_lines=deployment.rank0_log_tail,
             )
             yield deployment
         finally:
             with signals_deferred():  # a second Ctrl-C must not leave a rank behind
+                for rank in ranks:  # a stopped rank (SIGSTOP) cannot act on SIGTERM: let it, not wait out the grace
+                    signal_group(rank.process.pid, signal.SIGCONT)
                 stop_all([rank.process for rank in ranks], self.settings.stop_grace_s)
 
     def _start(self, cell_id: str, command: RankCommand, logs_dir: Path) -> _Rank:
@@ -175,6 +177,8 @@ def remove_started(entry: dict) -> str | None:
         process = psutil.Process(pid)
         if started is None or abs(process.create_time() - started) > 1.0:
             return None  # gone, and the pid reused by someone else: not ours to touch
+        if process.status() == psutil.STATUS_ZOMBIE and not descendants(pid):
+            return None  # already dead (killed with the run, PDEATHSIG), only not yet reaped: nothing to remove
     except (psutil.Error, TypeError, ValueError):
         return None
     members = [process, *descendants(pid)]

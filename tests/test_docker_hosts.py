@@ -149,3 +149,30 @@ def test_image_choice(server, image_setting, plan_image, expected):
     launcher = DockerLauncher(DockerSettings(server=server, image=image_setting, inventory=load_inventory(None, {})))
     plan = LaunchPlan("c", (RankCommand(0, list(SGLANG_ENTRYPOINT)),), "http://h/health", "http://h", image=plan_image)
     assert launcher.image_for(plan) == expected
+
+
+def remote_launcher(tmp_path, run_id: str) -> DockerLauncher:
+    """Two nodes on remote engines (ssh:// is never dialled for placement) whose addresses are loopback, so the
+    free-port check really connects."""
+    path = tmp_path / f"hosts-{run_id}.yaml"
+    path.write_text("hosts:\n  - url: ssh://ci@node-1\n    address: 127.0.0.1\n"
+                    "  - url: ssh://ci@node-2\n    address: 127.0.0.2\n")
+    return DockerLauncher(DockerSettings(run_id=run_id, inventory=load_inventory(str(path), {})))
+
+
+def test_two_runs_on_the_same_remote_engines_get_different_ports(tmp_path):
+    first = remote_launcher(tmp_path, "run-a").placement(2)
+    second = remote_launcher(tmp_path, "run-b").placement(2)
+    assert first.port != second.port and first.dist_port != second.dist_port
+    assert first.bind_hosts == ("127.0.0.1", "127.0.0.2") == second.bind_hosts
+
+
+def test_a_port_something_listens_on_is_skipped(tmp_path):
+    import socket
+
+    expected = remote_launcher(tmp_path, "run-c").placement(2)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.2", expected.port))  # node 2 already serves something there
+        busy.listen()
+        placed = remote_launcher(tmp_path, "run-c").placement(2)
+    assert placed.port != expected.port

@@ -10,7 +10,9 @@ import pytest
 import requests
 
 from launchers.contract import LaunchFailed, LaunchTimeout
+from ground.errors import InfraError
 from launchers.local import LocalLauncher, LocalSettings
+from launchers.processes import free_port
 from tests.process_table import assert_none_left
 from tests.sim_plans import FAST_SIM, make_plan
 
@@ -80,4 +82,22 @@ def test_losing_a_rank_is_seen_and_the_group_torn_down(tmp_path, marker):
             pytest.fail("rank 1 was configured to exit after 1 s")
     assert caught.value.node_rank == 1
     assert caught.value.rank_exit_code != 0
+    assert_none_left(marker)
+
+
+def test_another_server_on_the_port_is_never_taken_for_ours(tmp_path, marker):
+    """Another run's server already answers /health on the port: the launch fails (its server args are not
+    ours, or our rank cannot bind), it never serves the suites someone else's numbers."""
+    from launchers.plan_types import Placement
+    from tests.sim_fixtures import running_sim
+
+    with running_sim(["--served-model-name", "someone-elses-run"], tmp_path / "foreign.log") as foreign:
+        launcher = launcher_with()
+        plan = make_plan(Placement.loopback(1, port=foreign.port, dist_port=free_port()), 1, marker)
+        with pytest.raises((LaunchFailed, InfraError)) as caught:
+            with launcher.launch(plan, tmp_path / "logs"):
+                pytest.fail("a foreign server was taken for ours")
+        said = str(caught.value)
+        assert "not the one this run launched" in said or "Address already in use" in said or "OSError" in said
+        assert foreign.health() == 200  # and theirs is left alone
     assert_none_left(marker)
