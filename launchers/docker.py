@@ -55,6 +55,7 @@ from launchers.wait import Deadline, OurServer, wait_until_ready
 _EXITED = ("exited", "dead")
 SETTLE_S = 0.5  # after seeing one rank exit, let every engine catch up before naming the culprit
 REMOTE_PORT_TRIES = 20
+LOG_RECONNECT_S = 1.0  # pause before following a container's log again after its stream ended
 
 def build(context: LaunchContext, options: Mapping[str, Any]) -> "DockerLauncher":
     """The registry's constructor (launchers.registry): --hosts, --pull and --image arrive in ``options``."""
@@ -350,7 +351,9 @@ class _LogPump:
     """Copies one container's output into its rank log as it comes, secrets redacted.
 
     A follow stream may never end after the container exits, so the pump is a daemon thread whose stream
-    teardown closes; ``finish`` then rewrites the file from the engine's complete, non-streamed log.
+    teardown closes; ``finish`` then rewrites the file from the engine's complete, non-streamed log. A stream
+    may also end while the container still runs (an idle HTTP connection dropped by the client or a proxy):
+    the pump then reconnects from the last line's timestamp, so the rank log stays live.
     """
 
     def __init__(self, container, path: Path, header: str, secrets: list[str]):
@@ -365,22 +368,44 @@ class _LogPump:
         self._thread.start()
 
     def _pump(self) -> None:
-        pending = b""
-        with contextlib.suppress(Exception):  # the stream ends by closing, or with the engine
-            self._stream = self.container.logs(stream=True, follow=True, stdout=True, stderr=True)
-            for chunk in self._stream:
-                pending += chunk
-                complete, _, pending = pending.rpartition(b"\n")
-                if complete:
-                    self._append(complete + b"\n")
-        if pending:
-            self._append(pending)
+        since: float | None = None
+        while not self._finished:
+            pending = b""
+            with contextlib.suppress(Exception):  # the stream ends by closing, with the engine, or idle
+                self._stream = self.container.logs(stream=True, follow=True, stdout=True, stderr=True,
+                                                   timestamps=True, since=since)
+                for chunk in self._stream:
+                    pending += chunk
+                    complete, _, pending = pending.rpartition(b"\n")
+                    if complete:
+                        since = self._append(complete + b"\n") or since
+            if pending:
+                since = self._append(pending) or since
+            if self._finished or not self._running():
+                return
+            time.sleep(LOG_RECONNECT_S)
 
-    def _append(self, data: bytes) -> None:
+    def _running(self) -> bool:
+        try:
+            self.container.reload()
+            return self.container.status == "running"
+        except (docker.errors.APIError, requests.RequestException):
+            return False
+
+    def _append(self, data: bytes) -> float | None:
+        """Write timestamped lines without their stamps; return the last line's time (to reconnect after it)."""
+        lines, last = [], None
+        for line in data.decode("utf-8", "replace").splitlines(keepends=True):
+            stamp, _, text = line.partition(" ")
+            when = _seconds(stamp)
+            if when != float("inf"):
+                last, line = when, text
+            lines.append(line)
         with self._lock:
             if not self._finished:
                 with open(self.path, "a") as handle:
-                    handle.write(redact(data.decode("utf-8", "replace"), self.secrets))
+                    handle.write(redact("".join(lines), self.secrets))
+        return None if last is None else last + 1e-6
 
     def last_lines(self, count: int) -> list[str]:
         """The container's last lines, straight from the engine (the pump may lag behind)."""

@@ -176,3 +176,42 @@ def test_a_port_something_listens_on_is_skipped(tmp_path):
         busy.listen()
         placed = remote_launcher(tmp_path, "run-c").placement(2)
     assert placed.port != expected.port
+
+
+class StreamDroppingContainer:
+    """Test stand-in for a docker-py Container whose log stream ends twice while it still runs (an idle
+    connection dropped), then exits: the calls the log pump makes, nothing else."""
+
+    def __init__(self):
+        self.calls: list = []
+        self.status = "running"
+        self.streams = [[b"2026-11-30T10:00:00.100000000Z booting\n"],
+                        [b"2026-11-30T10:00:40.000000000Z still loading\n2026-11-30T10:00:41.5Z ready\n"],
+                        [b"2026-11-30T10:01:00.000000000Z ValueError: late\n"]]
+
+    def logs(self, stream=False, follow=False, stdout=True, stderr=True, timestamps=False, since=None, tail=None):
+        self.calls.append(since)
+        chunks = self.streams.pop(0)
+        if not self.streams:
+            self.status = "exited"
+        return iter(chunks)
+
+    def reload(self):
+        pass
+
+
+def test_a_log_stream_that_ends_while_the_rank_runs_is_followed_again(tmp_path):
+    from launchers.docker import _LogPump
+
+    container = StreamDroppingContainer()
+    pump = _LogPump(container, tmp_path / "0.log", "# header\n", secrets=[])
+    pump._pump()  # the thread's body, run here
+    assert (tmp_path / "0.log").read_text() == "# header\nbooting\nstill loading\nready\nValueError: late\n"
+    assert container.calls[0] is None  # from the start, then after each last line seen
+    assert container.calls[2] == pytest.approx(_epoch("2026-11-30T10:00:41.5"), abs=1e-3)  # from the last line
+
+
+def _epoch(text: str) -> float:
+    from datetime import datetime, timezone
+
+    return datetime.fromisoformat(text).replace(tzinfo=timezone.utc).timestamp()
