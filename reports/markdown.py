@@ -34,6 +34,7 @@ CONFIG_SUMMARY = {
     "moe_a2a_backend": ("a2a {}", ("none",)), "speculative_algorithm": ("{}", ()),
 }
 PROBLEM_WIDTH = 140  # characters of an error shown in a table cell
+DETAILED_PASSING_CELLS = 200  # up to this many cells in a run, every cell gets its own section
 
 
 def step_summary(results: RunResults) -> str:
@@ -49,9 +50,16 @@ def render_markdown(results: RunResults, baseline: Baseline | None = None, compa
 
 
 def render_cells(results: RunResults, baseline: Baseline | None = None, comparison: str | None = None) -> str:
-    """The baseline's warnings, one section per cell, then ``comparison`` (already markdown)."""
+    """The baseline's warnings, one section per cell, then ``comparison`` (already markdown). In a run of more
+    than DETAILED_PASSING_CELLS cells, passing cells keep only their overview row: a page of ten thousand
+    sections is read by nobody and takes a minute to render (bench/results_scale.py)."""
+    detailed = [cell for cell in results.cells
+                if len(results.cells) <= DETAILED_PASSING_CELLS or cell.status.failing]
     sections = [_baseline_section(baseline), "## Cells"]
-    sections += [_cell_section(cell, baseline) for cell in results.cells]
+    if len(detailed) < len(results.cells):
+        sections.append(f"{len(results.cells) - len(detailed)} cells that passed are listed in the overview only; "
+                        "results.json holds every number.")
+    sections += [_cell_section(cell, baseline) for cell in detailed]
     if comparison:
         sections.append(comparison.rstrip("\n"))
     return "\n\n".join(section for section in sections if section) + "\n"

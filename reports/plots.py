@@ -16,7 +16,7 @@ from ground.records import CellResult, RunResults
 from reports.metrics import METRICS, format_value, label
 
 BAR_HEIGHT_IN = 0.28  # inches per bar
-MAX_BARS = 400  # beyond this a chart gets taller than image formats like (and than anyone reads)
+MAX_BARS = 100  # beyond this a chart is taller than anyone reads (and drawing it costs seconds: bench/results_scale.py)
 WIDTH_IN = 9.0
 DPI = 100
 BETTER_COLOR, WORSE_COLOR, GATE_COLOR = "#2e7d32", "#c62828", "#d50000"

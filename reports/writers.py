@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from ground.records import RunResults
@@ -38,3 +40,26 @@ def write_reports(run_dir: Path | str, results: RunResults, baseline: Baseline |
                   compare_to: RunResults | None = None) -> list[Path]:
     """Write junit.xml, report.md and report.html into ``run_dir``; returns the paths written."""
     return write_rendered(run_dir, render_reports(results, baseline, compare_to))
+
+
+def write_failure_reports(run_dir: Path | str, results: RunResults, why: str) -> None:
+    """When the reports cannot be rendered: replace them with plain ones that say so and are red, never leave
+    stale ones that may be green (results.json, written first, keeps what was measured)."""
+    run_dir = Path(run_dir)
+    markdown = (f"# dspark-ci run `{results.run_id}`\n\n❌ **FAILED**: {why}. results.json and results.jsonl hold "
+                f"what was measured ({len(results.cells)} cells); render them again with "
+                f"`dspark-ci report {run_dir}`.\n")
+    suite = ET.Element("testsuite", {"name": f"dspark-ci {results.run_id}", "tests": "1", "failures": "0",
+                                     "errors": "1", "skipped": "0"})
+    testcase = ET.SubElement(suite, "testcase", {"classname": "dspark-ci", "name": "reports"})
+    ET.SubElement(testcase, "error", {"type": "error", "message": why}).text = why
+    root = ET.Element("testsuites", {key: suite.get(key, "") for key in ("name", "tests", "failures", "errors")})
+    root.append(suite)
+    page = f"<!doctype html>\n<meta charset=\"utf-8\">\n<p>❌ <b>FAILED</b>: {html.escape(why)}</p>\n"
+    for name, text in (("report.md", markdown), ("junit.xml", ET.tostring(root, encoding="unicode",
+                                                                           xml_declaration=True) + "\n"),
+                       ("report.html", page)):
+        try:
+            write_text_atomically(run_dir / name, text)
+        except OSError:
+            (run_dir / name).unlink(missing_ok=True)
