@@ -79,9 +79,10 @@ class IndexedRun:
     def owner_alive(self) -> bool:
         """The process that ran it still exists (same pid and start time: a reused pid is not it)."""
         try:
-            return abs(psutil.Process(self.pid).create_time() - self.pid_started) < 1.0
+            owner = psutil.Process(self.pid)
+            return abs(owner.create_time() - self.pid_started) < 1.0 and owner.status() != psutil.STATUS_ZOMBIE
         except psutil.Error:
-            return False
+            return False  # gone (a killed run not yet reaped by its parent counts as gone too)
 
     @property
     def ledger(self) -> Ledger:

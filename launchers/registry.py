@@ -65,6 +65,20 @@ ALL_LAUNCHERS: tuple[LauncherKind, ...] = (
         LauncherOption("--image", "container image for every cell (default: the cell's image, or the simulator "
                        "image with --server sim)", metavar="IMAGE"),
     )),
+    LauncherKind("slurm", "every cell as one Slurm job, one task per node (docs/SLURM.md)", "launchers.slurm", (
+        LauncherOption("--slurm-partition", "Slurm partition (default $DSPARK_SLURM_PARTITION, else the cluster's "
+                       "default)", metavar="PARTITION"),
+        LauncherOption("--slurm-account", "account charged for the jobs (sbatch --account)", metavar="ACCOUNT"),
+        LauncherOption("--slurm-time", "time limit of each job (sbatch --time), e.g. 02:00:00", metavar="TIME"),
+        LauncherOption("--slurm-extra", "one more sbatch option, e.g. --slurm-extra=--qos=high (repeatable)",
+                       metavar="ARG", repeatable=True),
+        LauncherOption("--slurm-gpus", "how GPUs per node are requested: --gpus-per-node=N or --gres=gpu:N",
+                       choices=("gpus-per-node", "gres"), default="gpus-per-node"),
+        LauncherOption("--slurm-container", "run each rank in a container: pyxis:IMAGE or apptainer:IMAGE "
+                       "(default: plain processes)", metavar="KIND:IMAGE"),
+        LauncherOption("--slurm-queue-timeout", "seconds a job may stay pending before the cell fails (default 600 "
+                       "with --server sim, 3600 with sglang); the boot timeout starts when it runs", metavar="SECONDS"),
+    )),
 )
 BY_NAME: Mapping[str, LauncherKind] = {kind.name: kind for kind in ALL_LAUNCHERS}
 NAMES: tuple[str, ...] = tuple(BY_NAME)
