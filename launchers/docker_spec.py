@@ -11,7 +11,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from docker.types import DeviceRequest
 
@@ -97,7 +97,8 @@ DEVICE_ACCESS: dict[str, Callable[[DockerHost], dict]] = {"cuda": _cuda_access, 
 def container_spec(command: RankCommand, host: DockerHost, image: str, labels: Mapping[str, str],
                    settings: DockerSettings, device: str) -> dict:
     """Keyword arguments for ``client.containers.create`` for one node rank (no secrets resolved here)."""
-    spec = {
+    volumes: dict[str, dict[str, str]] = {}
+    spec: dict[str, Any] = {
         "image": image,
         "command": server_argv(command, settings.server, python="python3"),
         "name": container_name(labels, command.node_rank),
@@ -107,14 +108,14 @@ def container_spec(command: RankCommand, host: DockerHost, image: str, labels: M
         "shm_size": settings.shm_size,
         "init": True,  # a real PID 1 forwards SIGTERM, so `stop` is quick
         "detach": True,
-        "volumes": {},
+        "volumes": volumes,
     }
     if settings.server == "sglang":  # the simulator needs no devices and downloads nothing
         access = DEVICE_ACCESS.get(device, lambda _host: {})(host)
-        spec["volumes"].update(access.pop("volumes", {}))
+        volumes.update(access.pop("volumes", {}))
         spec.update(access)
         if settings.hf_cache:
-            spec["volumes"][settings.hf_cache] = {"bind": HF_CACHE_IN_CONTAINER, "mode": "rw"}
+            volumes[settings.hf_cache] = {"bind": HF_CACHE_IN_CONTAINER, "mode": "rw"}
     return spec
 
 

@@ -423,7 +423,7 @@ def render_job(plan: LaunchPlan, logs_dir: Path, settings: SlurmSettings, launch
     lines += ['    *) dspark_exit "$rank" 97 "dspark-ci: no command for node rank $rank" ;;', "    esac"]
     if container == "apptainer":
         binds = ",".join([str(logs_dir), *s.container_mounts])
-        image = shlex.quote(s.container_image)
+        image = shlex.quote(s.container_image or '')
         lines.append(f'    set -- apptainer exec --nv --bind {shlex.quote(binds)} {image} "$@"')
     lines += [
         "    # Slurm stopping the step (scancel, time limit, another task's bad exit) is not this rank's own failure:",
@@ -441,7 +441,7 @@ def render_job(plan: LaunchPlan, logs_dir: Path, settings: SlurmSettings, launch
             '--output="$DSPARK_LOGS/%n.log"']
     if container == "pyxis":
         mounts = ",".join([f"{logs_dir}:{logs_dir}", *s.container_mounts])
-        srun += [f"--container-image={shlex.quote(s.container_image)}", f"--container-mounts={shlex.quote(mounts)}"]
+        srun += [f"--container-image={shlex.quote(s.container_image or '')}", f"--container-mounts={shlex.quote(mounts)}"]
     lines.append(" ".join(srun) + " bash -c 'dspark_task'")
     return JobSpec(name=name, comment=comment, script="\n".join(lines) + "\n", env=job_env, secrets=secrets)
 
@@ -587,6 +587,8 @@ class _Job:
             s.ledger.record("slurm", self.plan.cell_id, None, job_id=self.job_id, **record)
 
     def info(self, max_age_s: float = INFO_MAX_AGE_S) -> dict[str, str]:
+        if self.job_id is None:
+            return {}
         if time.monotonic() - self._info_at > max_age_s:
             self._info = job_info(self.job_id, self.env, self.settings.command_timeout_s)
             self._info_at = time.monotonic()
