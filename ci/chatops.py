@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import fnmatch
 import json
-from difflib import get_close_matches
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from difflib import get_close_matches
 from pathlib import Path
 from typing import Callable, Mapping, Protocol
 

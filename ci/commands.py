@@ -100,15 +100,10 @@ def split_command(comment: str) -> tuple[str, list[str]]:
     """The command name and its arguments (unchecked); raises NotACommand for anything else."""
     tokens = first_line(comment).split()
     if not tokens or tokens[0] not in COMMANDS:
-        word = tokens[0] if tokens else ""
+        word = tokens[0][:40] if tokens else ""
         near = difflib.get_close_matches(word.lower(), COMMANDS, n=1, cutoff=0.75) if word.startswith("/") else []
         raise NotACommand(near[0] if near else None)
     return tokens[0], tokens[1:]
-
-
-def parse_comment(comment: str) -> Command:
-    """The command on the comment's first line; raises CommentRejected for anything else."""
-    return parse_arguments(*split_command(comment))
 
 
 def parse_arguments(name: str, args: list[str]) -> Command:

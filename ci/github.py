@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
+from urllib.parse import quote
 
 import requests
 import tenacity
@@ -69,7 +70,19 @@ class GitHub:
                    else "check that the token may do this")
             raise GitHubError(f"GitHub API {method} {path} answered {response.status_code}: "
                               f"{response.text[:200]} ({fix})", response.status_code, retry_after)
-        return response.json() if response.content else None
+        try:
+            return response.json() if response.content else None
+        except ValueError:
+            raise GitHubError(f"GitHub API {method} {path} answered {response.status_code} with no JSON: "
+                              f"{response.text[:200]!r} (check GITHUB_API_URL)") from None
+
+    def _get(self, answer, *keys: str):
+        """``answer[k1][k2]...``; a missing key is GitHub answering something else: an InfraError, not a crash."""
+        for key in keys:
+            if not isinstance(answer, dict) or key not in answer:
+                raise GitHubError(f"GitHub API answer has no {'.'.join(keys)} (check GITHUB_API_URL)")
+            answer = answer[key]
+        return answer
 
     def _worth_retrying(self, err: BaseException) -> bool:
         if not isinstance(err, GitHubError):
@@ -87,10 +100,10 @@ class GitHub:
     # --- the calls ------------------------------------------------------------------------------
 
     def post_comment(self, pr: int, body: str) -> int:
-        return self._call("POST", f"/issues/{pr}/comments", {"body": body})["id"]
+        return self._get(self._call("POST", f"/issues/{pr}/comments", {"body": body}), "id")
 
     def comment_body(self, comment_id: int) -> str:
-        return self._call("GET", f"/issues/comments/{comment_id}")["body"] or ""
+        return self._get(self._call("GET", f"/issues/comments/{comment_id}"), "body") or ""
 
     def edit_comment(self, comment_id: int, body: str) -> None:
         self._call("PATCH", f"/issues/comments/{comment_id}", {"body": body})
@@ -105,17 +118,17 @@ class GitHub:
         self._call("POST", f"/actions/workflows/{workflow}/dispatches", {"ref": ref, "inputs": inputs})
 
     def pr_head_sha(self, pr: int) -> str:
-        return self._call("GET", f"/pulls/{pr}")["head"]["sha"]
+        return str(self._get(self._call("GET", f"/pulls/{pr}"), "head", "sha"))
 
     def permission(self, login: str) -> str:
         """The user's permission on the repository: admin | write | read | none."""
         try:
-            answer = self._call("GET", f"/collaborators/{login}/permission")
+            answer = self._call("GET", f"/collaborators/{quote(login, safe='')}/permission")
         except GitHubError as err:
             if err.status == 404:  # not a collaborator at all
                 return "none"
             raise
-        return str(answer.get("permission") or "none")
+        return str(answer.get("permission") or "none") if isinstance(answer, dict) else "none"
 
     def last_accepted(self, pr: int, login: str) -> datetime | None:
         """When the bot last accepted a rerun command from ``login`` on this PR (for cooldowns)."""
@@ -123,9 +136,12 @@ class GitHub:
         latest = None
         for page in range(1, 4):  # 300 comments at most: a bounded cost per command
             comments = self._call("GET", f"/issues/{pr}/comments", params={"per_page": 100, "page": page}) or []
-            for comment in comments:
+            for comment in comments if isinstance(comments, list) else []:
                 if (comment.get("user") or {}).get("type") == "Bot" and marker in (comment.get("body") or ""):
-                    latest = datetime.fromisoformat(comment["created_at"].replace("Z", "+00:00"))
+                    try:
+                        latest = datetime.fromisoformat(str(comment.get("created_at")).replace("Z", "+00:00"))
+                    except ValueError:
+                        continue
             if len(comments) < 100:
                 break
         return latest
@@ -133,9 +149,10 @@ class GitHub:
     def rerun_failed_runs(self, pr: int) -> int:
         """Rerun the failed jobs (and whole skipped runs) of the PR head's workflow runs; how many."""
         head_sha = self.pr_head_sha(pr)
-        runs = self._call("GET", "/actions/runs", params={"head_sha": head_sha, "per_page": 100})
+        runs = self._get(self._call("GET", "/actions/runs", params={"head_sha": head_sha, "per_page": 100}),
+                         "workflow_runs")
         rerun = 0
-        for run in runs.get("workflow_runs", []):
+        for run in runs if isinstance(runs, list) else []:
             # A skipped run has no failed jobs to rerun: it needs a full rerun.
             endpoint = {"failure": "rerun-failed-jobs", "skipped": "rerun"}.get(run.get("conclusion"))
             if run.get("status") == "completed" and endpoint:
