@@ -20,7 +20,8 @@ formats:
   table   aligned columns for people (default)
   json    {{"cells": [CELL, ...]}}: each cell as in CONTRACT.md, with "ranks" (per-node argv and env
           for SGLang 0.5.23, placed on a template: bind 0.0.0.0, leader ${{NODE0_ADDR}})
-  github  {{"include": [{{"cell": ID, "runner": LABEL, "matrix": PATH}}, ...]}} for
+  github  {{"include": [{{"cell": ID, "runner": LABEL, "matrix": PATH, "expect": OUTCOME,
+          "nnodes": N}}, ...]}} for
           `strategy.matrix: ${{{{ fromJSON(needs.plan.outputs.matrix) }}}}`, on one line.
           Past {GITHUB_MAX_JOBS} cells (GitHub's per-matrix job limit) the output becomes
           {{"chunks": [{{"include": [...]}}, ...]}} with at most {GITHUB_MAX_JOBS} entries per chunk, in cell
@@ -63,7 +64,8 @@ def render_json(cells: list[Cell], plans: dict[str, LaunchPlan]) -> str:
 
 def github_matrix(cells: list[Cell]) -> tuple[dict, str | None]:
     """The strategy.matrix object, and a note for stderr when it had to be split."""
-    include = [{"cell": c.id, "runner": c.runner, "matrix": c.matrix} for c in cells]
+    include = [{"cell": c.id, "runner": c.runner, "matrix": c.matrix, "expect": c.expect.outcome,
+                "nnodes": c.nnodes} for c in cells]
     if len(include) <= GITHUB_MAX_JOBS:
         return {"include": include}, None
     chunks = [{"include": include[i:i + GITHUB_MAX_JOBS]} for i in range(0, len(include), GITHUB_MAX_JOBS)]
