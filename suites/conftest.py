@@ -3,7 +3,8 @@
 Standalone:   pytest suites/ --base-url http://HOST:PORT [--dspark-out OUT.json] [...]
 In a run:     python -m pytest suites/test_<name>.py --base-url URL --dspark-out OUT.json \
                   --suite-options OPTIONS.json -p no:cacheprovider
-Without --base-url every suite test is skipped with the reason, so `pytest suites/` never hangs.
+Without --base-url, collecting a suite test is a usage error (exit 4, as pytest's own), never a green run of
+skipped tests that measured nothing; ``--collect-only`` still lists them.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from suites.server import Server, connect
 SUITES_DIR = Path(__file__).parent
 CONFIG_KEY = pytest.StashKey[SuiteConfig]()
 OUTPUT_KEY = pytest.StashKey[SuiteOutput]()
-NO_SERVER_REASON = "no server under test: pass --base-url http://HOST:PORT (see suites/README.md)"
+NO_SERVER = ("no server under test: pass --base-url http://HOST:PORT (an SGLang server; or start the simulated one "
+             "with `dspark-ci sim --model-path m --port 30000`; see suites/README.md)")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -85,11 +87,10 @@ def _build_config(config: pytest.Config) -> SuiteConfig:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.stash[CONFIG_KEY].base_url:
+    if config.stash[CONFIG_KEY].base_url or config.option.collectonly:
         return
-    for item in items:
-        if SUITES_DIR in Path(item.path).parents:
-            item.add_marker(pytest.mark.skip(reason=NO_SERVER_REASON))
+    if any(SUITES_DIR in Path(item.path).parents for item in items):
+        raise pytest.UsageError(NO_SERVER)
 
 
 @pytest.fixture(scope="session")

@@ -67,3 +67,4 @@ def test_a_run_refused_at_preflight_leaves_no_directory_behind(tmp_path):
     done = dspark("run", SMOKE, "--out", str(tmp_path / "a" / "b"), "--server", "sglang")
     assert_one_short_message(done, 3, "SGLang is not installed")
     assert not (tmp_path / "a").exists()
+
