@@ -68,3 +68,15 @@ def test_a_run_refused_at_preflight_leaves_no_directory_behind(tmp_path):
     assert_one_short_message(done, 3, "SGLang is not installed")
     assert not (tmp_path / "a").exists()
 
+
+
+def test_a_matrix_crossing_to_a_billion_cells_is_refused_at_once_with_the_count(tmp_path):
+    axes = "\n".join(f"  {key}: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]" for key in (
+        "tp", "dp", "cp", "pp", "gpus_per_node", "nnodes", "speculative_block_size", "speculative_num_steps",
+        "speculative_eagle_topk"))
+    matrix = tmp_path / "huge.yaml"
+    matrix.write_text(f"hardware: {{cuda: h200}}\ndefaults:\n  model: m\n  model_slug: m\naxes:\n{axes}\n")
+    for verb in ("plan", "run"):
+        done = dspark(verb, str(matrix), timeout=20)
+        assert_one_short_message(done, 2, f"{matrix}:6: this matrix expands to 1,000,000,000 cells")
+        assert "more than the 10,000 a matrix may hold" in done.stderr
