@@ -22,7 +22,7 @@ VERBS = {
     "run": "Launch each selected cell, run the suites against it, gate, and write results and reports.",
     "report": "Render the reports of a run directory again, optionally side by side with another run.",
     "chatops": "Parse a PR comment, check permission, resolve test paths, print the reply and dispatch plan.",
-    "sim": "The simulated SGLang server: takes python3 -m sglang.launch_server's flags.",
+    "sim": "The simulated SGLang server: SGLang's launch_server flags; behaviour from DSPARK_SIM_* (sim --help).",
     "cleanup": "Remove exactly what a killed run recorded it started (processes, containers, jobs).",
 }
 

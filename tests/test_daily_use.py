@@ -4,6 +4,7 @@ bounds, the simulator's own help, suites that say what answered. Every test goes
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 from pathlib import Path
 
@@ -80,3 +81,36 @@ def test_a_matrix_crossing_to_a_billion_cells_is_refused_at_once_with_the_count(
         done = dspark(verb, str(matrix), timeout=20)
         assert_one_short_message(done, 2, f"{matrix}:6: this matrix expands to 1,000,000,000 cells")
         assert "more than the 10,000 a matrix may hold" in done.stderr
+
+
+def test_sim_help_documents_the_simulator_first_then_sglangs_flags():
+    done = dspark("sim", "--help")
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    assert text.startswith("usage: dspark-ci sim --model-path PATH") and len(text.splitlines()) < 300
+    for knob in ("DSPARK_SIM_ACCEPT_PROB", "DSPARK_SIM_BOOT_SECONDS", "DSPARK_SIM_FAULTS", "DSPARK_SIM_GPQA_PATH"):
+        assert knob in text
+    for fault in ("accept_collapse", "boot_reject=MESSAGE", "rank_exit=RANK:SECONDS", "malformed_stream"):
+        assert fault in text
+    assert text.index("DSPARK_SIM_FAULTS") < text.index("--speculative-algorithm")
+
+
+def test_a_mistyped_sim_flag_is_two_lines_naming_the_closest_flag():
+    done = dspark("sim", "--model-path", "m", "--prot", "30000")
+    assert done.returncode == 2
+    assert "unrecognized arguments: --prot 30000 (did you mean: --prot -> --port?)" in done.stderr
+    assert len(done.stderr.splitlines()) == 2, done.stderr
+
+
+def test_sim_on_a_busy_port_says_so_in_one_line(tmp_path):
+    import socket
+
+    with socket.socket() as taken:  # somebody else's server
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = dspark("sim", "--model-path", "m", "--port", str(port), env={**os.environ,
+                                                                          "DSPARK_SIM_BOOT_SECONDS": "0"})
+    assert done.returncode == 1  # as SGLang (uvicorn) exits on a bind error
+    assert done.stderr.strip().splitlines() == [
+        f"OSError: [Errno 98] error while attempting to bind on address ('127.0.0.1', {port}): address already in use"]
