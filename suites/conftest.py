@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import openai
 import pytest
+import requests
 
 from suites.config import (
     SuiteConfig, SuiteInputError, freeze, load_options_file, merge_options, normalize_base_url,
 )
 from suites.output import SuiteOutput
-from suites.server import Server, connect
+from suites.server import NotTheServer, Server, connect
 
 SUITES_DIR = Path(__file__).parent
 CONFIG_KEY = pytest.StashKey[SuiteConfig]()
@@ -107,8 +109,22 @@ def suite_output(pytestconfig: pytest.Config) -> SuiteOutput:
 def server(suite_config: SuiteConfig) -> Server:
     try:
         return connect(suite_config)
-    except Exception as err:  # any failure here means the same thing to the user
-        pytest.fail(f"cannot reach the server at {suite_config.base_url}: {err}", pytrace=False)
+    except NotTheServer as err:
+        problem = str(err)
+    pytest.fail(problem, pytrace=False)  # outside the except: one line, no chained traceback
+
+
+# Errors of the server's API, as one line each: what a user needs is what the server said, not the client's stack.
+API_ERRORS = (openai.OpenAIError, requests.RequestException)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    if call.excinfo is not None and isinstance(call.excinfo.value, API_ERRORS) and report.failed:
+        error = call.excinfo.value
+        report.longrepr = f"{item.nodeid}: the server's API failed: {type(error).__name__}: {error}"
+    return report
 
 
 class OutputPlugin:

@@ -229,3 +229,27 @@ def test_parity_reports_where_an_altered_reference_differs(tmp_path, spec_server
     assert output["metrics"]["parity_mismatches"] == 1
     differing = [r for r in output["records"]["parity"] if not r["match"]]
     assert [(r["prompt_index"], r["first_difference"]) for r in differing] == [(1, position)]
+
+
+@pytest.fixture
+def not_sglang():
+    """Something that answers HTTP but is no OpenAI-compatible server: a static file server."""
+    import http.server
+    import threading
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.mark.parametrize("suite", ["gpqa", "accept", "speed", "parity"])
+@pytest.mark.parametrize("model", [[], ["--model", "m"]], ids=["any-model", "model-given"])
+def test_a_server_that_is_not_sglang_is_named_in_one_line_and_never_passes(not_sglang, suite, model):
+    done = subprocess.run([sys.executable, "-m", "pytest", f"suites/test_{suite}.py", "-p", "no:cacheprovider", "-q",
+                           "--base-url", not_sglang, *model, "--gpqa-dataset", "suites/data/gpqa_synthetic.csv"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout
+    assert (f"{not_sglang} answers, but not as an OpenAI-compatible SGLang server: GET {not_sglang}/v1/models gave "
+            "HTTP 404 (SimpleHTTP") in done.stdout
+    assert "Traceback" not in done.stdout and "During handling" not in done.stdout and len(done.stdout.splitlines()) < 20
