@@ -40,6 +40,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--suite-option", action="append", default=[], metavar="SUITE.KEY=VALUE",
                     help="override one option, e.g. gpqa.repeats=4 (repeatable; VALUE is JSON or a string)")
     group.addoption("--dspark-out", metavar="OUT.json", help="write metrics, records and outcomes here")
+    group.addoption("--dspark-progress", metavar="FILE", help="keep the requests done so far here (one line)")
     group.addoption("--gpqa-dataset", metavar="PATH|URL", help="GPQA CSV (overrides gpqa.dataset)")
     group.addoption("--reference-url", help="parity: the same deployment without speculation")
     group.addoption("--reference-file", metavar="FILE.json", help="parity: recorded reference outputs")
@@ -84,7 +85,7 @@ def _build_config(config: pytest.Config) -> SuiteConfig:
         reference_url=normalize_base_url(opt.reference_url) if opt.reference_url else None,
         reference_file=path_or_none(opt.reference_file), save_reference=path_or_none(opt.save_reference),
         cache_dir=Path(opt.cache_dir) if opt.cache_dir else Path.home() / ".cache" / "dspark-ci",
-        out_path=path_or_none(opt.dspark_out),
+        out_path=path_or_none(opt.dspark_out), progress_path=path_or_none(opt.dspark_progress),
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterable, TypeVar
 
 import openai
@@ -16,6 +17,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from suites.config import SuiteConfig
+from suites.progress import ProgressFile
 
 Item, Answer = TypeVar("Item"), TypeVar("Answer")
 
@@ -28,6 +30,7 @@ class Server:
     model: str
     api_key: str
     request_timeout: float
+    progress_path: Path | None = None  # where ask_each reports requests done (suites.progress)
 
     @property
     def api_base(self) -> str:
@@ -39,11 +42,21 @@ class Server:
                              max_retries=max_retries)
 
     def ask_each(self, ask: Callable[[openai.OpenAI, Item], Answer], items: Iterable[Item], concurrency: int,
-                 max_retries: int = 0) -> list[Answer]:
-        """``ask(client, item)`` for every item, ``concurrency`` at a time on one client; answers in item order."""
+                 max_retries: int = 0, label: str = "requests") -> list[Answer]:
+        """``ask(client, item)`` for every item, ``concurrency`` at a time on one client; answers in item order.
+        How many are done is reported under ``label`` (suites.progress)."""
         client = self.client(max_retries)
+        items = list(items)
+        progress = ProgressFile(self.progress_path, label, len(items))
+
+        def one(item: Item) -> Answer:
+            try:
+                return ask(client, item)
+            finally:
+                progress.advance()
+
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
-            return list(pool.map(lambda item: ask(client, item), items))
+            return list(pool.map(one, items))
 
     def get_json(self, path: str) -> dict[str, Any] | None:
         """GET a native endpoint; None when the server does not serve it (404) or it is not JSON."""
@@ -79,7 +92,7 @@ def connect(config: SuiteConfig) -> Server:
     if not models and not config.model:
         raise NotTheServer(f"{config.base_url}/v1/models lists no model; pass --model NAME")
     return Server(base_url=config.base_url, model=config.model or models[0], api_key=config.api_key,
-                  request_timeout=config.request_timeout)
+                  request_timeout=config.request_timeout, progress_path=config.progress_path)
 
 
 def _served_models(config: SuiteConfig) -> list[str]:
