@@ -26,7 +26,7 @@ from typing import Callable, Mapping
 
 from dspark_ci.cell_run import CellContext, pending_result, run_cell
 from dspark_ci.preflight import preflight
-from dspark_ci.progress import Progress
+from dspark_ci.progress import Progress, duration
 from ground.errors import BadInput, ExitCode, InfraError
 from ground.records import CellResult, GateResult, RunResults, Status
 from ground.sglang.release import DEFAULT_VERSION
@@ -111,10 +111,12 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
                                                run_options=options.rerun_options),
                            baseline=baselines.shared(), selected=tuple(cells))
     ctx = CellContext(launcher=launcher, run_dir=run_dir, sglang_version=options.sglang_version,
-                      suites=options.suites, gate=baselines.gate, stage=progress.stage, suite_defaults=suite_defaults)
+                      suites=options.suites, gate=baselines.gate, stage=progress.stage, detail=progress.detail,
+                      suite_defaults=suite_defaults)
+    progress.start(len(cells))
     try:
         for index, cell in enumerate(cells, 1):
-            progress.stage(f"[{index}/{len(cells)}] {cell.id}")
+            progress.cell(index, cell.id)
             try:
                 result = run_cell(cell, ctx)
             except KeyboardInterrupt:  # Ctrl-C / SIGTERM: record it and every cell not reached, then let it through
@@ -124,7 +126,9 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
                 writer.interrupted()
                 raise
             writer.add(result)
-            progress.done(_summary_line(index, len(cells), result))
+            took = progress.cell_done()
+            progress.result(_summary_line(index, len(cells), result, took), passed=result.exit_code == ExitCode.OK,
+                            cell_id=cell.id)
     finally:
         reported = writer.finish()
         progress.close()
@@ -308,8 +312,8 @@ def _cannot_write(run_dir: Path, err: OSError) -> InfraError:
     return InfraError(f"cannot write {run_dir}/results.json: {err.strerror or err} ({check})")
 
 
-def _summary_line(index: int, total: int, result: CellResult) -> str:
-    line = f"[{index}/{total}] {result.id}: {result.status.value.upper()}"
+def _summary_line(index: int, total: int, result: CellResult, took: float) -> str:
+    line = f"[{index}/{total}] {result.id}: {result.status.value.upper()} in {duration(took)}"
     if result.boot_seconds is not None:
         line += f" (boot {result.boot_seconds:.1f}s)"
     if result.error:

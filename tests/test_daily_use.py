@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -114,3 +115,61 @@ def test_sim_on_a_busy_port_says_so_in_one_line(tmp_path):
     assert done.returncode == 1  # as SGLang (uvicorn) exits on a bind error
     assert done.stderr.strip().splitlines() == [
         f"OSError: [Errno 98] error while attempting to bind on address ('127.0.0.1', {port}): address already in use"]
+
+
+ONE_NODE = "dsv4-flash-tp8-a2a-none-dspark-b7-cuda"
+REJECTED = "dsv4-flash-tp8-dp4-dpattn-a2a-none-dspark-b7-cuda"
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def run_in_terminal(args: list[str], columns: int, timeout: float = 180) -> tuple[int, str]:
+    """`dspark-ci ARGS` with stdout and stderr on a pseudo-terminal of ``columns`` columns, as in a tmux pane."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "COLUMNS", "GITHUB_ACTIONS")}
+    process = subprocess.Popen([*DSPARK_CI, *args], stdin=follower, stdout=follower, stderr=follower, cwd=REPO,
+                               env=env)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the terminal closed: every writer exited
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    return process.wait(timeout=timeout), b"".join(chunks).decode(errors="replace")
+
+
+def test_progress_in_an_80_column_terminal_fits_and_shows_elapsed_and_eta(tmp_path):
+    code, screen = run_in_terminal(["run", SMOKE, "--cell", ONE_NODE, "--cell", REJECTED, "--suites", "accept",
+                                    "--out", str(tmp_path / "run")], columns=80)
+    assert code == 0, screen
+    drawn = [ANSI.sub("", piece) for piece in re.split(r"\r|\n", screen) if piece.strip()]
+    # a wrapped live line would leave a stale copy of itself on every redraw; a cell's result is one line
+    too_wide = [piece for piece in drawn if len(piece) >= 80 and not piece.startswith(("    ", "results in "))]
+    assert not too_wide, too_wide
+    live = [piece for piece in drawn if re.search(r"\(\d+s, run \d+s", piece)]  # (stage time, run time[, ETA])
+    assert any(piece.startswith("[1/2] dsv4-flash") and "measuring (accept)" in piece for piece in live), live
+    assert any(piece.startswith("[2/2] dsv4-flash") and "ETA " in piece for piece in live), live
+    assert re.search(rf"\[1/2\] {ONE_NODE}: PASSED in \d+s", screen)
+
+
+def test_progress_in_ci_is_plain_timestamped_lines(tmp_path):
+    done = dspark("run", SMOKE, "--cell", REJECTED, "--out", str(tmp_path / "run"), timeout=120,
+                  env={**os.environ, "CI": "true"})
+    assert done.returncode == 0, done.stderr
+    assert "\r" not in done.stderr and "\x1b" not in done.stderr
+    lines = done.stderr.splitlines()
+    assert all(re.match(r"\[dspark-ci \d\d:\d\d:\d\d \+\d+s\] ", line) for line in lines if line.strip()), lines
+    assert any(f"[1/1] {REJECTED}: REJECTED_AS_EXPECTED in " in line for line in lines)
+    quiet = dspark("run", SMOKE, "--cell", REJECTED, "--out", str(tmp_path / "quiet"), "--quiet", timeout=120,
+                   env={**os.environ, "CI": "true"})
+    assert quiet.returncode == 0 and len(quiet.stderr.splitlines()) == 1 and "results in" in quiet.stderr

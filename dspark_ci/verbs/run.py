@@ -14,6 +14,7 @@ from packaging.version import InvalidVersion, Version
 from ground.errors import BadInput
 from launchers import registry
 from launchers.contract import SERVERS, LaunchContext
+from dspark_ci import progress
 from dspark_ci import run as pipeline
 from ground.run_id import new_run_id
 from ground.sglang.release import DEFAULT_VERSION
@@ -48,6 +49,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="server under test: the embedded simulated SGLang server (default) or real SGLang")
     parser.add_argument("--sglang-version", default=DEFAULT_VERSION,
                         help="SGLang version under test, matched against each expectation's version spec")
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--quiet", "-q", action="store_true",
+                       help="print only cells that did not pass and the run's last lines")
+    shown.add_argument("--verbose", "-v", action="store_true",
+                       help="every stage and every suite's progress as a plain line, even on a terminal")
     parser.add_argument("--boot-timeout", type=positive_seconds, default=None, metavar="SECONDS",
                         help="how long rank 0 may take to become healthy (default 60 for the simulator, 1800 for SGLang)")
     for kind in registry.ALL_LAUNCHERS:
@@ -138,7 +144,8 @@ def run_verb(args: argparse.Namespace) -> int:
                             caller_env=caller_env)
     launcher = kind.build(context, {option.dest: getattr(args, option.dest) for option in kind.options})
     defaults = _gpqa_dataset(caller_env["DSPARK_SIM_GPQA_PATH"]) if args.server == "sim" else (lambda o: o)
-    return pipeline.run(options, launcher, suite_defaults=defaults)
+    verbosity = progress.QUIET if args.quiet else progress.VERBOSE if args.verbose else progress.NORMAL
+    return pipeline.run(options, launcher, suite_defaults=defaults, progress=progress.Progress(verbosity=verbosity))
 
 
 def _raise_terminated(signum, frame):
