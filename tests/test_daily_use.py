@@ -173,3 +173,9 @@ def test_progress_in_ci_is_plain_timestamped_lines(tmp_path):
     quiet = dspark("run", SMOKE, "--cell", REJECTED, "--out", str(tmp_path / "quiet"), "--quiet", timeout=120,
                    env={**os.environ, "CI": "true"})
     assert quiet.returncode == 0 and len(quiet.stderr.splitlines()) == 1 and "results in" in quiet.stderr
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "x"])
+def test_a_pull_request_number_is_checked_when_parsed(value):
+    done = dspark("chatops", "--comment", "/rerun-test test_x.py", "--user", "someone", f"--pr={value}", "--dry-run")
+    assert_one_short_message(done, 2, "argument --pr:")
