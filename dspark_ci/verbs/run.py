@@ -43,8 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default: each cell's own suites)")
     parser.add_argument("--out", type=Path, metavar="DIR", help="run directory (default runs/<run-id>/)")
     parser.add_argument("--force", action="store_true",
-                        help="write into an --out directory that already holds files (the run files in it are replaced, "
-                        "other files are left as they are)")
+                        help="write into an --out directory that already holds files (the run files in it are "
+                        "replaced, other files are left as they are)")
     parser.add_argument("--baseline", metavar="FILE", help="baseline file for every cell (default: each cell's own)")
     parser.add_argument("--server", choices=SERVERS, default=os.environ.get("DSPARK_SERVER", "sim"),
                         help="server under test: the embedded simulated SGLang server (default) or real SGLang")
