@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import json
 import os
 import sys
@@ -25,7 +26,7 @@ from typing import Callable, Mapping
 
 from dspark_ci.cell_run import CellContext, pending_result, run_cell
 from dspark_ci.preflight import preflight
-from dspark_ci.progress import Progress
+from dspark_ci.progress import Progress, duration
 from ground.errors import BadInput, ExitCode, InfraError
 from ground.records import CellResult, GateResult, RunResults, Status
 from ground.sglang.release import DEFAULT_VERSION
@@ -57,6 +58,7 @@ class RunOptions:
     baseline: str | None = None
     sglang_version: str = DEFAULT_VERSION
     rerun_options: tuple[str, ...] = ()  # the options this run was given, repeated by its rerun command
+    force: bool = False  # write into an --out directory that already holds files
 
     @property
     def run_dir(self) -> Path:
@@ -101,17 +103,20 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
     baselines = Baselines.load(cells, options.baseline)
     run_dir = options.run_dir
     progress.stage(f"preflight: {len(cells)} cell(s), {options.launcher} launcher")
-    preflight(cells, launcher, run_dir)
+    with claimed_run_dir(run_dir, options.force, f"--out {run_dir}" if options.out else f"run directory {run_dir}"):
+        preflight(cells, launcher, run_dir)
     Ledger(options.run_id, run_dir).register(os.environ)
     writer = ResultsWriter(run_dir, RunResults(run_id=options.run_id, started_at=_now(), finished_at=None,
                                                launcher=options.launcher, matrices=options.matrices,
                                                run_options=options.rerun_options),
                            baseline=baselines.shared(), selected=tuple(cells))
     ctx = CellContext(launcher=launcher, run_dir=run_dir, sglang_version=options.sglang_version,
-                      suites=options.suites, gate=baselines.gate, stage=progress.stage, suite_defaults=suite_defaults)
+                      suites=options.suites, gate=baselines.gate, stage=progress.stage, detail=progress.detail,
+                      suite_defaults=suite_defaults)
+    progress.start(len(cells))
     try:
         for index, cell in enumerate(cells, 1):
-            progress.stage(f"[{index}/{len(cells)}] {cell.id}")
+            progress.cell(index, cell.id)
             try:
                 result = run_cell(cell, ctx)
             except KeyboardInterrupt:  # Ctrl-C / SIGTERM: record it and every cell not reached, then let it through
@@ -121,7 +126,9 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
                 writer.interrupted()
                 raise
             writer.add(result)
-            progress.done(_summary_line(index, len(cells), result))
+            took = progress.cell_done()
+            progress.result(_summary_line(index, len(cells), result, took), passed=result.exit_code == ExitCode.OK,
+                            cell_id=cell.id)
     finally:
         reported = writer.finish()
         progress.close()
@@ -133,6 +140,42 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
     if reason:
         progress.done(reason)
     return code if reported else max(code, ExitCode.FELL_SHORT)
+
+
+@contextlib.contextmanager
+def claimed_run_dir(run_dir: Path, force: bool, where: str):
+    """Create the run directory and prove it writable, by its real cause when it is not; a directory that already
+    holds files is refused unless ``force``. Whatever the checks inside the block raise, the directories created
+    here are removed again (when still empty): a run refused before it started leaves nothing behind."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise BadInput(where, "is an existing file, not a directory", "pass --out a new directory")
+    if run_dir.is_dir() and any(run_dir.iterdir()) and not force:
+        holds = "a previous run's results" if (run_dir / "results.json").exists() else "files"
+        raise BadInput(where, f"already holds {holds}, which this run would overwrite",
+                       "pass --out a new or empty directory, or add --force to write over it")
+    created = [p for p in (run_dir, *run_dir.parents) if not p.exists()]
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / f".dspark-ci-write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        _remove_empty(created)
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise _cannot_write(run_dir, err) from None
+        raise BadInput(where, f"cannot be written: {err.strerror or err}",
+                       "pass --out a directory you can create and write to") from None
+    try:
+        yield
+    except BaseException:
+        _remove_empty(created)
+        raise
+
+
+def _remove_empty(created: list[Path]) -> None:
+    for path in created:  # deepest first
+        with contextlib.suppress(OSError):
+            path.rmdir()
 
 
 def verdict(results: RunResults, selected: int) -> tuple[ExitCode, str | None]:
@@ -264,12 +307,13 @@ class ResultsWriter:
 
 
 def _cannot_write(run_dir: Path, err: OSError) -> InfraError:
-    return InfraError(f"cannot write {run_dir}/results.json: {err.strerror} (check free disk space and "
-                      f"permissions, or pass --out DIR)")
+    check = ("the disk is full: free some space or pass --out on another disk" if err.errno in (errno.ENOSPC,
+             errno.EDQUOT) else "check that the directory still exists and is writable")
+    return InfraError(f"cannot write {run_dir}/results.json: {err.strerror or err} ({check})")
 
 
-def _summary_line(index: int, total: int, result: CellResult) -> str:
-    line = f"[{index}/{total}] {result.id}: {result.status.value.upper()}"
+def _summary_line(index: int, total: int, result: CellResult, took: float) -> str:
+    line = f"[{index}/{total}] {result.id}: {result.status.value.upper()} in {duration(took)}"
     if result.boot_seconds is not None:
         line += f" (boot {result.boot_seconds:.1f}s)"
     if result.error:

@@ -32,6 +32,7 @@ class LauncherOption:
     choices: tuple[str, ...] | None = None
     default: Any = None
     repeatable: bool = False  # may be given several times (a list of values)
+    seconds: bool = False  # a positive number of seconds, checked when the command line is parsed
 
     @property
     def dest(self) -> str:
@@ -77,7 +78,8 @@ ALL_LAUNCHERS: tuple[LauncherKind, ...] = (
         LauncherOption("--slurm-container", "run each rank in a container: pyxis:IMAGE or apptainer:IMAGE "
                        "(default: plain processes)", metavar="KIND:IMAGE"),
         LauncherOption("--slurm-queue-timeout", "seconds a job may stay pending before the cell fails (default 600 "
-                       "with --server sim, 3600 with sglang); the boot timeout starts when it runs", metavar="SECONDS"),
+                       "with --server sim, 3600 with sglang); the boot timeout starts when it runs", metavar="SECONDS",
+                       seconds=True),
     )),
 )
 BY_NAME: Mapping[str, LauncherKind] = {kind.name: kind for kind in ALL_LAUNCHERS}

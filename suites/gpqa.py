@@ -129,7 +129,7 @@ def extract_answer(content: str, extractor: str) -> str | None:
 def run_examples(server: Server, examples: Sequence[Example], settings: GpqaSettings) -> list[SampleResult]:
     # An eval, not a timing: retry transient errors as simple-evals does (the openai client's backoff).
     return server.ask_each(lambda client, example: ask(client, server.model, example, settings), examples,
-                           settings.concurrency, max_retries=3)
+                           settings.concurrency, max_retries=3, label="gpqa")
 
 
 def ask(client: openai.OpenAI, model: str, example: Example, settings: GpqaSettings) -> SampleResult:

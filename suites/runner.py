@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import requests
 
@@ -24,6 +24,7 @@ from ground.errors import DsparkError, InfraError
 from ground.suites import SUITE_DEFAULTS
 from launchers.contract import Deployment, LaunchFailed
 from launchers.processes import die_with_parent, signal_group
+from suites.progress import read_progress
 
 SUITES_DIR = Path(suites_package.__file__).parent
 SYNTHETIC_GPQA = SUITES_DIR / "data" / "gpqa_synthetic.csv"
@@ -72,6 +73,7 @@ class SuiteRequest:
     model: str | None = None
     reference_url: str | None = None
     extra_args: tuple[str, ...] = ()
+    on_progress: Callable[[str], None] = field(default=lambda _text: None, compare=False)  # "gpqa 37/198 requests"
 
     @property
     def request_timeout_s(self) -> float:
@@ -91,8 +93,11 @@ def run_suites(request: SuiteRequest, watched: Sequence[Deployment] = (), watch:
     out_path = request.work_dir / "suites.json"
     options_path.write_text(json.dumps({k: dict(v) for k, v in request.options.items()}, indent=1))
     out_path.unlink(missing_ok=True)
+    progress_path = request.work_dir / "suites.progress"
+    progress_path.unlink(missing_ok=True)
     argv = [sys.executable, "-m", "pytest", *(str(SUITES_DIR / f"test_{name}.py") for name in request.names),
             "--base-url", request.base_url, "--suite-options", str(options_path), "--dspark-out", str(out_path),
+            "--dspark-progress", str(progress_path),
             "--request-timeout", f"{request.request_timeout_s:g}", "-p", "no:cacheprovider", "-q", "-rfEs",
             *request.extra_args]
     if request.model:
@@ -105,14 +110,21 @@ def run_suites(request: SuiteRequest, watched: Sequence[Deployment] = (), watch:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    cwd=SUITES_DIR.parent, start_new_session=True, preexec_fn=die_with_parent())
         try:
-            stopped_by = _watch(process, watched, watch)
+            stopped_by = _watch(process, watched, watch, lambda: _report_progress(progress_path, request.on_progress))
         finally:
             _stop(process, watch.stop_grace_s, out_path)  # no-op when it finished; on Ctrl-C it must not outlive us
     return _outcome(out_path, process.returncode, request.work_dir / "suites.log", stopped_by)
 
 
-def _watch(process: subprocess.Popen, watched: Sequence[Deployment], watch: Watch) -> DsparkError | None:
-    """Until pytest exits: the first rank death, hang or overrun, or None."""
+def _report_progress(path: Path, on_progress: Callable[[str], None]) -> None:
+    text = read_progress(path)
+    if text:
+        on_progress(text)
+
+
+def _watch(process: subprocess.Popen, watched: Sequence[Deployment], watch: Watch,
+           every_poll: Callable[[], None] = lambda: None) -> DsparkError | None:
+    """Until pytest exits: the first rank death, hang or overrun, or None. ``every_poll`` runs at each check."""
     started = time.monotonic()
     probes = [_HealthProbe(d.base_url, watch) for d in watched]
     try:
@@ -130,6 +142,7 @@ def _watch(process: subprocess.Popen, watched: Sequence[Deployment], watch: Watc
                                         hint=f"{deployment.base_url}/health has not answered for "
                                              f"{watch.unresponsive_after_s:g} s while the suites ran; the suites "
                                              "were stopped")
+            every_poll()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=watch.poll_s)
         return None

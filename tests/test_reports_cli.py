@@ -172,3 +172,11 @@ def test_regating_follows_the_new_gates(runs, capsys, test_outcome, status_after
         ("accept_length", 1.2, True), ("output_throughput_tok_s", 795.4, True)]
     assert regated["status"] == status_after
     assert code == (0 if status_after == "passed" else 1)
+
+
+def test_compare_says_which_of_the_run_files_it_rewrote(runs, capsys):
+    code, _, err = report(capsys, "run_new", "--compare", "run_old")
+    assert "rewrote junit.xml, report.md, report.html in " in err and "(compared with " in err
+    assert "results.json is unchanged" in err
+    _, _, err = report(capsys, "run_new", "--compare", "run_old", "--format", "json")
+    assert "rewrote" not in err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -15,6 +16,12 @@ from ci.permissions import DEFAULT_PERMISSIONS, load_permissions
 from ground.errors import BadInput, ExitCode
 
 
+def _pr_number(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a pull request number (a whole number from 1)")
+    return int(text)
+
+
 def add_arguments(parser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--event", type=Path, metavar="FILE",
@@ -26,7 +33,7 @@ def add_arguments(parser) -> None:
                              "MEMBER, COLLABORATOR count as write access; default NONE). Without --dry-run "
                              "write access is asked of GitHub's collaborator permission API")
     parser.add_argument("--pr-author", metavar="LOGIN", help="with --comment: who opened the PR")
-    parser.add_argument("--pr", type=int, metavar="N", help="with --comment: the PR number")
+    parser.add_argument("--pr", type=_pr_number, metavar="N", help="with --comment: the PR number")
     parser.add_argument("--repo", metavar="OWNER/NAME", default=os.environ.get("GITHUB_REPOSITORY"),
                         help="with --comment: the repository (default $GITHUB_REPOSITORY)")
     parser.add_argument("--repo-root", type=Path, default=Path("."), metavar="DIR",

@@ -60,9 +60,14 @@ def run(args: argparse.Namespace) -> int:
         return 1 if results.failed else 0
     rendered = render_reports(results, baseline, compare_to=other)
     try:
-        write_rendered(run_dir, rendered)
+        written = write_rendered(run_dir, rendered)
     except OSError as err:  # e.g. a read-only artifact download: still print what was asked for
         print(f"dspark-ci report: warning: could not rewrite the reports in {run_dir} ({err})", file=sys.stderr)
+    else:  # never silently: the run's own files now say something else than the run wrote
+        why = [f"compared with {args.compare}"] * bool(other) + [f"gated against {args.baseline}"] * bool(baseline)
+        print(f"dspark-ci report: rewrote {', '.join(path.name for path in written)} in {run_dir}"
+              f"{' (' + ', '.join(why) + ')' if why else ''}; results.json is unchanged (--format json writes "
+              "nothing)", file=sys.stderr)
     print(_stdout_text(args.format, results, other, rendered), end="")
     return 1 if results.failed else 0
 
