@@ -26,8 +26,9 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, handled exactly like Ctrl-C: tear everything down, keep what was measured."""
 
 
-EXIT_CODES = """exit codes: 0 every cell passed (or was rejected as expected, or skipped); 1 a gate failed, a cell
-crashed, or a rejection was not the expected one; 2 bad input (matrix, flag, baseline: the message names
+EXIT_CODES = """exit codes: 0 every selected cell has an outcome and passed (or was rejected as expected; skipped cells
+count only beside measured ones); 1 a gate failed, a cell crashed, errored, was never reached, a rejection was not
+the expected one, or nothing was measured (every cell skipped); 2 bad input (matrix, flag, baseline: the message names
 file:line and the fix; nothing is launched); 3 infrastructure trouble (launch timeout, Docker engine, disk).
 Ctrl-C or SIGTERM: everything started is torn down, results.json keeps what was measured, exit 130."""
 
