@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from dspark_ci.cell_run import CellContext, pending_result, run_cell
 from dspark_ci.preflight import preflight
@@ -57,6 +57,7 @@ class RunOptions:
     baseline: str | None = None
     sglang_version: str = DEFAULT_VERSION
     rerun_options: tuple[str, ...] = ()  # the options this run was given, repeated by its rerun command
+    environment: Mapping[str, Any] = field(default_factory=dict)  # where it runs (results.json "environment")
 
     @property
     def run_dir(self) -> Path:
@@ -105,7 +106,7 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
     Ledger(options.run_id, run_dir).register(os.environ)
     writer = ResultsWriter(run_dir, RunResults(run_id=options.run_id, started_at=_now(), finished_at=None,
                                                launcher=options.launcher, matrices=options.matrices,
-                                               run_options=options.rerun_options),
+                                               run_options=options.rerun_options, environment=options.environment),
                            baseline=baselines.shared(), selected=tuple(cells))
     ctx = CellContext(launcher=launcher, run_dir=run_dir, sglang_version=options.sglang_version,
                       suites=options.suites, gate=baselines.gate, stage=progress.stage, suite_defaults=suite_defaults)
