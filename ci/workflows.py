@@ -66,11 +66,13 @@ def _run_job(chunk: int) -> Job:
                  'if [ -n "${DSPARK_HOSTS:-}" ]; then hosts_args=(--hosts "$DSPARK_HOSTS"); fi\n'
                  f'dspark-ci run "$MATRIX" --cell "$CELL" --launcher docker --out "{RUNS_DIR}/$CELL" '
                  '--server sglang "${hosts_args[@]}"\n')),
+        # A run that finishes writes its short report to the job summary itself (heading and overview once);
+        # this step speaks only for a run that was stopped before it could.
         Step("Add the report to the job summary", if_="always()", env={"CELL": "${{ matrix.cell }}"}, run=(
-            f'if [ -f "{RUNS_DIR}/$CELL/report.md" ]; then\n'
-            f'  cat "{RUNS_DIR}/$CELL/report.md" >> "$GITHUB_STEP_SUMMARY"\n'
-            'else\n'
+            f'if [ ! -f "{RUNS_DIR}/$CELL/report.md" ]; then\n'
             '  echo "No report.md: the run stopped before writing one (see the log above)." >> "$GITHUB_STEP_SUMMARY"\n'
+            f'elif grep -q \'"finished_at": null\' "{RUNS_DIR}/$CELL/results.json"; then\n'
+            f'  cat "{RUNS_DIR}/$CELL/report.md" >> "$GITHUB_STEP_SUMMARY"\n'
             'fi\n')),
         Step("Upload the run directory", if_="always()", uses=UPLOAD, with_={
             "name": "run-${{ matrix.cell }}", "path": f"{run_dir}/", "if-no-files-found": "warn",
@@ -94,6 +96,9 @@ def _report_job(run_jobs: list[Job]) -> Job:
             'dspark-ci report merged --format md >> "$GITHUB_STEP_SUMMARY"\n')),
         Step("Upload the merged report", if_="always()", uses=UPLOAD, with_={
             "name": "nightly-report", "path": "merged/", "retention-days": 30}),
+        # junit.xml (one test case per cell and suite) as the run's test results, for test-report viewers.
+        Step("Publish the test results", if_="always()", uses=UPLOAD, with_={
+            "name": "nightly-junit", "path": "merged/junit.xml", "if-no-files-found": "warn", "retention-days": 30}),
     )
     # Runs even when cells failed: the nightly reports everything; it fails only if the plan did.
     return Job("report", HOSTED, steps, name="Report", needs=("plan", *(job.id for job in run_jobs)),
