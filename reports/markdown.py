@@ -16,6 +16,7 @@ from typing import Mapping
 from ground.records import CellResult, RunResults, Status
 from reports.baseline import Baseline
 from reports.gates import describe_gate, explain
+from ground.suites import SUITE_DEFAULTS
 from reports.metrics import SPEED_DETAIL, SPEED_LINE, format_value, label
 from reports.results import error_headline, rejection_message
 
@@ -45,8 +46,64 @@ def step_summary(results: RunResults) -> str:
 
 
 def render_markdown(results: RunResults, baseline: Baseline | None = None, comparison: str | None = None) -> str:
-    """report.md: the step summary, then ``render_cells``."""
-    return step_summary(results) + "\n" + render_cells(results, baseline, comparison)
+    """report.md: the step summary, the tables maintainers paste into SGLang pull requests, then ``render_cells``."""
+    return step_summary(results) + "\n" + pr_tables(results) + "\n" + render_cells(results, baseline, comparison)
+
+
+def pr_tables(results: RunResults) -> str:
+    """"Accuracy Tests", "Speed Tests" and "Speculative Decoding" in the form SGLang pull requests use, one row
+    per measured cell, and every gate with its numbers (in a run too large to detail, the failed ones)."""
+    cells = [cell for cell in results.cells if cell.metrics]
+    parts = [_section("Accuracy Tests", ["Model", "Dataset", "Metric", "Subset", "Num", "Score ± SE", "Cell"],
+                      [_accuracy_row(cell, _gpqa_subset(results, cell)) for cell in cells
+                       if cell.metrics.get("gpqa_accuracy") is not None]),
+             _section("Speed Tests", ["Model", "Dataset", "Num", "Avg Lat", "Avg TTFT", "Avg TPOT", "Avg Thpt",
+                                      "Avg In", "Avg Out", "Cell"],
+                      [_speed_row(cell) for cell in cells if any(cell.metrics.get(m) is not None for m in SPEED_LINE)]),
+             _section("Speculative Decoding", ["Cell", "Algorithm", "Accept length", "Accept rate"],
+                      [[f"`{cell.id}`", str(cell.config.get("speculative_algorithm") or "—"),
+                        format_value("accept_length", cell.metrics.get("accept_length")),
+                        format_value("accept_rate", cell.metrics.get("accept_rate"))]
+                       for cell in cells if cell.metrics.get("accept_length") is not None]),
+             _all_gates(results)]
+    return "\n\n".join(part for part in parts if part) + "\n"
+
+
+def _section(title: str, header: list[str], rows: list[list[str]]) -> str:
+    return f"## {title}\n\n{table(header, rows)}" if rows else ""
+
+
+def _gpqa_subset(results: RunResults, cell: CellResult) -> str:
+    """Which questions: gpqa_diamond unless the cell named another file, or the run was on the simulator
+    (which answers the synthetic set, suites/data/, unless told otherwise)."""
+    dataset = (cell.suites.get("gpqa") or {}).get("dataset")
+    if dataset:
+        return str(dataset).rstrip("/").rsplit("/", 1)[-1]
+    return "synthetic (simulator)" if results.environment.get("server") == "sim" else "gpqa_diamond"
+
+
+def _accuracy_row(cell: CellResult, subset: str) -> list[str]:
+    metrics = cell.metrics
+    return [str(cell.config.get("model", "?")), "GPQA-Diamond", "Accuracy", subset,
+            _sample_size("gpqa_accuracy", metrics), _quality_value("gpqa_accuracy", metrics), f"`{cell.id}`"]
+
+
+def _speed_row(cell: CellResult) -> list[str]:
+    metrics = cell.metrics
+    units = {"e2e_latency_s_mean": " s", "ttft_ms_mean": " ms", "tpot_ms_mean": " ms",
+             "output_throughput_tok_s": " tok/s"}
+    values = [format_value(m, metrics.get(m)) + (units.get(m, "") if metrics.get(m) is not None else "")
+              for m in SPEED_LINE]
+    requests = (cell.suites.get("speed") or {}).get("num_requests", SUITE_DEFAULTS["speed"]["num_requests"])
+    return [str(cell.config.get("model", "?")), "random", str(requests), *values, f"`{cell.id}`"]
+
+
+def _all_gates(results: RunResults) -> str:
+    everything = len(results.cells) <= DETAILED_PASSING_CELLS
+    rows = [[f"`{cell.id}`", "✅ pass" if gate.passed else "❌ fail", describe_gate(gate)]
+            for cell in results.cells for gate in cell.gates if everything or not gate.passed]
+    title = "Gates" if everything else "Gates (failed only: results.json holds every gate)"
+    return _section(title, ["Cell", "Result", "Gate"], rows)
 
 
 def render_cells(results: RunResults, baseline: Baseline | None = None, comparison: str | None = None) -> str:
