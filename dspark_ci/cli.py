@@ -23,6 +23,7 @@ VERBS = {
     "chatops": "Parse a PR comment, check permission, resolve test paths, print the reply and dispatch plan.",
     "sim": "The simulated SGLang server: takes python3 -m sglang.launch_server's flags.",
     "cleanup": "Remove exactly what a killed run recorded it started (processes, containers, jobs).",
+    "history": "The runs remembered (SQLite) and each cell's metrics across them, with the last good and first bad run.",
     "baseline": "Propose a baseline file (values, measured noise, tolerances) from good runs: baseline record RUN...",
 }
 

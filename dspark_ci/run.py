@@ -37,6 +37,7 @@ from reports import step_summary, write_reports
 from reports.writers import write_failure_reports
 from reports.baseline import load_baseline
 from reports.gates import evaluate
+from reports.history import history_path, record as record_history
 from reports.markdown import rerun_command
 from reports.results import write_results, write_text_atomically
 
@@ -209,8 +210,9 @@ class ResultsWriter:
             self._append(pending_result(cell).finished(
                 Status.ERROR, "not run: the run stopped before this cell started (see the error it printed)"))
         self.results = replace(self.results, finished_at=_now())
+        history = self._remember()
         try:
-            self._rewrite(html=True)
+            self._rewrite(html=True, history=history)
             _append_step_summary(self.results)
             return True
         except KeyboardInterrupt:
@@ -241,7 +243,18 @@ class ResultsWriter:
         return replace(self.results, cells=(*self.results.cells,
                                             *(pending_result(cell).finished(Status.ERROR, why) for cell in waiting)))
 
-    def _rewrite(self, html: bool = False) -> None:
+    def _remember(self) -> Path | None:
+        """Record the finished run in the run history (reports.history); a history that cannot be written
+        costs the trends, never the run."""
+        path = history_path()
+        try:
+            record_history(path, self.results, self.run_dir)
+        except (BadInput, OSError) as err:
+            print(f"dspark-ci: warning: the run was not added to the run history ({err})", file=sys.stderr)
+            return None
+        return path
+
+    def _rewrite(self, html: bool = False, history: Path | None = None) -> None:
         started = time.monotonic()
         results = self.snapshot()
         try:
@@ -249,7 +262,7 @@ class ResultsWriter:
         except OSError as err:
             raise _cannot_write(self.run_dir, err) from None
         if html:
-            write_reports(self.run_dir, results, baseline=self.baseline)
+            write_reports(self.run_dir, results, baseline=self.baseline, history=history)
         else:  # quick ones only while the run goes on (report.html draws charts)
             from reports.junit import render_junit
             from reports.markdown import render_markdown

@@ -38,16 +38,19 @@ PROBLEM_WIDTH = 140  # characters of an error shown in a table cell
 DETAILED_PASSING_CELLS = 200  # up to this many cells in a run, every cell gets its own section
 
 
-def step_summary(results: RunResults) -> str:
-    """The short report: verdict, one row per cell, failed gates, errors."""
+def step_summary(results: RunResults, regressions: Mapping | None = None) -> str:
+    """The short report: verdict, one row per cell, failed gates (with the last good and first bad run from the
+    history, ``regressions``: (cell id, metric) -> (last good run id, first bad run id)), errors."""
     parts = [_heading(results), _verdict_line(results), _matrices_line(results), _overview(results),
-             _failed_gates(results), _errors(results), _rerun(results)]
+             _failed_gates(results, regressions or {}), _errors(results), _rerun(results)]
     return "\n\n".join(part for part in parts if part) + "\n"
 
 
-def render_markdown(results: RunResults, baseline: Baseline | None = None, comparison: str | None = None) -> str:
+def render_markdown(results: RunResults, baseline: Baseline | None = None, comparison: str | None = None,
+                    regressions: Mapping | None = None) -> str:
     """report.md: the step summary, the tables maintainers paste into SGLang pull requests, then ``render_cells``."""
-    return step_summary(results) + "\n" + pr_tables(results) + "\n" + render_cells(results, baseline, comparison)
+    return (step_summary(results, regressions) + "\n" + pr_tables(results) + "\n"
+            + render_cells(results, baseline, comparison))
 
 
 def pr_tables(results: RunResults) -> str:
@@ -181,9 +184,19 @@ def _problem(cell: CellResult) -> str:
     return text if len(text) <= PROBLEM_WIDTH else text[:PROBLEM_WIDTH - 1] + "…"
 
 
-def _failed_gates(results: RunResults) -> str:
-    lines = [f"- `{cell.id}`: {describe_gate(gate)}" for cell in results.cells for gate in cell.gates if not gate.passed]
+def _failed_gates(results: RunResults, regressions: Mapping) -> str:
+    lines = [f"- `{cell.id}`: {describe_gate(gate)}{_since(regressions.get((cell.id, gate.metric)))}"
+             for cell in results.cells for gate in cell.gates if not gate.passed]
     return "## ❌ Failed gates\n\n" + "\n".join(lines) if lines else ""
+
+
+def _since(regression: tuple | None) -> str:
+    """" (last good run `A`, first bad run `B`)" from the run history, when it knows."""
+    if not regression or not regression[1]:
+        return ""
+    good, bad = regression
+    return (f" (last good run `{good}`, first bad run `{bad}`)" if good
+            else f" (failing in every recorded run since `{bad}`)")
 
 
 def _errors(results: RunResults) -> str:

@@ -142,3 +142,48 @@ def _png(figure) -> str:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", metadata={"Software": None})
     return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+TREND_METRICS = ("accept_length", "output_throughput_tok_s", "tpot_ms_median", "gpqa_accuracy")
+MAX_TREND_CELLS = 20  # trend figures are one per cell: past this, a page of them is read by nobody
+
+
+def trend_charts(trends: dict[str, dict[str, list]]) -> list[tuple[str, str]]:
+    """(title, base64 PNG) per cell with at least two recorded runs of a trend metric: one panel per metric,
+    one point per run (oldest left), GPQA with ±2 SE error bars clipped to [0, 100 %].
+    ``trends``: cell id -> metric -> points with ``run_id`` and ``value`` (``reports.history.series``)."""
+    charts = []
+    for cell_id, by_metric in list(trends.items())[:MAX_TREND_CELLS]:
+        shown = [m for m in TREND_METRICS if len(by_metric.get(m) or ()) >= 2]
+        if shown:
+            charts.append((f"Trend: {cell_id}", _png(_trend_figure(cell_id, shown, by_metric))))
+    return charts
+
+
+def _trend_figure(cell_id: str, metrics: list[str], by_metric: dict[str, list]):
+    from matplotlib.figure import Figure  # imported on use: the CLI stays quick for other verbs
+
+    figure = Figure(figsize=(WIDTH_IN, 2.2 * len(metrics) + 0.6), dpi=DPI, layout="constrained")
+    panels = figure.subplots(len(metrics), 1, squeeze=False)[:, 0]
+    for axes, metric in zip(panels, metrics):
+        points = by_metric[metric]
+        xs = list(range(len(points)))
+        values = [p.value for p in points]
+        errors = by_metric.get(METRICS[metric].stderr or "", [])
+        if METRICS[metric].fraction and len(errors) == len(points):
+            # ±2 SE, clipped to what an accuracy can be: [0, 1].
+            low = [min(2 * e.value, v) for v, e in zip(values, errors)]
+            high = [min(2 * e.value, 1 - v) for v, e in zip(values, errors)]
+            axes.errorbar(xs, values, yerr=[low, high], marker="o", capsize=3)
+        else:
+            axes.plot(xs, values, marker="o")
+        for x, value in zip(xs, values):
+            axes.annotate(format_value(metric, value), (x, value), textcoords="offset points", xytext=(0, 6),
+                          ha="center", fontsize=7)
+        axes.set_ylabel(label(metric), fontsize=8)
+        axes.set_xticks(xs, [p.run_id for p in points], rotation=30, ha="right", fontsize=7)
+        axes.margins(y=0.25)
+        if METRICS[metric].fraction:
+            axes.yaxis.set_major_formatter(lambda y, _: f"{y:.0%}")
+    panels[0].set_title(f"{cell_id}: across recorded runs (oldest left)")
+    return figure

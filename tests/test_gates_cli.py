@@ -25,10 +25,13 @@ def gate(run: Run, metric: str) -> dict:
 
 @pytest.fixture(scope="module")
 def good_runs(tmp_path_factory) -> list[Run]:
-    """Three unfaulted speed runs of the one-node cell against the shipped smoke baseline."""
+    """Three unfaulted speed runs of the one-node cell against the shipped smoke baseline, remembered in a
+    history of their own."""
     runs = []
+    history = tmp_path_factory.mktemp("history") / "history.sqlite"
     for _ in range(3):
         run = Run(tmp_path_factory.mktemp("good"), SMOKE, "--cell", ONE_NODE, "--suites", "accept,speed")
+        run.env["DSPARK_HISTORY"] = str(history)
         done = run()
         assert done.returncode == 0, done.stderr
         runs.append(run)
@@ -39,6 +42,14 @@ def test_unfaulted_runs_pass_the_speed_gates(good_runs):
     for run in good_runs:
         assert {g["metric"] for g in run.cell(ONE_NODE)["gates"]} >= {"tpot_ms_median", "output_throughput_tok_s"}
         assert all(g["passed"] for g in run.cell(ONE_NODE)["gates"])
+
+
+def test_the_history_remembers_the_runs_and_report_html_plots_their_trend(good_runs):
+    done = subprocess.run([*DSPARK_CI, "history"], capture_output=True, text=True, cwd=REPO, env=good_runs[0].env)
+    assert done.returncode == 0, done.stderr
+    run_ids = [r.results()["run_id"] for r in good_runs]
+    assert [line.split()[0] for line in done.stdout.splitlines()[2:]] == run_ids[::-1]
+    assert f'alt="Trend: {ONE_NODE}"' in (good_runs[-1].out / "report.html").read_text()
 
 
 def test_ten_percent_slower_decode_fails_the_tpot_gate_with_its_numbers(tmp_path, good_runs):

@@ -33,6 +33,7 @@ def runs(tmp_path, monkeypatch) -> Path:
         shutil.copytree(GOLDEN / name, tmp_path / name)
     shutil.copy(GOLDEN / "baseline.yaml", tmp_path / "baseline.yaml")
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DSPARK_HISTORY", str(tmp_path / "history.sqlite"))  # none: the goldens have no trends
     return tmp_path
 
 
