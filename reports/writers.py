@@ -34,6 +34,9 @@ def render_reports(results: RunResults, baseline: Baseline | None = None,
     }
 
 
+MAX_REGRESSION_LOOKUPS = 200  # failed gates whose last good / first bad run is looked up (a query each)
+
+
 def _from_history(path: Path, results: RunResults) -> tuple[dict, dict]:
     """(cell -> metric -> points up to this run, (cell, metric) -> (last good, first bad)) for ``results``."""
     until = results.started_at
@@ -41,8 +44,8 @@ def _from_history(path: Path, results: RunResults) -> tuple[dict, dict]:
     trends = {cell.id: {metric: history.series(path, cell.id, metric, until)
                         for metric in (*TREND_METRICS, *stderr_metrics)}
               for cell in results.cells[:MAX_TREND_CELLS] if cell.metrics}
-    regressions = {(cell.id, gate.metric): history.regression(path, cell.id, gate.metric, until)
-                   for cell in results.cells for gate in cell.gates if not gate.passed}
+    failed = [(cell.id, gate.metric) for cell in results.cells for gate in cell.gates if not gate.passed]
+    regressions = {key: history.regression(path, *key, until) for key in failed[:MAX_REGRESSION_LOOKUPS]}
     return trends, regressions
 
 
