@@ -41,7 +41,8 @@ DETAILED_PASSING_CELLS = 200  # up to this many cells in a run, every cell gets 
 def step_summary(results: RunResults, regressions: Mapping | None = None) -> str:
     """The short report: verdict, one row per cell, failed gates (with the last good and first bad run from the
     history, ``regressions``: (cell id, metric) -> (last good run id, first bad run id)), errors."""
-    parts = [_heading(results), _verdict_line(results), _matrices_line(results), _overview(results),
+    parts = [_heading(results), _verdict_line(results), _matrices_line(results), _environment_line(results),
+             _overview(results),
              _failed_gates(results, regressions or {}), _errors(results), _rerun(results)]
     return "\n\n".join(part for part in parts if part) + "\n"
 
@@ -165,6 +166,27 @@ def _time_span(started: str | None, finished: str | None) -> str:
 def _matrices_line(results: RunResults) -> str:
     matrices = results.matrices
     return "Matrices: " + ", ".join(f"`{m}`" for m in matrices) if matrices else ""
+
+
+# What the run recorded of where it ran (results.json "environment"): key -> label
+ENVIRONMENT_LABELS = {"server": "server", "sglang_version": "SGLang", "sglang_commit": "SGLang commit",
+                      "image_digests": "images", "hosts": "hosts", "hostname": "host", "gpus": "GPUs",
+                      "driver": "driver", "dspark_ci_commit": "dspark-ci"}
+
+
+def _environment_line(results: RunResults) -> str:
+    env = results.environment
+    items = [f"{name} `{_short(env[key])}`" for key, name in ENVIRONMENT_LABELS.items() if env.get(key)]
+    return "Environment: " + " · ".join(items) if items else ""
+
+
+def _short(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return ", ".join(map(str, value))
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    text = str(value)
+    return text[:12] if len(text) == 40 and all(c in "0123456789abcdef" for c in text) else text
 
 
 def _overview(results: RunResults) -> str:

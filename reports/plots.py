@@ -97,6 +97,7 @@ def _metric_figure(chart: Chart, cells: list[CellResult], title: str):
             if math.isnan(value):  # no bar to label: say so where the bar would start
                 axes.text(0, y, " not measured", va="center", fontsize=8, color="#616161")
         _gate_ticks(axes, metric, cells, ys)
+    _keep_values_readable(axes, chart, cells)
     centers = [top - (i * group + (per_cell - 1) / 2) for i in range(len(cells))]
     axes.set_yticks(centers, [c.id for c in cells], fontsize=8)
     axes.set_title(title)
@@ -108,6 +109,27 @@ def _metric_figure(chart: Chart, cells: list[CellResult], title: str):
     if handles:
         axes.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     return figure
+
+
+OFF_SCALE = 3.0  # a gate beyond this many times the largest measured value is written at the edge, not drawn
+
+
+def _keep_values_readable(axes, chart: Chart, cells: list[CellResult]) -> None:
+    """A generous absolute limit (TTFT <= 2000 ms for a 10 ms TTFT) drawn to scale would flatten every bar to a
+    sliver: the axis then ends a little past the measured values and the far gate is named at the right edge."""
+    measured = [float(c.metrics[m]) + 2 * float(c.metrics.get((chart.stderr_of or {}).get(m) or "") or 0.0)
+                for c in cells for m in chart.metrics if c.metrics.get(m) is not None]
+    if not measured or max(measured) <= 0:
+        return
+    limit = max(measured) * 1.3
+    far = sorted({g.threshold for c in cells for g in c.gates if g.metric in chart.metrics
+                  and g.threshold > OFF_SCALE * max(measured)})
+    if not far:
+        return
+    axes.set_xlim(0, limit)
+    names = ", ".join(format_value(chart.metrics[0], t) for t in far)
+    axes.text(1.0, 1.01, f"gate at {names} (off scale) ▸", transform=axes.transAxes, ha="right", va="bottom",
+              fontsize=8, color=GATE_COLOR)
 
 
 def _gate_ticks(axes, metric: str, cells: list[CellResult], ys: list[float]) -> None:
