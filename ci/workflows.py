@@ -72,11 +72,16 @@ def _run_job(chunk: int) -> Job:
                  'read -ra cells <<< "$CELLS"  # cell ids: [A-Za-z0-9._-], space-separated by ci.shards\n'
                  f'python3 -m ci.shard_run --out "{RUNS_DIR}/$SHARD" "$MATRIX" "${{cells[@]}}" -- '
                  '--launcher docker --server sglang "${hosts_args[@]}"\n')),
+        # A run that finishes writes its short report to the job summary itself (heading and overview once);
+        # this step speaks only for runs that were stopped before they could.
         Step("Add the reports to the job summary", if_="always()", env={"SHARD": "${{ matrix.shard }}"}, run=(
             f'found=0\n'
             f'for report in "{RUNS_DIR}/$SHARD"/*/report.md; do\n'
             '  [ -f "$report" ] || continue\n'
-            '  cat "$report" >> "$GITHUB_STEP_SUMMARY"; found=1\n'
+            '  found=1\n'
+            '  if grep -q \'"finished_at": null\' "$(dirname "$report")/results.json"; then\n'
+            '    cat "$report" >> "$GITHUB_STEP_SUMMARY"\n'
+            '  fi\n'
             'done\n'
             'if [ "$found" = 0 ]; then\n'
             '  echo "No report.md: the shard stopped before writing one (see the log above)." >> "$GITHUB_STEP_SUMMARY"\n'
@@ -106,6 +111,9 @@ def _report_job(run_jobs: list[Job]) -> Job:
             "name": "nightly-report", "path": "merged/", "retention-days": 30}),
         Step("Keep the cell durations for the next plan", if_="always()", uses=CACHE_SAVE, with_={
             "path": DURATIONS, "key": "nightly-durations-${{ github.run_id }}"}),
+        # junit.xml (one test case per cell and suite) as the run's test results, for test-report viewers.
+        Step("Publish the test results", if_="always()", uses=UPLOAD, with_={
+            "name": "nightly-junit", "path": "merged/junit.xml", "if-no-files-found": "warn", "retention-days": 30}),
     )
     # Runs even when cells failed: the nightly reports everything; it fails only if the plan did.
     return Job("report", HOSTED, steps, name="Report", needs=("plan", *(job.id for job in run_jobs)),

@@ -22,7 +22,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from dspark_ci.cell_run import CellContext, pending_result, run_cell
 from dspark_ci.preflight import preflight
@@ -38,6 +38,7 @@ from reports import step_summary, write_reports
 from reports.writers import write_failure_reports
 from reports.baseline import load_baseline
 from reports.gates import evaluate
+from reports.history import history_path, record as record_history
 from reports.markdown import rerun_command
 from reports.results import write_results, write_text_atomically
 
@@ -59,6 +60,7 @@ class RunOptions:
     sglang_version: str = DEFAULT_VERSION
     rerun_options: tuple[str, ...] = ()  # the options this run was given, repeated by its rerun command
     force: bool = False  # write into an --out directory that already holds files
+    environment: Mapping[str, Any] = field(default_factory=dict)  # where it runs (results.json "environment")
 
     @property
     def run_dir(self) -> Path:
@@ -108,7 +110,7 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
     Ledger(options.run_id, run_dir).register(os.environ)
     writer = ResultsWriter(run_dir, RunResults(run_id=options.run_id, started_at=_now(), finished_at=None,
                                                launcher=options.launcher, matrices=options.matrices,
-                                               run_options=options.rerun_options),
+                                               run_options=options.rerun_options, environment=options.environment),
                            baseline=baselines.shared(), selected=tuple(cells))
     ctx = CellContext(launcher=launcher, run_dir=run_dir, sglang_version=options.sglang_version,
                       suites=options.suites, gate=baselines.gate, stage=progress.stage, detail=progress.detail,
@@ -251,8 +253,9 @@ class ResultsWriter:
             self._append(pending_result(cell).finished(
                 Status.ERROR, "not run: the run stopped before this cell started (see the error it printed)"))
         self.results = replace(self.results, finished_at=_now())
+        history = self._remember()
         try:
-            self._rewrite(html=True)
+            self._rewrite(html=True, history=history)
             _append_step_summary(self.results)
             return True
         except KeyboardInterrupt:
@@ -283,7 +286,18 @@ class ResultsWriter:
         return replace(self.results, cells=(*self.results.cells,
                                             *(pending_result(cell).finished(Status.ERROR, why) for cell in waiting)))
 
-    def _rewrite(self, html: bool = False) -> None:
+    def _remember(self) -> Path | None:
+        """Record the finished run in the run history (reports.history); a history that cannot be written
+        costs the trends, never the run."""
+        path = history_path()
+        try:
+            record_history(path, self.results, self.run_dir)
+        except (BadInput, OSError) as err:
+            print(f"dspark-ci: warning: the run was not added to the run history ({err})", file=sys.stderr)
+            return None
+        return path
+
+    def _rewrite(self, html: bool = False, history: Path | None = None) -> None:
         started = time.monotonic()
         results = self.snapshot()
         try:
@@ -291,7 +305,7 @@ class ResultsWriter:
         except OSError as err:
             raise _cannot_write(self.run_dir, err) from None
         if html:
-            write_reports(self.run_dir, results, baseline=self.baseline)
+            write_reports(self.run_dir, results, baseline=self.baseline, history=history)
         else:  # quick ones only while the run goes on (report.html draws charts)
             from reports.junit import render_junit
             from reports.markdown import render_markdown

@@ -2,9 +2,13 @@
 
 Kept exactly: one ``random.Random(0)``; optional subsample ``rng.sample(rows, n)``; ``rows * repeats``;
 then one ``rng.sample(range(4), 4)`` permutation per example, in order; the prompt text; the first
-match of the answer regex; score 0/1. Beyond simple-evals: per-sample records, reasoning content kept
-apart from the answer (only the content is scored), and a true standard error next to the
-per-question standard deviation that simple-evals reports as ``score:std``. simple-evals refuses a
+match of the answer regex; score 0/1. Beyond simple-evals: per-sample records (the full response, the
+reasoning's length and the question id, so any run can be rescored by another extractor), reasoning
+content kept apart from the answer (only the content is scored), and a true standard error next to the
+per-question standard deviation that simple-evals reports as ``score:std``. The standard error treats
+each question as one unit: repeats of a question are correlated (same question, often the same answer),
+so it is the standard error over questions of each question's mean score (with one repeat, the usual
+sd/√n). simple-evals refuses a
 subsample together with repeats; here the two combine (sample first, then repeat), which is the same
 sequence of random draws whenever either is left at its default.
 """
@@ -100,7 +104,7 @@ class SampleResult:
     score: float  # 1.0 or 0.0
     finish_reason: str | None
     completion_tokens: int | None
-    content_tail: str  # the end of the scored content, to check extraction by eye
+    response: str  # the full scored content (not the reasoning), to rescore with another extractor
     reasoning_chars: int  # length of the reasoning content (not scored)
     error: str | None
 
@@ -155,24 +159,24 @@ def _scored(example: Example, correct: str, *, content: str, reasoning: str, fin
     return SampleResult(
         question_id=example.question_id, repeat=example.repeat, permutation=example.permutation,
         correct_answer=correct, extracted_answer=extracted, score=1.0 if extracted == correct else 0.0,
-        finish_reason=finish, completion_tokens=tokens, content_tail=content[-120:],
+        finish_reason=finish, completion_tokens=tokens, response=content,
         reasoning_chars=len(reasoning), error=error)
 
 
 def summarize(results: Sequence[SampleResult], num_questions: int, repeats: int) -> tuple[dict, dict]:
-    """(metrics, summary record). gpqa_stderr = sample sd / sqrt(n) over every scored sample."""
+    """(metrics, summary record). gpqa_stderr is clustered by question (``clustered_stderr``)."""
     scores = [r.score for r in results]
     n = len(scores)
     accuracy = statistics.fmean(scores)
-    stderr = statistics.stdev(scores) / math.sqrt(n) if n > 1 else float("nan")
+    stderr = clustered_stderr(results)
     metrics = {"gpqa_accuracy": accuracy, "gpqa_stderr": stderr, "gpqa_num_questions": num_questions,
                "gpqa_repeats": repeats}
     summary = {
         "samples": n,
         "score_std": statistics.pstdev(scores),  # what simple-evals prints as score:std (not an error bar)
-        "stderr": stderr,
-        # Repeats of one question are correlated; this error bar treats each question as one unit.
-        "stderr_clustered_by_question": _clustered_stderr(results),
+        "stderr_clustered_by_question": stderr,
+        # What treating every sample as independent would say: too small when repeats > 1 (shown for comparison).
+        "stderr_samples_independent": statistics.stdev(scores) / math.sqrt(n) if n > 1 else float("nan"),
         "unanswered": sum(r.extracted_answer is None for r in results),
         "errors": sum(r.error is not None for r in results),
         "truncated": sum(r.finish_reason == "length" for r in results),
@@ -180,12 +184,14 @@ def summarize(results: Sequence[SampleResult], num_questions: int, repeats: int)
     return metrics, summary
 
 
-def _clustered_stderr(results: Sequence[SampleResult]) -> float | None:
+def clustered_stderr(results: Sequence[SampleResult]) -> float:
+    """Standard error of the accuracy with questions as the unit: sd over questions of each question's mean
+    score, divided by √(number of questions). NaN with fewer than two questions."""
     per_question: dict[str, list[float]] = {}
     for r in results:
         per_question.setdefault(r.question_id, []).append(r.score)
     means = [statistics.fmean(scores) for scores in per_question.values()]
-    return statistics.stdev(means) / math.sqrt(len(means)) if len(means) > 1 else None
+    return statistics.stdev(means) / math.sqrt(len(means)) if len(means) > 1 else float("nan")
 
 
 def sample_record(result: SampleResult) -> dict:

@@ -12,6 +12,8 @@ import hashlib
 import json
 import math
 import random
+import re
+import statistics
 import subprocess
 import sys
 
@@ -110,6 +112,14 @@ def test_gpqa_follows_simple_evals_sampling_and_permutations(tmp_path, spec_serv
     assert [(r["question_id"], r["permutation"]) for r in records] == expected
     assert [r["repeat"] for r in records] == [0] * 5 + [1] * 5
     assert output["records"]["gpqa_summary"][0]["extractor"] == "openai"
+    # Repeats of a question are one unit: the standard error is over the 5 questions' mean scores, not the 10 samples.
+    means = [statistics.fmean(r["score"] for r in records if r["question_id"] == q) for q in dict.fromkeys(
+        r["question_id"] for r in records)]
+    assert output["metrics"]["gpqa_stderr"] == pytest.approx(statistics.stdev(means) / math.sqrt(5))
+    # Every response is kept whole, so another scorer can rescore the run.
+    for record in records:
+        match = re.search(r"(?i)Answer\s*:\s*([A-D])", record["response"])
+        assert (match.group(1) if match else None) == record["extracted_answer"]
 
 
 def test_gpqa_scores_the_answer_not_the_reasoning_of_a_thinking_model(tmp_path, spec_server):

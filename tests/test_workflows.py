@@ -453,3 +453,25 @@ def test_rerun_checks_out_the_pinned_sha_not_the_pr_ref():
     checkout = steps_of(workflow("rerun-test.yml")["jobs"]["rerun_test"])["Check out the code under test"]
     assert checkout["with"]["ref"] == "${{ inputs.sha != '' && inputs.sha || github.sha }}"
     assert "refs/pull" not in RENDERED["rerun-test.yml"]
+@pytest.mark.parametrize("finished, report, expected", [
+    pytest.param(True, True, "", id="finished-run-wrote-its-own-summary"),
+    pytest.param(False, True, "# dspark-ci run `killed`\n", id="stopped-run-gets-its-report"),
+    pytest.param(False, False, "No report.md: the shard stopped before writing one", id="nothing-written"),
+])
+def test_cell_summary_step_never_repeats_what_the_run_wrote(tmp_path, finished, report, expected):
+    """`dspark-ci run` appends its short report to the job summary when it finishes; the workflow step adds
+    report.md only for a run stopped before that, so the heading and overview appear once."""
+    run_dir = tmp_path / "runs" / "shard-1" / "cell-a"
+    run_dir.mkdir(parents=True)
+    (run_dir / "results.json").write_text(json.dumps(
+        {"schema": 1, "run_id": "killed", "finished_at": "2025-06-01T19:00:00+00:00" if finished else None,
+         "cells": []}, indent=2))
+    if report:
+        (run_dir / "report.md").write_text("# dspark-ci run `killed`\n")
+    summary = tmp_path / "summary.md"
+    proc = subprocess.run([*GITHUB_BASH, _step_script("nightly.yml", "run", "Add the reports to the job summary")],
+                          cwd=tmp_path, env={**os.environ, "GITHUB_STEP_SUMMARY": str(summary), "SHARD": "shard-1"},
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    written = summary.read_text() if summary.exists() else ""
+    assert written == expected if expected == "" or expected.startswith("#") else expected in written

@@ -12,6 +12,7 @@ from ground.errors import BadInput
 from launchers.plan import plan_launch
 from launchers.plan_types import LaunchPlan, Placement
 from matrices import Cell, load_cells
+from dspark_ci.tables import text_table
 
 GITHUB_MAX_JOBS = 256  # GitHub Actions runs at most 256 jobs per matrix
 
@@ -108,11 +109,8 @@ TABLE_COLUMNS: dict[str, Callable[[Cell], str]] = {
 
 
 def render_table(cells: list[Cell], plans: dict[str, LaunchPlan]) -> str:
-    rows = [list(TABLE_COLUMNS)] + [[column(c) for column in TABLE_COLUMNS.values()] for c in cells]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(TABLE_COLUMNS))]
-    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines) + f"\n{len(cells)} cells"
+    rows = [[column(c) for column in TABLE_COLUMNS.values()] for c in cells]
+    return text_table(list(TABLE_COLUMNS), rows) + f"\n{len(cells)} cells"
 
 
 RENDERERS: dict[str, Callable[[list[Cell], dict[str, LaunchPlan]], str]] = {

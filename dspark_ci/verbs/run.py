@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import platform
 import signal
+import socket
+import subprocess
 from pathlib import Path
 from typing import Callable
 
@@ -139,7 +142,8 @@ def run_verb(args: argparse.Namespace) -> int:
     options = pipeline.RunOptions(matrices=tuple(args.matrices), run_id=run_id, cell_ids=tuple(args.cell),
                                   launcher=args.launcher, suites=_suites(args.suites), out=args.out,
                                   baseline=args.baseline, sglang_version=_version(args.sglang_version),
-                                  rerun_options=rerun_options(args), force=args.force)
+                                  rerun_options=rerun_options(args), force=args.force,
+                                  environment=_environment(args))
     caller_env = _caller_env(args.server)
     kind = registry.get(args.launcher)
     context = LaunchContext(run_id=run_id, run_dir=options.run_dir, server=args.server, boot_timeout_s=boot_timeout,
@@ -148,6 +152,17 @@ def run_verb(args: argparse.Namespace) -> int:
     defaults = _gpqa_dataset(caller_env["DSPARK_SIM_GPQA_PATH"]) if args.server == "sim" else (lambda o: o)
     verbosity = progress.QUIET if args.quiet else progress.VERBOSE if args.verbose else progress.NORMAL
     return pipeline.run(options, launcher, suite_defaults=defaults, progress=progress.Progress(verbosity=verbosity))
+
+
+def _environment(args: argparse.Namespace) -> dict:
+    """What results.json records of where the run happened (history and release reports read it)."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                                cwd=Path(__file__).resolve().parent).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {"server": args.server, "sglang_version": _version(args.sglang_version), "launcher": args.launcher,
+            "hostname": socket.gethostname(), "python": platform.python_version(), "dspark_ci_commit": commit}
 
 
 def _raise_terminated(signum, frame):
