@@ -498,10 +498,10 @@ def delete_all(api: Api, objects: Sequence[tuple[str, str]], lws_name: str | Non
             if kind == k8s_spec.LWS_KIND:
                 api.custom.delete_namespaced_custom_object(k8s_spec.LWS_GROUP, k8s_spec.LWS_VERSION, ns,
                                                            k8s_spec.LWS_PLURAL, name, body=body, _request_timeout=10)
-            elif kind == "Service":
-                api.core.delete_namespaced_service(name, ns, body=body, _request_timeout=10)
+            elif kind == "Service":  # no dependents: a plain delete (foreground would wait for a GC to no end)
+                api.core.delete_namespaced_service(name, ns, _request_timeout=10)
             elif kind == "Secret":
-                api.core.delete_namespaced_secret(name, ns, body=body, _request_timeout=10)
+                api.core.delete_namespaced_secret(name, ns, _request_timeout=10)
     deadline = time.monotonic() + wait_s
     while True:
         left = []

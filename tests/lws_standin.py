@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import copy
 import hashlib
 import os
 import random
@@ -177,23 +178,24 @@ class LwsStandIn:
             template = spec["leaderTemplate"] if index == 0 and spec.get("leaderTemplate") else spec["workerTemplate"]
             meta = template.get("metadata") or {}
             labels = {**(meta.get("labels") or {}), L_NAME: name, L_GROUP: "0", L_INDEX: str(index), L_KEY: key}
-            pod_spec = client.ApiClient()._ApiClient__deserialize(template["spec"], "V1PodSpec")
-            lws_env = [client.V1EnvVar(name="LWS_LEADER_ADDRESS", value=leader_ip),
-                       client.V1EnvVar(name="LWS_GROUP_SIZE", value=str(size)),
-                       client.V1EnvVar(name="LWS_WORKER_INDEX", value=str(index)),
-                       client.V1EnvVar(name="LWS_NAME", value=name)]
-            for container in pod_spec.containers:
-                container.env = lws_env + list(container.env or [])
-            gpus = sum(int((c.resources.limits or {}).get("nvidia.com/gpu", 0)) if c.resources else 0
-                       for c in pod_spec.containers)
+            pod_spec = copy.deepcopy(template["spec"])
+            lws_env = [{"name": "LWS_LEADER_ADDRESS", "value": leader_ip},
+                       {"name": "LWS_GROUP_SIZE", "value": str(size)},
+                       {"name": "LWS_WORKER_INDEX", "value": str(index)},
+                       {"name": "LWS_NAME", "value": name}]
+            for container in pod_spec["containers"]:
+                container["env"] = lws_env + list(container.get("env") or [])
+            gpus = sum(int(((c.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu", 0))
+                       for c in pod_spec["containers"])
             schedulable = gpus <= NODE_GPUS
             if schedulable:
-                pod_spec.node_name = self.node
-            owner = client.V1OwnerReference(api_version=f"{GROUP}/{VERSION}", kind="LeaderWorkerSet", name=name,
-                                            uid=lws["metadata"]["uid"], controller=True, block_owner_deletion=True)
-            pod = client.V1Pod(metadata=client.V1ObjectMeta(name=pod_name, labels=labels,
-                                                            annotations=meta.get("annotations"),
-                                                            owner_references=[owner]), spec=pod_spec)
+                pod_spec["nodeName"] = self.node
+            owner = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LeaderWorkerSet", "name": name,
+                     "uid": lws["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+            pod = {"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": pod_name, "labels": labels, "annotations": meta.get("annotations") or {},
+                                "ownerReferences": [owner]},
+                   "spec": pod_spec}
             self.core.create_namespaced_pod(self.namespace, pod)
             self.created_pods.add(pod_name)
             if not schedulable:

@@ -47,7 +47,7 @@ def launcher_for(cluster: dict, tmp_path: Path, faults: str = "", **settings) ->
 
 def group_left(launcher: k8s.K8sLauncher, run_id: str) -> list[str]:
     api = launcher.api
-    selector = f"{k8s_spec.LABEL_RUN}={run_id}"
+    selector = f"{k8s_spec.LABEL_RUN}={k8s_spec.label_value(run_id)}"
     lws = api.custom.list_namespaced_custom_object(k8s_spec.LWS_GROUP, k8s_spec.LWS_VERSION, api.namespace,
                                                    k8s_spec.LWS_PLURAL, label_selector=selector)["items"]
     pods = api.core.list_namespaced_pod(api.namespace, label_selector=selector).items
@@ -74,7 +74,7 @@ def test_the_api_server_refuses_a_malformed_lws_and_the_launcher_says_bad_input(
     assert group_left(launcher, launcher.settings.run_id) == []
     # the Secret created before the refused LWS is gone too
     secrets = launcher.api.core.list_namespaced_secret(
-        launcher.api.namespace, label_selector=f"{k8s_spec.LABEL_RUN}={launcher.settings.run_id}").items
+        launcher.api.namespace, label_selector=f"{k8s_spec.LABEL_RUN}={k8s_spec.label_value(launcher.settings.run_id)}").items
     assert secrets == []
 
 
@@ -84,7 +84,7 @@ def test_two_ranks_get_worker_indices_0_and_1_and_rank_1_joins(cluster, tmp_path
     logs = tmp_path / "logs"
     with launcher.launch(plan, logs) as deployment:
         pods = launcher.api.core.list_namespaced_pod(
-            launcher.api.namespace, label_selector=f"{k8s_spec.LABEL_RUN}={launcher.settings.run_id}").items
+            launcher.api.namespace, label_selector=f"{k8s_spec.LABEL_RUN}={k8s_spec.label_value(launcher.settings.run_id)}").items
         assert sorted(p.metadata.labels[k8s_spec.LWS_INDEX_LABEL] for p in pods) == ["0", "1"]
         assert deployment.boot_seconds > 0 and deployment.pending_seconds >= 0
         deadline = time.monotonic() + 10
