@@ -493,15 +493,18 @@ def delete_all(api: Api, objects: Sequence[tuple[str, str]], lws_name: str | Non
     api_exception, http_error = _api_errors()
     ns = api.namespace
     body = client.V1DeleteOptions(propagation_policy="Foreground")
+    # Responses are not parsed (_preload_content=False): a 1.20 API server answers some deletes with a Status the
+    # client's models do not expect.
     for kind, name in objects:
         with contextlib.suppress(api_exception, http_error, OSError):
             if kind == k8s_spec.LWS_KIND:
                 api.custom.delete_namespaced_custom_object(k8s_spec.LWS_GROUP, k8s_spec.LWS_VERSION, ns,
-                                                           k8s_spec.LWS_PLURAL, name, body=body, _request_timeout=10)
+                                                           k8s_spec.LWS_PLURAL, name, body=body, _request_timeout=10,
+                                                           _preload_content=False)
             elif kind == "Service":  # no dependents: a plain delete (foreground would wait for a GC to no end)
-                api.core.delete_namespaced_service(name, ns, _request_timeout=10)
+                api.core.delete_namespaced_service(name, ns, _request_timeout=10, _preload_content=False)
             elif kind == "Secret":
-                api.core.delete_namespaced_secret(name, ns, _request_timeout=10)
+                api.core.delete_namespaced_secret(name, ns, _request_timeout=10, _preload_content=False)
     deadline = time.monotonic() + wait_s
     while True:
         left = []

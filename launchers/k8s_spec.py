@@ -135,7 +135,10 @@ def pod_env(planned: Mapping[str, str], secret_name: str, extra: Mapping[str, st
     for key, value in {**extra, **planned}.items():
         if key in secrets and value == f"${{{key}}}":
             continue  # the secretKeyRef entry is this variable
-        env.append({"name": key, "value": _REFERENCE.sub(lambda m: f"$({m.group(1)})", value)})
+        rendered = _REFERENCE.sub(lambda m: f"$({m.group(1)})", value)
+        # An empty value is written as no value (Kubernetes' own EnvVar serialization, `value,omitempty`); a 1.20
+        # API server with the LWS CRD refuses `value: ""` as null.
+        env.append({"name": key, "value": rendered} if rendered else {"name": key})
     return env
 
 
@@ -167,8 +170,9 @@ def manifests(plan: LaunchPlan, *, name: str, namespace: str | None = "default",
     metadata = {"name": name, "labels": labels, "annotations": {ANNOTATION_CELL: plan.cell_id}}
     if namespace:
         metadata["namespace"] = namespace
-    leader = copy.deepcopy({"metadata": {"labels": labels}, "spec": pod_spec})
-    leader["spec"]["containers"][0]["readinessProbe"] = {
+    leader: dict[str, Any] = copy.deepcopy({"metadata": {"labels": labels}, "spec": pod_spec})
+    leader_container: dict[str, Any] = leader["spec"]["containers"][0]
+    leader_container["readinessProbe"] = {
         "httpGet": {"path": "/health", "port": port}, "periodSeconds": 10, "failureThreshold": 3}
     worker = copy.deepcopy({"metadata": {"labels": labels}, "spec": pod_spec})
     for pod_patch in (p for p in patches if p.get("kind") == "Pod"):
@@ -212,24 +216,24 @@ def merge(base: Any, patch: Any, key: str | None = None) -> Any:
     JSON merge patch, RFC 7386); the lists named in MERGE_KEYS by their merge key (an element whose key matches
     is merged, a new one appended); any other list or value replaced."""
     if isinstance(base, dict) and isinstance(patch, dict):
-        out = copy.deepcopy(base)
+        merged = copy.deepcopy(base)
         for k, v in patch.items():
             if v is None:
-                out.pop(k, None)
+                merged.pop(k, None)
             else:
-                out[k] = merge(out[k], v, k) if k in out else copy.deepcopy(v)
-        return out
+                merged[k] = merge(merged[k], v, k) if k in merged else copy.deepcopy(v)
+        return merged
     merge_key = MERGE_KEYS.get(key or "")
     if isinstance(base, list) and isinstance(patch, list) and merge_key:
-        out = copy.deepcopy(base)
+        items = copy.deepcopy(base)
         for item in patch:
-            at = next((i for i, old in enumerate(out) if isinstance(old, dict) and isinstance(item, dict)
+            at = next((i for i, old in enumerate(items) if isinstance(old, dict) and isinstance(item, dict)
                        and merge_key in item and old.get(merge_key) == item[merge_key]), None)
             if at is None:
-                out.append(copy.deepcopy(item))
+                items.append(copy.deepcopy(item))
             else:
-                out[at] = merge(out[at], item)
-        return out
+                items[at] = merge(items[at], item)
+        return items
     return copy.deepcopy(patch)
 
 

@@ -88,7 +88,7 @@ class LwsStandIn:
         port = self._serve_logs()
         node = client.V1Node(metadata=client.V1ObjectMeta(name=self.node, labels={"dspark-ci/standin": "1"}))
         with contextlib.suppress(ApiException):
-            self.core.delete_node(self.node)
+            self.core.delete_node(self.node, _preload_content=False)
         self.core.create_node(node)
         status = {"status": {
             "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
@@ -110,14 +110,15 @@ class LwsStandIn:
         if self._server:
             self._server.shutdown()
         with contextlib.suppress(ApiException):
-            self.core.delete_node(self.node)
+            self.core.delete_node(self.node, _preload_content=False)
 
     def remove_namespace(self) -> None:
         """Delete the namespace and finalize it ourselves (no namespace controller runs here)."""
         with contextlib.suppress(ApiException):
             for pod in self.core.list_namespaced_pod(self.namespace).items:
-                self.core.delete_namespaced_pod(pod.metadata.name, self.namespace, grace_period_seconds=0)
-            self.core.delete_namespace(self.namespace)
+                self.core.delete_namespaced_pod(pod.metadata.name, self.namespace, grace_period_seconds=0,
+                                                _preload_content=False)
+            self.core.delete_namespace(self.namespace, _preload_content=False)
             ns = self.core.read_namespace(self.namespace)
             ns.spec.finalizers = []
             self.core.replace_namespace_finalize(self.namespace, ns)
@@ -164,7 +165,7 @@ class LwsStandIn:
 
     def _delete_pod(self, name: str) -> None:
         with contextlib.suppress(ApiException):
-            self.core.delete_namespaced_pod(name, self.namespace)
+            self.core.delete_namespaced_pod(name, self.namespace, _preload_content=False)
 
     def _reconcile(self, lws: dict, pods: dict) -> None:
         name, spec = lws["metadata"]["name"], lws["spec"]["leaderWorkerTemplate"]
@@ -185,6 +186,9 @@ class LwsStandIn:
                        {"name": "LWS_NAME", "value": name}]
             for container in pod_spec["containers"]:
                 container["env"] = lws_env + list(container.get("env") or [])
+                for kind in ("limits", "requests"):  # quantities: the LWS schema allows ints, Pod's client strings
+                    amounts = (container.get("resources") or {}).get(kind) or {}
+                    amounts.update({k: str(v) for k, v in amounts.items()})
             gpus = sum(int(((c.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu", 0))
                        for c in pod_spec["containers"])
             schedulable = gpus <= NODE_GPUS
@@ -221,7 +225,7 @@ class LwsStandIn:
             if container:
                 self._kill(container)
             with contextlib.suppress(ApiException):
-                self.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+                self.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0, _preload_content=False)
             return
         spec = pod.spec.containers[0]
         if name not in self.containers:
