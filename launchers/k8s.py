@@ -248,7 +248,13 @@ class _ProxyHealth:
             self.group.api.core.connect_get_namespaced_pod_proxy_with_path(
                 f"{self.group.leader_pod}:{port}", self.group.api.namespace, "health",
                 _request_timeout=max(0.1, min(5.0, timeout_s)))
-        except (api_exception, http_error, OSError) as err:
+        except api_exception as err:
+            message = _status_message(err)
+            if err.status == 400 and "not allowed" in message:  # IsProxyableIP: loopback/link-local pod IPs
+                raise InfraError(f"{self.plan.cell_id}: the API server will not proxy to pod {self.group.leader_pod}"
+                                 f" ({message}): its IP is loopback or link-local; use --k8s-reach pod-ip") from None
+            raise NotReady(message) from None
+        except (http_error, OSError) as err:
             raise NotReady(_status_message(err)) from None
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from ground.errors import BadInput
+from ground.errors import BadInput, InfraError
 from launchers import k8s, k8s_spec
 from launchers.contract import LaunchContext, LaunchFailed
 from launchers.plan_types import LaunchPlan
@@ -147,3 +147,38 @@ def test_the_smoke_matrix_runs_green_through_the_cli_on_k8s(cluster, tmp_path):
     assert "Node rank 1 joined rank 0" in rank1 and "-0-1 of LeaderWorkerSet" in rank1
     launcher = launcher_for(cluster, tmp_path)
     assert group_left(launcher, results["run_id"]) == []
+
+
+def test_proxy_reach_goes_through_the_api_server_which_refuses_loopback_pods(cluster, tmp_path):
+    """--k8s-reach proxy asks the real API server for rank 0's /health (pods/proxy). The stand-in's pods have
+    loopback IPs, which kube-apiserver never proxies to (IsProxyableIP): that answer must end the wait at once,
+    saying what to use instead, not run into the boot timeout."""
+    launcher = launcher_for(cluster, tmp_path, reach="proxy", boot_timeout_s=30.0)
+    started = time.monotonic()
+    with pytest.raises(InfraError) as caught:
+        with launcher.launch(make_plan(launcher.placement(1), 1, "k8s-proxy"), tmp_path / "logs"):
+            pytest.fail("kube-apiserver proxied to a loopback pod IP")
+    assert "will not proxy" in str(caught.value) and "--k8s-reach pod-ip" in str(caught.value)
+    assert time.monotonic() - started < 20
+    assert group_left(launcher, launcher.settings.run_id) == []
+
+
+def test_what_a_killed_run_left_is_removed_by_cleanup_from_the_ledger(cluster, tmp_path):
+    """A run killed hard after creating its objects: `dspark-ci cleanup` (registry.remove_started per ledger entry)
+    deletes the LWS (foreground: its pods go first), the Service and the Secret; a second pass finds nothing."""
+    from launchers import registry
+    from launchers.ledger import Ledger
+
+    launcher = launcher_for(cluster, tmp_path)
+    run_id = launcher.settings.run_id
+    (tmp_path / "logs").mkdir()
+    group = k8s._Group(make_plan(launcher.placement(2), 2, "k8s-killed"), tmp_path / "logs", launcher.settings,
+                       launcher.api)
+    group.create()
+    group.wait_running()  # pods exist and run: the state a SIGKILL would leave behind
+    entries = Ledger(run_id, tmp_path / "run").entries()
+    assert sorted(e["kind"] for e in entries) == ["LeaderWorkerSet", "Secret", "Service"]
+    removed = [registry.get("k8s").remove_started(e) for e in entries]
+    assert all(removed), removed
+    assert group_left(launcher, run_id) == []
+    assert [registry.get("k8s").remove_started(e) for e in entries] == [None, None, None]
