@@ -182,3 +182,35 @@ def test_what_a_killed_run_left_is_removed_by_cleanup_from_the_ledger(cluster, t
     assert all(removed), removed
     assert group_left(launcher, run_id) == []
     assert [registry.get("k8s").remove_started(e) for e in entries] == [None, None, None]
+
+
+def test_sigterm_during_boot_deletes_the_group(cluster, tmp_path):
+    """`dspark-ci run` stopped by SIGTERM while a cell boots: the LWS and its pods are gone when it exits."""
+    import signal
+
+    from tests.cli import DSPARK_CI
+
+    env = {**os.environ, "DSPARK_STATE_DIR": str(tmp_path / "state"), "CI": "true", "DSPARK_SIM_FAULTS": "hang_boot"}
+    run = subprocess.Popen([*DSPARK_CI, "run", "matrices/smoke.yaml", "--launcher", "k8s", "--out",
+                            str(tmp_path / "run"), "--kubeconfig", cluster["kubeconfig"], "--namespace",
+                            cluster["namespace"]], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    launcher = launcher_for(cluster, tmp_path)
+    api = launcher.api
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            pods = api.core.list_namespaced_pod(api.namespace, label_selector=k8s_spec.LABEL_RUN).items
+            if any(p.status and p.status.phase == "Running" for p in pods):
+                break
+            time.sleep(0.3)
+        else:
+            pytest.fail("no pod of the run came up")
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=90)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode != 0 and "Traceback" not in err, err[-2000:]
+    run_id = json.loads((tmp_path / "run" / "results.json").read_text())["run_id"]
+    assert group_left(launcher, run_id) == []
