@@ -114,7 +114,16 @@ class LwsStandIn:
 
     def remove_namespace(self) -> None:
         """Delete the namespace and finalize it ourselves (no namespace controller runs here)."""
-        with contextlib.suppress(ApiException):
+        with contextlib.suppress(ApiException):  # what a failed test left: finalizing would orphan it in etcd
+            for lws in self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL)["items"]:
+                self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL,
+                                                           lws["metadata"]["name"], {"metadata": {"finalizers": []}})
+                self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL,
+                                                            lws["metadata"]["name"], _preload_content=False)
+            for service in self.core.list_namespaced_service(self.namespace).items:
+                self.core.delete_namespaced_service(service.metadata.name, self.namespace, _preload_content=False)
+            for secret in self.core.list_namespaced_secret(self.namespace).items:
+                self.core.delete_namespaced_secret(secret.metadata.name, self.namespace, _preload_content=False)
             for pod in self.core.list_namespaced_pod(self.namespace).items:
                 self.core.delete_namespaced_pod(pod.metadata.name, self.namespace, grace_period_seconds=0,
                                                 _preload_content=False)
