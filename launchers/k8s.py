@@ -374,11 +374,25 @@ class _Group:
                 s.progress(f"{self.plan.cell_id}: LeaderWorkerSet {self.name} pending ({why})")
                 shown = why
             if waited >= s.pending_timeout_s:
+                events = [e for p in pods for e in self.warnings(p.metadata.name)]
                 raise PodStuck(cell_id=self.plan.cell_id, reason="timeout", node_rank=0, hint=(
                     f"the group's pods were not all running after {waited:.0f}s ({why}); the boot timeout had not "
-                    f"started. `kubectl -n {self.api.namespace} describe pods -l "
-                    f"{k8s_spec.LWS_NAME_LABEL}={self.name}` says more"))
+                    "started" + (f"; events: {'; '.join(events)}" if events else "")
+                    + f". `kubectl -n {self.api.namespace} describe pods -l {k8s_spec.LWS_NAME_LABEL}={self.name}`"
+                    " says more"))
             time.sleep(s.poll_s)
+
+    def warnings(self, pod_name: str, keep: int = 3) -> list[str]:
+        """The pod's last Warning events, "Reason: message" (none if events may not be read)."""
+        api_exception, http_error = _api_errors()
+        try:
+            events = self.api.core.list_namespaced_event(
+                self.api.namespace, field_selector=f"involvedObject.name={pod_name}", _request_timeout=10).items
+        except (api_exception, http_error, OSError):
+            return []
+        warned = [e for e in events if e.type == "Warning"]
+        warned.sort(key=lambda e: _epoch(e.last_timestamp or e.event_time or e.metadata.creation_timestamp))
+        return [f"{e.reason}: {e.message}" for e in warned[-keep:]]
 
     def _pending_reason(self, pods: list[Any]) -> str | None:
         for pod in sorted(pods, key=self.rank_of):
@@ -407,10 +421,12 @@ class _Group:
                 waiting = status.state.waiting if status.state else None
                 if waiting and waiting.reason in STUCK_REASONS:
                     rank = self.rank_of(pod)
+                    events = self.warnings(pod.metadata.name)
                     raise PodStuck(cell_id=self.plan.cell_id, reason="exited", node_rank=rank,
                                    last_lines=self.log_tail(rank, LOG_LINES_KEPT),
                                    hint=f"{waiting.reason}" + (f" ({waiting.message})" if waiting.message else "")
-                                   + f" (pod {pod.metadata.name}, image {status.image})")
+                                   + f" (pod {pod.metadata.name}, image {status.image})"
+                                   + (f"; events: {'; '.join(events)}" if events else ""))
         if self.leader_pod and len(pods) < len(self.plan.ranks):
             raise InfraError(f"{self.plan.cell_id}: pods of LeaderWorkerSet {self.name} disappeared ("
                              f"{len(pods)} of {len(self.plan.ranks)} left): deleted from outside?")

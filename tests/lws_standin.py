@@ -216,8 +216,20 @@ class LwsStandIn:
                     "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                     "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.",
                     "lastTransitionTime": now().isoformat()}]})
+                self._event(pod_name, "FailedScheduling", "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.",
+                            "default-scheduler")
 
     # the kubelet ----------------------------------------------------------------------------------------
+    def _event(self, pod_name: str, reason: str, message: str, component: str) -> None:
+        """A Warning event on the pod, as the scheduler or a kubelet writes one."""
+        stamp = now().isoformat()
+        with contextlib.suppress(ApiException):
+            self.core.create_namespaced_event(self.namespace, {
+                "metadata": {"name": f"{pod_name}.{uuid.uuid4().hex[:10]}", "namespace": self.namespace},
+                "involvedObject": {"kind": "Pod", "name": pod_name, "namespace": self.namespace, "apiVersion": "v1"},
+                "reason": reason, "message": message, "type": "Warning", "count": 1,
+                "firstTimestamp": stamp, "lastTimestamp": stamp, "source": {"component": component}})
+
     def _new_ip(self) -> str:
         return f"127.100.{random.randint(0, 255)}.{random.randint(2, 254)}"
 
@@ -247,6 +259,7 @@ class LwsStandIn:
                     "name": spec.name, "image": spec.image, "imageID": "", "ready": False, "restartCount": 0,
                     "state": {"waiting": {"reason": "ImagePullBackOff",
                                           "message": f'Back-off pulling image "{spec.image}"'}}}]})
+                self._event(name, "Failed", f'Failed to pull image "{spec.image}": not found', "kubelet")
                 return
             env = self._env(pod, spec, ip)
             argv = [expand(a, env) for a in [*(spec.command or []), *(spec.args or [])]]

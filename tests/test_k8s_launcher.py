@@ -116,6 +116,7 @@ def test_an_image_that_cannot_be_pulled_fails_at_once_with_the_reason(cluster, t
         with launcher.launch(make_plan(launcher.placement(1), 1, "k8s-pull"), tmp_path / "logs"):
             pytest.fail("the image cannot be pulled")
     assert "ImagePullBackOff" in str(caught.value) and time.monotonic() - started < 20  # not the boot timeout
+    assert "Failed to pull image" in str(caught.value)  # the kubelet's event
     assert group_left(launcher, launcher.settings.run_id) == []
 
 
@@ -127,6 +128,7 @@ def test_an_unschedulable_group_times_out_on_pending_with_the_schedulers_reason(
         with launcher.launch(plan, tmp_path / "logs"):
             pytest.fail("16 GPUs do not fit an 8-GPU node")
     assert "Insufficient nvidia.com/gpu" in str(caught.value) and "boot timeout had not started" in str(caught.value)
+    assert "FailedScheduling" in str(caught.value)  # the scheduler's event
     assert group_left(launcher, launcher.settings.run_id) == []
 
 
