@@ -9,6 +9,7 @@ import sys
 from typing import Callable
 
 from ground.errors import BadInput
+from launchers import k8s_spec
 from launchers.plan import plan_launch
 from launchers.plan_types import LaunchPlan, Placement
 from matrices import Cell, load_cells
@@ -28,6 +29,8 @@ formats:
           {{"chunks": [{{"include": [...]}}, ...]}} with at most {GITHUB_MAX_JOBS} entries per chunk, in cell
           order; give each chunk its own job: `fromJSON(needs.plan.outputs.matrix).chunks[0]`, ...
           The split is reported on stderr.
+  k8s     per cell a LeaderWorkerSet and a Service for rank 0 (multi-document YAML for `kubectl apply -f -`;
+          docs/K8S.md); `--k8s-extra FILE` merges a site patch into each (node selectors, tolerations, ...)
 
 exit codes: 0 printed; 2 bad matrix or arguments (the message names file:line and the fix)
 """
@@ -37,10 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     parser.add_argument("matrices", nargs="+", metavar="MATRIX", help="matrix YAML files (e.g. matrices/nightly.yaml)")
-    parser.add_argument("--format", choices=("table", "json", "github"), default="table",
+    parser.add_argument("--format", choices=("table", "json", "github", "k8s"), default="table",
                         help="output format (default: table)")
     parser.add_argument("--select", action="append", metavar="PATTERN",
                         help="keep cells whose id matches this glob (e.g. '*-npu'); repeatable")
+    parser.add_argument("--k8s-extra", metavar="FILE",
+                        help="with --format k8s: YAML patch merged into every generated object (docs/K8S.md)")
 
 
 def select(cells: list[Cell], patterns: list[str] | None) -> list[Cell]:
@@ -113,6 +118,14 @@ def render_table(cells: list[Cell], plans: dict[str, LaunchPlan]) -> str:
     return text_table(list(TABLE_COLUMNS), rows) + f"\n{len(cells)} cells"
 
 
+def render_k8s(cells: list[Cell], plans: dict[str, LaunchPlan], extra: str | None = None) -> str:
+    patches = k8s_spec.load_patches(extra)
+    objects = [obj for cell in cells for obj in k8s_spec.manifests(
+        plans[cell.id], name=k8s_spec.object_name(cell.id), namespace=None,
+        hardware=cell.config.get("hardware"), patches=patches)]
+    return k8s_spec.to_yaml(objects).rstrip("\n")
+
+
 RENDERERS: dict[str, Callable[[list[Cell], dict[str, LaunchPlan]], str]] = {
     "json": render_json,
     "github": render_github,
@@ -123,5 +136,8 @@ RENDERERS: dict[str, Callable[[list[Cell], dict[str, LaunchPlan]], str]] = {
 def run(args: argparse.Namespace) -> int:
     cells = select(load_cells(args.matrices), args.select)
     plans = launch_plans(cells)  # every format validates the command lines, not only json
+    if args.format == "k8s":
+        print(render_k8s(cells, plans, args.k8s_extra))
+        return 0
     print(RENDERERS[args.format](cells, plans))
     return 0
