@@ -23,6 +23,7 @@ VERBS = {
     "chatops": "Parse a PR comment, check permission, resolve test paths, print the reply and dispatch plan.",
     "sim": "The simulated SGLang server: takes python3 -m sglang.launch_server's flags.",
     "cleanup": "Remove exactly what a killed run recorded it started (processes, containers, jobs).",
+    "preflight": "Run SGLang's own argument resolution on every rank of every cell and compare with its expectation.",
 }
 
 
