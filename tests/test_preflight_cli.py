@@ -77,4 +77,4 @@ def test_no_sglang_is_exit_3_saying_how_to_install_it(tmp_path):
 
 def test_an_unknown_cell_is_bad_input():
     done = preflight("matrices/nightly.yaml", "--cell", "nope", "--sglang", "/usr/bin/env")
-    assert done.returncode == 2 and "--cell nope: no such cell" in done.stderr
+    assert done.returncode == 2 and "--cell nope: no such cell in the given matrices" in done.stderr

@@ -6,6 +6,7 @@ import argparse
 import re
 from dataclasses import dataclass
 
+from dspark_ci.run import select_cells
 from dspark_ci.verbs.plan import launch_plans
 from ground.errors import BadInput, InfraError
 from ground.sglang.release import SGLANG_ENTRYPOINT
@@ -59,17 +60,6 @@ class CellVerdict:
             return "admitted"
         what = "needs the hardware: " if result.verdict == "hardware" else ""
         return f"rank {rank} {what}{result.line}"
-
-
-def select_cells(cells: list[Cell], ids: list[str] | None) -> list[Cell]:
-    if not ids:
-        return cells
-    known = {c.id: c for c in cells}
-    unknown = [i for i in ids if i not in known]
-    if unknown:
-        raise BadInput(f"--cell {unknown[0]}", "no such cell in these matrices",
-                       "list the ids with `dspark-ci plan MATRIX --format table`")
-    return [known[i] for i in ids]
 
 
 def judge(cells: list[Cell], resolver: Resolver) -> tuple[Resolver, list[CellVerdict]]:
@@ -167,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     specs = args.sglang or ["local"]
     if len(specs) > 2:
         raise BadInput("--sglang", f"given {len(specs)} times", "give one, or two to compare them")
-    cells = select_cells(load_cells(args.matrices), args.cell)
+    cells = select_cells(load_cells(args.matrices), tuple(args.cell or ()))
     judged = [judge(cells, locate(spec)) for spec in specs]
     if len(judged) == 2:
         return drift(judged[0], judged[1])
