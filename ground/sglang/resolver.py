@@ -31,7 +31,7 @@ INSTALL_HINT = ("install the resolver environment with `bash .ci/sglang-resolver
                 "sglang 0.5.23 --no-deps, CPU torch 2.13.0 and what its argument code imports) and pass its "
                 "python, or set DSPARK_SGLANG_PYTHON")
 DEFAULT_VENV_PYTHON = REPO / ".cache" / "sglang-venv" / "bin" / "python"
-TIMEOUT_S = 60 + 2  # per launch, on top of importing SGLang (about 8 s on 2 cores)
+TIMEOUT_S = 60  # per launch, and once more for importing SGLang (about 8 s on 2 cores)
 
 # Hub id (lower case) -> stub directory under model_configs/ (config.json only, shaped like the real one).
 MODEL_CONFIGS = {
