@@ -152,8 +152,9 @@ def _draft_config_gamma(view: View) -> int | None:
 
     A local draft (or target bundling it, or its ``dspark/`` subfolder) is read: ``dspark_block_size``, else
     ``block_size``. A Hub id cannot be read offline: the simulator models it as a draft config stating
-    DEFAULT_DSPARK_GAMMA (what DeepSeek-V4's bundled head states, per SGLang's own default), so a
-    ``--speculative-num-draft-tokens`` other than 8 is refused there, as SGLang refuses it for such a checkpoint.
+    DEFAULT_DSPARK_GAMMA (SGLang's default, and what the DeepSeek-V4 config stubs in ground/sglang/model_configs
+    state; the real checkpoints' value is not verified here), so ``--speculative-num-draft-tokens`` other than 8
+    is refused, as SGLang refuses it for such a draft config.
     """
     args = view.args
     draft = Path(args.speculative_draft_model_path or args.model_path)
