@@ -26,6 +26,7 @@ VERBS = {
     "cleanup": "Remove exactly what a killed run recorded it started (processes, containers, jobs).",
     "history": "The runs remembered (SQLite) and each cell's metrics across them, with the last good and first bad run.",
     "baseline": "Propose a baseline file (values, measured noise, tolerances) from good runs: baseline record RUN...",
+    "preflight": "Run SGLang's own argument resolution on every rank of every cell and compare with its expectation.",
 }
 
 

@@ -147,13 +147,36 @@ def _dspark_draft_available(view: View) -> bool:
     return bundled or (model / "dspark" / "config.json").is_file()
 
 
+def _draft_config_gamma(view: View) -> int | None:
+    """DSpark's gamma as the draft checkpoint's config states it (``read_draft_checkpoint_config``).
+
+    A local draft (or target bundling it, or its ``dspark/`` subfolder) is read: ``dspark_block_size``, else
+    ``block_size``. A Hub id cannot be read offline: the simulator models it as a draft config stating
+    DEFAULT_DSPARK_GAMMA (SGLang's default, and what the DeepSeek-V4 config stubs in ground/sglang/model_configs
+    state; the real checkpoints' value is not verified here), so ``--speculative-num-draft-tokens`` other than 8
+    is refused, as SGLang refuses it for such a draft config.
+    """
+    args = view.args
+    draft = Path(args.speculative_draft_model_path or args.model_path)
+    if not draft.is_dir():
+        return DEFAULT_DSPARK_GAMMA
+    for config_path in (draft / "config.json", draft / "dspark" / "config.json"):
+        config = _local_json(config_path)
+        for key in ("dspark_block_size", "block_size"):
+            if isinstance(config.get(key), int):
+                return config[key]
+    return None
+
+
 def _dspark_gamma(view: View) -> int | None:
+    """_handle_dspark: the flag, else the draft config, else (no --speculative-num-draft-tokens) the default."""
     args = view.args
     if args.speculative_dspark_block_size is not None:
         return args.speculative_dspark_block_size
-    if args.speculative_num_draft_tokens is None:
+    gamma = _draft_config_gamma(view)
+    if gamma is None and args.speculative_num_draft_tokens is None:
         return DEFAULT_DSPARK_GAMMA
-    return None
+    return gamma
 
 
 def _dspark_num_draft_tokens(view: View) -> int | None:
@@ -180,6 +203,12 @@ def _resolve_deprecated_dp_attention(view: View) -> dict:
         return {}
     moved = {"attn_dp_size": args.dp_size, "dp_size": 1} if args.attn_dp_size == 1 else {}
     return {**moved, "enable_dp_attention": False}
+
+
+def _resolve_dp_lm_head_default(view: View) -> dict:
+    args = view.args
+    one_dp_rank = args.dp_size * args.attn_dp_size == 1
+    return {"enable_dp_lm_head": False} if one_dp_rank and args.enable_dp_lm_head else {}
 
 
 def _resolve_dsv4_defaults(view: View) -> dict:
@@ -296,6 +325,8 @@ STAGES: tuple[Stage, ...] = (
              lambda v: f"DeepSeekV4 CP supports moe_a2a_backend in {DSV4_CP_A2A_BACKENDS}, "
                        f"got {v.args.moe_a2a_backend!r}."),
     )),
+    # overrides.py:_data_parallelism_defaults: with one DP rank the DP LM head is quietly turned off (not refused).
+    Stage("overrides.py:_data_parallelism_defaults", _always, resolve=_resolve_dp_lm_head_default),
     Stage("parallel_hook.py:handle_data_parallelism", _always, rules=(
         Rule(lambda v: v.args.attn_dp_size < 1,
              lambda v: f"--attn-dp-size must be positive (got {v.args.attn_dp_size})."),

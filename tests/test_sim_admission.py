@@ -92,9 +92,9 @@ REJECTIONS = [
     pytest.param(["--tp-size", "4", "--attn-dp-size", "2", "--dp-size", "2"], {}, "sim/tiny",
                  "ValueError: --dp-size 2 with --attn-dp-size 2: data-parallel replicas combined with attention "
                  "data parallelism are not supported.", id="dp-replicas-with-attention-dp"),
-    pytest.param(["--enable-dp-lm-head"], {}, "sim/tiny",
+    pytest.param(["--dp-size", "2", "--enable-dp-lm-head"], {}, "sim/tiny",
                  "AssertionError: --enable-dp-lm-head requires attention DP (--attn-dp-size).",
-                 id="dp-lm-head-without-attention-dp"),
+                 id="dp-lm-head-with-dp-replicas-but-no-attention-dp"),
     pytest.param(["--enable-prefill-cp"], {}, "sim/tiny",
                  "ValueError: --cp-strategy must be set when --enable-prefill-cp is enabled.",
                  id="prefill-cp-without-strategy"),
@@ -113,9 +113,6 @@ REJECTIONS = [
     pytest.param(DSV4_CP + ["--moe-a2a-backend", "nixl"], {}, DSV4,
                  "ValueError: DeepSeekV4 CP supports moe_a2a_backend in ('none', 'deepep', 'megamoe', 'mori'), "
                  "got 'nixl'.", id="dsv4-cp-a2a-nixl"),
-    pytest.param(DSV4_CP + DSPARK + ["--enable-dp-lm-head"], {}, DSV4,
-                 "AssertionError: --enable-dp-lm-head requires attention DP (--attn-dp-size).",
-                 id="dsv4-cp-folds-attention-dp-before-dspark-checks"),
     pytest.param(["--speculative-algorithm", "NEXTN"], {}, DSV4,
                  "AssertionError: Only EAGLE and DSPARK speculative algorithms are supported for "
                  "DeepseekV4ForCausalLM", id="dsv4-nextn-spelling"),
@@ -190,6 +187,12 @@ ADMITTED = [
                  id="dspark-dp-moe-with-default-static-verify"),
     pytest.param(["--dp-size", "2"], "sim/tiny", {"dp_size": 2, "speculative_algorithm": None}, 2,
                  id="plain-dp-replicas"),
+    # overrides._data_parallelism_defaults: one DP rank turns the DP LM head off instead of refusing it
+    # (checked against SGLang 0.5.23's resolver by tests/test_sim_conformance.py).
+    pytest.param(["--enable-dp-lm-head"], "sim/tiny", {"enable_dp_lm_head": False}, 1,
+                 id="dp-lm-head-quietly-off-with-one-dp-rank"),
+    pytest.param(DSV4_CP + DSPARK + ["--enable-dp-lm-head"], DSV4, {"enable_dp_lm_head": False, "attn_cp_size": 8},
+                 1, id="dsv4-cp-with-dp-lm-head-and-one-dp-rank"),
     pytest.param(DFLASH, "sim/tiny", {"speculative_num_draft_tokens": 16}, 1, id="dflash-default-block"),
     pytest.param(DFLASH + ["--speculative-dflash-block-size", "8"], "sim/tiny",
                  {"speculative_num_draft_tokens": 8}, 1, id="dflash-block-8"),
