@@ -195,6 +195,22 @@ def _stop(process: subprocess.Popen, grace_s: float, out_path: Path) -> None:
         process.wait(timeout=5)
 
 
+def gpqa_note(records: Mapping[str, list]) -> dict | None:
+    """How the GPQA figure was produced (CellResult.gpqa), from the suite's summary record; None without one."""
+    summaries = records.get("gpqa_summary") or []
+    if not summaries:
+        return None
+    summary = summaries[-1]
+    return {"scorer": summary.get("scorer", "sglang"), "partial": bool(summary.get("partial")),
+            "samples": summary.get("samples"), "planned_samples": summary.get("planned_samples"),
+            "accuracy": summary.get("accuracy")}
+
+
+def written_outcome(work_dir: Path) -> SuiteOutcome:
+    """What the suites wrote in ``work_dir`` (e.g. before an interrupted run tore the cell down)."""
+    return _outcome(work_dir / "suites.json", None, work_dir / "suites.log", None)
+
+
 def _outcome(out_path: Path, returncode: int | None, log_path: Path, stopped_by: DsparkError | None) -> SuiteOutcome:
     try:
         data = json.loads(out_path.read_text())
