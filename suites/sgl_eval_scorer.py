@@ -37,7 +37,7 @@ def modules() -> Mapping[str, ModuleType]:
         from sgl_eval._vendored.nemo_skills.dataset.gpqa import prepare
         from sgl_eval.evals import _multichoice, _prompts
     except ImportError as err:
-        raise SuiteInputError(f"gpqa.scorer=sgl-eval needs the sgl-eval package, which is not installed "
+        raise SuiteInputError(f"the sgl-eval scorer needs the sgl-eval package, which is not installed "
                               f"({err}): {INSTALL_HINT}") from None
     return {"sgl_eval": sgl_eval, "types": types, "prepare": prepare, "multichoice": _multichoice,
             "prompts": _prompts}
