@@ -311,10 +311,10 @@ def aggregate_of(results: Sequence[SampleResult], repeats: int, scorer: str) -> 
         raw = sgl_eval_scorer.aggregate(
             [[(r.score, r.extracted_answer, r.correct_answer) for r in group] for group in by_question.values()],
             repeats)
-        keys = {"pass@1": "score", "pass@1_sem": "pass@1_sem", "pass@1_std": "pass@1_std",
-                f"pass@{repeats}": f"pass@{repeats}", f"majority@{repeats}": f"majority@{repeats}",
-                "no_answer": "no_answer"}
-        return {ours: float(raw[theirs]) for ours, theirs in keys.items() if theirs in raw}
+        out = {"pass@1": float(raw["score"])}  # their headline: pass@1[avg-of-k] (the plain mean when k = 1)
+        keys = ["no_answer"] + (["pass@1_std", "pass@1_sem", f"pass@{repeats}", f"majority@{repeats}"]
+                                if repeats > 1 else [])
+        return out | {key: float(raw[key]) for key in keys if key in raw}
     out = {"pass@1": statistics.fmean(r.score for r in results),
            "no_answer": statistics.fmean(r.extracted_answer is None for r in results)}
     if repeats > 1:
