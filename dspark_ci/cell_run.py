@@ -35,6 +35,7 @@ class CellContext:
     suites: tuple[str, ...] | None  # --suites override; None = the cell's own
     gate: Callable[[CellResult, Mapping], tuple[GateResult, ...]]
     stage: Callable[[str], None] = lambda _label: None
+    detail: Callable[[str], None] = lambda _text: None  # how far the current stage got (e.g. GPQA samples)
     suite_defaults: Callable[[dict], dict] = lambda options: options  # e.g. the simulator's dataset
     watch: Watch = Watch()
 
@@ -82,7 +83,8 @@ def _run_cell(cell: Cell, ctx: CellContext, result: CellResult) -> CellResult:
                 base_url=deployment.base_url, names=names, model=cell.config.get("model"),
                 options=ctx.suite_defaults({n: dict(cell.suites.get(n, {})) for n in names}),
                 work_dir=logs_dir, reference_url=reference.base_url if reference else None),
-                watched=[d for d in (deployment, reference) if d is not None], watch=ctx.watch)
+                watched=[d for d in (deployment, reference) if d is not None], watch=ctx.watch,
+                on_progress=ctx.detail)
             deployment.check()  # a rank that died while we measured invalidates the numbers
     except LaunchFailed as err:
         if isinstance(err, LaunchTimeout):

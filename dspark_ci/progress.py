@@ -9,6 +9,9 @@ import time
 from typing import TextIO
 
 
+DETAIL_EVERY_S = 30.0
+
+
 class Progress:
     def __init__(self, stream: TextIO = sys.stderr, live: bool | None = None):
         self._stream = stream
@@ -17,6 +20,8 @@ class Progress:
         self._live = live
         self._lock = threading.Lock()
         self._label = ""
+        self._detail = ""
+        self._detail_printed = 0.0
         self._since = time.monotonic()
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
@@ -24,7 +29,7 @@ class Progress:
     def stage(self, label: str) -> None:
         """A new stage starts: a plain line, or the live line is rewritten."""
         with self._lock:
-            self._label, self._since = label, time.monotonic()
+            self._label, self._since, self._detail = label, time.monotonic(), ""
             if self._live:
                 self._draw()
             else:
@@ -32,6 +37,17 @@ class Progress:
         if self._live and self._ticker is None:
             self._ticker = threading.Thread(target=self._tick, daemon=True)
             self._ticker.start()
+
+    def detail(self, text: str) -> None:
+        """How far the current stage got: shown after its label on the live line; in CI a plain line at
+        most every DETAIL_EVERY_S seconds (a long accuracy suite stays visible without flooding the log)."""
+        with self._lock:
+            self._detail = text
+            if self._live:
+                self._draw()
+            elif time.monotonic() - self._detail_printed >= DETAIL_EVERY_S:
+                self._detail_printed = time.monotonic()
+                print(f"[dspark-ci] {self._label}: {text}", file=self._stream, flush=True)
 
     def done(self, line: str) -> None:
         """A finished result: always kept on screen as a line of its own."""
@@ -53,7 +69,8 @@ class Progress:
     def _draw(self) -> None:
         if self._label:
             elapsed = time.monotonic() - self._since
-            self._stream.write(f"\r\033[K[dspark-ci] {self._label} ({elapsed:.0f}s)")
+            detail = f" · {self._detail}" if self._detail else ""
+            self._stream.write(f"\r\033[K[dspark-ci] {self._label} ({elapsed:.0f}s){detail}")
             self._stream.flush()
 
     def _tick(self) -> None:

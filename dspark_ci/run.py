@@ -109,7 +109,8 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
                                                run_options=options.rerun_options),
                            baseline=baselines.shared(), selected=tuple(cells))
     ctx = CellContext(launcher=launcher, run_dir=run_dir, sglang_version=options.sglang_version,
-                      suites=options.suites, gate=baselines.gate, stage=progress.stage, suite_defaults=suite_defaults)
+                      suites=options.suites, gate=baselines.gate, stage=progress.stage, detail=progress.detail,
+                      suite_defaults=suite_defaults)
     try:
         for index, cell in enumerate(cells, 1):
             progress.stage(f"[{index}/{len(cells)}] {cell.id}")

@@ -251,8 +251,8 @@ def rescored(result: SampleResult, scorer: str) -> SampleResult:
 class SampleStream:
     """Appends each scored sample to a JSONL file as it lands (flushed per line, so any ending keeps it)."""
 
-    def __init__(self, path: Path | None):
-        self.path = path
+    def __init__(self, path: Path | None, planned: int = 0):
+        self.path, self.planned = path, planned
         self._lock = threading.Lock()
         self._handle = None
         if path is not None:
@@ -263,7 +263,9 @@ class SampleStream:
         if self._handle is None:
             return
         with self._lock:
-            self._handle.write(json.dumps(sample_record(result), ensure_ascii=False) + "\n")
+            # planned_samples: so whoever tails the file (the run's progress line) knows the total
+            line = {**sample_record(result), "planned_samples": self.planned}
+            self._handle.write(json.dumps(line, ensure_ascii=False) + "\n")
             self._handle.flush()
 
     def close(self) -> None:

@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import requests
 
@@ -83,9 +83,11 @@ class SuiteRequest:
         return REQUEST_BASE_S + REQUEST_PER_TOKEN_S * tokens
 
 
-def run_suites(request: SuiteRequest, watched: Sequence[Deployment] = (), watch: Watch = Watch()) -> SuiteOutcome:
+def run_suites(request: SuiteRequest, watched: Sequence[Deployment] = (), watch: Watch = Watch(),
+               on_progress: Callable[[str], None] = lambda _text: None) -> SuiteOutcome:
     """pytest over the selected suites in a subprocess that dies with us, while every rank of ``watched`` is
-    checked: a rank that dies or stops answering stops the suites at once (what they measured is kept)."""
+    checked: a rank that dies or stops answering stops the suites at once (what they measured is kept).
+    ``on_progress`` hears how far an accuracy suite got ("gpqa 45/198 samples, accuracy 71.1%") as it moves."""
     request.work_dir.mkdir(parents=True, exist_ok=True)
     options_path = request.work_dir / "suite-options.json"
     out_path = request.work_dir / "suites.json"
@@ -105,18 +107,23 @@ def run_suites(request: SuiteRequest, watched: Sequence[Deployment] = (), watch:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    cwd=SUITES_DIR.parent, start_new_session=True, preexec_fn=die_with_parent())
         try:
-            stopped_by = _watch(process, watched, watch)
+            tail = _SamplesTail(request.work_dir / GPQA_SAMPLES, on_progress)
+            stopped_by = _watch(process, watched, watch, tail)
+            tail.poll()  # the last samples, even of a suite faster than one poll
         finally:
             _stop(process, watch.stop_grace_s, out_path)  # no-op when it finished; on Ctrl-C it must not outlive us
     return _outcome(out_path, process.returncode, request.work_dir / "suites.log", stopped_by)
 
 
-def _watch(process: subprocess.Popen, watched: Sequence[Deployment], watch: Watch) -> DsparkError | None:
+def _watch(process: subprocess.Popen, watched: Sequence[Deployment], watch: Watch,
+           tail: "_SamplesTail | None" = None) -> DsparkError | None:
     """Until pytest exits: the first rank death, hang or overrun, or None."""
     started = time.monotonic()
     probes = [_HealthProbe(d.base_url, watch) for d in watched]
     try:
         while process.poll() is None:
+            if tail is not None:
+                tail.poll()
             if time.monotonic() - started > watch.suites_timeout_s:
                 return InfraError(f"the suites did not finish within {watch.suites_timeout_s:g} s (every rank still "
                                   "alive and answering); see suites.log")
@@ -136,6 +143,39 @@ def _watch(process: subprocess.Popen, watched: Sequence[Deployment], watch: Watc
     finally:
         for probe in probes:
             probe.stop()
+
+
+GPQA_SAMPLES = "gpqa-samples.jsonl"  # streamed by suites/test_gpqa.py beside the suite output
+
+
+class _SamplesTail:
+    """Reads the scored samples a suite streams as they land: count, planned total and running accuracy."""
+
+    def __init__(self, path: Path, report: Callable[[str], None]):
+        self._path, self._report = path, report
+        self._offset, self._done, self._correct, self._planned = 0, 0, 0.0, 0
+
+    def poll(self) -> None:
+        try:
+            with self._path.open("rb") as handle:
+                handle.seek(self._offset)
+                chunk = handle.read()
+        except OSError:
+            return
+        complete = chunk[:chunk.rfind(b"\n") + 1]  # a line still being written waits for the next poll
+        if not complete:
+            return
+        self._offset += len(complete)
+        for line in complete.splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            self._done += 1
+            self._correct += float(record.get("score") or 0.0)
+            self._planned = int(record.get("planned_samples") or self._planned)
+        total = f"/{self._planned}" if self._planned else ""
+        self._report(f"gpqa {self._done}{total} samples, accuracy {self._correct / self._done:.1%}")
 
 
 class _HealthProbe:

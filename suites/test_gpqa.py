@@ -34,7 +34,7 @@ def gpqa_results(server, suite_config, suite_output):
     except SuiteInputError as err:
         pytest.fail(str(err), pytrace=False)
     out_path = suite_config.out_path
-    stream = SampleStream(out_path.with_name(SAMPLES_FILE) if out_path else None)
+    stream = SampleStream(out_path.with_name(SAMPLES_FILE) if out_path else None, planned=len(examples))
     try:
         results, interrupted = run_examples(server, examples, settings, on_result=stream)
     finally:

@@ -111,6 +111,9 @@ def test_rescore_prints_the_figure_as_run_and_rescored_and_the_report_names_the_
     assert done.returncode == 0, done.stdout + done.stderr
     cell = run.cell(ONE_NODE)
     assert cell["gpqa"]["scorer"] == scorer and cell["gpqa"]["partial"] is False
+    # The progress line follows the samples as they are scored (in CI: plain lines).
+    accuracy = f"{cell['metrics']['gpqa_accuracy']:.1%}"
+    assert f"measuring (gpqa): gpqa 20/20 samples, accuracy {accuracy}" in done.stderr
     assert f"Accuracy (scorer {scorer})" in (run.out / "report.md").read_text()
     assert len((run.out / "logs" / ONE_NODE / "gpqa-samples.jsonl").read_text().splitlines()) == 20
 
@@ -118,7 +121,6 @@ def test_rescore_prints_the_figure_as_run_and_rescored_and_the_report_names_the_
                               capture_output=True, text=True, timeout=120, cwd=REPO)
     assert rescored.returncode == 0, rescored.stderr
     [line] = [line for line in rescored.stdout.splitlines() if line.startswith(ONE_NODE)]
-    accuracy = f"{cell['metrics']['gpqa_accuracy']:.1%}"
     # The simulator ends with one "Answer: X" line: every scorer reads the same letter.
     assert f"{accuracy} ± " in line and f" {scorer} " in line and line.count(accuracy) == 2
     assert " simple-evals " in line
