@@ -217,11 +217,14 @@ def run_examples(server: Server, examples: Sequence[Example], settings: GpqaSett
 
 def ask(client: openai.OpenAI, model: str, example: Example, settings: GpqaSettings) -> SampleResult:
     prompt, correct = example.prompt_and_answer()
-    extra_body = {"chat_template_kwargs": dict(settings.chat_template_kwargs)} if settings.chat_template_kwargs else None
+    extra_body: dict[str, Any] = sgl_eval_scorer.sampling() if settings.scorer == "sgl-eval" else {}
+    top_p = extra_body.pop("top_p", openai.NOT_GIVEN)
+    if settings.chat_template_kwargs:
+        extra_body["chat_template_kwargs"] = dict(settings.chat_template_kwargs)
     try:
         response = client.chat.completions.create(
             model=model, messages=[{"role": "user", "content": prompt}], temperature=settings.temperature,
-            max_tokens=settings.max_tokens, extra_body=extra_body)
+            max_tokens=settings.max_tokens, top_p=top_p, extra_body=extra_body or None)
     except openai.OpenAIError as err:
         return _scored(example, correct, content="", reasoning="", finish=None, tokens=None, error=str(err),
                        scorer=settings.scorer)

@@ -2,6 +2,7 @@
 
 sgl-eval (PyPI, SGLang's one-command accuracy harness) vendors its scoring from NeMo-Skills. What we take
 from the package, each the function ``sgl-eval run gpqa`` itself calls:
+  - the sampling fields it sends besides temperature and max_tokens (top_p 0.95, min_p, repetition_penalty);
   - the question: NeMo-Skills' GPQA ``format_entry`` (choices shuffled by the global ``random`` seeded 42
     once, rows in dataset order, as its ``prepare.save_data("diamond", random_seed=42)`` writes them);
   - the prompt: ``render_prompt`` of the vendored ``mcq-4choices`` template ("Answer: A/B/C/D");
@@ -45,6 +46,13 @@ def modules() -> Mapping[str, ModuleType]:
 
 def version() -> str:
     return str(modules()["sgl_eval"].__version__)
+
+
+def sampling() -> dict[str, Any]:
+    """The sampling fields sgl-eval sends on every request besides temperature and max_tokens (its GenConfig
+    defaults, NeMo-Skills' InferenceConfig): top_p, and min_p and repetition_penalty in the extra body."""
+    gen = modules()["types"].GenConfig()
+    return {"top_p": gen.top_p, "min_p": gen.min_p, "repetition_penalty": gen.repetition_penalty}
 
 
 def entries(rows: Sequence[Mapping[str, str]]) -> list[dict[str, Any]]:

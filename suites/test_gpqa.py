@@ -51,6 +51,7 @@ def gpqa_results(server, suite_config, suite_output):
         "samples_file": str(stream.path) if stream.path else None,
         "dataset": dataset.describe(), "extractor": settings.extractor,
         "regex": EXTRACTORS.get(settings.extractor or ""), "sgl_eval_version": scorer_version,
+        "sgl_eval_sampling": sgl_eval_scorer.sampling() if scorer_version else None,
         "temperature": settings.temperature, "max_tokens": settings.max_tokens,
         "chat_template_kwargs": settings.chat_template_kwargs, "model": server.model,
     }])
