@@ -291,7 +291,7 @@ def summarize(results: Sequence[SampleResult], num_questions: int, repeats: int,
         "scorer": scorer,
         "aggregate": aggregate,
         "samples": n,
-        "score_std": statistics.pstdev(scores),  # what simple-evals prints as score:std (not an error bar)
+        "score_std": statistics.pstdev(scores) if n else None,  # simple-evals' score:std (not an error bar)
         "stderr": stderr,
         # Repeats of one question are correlated; this error bar treats each question as one unit.
         "stderr_clustered_by_question": _clustered_stderr(results),

@@ -24,6 +24,7 @@ from ground.errors import DsparkError, InfraError
 from ground.suites import SUITE_DEFAULTS
 from launchers.contract import Deployment, LaunchFailed
 from launchers.processes import die_with_parent, signal_group
+from suites.output import GPQA_SAMPLES_FILE
 
 SUITES_DIR = Path(suites_package.__file__).parent
 SYNTHETIC_GPQA = SUITES_DIR / "data" / "gpqa_synthetic.csv"
@@ -93,6 +94,7 @@ def run_suites(request: SuiteRequest, watched: Sequence[Deployment] = (), watch:
     out_path = request.work_dir / "suites.json"
     options_path.write_text(json.dumps({k: dict(v) for k, v in request.options.items()}, indent=1))
     out_path.unlink(missing_ok=True)
+    (request.work_dir / GPQA_SAMPLES_FILE).unlink(missing_ok=True)  # never read an earlier run's samples
     argv = [sys.executable, "-m", "pytest", *(str(SUITES_DIR / f"test_{name}.py") for name in request.names),
             "--base-url", request.base_url, "--suite-options", str(options_path), "--dspark-out", str(out_path),
             "--request-timeout", f"{request.request_timeout_s:g}", "-p", "no:cacheprovider", "-q", "-rfEs",
@@ -107,7 +109,7 @@ def run_suites(request: SuiteRequest, watched: Sequence[Deployment] = (), watch:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    cwd=SUITES_DIR.parent, start_new_session=True, preexec_fn=die_with_parent())
         try:
-            tail = _SamplesTail(request.work_dir / GPQA_SAMPLES, on_progress)
+            tail = _SamplesTail(request.work_dir / GPQA_SAMPLES_FILE, on_progress)
             stopped_by = _watch(process, watched, watch, tail)
             tail.poll()  # the last samples, even of a suite faster than one poll
         finally:
@@ -143,9 +145,6 @@ def _watch(process: subprocess.Popen, watched: Sequence[Deployment], watch: Watc
     finally:
         for probe in probes:
             probe.stop()
-
-
-GPQA_SAMPLES = "gpqa-samples.jsonl"  # streamed by suites/test_gpqa.py beside the suite output
 
 
 class _SamplesTail:

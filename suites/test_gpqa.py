@@ -16,8 +16,7 @@ from suites.config import SuiteInputError
 from suites.gpqa import (
     EXTRACTORS, GpqaSettings, SampleStream, build_examples, load_gpqa, run_examples, sample_record, summarize,
 )
-
-SAMPLES_FILE = "gpqa-samples.jsonl"
+from suites.output import GPQA_SAMPLES_FILE
 # More responses without an answer than this usually means truncation (max_tokens too small) or a broken
 # model (sgl-eval warns from the same 5 %).
 UNANSWERED_WARN_FRACTION = 0.05
@@ -34,7 +33,7 @@ def gpqa_results(server, suite_config, suite_output):
     except SuiteInputError as err:
         pytest.fail(str(err), pytrace=False)
     out_path = suite_config.out_path
-    stream = SampleStream(out_path.with_name(SAMPLES_FILE) if out_path else None, planned=len(examples))
+    stream = SampleStream(out_path.with_name(GPQA_SAMPLES_FILE) if out_path else None, planned=len(examples))
     try:
         results, interrupted = run_examples(server, examples, settings, on_result=stream)
     finally:

@@ -14,8 +14,7 @@ from ground.errors import BadInput
 from suites import sgl_eval_scorer
 from suites.config import SuiteInputError
 from suites.gpqa import SCORERS, SampleResult, rescored, sample_from_record, summarize
-
-SAMPLES_FILE = "gpqa-samples.jsonl"  # what suites/test_gpqa.py streams beside the suite output
+from suites.output import GPQA_SAMPLES_FILE
 
 EPILOG = """\
 Rescoring changes the extraction and the aggregation only: the prompt (and so the letter order) stays the
@@ -78,7 +77,7 @@ def _recorded(cell_dir: Path) -> tuple[list[SampleResult], dict, str] | None:
     summary = (records.get("gpqa_summary") or [{}])[-1]
     if records.get("gpqa"):
         return [sample_from_record(r) for r in records["gpqa"]], summary, str(suites_json)
-    streamed = cell_dir / SAMPLES_FILE
+    streamed = cell_dir / GPQA_SAMPLES_FILE
     if streamed.is_file():
         samples = [sample_from_record(json.loads(line)) for line in streamed.read_text().splitlines() if line.strip()]
         return (samples, summary, str(streamed)) if samples else None
