@@ -21,6 +21,7 @@ class Progress:
         self._lock = threading.Lock()
         self._label = ""
         self._detail = ""
+        self._detail_shown = False
         self._detail_printed = 0.0
         self._since = time.monotonic()
         self._stop = threading.Event()
@@ -29,6 +30,8 @@ class Progress:
     def stage(self, label: str) -> None:
         """A new stage starts: a plain line, or the live line is rewritten."""
         with self._lock:
+            if not self._live:
+                self._print_detail()
             self._label, self._since, self._detail = label, time.monotonic(), ""
             if self._live:
                 self._draw()
@@ -42,18 +45,26 @@ class Progress:
         """How far the current stage got: shown after its label on the live line; in CI a plain line at
         most every DETAIL_EVERY_S seconds (a long accuracy suite stays visible without flooding the log)."""
         with self._lock:
-            self._detail = text
+            self._detail, self._detail_shown = text, False
             if self._live:
                 self._draw()
             elif time.monotonic() - self._detail_printed >= DETAIL_EVERY_S:
-                self._detail_printed = time.monotonic()
-                print(f"[dspark-ci] {self._label}: {text}", file=self._stream, flush=True)
+                self._print_detail()
+
+    def _print_detail(self) -> None:
+        """(plain lines) The latest detail, unless shown already; the last one is shown when its stage ends."""
+        if self._detail and not self._detail_shown:
+            self._detail_printed, self._detail_shown = time.monotonic(), True
+            print(f"[dspark-ci] {self._label}: {self._detail}", file=self._stream, flush=True)
 
     def done(self, line: str) -> None:
         """A finished result: always kept on screen as a line of its own."""
         with self._lock:
             if self._live:
                 self._stream.write("\r\033[K")
+            else:
+                self._print_detail()
+            self._detail = ""
             print(f"[dspark-ci] {line}", file=self._stream, flush=True)
             self._label = ""
 
