@@ -8,6 +8,7 @@ past this module.
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 
@@ -25,6 +26,10 @@ COMMANDS = {
 }
 
 MAX_SPECS = 20  # more than this in one comment is a paste accident, not a rerun
+MAX_SPEC_CHARS = 200  # a longer spec is no file name anyone types; it could only be an attack on the matcher
+MAX_WILDCARDS = 4  # `*`/`?` per spec: matching cost grows with each one
+MAX_RECURSIVE = 1  # `**` path segments per spec
+CELL_PREFIX = "cell:"  # `cell:PATTERN` reruns matrix cells, not SGLang test files
 
 _FILE_CHARS = re.compile(r"[A-Za-z0-9_./*?-]+")
 _SELECTOR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
@@ -35,6 +40,7 @@ RERUN_TEST_EXAMPLES = (
     "/rerun-test registered/spec/test_dflash.py",
     "/rerun-test test_dflash.py",
     "/rerun-test test_dflash_*.py",
+    "/rerun-test cell:dsv4-flash-tp8-*",
 )
 
 
@@ -50,6 +56,17 @@ class CommentRejected(Exception):
         super().__init__("; ".join(f"{spec}: {why}" if spec else why for spec, why in refusals))
 
 
+class NotACommand(CommentRejected):
+    """The first line is not one of our commands. ``suggestion``: the command it nearly is, or None
+    (then nothing is replied: a bot must not answer, let alone echo, every comment starting with /)."""
+
+    def __init__(self, suggestion: str | None):
+        self.suggestion = suggestion
+        text = (f"not a command; did you mean {suggestion}? The first line must be one of "
+                + ", ".join(COMMANDS)) if suggestion else "not a command (no reply)"
+        super().__init__([(None, text)])
+
+
 class SpecRejected(Exception):
     def __init__(self, spec: str, problem: str):
         self.spec, self.problem = spec, problem
@@ -59,8 +76,9 @@ class SpecRejected(Exception):
 @dataclass(frozen=True)
 class TestSpec:
     text: str  # as the user wrote it
-    file_part: str  # before "::"
+    file_part: str  # before "::"; for a cell spec, the cell id or pattern
     selector: str | None  # "TestClass" or "TestClass.test_method"
+    cell: bool = False  # a matrix cell id (or `cell:PATTERN`), not a test file
 
     @property
     def has_wildcard(self) -> bool:
@@ -78,18 +96,20 @@ def first_line(comment: str) -> str:
     return stripped.splitlines()[0].strip() if stripped else ""
 
 
-def parse_comment(comment: str) -> Command:
-    """The command on the comment's first line; raises CommentRejected for anything else."""
-    line = first_line(comment)
-    tokens = line.split()
+def split_command(comment: str) -> tuple[str, list[str]]:
+    """The command name and its arguments (unchecked); raises NotACommand for anything else."""
+    tokens = first_line(comment).split()
     if not tokens or tokens[0] not in COMMANDS:
-        shown = line if len(line) <= 60 else line[:57] + "..."
-        raise CommentRejected([(None, f"'{shown}' is not a command; the first line must be one of "
-                                      + ", ".join(COMMANDS))])
-    name, args = tokens[0], tokens[1:]
+        word = tokens[0][:40] if tokens else ""
+        near = difflib.get_close_matches(word.lower(), COMMANDS, n=1, cutoff=0.75) if word.startswith("/") else []
+        raise NotACommand(near[0] if near else None)
+    return tokens[0], tokens[1:]
+
+
+def parse_arguments(name: str, args: list[str]) -> Command:
     if not COMMANDS[name]:
         if args:
-            raise CommentRejected([(None, f"{name} takes no arguments (got '{' '.join(args)}')")], name)
+            raise CommentRejected([(None, f"{name} takes no arguments")], name)
         return Command(name)
     if not args:
         raise CommentRejected([(None, f"{name} needs at least one test, e.g. "
@@ -109,6 +129,11 @@ def parse_comment(comment: str) -> Command:
 
 
 def parse_spec(text: str) -> TestSpec:
+    if len(text) > MAX_SPEC_CHARS:
+        raise SpecRejected(text[:40] + "...", f"is {len(text)} characters long; at most {MAX_SPEC_CHARS} "
+                                              "are accepted")
+    if text.startswith(CELL_PREFIX):
+        return _cell_spec(text)
     file_part, sep, selector = text.partition("::")
     bad = sorted({c for c in file_part + selector if not _FILE_CHARS.fullmatch(c)})
     if bad:
@@ -124,4 +149,25 @@ def parse_spec(text: str) -> TestSpec:
         raise SpecRejected(text, "no test file before ::")
     if sep and not _SELECTOR.fullmatch(selector):
         raise SpecRejected(text, "after :: give TestClass or TestClass.test_method (no wildcards)")
-    return TestSpec(text=text, file_part=file_part, selector=selector if sep else None)
+    _check_complexity(text, file_part)
+    return TestSpec(text=text, file_part=file_part, selector=selector if sep else None,
+                    cell=not sep and "/" not in file_part and not file_part.endswith(".py"))
+
+
+def _cell_spec(text: str) -> TestSpec:
+    pattern = text[len(CELL_PREFIX):]
+    if not pattern or not _FILE_CHARS.fullmatch(pattern) or "/" in pattern:
+        raise SpecRejected(text, "after cell: give a cell id or a glob of cell ids (letters, digits, _ - . * ?)")
+    _check_complexity(text, pattern)
+    return TestSpec(text=text, file_part=pattern, selector=None, cell=True)
+
+
+def _check_complexity(text: str, pattern: str) -> None:
+    wildcards = sum(pattern.count(c) for c in WILDCARDS)
+    if wildcards > MAX_WILDCARDS:
+        raise SpecRejected(text, f"has {wildcards} wildcards; at most {MAX_WILDCARDS} are accepted")
+    segments = pattern.split("/")
+    if sum(segment == "**" for segment in segments) > MAX_RECURSIVE:
+        raise SpecRejected(text, f"at most {MAX_RECURSIVE} ** segment is accepted")
+    if any("**" in segment and segment != "**" for segment in segments):
+        raise SpecRejected(text, "** must be a whole path segment (registered/**/test_x.py)")

@@ -34,15 +34,16 @@ def load_event(path: Path) -> CommentEvent:
     if "pull_request" not in issue:
         raise BadInput(str(path), f"issue #{issue.get('number')} is not a pull request",
                        "ChatOps commands work in pull request comments only")
+    pr_user = _optional(issue, "user", dict, path, "issue")
     return CommentEvent(
         body=_field(comment, "body", str, path, "comment"),
         user=_field(_object(comment, "user", path), "login", str, path, "comment.user"),
-        author_association=comment.get("author_association") or "NONE",
-        pr_author=(issue.get("user") or {}).get("login"),
+        author_association=_optional(comment, "author_association", str, path, "comment") or "NONE",
+        pr_author=_optional(pr_user, "login", str, path, "issue.user") if pr_user else None,
         pr_number=_field(issue, "number", int, path, "issue"),
-        repo=repo.get("full_name"),
-        default_branch=repo.get("default_branch"),
-        comment_id=comment.get("id"),
+        repo=_optional(repo, "full_name", str, path, "repository"),
+        default_branch=_optional(repo, "default_branch", str, path, "repository"),
+        comment_id=_optional(comment, "id", int, path, "comment"),
     )
 
 
@@ -57,6 +58,11 @@ def _object(data, key: str, path: Path) -> dict:
     if not isinstance(value, dict):
         raise BadInput(str(path), f"no '{key}' object: not an issue_comment event", EVENT_FIX)
     return value
+
+
+def _optional(obj: dict, key: str, kind: type, path: Path, where: str):
+    """``obj[key]`` when present (None when absent or null); wrongly typed: BadInput, never a crash later."""
+    return None if obj.get(key) is None else _field(obj, key, kind, path, where)
 
 
 def _field(obj: dict, key: str, kind: type, path: Path, where: str):

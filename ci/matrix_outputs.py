@@ -47,6 +47,23 @@ def github_outputs(plan: dict, source: str, max_chunks: int = MAX_CHUNKS) -> lis
     return lines
 
 
+def read_plan(path: Path) -> list[dict]:
+    """The entries of a `dspark-ci plan --format github` output (one object, or chunks), in order."""
+    try:
+        plan = json.loads(path.read_text(encoding="utf-8"))
+        chunks = plan["chunks"] if "chunks" in plan else [plan]
+        entries = [entry for chunk in chunks for entry in chunk["include"]]
+        if not all(isinstance(e, dict) and isinstance(e.get("cell"), str) and isinstance(e.get("runner"), str)
+                   for e in entries):
+            raise TypeError("an entry has no cell or runner")
+        return entries
+    except OSError as err:
+        raise BadInput(str(path), f"cannot read it ({err.strerror})") from None
+    except (ValueError, KeyError, TypeError) as err:
+        raise BadInput(str(path), f"not a `dspark-ci plan --format github` output ({err})",
+                       "pass the plan job's matrix JSON") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ci.matrix_outputs", description=__doc__.splitlines()[0])
     parser.add_argument("plan_json", help="file with `dspark-ci plan --format github` output ('-': stdin)")

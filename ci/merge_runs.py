@@ -12,8 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import datetime
 from pathlib import Path
 
+from ci.matrix_outputs import read_plan
 from ci.tool import run_tool
 from ground.errors import BadInput
 from ground.records import CellResult, RunResults, Status
@@ -47,21 +49,23 @@ def merge_results(runs: list[tuple[Path, RunResults]], run_id: str,
                       interrupted=any(r.interrupted for _, r in runs))
 
 
+def cell_durations(runs: list[tuple[Path, RunResults]]) -> dict[str, float]:
+    """Wall time of each run directory that ran one cell (the nightly's layout): what ci.shards plans with."""
+    durations = {}
+    for _, results in runs:
+        if len(results.cells) == 1 and results.started_at and results.finished_at:
+            seconds = (datetime.fromisoformat(results.finished_at) - datetime.fromisoformat(results.started_at))
+            durations[results.cells[0].id] = round(max(0.0, seconds.total_seconds()), 1)
+    return durations
+
+
 def _missing_cell(cell_id: str) -> CellResult:
     return CellResult(id=cell_id, config={}, expect={}, status=Status.ERROR, error=MISSING_ERROR)
 
 
 def planned_cells(path: Path) -> list[str]:
     """Cell ids of a `dspark-ci plan --format github` output (one object, or chunks)."""
-    try:
-        plan = json.loads(path.read_text(encoding="utf-8"))
-        chunks = plan["chunks"] if "chunks" in plan else [plan]
-        return [entry["cell"] for chunk in chunks for entry in chunk["include"]]
-    except OSError as err:
-        raise BadInput(f"--plan {path}", f"cannot read it ({err.strerror})") from None
-    except (ValueError, KeyError, TypeError) as err:
-        raise BadInput(f"--plan {path}", f"not a `dspark-ci plan --format github` output ({err})",
-                       "pass the plan job's matrix JSON") from None
+    return [entry["cell"] for entry in read_plan(path)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="directory for the merged results.json")
     parser.add_argument("--plan", type=Path, help="`dspark-ci plan --format github` output: cells to expect")
     parser.add_argument("--run-id", default="merged", help="run_id of the merged run (default: merged)")
+    parser.add_argument("--durations", type=Path,
+                        help="also write {cell_id: seconds} of every run directory holding one cell (ci.shards)")
     args = parser.parse_args(argv)
 
     def body() -> int:
@@ -82,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             raise BadInput("RUN_DIR", "none of the directories has a results.json",
                            "give directories written by `dspark-ci run --out DIR`")
         write_results(args.out / "results.json", merge_results(runs, args.run_id, expected))
+        if args.durations:
+            args.durations.write_text(json.dumps(cell_durations(runs), indent=1, sort_keys=True) + "\n")
         return 0
 
     return run_tool("ci.merge_runs", body)

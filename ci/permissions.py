@@ -6,14 +6,19 @@ The file maps a GitHub login to ``{"can_tag_run_ci_label": bool, "can_rerun_fail
 - ``/rerun-failed-ci`` needs ``can_rerun_failed_ci``, or being the PR's author.
 - ``/tag-and-rerun-ci`` needs both of the above.
 - ``/rerun-test`` runs PR code on self-hosted GPU runners, so it is gated on the commenter
-  alone: write access (author_association OWNER, MEMBER or COLLABORATOR) or a cooldown of 0.
-  Authoring the PR grants nothing here.
+  alone: write access or a cooldown of 0. Authoring the PR grants nothing here.
+
+Write access is the repository's answer (the collaborator permission API: ``admin`` or ``write``,
+which includes the maintain role), never the comment's ``author_association``: an org MEMBER may
+hold only read access. A cooldown of N > 0 minutes lets a user without write access run a rerun
+command at most once per N minutes on a PR (counted from the bot's previous accepted reply to them).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Mapping
 
@@ -21,7 +26,8 @@ from ci.commands import RERUN_FAILED_CI, RERUN_TEST, TAG_AND_RERUN_CI, TAG_RUN_C
 from ground.errors import BadInput
 
 DEFAULT_PERMISSIONS = Path(__file__).with_name("permissions.json")
-WRITE_ASSOCIATIONS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
+WRITE_PERMISSIONS = frozenset({"admin", "write"})
+RERUN_COMMANDS = frozenset({RERUN_FAILED_CI, TAG_AND_RERUN_CI, RERUN_TEST})
 
 # key -> (accepted types, how to say it)
 _FIELDS = {
@@ -41,8 +47,14 @@ class UserPermissions:
 @dataclass(frozen=True)
 class Commenter:
     login: str
-    author_association: str  # OWNER | MEMBER | COLLABORATOR | CONTRIBUTOR | NONE | ...
+    permission: str  # the repository's answer: admin | write | read | none
     is_pr_author: bool
+    last_accepted: datetime | None = None  # the bot's last accepted rerun for this user on this PR
+    now: datetime | None = None
+
+    @property
+    def has_write(self) -> bool:
+        return self.permission in WRITE_PERMISSIONS
 
 
 def load_permissions(path: Path, shown_as: str) -> Mapping[str, UserPermissions]:
@@ -82,7 +94,21 @@ def refusal(command: str, commenter: Commenter, users: Mapping[str, UserPermissi
     """Why ``commenter`` may not run ``command`` (None: allowed)."""
     user = users.get(commenter.login, UserPermissions())
     reasons = [reason for check in _CHECKS[command] if (reason := check(user, commenter))]
+    if not reasons and command in RERUN_COMMANDS:
+        reasons = [reason] if (reason := _cooldown(user, commenter)) else []
     return " ".join(reasons) or None
+
+
+def _cooldown(user: UserPermissions, commenter: Commenter) -> str | None:
+    minutes = user.cooldown_interval_minutes
+    if commenter.has_write or not minutes or commenter.last_accepted is None or commenter.now is None:
+        return None
+    ready = commenter.last_accepted + timedelta(minutes=minutes)
+    if commenter.now >= ready:
+        return None
+    wait = max(1, int((ready - commenter.now).total_seconds() // 60) + 1)
+    return (f"Your cooldown is {minutes} minutes and your last rerun here was accepted "
+            f"{commenter.last_accepted:%H:%M} UTC: try again in {wait} minutes.")
 
 
 def _can_tag(user: UserPermissions, commenter: Commenter) -> str | None:
@@ -99,10 +125,10 @@ def _can_rerun_failed(user: UserPermissions, commenter: Commenter) -> str | None
 
 
 def _can_rerun_test(user: UserPermissions, commenter: Commenter) -> str | None:
-    if commenter.author_association in WRITE_ASSOCIATIONS or user.cooldown_interval_minutes == 0:
+    if commenter.has_write or user.cooldown_interval_minutes == 0:
         return None
     return (f"/rerun-test runs PR code on self-hosted GPU runners, so it needs write access to this "
-            f"repository (you are {commenter.author_association}) or cooldown_interval_minutes: 0 in "
+            f"repository (your permission is {commenter.permission}) or cooldown_interval_minutes: 0 in "
             "the CI permissions file. Being the PR's author is not enough.")
 
 

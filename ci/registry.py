@@ -3,13 +3,18 @@
 SGLang marks each file in ``test/registered/`` with module-level calls such as
 ``register_cuda_ci(est_time=120, stage="stage-c", runner_config="4-gpu-h100")`` (or the older
 ``suite="stage-c-test-4-gpu-h100"``). They are read here with ``ast`` only: the file is never
-imported or run, because it comes from a PR that nobody has reviewed yet.
+imported or run, because it comes from a PR that nobody has reviewed yet. For the same reason the
+read is bounded: at most ``MAX_TEST_BYTES``, never through a symlink, never from anything but a
+regular file (a FIFO would block), and a file the parser cannot hold (nesting too deep) is refused.
 """
 
 from __future__ import annotations
 
 import ast
+import errno
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +28,7 @@ REGISTER_CALLS = {
 }
 
 CPU_RUNNER = "ubuntu-latest"
+MAX_TEST_BYTES = 256 * 1024  # SGLang's largest registered test is ~60 kB
 
 # SGLang's scripts/ci/runner_configs.yml: runner_config -> runner label (CUDA).
 CUDA_RUNNER_CONFIGS = {
@@ -105,14 +111,33 @@ def runner_label(backend: str, runner_config: str | None, suite: str | None) -> 
 
 def read_registrations(path: Path, shown_as: str) -> list[Registration]:
     """Every module-level ``register_*_ci(...)`` call in ``path`` (``shown_as`` names it in errors)."""
+    source = _bounded_read(path, shown_as)
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=shown_as)
+        tree = ast.parse(source, filename=shown_as)
     except SyntaxError as err:
         raise RegistrationError(f"{shown_as}:{err.lineno}: cannot be parsed ({err.msg})") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise RegistrationError(f"{shown_as}: cannot be read ({err})") from None
+    except (RecursionError, MemoryError, ValueError):
+        raise RegistrationError(f"{shown_as}: cannot be parsed (nested too deeply, or holds a NUL byte)") from None
     return [_registration(stmt.value) for stmt in tree.body
             if isinstance(stmt, ast.Expr) and _register_call_name(stmt.value)]
+
+
+def _bounded_read(path: Path, shown_as: str) -> str:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as err:
+        why = "is a symlink" if err.errno == errno.ELOOP else f"cannot be read ({err.strerror})"
+        raise RegistrationError(f"{shown_as} {why}") from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise RegistrationError(f"{shown_as} is not a regular file")
+        data = handle.read(MAX_TEST_BYTES + 1)
+    if len(data) > MAX_TEST_BYTES:
+        raise RegistrationError(f"{shown_as} is larger than {MAX_TEST_BYTES // 1024} kB: not read")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise RegistrationError(f"{shown_as} is not UTF-8 text") from None
 
 
 def chosen_registration(path: Path, shown_as: str) -> Registration:
@@ -143,7 +168,7 @@ def _registration(call: ast.Call) -> Registration:
     est_time = values.get("est_time")
     return Registration(
         backend=REGISTER_CALLS[call.func.id],
-        est_time=float(est_time) if isinstance(est_time, (int, float)) else None,
+        est_time=float(est_time) if isinstance(est_time, (int, float)) and 0 <= est_time < 1e7 else None,
         stage=text.get("stage"), runner_config=text.get("runner_config"), suite=text.get("suite"),
         disabled=text.get("disabled"), line=call.lineno,
     )

@@ -12,13 +12,15 @@ comment, as SGLang's bot does:
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
 from ci.resolve import ResolvedTest
+from ci.text import shown
 
-STATUS_ICONS = {"queued": "⏳", "running": "🔄", "success": "✅", "failure": "❌"}
-TERMINAL = frozenset({"success", "failure"})
+STATUS_ICONS = {"queued": "⏳", "running": "🔄", "success": "✅", "failure": "❌", "not_dispatched": "⚠️"}
+TERMINAL = frozenset({"success", "failure", "not_dispatched"})
 REFUSED = "⛔"
 
 
@@ -34,9 +36,10 @@ class RunnerGroup:
         return f"<!--rrt:{self.index}-->"
 
     @property
-    def test_command(self) -> str:
-        """One command per line, as the rerun workflow reads them."""
-        return "\n".join(test.command for test in self.tests)
+    def tests_json(self) -> str:
+        """The rerun workflow's ``tests`` input: a JSON list of argv lists (after ``python3``, inside test/).
+        Never a shell string: the workflow runs each list as it is, and re-checks every name."""
+        return json.dumps([test.argv for test in self.tests], separators=(",", ":"))
 
 
 def group_by_runner(tests: list[ResolvedTest]) -> list[RunnerGroup]:
@@ -62,11 +65,24 @@ def _group_block(group: RunnerGroup) -> str:
 
 
 def render_refusals(refusals: list[tuple[str | None, str]], footer: str = "") -> str:
-    lines = [f"{REFUSED} {who}: {why}" if who else f"{REFUSED} {why}" for who, why in refusals]
+    """Refusals as reply lines; whatever the commenter wrote is echoed through ``shown`` (no mentions)."""
+    lines = [f"{REFUSED} {shown(who)}: {shown(why, 1000)}" if who else f"{REFUSED} {shown(why, 1000)}"
+             for who, why in refusals]
     return "\n\n".join(lines + ([footer] if footer else [])) + "\n"
 
 
-def set_status(body: str, marker: str, status: str, run_url: str | None = None) -> str:
+def line_status(body: str, marker: str) -> str | None:
+    """The status the line carrying ``marker`` shows now (None: no such line)."""
+    done = marker.replace("-->", ":done-->")
+    for line in body.splitlines():
+        if line.endswith(f" {marker}") or line.endswith(f" {done}"):
+            for status, icon in STATUS_ICONS.items():
+                if f": {icon} " in line:
+                    return status
+    return None
+
+
+def set_status(body: str, marker: str, status: str, run_url: str | None = None, text: str | None = None) -> str:
     """``body`` with the line carrying ``marker`` moved to ``status``.
 
     A finished line gets a ``:done`` marker, so a late "running" update (the runner's beacon racing
@@ -74,11 +90,11 @@ def set_status(body: str, marker: str, status: str, run_url: str | None = None) 
     """
     icon = STATUS_ICONS[status]
     new_marker = marker.replace("-->", ":done-->") if status in TERMINAL else marker
-    icons = "|".join(STATUS_ICONS.values())
+    icons = "|".join(map(re.escape, STATUS_ICONS.values()))
     line = re.compile(rf"^(.*?): (?:{icons}) (.*?) {re.escape(marker)}$", re.MULTILINE)
 
     def updated(match: re.Match) -> str:
-        text = f"[View workflow run]({run_url})" if run_url else match.group(2)
-        return f"{match.group(1)}: {icon} {text} {new_marker}"
+        shown_text = text or (f"[View workflow run]({run_url})" if run_url else match.group(2))
+        return f"{match.group(1)}: {icon} {shown_text} {new_marker}"
 
     return line.sub(updated, body, count=1)

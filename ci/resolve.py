@@ -1,26 +1,49 @@
 """``/rerun-test`` specs -> test files under ``<repo-root>/test/registered/``, each with its runner.
 
 A spec is a bare file name (searched everywhere under ``test/registered/``), a path starting
-``registered/`` or ``test/registered/``, either one optionally with ``*``/``?`` wildcards, and an
-optional ``::TestClass[.test_method]`` selector. A bare name without wildcards that matches
-several files is refused: running one of them would be a guess.
+``registered/`` or ``test/registered/``, either one optionally with ``*``/``?`` wildcards (and one
+``**`` segment in a path), and an optional ``::TestClass[.test_method]`` selector. A bare name
+without wildcards that matches several files is refused: running one of them would be a guess.
+
+The tree comes from an unreviewed PR, so resolution cannot escape or explode:
+- ``test/`` and ``test/registered/`` must be real directories, and the tree is walked once without
+  following symlinks: a symlinked directory is never entered, a symlinked test file is refused when
+  a spec matches it (its registration would otherwise come from outside the repository);
+- the walk stops at ``MAX_TREE_ENTRIES`` entries; patterns are matched segment by segment with
+  ``fnmatch`` (never handed to the file system), their complexity bounded by ``ci.commands``;
+- a matched file whose path holds anything outside ``SAFE_PATH`` is refused: the rerun workflow
+  gets exactly the names resolved here, so a space, ``;`` or a newline can never change its command;
+- registrations are read with a bounded read (``ci.registry``).
 """
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
+import os
+import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from ci.commands import TestSpec
 from ci.registry import Registration, RegistrationError, chosen_registration
+from ci.text import shown
 
 TEST_FILE_PATTERN = "test_*.py"
 MAX_FILES = 20  # per comment: a wildcard must not turn one comment into a whole-suite run
+MAX_TREE_ENTRIES = 50_000  # SGLang's test/registered holds ~1,000 entries
+MAX_DEPTH = 12
+SAFE_PATH = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_./-]*")  # what a dispatched path may hold
+ROOT_FIX = "the PR's test tree must be real directories, not symlinks"
 
 
 class SpecRefused(Exception):
     """One spec that cannot be run; ``str()`` is the reply text after ``⛔ <spec>: ``."""
+
+
+class TreeRefused(Exception):
+    """The whole test tree cannot be used (symlinked root, too large); ``str()`` says why."""
 
 
 @dataclass(frozen=True)
@@ -31,21 +54,76 @@ class ResolvedTest:
     registration: Registration
 
     @property
+    def argv(self) -> list[str]:
+        """What runs inside test/ after ``python3`` (SGLang's unittest-file convention)."""
+        return [self.path, self.selector] if self.selector else [self.path]
+
+    @property
     def command(self) -> str:
-        """What runs inside test/: ``python3 <command>`` (SGLang's unittest-file convention)."""
-        return f"{self.path} {self.selector}" if self.selector else self.path
+        return " ".join(self.argv)
 
     @property
     def runner(self) -> str:
         return self.registration.runner
 
 
-def resolve_specs(specs: tuple[TestSpec, ...], repo_root: Path) -> tuple[list[ResolvedTest], list[tuple[str, str]]]:
+@dataclass(frozen=True)
+class TestTree:
+    """Every regular file under test/registered/, as paths relative to test/ (never followed)."""
+
+    test_dir: Path
+    files: tuple[str, ...]
+    symlinks: frozenset[str]  # files and directories that are symlinks (relative to test/)
+
+    @property
+    def test_files(self) -> list[str]:
+        return [f for f in self.files if fnmatch.fnmatchcase(f.rsplit("/", 1)[-1], TEST_FILE_PATTERN)]
+
+
+def scan_tree(repo_root: Path) -> TestTree:
+    """Walk test/registered/ once; raises TreeRefused for a symlinked root or a tree too large."""
+    test_dir = repo_root / "test"
+    for directory in (test_dir, test_dir / "registered"):
+        try:
+            mode = directory.lstat().st_mode
+        except OSError:
+            raise TreeRefused(f"{shown(directory.relative_to(repo_root).as_posix())}/ does not exist") from None
+        if stat.S_ISLNK(mode):
+            raise TreeRefused(f"{directory.relative_to(repo_root).as_posix()} is a symlink: refused ({ROOT_FIX})")
+        if not stat.S_ISDIR(mode):
+            raise TreeRefused(f"{directory.relative_to(repo_root).as_posix()} is not a directory")
+    files: list[str] = []
+    symlinks: set[str] = set()
+    entries = 0
+    for current, dirs, names in os.walk(test_dir / "registered", followlinks=False):
+        relative = Path(current).relative_to(test_dir).as_posix()
+        entries += len(dirs) + len(names)
+        if entries > MAX_TREE_ENTRIES:
+            raise TreeRefused(f"test/registered/ holds more than {MAX_TREE_ENTRIES} entries: not searched")
+        if relative.count("/") >= MAX_DEPTH:
+            dirs[:] = []
+        for name in list(dirs):
+            if os.path.islink(os.path.join(current, name)):
+                symlinks.add(f"{relative}/{name}")
+        for name in names:
+            path = os.path.join(current, name)
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                continue
+            if stat.S_ISLNK(mode):
+                symlinks.add(f"{relative}/{name}")
+            elif stat.S_ISREG(mode):
+                files.append(f"{relative}/{name}")
+    return TestTree(test_dir, tuple(sorted(files)), frozenset(symlinks))
+
+
+def resolve_specs(specs: tuple[TestSpec, ...], tree: TestTree) -> tuple[list[ResolvedTest], list[tuple[str, str]]]:
     """Every spec's tests, and (spec, why) for each spec that cannot run."""
     resolved, refusals = [], []
     for spec in specs:
         try:
-            resolved.extend(resolve_spec(spec, repo_root))
+            resolved.extend(resolve_spec(spec, tree))
         except SpecRefused as err:
             refusals.append((spec.text, str(err)))
     files = sorted({test.path for test in resolved})
@@ -56,38 +134,41 @@ def resolve_specs(specs: tuple[TestSpec, ...], repo_root: Path) -> tuple[list[Re
     return resolved, refusals
 
 
-def resolve_spec(spec: TestSpec, repo_root: Path) -> list[ResolvedTest]:
-    test_dir = repo_root / "test"
-    matches = _matching_files(spec, test_dir)
+def resolve_spec(spec: TestSpec, tree: TestTree) -> list[ResolvedTest]:
+    matches = _matching_files(spec, tree)
     if len(matches) > 1 and spec.selector:
         raise SpecRefused(f"{spec.file_part} matched {len(matches)} files; a ::{spec.selector} "
                           "selector needs exactly one")
     resolved = []
     for path in matches:
-        shown = f"test/{path}"
         try:
-            registration = chosen_registration(test_dir / path, shown)
+            registration = chosen_registration(tree.test_dir / path, f"test/{path}")
         except RegistrationError as err:
             raise SpecRefused(str(err)) from None
         resolved.append(ResolvedTest(spec.text, path, spec.selector, registration))
     return resolved
 
 
-def _matching_files(spec: TestSpec, test_dir: Path) -> list[str]:
+def _matching_files(spec: TestSpec, tree: TestTree) -> list[str]:
     """Paths relative to test/, sorted, of the registered test files the spec names."""
-    registered = test_dir / "registered"
     file_part = spec.file_part.removeprefix("test/")
     if "/" in file_part:
         if not file_part.startswith("registered/"):
             raise SpecRefused(f"only tests under test/registered/ can be rerun; got {spec.file_part}")
-        candidates = test_dir.glob(file_part)
+        pattern = file_part.split("/")
+        matches = [f for f in tree.test_files if _path_matches(pattern, f.split("/"))]
+        linked = [f for f in tree.symlinks if _path_matches(pattern, f.split("/"))]
     else:
-        candidates = registered.rglob(file_part)
-    matches = sorted(_relative(path, test_dir) for path in candidates
-                     if path.is_file() and fnmatch.fnmatchcase(path.name, TEST_FILE_PATTERN)
-                     and _inside(path, registered))
+        matches = [f for f in tree.test_files if fnmatch.fnmatchcase(f.rsplit("/", 1)[-1], file_part)]
+        linked = [f for f in tree.symlinks if fnmatch.fnmatchcase(f.rsplit("/", 1)[-1], file_part)]
+    if linked:
+        raise SpecRefused(f"test/{shown(sorted(linked)[0])} is a symlink: refused ({ROOT_FIX})")
+    unsafe = [m for m in matches if not SAFE_PATH.fullmatch(m)]
+    if unsafe:
+        raise SpecRefused(f"matched test/{shown(unsafe[0])}, whose name holds characters a test command cannot "
+                          "carry (only letters, digits, _ - . /): rename the file")
     if not matches:
-        raise SpecRefused(_not_found(spec, file_part))
+        raise SpecRefused(_not_found(file_part, tree))
     if len(matches) > 1 and not spec.has_wildcard:
         listed = ", ".join(f"test/{m}" for m in matches)
         raise SpecRefused(f"Ambiguous filename {file_part} — matched {len(matches)} files: {listed}. "
@@ -95,20 +176,21 @@ def _matching_files(spec: TestSpec, test_dir: Path) -> list[str]:
     return matches
 
 
-def _not_found(spec: TestSpec, file_part: str) -> str:
-    if "/" in file_part:
-        return f"File not found: test/{file_part}"
-    return f"No test file found matching {file_part} under test/registered/"
-
-
-def _relative(path: Path, test_dir: Path) -> str:
-    return path.relative_to(test_dir).as_posix()
-
-
-def _inside(path: Path, registered: Path) -> bool:
-    # A symlink in the PR could point anywhere; only files really under test/registered/ count.
-    try:
-        path.resolve().relative_to(registered.resolve())
-    except ValueError:
+def _path_matches(pattern: list[str], parts: list[str]) -> bool:
+    """Segment-wise glob: ``*``/``?`` stay inside a segment, one ``**`` spans zero or more segments."""
+    if "**" not in pattern:
+        return len(pattern) == len(parts) and all(map(fnmatch.fnmatchcase, parts, pattern))
+    at = pattern.index("**")
+    head, tail = pattern[:at], pattern[at + 1:]
+    if len(parts) < len(head) + len(tail):
         return False
-    return True
+    return (all(map(fnmatch.fnmatchcase, parts[:len(head)], head))
+            and all(map(fnmatch.fnmatchcase, parts[len(parts) - len(tail):], tail)))
+
+
+def _not_found(file_part: str, tree: TestTree) -> str:
+    where = f"File not found: test/{file_part}" if "/" in file_part else \
+        f"No test file found matching {file_part} under test/registered/"
+    names = sorted({f.rsplit("/", 1)[-1] for f in tree.test_files if SAFE_PATH.fullmatch(f)})
+    close = difflib.get_close_matches(file_part.rsplit("/", 1)[-1], names, n=3, cutoff=0.6)
+    return where + (f". Closest: {', '.join(close)}" if close else "")

@@ -20,6 +20,9 @@ from ci.workflow_model import Job, Step, Workflow
 WORKFLOW_DIR = Path(".github/workflows")
 CHECKOUT, SETUP_PYTHON = "actions/checkout@v4", "actions/setup-python@v5"
 UPLOAD, DOWNLOAD = "actions/upload-artifact@v4", "actions/download-artifact@v4"
+CACHE_RESTORE, CACHE_SAVE = "actions/cache/restore@v4", "actions/cache/save@v4"
+DURATIONS = "nightly-durations.json"  # {cell_id: seconds} of the last nightly, for ci.shards
+FLEET = "ci/fleet.json"  # runners per label
 HOSTED = "ubuntu-latest"
 PYTHON = "3.11"
 NIGHTLY_MATRIX = "matrices/nightly.yaml"
@@ -38,49 +41,60 @@ def _install_on_hosted() -> list[Step]:
 # --- nightly ------------------------------------------------------------------------------------
 
 def _plan_job() -> Job:
+    restore = Step("Restore the last nightly's cell durations", uses=CACHE_RESTORE, with_={
+        "path": DURATIONS, "key": "nightly-durations-${{ github.run_id }}", "restore-keys": "nightly-durations-"})
     plan = Step("Plan cells", id="plan", env={"SELECT": "${{ inputs.select }}"}, run=(
         'select_args=()\n'
-        'if [ -n "$SELECT" ]; then select_args=(--select "$SELECT"); fi\n'
+        'for pattern in $SELECT; do select_args+=(--select "$pattern"); done  # space-separated globs\n'
         f'dspark-ci plan {NIGHTLY_MATRIX} --format github "${{select_args[@]}}" > plan.json\n'
-        'python3 -m ci.matrix_outputs plan.json >> "$GITHUB_OUTPUT"\n'))
+        f'python3 -m ci.shards plan.json --durations {DURATIONS} --fleet {FLEET} >> "$GITHUB_OUTPUT"\n'))
     outputs = {"cells": "${{ steps.plan.outputs.cells }}", "chunks": "${{ steps.plan.outputs.chunks }}"}
     outputs |= {chunk_output_name(i): f"${{{{ steps.plan.outputs.{chunk_output_name(i)} }}}}"
                 for i in range(MAX_CHUNKS)}
     keep_plan = Step("Keep the plan for the report", uses=UPLOAD,
                      with_={"name": "nightly-plan", "path": "plan.json", "retention-days": 14})
-    return Job("plan", HOSTED, (_checkout(), *_install_on_hosted(), plan, keep_plan), name="Plan",
+    return Job("plan", HOSTED, (_checkout(), *_install_on_hosted(), restore, plan, keep_plan), name="Plan",
                outputs=outputs, timeout_minutes=15)
 
 
 def _run_job(chunk: int) -> Job:
     output = chunk_output_name(chunk)
-    run_dir = f"{RUNS_DIR}/${{{{ matrix.cell }}}}"
+    run_dir = f"{RUNS_DIR}/${{{{ matrix.shard }}}}"
     steps = (
         _checkout(),
         Step("Install dspark-ci", run="python3 -m pip install -e ."),
-        Step("Run the cell", env={"MATRIX": "${{ matrix.matrix }}", "CELL": "${{ matrix.cell }}",
-                                  "HF_TOKEN": "${{ secrets.HF_TOKEN }}"},
+        Step("Run the shard's cells", env={"MATRIX": "${{ matrix.matrix }}", "CELLS": "${{ matrix.cells }}",
+                                           "SHARD": "${{ matrix.shard }}", "HF_TOKEN": "${{ secrets.HF_TOKEN }}"},
              run=(
                  # Multi-node cells need the runner's Docker hosts inventory (DSPARK_HOSTS in its environment).
                  'hosts_args=()\n'
                  'if [ -n "${DSPARK_HOSTS:-}" ]; then hosts_args=(--hosts "$DSPARK_HOSTS"); fi\n'
-                 f'dspark-ci run "$MATRIX" --cell "$CELL" --launcher docker --out "{RUNS_DIR}/$CELL" '
-                 '--server sglang "${hosts_args[@]}"\n')),
-        Step("Add the report to the job summary", if_="always()", env={"CELL": "${{ matrix.cell }}"}, run=(
-            f'if [ -f "{RUNS_DIR}/$CELL/report.md" ]; then\n'
-            f'  cat "{RUNS_DIR}/$CELL/report.md" >> "$GITHUB_STEP_SUMMARY"\n'
-            'else\n'
-            '  echo "No report.md: the run stopped before writing one (see the log above)." >> "$GITHUB_STEP_SUMMARY"\n'
+                 'read -ra cells <<< "$CELLS"  # cell ids: [A-Za-z0-9._-], space-separated by ci.shards\n'
+                 f'python3 -m ci.shard_run --out "{RUNS_DIR}/$SHARD" "$MATRIX" "${{cells[@]}}" -- '
+                 '--launcher docker --server sglang "${hosts_args[@]}"\n')),
+        # A run that finishes writes its short report to the job summary itself (heading and overview once);
+        # this step speaks only for runs that were stopped before they could.
+        Step("Add the reports to the job summary", if_="always()", env={"SHARD": "${{ matrix.shard }}"}, run=(
+            f'found=0\n'
+            f'for report in "{RUNS_DIR}/$SHARD"/*/report.md; do\n'
+            '  [ -f "$report" ] || continue\n'
+            '  found=1\n'
+            '  if grep -q \'"finished_at": null\' "$(dirname "$report")/results.json"; then\n'
+            '    cat "$report" >> "$GITHUB_STEP_SUMMARY"\n'
+            '  fi\n'
+            'done\n'
+            'if [ "$found" = 0 ]; then\n'
+            '  echo "No report.md: the shard stopped before writing one (see the log above)." >> "$GITHUB_STEP_SUMMARY"\n'
             'fi\n')),
-        Step("Upload the run directory", if_="always()", uses=UPLOAD, with_={
-            "name": "run-${{ matrix.cell }}", "path": f"{run_dir}/", "if-no-files-found": "warn",
+        Step("Upload the shard's run directories", if_="always()", uses=UPLOAD, with_={
+            "name": "run-${{ matrix.shard }}", "path": f"{run_dir}/", "if-no-files-found": "warn",
             "retention-days": 14, "overwrite": True}),
     )
     first = chunk == 0
     return Job(
-        "run" if first else f"run_{chunk + 1}", "${{ matrix.runner }}", steps, name="${{ matrix.cell }}",
+        "run" if first else f"run_{chunk + 1}", "${{ matrix.runner }}", steps, name="${{ matrix.shard }}",
         needs=("plan",), if_=None if first else f"fromJSON(needs.plan.outputs.chunks) > {chunk}",
-        matrix=f"${{{{ fromJSON(needs.plan.outputs.{output}) }}}}", fail_fast=False, timeout_minutes=300)
+        matrix=f"${{{{ fromJSON(needs.plan.outputs.{output}) }}}}", fail_fast=False, timeout_minutes=720)
 
 
 def _report_job(run_jobs: list[Job]) -> Job:
@@ -90,10 +104,16 @@ def _report_job(run_jobs: list[Job]) -> Job:
         Step("Download every cell's run directory", uses=DOWNLOAD,
              with_={"pattern": "run-*", "path": RUNS_DIR}),
         Step("Merge and report", run=(
-            f'python3 -m ci.merge_runs --out merged --plan plan/plan.json --run-id "nightly-$GITHUB_RUN_ID" {RUNS_DIR}/*/\n'
+            f'python3 -m ci.merge_runs --out merged --plan plan/plan.json --run-id "nightly-$GITHUB_RUN_ID" '
+            f'--durations {DURATIONS} {RUNS_DIR}/*/*/\n'
             'dspark-ci report merged --format md >> "$GITHUB_STEP_SUMMARY"\n')),
         Step("Upload the merged report", if_="always()", uses=UPLOAD, with_={
             "name": "nightly-report", "path": "merged/", "retention-days": 30}),
+        Step("Keep the cell durations for the next plan", if_="always()", uses=CACHE_SAVE, with_={
+            "path": DURATIONS, "key": "nightly-durations-${{ github.run_id }}"}),
+        # junit.xml (one test case per cell and suite) as the run's test results, for test-report viewers.
+        Step("Publish the test results", if_="always()", uses=UPLOAD, with_={
+            "name": "nightly-junit", "path": "merged/junit.xml", "if-no-files-found": "warn", "retention-days": 30}),
     )
     # Runs even when cells failed: the nightly reports everything; it fails only if the plan did.
     return Job("report", HOSTED, steps, name="Report", needs=("plan", *(job.id for job in run_jobs)),
@@ -106,7 +126,7 @@ def nightly() -> Workflow:
         "nightly.yml", "Nightly",
         on={"schedule": [{"cron": "0 18 * * *"}],
             "workflow_dispatch": {"inputs": {"select": {
-                "description": "Only cells whose id matches this glob (dspark-ci plan --select)",
+                "description": "Only cells whose id matches one of these space-separated globs (dspark-ci plan --select)",
                 "type": "string", "required": False, "default": ""}}}},
         permissions={"contents": "read"},
         concurrency={"group": "nightly-${{ github.ref }}", "cancel-in-progress": False},
@@ -117,14 +137,22 @@ def nightly() -> Workflow:
 # --- ChatOps ------------------------------------------------------------------------------------
 
 def chatops() -> Workflow:
+    head = Step("Find the PR head at command time", id="head", env={
+        "GH_TOKEN": "${{ secrets.GITHUB_TOKEN }}", "PR": "${{ github.event.issue.number }}"}, run=(
+            'sha=$(gh api "repos/$GITHUB_REPOSITORY/pulls/$PR" --jq .head.sha)\n'
+            'echo "sha=$sha" >> "$GITHUB_OUTPUT"\n'))
     steps = (
         # The default branch: dspark-ci and the permissions file come from reviewed code only.
         _checkout(),
+        # One commit, fixed now: what is resolved here is what the rerun checks out (input sha).
+        head,
         # The PR's tree is only read as text (register_*_ci calls parsed with ast), never run.
-        _checkout("Check out the PR", ref="refs/pull/${{ github.event.issue.number }}/head", path="pr"),
+        _checkout("Check out the PR", ref="${{ steps.head.outputs.sha }}", path="pr"),
         *_install_on_hosted(),
-        Step("Handle the command", env={"GITHUB_TOKEN": "${{ secrets.GITHUB_TOKEN }}"},
-             run='dspark-ci chatops --event "$GITHUB_EVENT_PATH" --repo-root pr --permissions ci/permissions.json\n'),
+        Step("Handle the command", env={"GITHUB_TOKEN": "${{ secrets.GITHUB_TOKEN }}",
+                                        "HEAD_SHA": "${{ steps.head.outputs.sha }}"},
+             run=('dspark-ci chatops --event "$GITHUB_EVENT_PATH" --repo-root pr --permissions ci/permissions.json '
+                  '--head-sha "$HEAD_SHA"\n')),
     )
     job = Job("chatops", HOSTED, steps, name="ChatOps",
               if_="github.event.issue.pull_request && startsWith(github.event.comment.body, '/')",
@@ -146,8 +174,9 @@ def _status_step(name: str, status: str, if_: str) -> Step:
 RERUN_INPUTS = {
     "runner": "Runner label the tests need (from their register_*_ci call)",
     "backend": "cuda, amd, npu or cpu",
-    "test_command": "One test per line, relative to test/ (e.g. registered/spec/test_x.py TestX.test_y)",
+    "tests": 'JSON list of argv lists run as python3 ARGV in test/, e.g. [["registered/spec/test_x.py", "TestX.test_y"]]',
     "pr": "Pull request whose head is tested (empty: the dispatched ref)",
+    "sha": "The PR head commit reviewed when the command was given: exactly this commit runs",
     "reply_comment_id": "The ChatOps reply comment to update (empty: none)",
     "reply_marker": "This group's marker in the reply, e.g. <!--rrt:0-->",
 }
@@ -155,22 +184,24 @@ _HAS_REPLY = "inputs.reply_comment_id != ''"
 
 
 def rerun_test() -> Workflow:
-    run_tests = Step(
-        "Run the tests", env={"TEST_COMMAND": "${{ inputs.test_command }}"}, run=(
-            "cd pr/test\n"
-            "status=0\n"
-            'while IFS= read -r line; do\n'
-            '  [ -z "$line" ] && continue\n'
-            '  read -ra words <<< "$line"  # split on spaces, no globbing: ChatOps allowed only [A-Za-z0-9_./-]\n'
-            '  echo "::group::python3 $line"\n'
-            '  python3 "${words[@]}" || status=1\n'
-            '  echo "::endgroup::"\n'
-            'done <<< "$TEST_COMMAND"\n'
-            'exit "$status"\n'))
+    pinned = Step("Check that the commit under test is the one reviewed", env={
+        "PR": "${{ inputs.pr }}", "SHA": "${{ inputs.sha }}"}, run=(
+            'if [ -n "$PR" ] && [ -z "$SHA" ]; then\n'
+            '  echo "::error::a PR rerun needs the head commit reviewed at command time (input sha)"; exit 1\n'
+            'fi\n'
+            'head=$(git -C pr rev-parse HEAD)\n'
+            'if [ -n "$SHA" ] && [ "$head" != "$SHA" ]; then\n'
+            '  echo "::error::checked out $head, but the command was given for $SHA"; exit 1\n'
+            'fi\n'
+            'echo "Testing $head"\n'))
+    run_tests = Step("Run the tests", env={"RERUN_TESTS": "${{ inputs.tests }}"},
+                     run="python3 -m ci.run_tests --dir pr/test\n")
     steps = (
         _checkout(),
-        _checkout("Check out the code under test",
-                  ref="${{ inputs.pr != '' && format('refs/pull/{0}/head', inputs.pr) || github.sha }}", path="pr"),
+        # The commit reviewed when the command was given, never refs/pull/N/head as it is when the job starts.
+        _checkout("Check out the code under test", ref="${{ inputs.sha != '' && inputs.sha || github.sha }}",
+                  path="pr"),
+        pinned,
         Step("Install dspark-ci", run="python3 -m pip install -e ."),
         _status_step("Mark the reply as running", "running", _HAS_REPLY),
         Step("Install the code under test", env={"INSTALL": "${{ vars.RERUN_TEST_INSTALL }}"}, run=(
@@ -181,21 +212,20 @@ def rerun_test() -> Workflow:
     )
     test_job = Job("rerun_test", "${{ inputs.runner }}", steps, name="${{ inputs.runner }}",
                    permissions={"contents": "read", "issues": "write"}, timeout_minutes=120)
-    # One job per reply comment at a time, so groups finishing together do not overwrite each other's line.
+    # Groups finishing together edit the same reply: ci.rerun_status merges and verifies its own line.
     finish = Job("finish", HOSTED, (
         _checkout(), *_install_on_hosted(),
         _status_step("Mark the reply as finished", "${{ needs.rerun_test.result == 'success' && 'success' || 'failure' }}",
                      "always()"),
     ), name="Update the reply", needs=("rerun_test",), if_=f"always() && {_HAS_REPLY}",
-        permissions={"contents": "read", "issues": "write"},
-        concurrency={"group": "rerun-reply-${{ inputs.reply_comment_id }}", "cancel-in-progress": False},
-        timeout_minutes=10)
+        permissions={"contents": "read", "issues": "write"}, timeout_minutes=10)
+    required = ("runner", "tests")
     return Workflow(
         "rerun-test.yml", "Rerun Test",
         run_name="[rerun-test] ${{ inputs.runner }} ${{ inputs.pr != '' && format('PR #{0}', inputs.pr) || github.ref_name }}",
         on={"workflow_dispatch": {"inputs": {
-            name: {"description": text, "type": "string", "required": name in ("runner", "test_command"),
-                   **({} if name in ("runner", "test_command") else {"default": ""})}
+            name: {"description": text, "type": "string", "required": name in required,
+                   **({} if name in required else {"default": ""})}
             for name, text in RERUN_INPUTS.items()}}},
         permissions={"contents": "read"}, jobs=(test_job, finish))
 

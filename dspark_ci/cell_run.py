@@ -35,7 +35,7 @@ class CellContext:
     suites: tuple[str, ...] | None  # --suites override; None = the cell's own
     gate: Callable[[CellResult, Mapping], tuple[GateResult, ...]]
     stage: Callable[[str], None] = lambda _label: None
-    detail: Callable[[str], None] = lambda _text: None  # how far the current stage got (e.g. GPQA samples)
+    detail: Callable[[str], None] = lambda _text: None  # how far the stage is, e.g. "gpqa 37/198 requests"
     suite_defaults: Callable[[dict], dict] = lambda options: options  # e.g. the simulator's dataset
     watch: Watch = Watch()
 
@@ -82,9 +82,8 @@ def _run_cell(cell: Cell, ctx: CellContext, result: CellResult) -> CellResult:
             outcome = run_suites(SuiteRequest(
                 base_url=deployment.base_url, names=names, model=cell.config.get("model"),
                 options=ctx.suite_defaults({n: dict(cell.suites.get(n, {})) for n in names}),
-                work_dir=logs_dir, reference_url=reference.base_url if reference else None),
-                watched=[d for d in (deployment, reference) if d is not None], watch=ctx.watch,
-                on_progress=ctx.detail)
+                work_dir=logs_dir, reference_url=reference.base_url if reference else None, on_progress=ctx.detail),
+                watched=[d for d in (deployment, reference) if d is not None], watch=ctx.watch)
             deployment.check()  # a rank that died while we measured invalidates the numbers
     except LaunchFailed as err:
         if isinstance(err, LaunchTimeout):

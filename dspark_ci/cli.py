@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from importlib import metadata
 
 from ground.errors import DsparkError, ExitCode
 
@@ -22,25 +23,38 @@ VERBS = {
     "report": "Render the reports of a run directory again, optionally side by side with another run.",
     "rescore": "Score a run's recorded GPQA responses again with another scorer, offline; both figures per cell.",
     "chatops": "Parse a PR comment, check permission, resolve test paths, print the reply and dispatch plan.",
-    "sim": "The simulated SGLang server: takes python3 -m sglang.launch_server's flags.",
+    "sim": "The simulated SGLang server: SGLang's launch_server flags; behaviour from DSPARK_SIM_* (sim --help).",
     "cleanup": "Remove exactly what a killed run recorded it started (processes, containers, jobs).",
+    "history": "The runs remembered (SQLite) and each cell's metrics across them, with the last good and first bad run.",
+    "baseline": "Propose a baseline file (values, measured noise, tolerances) from good runs: baseline record RUN...",
 }
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse's default exit code 2 is ours too; keep it short
-        self.print_usage(sys.stderr)
-        self.exit(ExitCode.BAD_INPUT, f"{self.prog}: error: {message}\n")
+    def error(self, message):  # argparse's default exit code 2 is ours too; one line, not the whole usage
+        self.exit(ExitCode.BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _load(verb: str):
     return importlib.import_module(f"dspark_ci.verbs.{verb}")
 
 
+def version() -> str:
+    """This tree's version and the SGLang release its flags and expectations are written for."""
+    from ground.sglang.release import DEFAULT_VERSION
+
+    try:
+        ours = metadata.version("dspark-ci")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never pip-installed
+        ours = "(not installed)"
+    return f"dspark-ci {ours} (SGLang {DEFAULT_VERSION} flags and expectations)"
+
+
 def build_parser(chosen: str | None) -> argparse.ArgumentParser:
     """Every verb is listed; only the chosen one's module is imported to add its arguments."""
     parser = _Parser(prog="dspark-ci", description="Regression suite and CI orchestrator for SGLang "
                      "speculative-decoding deployments.")
+    parser.add_argument("--version", action="version", version=version())
     sub = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
     for name, help_text in VERBS.items():
         verb_parser = sub.add_parser(name, help=help_text, description=help_text)

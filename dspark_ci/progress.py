@@ -1,4 +1,13 @@
-"""Progress a person can follow: cell, stage, elapsed. A live line on a terminal; plain lines in CI."""
+"""Progress a person can follow: which cell of how many, its stage, how far a long suite is, the time the cell and
+the run have taken, and an ETA once a cell has finished.
+
+On a terminal: one live line, redrawn every second and cut to the terminal's width (a line that wrapped would leave
+a stale copy of itself on every redraw); finished cells are kept as lines of their own. Elsewhere (``CI`` set, a
+pipe, a file): plain lines, each with the wall-clock time and the run's elapsed time, and a long suite's progress at
+most every ``PLAIN_DETAIL_EVERY_S`` and once more when its stage ends (so its last figure, e.g. GPQA's final
+count and accuracy, is always in the log). ``verbosity`` 0 (``--quiet``) keeps only cells that did not pass and the run's
+last lines; 2 (``--verbose``) prints every stage and every progress change as a plain line, even on a terminal.
+"""
 
 from __future__ import annotations
 
@@ -6,66 +15,140 @@ import os
 import sys
 import threading
 import time
-from typing import TextIO
+from typing import Callable, TextIO
+
+QUIET, NORMAL, VERBOSE = 0, 1, 2
+PLAIN_DETAIL_EVERY_S = 30.0
 
 
-DETAIL_EVERY_S = 30.0
+def duration(seconds: float) -> str:
+    """``42s``, ``3m05s``, ``1h02m``."""
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def fit(text: str, width: int) -> str:
+    """``text`` cut to ``width`` columns, with an ellipsis where it was cut."""
+    return text if len(text) <= width else text[:max(0, width - 1)] + "…"
+
+
+def shorten_within(line: str, part: str, width: int) -> str:
+    """``line`` made to fit ``width`` by eliding the middle of ``part`` (e.g. a long cell id), else cut at the end."""
+    over = len(line) - width
+    if over <= 0:
+        return line
+    if part in line and len(part) > 12:
+        keep = max(12, len(part) - over - 1)  # enough of both ends to recognise it
+        line = line.replace(part, f"{part[:keep - keep // 2]}…{part[len(part) - keep // 2:]}", 1)
+    return fit(line, width)
+
+
+def in_ci(environ=os.environ) -> bool:
+    return environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 class Progress:
-    def __init__(self, stream: TextIO = sys.stderr, live: bool | None = None):
+    def __init__(self, stream: TextIO = sys.stderr, live: bool | None = None, verbosity: int = NORMAL,
+                 clock: Callable[[], float] = time.monotonic):
         self._stream = stream
         if live is None:
-            live = stream.isatty() and os.environ.get("CI", "").lower() not in ("1", "true", "yes")
+            live = verbosity == NORMAL and _isatty(stream) and not in_ci()
         self._live = live
+        self._verbosity = verbosity
+        self._clock = clock
         self._lock = threading.Lock()
         self._label = ""
         self._detail = ""
-        self._detail_shown = False
-        self._detail_printed = 0.0
-        self._since = time.monotonic()
+        self._detail_printed_at = float("-inf")
+        self._detail_shown = True  # (plain lines) the current detail has been printed
+        self._since = self._run_started = clock()
+        self._total = 0
+        self._index = 0
+        self._cell_started: float | None = None
+        self._cell_id = ""
+        self._cell_seconds: list[float] = []
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
+
+    # ---------------------------------------------------------------- what the run says
+
+    def start(self, total_cells: int) -> None:
+        """The run starts its cells now (elapsed time and the ETA count from here)."""
+        with self._lock:
+            self._total, self._run_started = total_cells, self._clock()
+
+    def cell(self, index: int, cell_id: str) -> None:
+        """Cell ``index`` (1-based) of the run starts."""
+        with self._lock:
+            self._index, self._cell_started, self._cell_id = index, self._clock(), cell_id
+            self._label, self._detail, self._since = cell_id, "", self._clock()
+            if self._live:  # a plain line would only precede its first stage's
+                self._draw()
 
     def stage(self, label: str) -> None:
         """A new stage starts: a plain line, or the live line is rewritten."""
         with self._lock:
-            if not self._live:
-                self._print_detail()
-            self._label, self._since, self._detail = label, time.monotonic(), ""
+            self._print_last_detail()
+            self._label, self._detail, self._since = label, "", self._clock()
             if self._live:
                 self._draw()
-            else:
-                print(f"[dspark-ci] {label}", file=self._stream, flush=True)
+            elif self._verbosity >= NORMAL:
+                self._plain(self._status(plain=True))
         if self._live and self._ticker is None:
             self._ticker = threading.Thread(target=self._tick, daemon=True)
             self._ticker.start()
 
     def detail(self, text: str) -> None:
-        """How far the current stage got: shown after its label on the live line; in CI a plain line at
-        most every DETAIL_EVERY_S seconds (a long accuracy suite stays visible without flooding the log)."""
+        """How far the current stage is (e.g. ``gpqa 37/198 requests``); the stage's clock keeps running."""
         with self._lock:
+            if text == self._detail:
+                return
             self._detail, self._detail_shown = text, False
+            now = self._clock()
             if self._live:
                 self._draw()
-            elif time.monotonic() - self._detail_printed >= DETAIL_EVERY_S:
-                self._print_detail()
+            elif self._verbosity >= VERBOSE or (self._verbosity == NORMAL
+                                                  and now - self._detail_printed_at >= PLAIN_DETAIL_EVERY_S):
+                self._detail_printed_at, self._detail_shown = now, True
+                self._plain(self._status(plain=True))
 
-    def _print_detail(self) -> None:
-        """(plain lines) The latest detail, unless shown already; the last one is shown when its stage ends."""
-        if self._detail and not self._detail_shown:
-            self._detail_printed, self._detail_shown = time.monotonic(), True
-            print(f"[dspark-ci] {self._label}: {self._detail}", file=self._stream, flush=True)
+    def _print_last_detail(self) -> None:
+        """(plain lines) The stage ends: its latest detail, unless printed already (a throttled one would be lost)."""
+        if not self._live and self._verbosity >= NORMAL and self._label and self._detail and not self._detail_shown:
+            self._detail_printed_at, self._detail_shown = self._clock(), True
+            self._plain(self._status(plain=True))
+
+    def cell_done(self) -> float:
+        """The current cell finished: how long it took (counted for the ETA)."""
+        with self._lock:
+            self._print_last_detail()
+            took = self._clock() - self._cell_started if self._cell_started is not None else 0.0
+            self._cell_seconds.append(took)
+            self._cell_started = None
+            self._label = self._detail = ""
+            return took
+
+    def result(self, line: str, passed: bool, cell_id: str = "") -> None:
+        """A cell's result: kept on screen (in quiet mode only when it did not pass). On a terminal its first line
+        fits the width (the middle of a long cell id gives way; results.json and the rerun line keep it whole)."""
+        if passed and self._verbosity == QUIET:
+            return
+        if self._live:
+            first, newline, rest = line.partition("\n")
+            line = shorten_within(first, cell_id, _columns(self._stream) - 1) + newline + rest
+        self.done(line)
 
     def done(self, line: str) -> None:
-        """A finished result: always kept on screen as a line of its own."""
+        """A result: always kept on screen as a line of its own."""
         with self._lock:
-            if self._live:
-                self._stream.write("\r\033[K")
+            if self._live:  # on a terminal the live line showed the times; the kept line stays short
+                print(f"\r\033[K{line}", file=self._stream, flush=True)
             else:
-                self._print_detail()
-            self._detail = ""
-            print(f"[dspark-ci] {line}", file=self._stream, flush=True)
+                self._plain(line)
             self._label = ""
 
     def close(self) -> None:
@@ -76,15 +159,71 @@ class Progress:
             if self._live and self._label:
                 self._stream.write("\r\033[K")
                 self._stream.flush()
+            self._label = ""
+
+    # ---------------------------------------------------------------- how it is shown
+
+    def eta(self) -> float | None:
+        """Seconds left: the mean time of the finished cells times the cells left, less the current one's time so
+        far (never below zero); None until a cell has finished."""
+        if not self._cell_seconds or not self._total:
+            return None
+        mean = sum(self._cell_seconds) / len(self._cell_seconds)
+        left = mean * (self._total - len(self._cell_seconds))
+        if self._cell_started is not None:
+            left -= min(mean, self._clock() - self._cell_started)
+        return max(0.0, left)
+
+    def _status(self, plain: bool = False, width: int | None = None) -> str:
+        """The stage, how far it is, and the times: the stage's and the run's (a plain line's stamp already says
+        the run's), then the ETA once known. With ``width``, the text gives way (the middle of the cell id first)
+        so that the times always show."""
+        now = self._clock()
+        where = f"[{self._index}/{self._total}] " if self._index and self._cell_started is not None else ""
+        text = f"{where}{self._label}" + (f" · {self._detail}" if self._detail else "")
+        times = [] if plain else [duration(now - self._since)]
+        if self._total and not plain:
+            times.append(f"run {duration(now - self._run_started)}")
+        eta = self.eta()
+        if eta is not None:
+            times.append(f"ETA {duration(eta)}")
+        suffix = f" ({', '.join(times)})" if times else ""
+        if width is not None:
+            text = shorten_within(text, self._cell_id, max(0, width - len(suffix)))
+        return text + suffix
+
+    def _plain(self, line: str) -> None:
+        stamp = time.strftime("%H:%M:%S")
+        elapsed = duration(self._clock() - self._run_started)
+        print(f"[dspark-ci {stamp} +{elapsed}] {line}", file=self._stream, flush=True)
 
     def _draw(self) -> None:
         if self._label:
-            elapsed = time.monotonic() - self._since
-            detail = f" · {self._detail}" if self._detail else ""
-            self._stream.write(f"\r\033[K[dspark-ci] {self._label} ({elapsed:.0f}s){detail}")
+            # one column short of the width: a terminal that wraps at the last column would leave a stale line
+            width = _columns(self._stream) - 1
+            line = fit(self._status(width=width), width)
+            self._stream.write(f"\r\033[K{line}")
             self._stream.flush()
 
     def _tick(self) -> None:
         while not self._stop.wait(1.0):
             with self._lock:
                 self._draw()
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _columns(stream: TextIO) -> int:
+    """The terminal's width now (it may have been resized), else $COLUMNS, else 80."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns or 80
+    except (AttributeError, OSError, ValueError):
+        try:
+            return int(os.environ.get("COLUMNS", "80"))
+        except ValueError:
+            return 80

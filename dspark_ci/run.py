@@ -15,17 +15,18 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import json
 import os
 import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from dspark_ci.cell_run import CellContext, pending_result, run_cell
 from dspark_ci.preflight import preflight
-from dspark_ci.progress import Progress
+from dspark_ci.progress import Progress, duration
 from ground.errors import BadInput, ExitCode, InfraError
 from ground.records import CellResult, GateResult, RunResults, Status
 from ground.sglang.release import DEFAULT_VERSION
@@ -37,6 +38,7 @@ from reports import step_summary, write_reports
 from reports.writers import write_failure_reports
 from reports.baseline import load_baseline
 from reports.gates import evaluate
+from reports.history import history_path, record as record_history
 from reports.markdown import rerun_command
 from suites.runner import gpqa_note, written_outcome
 from reports.results import write_results, write_text_atomically
@@ -58,6 +60,8 @@ class RunOptions:
     baseline: str | None = None
     sglang_version: str = DEFAULT_VERSION
     rerun_options: tuple[str, ...] = ()  # the options this run was given, repeated by its rerun command
+    force: bool = False  # write into an --out directory that already holds files
+    environment: Mapping[str, Any] = field(default_factory=dict)  # where it runs (results.json "environment")
 
     @property
     def run_dir(self) -> Path:
@@ -102,18 +106,20 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
     baselines = Baselines.load(cells, options.baseline)
     run_dir = options.run_dir
     progress.stage(f"preflight: {len(cells)} cell(s), {options.launcher} launcher")
-    preflight(cells, launcher, run_dir)
+    with claimed_run_dir(run_dir, options.force, f"--out {run_dir}" if options.out else f"run directory {run_dir}"):
+        preflight(cells, launcher, run_dir)
     Ledger(options.run_id, run_dir).register(os.environ)
     writer = ResultsWriter(run_dir, RunResults(run_id=options.run_id, started_at=_now(), finished_at=None,
                                                launcher=options.launcher, matrices=options.matrices,
-                                               run_options=options.rerun_options),
+                                               run_options=options.rerun_options, environment=options.environment),
                            baseline=baselines.shared(), selected=tuple(cells))
     ctx = CellContext(launcher=launcher, run_dir=run_dir, sglang_version=options.sglang_version,
                       suites=options.suites, gate=baselines.gate, stage=progress.stage, detail=progress.detail,
                       suite_defaults=suite_defaults)
+    progress.start(len(cells))
     try:
         for index, cell in enumerate(cells, 1):
-            progress.stage(f"[{index}/{len(cells)}] {cell.id}")
+            progress.cell(index, cell.id)
             try:
                 result = run_cell(cell, ctx)
             except KeyboardInterrupt:  # Ctrl-C / SIGTERM: record it and every cell not reached, then let it through
@@ -123,7 +129,9 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
                 writer.interrupted()
                 raise
             writer.add(result)
-            progress.done(_summary_line(index, len(cells), result))
+            took = progress.cell_done()
+            progress.result(_summary_line(index, len(cells), result, took), passed=result.exit_code == ExitCode.OK,
+                            cell_id=cell.id)
     finally:
         reported = writer.finish()
         progress.close()
@@ -135,6 +143,42 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
     if reason:
         progress.done(reason)
     return code if reported else max(code, ExitCode.FELL_SHORT)
+
+
+@contextlib.contextmanager
+def claimed_run_dir(run_dir: Path, force: bool, where: str):
+    """Create the run directory and prove it writable, by its real cause when it is not; a directory that already
+    holds files is refused unless ``force``. Whatever the checks inside the block raise, the directories created
+    here are removed again (when still empty): a run refused before it started leaves nothing behind."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise BadInput(where, "is an existing file, not a directory", "pass --out a new directory")
+    if run_dir.is_dir() and any(run_dir.iterdir()) and not force:
+        holds = "a previous run's results" if (run_dir / "results.json").exists() else "files"
+        raise BadInput(where, f"already holds {holds}, which this run would overwrite",
+                       "pass --out a new or empty directory, or add --force to write over it")
+    created = [p for p in (run_dir, *run_dir.parents) if not p.exists()]
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / f".dspark-ci-write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        _remove_empty(created)
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise _cannot_write(run_dir, err) from None
+        raise BadInput(where, f"cannot be written: {err.strerror or err}",
+                       "pass --out a directory you can create and write to") from None
+    try:
+        yield
+    except BaseException:
+        _remove_empty(created)
+        raise
+
+
+def _remove_empty(created: list[Path]) -> None:
+    for path in created:  # deepest first
+        with contextlib.suppress(OSError):
+            path.rmdir()
 
 
 def verdict(results: RunResults, selected: int) -> tuple[ExitCode, str | None]:
@@ -214,8 +258,9 @@ class ResultsWriter:
             self._append(pending_result(cell).finished(
                 Status.ERROR, "not run: the run stopped before this cell started (see the error it printed)"))
         self.results = replace(self.results, finished_at=_now())
+        history = self._remember()
         try:
-            self._rewrite(html=True)
+            self._rewrite(html=True, history=history)
             _append_step_summary(self.results)
             return True
         except KeyboardInterrupt:
@@ -246,7 +291,18 @@ class ResultsWriter:
         return replace(self.results, cells=(*self.results.cells,
                                             *(pending_result(cell).finished(Status.ERROR, why) for cell in waiting)))
 
-    def _rewrite(self, html: bool = False) -> None:
+    def _remember(self) -> Path | None:
+        """Record the finished run in the run history (reports.history); a history that cannot be written
+        costs the trends, never the run."""
+        path = history_path()
+        try:
+            record_history(path, self.results, self.run_dir)
+        except (BadInput, OSError) as err:
+            print(f"dspark-ci: warning: the run was not added to the run history ({err})", file=sys.stderr)
+            return None
+        return path
+
+    def _rewrite(self, html: bool = False, history: Path | None = None) -> None:
         started = time.monotonic()
         results = self.snapshot()
         try:
@@ -254,7 +310,7 @@ class ResultsWriter:
         except OSError as err:
             raise _cannot_write(self.run_dir, err) from None
         if html:
-            write_reports(self.run_dir, results, baseline=self.baseline)
+            write_reports(self.run_dir, results, baseline=self.baseline, history=history)
         else:  # quick ones only while the run goes on (report.html draws charts)
             from reports.junit import render_junit
             from reports.markdown import render_markdown
@@ -270,12 +326,13 @@ class ResultsWriter:
 
 
 def _cannot_write(run_dir: Path, err: OSError) -> InfraError:
-    return InfraError(f"cannot write {run_dir}/results.json: {err.strerror} (check free disk space and "
-                      f"permissions, or pass --out DIR)")
+    check = ("the disk is full: free some space or pass --out on another disk" if err.errno in (errno.ENOSPC,
+             errno.EDQUOT) else "check that the directory still exists and is writable")
+    return InfraError(f"cannot write {run_dir}/results.json: {err.strerror or err} ({check})")
 
 
-def _summary_line(index: int, total: int, result: CellResult) -> str:
-    line = f"[{index}/{total}] {result.id}: {result.status.value.upper()}"
+def _summary_line(index: int, total: int, result: CellResult, took: float) -> str:
+    line = f"[{index}/{total}] {result.id}: {result.status.value.upper()} in {duration(took)}"
     if result.boot_seconds is not None:
         line += f" (boot {result.boot_seconds:.1f}s)"
     if result.error:

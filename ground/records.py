@@ -151,8 +151,12 @@ class RunResults:
     cells: tuple[CellResult, ...] = ()
     interrupted: bool = False  # Ctrl-C / SIGTERM ended the run before every cell finished
     run_options: tuple[str, ...] = ()  # the options `dspark-ci run` was given (its rerun command repeats them)
+    # Where it ran (optional results.json key "environment"): server ("sim" | "sglang"), sglang_version,
+    # hostname, python, dspark_ci_commit, ... as far as the run knew them.
+    environment: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
+        object.__setattr__(self, "environment", _frozen(self.environment))
         object.__setattr__(self, "matrices", tuple(self.matrices))
         object.__setattr__(self, "run_options", tuple(self.run_options))
         object.__setattr__(self, "cells", tuple(self.cells))
@@ -173,6 +177,8 @@ class RunResults:
             data["interrupted"] = True
         if self.run_options:
             data["run_options"] = list(self.run_options)
+        if self.environment:
+            data["environment"] = dict(self.environment)
         return data
 
     @classmethod
@@ -181,4 +187,5 @@ class RunResults:
                    finished_at=data.get("finished_at"), launcher=data.get("launcher", ""),
                    matrices=tuple(data.get("matrices") or ()),
                    cells=tuple(CellResult.from_dict(c) for c in data["cells"]),
-                   interrupted=bool(data.get("interrupted")), run_options=tuple(data.get("run_options") or ()))
+                   interrupted=bool(data.get("interrupted")), run_options=tuple(data.get("run_options") or ()),
+                   environment=data.get("environment") or {})

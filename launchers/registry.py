@@ -32,6 +32,7 @@ class LauncherOption:
     choices: tuple[str, ...] | None = None
     default: Any = None
     repeatable: bool = False  # may be given several times (a list of values)
+    seconds: bool = False  # a positive number of seconds, checked when the command line is parsed
 
     @property
     def dest(self) -> str:
@@ -77,7 +78,19 @@ ALL_LAUNCHERS: tuple[LauncherKind, ...] = (
         LauncherOption("--slurm-container", "run each rank in a container: pyxis:IMAGE or apptainer:IMAGE "
                        "(default: plain processes)", metavar="KIND:IMAGE"),
         LauncherOption("--slurm-queue-timeout", "seconds a job may stay pending before the cell fails (default 600 "
-                       "with --server sim, 3600 with sglang); the boot timeout starts when it runs", metavar="SECONDS"),
+                       "with --server sim, 3600 with sglang); the boot timeout starts when it runs", metavar="SECONDS",
+                       seconds=True),
+    )),
+    LauncherKind("k8s", "every cell as one LeaderWorkerSet on Kubernetes, through its API (docs/K8S.md)",
+                 "launchers.k8s", (
+        LauncherOption("--kubeconfig", "kubeconfig file (default $KUBECONFIG, ~/.kube/config, else in-cluster)",
+                       metavar="FILE"),
+        LauncherOption("--namespace", "namespace of the LeaderWorkerSets (default $DSPARK_K8S_NAMESPACE, else the "
+                       "kubeconfig context's)", metavar="NS"),
+        LauncherOption("--k8s-extra", "YAML patch merged into every generated object: node selectors, "
+                       "tolerations, host network, pull secrets, volumes (docs/K8S.md)", metavar="FILE"),
+        LauncherOption("--k8s-reach", "how rank 0 is reached: pod-ip (the runner is in the cluster network) or "
+                       "proxy (its /health through the API server)", choices=("pod-ip", "proxy"), default="pod-ip"),
     )),
 )
 BY_NAME: Mapping[str, LauncherKind] = {kind.name: kind for kind in ALL_LAUNCHERS}

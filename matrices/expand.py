@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from functools import reduce
 from typing import Any, Mapping
 
@@ -25,6 +26,11 @@ CODE_DEFAULTS: Mapping[str, Any] = {
     "moe_a2a_backend": "none",
     "speculative_algorithm": None,
 }
+
+
+# Past this many cells a matrix is refused before anything is built: counted from the axes' lengths, so a typo that
+# crosses to 10^9 cells answers in milliseconds instead of filling memory. 10,000 cells is already 40 GitHub matrices.
+MAX_CELLS = 10_000
 
 
 def effective(fragment: Fragment) -> dict:
@@ -56,7 +62,25 @@ def _describe(rule: Fragment) -> str:
     return ", ".join(f"{key}={value!r}" for key, value in rule.values.items())
 
 
+def count_cells(spec: MatrixSpec) -> int:
+    """How many cells the matrix can produce (crossed axes plus includes), without building any."""
+    return (math.prod(len(axis.values) for axis in spec.axes) if spec.axes else 0) + len(spec.include)
+
+
+def _check_size(spec: MatrixSpec) -> None:
+    count = count_cells(spec)
+    if count <= MAX_CELLS:
+        return
+    sizes = " × ".join(f"{axis.key} {len(axis.values)}" for axis in spec.axes)
+    extra = f" + {len(spec.include)} include entries" if spec.include else ""
+    line = spec.axes[0].line if spec.axes else 1
+    raise Where(spec.path, line).error(
+        f"this matrix expands to {count:,} cells (axes: {sizes}{extra}), more than the {MAX_CELLS:,} a matrix may hold",
+        "cross fewer values, or split it into several matrices")
+
+
 def expand(spec: MatrixSpec) -> list[Fragment]:
+    _check_size(spec)
     cells = _crossed(spec)
     for rule in spec.exclude:
         kept = [cell for cell in cells if not matches(rule, cell)]

@@ -10,6 +10,7 @@ Format (documented for users in baselines/README.md)::
         METRIC: {value: 3.1, min_ratio: 0.95}      # accept_length >= 0.95 x 3.1
         METRIC: {min: 1.5}                         # absolute floor
         gpqa_accuracy: {value: 0.62, stderr: 0.034, max_drop_stderr: 2}
+        tpot_ms_median: {value: 6.8, max_ratio: 1.05, noise: 0.004}  # noise: measured run-to-run sd / value
 
 Every mistake is a ``BadInput`` with ``file:line``. Gates that sampling noise alone would trip
 are accepted but reported in ``Baseline.warnings``.
@@ -33,11 +34,15 @@ from ground.yaml_lines import FileWords, compose_file, describe, mapping_items, 
 from reports.metrics import HIGHER, LOWER, METRICS, NEUTRAL, NOISE_STDERRS, STDERR_OF
 
 SCHEMA = 1
+# A ratio gate is never tighter than this many run-to-run standard deviations (the baseline's `noise`):
+# three leave about one false alarm in 700 runs for a normally distributed metric.
+NOISE_RUN_SDS = 3.0
 TOP_LEVEL_KEYS = ("schema", "description", "source", "cells")
 GATE_KEYS = ("min", "max", "min_ratio", "max_ratio", "max_drop_stderr")
 # key -> (lowest allowed value, whether the lowest is allowed itself)
 SPEC_KEYS = {"value": (-math.inf, True), "stderr": (0.0, True), "min": (-math.inf, True), "max": (-math.inf, True),
-             "min_ratio": (0.0, False), "max_ratio": (0.0, False), "max_drop_stderr": (0.0, False)}
+             "min_ratio": (0.0, False), "max_ratio": (0.0, False), "max_drop_stderr": (0.0, False),
+             "noise": (0.0, True)}
 FRACTION_KEYS = ("value", "stderr", "min", "max")  # keys that carry the metric's own unit
 # A ratio gate must point the way the metric gets worse, or it would fail on improvements.
 RATIO_KEY_FOR = {HIGHER: "min_ratio", LOWER: "max_ratio", NEUTRAL: None}
@@ -63,6 +68,15 @@ class MetricSpec:
     min_ratio: float | None = None
     max_ratio: float | None = None
     max_drop_stderr: float | None = None
+    noise: float | None = None  # run-to-run standard deviation measured for this cell, as a fraction of value
+
+    def ratio(self, key: str) -> float | None:
+        """The ratio gate actually applied: the stated ``min_ratio``/``max_ratio``, widened to
+        NOISE_RUN_SDS measured run-to-run standard deviations when the measured noise is larger."""
+        stated = getattr(self, key)
+        if stated is None or not self.noise:
+            return stated
+        return min(stated, 1 - NOISE_RUN_SDS * self.noise) if key == "min_ratio" else max(stated, 1 + NOISE_RUN_SDS * self.noise)
 
 
 @dataclass(frozen=True)
@@ -202,6 +216,11 @@ def _spec_problems(spec: MetricSpec):
     for key in ("min_ratio", "max_ratio", "max_drop_stderr"):
         if key in given and "value" not in given:
             yield f"{key} needs the reference `value`", "add value: (the baseline run's measurement)"
+    if "noise" in given and not given & {"min_ratio", "max_ratio"}:
+        yield "noise widens a ratio gate, and there is none", "add min_ratio or max_ratio (or remove noise)"
+    if "noise" in given and spec.noise >= 1 / NOISE_RUN_SDS:
+        yield (f"noise {spec.noise:g} is a fraction of the value ({spec.noise:.0%} run-to-run)",
+               "write e.g. 0.004 for 0.4%, or re-measure: a metric this noisy cannot gate anything")
     if "stderr" in given and spec.metric not in STDERR_OF:
         yield "stderr is only known for " + ", ".join(STDERR_OF), "remove stderr"
     if "max_drop_stderr" in given and "stderr" not in given:

@@ -2,8 +2,10 @@
 
 Two sources:
 - floors that need no baseline: a speculative cell's accept length must stay above the collapse
-  floor (a draft model that never gets accepted serves correct text, only slowly);
-- a baseline's specs for the cell (``reports.baseline``).
+  floor (a draft model that never gets accepted serves correct text, only slowly), and GPQA accuracy
+  must beat guessing by a margin that shrinks with the number of questions (``chance_floor``);
+- a baseline's specs for the cell (``reports.baseline``): ratio gates widened to the run-to-run noise
+  measured for the cell when the baseline records it (``MetricSpec.ratio``).
 
 A gated metric that was not measured gives ``value: None, passed: False``: a gate that silently
 passes because its suite did not run would hide exactly the regressions it exists for.
@@ -16,10 +18,12 @@ from dataclasses import replace
 from typing import Mapping
 
 from ground.records import CellResult, GateResult, RunResults, Status
-from reports.baseline import Baseline, MetricSpec
+from reports.baseline import NOISE_RUN_SDS, Baseline, MetricSpec
 from reports.metrics import STDERR_OF, format_value, in_table_order
 
 COLLAPSE_FLOOR = 1.2  # accept_length at or below ~1 means no draft token is being accepted
+GPQA_CHANCE = 0.25  # four choices
+CHANCE_MARGIN_SE = 2.0  # standard errors of a guesser's score above chance
 GATE_PRECISION = 6  # decimals kept in thresholds (ratios make long floats)
 
 
@@ -48,6 +52,10 @@ def _limits(cell: CellResult, metrics: Mapping, baseline: Baseline | None) -> li
 
 
 def _floor_limits(cell: CellResult, metrics: Mapping) -> list[tuple[str, str, float, str]]:
+    return _collapse_floor(cell, metrics) + _chance_floor(metrics)
+
+
+def _collapse_floor(cell: CellResult, metrics: Mapping) -> list[tuple[str, str, float, str]]:
     speculative = bool(cell.config.get("speculative_algorithm"))
     if not speculative or metrics.get("accept_length") is None:
         return []
@@ -57,6 +65,23 @@ def _floor_limits(cell: CellResult, metrics: Mapping) -> list[tuple[str, str, fl
     return [("accept_length", ">=", float(floor), "collapse floor (suites.accept.min_accept_length)")]
 
 
+def chance_floor(num_questions: float) -> float:
+    """The accuracy a guesser stays below 97.7% of the time on ``num_questions`` questions: chance (one in
+    four) plus CHANCE_MARGIN_SE standard errors of a guesser's score. Repeats of a question do not count as
+    more questions (they are correlated), so the floor uses the question count."""
+    return GPQA_CHANCE + CHANCE_MARGIN_SE * math.sqrt(GPQA_CHANCE * (1 - GPQA_CHANCE) / num_questions)
+
+
+def _chance_floor(metrics: Mapping) -> list[tuple[str, str, float, str]]:
+    """GPQA must beat guessing, with or without a baseline: a broken model that answers at random or not at
+    all (0%) never passes."""
+    questions = metrics.get("gpqa_num_questions")
+    if metrics.get("gpqa_accuracy") is None or not questions:
+        return []
+    return [("gpqa_accuracy", ">=", chance_floor(questions),
+             f"above chance: 25% + {CHANCE_MARGIN_SE:g}·√(0.25·0.75/n), n = {questions:.0f} questions")]
+
+
 def _spec_limits(spec: MetricSpec, metrics: Mapping) -> list[tuple[str, str, float, str]]:
     """(metric, op, threshold, basis) for each limit a baseline spec sets."""
     name, where, limits = spec.metric, spec.where, []
@@ -64,15 +89,24 @@ def _spec_limits(spec: MetricSpec, metrics: Mapping) -> list[tuple[str, str, flo
     if spec.min is not None:
         limits.append((name, ">=", spec.min, f"min ({where})"))
     if spec.min_ratio is not None:
-        limits.append((name, ">=", spec.value * spec.min_ratio, f"{reference} × {spec.min_ratio:g} ({where})"))
+        ratio = spec.ratio("min_ratio")
+        limits.append((name, ">=", spec.value * ratio, f"{reference} × {ratio:g}{_widened(spec, 'min_ratio')} ({where})"))
     if spec.max_drop_stderr is not None:
         limits.append((name, ">=", noise_floor(spec, metrics.get(STDERR_OF[name])),
                        f"{reference} − {spec.max_drop_stderr:g}·√(se_base² + se_now²) ({where})"))
     if spec.max is not None:
         limits.append((name, "<=", spec.max, f"max ({where})"))
     if spec.max_ratio is not None:
-        limits.append((name, "<=", spec.value * spec.max_ratio, f"{reference} × {spec.max_ratio:g} ({where})"))
+        ratio = spec.ratio("max_ratio")
+        limits.append((name, "<=", spec.value * ratio, f"{reference} × {ratio:g}{_widened(spec, 'max_ratio')} ({where})"))
     return limits
+
+
+def _widened(spec: MetricSpec, key: str) -> str:
+    """How the ratio came about when the baseline measured noise: " (the larger of 1.025 and 3 × 0.5% run-to-run noise)"."""
+    if not spec.noise:
+        return ""
+    return f" (the larger of {getattr(spec, key):g} and {NOISE_RUN_SDS:g} × {spec.noise:.1%} run-to-run noise)"
 
 
 def noise_floor(spec: MetricSpec, stderr_now: float | None) -> float:

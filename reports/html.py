@@ -10,26 +10,29 @@ from __future__ import annotations
 import html
 from importlib import resources
 from string import Template
+from typing import Mapping
 
 from markdown_it import MarkdownIt
 
 from ground.records import RunResults
 from reports.baseline import Baseline
-from reports.markdown import render_cells, step_summary
-from reports.plots import ratio_chart, run_charts
+from reports.markdown import pr_tables, render_cells, step_summary
+from reports.plots import ratio_chart, run_charts, trend_charts
 
 
 def render_html(results: RunResults, baseline: Baseline | None = None, comparison: dict | None = None,
-                comparison_md: str | None = None) -> str:
+                comparison_md: str | None = None, trends: dict | None = None,
+                regressions: Mapping | None = None) -> str:
     charts = run_charts(results)
     if comparison is not None:
         charts.extend(chart for chart in [ratio_chart(comparison)] if chart)
+    charts.extend(trend_charts(trends or {}))
     page = Template(resources.files("reports").joinpath("templates/report.html").read_text(encoding="utf-8"))
     return page.substitute(
         title=html.escape(f"dspark-ci run {results.run_id}"),
-        summary=_markdown_to_html(step_summary(results)),
+        summary=_markdown_to_html(step_summary(results, regressions)),
         charts="<h2>Charts</h2>\n" + "\n".join(_figure(title, png) for title, png in charts) if charts else "",
-        details=_markdown_to_html(render_cells(results, baseline, comparison_md)),
+        details=_markdown_to_html(pr_tables(results) + "\n" + render_cells(results, baseline, comparison_md)),
     )
 
 

@@ -1,80 +1,159 @@
-"""junit.xml: one testsuite per run, one testcase per cell, for CI test-result viewers.
+"""junit.xml: one testsuite per cell, one testcase per suite the cell ran (and one per expected rejection),
+valid against the common JUnit schema (Jenkins xunit's junit-10.xsd, which pytest's xunit2 output and
+the GitHub test reporters follow).
 
-failed → <failure> listing the failed gates (and the error, if any); error → <error> with SGLang's
-message; skipped → <skipped>. A cell's metrics ride along as testcase <properties>, which
-pytest's ``record_property`` also uses and most viewers show.
+- ``<testsuites>`` > ``<testsuite name=CELL>`` > ``<properties>`` (the cell's metrics: properties are
+  allowed on a testsuite only, never inside a testcase) and ``<testcase classname=CELL name=SUITE time=S>``.
+- A suite's testcase fails (``<failure>``) when one of its gates failed (gate lines, with where the
+  threshold came from in results.json) or one of its pytest tests did; a cell that never got to measure
+  has one testcase, ``launch``, with ``<error>`` and SGLang's own error line; a skipped cell one
+  ``<skipped>`` testcase; an expected rejection one testcase, ``expected rejection``, passing with what
+  SGLang said in ``<system-out>``.
+- Text from logs (an ANSI-coloured error line, a NUL) is made XML-safe first: colour sequences are dropped and
+  any other character XML 1.0 cannot carry is written as ``\\xNN``, so the file always parses.
 """
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from datetime import datetime
+from typing import Iterable
 
-from ground.records import CellResult, RunResults, Status
+from ground.records import CellResult, GateResult, RunResults, Status
+from ground.suites import suite_of
 from reports.gates import describe_gate
 from reports.metrics import in_table_order
 from reports.results import error_headline, rejection_message
 
-CLASSNAME = "dspark-ci"
+LAUNCH_CASE = "launch"  # the testcase of a cell whose suites never ran
+REJECTION_CASE = "expected rejection"
+ANSI_SEQUENCE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+# Characters XML 1.0 cannot carry (https://www.w3.org/TR/xml/#charsets).
+NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_text(text: str) -> str:
+    """``text`` as XML 1.0 can carry it: colour sequences dropped, other control characters as ``\\xNN``."""
+    return NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", ANSI_SEQUENCE.sub("", text))
 
 
 def render_junit(results: RunResults) -> str:
-    cells = results.cells
-    counts = {status.value: sum(cell.status is status for cell in cells)
-              for status in (Status.FAILED, Status.ERROR, Status.SKIPPED)}
-    suite = ET.Element("testsuite", {
-        "name": f"dspark-ci {results.run_id}".strip(), "tests": str(len(cells)),
-        "failures": str(counts["failed"]), "errors": str(counts["error"]), "skipped": str(counts["skipped"]),
-        **_timing(results),
-    })
-    for cell in cells:
-        suite.append(_testcase(cell))
-    root = ET.Element("testsuites", {key: suite.get(key) for key in ("name", "tests", "failures", "errors")})
-    root.append(suite)
+    suites = [_testsuite(cell) for cell in results.cells]
+    totals = {key: str(sum(int(s.get(key, "0")) for s in suites)) for key in ("tests", "failures", "errors")}
+    root = ET.Element("testsuites", {"name": xml_text(f"dspark-ci {results.run_id}".strip()), **totals,
+                                     **_run_time(results)})
+    root.extend(suites)
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def _timing(results: RunResults) -> dict:
+def _run_time(results: RunResults) -> dict:
     try:
-        started = datetime.fromisoformat(results.started_at)
-        seconds = (datetime.fromisoformat(results.finished_at) - started).total_seconds()
-    except (TypeError, ValueError):
+        started = datetime.fromisoformat(results.started_at or "")
+        seconds = (datetime.fromisoformat(results.finished_at or "") - started).total_seconds()
+    except ValueError:
         return {}
-    return {"timestamp": results.started_at, "time": f"{seconds:.3f}"}
+    return {"time": _seconds(seconds)}
 
 
-def _testcase(cell: CellResult) -> ET.Element:
-    testcase = ET.Element("testcase", {"classname": CLASSNAME, "name": cell.id})
+def _seconds(value: float) -> str:
+    return f"{max(value, 0.0):.3f}"
+
+
+def _testsuite(cell: CellResult) -> ET.Element:
+    cases = list(_testcases(cell))
+    counts = {tag: sum(case.find(tag) is not None for case in cases) for tag in ("failure", "error", "skipped")}
+    suite = ET.Element("testsuite", {"name": xml_text(cell.id), "tests": str(len(cases)),
+                                     "failures": str(counts["failure"]), "errors": str(counts["error"]),
+                                     "skipped": str(counts["skipped"]),
+                                     "time": _seconds(sum(float(case.get("time", "0")) for case in cases))})
     metrics = {name: value for name, value in cell.metrics.items() if value is not None}
-    if metrics:
-        properties = ET.SubElement(testcase, "properties")
+    if metrics or cell.boot_seconds is not None:
+        properties = ET.SubElement(suite, "properties")
+        if cell.boot_seconds is not None:
+            ET.SubElement(properties, "property", {"name": "boot_seconds", "value": repr(cell.boot_seconds)})
         for name in in_table_order(metrics):
-            ET.SubElement(properties, "property", {"name": name, "value": repr(metrics[name])})
-    outcome = _OUTCOMES.get(cell.status)
-    if outcome:
-        testcase.append(outcome(cell))
-    if rejection_message(cell):
-        ET.SubElement(testcase, "system-out").text = f"rejected as expected: {rejection_message(cell)}"
-    return testcase
+            ET.SubElement(properties, "property", {"name": xml_text(name), "value": repr(metrics[name])})
+    suite.extend(cases)
+    return suite
 
 
-def _failure(cell: CellResult) -> ET.Element:
-    failed = [describe_gate(gate) for gate in cell.gates if not gate.passed]
-    message = "; ".join(failed) or error_headline(cell) or "failed"
-    element = ET.Element("failure", {"type": "gate" if failed else "failure", "message": message})
-    element.text = "\n".join(failed + ([cell.error] if cell.error else []))
+def _testcases(cell: CellResult) -> Iterable[ET.Element]:
+    if cell.expect.get("outcome") == "reject" or cell.status is Status.REJECTED_AS_EXPECTED:
+        yield _rejection_case(cell)
+    elif cell.status is Status.SKIPPED:
+        case = _case(cell, LAUNCH_CASE, cell.boot_seconds)
+        ET.SubElement(case, "skipped", {"message": xml_text(error_headline(cell) or "skipped")})
+        yield case
+    elif not (cell.tests or cell.gates or cell.metrics):
+        # The suites never ran: a crash at boot, an infrastructure failure, a cell never reached.
+        case = _case(cell, LAUNCH_CASE, cell.boot_seconds)
+        if cell.status.failing:
+            case.append(_problem("error" if cell.status is Status.ERROR else "failure", cell, cell.gates, []))
+        yield case
+    else:
+        yield from _suite_cases(cell)
+
+
+def _suite_cases(cell: CellResult) -> Iterable[ET.Element]:
+    """One testcase per suite the cell ran, in the order the cell lists its suites."""
+    tests_by_suite: dict[str, list] = {}
+    for test in cell.tests or ():
+        tests_by_suite.setdefault(_suite_of_test(test["nodeid"]), []).append(test)
+    gates_by_suite: dict[str, list[GateResult]] = {}
+    for gate in cell.gates:
+        gates_by_suite.setdefault(suite_of(gate.metric) or "gates", []).append(gate)
+    measured = {suite_of(metric) for metric in cell.metrics}
+    names = list(dict.fromkeys([*cell.suites, *tests_by_suite, *gates_by_suite, *sorted(filter(None, measured))]))
+    names = [name for name in names if name in tests_by_suite or name in gates_by_suite or name in measured]
+    unplaced_error = cell.status.failing and bool(cell.error)
+    for name in names:
+        tests, gates = tests_by_suite.get(name, []), gates_by_suite.get(name, [])
+        case = _case(cell, name, sum(float(t.get("duration") or 0) for t in tests))
+        failed_tests = [t for t in tests if t.get("outcome") in ("failed", "error")]
+        if failed_tests or not all(g.passed for g in gates):
+            case.append(_problem("failure", cell, gates, failed_tests))
+        yield case
+    if unplaced_error and (cell.status is Status.ERROR or not names):  # stopped while measuring: a rank died
+        case = _case(cell, LAUNCH_CASE, cell.boot_seconds)
+        case.append(_problem("error", cell, [], []))
+        yield case
+
+
+def _suite_of_test(nodeid: str) -> str:
+    """"suites/test_gpqa.py::test_gpqa" -> "gpqa"."""
+    match = re.search(r"test_(\w+)\.py", nodeid)
+    return match.group(1) if match else nodeid.split("::")[0]
+
+
+def _case(cell: CellResult, name: str, seconds: float | None) -> ET.Element:
+    return ET.Element("testcase", {"classname": xml_text(cell.id), "name": xml_text(name),
+                                   "time": _seconds(seconds or 0.0)})
+
+
+def _problem(tag: str, cell: CellResult, gates: list[GateResult], failed_tests: list) -> ET.Element:
+    """<failure>/<error>: the failed gates' lines and the failed tests' messages, or the cell's error with
+    SGLang's own line."""
+    lines = [describe_gate(gate) for gate in gates if not gate.passed]
+    lines += [f"{t['nodeid']}: {t.get('message') or t['outcome']}" for t in failed_tests]
+    if lines:
+        message = lines[0] if len(lines) == 1 else f"{lines[0]} (and {len(lines) - 1} more)"
+    else:  # the cell's own error: its headline (with SGLang's line) as the message, all of it as the text
+        message = error_headline(cell) or cell.status.text
+        lines = [cell.error or message]
+    element = ET.Element(tag, {"type": "gate" if gates and not failed_tests else tag, "message": xml_text(message)})
+    element.text = xml_text("\n".join(lines))
     return element
 
 
-def _error(cell: CellResult) -> ET.Element:
-    element = ET.Element("error", {"type": "error", "message": error_headline(cell) or "error"})
-    element.text = cell.error or ""
-    return element
-
-
-def _skipped(cell: CellResult) -> ET.Element:
-    return ET.Element("skipped", {"message": error_headline(cell) or "skipped"})
-
-
-_OUTCOMES = {Status.FAILED: _failure, Status.ERROR: _error, Status.SKIPPED: _skipped}
+def _rejection_case(cell: CellResult) -> ET.Element:
+    case = _case(cell, REJECTION_CASE, cell.boot_seconds)
+    said = rejection_message(cell)
+    if cell.status is Status.REJECTED_AS_EXPECTED:
+        ET.SubElement(case, "system-out").text = xml_text(f"rejected as expected: {said}")
+    elif cell.status.failing:
+        case.append(_problem("failure" if cell.status is Status.FAILED else "error", cell, [], []))
+    elif cell.status is Status.SKIPPED:
+        ET.SubElement(case, "skipped", {"message": xml_text(error_headline(cell) or "skipped")})
+    return case

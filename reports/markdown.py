@@ -16,6 +16,7 @@ from typing import Mapping
 from ground.records import CellResult, RunResults, Status
 from reports.baseline import Baseline
 from reports.gates import describe_gate, explain
+from ground.suites import SUITE_DEFAULTS
 from reports.metrics import SPEED_DETAIL, SPEED_LINE, format_value, label
 from reports.results import error_headline, rejection_message
 
@@ -37,16 +38,76 @@ PROBLEM_WIDTH = 140  # characters of an error shown in a table cell
 DETAILED_PASSING_CELLS = 200  # up to this many cells in a run, every cell gets its own section
 
 
-def step_summary(results: RunResults) -> str:
-    """The short report: verdict, one row per cell, failed gates, errors."""
-    parts = [_heading(results), _verdict_line(results), _matrices_line(results), _overview(results),
-             _failed_gates(results), _errors(results), _rerun(results)]
+def step_summary(results: RunResults, regressions: Mapping | None = None) -> str:
+    """The short report: verdict, one row per cell, failed gates (with the last good and first bad run from the
+    history, ``regressions``: (cell id, metric) -> (last good run id, first bad run id)), errors."""
+    parts = [_heading(results), _verdict_line(results), _matrices_line(results), _environment_line(results),
+             _overview(results),
+             _failed_gates(results, regressions or {}), _errors(results), _rerun(results)]
     return "\n\n".join(part for part in parts if part) + "\n"
 
 
-def render_markdown(results: RunResults, baseline: Baseline | None = None, comparison: str | None = None) -> str:
-    """report.md: the step summary, then ``render_cells``."""
-    return step_summary(results) + "\n" + render_cells(results, baseline, comparison)
+def render_markdown(results: RunResults, baseline: Baseline | None = None, comparison: str | None = None,
+                    regressions: Mapping | None = None) -> str:
+    """report.md: the step summary, the tables maintainers paste into SGLang pull requests, then ``render_cells``."""
+    return (step_summary(results, regressions) + "\n" + pr_tables(results) + "\n"
+            + render_cells(results, baseline, comparison))
+
+
+def pr_tables(results: RunResults) -> str:
+    """"Accuracy Tests", "Speed Tests" and "Speculative Decoding" in the form SGLang pull requests use, one row
+    per measured cell, and every gate with its numbers (in a run too large to detail, the failed ones)."""
+    cells = [cell for cell in results.cells if cell.metrics]
+    parts = [_section("Accuracy Tests", ["Model", "Dataset", "Metric", "Subset", "Num", "Score ± SE", "Cell"],
+                      [_accuracy_row(cell, _gpqa_subset(results, cell)) for cell in cells
+                       if cell.metrics.get("gpqa_accuracy") is not None]),
+             _section("Speed Tests", ["Model", "Dataset", "Num", "Avg Lat", "Avg TTFT", "Avg TPOT", "Avg Thpt",
+                                      "Avg In", "Avg Out", "Cell"],
+                      [_speed_row(cell) for cell in cells if any(cell.metrics.get(m) is not None for m in SPEED_LINE)]),
+             _section("Speculative Decoding", ["Cell", "Algorithm", "Accept length", "Accept rate"],
+                      [[f"`{cell.id}`", str(cell.config.get("speculative_algorithm") or "—"),
+                        format_value("accept_length", cell.metrics.get("accept_length")),
+                        format_value("accept_rate", cell.metrics.get("accept_rate"))]
+                       for cell in cells if cell.metrics.get("accept_length") is not None]),
+             _all_gates(results)]
+    return "\n\n".join(part for part in parts if part) + "\n"
+
+
+def _section(title: str, header: list[str], rows: list[list[str]]) -> str:
+    return f"## {title}\n\n{table(header, rows)}" if rows else ""
+
+
+def _gpqa_subset(results: RunResults, cell: CellResult) -> str:
+    """Which questions: gpqa_diamond unless the cell named another file, or the run was on the simulator
+    (which answers the synthetic set, suites/data/, unless told otherwise)."""
+    dataset = (cell.suites.get("gpqa") or {}).get("dataset")
+    if dataset:
+        return str(dataset).rstrip("/").rsplit("/", 1)[-1]
+    return "synthetic (simulator)" if results.environment.get("server") == "sim" else "gpqa_diamond"
+
+
+def _accuracy_row(cell: CellResult, subset: str) -> list[str]:
+    metrics = cell.metrics
+    return [str(cell.config.get("model", "?")), "GPQA-Diamond", "Accuracy", subset,
+            _sample_size("gpqa_accuracy", metrics), _quality_value("gpqa_accuracy", metrics), f"`{cell.id}`"]
+
+
+def _speed_row(cell: CellResult) -> list[str]:
+    metrics = cell.metrics
+    units = {"e2e_latency_s_mean": " s", "ttft_ms_mean": " ms", "tpot_ms_mean": " ms",
+             "output_throughput_tok_s": " tok/s"}
+    values = [format_value(m, metrics.get(m)) + (units.get(m, "") if metrics.get(m) is not None else "")
+              for m in SPEED_LINE]
+    requests = (cell.suites.get("speed") or {}).get("num_requests", SUITE_DEFAULTS["speed"]["num_requests"])
+    return [str(cell.config.get("model", "?")), "random", str(requests), *values, f"`{cell.id}`"]
+
+
+def _all_gates(results: RunResults) -> str:
+    everything = len(results.cells) <= DETAILED_PASSING_CELLS
+    rows = [[f"`{cell.id}`", "✅ pass" if gate.passed else "❌ fail", describe_gate(gate)]
+            for cell in results.cells for gate in cell.gates if everything or not gate.passed]
+    title = "Gates" if everything else "Gates (failed only: results.json holds every gate)"
+    return _section(title, ["Cell", "Result", "Gate"], rows)
 
 
 def render_cells(results: RunResults, baseline: Baseline | None = None, comparison: str | None = None) -> str:
@@ -107,6 +168,27 @@ def _matrices_line(results: RunResults) -> str:
     return "Matrices: " + ", ".join(f"`{m}`" for m in matrices) if matrices else ""
 
 
+# What the run recorded of where it ran (results.json "environment"): key -> label
+ENVIRONMENT_LABELS = {"server": "server", "sglang_version": "SGLang", "sglang_commit": "SGLang commit",
+                      "image_digests": "images", "hosts": "hosts", "hostname": "host", "gpus": "GPUs",
+                      "driver": "driver", "dspark_ci_commit": "dspark-ci"}
+
+
+def _environment_line(results: RunResults) -> str:
+    env = results.environment
+    items = [f"{name} `{_short(env[key])}`" for key, name in ENVIRONMENT_LABELS.items() if env.get(key)]
+    return "Environment: " + " · ".join(items) if items else ""
+
+
+def _short(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return ", ".join(map(str, value))
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    text = str(value)
+    return text[:12] if len(text) == 40 and all(c in "0123456789abcdef" for c in text) else text
+
+
 def _overview(results: RunResults) -> str:
     header = ["Cell", "Status"] + [label(m) for m in OVERVIEW_METRICS] + ["Problem"]
     rows = [[f"`{cell.id}`", status_text(cell.status)]
@@ -124,9 +206,19 @@ def _problem(cell: CellResult) -> str:
     return text if len(text) <= PROBLEM_WIDTH else text[:PROBLEM_WIDTH - 1] + "…"
 
 
-def _failed_gates(results: RunResults) -> str:
-    lines = [f"- `{cell.id}`: {describe_gate(gate)}" for cell in results.cells for gate in cell.gates if not gate.passed]
+def _failed_gates(results: RunResults, regressions: Mapping) -> str:
+    lines = [f"- `{cell.id}`: {describe_gate(gate)}{_since(regressions.get((cell.id, gate.metric)))}"
+             for cell in results.cells for gate in cell.gates if not gate.passed]
     return "## ❌ Failed gates\n\n" + "\n".join(lines) if lines else ""
+
+
+def _since(regression: tuple | None) -> str:
+    """" (last good run `A`, first bad run `B`)" from the run history, when it knows."""
+    if not regression or not regression[1]:
+        return ""
+    good, bad = regression
+    return (f" (last good run `{good}`, first bad run `{bad}`)" if good
+            else f" (failing in every recorded run since `{bad}`)")
 
 
 def _errors(results: RunResults) -> str:

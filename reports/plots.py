@@ -97,6 +97,7 @@ def _metric_figure(chart: Chart, cells: list[CellResult], title: str):
             if math.isnan(value):  # no bar to label: say so where the bar would start
                 axes.text(0, y, " not measured", va="center", fontsize=8, color="#616161")
         _gate_ticks(axes, metric, cells, ys)
+    _keep_values_readable(axes, chart, cells)
     centers = [top - (i * group + (per_cell - 1) / 2) for i in range(len(cells))]
     axes.set_yticks(centers, [c.id for c in cells], fontsize=8)
     axes.set_title(title)
@@ -108,6 +109,27 @@ def _metric_figure(chart: Chart, cells: list[CellResult], title: str):
     if handles:
         axes.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     return figure
+
+
+OFF_SCALE = 3.0  # a gate beyond this many times the largest measured value is written at the edge, not drawn
+
+
+def _keep_values_readable(axes, chart: Chart, cells: list[CellResult]) -> None:
+    """A generous absolute limit (TTFT <= 2000 ms for a 10 ms TTFT) drawn to scale would flatten every bar to a
+    sliver: the axis then ends a little past the measured values and the far gate is named at the right edge."""
+    measured = [float(c.metrics[m]) + 2 * float(c.metrics.get((chart.stderr_of or {}).get(m) or "") or 0.0)
+                for c in cells for m in chart.metrics if c.metrics.get(m) is not None]
+    if not measured or max(measured) <= 0:
+        return
+    limit = max(measured) * 1.3
+    far = sorted({g.threshold for c in cells for g in c.gates if g.metric in chart.metrics
+                  and g.threshold > OFF_SCALE * max(measured)})
+    if not far:
+        return
+    axes.set_xlim(0, limit)
+    names = ", ".join(format_value(chart.metrics[0], t) for t in far)
+    axes.text(1.0, 1.01, f"gate at {names} (off scale) ▸", transform=axes.transAxes, ha="right", va="bottom",
+              fontsize=8, color=GATE_COLOR)
 
 
 def _gate_ticks(axes, metric: str, cells: list[CellResult], ys: list[float]) -> None:
@@ -142,3 +164,48 @@ def _png(figure) -> str:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", metadata={"Software": None})
     return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+TREND_METRICS = ("accept_length", "output_throughput_tok_s", "tpot_ms_median", "gpqa_accuracy")
+MAX_TREND_CELLS = 20  # trend figures are one per cell: past this, a page of them is read by nobody
+
+
+def trend_charts(trends: dict[str, dict[str, list]]) -> list[tuple[str, str]]:
+    """(title, base64 PNG) per cell with at least two recorded runs of a trend metric: one panel per metric,
+    one point per run (oldest left), GPQA with ±2 SE error bars clipped to [0, 100 %].
+    ``trends``: cell id -> metric -> points with ``run_id`` and ``value`` (``reports.history.series``)."""
+    charts = []
+    for cell_id, by_metric in list(trends.items())[:MAX_TREND_CELLS]:
+        shown = [m for m in TREND_METRICS if len(by_metric.get(m) or ()) >= 2]
+        if shown:
+            charts.append((f"Trend: {cell_id}", _png(_trend_figure(cell_id, shown, by_metric))))
+    return charts
+
+
+def _trend_figure(cell_id: str, metrics: list[str], by_metric: dict[str, list]):
+    from matplotlib.figure import Figure  # imported on use: the CLI stays quick for other verbs
+
+    figure = Figure(figsize=(WIDTH_IN, 2.2 * len(metrics) + 0.6), dpi=DPI, layout="constrained")
+    panels = figure.subplots(len(metrics), 1, squeeze=False)[:, 0]
+    for axes, metric in zip(panels, metrics):
+        points = by_metric[metric]
+        xs = list(range(len(points)))
+        values = [p.value for p in points]
+        errors = by_metric.get(METRICS[metric].stderr or "", [])
+        if METRICS[metric].fraction and len(errors) == len(points):
+            # ±2 SE, clipped to what an accuracy can be: [0, 1].
+            low = [min(2 * e.value, v) for v, e in zip(values, errors)]
+            high = [min(2 * e.value, 1 - v) for v, e in zip(values, errors)]
+            axes.errorbar(xs, values, yerr=[low, high], marker="o", capsize=3)
+        else:
+            axes.plot(xs, values, marker="o")
+        for x, value in zip(xs, values):
+            axes.annotate(format_value(metric, value), (x, value), textcoords="offset points", xytext=(0, 6),
+                          ha="center", fontsize=7)
+        axes.set_ylabel(label(metric), fontsize=8)
+        axes.set_xticks(xs, [p.run_id for p in points], rotation=30, ha="right", fontsize=7)
+        axes.margins(y=0.25)
+        if METRICS[metric].fraction:
+            axes.yaxis.set_major_formatter(lambda y, _: f"{y:.0%}")
+    panels[0].set_title(f"{cell_id}: across recorded runs (oldest left)")
+    return figure

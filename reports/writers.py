@@ -7,25 +7,46 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from ground.records import RunResults
+from reports import history
 from reports.baseline import Baseline
 from reports.compare import compare_markdown, compare_runs
 from reports.html import render_html
 from reports.junit import render_junit
 from reports.markdown import render_markdown
+from reports.metrics import METRICS
+from reports.plots import MAX_TREND_CELLS, TREND_METRICS
 from reports.results import write_text_atomically
 
 
 def render_reports(results: RunResults, baseline: Baseline | None = None,
-                   compare_to: RunResults | None = None) -> dict[str, str]:
+                   compare_to: RunResults | None = None, history: Path | None = None) -> dict[str, str]:
     """File name -> contents for junit.xml, report.md and report.html. With ``compare_to`` (another
-    run's results), report.md and report.html end with the comparison."""
+    run's results), report.md and report.html end with the comparison. With ``history`` (a run history
+    database, ``reports.history``), report.html gains trend plots per cell and failed gates name the
+    last good and first bad run."""
     comparison = compare_runs(results, compare_to) if compare_to is not None else None
     comparison_md = compare_markdown(comparison) if comparison is not None else None
+    trends, regressions = _from_history(history, results) if history is not None else ({}, {})
     return {
         "junit.xml": render_junit(results),
-        "report.md": render_markdown(results, baseline, comparison_md),
-        "report.html": render_html(results, baseline, comparison, comparison_md),
+        "report.md": render_markdown(results, baseline, comparison_md, regressions),
+        "report.html": render_html(results, baseline, comparison, comparison_md, trends, regressions),
     }
+
+
+MAX_REGRESSION_LOOKUPS = 200  # failed gates whose last good / first bad run is looked up (a query each)
+
+
+def _from_history(path: Path, results: RunResults) -> tuple[dict, dict]:
+    """(cell -> metric -> points up to this run, (cell, metric) -> (last good, first bad)) for ``results``."""
+    until = results.started_at
+    stderr_metrics = [METRICS[m].stderr for m in TREND_METRICS if METRICS[m].stderr]
+    trends = {cell.id: {metric: history.series(path, cell.id, metric, until)
+                        for metric in (*TREND_METRICS, *stderr_metrics)}
+              for cell in results.cells[:MAX_TREND_CELLS] if cell.metrics}
+    failed = [(cell.id, gate.metric) for cell in results.cells for gate in cell.gates if not gate.passed]
+    regressions = {key: history.regression(path, *key, until) for key in failed[:MAX_REGRESSION_LOOKUPS]}
+    return trends, regressions
 
 
 def write_rendered(run_dir: Path | str, rendered: dict[str, str]) -> list[Path]:
@@ -37,9 +58,9 @@ def write_rendered(run_dir: Path | str, rendered: dict[str, str]) -> list[Path]:
 
 
 def write_reports(run_dir: Path | str, results: RunResults, baseline: Baseline | None = None,
-                  compare_to: RunResults | None = None) -> list[Path]:
+                  compare_to: RunResults | None = None, history: Path | None = None) -> list[Path]:
     """Write junit.xml, report.md and report.html into ``run_dir``; returns the paths written."""
-    return write_rendered(run_dir, render_reports(results, baseline, compare_to))
+    return write_rendered(run_dir, render_reports(results, baseline, compare_to, history))
 
 
 def write_failure_reports(run_dir: Path | str, results: RunResults, why: str) -> None:

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
+import re
+import sys
+import textwrap
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
@@ -125,12 +129,75 @@ def _field_types() -> Mapping[str, tuple[Callable[[Any], Any], Any]]:
 FIELD_TYPES = _field_types()
 
 
+USAGE = (f"%(prog)s --model-path PATH [SGLang {SGLANG_VERSION} launch_server flags ...]  "
+         "(`dspark-ci sim --help` lists them)")
+
+
 def argument_parser() -> argparse.ArgumentParser:
-    return load_flags(SGLANG_VERSION).argument_parser(prog="sglang serve")
+    parser = load_flags(SGLANG_VERSION).argument_parser(prog="sglang serve")
+    parser.usage = USAGE  # one line: SGLang's own usage lists every flag (hundreds of lines)
+    parser.error = lambda message: _short_error(parser, message)  # type: ignore[method-assign]
+    return parser
+
+
+def _short_error(parser: argparse.ArgumentParser, message: str) -> None:
+    """argparse's error, with the closest known flag for each unknown one (exit 2, as SGLang's parser)."""
+    known = [spelling for action in parser._actions for spelling in action.option_strings]
+    if message.startswith("unrecognized arguments:"):
+        hints = []
+        for word in re.findall(r"(?<!\S)(--?[\w-]+)", message.split(":", 1)[1]):
+            close = difflib.get_close_matches(word.split("=")[0], known, n=1, cutoff=0.6)
+            if close:
+                hints.append(f"{word} -> {close[0]}")
+        if hints:
+            message += f" (did you mean: {', '.join(hints)}?)"
+    parser.print_usage(sys.stderr)
+    parser.exit(2, f"{parser.prog}: error: {message}\n")
+
+
+def sim_help(width: int = 100) -> str:
+    """`dspark-ci sim --help`: the simulator's own knobs and faults first, SGLang's flags after, by name."""
+    from sglang_sim.config import FAULT_HELP, KNOBS  # the knobs live with their parsers
+
+    def rows(pairs: list[tuple[str, str]]) -> list[str]:
+        left = max(len(name) for name, _ in pairs) + 2
+        return [textwrap.fill(meaning, width, initial_indent=f"  {name:<{left}}", subsequent_indent=" " * (left + 2))
+                for name, meaning in pairs]
+
+    flags = sorted({flag.name for flag in load_flags(SGLANG_VERSION).canonical()})
+    lines = [
+        f"usage: dspark-ci sim --model-path PATH [SGLang {SGLANG_VERSION} launch_server flags ...]",
+        "",
+        textwrap.fill(f"The simulated SGLang server. It takes exactly the flags of `python3 -m sglang.launch_server` "
+                      f"(SGLang {SGLANG_VERSION}), so a cell's command line runs unchanged against either; what it "
+                      "simulates (latency, acceptance, accuracy, faults) comes from DSPARK_SIM_* environment "
+                      "variables, never from flags. Also `python -m sglang_sim`.", width),
+        "",
+        "environment (default):",
+        *rows([(f"{knob.env} ({knob.default or 'unset'})", knob.help) for knob in KNOBS.values()]),
+        "",
+        "faults, comma-separated in DSPARK_SIM_FAULTS:",
+        *rows(list(FAULT_HELP.values())),
+        "",
+        "example:",
+        "  DSPARK_SIM_FAULTS=slow_decode=3 dspark-ci sim --model-path m --port 30000 \\",
+        "      --speculative-algorithm DSPARK --speculative-draft-model-path d --speculative-dspark-block-size 7",
+        "",
+        "exit codes: 2 a flag SGLang refuses or an unusable DSPARK_SIM_* value; 1 a launch SGLang rejects, a busy "
+        "port or a crash (the last stderr line is SGLang's error line); 0 after SIGTERM/SIGINT.",
+        "",
+        f"SGLang {SGLANG_VERSION} launch_server flags ({len(flags)}; meanings and defaults in "
+        "`python3 -m sglang.launch_server --help`):",
+        textwrap.fill(" ".join(flags), width, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False),
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def parse_server_args(argv: list[str]) -> ServerArgs:
     """Parse like SGLang: argparse errors (unknown flag, bad int, missing --model-path) exit 2."""
+    if "-h" in argv or "--help" in argv:
+        sys.stdout.write(sim_help())
+        raise SystemExit(0)
     parser = argument_parser()
     namespace = vars(parser.parse_args(argv))
     if namespace.get("model_path") is None:

@@ -76,6 +76,21 @@ FAULT_PARSERS: dict[str, Callable[[str | None], dict]] = {
 }
 
 
+# fault -> (how it is written, what it does), for `dspark-ci sim --help`
+FAULT_HELP: dict[str, tuple[str, str]] = {
+    "accept_collapse": ("accept_collapse", "serves normally, but no draft token is ever accepted (accept length 1.0)"),
+    "boot_reject": ("boot_reject=MESSAGE", "exits at start with `ValueError: MESSAGE`, as SGLang does for an "
+                                           "inadmissible config"),
+    "crash_first_prefill": ("crash_first_prefill", "healthy until the first real request, then an AssertionError "
+                                                   "and exit"),
+    "hang_boot": ("hang_boot", "never becomes healthy"),
+    "garbage_output": ("garbage_output", "serves random text (answers unparseable or wrong)"),
+    "slow_decode": ("slow_decode=FACTOR", "every decode step takes FACTOR times longer"),
+    "rank_exit": ("rank_exit=RANK:SECONDS", "node rank RANK exits SECONDS after start"),
+    "malformed_stream": ("malformed_stream", "a streamed response breaks off mid-event"),
+}
+
+
 def parse_faults(text: str) -> Faults:
     """``"accept_collapse,slow_decode=3,boot_reject=a, b"`` -> Faults.
 

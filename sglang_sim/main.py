@@ -1,15 +1,18 @@
 """``python -m sglang_sim [SGLang launch_server flags]``: parse, admit, then serve as the node rank says.
 
 Exit codes: 2 for argv SGLang's parser refuses (and for unusable ``DSPARK_SIM_*`` values), 1 for a
-launch SGLang rejects or a crash (the last stderr line is SGLang's error line), 0 after SIGTERM/SIGINT.
+launch SGLang rejects, a busy port (one line) or a crash (the last stderr line is SGLang's error line),
+0 after SIGTERM/SIGINT. ``--help`` documents the ``DSPARK_SIM_*`` knobs and faults, then lists SGLang's flags.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import signal
+import socket
 import sys
 
 from aiohttp import web
@@ -41,6 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     except (SimConfigError, GpqaDatasetError) as err:
         print(f"sglang_sim: {err}", file=sys.stderr)
         return 2
+    busy = _port_taken(args.host, args.port)
+    if busy:  # one line naming the port, before the launch line (uvicorn's bind error, exit 1 as SGLang's)
+        print_lines([busy])
+        return 1
     _setup_logging(args.log_level)
     env = SglangEnv.from_environ(os.environ)
     if env.enable_cp_v2_set:
@@ -86,6 +93,23 @@ def _run(serving) -> int:
     except OSError as err:  # e.g. the port is taken
         print_lines([f"OSError: {err}"])
         return 1
+
+
+def _port_taken(host: str, port: int) -> str | None:
+    """The bind error this server would hit on ``host:port``, as one line, or None when it can bind (the real bind
+    happens later; this only keeps a busy port from being reported after the whole launch configuration)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp binds: TIME_WAIT is no reason
+            probe.bind(address)
+    except OSError as err:
+        if err.errno not in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
+            return None  # anything else (an unresolvable host, ...) is reported by the real bind
+        return (f"OSError: [Errno {err.errno}] error while attempting to bind on address {(host, port)!r}: "
+                f"{(err.strerror or str(err)).lower()}")
+    return None
 
 
 def _setup_logging(level: str) -> None:

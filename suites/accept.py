@@ -72,7 +72,7 @@ def take_snapshot(server: Server) -> ServerSnapshot:
 def measure_requests(server: Server, num_requests: int, max_tokens: int, concurrency: int) -> list[RequestSpec]:
     prompt_indexes = [i % len(PROMPTS) for i in range(num_requests)]
     return server.ask_each(lambda client, i: _one_request(client, server.model, i, max_tokens), prompt_indexes,
-                           concurrency)
+                           concurrency, label="accept")
 
 
 def _one_request(client: openai.OpenAI, model: str, prompt_index: int, max_tokens: int) -> RequestSpec:

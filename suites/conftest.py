@@ -3,25 +3,29 @@
 Standalone:   pytest suites/ --base-url http://HOST:PORT [--dspark-out OUT.json] [...]
 In a run:     python -m pytest suites/test_<name>.py --base-url URL --dspark-out OUT.json \
                   --suite-options OPTIONS.json -p no:cacheprovider
-Without --base-url every suite test is skipped with the reason, so `pytest suites/` never hangs.
+Without --base-url, collecting a suite test is a usage error (exit 4, as pytest's own), never a green run of
+skipped tests that measured nothing; ``--collect-only`` still lists them.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import openai
 import pytest
+import requests
 
 from suites.config import (
     SuiteConfig, SuiteInputError, freeze, load_options_file, merge_options, normalize_base_url,
 )
 from suites.output import SuiteOutput
-from suites.server import Server, connect
+from suites.server import NotTheServer, Server, connect
 
 SUITES_DIR = Path(__file__).parent
 CONFIG_KEY = pytest.StashKey[SuiteConfig]()
 OUTPUT_KEY = pytest.StashKey[SuiteOutput]()
-NO_SERVER_REASON = "no server under test: pass --base-url http://HOST:PORT (see suites/README.md)"
+NO_SERVER = ("no server under test: pass --base-url http://HOST:PORT (an SGLang server; or start the simulated one "
+             "with `dspark-ci sim --model-path m --port 30000`; see suites/README.md)")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -36,6 +40,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--suite-option", action="append", default=[], metavar="SUITE.KEY=VALUE",
                     help="override one option, e.g. gpqa.repeats=4 (repeatable; VALUE is JSON or a string)")
     group.addoption("--dspark-out", metavar="OUT.json", help="write metrics, records and outcomes here")
+    group.addoption("--dspark-progress", metavar="FILE", help="keep the requests done so far here (one line)")
     group.addoption("--gpqa-dataset", metavar="PATH|URL", help="GPQA CSV (overrides gpqa.dataset)")
     group.addoption("--reference-url", help="parity: the same deployment without speculation")
     group.addoption("--reference-file", metavar="FILE.json", help="parity: recorded reference outputs")
@@ -80,16 +85,15 @@ def _build_config(config: pytest.Config) -> SuiteConfig:
         reference_url=normalize_base_url(opt.reference_url) if opt.reference_url else None,
         reference_file=path_or_none(opt.reference_file), save_reference=path_or_none(opt.save_reference),
         cache_dir=Path(opt.cache_dir) if opt.cache_dir else Path.home() / ".cache" / "dspark-ci",
-        out_path=path_or_none(opt.dspark_out),
+        out_path=path_or_none(opt.dspark_out), progress_path=path_or_none(opt.dspark_progress),
     )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.stash[CONFIG_KEY].base_url:
+    if config.stash[CONFIG_KEY].base_url or config.option.collectonly:
         return
-    for item in items:
-        if SUITES_DIR in Path(item.path).parents:
-            item.add_marker(pytest.mark.skip(reason=NO_SERVER_REASON))
+    if any(SUITES_DIR in Path(item.path).parents for item in items):
+        raise pytest.UsageError(NO_SERVER)
 
 
 @pytest.fixture(scope="session")
@@ -106,8 +110,22 @@ def suite_output(pytestconfig: pytest.Config) -> SuiteOutput:
 def server(suite_config: SuiteConfig) -> Server:
     try:
         return connect(suite_config)
-    except Exception as err:  # any failure here means the same thing to the user
-        pytest.fail(f"cannot reach the server at {suite_config.base_url}: {err}", pytrace=False)
+    except NotTheServer as err:
+        problem = str(err)
+    pytest.fail(problem, pytrace=False)  # outside the except: one line, no chained traceback
+
+
+# Errors of the server's API, as one line each: what a user needs is what the server said, not the client's stack.
+API_ERRORS = (openai.OpenAIError, requests.RequestException)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    if call.excinfo is not None and isinstance(call.excinfo.value, API_ERRORS) and report.failed:
+        error = call.excinfo.value
+        report.longrepr = f"{item.nodeid}: the server's API failed: {type(error).__name__}: {error}"
+    return report
 
 
 class OutputPlugin:

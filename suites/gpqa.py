@@ -10,14 +10,20 @@ For the first two, simple-evals semantics (openai/simple-evals gpqa_eval.py, as 
 
 Kept exactly: one ``random.Random(0)``; optional subsample ``rng.sample(rows, n)``; ``rows * repeats``;
 then one ``rng.sample(range(4), 4)`` permutation per example, in order; the prompt text; the first
-match of the answer regex; score 0/1. Beyond simple-evals: per-sample records, reasoning content kept
-apart from the answer (only the content is scored), and a true standard error next to the
-per-question standard deviation that simple-evals reports as ``score:std``. simple-evals refuses a
+match of the answer regex; score 0/1. Beyond simple-evals: per-sample records (the full response, the
+reasoning's length and the question id, so any run can be rescored by another extractor), reasoning
+content kept apart from the answer (only the content is scored), and a true standard error next to the
+per-question standard deviation that simple-evals reports as ``score:std``. The standard error treats
+each question as one unit: repeats of a question are correlated (same question, often the same answer),
+so it is the standard error over questions of each question's mean score (with one repeat, the usual
+sd/√n). simple-evals refuses a
 subsample together with repeats; here the two combine (sample first, then repeat), which is the same
 sequence of random draws whenever either is left at its default.
 
-Every scorer: each sample is streamed to a JSONL file as it is scored (an interrupted run keeps them), and
-the full response content is recorded, so ``dspark-ci rescore`` can score it again with another scorer.
+Every scorer: each sample is streamed to a JSONL file as it is scored (an interrupted run keeps them), the
+requests done and the running accuracy go to --dspark-progress (``suites.progress``), and the full response
+is recorded (``response``), so ``dspark-ci rescore`` can score it again with another scorer. On top of the
+question-clustered standard error, the summary carries the scorer's aggregate (pass@k, majority@k with repeats).
 """
 
 from __future__ import annotations
@@ -30,7 +36,6 @@ import re
 import statistics
 import threading
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -135,10 +140,9 @@ class SampleResult:
     score: float  # 1.0 or 0.0
     finish_reason: str | None
     completion_tokens: int | None
-    content_tail: str  # the end of the scored content, to check extraction by eye
+    response: str  # the full scored content (not the reasoning): what rescoring reads
     reasoning_chars: int  # length of the reasoning content (not scored)
     error: str | None
-    content: str = ""  # the full scored content (the message, without reasoning): what rescoring reads
     scorer: str = "sglang"  # whose prompt was sent and whose extraction scored it
 
 
@@ -198,21 +202,17 @@ def run_examples(server: Server, examples: Sequence[Example], settings: GpqaSett
     at once: queued examples are dropped, in-flight requests cut (their client closed), and the samples
     scored so far come back with ``interrupted`` True."""
     # An eval, not a timing: retry transient errors as simple-evals does (the openai client's backoff).
-    client = server.client(max_retries=3)
-    pool = ThreadPoolExecutor(max_workers=settings.concurrency)
-    futures = {pool.submit(ask, client, server.model, example, settings): index
-               for index, example in enumerate(examples)}
-    scored: dict[int, SampleResult] = {}
-    try:
-        for future in as_completed(futures):
-            scored[futures[future]] = result = future.result()
-            on_result(result)
-    except KeyboardInterrupt:
-        pool.shutdown(wait=False, cancel_futures=True)
-        client.close()
-        return [scored[i] for i in sorted(scored)], True
-    pool.shutdown()
-    return [scored[i] for i in sorted(scored)], False
+    tally = {"done": 0, "correct": 0.0}
+
+    def scored(result: SampleResult) -> str:
+        on_result(result)
+        tally["done"] += 1
+        tally["correct"] += result.score
+        return f"accuracy {tally['correct'] / tally['done']:.1%}"  # the progress line's running figure
+
+    return server.ask_until_interrupted(lambda client, example: ask(client, server.model, example, settings),
+                                        examples, settings.concurrency, max_retries=3, label="gpqa",
+                                        on_answer=scored)
 
 
 def ask(client: openai.OpenAI, model: str, example: Example, settings: GpqaSettings) -> SampleResult:
@@ -241,13 +241,14 @@ def _scored(example: Example, correct: str, *, content: str, reasoning: str, fin
     return SampleResult(
         question_id=example.question_id, repeat=example.repeat, permutation=example.permutation,
         correct_answer=correct, extracted_answer=extracted, score=score,
-        finish_reason=finish, completion_tokens=tokens, content_tail=content[-120:],
-        reasoning_chars=len(reasoning), error=error, content=content, scorer=scorer)
+        finish_reason=finish, completion_tokens=tokens, response=content,
+        reasoning_chars=len(reasoning), error=error, scorer=scorer)
 
 
 def rescored(result: SampleResult, scorer: str) -> SampleResult:
     """The same response scored by ``scorer``'s extraction (the prompt stays the one that was sent)."""
-    score, extracted = score_content(result.content, result.correct_answer, scorer) if result.content else (0.0, None)
+    score, extracted = (score_content(result.response, result.correct_answer, scorer) if result.response
+                        else (0.0, None))
     return SampleResult(**{**asdict(result), "score": score, "extracted_answer": extracted, "scorer": scorer})
 
 
@@ -266,7 +267,6 @@ class SampleStream:
         if self._handle is None:
             return
         with self._lock:
-            # planned_samples: so whoever tails the file (the run's progress line) knows the total
             line = {**sample_record(result), "planned_samples": self.planned}
             self._handle.write(json.dumps(line, ensure_ascii=False) + "\n")
             self._handle.flush()
@@ -279,12 +279,12 @@ class SampleStream:
 def summarize(results: Sequence[SampleResult], num_questions: int, repeats: int,
               scorer: str = "sglang") -> tuple[dict, dict]:
     """(metrics, summary record). gpqa_accuracy is the scorer's own headline (pass@1, averaged over the
-    repeats); gpqa_stderr = sample sd / sqrt(n) over every scored sample, whatever the scorer."""
+    repeats); gpqa_stderr is clustered by question (``clustered_stderr``), whatever the scorer."""
     scores = [r.score for r in results]
     n = len(scores)
     aggregate = aggregate_of(results, repeats, scorer)
     accuracy = aggregate["pass@1"] if n else float("nan")
-    stderr = statistics.stdev(scores) / math.sqrt(n) if n > 1 else float("nan")
+    stderr = clustered_stderr(results)
     metrics = {"gpqa_accuracy": accuracy, "gpqa_stderr": stderr, "gpqa_num_questions": num_questions,
                "gpqa_repeats": repeats}
     summary = {
@@ -292,9 +292,9 @@ def summarize(results: Sequence[SampleResult], num_questions: int, repeats: int,
         "aggregate": aggregate,
         "samples": n,
         "score_std": statistics.pstdev(scores) if n else None,  # simple-evals' score:std (not an error bar)
-        "stderr": stderr,
-        # Repeats of one question are correlated; this error bar treats each question as one unit.
-        "stderr_clustered_by_question": _clustered_stderr(results),
+        "stderr_clustered_by_question": stderr,
+        # What treating every sample as independent would say: too small when repeats > 1 (shown for comparison).
+        "stderr_samples_independent": statistics.stdev(scores) / math.sqrt(n) if n > 1 else float("nan"),
         "unanswered": sum(r.extracted_answer is None for r in results),
         "errors": sum(r.error is not None for r in results),
         "truncated": sum(r.finish_reason == "length" for r in results),
@@ -343,12 +343,14 @@ def _majority_score(group: Sequence[SampleResult]) -> float:
     return statistics.fmean(tied)
 
 
-def _clustered_stderr(results: Sequence[SampleResult]) -> float | None:
+def clustered_stderr(results: Sequence[SampleResult]) -> float:
+    """Standard error of the accuracy with questions as the unit: sd over questions of each question's mean
+    score, divided by √(number of questions). NaN with fewer than two questions."""
     per_question: dict[str, list[float]] = {}
     for r in results:
         per_question.setdefault(r.question_id, []).append(r.score)
     means = [statistics.fmean(scores) for scores in per_question.values()]
-    return statistics.stdev(means) / math.sqrt(len(means)) if len(means) > 1 else None
+    return statistics.stdev(means) / math.sqrt(len(means)) if len(means) > 1 else float("nan")
 
 
 def sample_record(result: SampleResult) -> dict:
@@ -361,5 +363,6 @@ def sample_from_record(record: Mapping[str, Any]) -> SampleResult:
     """A SampleResult read back from a record (a suite output or the streamed JSONL)."""
     known = {f.name for f in fields(SampleResult)}
     data = {k: v for k, v in record.items() if k in known}
+    data.setdefault("response", "")  # recorded before full responses were kept (only content_tail): not rescorable
     data["permutation"] = tuple(data.get("permutation") or ())
     return SampleResult(**data)

@@ -44,7 +44,7 @@ def default_prompts(count: int) -> tuple[str, ...]:
 
 def generate(server: Server, prompts: Sequence[str], max_tokens: int, concurrency: int) -> list[Output]:
     return server.ask_each(lambda client, prompt: _greedy(client, server.model, prompt, max_tokens), prompts,
-                           concurrency)
+                           concurrency, label="parity")
 
 
 def _greedy(client: openai.OpenAI, model: str, prompt: str, max_tokens: int) -> Output:

@@ -25,6 +25,7 @@ from ground.suites import SUITE_DEFAULTS
 from launchers.contract import Deployment, LaunchFailed
 from launchers.processes import die_with_parent, signal_group
 from suites.output import GPQA_SAMPLES_FILE
+from suites.progress import read_progress
 
 SUITES_DIR = Path(suites_package.__file__).parent
 SYNTHETIC_GPQA = SUITES_DIR / "data" / "gpqa_synthetic.csv"
@@ -73,6 +74,8 @@ class SuiteRequest:
     model: str | None = None
     reference_url: str | None = None
     extra_args: tuple[str, ...] = ()
+    # "gpqa 37/198 requests, accuracy 62.2%" (suites.progress)
+    on_progress: Callable[[str], None] = field(default=lambda _text: None, compare=False)
 
     @property
     def request_timeout_s(self) -> float:
@@ -84,19 +87,21 @@ class SuiteRequest:
         return REQUEST_BASE_S + REQUEST_PER_TOKEN_S * tokens
 
 
-def run_suites(request: SuiteRequest, watched: Sequence[Deployment] = (), watch: Watch = Watch(),
-               on_progress: Callable[[str], None] = lambda _text: None) -> SuiteOutcome:
+def run_suites(request: SuiteRequest, watched: Sequence[Deployment] = (), watch: Watch = Watch()) -> SuiteOutcome:
     """pytest over the selected suites in a subprocess that dies with us, while every rank of ``watched`` is
     checked: a rank that dies or stops answering stops the suites at once (what they measured is kept).
-    ``on_progress`` hears how far an accuracy suite got ("gpqa 45/198 samples, accuracy 71.1%") as it moves."""
+    ``request.on_progress`` hears how far a suite got ("gpqa 45/198 requests, accuracy 71.1%") each poll."""
     request.work_dir.mkdir(parents=True, exist_ok=True)
     options_path = request.work_dir / "suite-options.json"
     out_path = request.work_dir / "suites.json"
     options_path.write_text(json.dumps({k: dict(v) for k, v in request.options.items()}, indent=1))
     out_path.unlink(missing_ok=True)
-    (request.work_dir / GPQA_SAMPLES_FILE).unlink(missing_ok=True)  # never read an earlier run's samples
+    (request.work_dir / GPQA_SAMPLES_FILE).unlink(missing_ok=True)  # never keep an earlier run's samples
+    progress_path = request.work_dir / "suites.progress"
+    progress_path.unlink(missing_ok=True)
     argv = [sys.executable, "-m", "pytest", *(str(SUITES_DIR / f"test_{name}.py") for name in request.names),
             "--base-url", request.base_url, "--suite-options", str(options_path), "--dspark-out", str(out_path),
+            "--dspark-progress", str(progress_path),
             "--request-timeout", f"{request.request_timeout_s:g}", "-p", "no:cacheprovider", "-q", "-rfEs",
             *request.extra_args]
     if request.model:
@@ -109,23 +114,29 @@ def run_suites(request: SuiteRequest, watched: Sequence[Deployment] = (), watch:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    cwd=SUITES_DIR.parent, start_new_session=True, preexec_fn=die_with_parent())
         try:
-            tail = _SamplesTail(request.work_dir / GPQA_SAMPLES_FILE, on_progress)
-            stopped_by = _watch(process, watched, watch, tail)
-            tail.poll()  # the last samples, even of a suite faster than one poll
+            def report() -> None:
+                _report_progress(progress_path, request.on_progress)
+
+            stopped_by = _watch(process, watched, watch, report)
+            report()  # the last state (e.g. gpqa 20/20 and its accuracy), even of a suite faster than one poll
         finally:
             _stop(process, watch.stop_grace_s, out_path)  # no-op when it finished; on Ctrl-C it must not outlive us
     return _outcome(out_path, process.returncode, request.work_dir / "suites.log", stopped_by)
 
 
+def _report_progress(path: Path, on_progress: Callable[[str], None]) -> None:
+    text = read_progress(path)
+    if text:
+        on_progress(text)
+
+
 def _watch(process: subprocess.Popen, watched: Sequence[Deployment], watch: Watch,
-           tail: "_SamplesTail | None" = None) -> DsparkError | None:
-    """Until pytest exits: the first rank death, hang or overrun, or None."""
+           every_poll: Callable[[], None] = lambda: None) -> DsparkError | None:
+    """Until pytest exits: the first rank death, hang or overrun, or None. ``every_poll`` runs at each check."""
     started = time.monotonic()
     probes = [_HealthProbe(d.base_url, watch) for d in watched]
     try:
         while process.poll() is None:
-            if tail is not None:
-                tail.poll()
             if time.monotonic() - started > watch.suites_timeout_s:
                 return InfraError(f"the suites did not finish within {watch.suites_timeout_s:g} s (every rank still "
                                   "alive and answering); see suites.log")
@@ -139,42 +150,13 @@ def _watch(process: subprocess.Popen, watched: Sequence[Deployment], watch: Watc
                                         hint=f"{deployment.base_url}/health has not answered for "
                                              f"{watch.unresponsive_after_s:g} s while the suites ran; the suites "
                                              "were stopped")
+            every_poll()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=watch.poll_s)
         return None
     finally:
         for probe in probes:
             probe.stop()
-
-
-class _SamplesTail:
-    """Reads the scored samples a suite streams as they land: count, planned total and running accuracy."""
-
-    def __init__(self, path: Path, report: Callable[[str], None]):
-        self._path, self._report = path, report
-        self._offset, self._done, self._correct, self._planned = 0, 0, 0.0, 0
-
-    def poll(self) -> None:
-        try:
-            with self._path.open("rb") as handle:
-                handle.seek(self._offset)
-                chunk = handle.read()
-        except OSError:
-            return
-        complete = chunk[:chunk.rfind(b"\n") + 1]  # a line still being written waits for the next poll
-        if not complete:
-            return
-        self._offset += len(complete)
-        for line in complete.splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            self._done += 1
-            self._correct += float(record.get("score") or 0.0)
-            self._planned = int(record.get("planned_samples") or self._planned)
-        total = f"/{self._planned}" if self._planned else ""
-        self._report(f"gpqa {self._done}{total} samples, accuracy {self._correct / self._done:.1%}")
 
 
 class _HealthProbe:

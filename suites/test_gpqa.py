@@ -23,7 +23,7 @@ UNANSWERED_WARN_FRACTION = 0.05
 
 
 @pytest.fixture(scope="module")
-def gpqa_results(server, suite_config, suite_output):
+def gpqa_results(request, suite_config, suite_output):
     options = suite_config.suite("gpqa")
     settings = GpqaSettings.from_options(options)
     try:
@@ -32,6 +32,7 @@ def gpqa_results(server, suite_config, suite_output):
         scorer_version = sgl_eval_scorer.version() if settings.scorer == "sgl-eval" else None
     except SuiteInputError as err:
         pytest.fail(str(err), pytrace=False)
+    server = request.getfixturevalue("server")  # after the inputs: a missing package is said before any connection
     out_path = suite_config.out_path
     stream = SampleStream(out_path.with_name(GPQA_SAMPLES_FILE) if out_path else None, planned=len(examples))
     try:

@@ -13,7 +13,7 @@ import pytest
 
 from suites.config import SuiteInputError
 from suites.parity import Reference, compare, default_prompts, generate, load_reference, save_reference
-from suites.server import Server, connect
+from suites.server import NotTheServer, Server, connect
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +55,9 @@ def parity_records(server, reference, suite_config, suite_output):
 def _reference_server(suite_config) -> Server:
     try:
         return connect(replace(suite_config, base_url=suite_config.reference_url, model=None))
-    except Exception as err:
-        pytest.fail(f"cannot reach the reference server at {suite_config.reference_url}: {err}", pytrace=False)
+    except NotTheServer as err:
+        problem = str(err)
+    pytest.fail(f"the reference server (--reference-url): {problem}", pytrace=False)
 
 
 def test_parity(parity_records, suite_config):

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -104,8 +105,9 @@ def chatops_json(capsys, sglang_repo: Path, permissions_file: Path, comment: str
 
 def dispatched(result: dict) -> dict[str, list[str]]:
     """runner label -> test commands, from the dispatch plan."""
-    return {action["inputs"]["runner"]: action["inputs"]["test_command"].splitlines()
-            for action in result["plan"]["actions"] if action["type"] == "workflow_dispatch"}
+    return {action["inputs"]["runner"]: [" ".join(argv) for argv in json.loads(action["inputs"]["tests"])]
+            for action in result["plan"]["actions"]
+            if action["type"] == "workflow_dispatch" and action["workflow"] == "rerun-test.yml"}
 
 
 # --- /rerun-test: resolving specs to files and runners ----------------------------------------
@@ -236,10 +238,6 @@ def test_every_bad_spec_is_named_in_one_reply(capsys, sglang_repo, permissions_f
 
 
 @pytest.mark.parametrize("comment, reason", [
-    pytest.param("/deploy-to-prod", "'/deploy-to-prod' is not a command", id="unknown-command"),
-    pytest.param("/rerun-tests test_x.py", "'/rerun-tests test_x.py' is not a command", id="near-miss-command"),
-    pytest.param("LGTM\n/rerun-test test_eagle_small.py", "'LGTM' is not a command", id="command-not-on-first-line"),
-    pytest.param("", "'' is not a command", id="empty-comment"),
     pytest.param("/tag-run-ci-label now", "/tag-run-ci-label takes no arguments", id="arguments-to-plain-command"),
     pytest.param("/rerun-test", "/rerun-test needs at least one test", id="rerun-test-without-tests"),
     pytest.param("/rerun-test " + " ".join(f"test_{i}.py" for i in range(21)), "at most 20 tests",
@@ -250,6 +248,39 @@ def test_comment_that_is_not_a_command_is_rejected(capsys, sglang_repo, permissi
     assert code == 2
     assert reason in result["reply"]
     assert result["plan"]["actions"] == []
+
+
+@pytest.mark.parametrize("comment", [
+    pytest.param("/deploy-to-prod @org/everyone", id="unknown-command"),
+    pytest.param("LGTM\n/rerun-test test_eagle_small.py", id="command-not-on-first-line"),
+    pytest.param("", id="empty-comment"),
+])
+def test_a_comment_that_is_no_command_of_ours_gets_no_reply(capsys, sglang_repo, permissions_file, comment):
+    code, result, err = chatops_json(capsys, sglang_repo, permissions_file, comment, "stranger", "NONE")
+    assert (code, result["reply"], result["plan"]["actions"]) == (2, "", [])
+    assert "not a command (no reply)" in err
+
+
+def test_a_near_miss_gets_did_you_mean_without_echoing_the_comment(capsys, sglang_repo, permissions_file):
+    code, result, _ = chatops_json(capsys, sglang_repo, permissions_file, "/rerun-tests @org/everyone @alice",
+                                   "stranger", "NONE")
+    assert code == 2
+    assert "did you mean /rerun-test?" in result["reply"]
+    assert "@" not in result["reply"] and "everyone" not in result["reply"]
+
+
+def test_an_unauthorised_users_words_are_never_echoed(capsys, sglang_repo, permissions_file):
+    code, result, _ = chatops_json(capsys, sglang_repo, permissions_file, "/rerun-test @org/everyone;x test_@bob.py",
+                                   "stranger", "NONE")
+    assert code == 1
+    assert result["reply"].startswith("⛔ @stranger: /rerun-test runs PR code")
+    assert "everyone" not in result["reply"] and "bob" not in result["reply"]
+
+
+def test_mentions_in_an_authorised_users_refused_specs_are_neutralised(capsys, sglang_repo, permissions_file):
+    code, result, _ = chatops_json(capsys, sglang_repo, permissions_file, "/rerun-test @org/everyone")
+    assert code == 2
+    assert "@org" not in result["reply"] and "@\u200borg/everyone" in result["reply"]
 
 
 # --- permissions -------------------------------------------------------------------------------
@@ -399,3 +430,140 @@ def test_console_script_end_to_end(tmp_path, sglang_repo, permissions_file):
     assert proc.returncode == 2
     assert "Ambiguous filename test_dflash_dp_attention.py — matched 2 files" in proc.stdout
     assert "Traceback" not in proc.stderr
+
+
+# --- hostile input: every one a refusal (exit 2), never a traceback, in bounded time ----------------
+
+def timed_chatops_json(capsys, sglang_repo, permissions_file, comment, *extra):
+    started = time.monotonic()
+    code, result, err = chatops_json(capsys, sglang_repo, permissions_file, comment, "maintainer", "MEMBER", *extra)
+    assert time.monotonic() - started < 5, f"{comment[:60]!r} took {time.monotonic() - started:.1f} s"
+    return code, result, err
+
+
+def test_a_symlinked_test_root_is_refused(capsys, tmp_path, sglang_repo, permissions_file):
+    outside = tmp_path / "outside" / "registered"
+    outside.mkdir(parents=True)
+    (outside / "test_evil.py").write_text('register_cuda_ci(est_time=5, runner_config="8-gpu-h200")\n')
+    registered = sglang_repo / "test" / "registered"
+    registered.rename(sglang_repo / "test" / "was_registered")
+    registered.symlink_to(outside)
+    code, result, err = timed_chatops_json(capsys, sglang_repo, permissions_file, "/rerun-test test_*.py")
+    assert (code, result["plan"]["actions"]) == (2, [])
+    assert "test/registered is a symlink: refused" in result["reply"] and "test_evil" not in result["reply"]
+
+
+def test_a_symlinked_test_file_or_folder_is_never_planned(capsys, tmp_path, sglang_repo, permissions_file):
+    (tmp_path / "secret").mkdir()
+    (tmp_path / "secret" / "test_secret.py").write_text('register_cuda_ci(est_time=5, runner_config="8-gpu-h200")\n')
+    spec_dir = sglang_repo / "test" / "registered" / "spec"
+    (spec_dir / "test_linked.py").symlink_to(tmp_path / "secret" / "test_secret.py")
+    (spec_dir / "root").symlink_to("/")
+    code, result, _ = timed_chatops_json(capsys, sglang_repo, permissions_file, "/rerun-test test_linked.py")
+    assert (code, result["plan"]["actions"]) == (2, [])
+    assert "test/registered/spec/test_linked.py is a symlink: refused" in result["reply"]
+    code, result, _ = timed_chatops_json(capsys, sglang_repo, permissions_file,
+                                         "/rerun-test registered/spec/root/**/test_*.py")
+    assert (code, result["plan"]["actions"]) == (2, [])
+    assert "File not found" in result["reply"] and "etc" not in result["reply"]
+
+
+@pytest.mark.parametrize("spec, reason", [
+    pytest.param("registered/" + "**/" * 40 + "test_x.py", "wildcards; at most 4", id="nested-recursive-globs"),
+    pytest.param("registered/**/**/test_x.py", "at most 1 ** segment", id="two-recursive-globs"),
+    pytest.param("t" * 320 + ".py", "characters long; at most 200", id="huge-name"),
+    pytest.param("registered/" + "a/" * 100 + "test_x.py", "characters long; at most 200", id="huge-path"),
+    pytest.param("*a*a*a*a*a*.py", "wildcards; at most 4", id="too-many-wildcards"),
+    pytest.param("registered/spec**/test_x.py", "** must be a whole path segment", id="partial-recursive"),
+])
+def test_pathological_specs_are_refused(capsys, sglang_repo, permissions_file, spec, reason):
+    code, result, _ = timed_chatops_json(capsys, sglang_repo, permissions_file, f"/rerun-test {spec}")
+    assert (code, result["plan"]["actions"]) == (2, [])
+    assert reason in result["reply"]
+
+
+def test_one_recursive_glob_is_allowed(capsys, sglang_repo, permissions_file):
+    code, result, _ = timed_chatops_json(capsys, sglang_repo, permissions_file, "/rerun-test registered/**/test_dspark_tp?.py")
+    assert (code, dispatched(result)) == (0, {"8-gpu-h200": ["registered/spec/test_dspark_tp8.py"]})
+
+
+@pytest.mark.parametrize("content, reason", [
+    pytest.param("x = " + "(" * 100_000 + ")" * 100_000 + "\n", "cannot be parsed", id="200-kB-of-nesting"),
+    pytest.param("#" * 300_000 + "\n", "larger than 256 kB: not read", id="huge-file"),
+    pytest.param("register_cuda_ci(est_time=5)\x00\n", "cannot be parsed", id="nul-byte"),
+    pytest.param("register_cuda_ci(est_time=1e999, runner_config='1-gpu-large')\n", None, id="absurd-est-time"),
+])
+def test_hostile_test_files_are_refused_or_read_safely(capsys, sglang_repo, permissions_file, content, reason):
+    (sglang_repo / "test/registered/spec/test_hostile.py").write_text(content)
+    code, result, _ = timed_chatops_json(capsys, sglang_repo, permissions_file, "/rerun-test test_hostile.py")
+    if reason is None:
+        assert code == 0
+    else:
+        assert (code, result["plan"]["actions"]) == (2, [])
+        assert reason in result["reply"]
+
+
+def test_a_fifo_named_like_a_test_does_not_hang(capsys, sglang_repo, permissions_file):
+    os.mkfifo(sglang_repo / "test/registered/spec/test_fifo.py")
+    code, result, _ = timed_chatops_json(capsys, sglang_repo, permissions_file, "/rerun-test test_fifo.py")
+    assert code == 2 and "No test file found matching test_fifo.py" in result["reply"]
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param("test_a b.py", id="space"),
+    pytest.param("test_a;id.py", id="semicolon"),
+    pytest.param("test_a\nid.py", id="newline"),
+    pytest.param("test_a$(id).py", id="substitution"),
+])
+def test_a_wildcard_matching_an_unsafe_file_name_is_refused(capsys, sglang_repo, permissions_file, name):
+    (sglang_repo / "test/registered/spec" / name).write_text(
+        'register_cuda_ci(est_time=5, stage="base-b", runner_config="1-gpu-large")\n')
+    code, result, _ = timed_chatops_json(capsys, sglang_repo, permissions_file, "/rerun-test test_a*.py")
+    assert (code, result["plan"]["actions"]) == (2, [])
+    assert "whose name holds characters a test command cannot carry" in result["reply"]
+    assert "\nid.py" not in result["reply"]
+
+
+def test_no_match_suggests_the_closest_names(capsys, sglang_repo, permissions_file):
+    code, result, _ = timed_chatops_json(capsys, sglang_repo, permissions_file, "/rerun-test test_eagle_smal.py")
+    assert code == 2 and "Closest: test_eagle_small.py" in result["reply"]
+
+
+@pytest.mark.parametrize("mutate, message", [
+    pytest.param(lambda e: e["comment"].update(author_association=["MEMBER"]),
+                 "comment.author_association is missing or not a str", id="association-list"),
+    pytest.param(lambda e: e["comment"].update(id="99"), "comment.id is missing or not a int", id="id-text"),
+    pytest.param(lambda e: e["issue"].update(user="alice"), "issue.user is missing or not a dict", id="pr-user-text"),
+    pytest.param(lambda e: e["repository"].update(full_name=7), "repository.full_name is missing or not a str",
+                 id="repo-number"),
+])
+def test_wrong_typed_event_fields_exit_2(capsys, tmp_path, permissions_file, mutate, message):
+    event = issue_comment_event("/rerun-failed-ci")
+    mutate(event)
+    path = tmp_path / "event.json"
+    path.write_text(json.dumps(event))
+    code, out, err = chatops(capsys, "--event", str(path), "--permissions", str(permissions_file), "--dry-run")
+    assert (code, out) == (2, "")
+    assert message in err and "Traceback" not in err
+
+
+def test_the_head_sha_given_is_what_the_rerun_pins(capsys, sglang_repo, permissions_file):
+    code, result, _ = timed_chatops_json(capsys, sglang_repo, permissions_file, "/rerun-test test_eagle_small.py",
+                                         "--head-sha", "a" * 40)
+    assert code == 0 and [a["inputs"]["sha"] for a in result["plan"]["actions"]] == ["a" * 40]
+
+
+def test_cells_rerun_through_the_nightly_on_their_runners(capsys, sglang_repo, permissions_file):
+    code, result, _ = timed_chatops_json(capsys, sglang_repo, permissions_file,
+                                         "/rerun-test cell:*-tp8-dp8-dpattn-* test_eagle_small.py")
+    assert code == 0
+    nightly = [a for a in result["plan"]["actions"] if a["workflow"] == "nightly.yml"]
+    assert len(nightly) == 1 and nightly[0]["inputs"]["select"].split()
+    assert all("-tp8-dp8-dpattn-" in cell for cell in nightly[0]["inputs"]["select"].split())
+    assert "matrix cells on `" in result["reply"] and "dspark-ci run matrices/nightly.yaml --cell " in result["reply"]
+
+
+def test_an_unknown_cell_suggests_the_closest_ids(capsys, sglang_repo, permissions_file):
+    code, result, _ = timed_chatops_json(capsys, sglang_repo, permissions_file, "/rerun-test dsv4-flash-tp8-cuda")
+    assert code == 2 and "no test file or matrix cell named dsv4-flash-tp8-cuda" in result["reply"]
+    assert "Closest: dsv4-flash-tp8-" in result["reply"]

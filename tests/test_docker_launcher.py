@@ -5,6 +5,8 @@ Every test ends by asserting that no container of its run is left on any engine,
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import os
 import signal
@@ -255,3 +257,25 @@ def test_missing_image_fails_the_run_in_preflight_before_any_container(tmp_path,
     ours = [c for c in engine1.containers.list(all=True, filters={"label": LABEL_RUN})
             if c.attrs["Config"]["Image"] == "dspark-ci/no-such-image:0"]
     assert ours == []
+
+
+def test_rank_0_crash_across_two_engines_is_named_with_its_sglang_line(tmp_path, engine1, engine2):
+    """Rank 0 dies of its own error (the CP-v2 assertion on the first prefill) and rank 1 of losing it, within
+    milliseconds on two engines' clocks: rank 0 is the culprit, every time, with SGLang's line."""
+    for attempt in range(3):
+        run_id = new_run_id()
+        launcher = DockerLauncher(settings(run_id, inventory(ENGINE1, ENGINE2), faults="crash_first_prefill"))
+        plan = make_plan(launcher.placement(2), 2, "docker-rank0-crash")
+        with pytest.raises(LaunchFailed) as failure:
+            with launcher.launch(plan, tmp_path / str(attempt)) as deployment:
+                with contextlib.suppress(Exception):  # the first prefill kills rank 0 mid-request
+                    OpenAI(base_url=f"{deployment.base_url}/v1", api_key="unused", max_retries=0, timeout=10) \
+                        .completions.create(model="docker-rank0-crash", prompt="hello", max_tokens=4)
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    deployment.check()
+                    time.sleep(0.2)
+                pytest.fail("rank 0 was configured to crash on the first prefill")
+        assert failure.value.node_rank == 0, str(failure.value)
+        assert (failure.value.sglang_error or "").startswith("AssertionError"), str(failure.value)
+        assert_nothing_left(run_id, engine1, engine2)

@@ -113,7 +113,7 @@ def test_rescore_prints_the_figure_as_run_and_rescored_and_the_report_names_the_
     assert cell["gpqa"]["scorer"] == scorer and cell["gpqa"]["partial"] is False
     # The progress line follows the samples as they are scored (in CI: plain lines).
     accuracy = f"{cell['metrics']['gpqa_accuracy']:.1%}"
-    assert f"measuring (gpqa): gpqa 20/20 samples, accuracy {accuracy}" in done.stderr
+    assert f"measuring (gpqa) · gpqa 20/20 requests, accuracy {accuracy}" in done.stderr
     assert f"Accuracy (scorer {scorer})" in (run.out / "report.md").read_text()
     assert len((run.out / "logs" / ONE_NODE / "gpqa-samples.jsonl").read_text().splitlines()) == 20
 
@@ -146,7 +146,7 @@ def test_ctrl_c_during_gpqa_keeps_the_scored_samples_and_marks_the_figure_partia
     assert process.returncode == 130, output
     run.assert_nothing_left()
     kept = [json.loads(line) for line in samples.read_text().splitlines()]
-    assert 4 <= len(kept) < 60 and all(r["content"] for r in kept)
+    assert 4 <= len(kept) < 60 and all(r["response"] for r in kept)
     cell = run.cell(ONE_NODE)
     assert cell["status"] == "error" and "interrupted" in cell["error"]
     assert cell["gpqa"]["partial"] is True and cell["gpqa"]["samples"] == len(kept)

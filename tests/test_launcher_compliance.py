@@ -44,8 +44,16 @@ def _slurm(tmp_path: Path) -> dict:
     return {"slurm_partition": os.environ.get("DSPARK_SLURM_PARTITION")}
 
 
+def _k8s(tmp_path: Path) -> dict:
+    """The test API server .ci/kube-up.sh starts (real kube-apiserver + etcd, LWS CRD installed), and the LWS
+    stand-in (tests/lws_standin.py: controller + kubelet played by local processes) on a namespace of our own."""
+    from tests.k8s_cluster import require_k8s
+
+    return require_k8s()
+
+
 # How to reach each launcher's real engine here: its options, or a skip with the reason.
-TARGETS = {"local": _local, "docker": _docker, "slurm": _slurm}
+TARGETS = {"local": _local, "docker": _docker, "slurm": _slurm, "k8s": _k8s}
 
 
 def test_every_registered_launcher_is_covered():

@@ -41,7 +41,7 @@ def test_github_matrix_up_to_256_cells_is_one_include(tmp_path, capsys):
     assert list(matrix) == ["include"]
     assert len(matrix["include"]) == 256
     assert matrix["include"][0] == {"cell": "model-tp1-a2a-none-dspark-b1-cuda", "runner": "8-gpu-h200",
-                                    "matrix": str(tmp_path / "many-256.yaml")}
+                                    "matrix": str(tmp_path / "many-256.yaml"), "expect": "serve", "nnodes": 1}
     assert len(out.strip().splitlines()) == 1  # one line, for $GITHUB_OUTPUT
 
 

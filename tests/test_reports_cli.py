@@ -17,6 +17,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+import xmlschema
 
 from dspark_ci.cli import main
 from tests.golden_files import GOLDEN_DIR, assert_golden
@@ -32,6 +33,7 @@ def runs(tmp_path, monkeypatch) -> Path:
         shutil.copytree(GOLDEN / name, tmp_path / name)
     shutil.copy(GOLDEN / "baseline.yaml", tmp_path / "baseline.yaml")
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DSPARK_HISTORY", str(tmp_path / "history.sqlite"))  # none: the goldens have no trends
     return tmp_path
 
 
@@ -84,24 +86,46 @@ def test_exit_0_when_every_cell_passed(runs, capsys):
     assert report(capsys, "run_new")[0] == 0
 
 
-def test_junit_has_one_testcase_per_cell_with_the_right_failures(runs, capsys):
+def junit_cases(run_dir: Path) -> dict[tuple[str, str], ET.Element]:
+    """(cell id, testcase name) -> testcase, after checking the file against the JUnit schema."""
+    xmlschema.XMLSchema(str(Path(__file__).parent / "schemas" / "junit.xsd")).validate(str(run_dir / "junit.xml"))
+    root = ET.parse(run_dir / "junit.xml").getroot()
+    return {(case.get("classname"), case.get("name")): case for case in root.iter("testcase")}
+
+
+def test_junit_has_one_testcase_per_cell_and_suite_with_the_right_failures(runs, capsys):
     report(capsys, "run_new")
-    suite = ET.parse(runs / "run_new" / "junit.xml").getroot().find("testsuite")
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("6", "1", "1", "1")
-    cases = {case.get("name"): case for case in suite.iter("testcase")}
-    assert len(cases) == 6
-    failure = cases["smoke-qwen3-eagle3-collapse"].find("failure")
-    assert "accept_length = 1.00, needs >= 1.20" in failure.get("message")
-    assert "ttft_ms_median not measured" in failure.get("message")
-    error = cases["smoke-qwen3-eagle3-crash"].find("error")
+    root = ET.parse(runs / "run_new" / "junit.xml").getroot()
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("9", "2", "1")
+    cases = junit_cases(runs / "run_new")
+    assert sorted(cases) == [
+        ("smoke-2node-tp16", "launch"), ("smoke-dsv4-tp8-dp4-dpattn-a2a-none-cuda", "expected rejection"),
+        ("smoke-qwen3-base-tp1", "speed"), ("smoke-qwen3-eagle3-collapse", "accept"),
+        ("smoke-qwen3-eagle3-collapse", "speed"), ("smoke-qwen3-eagle3-crash", "launch"),
+        ("smoke-qwen3-eagle3-tp1", "accept"), ("smoke-qwen3-eagle3-tp1", "gpqa"), ("smoke-qwen3-eagle3-tp1", "speed")]
+    assert cases["smoke-qwen3-eagle3-collapse", "accept"].find("failure").get("message") == (
+        "accept_length = 1.00, needs >= 1.20")
+    assert "ttft_ms_median not measured" in cases["smoke-qwen3-eagle3-collapse", "speed"].find("failure").get("message")
+    error = cases["smoke-qwen3-eagle3-crash", "launch"].find("error")
     assert "AssertionError: prefill batch" in error.get("message")  # SGLang's own error line
-    assert cases["smoke-2node-tp16"].find("skipped") is not None
-    rejected = cases["smoke-dsv4-tp8-dp4-dpattn-a2a-none-cuda"].find("system-out").text
+    assert cases["smoke-2node-tp16", "launch"].find("skipped") is not None
+    rejected = cases["smoke-dsv4-tp8-dp4-dpattn-a2a-none-cuda", "expected rejection"].find("system-out").text
     assert rejected.startswith("rejected as expected: ValueError: dp attention with speculative decoding requires")
-    passing = [name for name, case in cases.items() if not list(case.iter("failure")) + list(case.iter("error"))
-               + list(case.iter("skipped"))]
-    assert sorted(passing) == ["smoke-dsv4-tp8-dp4-dpattn-a2a-none-cuda", "smoke-qwen3-base-tp1",
-                               "smoke-qwen3-eagle3-tp1"]
+    # Metrics ride on the cell's testsuite: the schema allows <properties> there, never inside a testcase.
+    suite = next(s for s in root.iter("testsuite") if s.get("name") == "smoke-qwen3-eagle3-tp1")
+    assert {p.get("name") for p in suite.iter("property")} >= {"accept_length", "gpqa_accuracy"}
+
+
+def test_junit_parses_whatever_a_log_put_in_an_error(runs, capsys):
+    results = json.loads((runs / "run_new" / "results.json").read_text())
+    crash = next(c for c in results["cells"] if c["id"] == "smoke-qwen3-eagle3-crash")
+    crash["error"] = "node rank 0 exited\n\x1b[31mRuntimeError: CUDA error\x1b[0m\x00\x07 <&> done"
+    crash["sglang_error"] = "\x1b[31mRuntimeError: CUDA error\x1b[0m"
+    (runs / "run_new" / "results.json").write_text(json.dumps(results))
+    report(capsys, "run_new")
+    error = junit_cases(runs / "run_new")["smoke-qwen3-eagle3-crash", "launch"].find("error")
+    assert error.text == "node rank 0 exited\nRuntimeError: CUDA error\\x00\\x07 <&> done"
+    assert error.get("message") == "node rank 0 exited: RuntimeError: CUDA error"
 
 
 def test_html_is_self_contained_with_embedded_charts(runs, capsys):
@@ -169,6 +193,15 @@ def test_regating_follows_the_new_gates(runs, capsys, test_outcome, status_after
     code, out, _ = report(capsys, "run_new", "--baseline", "loose.yaml", "--format", "json")
     regated = json.loads(out)["cells"][0]
     assert [(g["metric"], g["threshold"], g["passed"]) for g in regated["gates"]] == [
-        ("accept_length", 1.2, True), ("output_throughput_tok_s", 795.4, True)]
+        ("accept_length", 1.2, True), ("gpqa_accuracy", 0.311546, True),  # floors that need no baseline
+        ("output_throughput_tok_s", 795.4, True)]
     assert regated["status"] == status_after
     assert code == (0 if status_after == "passed" else 1)
+
+
+def test_compare_says_which_of_the_run_files_it_rewrote(runs, capsys):
+    code, _, err = report(capsys, "run_new", "--compare", "run_old")
+    assert "rewrote junit.xml, report.md, report.html in " in err and "(compared with " in err
+    assert "results.json is unchanged" in err
+    _, _, err = report(capsys, "run_new", "--compare", "run_old", "--format", "json")
+    assert "rewrote" not in err

@@ -90,3 +90,32 @@ def test_exact_cell_id_beats_glob_per_metric(tmp_path):
 def test_floor_and_baseline_gates_both_apply(tmp_path):
     gates = evaluate(SPECULATIVE, {"accept_length": 2.0}, baseline_file(tmp_path, "accept_length: {value: 3.0, min_ratio: 0.95}"))
     assert [(g.threshold, g.passed) for g in gates] == [(1.2, True), (2.85, False)]
+
+
+@pytest.mark.parametrize("spec, value, threshold, passed", [
+    pytest.param("{value: 10.0, max_ratio: 1.025, noise: 0.004}", 10.3, 10.25, False, id="quiet-metric-keeps-stated-ratio"),
+    pytest.param("{value: 10.0, max_ratio: 1.025, noise: 0.05}", 11.4, 11.5, True, id="noisy-metric-widens-to-3-sd"),
+    pytest.param("{value: 10.0, max_ratio: 1.025, noise: 0.05}", 11.6, 11.5, False, id="beyond-3-sd-fails"),
+])
+def test_ratio_gate_is_never_tighter_than_the_measured_noise(tmp_path, spec, value, threshold, passed):
+    gate = only_gate(evaluate(PLAIN, {"tpot_ms_median": value}, baseline_file(tmp_path, f"tpot_ms_median: {spec}")))
+    assert (gate["threshold"], gate["passed"]) == (pytest.approx(threshold), passed)
+
+
+def test_throughput_noise_widens_downwards(tmp_path):
+    baseline = baseline_file(tmp_path, "output_throughput_tok_s: {value: 500, min_ratio: 0.97, noise: 0.02}")
+    assert only_gate(evaluate(PLAIN, {"output_throughput_tok_s": 471}, baseline))["threshold"] == pytest.approx(470)
+
+
+@pytest.mark.parametrize("accuracy, questions, passed", [
+    pytest.param(0.0, 20, False, id="zero-fails"),
+    pytest.param(0.40, 20, False, id="guessing-luck-on-20-fails"),
+    pytest.param(0.45, 20, True, id="clearly-above-chance-on-20"),
+    pytest.param(0.30, 198, False, id="near-chance-on-198-fails"),
+    pytest.param(0.32, 198, True, id="above-chance-on-198"),
+])
+def test_gpqa_must_beat_chance_without_any_baseline(accuracy, questions, passed):
+    gates = evaluate(PLAIN, {"gpqa_accuracy": accuracy, "gpqa_num_questions": questions}, None)
+    gate = only_gate(gates)
+    assert gate["metric"] == "gpqa_accuracy" and gate["passed"] is passed
+    assert gate["threshold"] == pytest.approx(0.25 + 2 * math.sqrt(0.25 * 0.75 / questions), abs=1e-6)

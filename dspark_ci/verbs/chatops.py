@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
 from pathlib import Path
 
-from ci.chatops import ChatOpsConfig, Outcome, execute, handle
+from ci.chatops import (DEFAULT_MATRICES, ChatOpsConfig, GitHubContext, OfflineContext, Outcome, execute,
+                        execution_summary, handle)
 from ci.event import event_from_flags, load_event
 from ci.github import DEFAULT_API, GitHub
 from ci.permissions import DEFAULT_PERMISSIONS, load_permissions
-from ground.errors import BadInput
+from ground.errors import BadInput, ExitCode
+
+
+def _pr_number(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a pull request number (a whole number from 1)")
+    return int(text)
 
 
 def add_arguments(parser) -> None:
@@ -21,10 +29,11 @@ def add_arguments(parser) -> None:
     source.add_argument("--comment", metavar="TEXT", help="the comment text (needs --user)")
     parser.add_argument("--user", metavar="LOGIN", help="who wrote --comment")
     parser.add_argument("--author-association", default="NONE", metavar="ASSOC",
-                        help="with --comment: the commenter's association (OWNER, MEMBER, COLLABORATOR, "
-                             "CONTRIBUTOR, NONE; default NONE)")
+                        help="with --dry-run only: stands in for the repository's permission check (OWNER, "
+                             "MEMBER, COLLABORATOR count as write access; default NONE). Without --dry-run "
+                             "write access is asked of GitHub's collaborator permission API")
     parser.add_argument("--pr-author", metavar="LOGIN", help="with --comment: who opened the PR")
-    parser.add_argument("--pr", type=int, metavar="N", help="with --comment: the PR number")
+    parser.add_argument("--pr", type=_pr_number, metavar="N", help="with --comment: the PR number")
     parser.add_argument("--repo", metavar="OWNER/NAME", default=os.environ.get("GITHUB_REPOSITORY"),
                         help="with --comment: the repository (default $GITHUB_REPOSITORY)")
     parser.add_argument("--repo-root", type=Path, default=Path("."), metavar="DIR",
@@ -34,6 +43,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--ref", default="main", metavar="BRANCH",
                         help="branch the rerun workflow is dispatched on, unless the event names the "
                              "repository's default branch (default main)")
+    parser.add_argument("--head-sha", default="", metavar="SHA",
+                        help="the PR head the tree under --repo-root is (the rerun runs exactly this commit; "
+                             "without it, asked of GitHub at command time)")
+    parser.add_argument("--matrix", action="append", metavar="MATRIX",
+                        help=f"where `/rerun-test cell:PATTERN` finds cells (default {' '.join(DEFAULT_MATRICES)})")
     parser.add_argument("--format", choices=("text", "json"), default="text",
                         help="text: reply then plan; json: {\"reply\", \"plan\", \"dry_run\"}")
     parser.add_argument("--dry-run", action="store_true",
@@ -51,14 +65,24 @@ def run(args) -> int:
         args.comment, args.user, args.author_association, args.pr_author, args.pr, args.repo)
     permissions = args.permissions or DEFAULT_PERMISSIONS
     shown = str(args.permissions) if args.permissions else "ci/permissions.json"
-    config = ChatOpsConfig(repo_root=args.repo_root, users=load_permissions(permissions, shown), ref=args.ref)
-    outcome = handle(event, config)
-    if not args.dry_run:
-        execute(outcome, event, _github(token, event, args))
+    config = ChatOpsConfig(repo_root=args.repo_root, users=load_permissions(permissions, shown), ref=args.ref,
+                           matrices=tuple(args.matrix or DEFAULT_MATRICES))
+    if args.dry_run:
+        outcome = handle(event, config, OfflineContext(event.author_association, args.head_sha))
+    else:
+        github = _github(token, event, args)
+        outcome = handle(event, config, GitHubContext(github, event.pr_number, args.head_sha))
+        done = execute(outcome, event, github)
     _print(outcome, args.format, args.dry_run)
     if outcome.problem:
         where = str(args.event) if args.event else "--comment"
         print(f"dspark-ci chatops: {where}: {outcome.problem}", file=sys.stderr)
+    if not args.dry_run:
+        for warning in done.warnings:
+            print(f"dspark-ci chatops: warning: {warning}", file=sys.stderr)
+        if done.failed:
+            print(f"dspark-ci chatops: not everything was carried out: {execution_summary(done)}", file=sys.stderr)
+            return int(ExitCode.INFRA)
     return int(outcome.exit_code)
 
 

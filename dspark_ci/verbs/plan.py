@@ -9,9 +9,11 @@ import sys
 from typing import Callable
 
 from ground.errors import BadInput
+from launchers import k8s_spec
 from launchers.plan import plan_launch
 from launchers.plan_types import LaunchPlan, Placement
 from matrices import Cell, load_cells
+from dspark_ci.tables import text_table
 
 GITHUB_MAX_JOBS = 256  # GitHub Actions runs at most 256 jobs per matrix
 
@@ -20,12 +22,15 @@ formats:
   table   aligned columns for people (default)
   json    {{"cells": [CELL, ...]}}: each cell as in CONTRACT.md, with "ranks" (per-node argv and env
           for SGLang 0.5.23, placed on a template: bind 0.0.0.0, leader ${{NODE0_ADDR}})
-  github  {{"include": [{{"cell": ID, "runner": LABEL, "matrix": PATH}}, ...]}} for
+  github  {{"include": [{{"cell": ID, "runner": LABEL, "matrix": PATH, "expect": OUTCOME,
+          "nnodes": N}}, ...]}} for
           `strategy.matrix: ${{{{ fromJSON(needs.plan.outputs.matrix) }}}}`, on one line.
           Past {GITHUB_MAX_JOBS} cells (GitHub's per-matrix job limit) the output becomes
           {{"chunks": [{{"include": [...]}}, ...]}} with at most {GITHUB_MAX_JOBS} entries per chunk, in cell
           order; give each chunk its own job: `fromJSON(needs.plan.outputs.matrix).chunks[0]`, ...
           The split is reported on stderr.
+  k8s     per cell a LeaderWorkerSet and a Service for rank 0 (multi-document YAML for `kubectl apply -f -`;
+          docs/K8S.md); `--k8s-extra FILE` merges a site patch into each (node selectors, tolerations, ...)
 
 exit codes: 0 printed; 2 bad matrix or arguments (the message names file:line and the fix)
 """
@@ -35,10 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     parser.add_argument("matrices", nargs="+", metavar="MATRIX", help="matrix YAML files (e.g. matrices/nightly.yaml)")
-    parser.add_argument("--format", choices=("table", "json", "github"), default="table",
+    parser.add_argument("--format", choices=("table", "json", "github", "k8s"), default="table",
                         help="output format (default: table)")
     parser.add_argument("--select", action="append", metavar="PATTERN",
                         help="keep cells whose id matches this glob (e.g. '*-npu'); repeatable")
+    parser.add_argument("--k8s-extra", metavar="FILE",
+                        help="with --format k8s: YAML patch merged into every generated object (docs/K8S.md)")
 
 
 def select(cells: list[Cell], patterns: list[str] | None) -> list[Cell]:
@@ -63,7 +70,8 @@ def render_json(cells: list[Cell], plans: dict[str, LaunchPlan]) -> str:
 
 def github_matrix(cells: list[Cell]) -> tuple[dict, str | None]:
     """The strategy.matrix object, and a note for stderr when it had to be split."""
-    include = [{"cell": c.id, "runner": c.runner, "matrix": c.matrix} for c in cells]
+    include = [{"cell": c.id, "runner": c.runner, "matrix": c.matrix, "expect": c.expect.outcome,
+                "nnodes": c.nnodes} for c in cells]
     if len(include) <= GITHUB_MAX_JOBS:
         return {"include": include}, None
     chunks = [{"include": include[i:i + GITHUB_MAX_JOBS]} for i in range(0, len(include), GITHUB_MAX_JOBS)]
@@ -106,11 +114,16 @@ TABLE_COLUMNS: dict[str, Callable[[Cell], str]] = {
 
 
 def render_table(cells: list[Cell], plans: dict[str, LaunchPlan]) -> str:
-    rows = [list(TABLE_COLUMNS)] + [[column(c) for column in TABLE_COLUMNS.values()] for c in cells]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(TABLE_COLUMNS))]
-    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines) + f"\n{len(cells)} cells"
+    rows = [[column(c) for column in TABLE_COLUMNS.values()] for c in cells]
+    return text_table(list(TABLE_COLUMNS), rows) + f"\n{len(cells)} cells"
+
+
+def render_k8s(cells: list[Cell], plans: dict[str, LaunchPlan], extra: str | None = None) -> str:
+    patches = k8s_spec.load_patches(extra)
+    objects = [obj for cell in cells for obj in k8s_spec.manifests(
+        plans[cell.id], name=k8s_spec.object_name(cell.id), namespace=None,
+        hardware=cell.config.get("hardware"), patches=patches)]
+    return k8s_spec.to_yaml(objects).rstrip("\n")
 
 
 RENDERERS: dict[str, Callable[[list[Cell], dict[str, LaunchPlan]], str]] = {
@@ -123,5 +136,8 @@ RENDERERS: dict[str, Callable[[list[Cell], dict[str, LaunchPlan]], str]] = {
 def run(args: argparse.Namespace) -> int:
     cells = select(load_cells(args.matrices), args.select)
     plans = launch_plans(cells)  # every format validates the command lines, not only json
+    if args.format == "k8s":
+        print(render_k8s(cells, plans, args.k8s_extra))
+        return 0
     print(RENDERERS[args.format](cells, plans))
     return 0

@@ -11,6 +11,7 @@ from ground.errors import BadInput
 from reports.baseline import Baseline, load_baseline
 from reports.compare import compare_markdown, compare_runs
 from reports.gates import regate
+from reports.history import history_path, run_dir_of
 from ground.records import RunResults
 from reports.results import load_results
 
@@ -24,6 +25,9 @@ wrote it); with json nothing in RUN_DIR is written. Prints one format to stdout:
           "metrics": [{"metric", "old", "new", "ratio", "better", "noise", "change"}]}], "only_new", "only_old"}
          noise: how far new may lie from old and still be noise (the metric's unit); change: better,
          worse, within_noise, same, or null (a side missing, or no direction is better)
+
+When the run history (`dspark-ci history`) exists, report.html gains trend plots per cell and failed
+gates name the last good and first bad run.
 
 --baseline FILE evaluates every serving cell's gates again against FILE (format: baselines/README.md);
 a cell's status follows its new gates unless it also failed for another reason (a suite's test
@@ -39,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by `dspark-ci run --out`")
     parser.add_argument("--compare", metavar="OTHER_RUN_DIR",
-                        help="an older run to compare with (ratios are RUN_DIR over OTHER_RUN_DIR)")
+                        help="an older run to compare with, as a directory or a run id the run history knows "
+                             "(ratios are RUN_DIR over OTHER_RUN_DIR)")
     parser.add_argument("--baseline", metavar="FILE", help="evaluate gates again against this baseline file")
     parser.add_argument("--format", choices=("md", "html", "json"), default="md", help="what to print (default: md)")
 
@@ -49,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
 
     run_dir = _run_dir(args.run_dir, "RUN_DIR")
     results = load_results(run_dir / "results.json")
-    other = load_results(_run_dir(args.compare, "--compare") / "results.json") if args.compare else None
+    history_file = history_path()
+    other = load_results(_compared_dir(args.compare, history_file) / "results.json") if args.compare else None
     baseline = load_baseline(args.baseline) if args.baseline else None
     if baseline is not None:
         _warn_about(baseline, [cell.id for cell in results.cells])
@@ -58,11 +64,17 @@ def run(args: argparse.Namespace) -> int:
         comparison = compare_runs(results, other) if other is not None else None
         print(json.dumps(comparison if comparison is not None else results.to_dict(), indent=2))
         return 1 if results.failed else 0
-    rendered = render_reports(results, baseline, compare_to=other)
+    rendered = render_reports(results, baseline, compare_to=other,
+                              history=history_file if history_file.is_file() else None)
     try:
-        write_rendered(run_dir, rendered)
+        written = write_rendered(run_dir, rendered)
     except OSError as err:  # e.g. a read-only artifact download: still print what was asked for
         print(f"dspark-ci report: warning: could not rewrite the reports in {run_dir} ({err})", file=sys.stderr)
+    else:  # never silently: the run's own files now say something else than the run wrote
+        why = [f"compared with {args.compare}"] * bool(other) + [f"gated against {args.baseline}"] * bool(baseline)
+        print(f"dspark-ci report: rewrote {', '.join(path.name for path in written)} in {run_dir}"
+              f"{' (' + ', '.join(why) + ')' if why else ''}; results.json is unchanged (--format json writes "
+              "nothing)", file=sys.stderr)
     print(_stdout_text(args.format, results, other, rendered), end="")
     return 1 if results.failed else 0
 
@@ -72,6 +84,18 @@ def _run_dir(path: str, argument: str) -> Path:
     if not run_dir.is_dir():
         raise BadInput(f"{argument} {path}", "no such directory", "give a directory written by `dspark-ci run --out DIR`")
     return run_dir
+
+
+def _compared_dir(given: str, history_file: Path) -> Path:
+    """--compare: a run directory, or the id of a run the history remembers."""
+    if Path(given).is_dir():
+        return Path(given)
+    remembered = run_dir_of(history_file, given)
+    if remembered and Path(remembered).is_dir():
+        return Path(remembered)
+    raise BadInput(f"--compare {given}", "no such directory" + (", and the run history does not know that run id"
+                   if not remembered else f"; the run history puts that run in {remembered}, which is gone"),
+                   "give a run directory or a run id listed by `dspark-ci history`")
 
 
 def _warn_about(baseline: Baseline, cell_ids: list[str]) -> None:

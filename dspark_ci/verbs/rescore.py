@@ -20,7 +20,8 @@ EPILOG = """\
 Rescoring changes the extraction and the aggregation only: the prompt (and so the letter order) stays the
 one the run sent, its own scorer's. Two figures that differ on the same responses mean the scorers differ,
 not the model. Prints one line per cell with a GPQA figure: the samples, the figure as run (its scorer) and
-the figure rescored (pass@1 averaged over the repeats ± its standard error over samples; the no-answer rate).
+the figure rescored (pass@1 averaged over the repeats ± its standard error clustered by question; the no-answer
+rate).
 Writes nothing. Rescoring with sgl-eval needs the sgl-eval package (pip install -e '.[sgl-eval]').
 
 exit codes: 0 printed; 1 some cell's responses could not be rescored (recorded before full responses were
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'cell':{width}}  {'samples':>9}  {'as run':40}  rescored")
     unscorable = 0
     for name, (samples, summary, source) in cells.items():
-        if not any(s.content for s in samples):
+        if not any(s.response for s in samples):
             print(f"{name:{width}}  cannot rescore: {source} holds only the end of each response (recorded "
                   "before full responses were kept); run the cell again")
             unscorable += 1
@@ -99,7 +100,7 @@ def _recorded_figure(summary: dict, scorer: str) -> str | None:
     """The figure the run itself recorded (no need for its scorer's package to show it)."""
     if summary.get("accuracy") is None or "aggregate" not in summary:
         return None
-    stderr = summary.get("stderr")
+    stderr = summary.get("stderr_clustered_by_question")
     error_bar = f" ± {stderr:.1%}" if isinstance(stderr, float) and stderr == stderr else ""
     return f"{summary['accuracy']:.1%}{error_bar} {scorer} (no answer {summary['aggregate'].get('no_answer', 0):.0%})"
 

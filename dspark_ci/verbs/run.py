@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import platform
 import signal
+import socket
+import subprocess
 from pathlib import Path
 from typing import Callable
 
@@ -13,6 +17,7 @@ from packaging.version import InvalidVersion, Version
 from ground.errors import BadInput
 from launchers import registry
 from launchers.contract import SERVERS, LaunchContext
+from dspark_ci import progress
 from dspark_ci import run as pipeline
 from ground.run_id import new_run_id
 from ground.sglang.release import DEFAULT_VERSION
@@ -24,8 +29,9 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, handled exactly like Ctrl-C: tear everything down, keep what was measured."""
 
 
-EXIT_CODES = """exit codes: 0 every cell passed (or was rejected as expected, or skipped); 1 a gate failed, a cell
-crashed, or a rejection was not the expected one; 2 bad input (matrix, flag, baseline: the message names
+EXIT_CODES = """exit codes: 0 every selected cell has an outcome and passed (or was rejected as expected; skipped cells
+count only beside measured ones); 1 a gate failed, a cell crashed, errored, was never reached, a rejection was not
+the expected one, or nothing was measured (every cell skipped); 2 bad input (matrix, flag, baseline: the message names
 file:line and the fix; nothing is launched); 3 infrastructure trouble (launch timeout, Docker engine, disk).
 Ctrl-C or SIGTERM: everything started is torn down, results.json keeps what was measured, exit 130."""
 
@@ -40,18 +46,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--suites", metavar="LIST", help=f"comma-separated, from {', '.join(KNOWN_SUITES)} "
                         "(default: each cell's own suites)")
     parser.add_argument("--out", type=Path, metavar="DIR", help="run directory (default runs/<run-id>/)")
+    parser.add_argument("--force", action="store_true",
+                        help="write into an --out directory that already holds files (the run files in it are "
+                        "replaced, other files are left as they are)")
     parser.add_argument("--baseline", metavar="FILE", help="baseline file for every cell (default: each cell's own)")
     parser.add_argument("--server", choices=SERVERS, default=os.environ.get("DSPARK_SERVER", "sim"),
                         help="server under test: the embedded simulated SGLang server (default) or real SGLang")
     parser.add_argument("--sglang-version", default=DEFAULT_VERSION,
                         help="SGLang version under test, matched against each expectation's version spec")
-    parser.add_argument("--boot-timeout", type=float, default=None, metavar="SECONDS",
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--quiet", "-q", action="store_true",
+                       help="print only cells that did not pass and the run's last lines")
+    shown.add_argument("--verbose", "-v", action="store_true",
+                       help="every stage and every suite's progress as a plain line, even on a terminal")
+    parser.add_argument("--boot-timeout", type=positive_seconds, default=None, metavar="SECONDS",
                         help="how long rank 0 may take to become healthy (default 60 for the simulator, 1800 for SGLang)")
     for kind in registry.ALL_LAUNCHERS:
         for option in kind.options:
             parser.add_argument(option.flag, metavar=option.metavar, choices=option.choices, default=option.default,
+                                type=positive_seconds if option.seconds else None,
                                 action="append" if option.repeatable else "store",
                                 help=f"{option.help} ({kind.name} launcher)")
+
+
+def positive_seconds(text: str) -> float:
+    """A number of seconds > 0 (argparse turns the error into exit 2 before anything is launched)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds (e.g. 120)")
+    return value
 
 
 def _suites(text: str | None) -> tuple[str, ...] | None:
@@ -116,14 +142,27 @@ def run_verb(args: argparse.Namespace) -> int:
     options = pipeline.RunOptions(matrices=tuple(args.matrices), run_id=run_id, cell_ids=tuple(args.cell),
                                   launcher=args.launcher, suites=_suites(args.suites), out=args.out,
                                   baseline=args.baseline, sglang_version=_version(args.sglang_version),
-                                  rerun_options=rerun_options(args))
+                                  rerun_options=rerun_options(args), force=args.force,
+                                  environment=_environment(args))
     caller_env = _caller_env(args.server)
     kind = registry.get(args.launcher)
     context = LaunchContext(run_id=run_id, run_dir=options.run_dir, server=args.server, boot_timeout_s=boot_timeout,
                             caller_env=caller_env)
     launcher = kind.build(context, {option.dest: getattr(args, option.dest) for option in kind.options})
     defaults = _gpqa_dataset(caller_env["DSPARK_SIM_GPQA_PATH"]) if args.server == "sim" else (lambda o: o)
-    return pipeline.run(options, launcher, suite_defaults=defaults)
+    verbosity = progress.QUIET if args.quiet else progress.VERBOSE if args.verbose else progress.NORMAL
+    return pipeline.run(options, launcher, suite_defaults=defaults, progress=progress.Progress(verbosity=verbosity))
+
+
+def _environment(args: argparse.Namespace) -> dict:
+    """What results.json records of where the run happened (history and release reports read it)."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                                cwd=Path(__file__).resolve().parent).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {"server": args.server, "sglang_version": _version(args.sglang_version), "launcher": args.launcher,
+            "hostname": socket.gethostname(), "python": platform.python_version(), "dspark_ci_commit": commit}
 
 
 def _raise_terminated(signum, frame):

@@ -1,0 +1,120 @@
+"""``python -m ci.shards PLAN_JSON [--durations FILE] [--fleet FILE]``: nightly cells -> shards per runner.
+
+A GPU runner is the scarce thing; one job per cell in matrix order leaves the slowest runner group
+finishing last by luck. Here cells are grouped per runner label and packed into as many shards as
+that label has runners (``--fleet``, ``{"8-gpu-h200": 4, ...}``; ``DEFAULT_RUNNERS`` otherwise),
+longest cell first onto the least-loaded shard (LPT: within 4/3 of the optimal makespan), so each
+label's last shard ends as early as possible. A shard is one job running its cells one after the
+other, one boot per cell with all its suites (``python -m ci.shard_run``).
+
+Cell times: the measured duration of the cell's last nightly (``--durations``: ``{cell_id: seconds}``,
+written by the report job) when there is one, else an estimate from what the cell does
+(``estimate_seconds``). Prints the same job outputs as ``ci.matrix_outputs`` (one ``include`` entry
+per shard: ``{"shard", "runner", "matrix", "cells", "est_minutes"}``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ci.matrix_outputs import github_outputs, read_plan
+from ci.tool import run_tool
+from ground.errors import BadInput
+
+DEFAULT_RUNNERS = 2
+REJECT_SECONDS = 6 * 60  # an expected rejection: pull/boot until SGLang refuses
+SERVE_SECONDS = 45 * 60  # boot + accept + speed + GPQA with thinking
+MULTI_NODE_EXTRA = 10 * 60  # per extra node: image pull, rendezvous
+
+
+@dataclass(frozen=True)
+class Shard:
+    runner: str
+    index: int  # 1-based within its runner label
+    cells: tuple[str, ...]
+    seconds: float
+
+    @property
+    def name(self) -> str:
+        return f"{self.runner}-{self.index}"
+
+
+def estimate_seconds(entry: dict) -> float:
+    """A cell's time when no nightly has measured it yet (from the plan entry's expectation and nodes)."""
+    base = REJECT_SECONDS if entry.get("expect") == "reject" else SERVE_SECONDS
+    return base + MULTI_NODE_EXTRA * max(0, int(entry.get("nnodes") or 1) - 1)
+
+
+def schedule(entries: list[dict], durations: dict[str, float], fleet: dict[str, int]) -> list[Shard]:
+    """LPT per runner label: shards in label order of first appearance, cells longest first."""
+    by_runner: dict[str, list[tuple[float, str]]] = {}
+    for entry in entries:
+        seconds = durations.get(entry["cell"]) or estimate_seconds(entry)
+        by_runner.setdefault(entry["runner"], []).append((float(seconds), entry["cell"]))
+    shards: list[Shard] = []
+    for runner, cells in by_runner.items():
+        count = max(1, min(len(cells), fleet.get(runner, DEFAULT_RUNNERS)))
+        loads = [0.0] * count
+        members: list[list[str]] = [[] for _ in range(count)]
+        for seconds, cell in sorted(cells, key=lambda c: (-c[0], c[1])):
+            target = min(range(count), key=lambda i: (loads[i], i))
+            loads[target] += seconds
+            members[target].append(cell)
+        shards += [Shard(runner, i + 1, tuple(members[i]), loads[i]) for i in range(count)]
+    return shards
+
+
+def lower_bound(entries: list[dict], durations: dict[str, float], fleet: dict[str, int]) -> float:
+    """No schedule on this fleet ends earlier: per label, max(total / runners, longest cell)."""
+    bound = 0.0
+    by_runner: dict[str, list[float]] = {}
+    for entry in entries:
+        by_runner.setdefault(entry["runner"], []).append(durations.get(entry["cell"]) or estimate_seconds(entry))
+    for runner, times in by_runner.items():
+        bound = max(bound, sum(times) / fleet.get(runner, DEFAULT_RUNNERS), max(times))
+    return bound
+
+
+def shard_matrix(shards: list[Shard], matrix_of: dict[str, str]) -> dict:
+    return {"include": [{"shard": s.name, "runner": s.runner, "matrix": matrix_of[s.cells[0]],
+                         "cells": " ".join(s.cells), "est_minutes": round(s.seconds / 60)} for s in shards]}
+
+
+def _read_json_object(path: Path | None, what: str) -> dict:
+    if path is None or not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise BadInput(str(path), f"cannot read the {what} ({err})", "delete it; it is rebuilt by the next nightly")
+    if not isinstance(data, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                             for v in data.values()):
+        raise BadInput(str(path), f"the {what} must be a JSON object of numbers", '{"8-gpu-h200": 4}')
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ci.shards", description=__doc__.splitlines()[0])
+    parser.add_argument("plan_json", type=Path, help="`dspark-ci plan --format github` output")
+    parser.add_argument("--durations", type=Path, help="{cell_id: seconds} measured by the last nightly")
+    parser.add_argument("--fleet", type=Path, help="{runner_label: runners}; default 2 per label")
+    args = parser.parse_args(argv)
+
+    def body() -> int:
+        entries = read_plan(args.plan_json)
+        durations = _read_json_object(args.durations, "durations file")
+        fleet = {k: int(v) for k, v in _read_json_object(args.fleet, "fleet file").items()}
+        shards = schedule(entries, durations, fleet)
+        matrix = shard_matrix(shards, {e["cell"]: e["matrix"] for e in entries})
+        print("\n".join(github_outputs(matrix, str(args.plan_json))))
+        return 0
+
+    return run_tool("ci.shards", body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

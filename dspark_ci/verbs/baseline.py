@@ -1,0 +1,62 @@
+"""``dspark-ci baseline record RUN... [--out FILE]``: a reviewable baseline proposal from good runs."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from pathlib import Path
+
+from ground.errors import BadInput
+from reports.baseline import load_baseline
+from reports.record import propose
+from reports.results import load_results, write_text_atomically
+
+EPILOG = """\
+Reads RUN/results.json of each run (every cell must have passed or been rejected as expected) and
+proposes, per measured cell: accept length and rate (min_ratio 0.95), output throughput (min_ratio
+0.97), median TPOT and TTFT (max_ratio 1.025), GPQA (value, stderr, max_drop_stderr 2), parity (max 0).
+Values are medians over the runs; with two or more runs each carries `noise`, the run-to-run standard
+deviation as a fraction of the value, and its ratio gate widens to three of them when that is looser.
+Record from three or more repeats of the same run. Format: baselines/README.md.
+
+Without --out the proposal is printed. With --out FILE it is written (atomically) and checked by
+loading it back; an existing FILE is replaced and the change printed as a diff, so nothing changes
+silently. Review it, then commit it.
+
+exit codes: 0 written or printed; 2 bad input (missing run, a run that did not pass, runs of different cells)
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    sub = parser.add_subparsers(dest="action", required=True, metavar="record")
+    record = sub.add_parser("record", help="propose a baseline file from good runs", description=EPILOG,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    record.add_argument("runs", metavar="RUN", nargs="+", help="run directories written by `dspark-ci run --out`")
+    record.add_argument("--out", metavar="FILE", help="write the proposal here (default: print it)")
+    record.add_argument("--description", help="the baseline's description line")
+
+
+def run(args: argparse.Namespace) -> int:
+    runs = []
+    for path in args.runs:
+        run_dir = Path(path)
+        if not run_dir.is_dir():
+            raise BadInput(f"RUN {path}", "no such directory", "give a directory written by `dspark-ci run --out DIR`")
+        runs.append((str(run_dir), load_results(run_dir / "results.json")))
+    proposal = propose(runs, args.description)
+    if not args.out:
+        print(proposal.text, end="")
+        return 0
+    out = Path(args.out)
+    before = out.read_text(encoding="utf-8") if out.is_file() else None
+    write_text_atomically(out, proposal.text)
+    load_baseline(out)  # what we wrote must read back as a valid baseline
+    if before is not None:
+        sys.stdout.writelines(difflib.unified_diff(before.splitlines(keepends=True), proposal.text.splitlines(keepends=True),
+                                                   f"{out} (before)", f"{out} (proposed)"))
+    print(f"dspark-ci baseline: {'replaced' if before is not None else 'wrote'} {out}: {proposal.cells} cell(s) "
+          f"from {proposal.runs} run(s); review it (git diff) before committing", file=sys.stderr)
+    return 0

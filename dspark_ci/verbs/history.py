@@ -1,0 +1,90 @@
+"""``dspark-ci history``: the runs remembered, and how a cell's metrics moved across them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from dspark_ci.tables import text_table
+from ground.errors import BadInput
+from reports import history
+from reports.metrics import format_value, label
+from reports.plots import TREND_METRICS
+from reports.results import load_results
+
+EPILOG = f"""\
+Every `dspark-ci run` is recorded when it finishes in an SQLite database: ${history.HISTORY_ENV} if set,
+else $DSPARK_STATE_DIR/history.sqlite (default ~/.local/state/dspark-ci/history.sqlite). Tables: runs
+(run id, times, matrices, server, SGLang version and commit, image digests, hosts, run directory),
+cells (status, runner, config), metrics (every number of results.json), gates.
+
+  dspark-ci history                      the runs, newest first
+  dspark-ci history --cell 'dsv4-*'      per matching cell, its metrics across runs (oldest first), and for a
+                                         gate failing in the latest run the last good run and the first bad one
+  dspark-ci history --add RUN_DIR...     record runs made elsewhere (e.g. a nightly's downloaded artifacts)
+
+exit codes: 0 shown or added; 2 bad input (no history yet, a run directory without results.json)
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    parser.add_argument("--db", metavar="FILE", help=f"the history database (default: ${history.HISTORY_ENV} or "
+                                                      "$DSPARK_STATE_DIR/history.sqlite)")
+    parser.add_argument("--cell", metavar="GLOB", help="show the trend of the cells matching GLOB")
+    parser.add_argument("--metric", action="append", metavar="NAME",
+                        help=f"metric to show with --cell (repeatable; default: {', '.join(TREND_METRICS)})")
+    parser.add_argument("--limit", type=int, default=20, metavar="N", help="at most N runs (default: 20)")
+    parser.add_argument("--add", nargs="+", metavar="RUN_DIR", help="record these run directories")
+    parser.add_argument("--format", choices=("table", "json"), default="table", help="what to print (default: table)")
+
+
+def run(args: argparse.Namespace) -> int:
+    path = Path(args.db) if args.db else history.history_path()
+    if args.add:
+        for run_dir in args.add:
+            results = load_results(Path(run_dir) / "results.json")
+            history.record(path, results, run_dir)
+            print(f"dspark-ci history: recorded {results.run_id} ({len(results.cells)} cells) in {path}")
+        return 0
+    if args.cell:
+        return _trends(path, args)
+    rows = history.runs(path, args.limit)
+    if args.format == "json":
+        print(json.dumps([row.__dict__ for row in rows], indent=2))
+        return 0
+    print(text_table(["run", "started", "server", "SGLang", "cells", "failed", "matrices", "run dir"],
+                 [[r.run_id, r.started_at or "?", r.server or "?", r.sglang_version or "?", str(r.cells), str(r.failed),
+                   ", ".join(r.matrices), r.run_dir or "?"] for r in rows]))
+    return 0
+
+
+def _trends(path: Path, args: argparse.Namespace) -> int:
+    cells = history.cells_of(path, args.cell)
+    if not cells:
+        raise BadInput(f"--cell {args.cell}", "no recorded cell matches", "list the runs with `dspark-ci history`")
+    metrics = args.metric or list(TREND_METRICS)
+    output = {}
+    for cell_id in cells:
+        series = {metric: history.series(path, cell_id, metric)[-args.limit:] for metric in metrics}
+        regressions = {metric: history.regression(path, cell_id, metric) for metric in metrics}
+        output[cell_id] = {"series": series, "regressions": regressions}
+    if args.format == "json":
+        print(json.dumps({cell: {"series": {m: [p.__dict__ for p in points] for m, points in data["series"].items()},
+                                 "regressions": {m: {"last_good": good, "first_bad": bad}
+                                                 for m, (good, bad) in data["regressions"].items() if bad}}
+                          for cell, data in output.items()}, indent=2))
+        return 0
+    for cell_id, data in output.items():
+        runs = list(dict.fromkeys(p.run_id for points in data["series"].values() for p in points))
+        values = {(m, p.run_id): p.value for m, points in data["series"].items() for p in points}
+        print(f"{cell_id}\n")
+        print(text_table(["run", *(label(m) for m in metrics)],
+                     [[run_id, *(format_value(m, values.get((m, run_id))) for m in metrics)] for run_id in runs]))
+        for metric, (good, bad) in data["regressions"].items():
+            if bad:
+                print(f"  {metric} regressed: last good run {good or 'none recorded'}, first bad run {bad}")
+        print()
+    return 0

@@ -1,0 +1,106 @@
+"""Gates that catch what matters, through the CLI on the smoke matrix: a 10% slower decode fails the TPOT gate
+against the recorded baseline while unfaulted runs pass; a baseline recorded from good runs gates the same way;
+GPQA answering garbage fails with no baseline at all.
+
+The margins are far from the noise: on the smoke matrix's simulator settings median TPOT moves about 0.5%
+between runs (also with both cores busy), the gate allows +2.5%, and slow_decode=1.1 adds 10%.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import xml.etree.ElementTree as ET
+
+import pytest
+import yaml
+
+from tests.cli import DSPARK_CI
+from tests.test_run_cli import ONE_NODE, REPO, SMOKE, Run
+
+
+def gate(run: Run, metric: str) -> dict:
+    return next(g for g in run.cell(ONE_NODE)["gates"] if g["metric"] == metric)
+
+
+@pytest.fixture(scope="module")
+def good_runs(tmp_path_factory) -> list[Run]:
+    """Three unfaulted speed runs of the one-node cell against the shipped smoke baseline, remembered in a
+    history of their own."""
+    runs = []
+    history = tmp_path_factory.mktemp("history") / "history.sqlite"
+    for _ in range(3):
+        run = Run(tmp_path_factory.mktemp("good"), SMOKE, "--cell", ONE_NODE, "--suites", "accept,speed")
+        run.env["DSPARK_HISTORY"] = str(history)
+        done = run()
+        assert done.returncode == 0, done.stderr
+        runs.append(run)
+    return runs
+
+
+def test_unfaulted_runs_pass_the_speed_gates(good_runs):
+    for run in good_runs:
+        assert {g["metric"] for g in run.cell(ONE_NODE)["gates"]} >= {"tpot_ms_median", "output_throughput_tok_s"}
+        assert all(g["passed"] for g in run.cell(ONE_NODE)["gates"])
+
+
+def test_the_history_remembers_the_runs_and_report_html_plots_their_trend(good_runs):
+    done = subprocess.run([*DSPARK_CI, "history"], capture_output=True, text=True, cwd=REPO, env=good_runs[0].env)
+    assert done.returncode == 0, done.stderr
+    run_ids = [r.results()["run_id"] for r in good_runs]
+    assert [line.split()[0] for line in done.stdout.splitlines()[2:]] == run_ids[::-1]
+    assert f'alt="Trend: {ONE_NODE}"' in (good_runs[-1].out / "report.html").read_text()
+
+
+def test_ten_percent_slower_decode_fails_the_tpot_gate_with_its_numbers(tmp_path, good_runs):
+    run = Run(tmp_path, SMOKE, "--cell", ONE_NODE, "--suites", "accept,speed", faults="slow_decode=1.1")
+    done = run()
+    assert done.returncode == 1
+    tpot = gate(run, "tpot_ms_median")
+    assert not tpot["passed"] and tpot["value"] > tpot["threshold"] * 1.03  # far beyond the band, not at its edge
+    assert not gate(run, "output_throughput_tok_s")["passed"]
+    said = f"tpot_ms_median = {tpot['value']:.2f}, needs <= {tpot['threshold']:.2f}"
+    assert said in (run.out / "report.md").read_text()
+    failure = ET.parse(run.out / "junit.xml").getroot().find(".//testcase[@name='speed']/failure")
+    assert said in failure.text
+
+    # A baseline recorded from the good runs catches it too, and lets the good runs pass.
+    recorded = tmp_path / "recorded.yaml"
+    done = subprocess.run([*DSPARK_CI, "baseline", "record", *(str(r.out) for r in good_runs), "--out", str(recorded)],
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert f"wrote {recorded}: 1 cell(s) from 3 run(s)" in done.stderr
+    spec = yaml.safe_load(recorded.read_text())["cells"][ONE_NODE]["tpot_ms_median"]
+    assert spec["max_ratio"] == 1.025 and 0 <= spec["noise"] < 0.02
+    assert "re-record on GPUs" in recorded.read_text()
+    for directory, code in [(run.out, 1), (good_runs[0].out, 0)]:
+        regated = subprocess.run([*DSPARK_CI, "report", str(directory), "--baseline", str(recorded), "--format", "json"],
+                                 capture_output=True, text=True, cwd=REPO)
+        assert regated.returncode == code, regated.stderr
+        gates = json.loads(regated.stdout)["cells"][0]["gates"]
+        assert next(g for g in gates if g["metric"] == "tpot_ms_median")["passed"] is (code == 0)
+
+
+def test_garbage_answers_fail_gpqa_with_no_baseline(tmp_path):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("schema: 1\ncells: {}\n")
+    run = Run(tmp_path, SMOKE, "--cell", ONE_NODE, "--suites", "gpqa", "--baseline", str(empty),
+              faults="garbage_output")
+    done = run()
+    assert done.returncode == 1
+    gpqa = gate(run, "gpqa_accuracy")
+    assert not gpqa["passed"] and gpqa["value"] < gpqa["threshold"]
+    assert "above chance" in (run.out / "report.md").read_text()
+
+
+def test_a_failed_run_is_never_recorded_as_a_baseline(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "results.json").write_text(json.dumps({"schema": 1, "run_id": "r", "cells": [
+        {"id": "c", "status": "failed", "config": {}, "expect": {}, "metrics": {"accept_length": 1.0}, "gates": []}]}))
+    done = subprocess.run([*DSPARK_CI, "baseline", "record", str(run_dir), "--out", str(tmp_path / "b.yaml")],
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"dspark-ci baseline: {run_dir}: not a good run: c (failed) "
+                                   "(record a baseline only from a run in which every cell passed)")
+    assert not (tmp_path / "b.yaml").exists()

@@ -1,0 +1,115 @@
+"""The nightly's schedule (`python -m ci.shards`) and a shard's run (`python -m ci.shard_run`), through their CLIs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def shards_cli(tmp_path: Path, entries: list[dict], durations: dict | None = None, fleet: dict | None = None):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"include": entries}))
+    argv = [sys.executable, "-m", "ci.shards", str(plan)]
+    for flag, data in (("--durations", durations), ("--fleet", fleet)):
+        if data is not None:
+            (tmp_path / f"{flag[2:]}.json").write_text(json.dumps(data))
+            argv += [flag, str(tmp_path / f"{flag[2:]}.json")]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=REPO)
+    outputs = dict(line.split("=", 1) for line in proc.stdout.splitlines())
+    return proc, json.loads(outputs["matrix"])["include"] if "matrix" in outputs else None
+
+
+def entry(cell: str, runner: str = "8-gpu-h200", expect: str = "serve", nnodes: int = 1) -> dict:
+    return {"cell": cell, "runner": runner, "matrix": "matrices/nightly.yaml", "expect": expect, "nnodes": nnodes}
+
+
+def test_cells_are_packed_longest_first_onto_the_least_loaded_runner(tmp_path):
+    durations = {"a": 100, "b": 70, "c": 60, "d": 40, "e": 30}
+    proc, shards = shards_cli(tmp_path, [entry(c) for c in "abcde"], durations, {"8-gpu-h200": 2})
+    assert proc.returncode == 0, proc.stderr
+    assert [(s["shard"], s["cells"]) for s in shards] == [("8-gpu-h200-1", "a d"), ("8-gpu-h200-2", "b c e")]
+
+
+def test_measured_durations_win_over_estimates_and_labels_shard_apart(tmp_path):
+    entries = [entry("rej", expect="reject"), entry("srv"), entry("npu", runner="16-npu-a3"),
+               entry("multi", runner="2x8-gpu-h200", nnodes=2)]
+    _, shards = shards_cli(tmp_path, entries, {"rej": 9000}, {"8-gpu-h200": 1})
+    by_shard = {s["shard"]: s for s in shards}
+    assert by_shard["8-gpu-h200-1"]["cells"] == "rej srv"  # the measured 150 min cell first
+    assert by_shard["8-gpu-h200-1"]["est_minutes"] == 150 + 45
+    assert by_shard["2x8-gpu-h200-1"]["est_minutes"] == 55 and by_shard["16-npu-a3-1"]["cells"] == "npu"
+
+
+@pytest.mark.parametrize("name, content, message", [
+    pytest.param("durations", '{"a": "soon"}', "must be a JSON object of numbers", id="durations-not-numbers"),
+    pytest.param("fleet", "[1, 2]", "must be a JSON object of numbers", id="fleet-not-object"),
+])
+def test_bad_durations_or_fleet_exit_2(tmp_path, name, content, message):
+    (tmp_path / "plan.json").write_text(json.dumps({"include": [entry("a")]}))
+    (tmp_path / "x.json").write_text(content)
+    proc = subprocess.run([sys.executable, "-m", "ci.shards", str(tmp_path / "plan.json"), f"--{name}",
+                           str(tmp_path / "x.json")], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+# --- a shard's run: one `dspark-ci run` per cell, infrastructure failures retried once ----------
+
+FAKE_DSPARK_CI = '''
+import json, sys, pathlib
+args = sys.argv[1:]
+cell, out = args[args.index("--cell") + 1], pathlib.Path(args[args.index("--out") + 1])
+behaviour = json.loads(pathlib.Path(sys.argv[0]).with_name("behaviour.json").read_text())
+calls = pathlib.Path(sys.argv[0]).with_name("calls.jsonl")
+with calls.open("a") as f:
+    f.write(json.dumps(args) + "\\n")
+attempt = sum(1 for line in calls.read_text().splitlines() if json.loads(line)[3] == cell)
+code = behaviour[cell][min(attempt, len(behaviour[cell])) - 1]
+status = {0: "passed", 1: "failed", 3: "error"}[code]
+out.mkdir(parents=True)
+(out / "results.json").write_text(json.dumps({"schema": 1, "run_id": cell, "started_at": None, "finished_at": None,
+    "launcher": "docker", "matrices": ["m.yaml"], "cells": [{"id": cell, "config": {}, "expect": {}, "status": status,
+    "error": None if code == 0 else ("engine unreachable" if code == 3 else "accept_length 1.0 < 2.5"),
+    "boot_seconds": None, "metrics": {}, "gates": []}]}))
+sys.exit(code)
+'''
+
+
+def run_shard(tmp_path: Path, behaviour: dict[str, list[int]]) -> tuple[subprocess.CompletedProcess, list]:
+    fake = tmp_path / "fake_dspark_ci.py"
+    fake.write_text(FAKE_DSPARK_CI)
+    (tmp_path / "behaviour.json").write_text(json.dumps(behaviour))
+    proc = subprocess.run([sys.executable, "-m", "ci.shard_run", "--dspark-ci", f"{sys.executable} {fake}",
+                           "--out", str(tmp_path / "runs/s1"), "m.yaml", *behaviour, "--", "--launcher", "docker"],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    return proc, calls
+
+
+def cell_result(tmp_path: Path, cell: str) -> dict:
+    return json.loads((tmp_path / "runs/s1" / cell / "results.json").read_text())["cells"][0]
+
+
+def test_an_infrastructure_failure_is_retried_once_and_marked_flaky(tmp_path):
+    proc, calls = run_shard(tmp_path, {"a": [3, 0], "b": [0]})
+    assert proc.returncode == 0, proc.stderr
+    assert [c[3] for c in calls] == ["a", "a", "b"]  # one boot per cell (and one more for the retry)
+    assert calls[0] == ["run", "m.yaml", "--cell", "a", "--out", str(tmp_path / "runs/s1/a"), "--launcher", "docker"]
+    a = cell_result(tmp_path, "a")
+    assert a["status"] == "passed" and any(w.startswith("flaky: the first attempt failed on infrastructure (exit 3: "
+                                                        "engine unreachable)") for w in a["warnings"])
+    assert (tmp_path / "runs/s1/attempts/a-1/results.json").is_file()
+    assert not cell_result(tmp_path, "b").get("warnings")
+
+
+def test_a_gate_failure_is_never_retried_and_a_second_infra_failure_stays(tmp_path):
+    proc, calls = run_shard(tmp_path, {"gate": [1, 0], "infra": [3, 3]})
+    assert proc.returncode == 3
+    assert [c[3] for c in calls] == ["gate", "infra", "infra"]
+    assert cell_result(tmp_path, "gate")["status"] == "failed"
+    assert cell_result(tmp_path, "infra")["status"] == "error"
