@@ -22,7 +22,7 @@ from ground.suites import DEFAULT_SUITES, SPECULATIVE_SUITES, suite_of
 from launchers.contract import LaunchFailed, Launcher, LaunchTimeout
 from launchers.plan import plan_launch
 from matrices.cell import REJECT, Cell
-from suites.runner import SuiteOutcome, SuiteRequest, Watch, run_suites
+from suites.runner import SuiteOutcome, SuiteRequest, Watch, gpqa_note, run_suites
 
 ERROR_LOG = "dspark-ci-error.log"
 
@@ -105,7 +105,8 @@ def _judge_rejection(result: CellResult, cell: Cell, err: LaunchFailed) -> CellR
 
 def _judge_measurement(result: CellResult, names: tuple[str, ...], outcome: SuiteOutcome,
                        ctx: CellContext) -> CellResult:
-    measured = replace(result, metrics=outcome.metrics, warnings=tuple(outcome.warnings), tests=tuple(outcome.tests))
+    measured = replace(result, metrics=outcome.metrics, warnings=tuple(outcome.warnings), tests=tuple(outcome.tests),
+                       gpqa=gpqa_note(outcome.records))
     # A baseline gate on a suite this run did not select (--suites) is not applicable; one on a suite that ran
     # but did not produce its metric still fails.
     gates = ctx.gate(measured, outcome.metrics)

@@ -21,6 +21,7 @@ VERBS = {
     "plan": "Expand matrices into validated cells with their exact launch commands; launch nothing.",
     "run": "Launch each selected cell, run the suites against it, gate, and write results and reports.",
     "report": "Render the reports of a run directory again, optionally side by side with another run.",
+    "rescore": "Score a run's recorded GPQA responses again with another scorer, offline; both figures per cell.",
     "chatops": "Parse a PR comment, check permission, resolve test paths, print the reply and dispatch plan.",
     "sim": "The simulated SGLang server: SGLang's launch_server flags; behaviour from DSPARK_SIM_* (sim --help).",
     "cleanup": "Remove exactly what a killed run recorded it started (processes, containers, jobs).",

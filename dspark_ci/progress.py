@@ -4,7 +4,8 @@ the run have taken, and an ETA once a cell has finished.
 On a terminal: one live line, redrawn every second and cut to the terminal's width (a line that wrapped would leave
 a stale copy of itself on every redraw); finished cells are kept as lines of their own. Elsewhere (``CI`` set, a
 pipe, a file): plain lines, each with the wall-clock time and the run's elapsed time, and a long suite's progress at
-most every ``PLAIN_DETAIL_EVERY_S``. ``verbosity`` 0 (``--quiet``) keeps only cells that did not pass and the run's
+most every ``PLAIN_DETAIL_EVERY_S`` and once more when its stage ends (so its last figure, e.g. GPQA's final
+count and accuracy, is always in the log). ``verbosity`` 0 (``--quiet``) keeps only cells that did not pass and the run's
 last lines; 2 (``--verbose``) prints every stage and every progress change as a plain line, even on a terminal.
 """
 
@@ -63,6 +64,7 @@ class Progress:
         self._label = ""
         self._detail = ""
         self._detail_printed_at = float("-inf")
+        self._detail_shown = True  # (plain lines) the current detail has been printed
         self._since = self._run_started = clock()
         self._total = 0
         self._index = 0
@@ -90,6 +92,7 @@ class Progress:
     def stage(self, label: str) -> None:
         """A new stage starts: a plain line, or the live line is rewritten."""
         with self._lock:
+            self._print_last_detail()
             self._label, self._detail, self._since = label, "", self._clock()
             if self._live:
                 self._draw()
@@ -104,18 +107,25 @@ class Progress:
         with self._lock:
             if text == self._detail:
                 return
-            self._detail = text
+            self._detail, self._detail_shown = text, False
             now = self._clock()
             if self._live:
                 self._draw()
             elif self._verbosity >= VERBOSE or (self._verbosity == NORMAL
                                                   and now - self._detail_printed_at >= PLAIN_DETAIL_EVERY_S):
-                self._detail_printed_at = now
+                self._detail_printed_at, self._detail_shown = now, True
                 self._plain(self._status(plain=True))
+
+    def _print_last_detail(self) -> None:
+        """(plain lines) The stage ends: its latest detail, unless printed already (a throttled one would be lost)."""
+        if not self._live and self._verbosity >= NORMAL and self._label and self._detail and not self._detail_shown:
+            self._detail_printed_at, self._detail_shown = self._clock(), True
+            self._plain(self._status(plain=True))
 
     def cell_done(self) -> float:
         """The current cell finished: how long it took (counted for the ETA)."""
         with self._lock:
+            self._print_last_detail()
             took = self._clock() - self._cell_started if self._cell_started is not None else 0.0
             self._cell_seconds.append(took)
             self._cell_started = None

@@ -40,6 +40,7 @@ from reports.baseline import load_baseline
 from reports.gates import evaluate
 from reports.history import history_path, record as record_history
 from reports.markdown import rerun_command
+from suites.runner import gpqa_note, written_outcome
 from reports.results import write_results, write_text_atomically
 
 RESULTS_LINES = "results.jsonl"
@@ -122,7 +123,7 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
             try:
                 result = run_cell(cell, ctx)
             except KeyboardInterrupt:  # Ctrl-C / SIGTERM: record it and every cell not reached, then let it through
-                writer.add(interrupted_result(cell))
+                writer.add(interrupted_result(cell, run_dir))
                 for later in cells[index:]:
                     writer.add(not_run_result(later, "the run was interrupted before this cell started"))
                 writer.interrupted()
@@ -198,9 +199,13 @@ def verdict(results: RunResults, selected: int) -> tuple[ExitCode, str | None]:
     return ExitCode.OK, None
 
 
-def interrupted_result(cell: Cell) -> CellResult:
-    return not_run_result(cell, "interrupted (Ctrl-C or SIGTERM) before the cell finished; everything it "
-                                "started was torn down")
+def interrupted_result(cell: Cell, run_dir: Path) -> CellResult:
+    """The interrupted cell, with what its suites wrote as they stopped (a partial GPQA figure, marked so;
+    never its metrics, so nothing partial is gated)."""
+    result = not_run_result(cell, "interrupted (Ctrl-C or SIGTERM) before the cell finished; everything it "
+                                  "started was torn down")
+    written = written_outcome(run_dir / "logs" / cell.id)
+    return replace(result, warnings=tuple(written.warnings), gpqa=gpqa_note(written.records))
 
 
 def not_run_result(cell: Cell, why: str) -> CellResult:

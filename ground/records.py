@@ -85,6 +85,9 @@ class CellResult:
     warnings: tuple[str, ...] = ()
     tests: tuple[Mapping[str, Any], ...] | None = None  # the suites' own test outcomes, when suites ran
     sglang_error: str | None = None  # SGLang's own "SomeError: message" line, from the rank that failed first
+    # How the GPQA figure was produced: {"scorer", "partial", "samples", "planned_samples", "accuracy"}
+    # (results.json key "gpqa", optional): the report names the scorer and marks a partial figure.
+    gpqa: Mapping[str, Any] | None = None
     exit_code: ExitCode | None = field(default=None, compare=False)
 
     def __post_init__(self):
@@ -97,6 +100,8 @@ class CellResult:
         object.__setattr__(self, "warnings", tuple(self.warnings))
         if self.tests is not None:
             object.__setattr__(self, "tests", tuple(_frozen(t) for t in self.tests))
+        if self.gpqa is not None:
+            object.__setattr__(self, "gpqa", _frozen(self.gpqa))
         if self.exit_code is None:
             object.__setattr__(self, "exit_code", ExitCode.FELL_SHORT if self.status.failing else ExitCode.OK)
 
@@ -120,6 +125,8 @@ class CellResult:
             data["tests"] = [dict(t) for t in self.tests]
         if self.sglang_error is not None:
             data["sglang_error"] = self.sglang_error
+        if self.gpqa is not None:
+            data["gpqa"] = dict(self.gpqa)
         return data
 
     @classmethod
@@ -131,7 +138,7 @@ class CellResult:
                    metrics=data.get("metrics") or {}, gates=tuple(GateResult.from_dict(g) for g in data.get("gates") or ()),
                    warnings=tuple(data.get("warnings") or ()), tests=None if tests is None else tuple(tests),
                    # "detail": what results.json called SGLang's rejection line before records existed
-                   sglang_error=data.get("sglang_error") or data.get("detail"))
+                   sglang_error=data.get("sglang_error") or data.get("detail"), gpqa=data.get("gpqa"))
 
 
 @dataclass(frozen=True)

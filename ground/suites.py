@@ -43,7 +43,8 @@ SUITE_DEFAULTS: dict[str, dict[str, Any]] = {
         "concurrency": 32,
         "max_tokens": 2048,
         "temperature": 0.0,
-        "extractor": "sglang",  # "sglang" | "openai": which answer regex
+        "scorer": "sglang",  # "simple-evals" | "sglang" | "sgl-eval": whose prompt, extraction and aggregation
+        "extractor": "sglang",  # older spelling: "openai" (with scorer left default) means scorer simple-evals
         "dataset": None,  # path or URL; None = the published gpqa_diamond.csv
         "thinking": False,  # ask the chat template for thinking mode
         "chat_template_kwargs": None,  # explicit kwargs; overrides what `thinking` sets
@@ -80,6 +81,7 @@ OPTION_TYPES: dict[tuple[str, str], tuple[type, ...]] = {
 }
 
 ALLOWED_VALUES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("gpqa", "scorer"): ("simple-evals", "sglang", "sgl-eval"),
     ("gpqa", "extractor"): ("sglang", "openai"),
     ("speed", "client"): ("aiohttp", "openai"),
 }

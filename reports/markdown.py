@@ -288,9 +288,22 @@ def _config_line(cell: CellResult) -> str:
 
 def _quality_table(cell: CellResult, metrics: Mapping) -> str:
     model = cell.config.get("model", "?")
-    rows = [[model, dataset, name, _sample_size(metric, metrics), _quality_value(metric, metrics)]
+    rows = [[model, dataset, _scored_by(cell, metric, name), _sample_size(metric, metrics),
+             _quality_value(metric, metrics)]
             for metric, (dataset, name) in QUALITY_ROWS.items() if metrics.get(metric) is not None]
+    note = cell.gpqa or {}
+    if note.get("partial") and note.get("accuracy") is not None:  # never a metric: shown, not gated
+        rows.insert(0, [model, "GPQA", f"{_scored_by(cell, 'gpqa_accuracy', 'Accuracy')}, PARTIAL",
+                        f"{note.get('samples')} of {note.get('planned_samples')} samples",
+                        f"{format_value('gpqa_accuracy', note['accuracy'])} (partial: not gated)"])
     return table(["Model", "Dataset", "Metric", "n", "value"], rows) if rows else ""
+
+
+def _scored_by(cell: CellResult, metric: str, name: str) -> str:
+    """The metric's label, naming the GPQA scorer that produced the figure when the run recorded one."""
+    if metric == "gpqa_accuracy" and cell.gpqa and cell.gpqa.get("scorer"):
+        return f"{name} (scorer {cell.gpqa['scorer']})"
+    return name
 
 
 def _sample_size(metric: str, metrics: Mapping) -> str:

@@ -1,7 +1,9 @@
-"""Recognising GPQA prompts (simple-evals' template, as SGLang's eval sends them) and knowing their answers.
+"""Recognising GPQA prompts and knowing their answers.
 
-The template (``sglang/test/simple_eval_common.py`` QUERY_TEMPLATE_MULTICHOICE): an instruction line,
-a blank line, the question, a blank line, then ``A) ..`` to ``D) ..``. The dataset is simple-evals'
+Two templates, both an instruction line starting "Answer the following multiple choice question.", a blank
+line, the question, a blank line, then ``A) ..`` to ``D) ..``: simple-evals' (``sglang/test/simple_eval_common.py``
+QUERY_TEMPLATE_MULTICHOICE, as SGLang's run_eval sends it) and NeMo-Skills' ``mcq-4choices`` (as sgl-eval
+sends it). The dataset is simple-evals'
 ``gpqa_diamond.csv`` (columns ``Question``, ``Correct Answer``, ``Incorrect Answer 1..3``).
 """
 
@@ -18,7 +20,6 @@ INSTRUCTION = "Answer the following multiple choice question."
 LETTERS = ("A", "B", "C", "D")
 _OPTIONS = re.compile(r"\n[ \t]*A\) (?P<A>.*?)\n[ \t]*B\) (?P<B>.*?)\n[ \t]*C\) (?P<C>.*?)\n[ \t]*D\) (?P<D>.*?)\s*\Z",
                       re.DOTALL)
-_INSTRUCTION_END = "Think step by step before answering."
 
 
 class GpqaDatasetError(ValueError):
@@ -71,8 +72,8 @@ def parse_gpqa_prompt(text: str) -> GpqaPrompt | None:
     start = text.find(INSTRUCTION)
     if start < 0:
         return None
-    body_start = text.find(_INSTRUCTION_END, start)
-    body = text[body_start + len(_INSTRUCTION_END):] if body_start >= 0 else text[start + len(INSTRUCTION):]
+    body_start = text.find("\n\n", start)  # the instruction ends at the first blank line
+    body = text[body_start:] if body_start >= 0 else text[start + len(INSTRUCTION):]
     match = _OPTIONS.search(body)
     if match is None:
         return None

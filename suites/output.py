@@ -18,6 +18,9 @@ from typing import Any
 from ground.suites import METRIC_NAMES
 
 TEST_OUTCOMES = ("passed", "failed", "skipped", "error")
+# Beside the output file: every GPQA sample, appended as it is scored (suites/test_gpqa.py), read by the run's
+# progress line (suites/runner.py) and by `dspark-ci rescore` when the output file was never written.
+GPQA_SAMPLES_FILE = "gpqa-samples.jsonl"
 
 
 @dataclass

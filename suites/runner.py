@@ -24,6 +24,7 @@ from ground.errors import DsparkError, InfraError
 from ground.suites import SUITE_DEFAULTS
 from launchers.contract import Deployment, LaunchFailed
 from launchers.processes import die_with_parent, signal_group
+from suites.output import GPQA_SAMPLES_FILE
 from suites.progress import read_progress
 
 SUITES_DIR = Path(suites_package.__file__).parent
@@ -73,7 +74,8 @@ class SuiteRequest:
     model: str | None = None
     reference_url: str | None = None
     extra_args: tuple[str, ...] = ()
-    on_progress: Callable[[str], None] = field(default=lambda _text: None, compare=False)  # "gpqa 37/198 requests"
+    # "gpqa 37/198 requests, accuracy 62.2%" (suites.progress)
+    on_progress: Callable[[str], None] = field(default=lambda _text: None, compare=False)
 
     @property
     def request_timeout_s(self) -> float:
@@ -87,12 +89,14 @@ class SuiteRequest:
 
 def run_suites(request: SuiteRequest, watched: Sequence[Deployment] = (), watch: Watch = Watch()) -> SuiteOutcome:
     """pytest over the selected suites in a subprocess that dies with us, while every rank of ``watched`` is
-    checked: a rank that dies or stops answering stops the suites at once (what they measured is kept)."""
+    checked: a rank that dies or stops answering stops the suites at once (what they measured is kept).
+    ``request.on_progress`` hears how far a suite got ("gpqa 45/198 requests, accuracy 71.1%") each poll."""
     request.work_dir.mkdir(parents=True, exist_ok=True)
     options_path = request.work_dir / "suite-options.json"
     out_path = request.work_dir / "suites.json"
     options_path.write_text(json.dumps({k: dict(v) for k, v in request.options.items()}, indent=1))
     out_path.unlink(missing_ok=True)
+    (request.work_dir / GPQA_SAMPLES_FILE).unlink(missing_ok=True)  # never keep an earlier run's samples
     progress_path = request.work_dir / "suites.progress"
     progress_path.unlink(missing_ok=True)
     argv = [sys.executable, "-m", "pytest", *(str(SUITES_DIR / f"test_{name}.py") for name in request.names),
@@ -110,7 +114,11 @@ def run_suites(request: SuiteRequest, watched: Sequence[Deployment] = (), watch:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    cwd=SUITES_DIR.parent, start_new_session=True, preexec_fn=die_with_parent())
         try:
-            stopped_by = _watch(process, watched, watch, lambda: _report_progress(progress_path, request.on_progress))
+            def report() -> None:
+                _report_progress(progress_path, request.on_progress)
+
+            stopped_by = _watch(process, watched, watch, report)
+            report()  # the last state (e.g. gpqa 20/20 and its accuracy), even of a suite faster than one poll
         finally:
             _stop(process, watch.stop_grace_s, out_path)  # no-op when it finished; on Ctrl-C it must not outlive us
     return _outcome(out_path, process.returncode, request.work_dir / "suites.log", stopped_by)
@@ -206,6 +214,22 @@ def _stop(process: subprocess.Popen, grace_s: float, out_path: Path) -> None:
     signal_group(process.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=5)
+
+
+def gpqa_note(records: Mapping[str, list]) -> dict | None:
+    """How the GPQA figure was produced (CellResult.gpqa), from the suite's summary record; None without one."""
+    summaries = records.get("gpqa_summary") or []
+    if not summaries:
+        return None
+    summary = summaries[-1]
+    return {"scorer": summary.get("scorer", "sglang"), "partial": bool(summary.get("partial")),
+            "samples": summary.get("samples"), "planned_samples": summary.get("planned_samples"),
+            "accuracy": summary.get("accuracy")}
+
+
+def written_outcome(work_dir: Path) -> SuiteOutcome:
+    """What the suites wrote in ``work_dir`` (e.g. before an interrupted run tore the cell down)."""
+    return _outcome(work_dir / "suites.json", None, work_dir / "suites.log", None)
 
 
 def _outcome(out_path: Path, returncode: int | None, log_path: Path, stopped_by: DsparkError | None) -> SuiteOutcome:

@@ -7,7 +7,7 @@ client, ``/server_info`` and ``/metrics`` with plain HTTP.
 from __future__ import annotations
 
 import re
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, TypeVar
@@ -44,19 +44,38 @@ class Server:
     def ask_each(self, ask: Callable[[openai.OpenAI, Item], Answer], items: Iterable[Item], concurrency: int,
                  max_retries: int = 0, label: str = "requests") -> list[Answer]:
         """``ask(client, item)`` for every item, ``concurrency`` at a time on one client; answers in item order.
-        How many are done is reported under ``label`` (suites.progress)."""
+        How many are done is reported under ``label`` (suites.progress). Ctrl-C stops the requests and goes on."""
+        answers, interrupted = self.ask_until_interrupted(ask, items, concurrency, max_retries, label)
+        if interrupted:
+            raise KeyboardInterrupt
+        return answers
+
+    def ask_until_interrupted(self, ask: Callable[[openai.OpenAI, Item], Answer], items: Iterable[Item],
+                              concurrency: int, max_retries: int = 0, label: str = "requests",
+                              on_answer: Callable[[Answer], str | None] = lambda _answer: None,
+                              ) -> tuple[list[Answer], bool]:
+        """(answers so far in item order, interrupted). ``on_answer`` sees each answer as it lands (in the calling
+        thread) and may return a note for the progress line (e.g. GPQA's running accuracy). Ctrl-C stops at once:
+        queued items are dropped, in-flight requests cut (their client closed), the answers so far returned."""
         client = self.client(max_retries)
         items = list(items)
         progress = ProgressFile(self.progress_path, label, len(items))
-
-        def one(item: Item) -> Answer:
-            try:
-                return ask(client, item)
-            finally:
-                progress.advance()
-
-        with ThreadPoolExecutor(max_workers=concurrency) as pool:
-            return list(pool.map(one, items))
+        pool = ThreadPoolExecutor(max_workers=concurrency)
+        futures = {pool.submit(ask, client, item): index for index, item in enumerate(items)}
+        answers: dict[int, Answer] = {}
+        try:
+            for future in as_completed(futures):
+                answers[futures[future]] = answer = future.result()
+                progress.advance(on_answer(answer))
+        except KeyboardInterrupt:
+            pool.shutdown(wait=False, cancel_futures=True)
+            client.close()
+            return [answers[i] for i in sorted(answers)], True
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
+        return [answers[i] for i in sorted(answers)], False
 
     def get_json(self, path: str) -> dict[str, Any] | None:
         """GET a native endpoint; None when the server does not serve it (404) or it is not JSON."""
