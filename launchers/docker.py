@@ -43,7 +43,7 @@ from docker.utils import parse_repository_tag
 from ground.errors import InfraError
 from launchers.contract import LOG_LINES_KEPT, LOG_LINES_SEARCHED, LaunchContext, RankExit, culprit, group_failed
 from launchers.docker_spec import (LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, SIM_IMAGE, DockerSettings, container_env,
-                                   container_spec, device_of, files_to_copy, image_for)
+                                   container_spec, files_to_copy, image_for)
 from launchers.hosts import DockerHost, clients, connect, load_inventory
 from launchers.ledger import Ledger
 from launchers.processes import free_port, port_is_free, signals_deferred, sigterm_as_interrupt
@@ -122,7 +122,7 @@ class DockerLauncher:
                     ensure_image(client, url, image, self.settings.pull)
                 started = time.monotonic()
                 for command, host in zip(plan.ranks, hosts):
-                    group.start(self._rank_container(command, host, image, labels, device_of(plan), logs_dir))
+                    group.start(self._rank_container(command, host, image, labels, plan.device, logs_dir))
                 deployment = DockerDeployment(plan.cell_id, plan.base_url, group)
                 wait_until_ready(OurServer(plan), Deadline(self.settings.boot_timeout_s, self.settings.poll_s),
                                  deployment.check, cell_id=plan.cell_id, last_lines=group.rank0_tail)

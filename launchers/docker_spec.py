@@ -59,17 +59,6 @@ class DockerSettings:
             raise BadInput("--server", f"unknown server {self.server!r}", f"choose from {', '.join(SERVERS)}")
 
 
-def device_of(plan: LaunchPlan) -> str:
-    """The device a plan runs on, from SGLang's own `--device` flag (SGLang's default: cuda)."""
-    argv = list(plan.ranks[0].argv) if plan.ranks else []
-    for index, arg in enumerate(argv):
-        if arg == "--device" and index + 1 < len(argv):
-            return argv[index + 1]
-        if arg.startswith("--device="):
-            return arg.split("=", 1)[1]
-    return "cuda"
-
-
 def _cuda_access(host: DockerHost) -> dict:
     if isinstance(host.gpus, tuple):
         request = DeviceRequest(device_ids=[str(g) for g in host.gpus], capabilities=[["gpu"]])
@@ -144,7 +133,7 @@ def image_for(settings: DockerSettings, plan: LaunchPlan) -> str:
         return settings.image
     if settings.server == "sim":
         return settings.sim_image
-    device = device_of(plan)
+    device = plan.device
     image = plan.image or settings.device_images.get(device)
     if not image:
         raise BadInput(plan.cell_id, f"no container image for device {device!r}", "set `image:` in the matrix")

@@ -32,7 +32,7 @@ import yaml
 
 from ground.errors import BadInput
 from ground.sglang.release import DEVICE_IMAGES
-from launchers.plan_types import LaunchPlan, Placement
+from launchers.plan_types import LaunchPlan, Placement, device_of
 from launchers.resolve import server_argv
 
 LWS_GROUP, LWS_VERSION, LWS_KIND, LWS_PLURAL = "leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet", "leaderworkersets"
@@ -83,16 +83,6 @@ def object_name(cell_id: str, token: str | None = None) -> str:
     room = 40 - len(suffix) - len("ds--")
     base = base[:room].rstrip("-")
     return f"ds-{base}-{suffix}"
-
-
-def device_of(argv: Sequence[str]) -> str:
-    """The device from SGLang's own ``--device`` flag (SGLang's default: cuda)."""
-    for index, arg in enumerate(argv):
-        if arg == "--device" and index + 1 < len(argv):
-            return argv[index + 1]
-        if arg.startswith("--device="):
-            return arg.split("=", 1)[1]
-    return "cuda"
 
 
 def accelerator_resource(device: str, hardware: str | None = None) -> str | None:

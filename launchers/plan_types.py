@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from ground.sglang.release import SGLANG_ENTRYPOINT
 
@@ -55,5 +55,20 @@ class LaunchPlan:
     image: str | None = None
     gpus_per_node: int | None = None  # what a scheduler must allocate per node (Slurm --gpus-per-node)
 
+    @property
+    def device(self) -> str:
+        """The device the plan runs on (rank 0's ``--device``)."""
+        return device_of(self.ranks[0].argv) if self.ranks else "cuda"
+
     def to_dict(self) -> list[dict]:
         return [r.to_dict() for r in self.ranks]
+
+
+def device_of(argv: Sequence[str]) -> str:
+    """The device from SGLang's own ``--device`` flag (SGLang's default: cuda)."""
+    for index, arg in enumerate(argv):
+        if arg == "--device" and index + 1 < len(argv):
+            return argv[index + 1]
+        if arg.startswith("--device="):
+            return arg.split("=", 1)[1]
+    return "cuda"
