@@ -20,10 +20,13 @@ SPECULATIVE_SUITES = ("accept", "parity")
 METRIC_SUITE: Mapping[str, str] = MappingProxyType({
     "gpqa_accuracy": "gpqa", "gpqa_stderr": "gpqa", "gpqa_num_questions": "gpqa", "gpqa_repeats": "gpqa",
     "accept_length": "accept", "accept_rate": "accept",
-    "ttft_ms_mean": "speed", "ttft_ms_median": "speed", "ttft_ms_p99": "speed",
-    "tpot_ms_mean": "speed", "tpot_ms_median": "speed", "tpot_ms_p99": "speed",
-    "itl_ms_mean": "speed", "e2e_latency_s_mean": "speed", "output_throughput_tok_s": "speed",
+    # mean / median / p90 / p99 of TTFT, TPOT and ITL, as bench_serving prints them; ITL three ways (suites/speed.py)
+    **{f"{quantity}_ms_{stat}": "speed" for quantity in ("ttft", "tpot", "itl", "itl_chunk", "itl_token")
+       for stat in ("mean", "median", "p90", "p99")},
+    "e2e_latency_s_mean": "speed", "output_throughput_tok_s": "speed",
     "input_tokens_mean": "speed", "output_tokens_mean": "speed",
+    # the client's own overhead, beside TTFT
+    "client_loop_lag_ms_p99": "speed", "client_ttfb_ms_median": "speed", "client_ttfb_ms_p99": "speed",
     "parity_mismatches": "parity",
 })
 METRIC_NAMES = frozenset(METRIC_SUITE)

@@ -323,7 +323,7 @@ def _quality_value(metric: str, metrics: Mapping) -> str:
 
 def _speed_tables(metrics: Mapping) -> str:
     tables = [table([label(m) for m in columns], [[format_value(m, metrics.get(m)) for m in columns]])
-              for columns in (SPEED_LINE, SPEED_DETAIL) if any(metrics.get(m) is not None for m in columns)]
+              for columns in (SPEED_LINE, *SPEED_DETAIL) if any(metrics.get(m) is not None for m in columns)]
     return "\n\n".join(tables)
 
 

@@ -19,6 +19,7 @@ NOISE_STDERRS = 2.0  # a change (or a gate) within this many combined standard e
 THROUGHPUT_NOISE = 0.03  # vLLM's throughput gate: -3%
 MEDIAN_NOISE = 0.025  # vLLM's median TTFT/ITL gate: +2.5%; also means over every token (TPOT, ITL)
 MEAN_TTFT_NOISE = 0.05  # a mean over a few dozen requests moves with one queued prefill: twice the median's
+P90_NOISE = 0.05  # the p90 of tens of requests is a handful of them: between the median's band and the p99's
 P99_NOISE = 0.10  # on tens of requests the p99 is one or two requests: the noisiest number in the table
 ACCEPT_NOISE = 0.02  # acceptance gates sit at 95-98% of baseline; the tightest (2%) is what people trust
 STDERR_NOISE = 0.10  # sqrt(p(1-p)/n) moves with the accuracy itself; only n (questions, repeats) moves it far
@@ -44,16 +45,27 @@ METRICS: dict[str, Metric] = {
     "accept_rate": Metric(HIGHER, "Accept rate", ".1%", "quality", fraction=True, noise=ACCEPT_NOISE),
     "ttft_ms_mean": Metric(LOWER, "Avg TTFT (ms)", ".1f", "speed", noise=MEAN_TTFT_NOISE),
     "ttft_ms_median": Metric(LOWER, "Median TTFT (ms)", ".1f", "speed", noise=MEDIAN_NOISE),
+    "ttft_ms_p90": Metric(LOWER, "P90 TTFT (ms)", ".1f", "speed", noise=P90_NOISE),
     "ttft_ms_p99": Metric(LOWER, "P99 TTFT (ms)", ".1f", "speed", noise=P99_NOISE),
     "tpot_ms_mean": Metric(LOWER, "Avg TPOT (ms)", ".2f", "speed", noise=MEDIAN_NOISE),
     "tpot_ms_median": Metric(LOWER, "Median TPOT (ms)", ".2f", "speed", noise=MEDIAN_NOISE),
+    "tpot_ms_p90": Metric(LOWER, "P90 TPOT (ms)", ".2f", "speed", noise=P90_NOISE),
     "tpot_ms_p99": Metric(LOWER, "P99 TPOT (ms)", ".2f", "speed", noise=P99_NOISE),
-    "itl_ms_mean": Metric(LOWER, "Avg ITL (ms)", ".2f", "speed", noise=MEDIAN_NOISE),
+    # ITL as bench_serving 0.5.23 prints it (per token under speculation, per chunk otherwise), then both
+    # definitions by name (suites/speed.py): they differ by about the accept length.
+    **{f"itl{kind}_ms_{stat}": Metric(LOWER, f"{label} ITL{suffix} (ms)", ".2f", "speed", noise=noise)
+       for kind, suffix in (("", ""), ("_chunk", " per chunk"), ("_token", " per token"))
+       for stat, label, noise in (("mean", "Avg", MEDIAN_NOISE), ("median", "Median", MEDIAN_NOISE),
+                                  ("p90", "P90", P90_NOISE), ("p99", "P99", P99_NOISE))},
     # End-to-end latency is mostly decode time, the reciprocal of throughput: the same band.
     "e2e_latency_s_mean": Metric(LOWER, "Avg Lat (s)", ".3f", "speed", noise=THROUGHPUT_NOISE),
     "output_throughput_tok_s": Metric(HIGHER, "Avg Thpt (tok/s)", ".2f", "speed", noise=THROUGHPUT_NOISE),
     "input_tokens_mean": Metric(NEUTRAL, "Avg In", ".0f", "speed"),
     "output_tokens_mean": Metric(NEUTRAL, "Avg Out", ".0f", "speed"),
+    # The client's own overhead, beside TTFT: shown, never a verdict on the server.
+    "client_loop_lag_ms_p99": Metric(NEUTRAL, "Client loop lag p99 (ms)", ".1f", "speed"),
+    "client_ttfb_ms_median": Metric(NEUTRAL, "Median TTFB (ms)", ".1f", "speed"),
+    "client_ttfb_ms_p99": Metric(NEUTRAL, "P99 TTFB (ms)", ".1f", "speed"),
     # Greedy outputs with and without speculation must match token for token: every mismatch counts.
     "parity_mismatches": Metric(LOWER, "Parity mismatches", ".0f", "quality"),
 }
@@ -64,7 +76,12 @@ STDERR_OF: dict[str, str] = {name: metric.stderr for name, metric in METRICS.ite
 # The SGLang-style speed line of a cell, in the order SGLang PRs print it.
 SPEED_LINE = ("e2e_latency_s_mean", "ttft_ms_mean", "tpot_ms_mean", "output_throughput_tok_s",
               "input_tokens_mean", "output_tokens_mean")
-SPEED_DETAIL = ("ttft_ms_median", "ttft_ms_p99", "tpot_ms_median", "tpot_ms_p99", "itl_ms_mean")
+# A cell's detail tables under the speed line: latency spread, the ITL definitions, what the client added.
+SPEED_DETAIL = (
+    ("ttft_ms_median", "ttft_ms_p90", "ttft_ms_p99", "tpot_ms_median", "tpot_ms_p90", "tpot_ms_p99"),
+    ("itl_ms_mean", "itl_ms_median", "itl_ms_p90", "itl_ms_p99", "itl_chunk_ms_mean", "itl_token_ms_mean"),
+    ("client_ttfb_ms_median", "client_ttfb_ms_p99", "client_loop_lag_ms_p99"),
+)
 
 
 def format_value(name: str, value) -> str:

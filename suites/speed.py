@@ -1,13 +1,29 @@
 """Streaming latency and throughput, by sglang.bench_serving's definitions (CONTRACT.md).
 
-Per request (chat completions, streamed with ``stream_options={"include_usage": True}``):
+Per request (chat completions, streamed with ``stream_options={"include_usage": True,
+"continuous_usage_stats": True}``):
 - TTFT: from sending to the first chunk with non-empty content or reasoning content;
-- ITL: the gaps between later such chunks (a chunk may carry several tokens under speculation);
 - E2E: from sending to the end of the stream;
 - TPOT: (E2E − TTFT) / (completion_tokens − 1), completion_tokens from ``usage``, for requests with more
-  than one output token.
+  than one output token (sglang/benchmark/serving.py ``calculate_metrics``: ``tpots.append(...)``);
+- ITL per chunk (``itl_chunk_ms_*``): the gaps between later such chunks, one value per chunk; a chunk
+  carries several tokens under speculation (``async_request_openai_chat_completions``: ``output.itl.append``);
+- ITL per token (``itl_token_ms_*``): each gap divided by the tokens of its chunk and counted once per
+  token (``calculate_metrics``: ``adjusted_itl = itl / num_tokens``, ``extend([adjusted_itl] *
+  num_tokens)``). The tokens of a chunk come from the server's per-chunk ``usage`` (SGLang's
+  ``continuous_usage_stats``: exact, where bench_serving re-tokenizes the chunk's text);
+- ``itl_ms_*`` is what bench_serving 0.5.23 prints as ITL: per token when ``/server_info`` reports a
+  speculative accept length (``use_retokenized_itl``), per chunk otherwise. Without speculation every
+  chunk is one token and the two definitions agree.
+Percentiles are numpy's default (linear), as bench_serving's ``np.percentile``.
 Run level: output throughput = Σ completion_tokens / wall time of the measured phase (first send to last
 end); warm-up requests are excluded; at most ``concurrency`` requests in flight (a semaphore).
+
+Before the timed window the client warms up (``warmup_requests`` generations) and then opens as many
+connections as it will keep streams open (``concurrency`` concurrent ``GET /v1/models``), as a
+long-running client holds its pool: at high concurrency, opening hundreds of connections inside the
+window would otherwise be counted as TTFT. The client's own overhead is reported beside TTFT: its event
+loop's lag and each request's time to the response headers (TTFB).
 
 Input length is set by prompt construction (random words, calibrated against ``usage.prompt_tokens``,
 no tokenizer needed), output length by ``max_tokens`` with ``ignore_eos``. With ``workers`` > 1 the
@@ -24,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import multiprocessing
 import random
@@ -32,7 +47,7 @@ import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any, AsyncIterator, Mapping, Sequence
 
 import aiohttp
 import openai
@@ -78,6 +93,9 @@ class RequestTiming:
     chunks: int  # content chunks received
     error: str | None = None
     response_id: str | None = None  # the stream's "id": joins this request with server-side logs
+    # tokens in each chunk of ``itl`` (from the server's per-chunk usage); None: the server gave no per-chunk usage
+    itl_tokens: tuple[int, ...] | None = None
+    ttfb: float | None = None  # seconds from sending to the response headers: the client's send + server's read
 
     @property
     def ok(self) -> bool:
@@ -88,6 +106,20 @@ class RequestTiming:
         if not self.ok or self.completion_tokens <= 1:
             return None
         return (self.e2e - self.ttft) / (self.completion_tokens - 1)
+
+    def token_itl(self) -> list[float] | None:
+        """Per-token ITL as bench_serving 0.5.23 computes it: each chunk gap / the chunk's tokens, once per token.
+        A chunk without new tokens (a step split into reasoning and content) passes its gap on to the next."""
+        if self.itl_tokens is None:
+            return None
+        values: list[float] = []
+        pending = 0.0
+        for gap, tokens in zip(self.itl, self.itl_tokens):
+            pending += gap
+            if tokens > 0:
+                values.extend([pending / tokens] * tokens)
+                pending = 0.0
+        return values
 
 
 @dataclass(frozen=True)
@@ -108,6 +140,8 @@ class WorkerJob:
 class WorkerResult:
     timings: tuple[RequestTiming, ...]
     loop_lag_ms: tuple[float, ...]  # how late the event loop woke a 10 ms sleeper: >> 0 means saturated
+    connections_warmed: int | None = None  # connections opened before the window (None: the client cannot tell)
+    connections_opened_in_window: int | None = None  # 0 when the warmed pool sufficed
 
 
 # ---------------------------------------------------------------- prompts
@@ -140,44 +174,37 @@ def build_prompts(count: int, input_len: int, overhead: float, tokens_per_word: 
 
 
 def run_worker(job: WorkerJob, barrier=None) -> WorkerResult:
-    """Warm up, wait for the other workers, then measure. Runs in the calling or a spawned process."""
+    """Warm up, open the pool, wait for the other workers, then measure. Runs in the calling or a spawned process."""
     return asyncio.run(_run_worker(job, barrier))
 
 
 async def _run_worker(job: WorkerJob, barrier) -> WorkerResult:
-    async with _open_client(job) as stream_one:
-        await _run_phase(stream_one, job, job.warmup_prompts)
+    client_class = {"aiohttp": AiohttpStreams, "openai": OpenAIStreams}[job.client]
+    async with client_class.open(job) as client:
+        await _run_phase(client, job, job.warmup_prompts)
+        warmed = await client.open_connections(job.concurrency)
         if barrier is not None:
             await asyncio.to_thread(barrier.wait)
+        opened_before = client.connections_opened
         lag: list[float] = []
         probe = asyncio.create_task(_probe_loop_lag(lag))
-        timings = await _run_phase(stream_one, job, job.prompts)
+        timings = await _run_phase(client, job, job.prompts)
         probe.cancel()
-    return WorkerResult(timings=tuple(timings), loop_lag_ms=tuple(lag))
+        in_window = None if opened_before is None else client.connections_opened - opened_before
+    return WorkerResult(timings=tuple(timings), loop_lag_ms=tuple(lag), connections_warmed=warmed,
+                        connections_opened_in_window=in_window)
 
 
-@contextlib.asynccontextmanager
-async def _open_client(job: WorkerJob) -> AsyncIterator[Callable[[WorkerJob, str], Awaitable[RequestTiming]]]:
-    """A function that streams one request, bound to a client for the whole worker."""
-    timeout = aiohttp.ClientTimeout(total=job.timeout)
-    if job.client == "aiohttp":
-        # limit=0: no connection cap of our own; the semaphore is the concurrency limit.
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as session:
-            yield functools.partial(stream_with_aiohttp, session)
-    else:
-        async with openai.AsyncOpenAI(base_url=job.api_base, api_key=job.api_key, timeout=job.timeout,
-                                      max_retries=0) as client:
-            yield functools.partial(stream_with_openai, client)
-
-
-async def _run_phase(stream_one, job: WorkerJob, prompts: Sequence[str]) -> list[RequestTiming]:
+async def _run_phase(client: "AiohttpStreams | OpenAIStreams", job: WorkerJob,
+                     prompts: Sequence[str]) -> list[RequestTiming]:
     semaphore = asyncio.Semaphore(job.concurrency)
+    requests = [client.prepare(job, prompt) for prompt in prompts]  # built before the first send
 
-    async def limited(prompt: str) -> RequestTiming:
+    async def limited(request) -> RequestTiming:
         async with semaphore:
-            return await stream_one(job, prompt)
+            return await client.stream(job, request)
 
-    return list(await asyncio.gather(*(limited(p) for p in prompts)))
+    return list(await asyncio.gather(*(limited(r) for r in requests)))
 
 
 class _RequestClock:
@@ -185,23 +212,34 @@ class _RequestClock:
 
     def __init__(self):
         self.start_wall, self.start = time.monotonic(), time.perf_counter()
-        self.ttft = self.last = None
+        self.ttft = self.last = self.ttfb = None
         self.itl: list[float] = []
+        self.itl_tokens: list[int] | None = []
+        self.tokens_seen = 0
         self.chunks = 0
         self.completion_tokens = self.prompt_tokens = None
         self.response_id = None
+
+    def headers_arrived(self) -> None:
+        self.ttfb = time.perf_counter() - self.start
 
     def event_arrived(self, response_id: str | None) -> None:
         if self.response_id is None:
             self.response_id = response_id
 
-    def text_arrived(self) -> None:
+    def text_arrived(self, tokens_so_far: int | None) -> None:
+        """A chunk with content; ``tokens_so_far``: its usage.completion_tokens (continuous usage), if any."""
         now = time.perf_counter()
         self.chunks += 1
+        tokens = None if tokens_so_far is None else tokens_so_far - self.tokens_seen
+        if tokens_so_far is not None:
+            self.tokens_seen = tokens_so_far
         if self.ttft is None:
             self.ttft = now - self.start
         else:
             self.itl.append(now - self.last)
+            if self.itl_tokens is not None:
+                self.itl_tokens = None if tokens is None else [*self.itl_tokens, tokens]
         self.last = now
 
     def usage_arrived(self, prompt_tokens: int | None, completion_tokens: int | None) -> None:
@@ -211,38 +249,93 @@ class _RequestClock:
         e2e = None if error else time.perf_counter() - self.start
         if error is None and self.completion_tokens is None:
             error = "no usage in the stream"
+        itl_tokens = tuple(self.itl_tokens) if self.itl_tokens is not None else None
         return RequestTiming(self.start_wall, self.ttft, e2e, tuple(self.itl), self.completion_tokens,
-                             self.prompt_tokens, self.chunks, error=error, response_id=self.response_id)
+                             self.prompt_tokens, self.chunks, error=error, response_id=self.response_id,
+                             itl_tokens=itl_tokens, ttfb=self.ttfb)
 
 
 def _payload(job: WorkerJob, prompt: str) -> dict:
+    # continuous_usage_stats: SGLang puts the running usage in every content chunk, which gives each
+    # chunk's token count exactly (per-token ITL) without a tokenizer.
     return {"model": job.model, "messages": [{"role": "user", "content": prompt}], "max_tokens": job.max_tokens,
-            "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True},
+            "temperature": 0.0, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
             "ignore_eos": job.ignore_eos}
 
 
-async def stream_with_aiohttp(session: aiohttp.ClientSession, job: WorkerJob, prompt: str) -> RequestTiming:
-    clock = _RequestClock()
-    try:
-        async with session.post(f"{job.api_base}/chat/completions", json=_payload(job, prompt),
-                                headers={"Authorization": f"Bearer {job.api_key}"}) as response:
-            if response.status != 200:
-                return clock.result(f"HTTP {response.status}: {(await response.text())[:300]}")
-            async for data in sse_data(response.content):
-                if data == "[DONE]":
-                    break
-                event = json.loads(data)
-                clock.event_arrived(event.get("id"))
-                if "error" in event:
-                    return clock.result(f"error event: {event['error']}")
-                if event.get("usage"):
-                    clock.usage_arrived(event["usage"].get("prompt_tokens"), event["usage"].get("completion_tokens"))
-                delta = (event.get("choices") or [{}])[0].get("delta") or {}
-                if delta.get("content") or delta.get("reasoning_content"):
-                    clock.text_arrived()
-    except Exception as err:  # a broken stream is a measurement failure, whatever raised it
-        return clock.result(f"{type(err).__name__}: {err}")
-    return clock.result()
+class AiohttpStreams:
+    """The default client: one aiohttp session for the whole worker, the event stream read line by line."""
+
+    def __init__(self, job: WorkerJob):
+        self._session: aiohttp.ClientSession | None = None
+        self._url = f"{job.api_base}/chat/completions"
+        self._headers = {"Authorization": f"Bearer {job.api_key}", "Content-Type": "application/json"}
+        self._models_url = f"{job.api_base}/models"
+        self.connections_opened = 0
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(cls, job: WorkerJob) -> AsyncIterator["AiohttpStreams"]:
+        client = cls(job)
+        trace = aiohttp.TraceConfig()  # its signals freeze with the session: connect them first
+        trace.on_connection_create_end.append(client._count_connection)
+        # limit=0: no connection cap of our own; the semaphore is the concurrency limit.
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), trace_configs=[trace],
+                                         timeout=aiohttp.ClientTimeout(total=job.timeout)) as session:
+            client._session = session
+            yield client
+
+    async def _count_connection(self, session, context, params) -> None:
+        self.connections_opened += 1
+
+    async def open_connections(self, count: int) -> int:
+        """Hold ``count`` requests open at once so the pool keeps that many connections; returns how many it opened."""
+        before = self.connections_opened
+
+        async def touch() -> None:
+            async with self._session.get(self._models_url, headers=self._headers) as response:
+                await response.read()
+
+        await asyncio.gather(*(touch() for _ in range(count)), return_exceptions=True)
+        return self.connections_opened - before
+
+    def prepare(self, job: WorkerJob, prompt: str) -> bytes:
+        return json.dumps(_payload(job, prompt)).encode()
+
+    async def stream(self, job: WorkerJob, body: bytes) -> RequestTiming:
+        clock = _RequestClock()
+        try:
+            async with self._session.post(self._url, data=body, headers=self._headers) as response:
+                clock.headers_arrived()
+                if response.status != 200:
+                    return clock.result(f"HTTP {response.status}: {(await response.text())[:300]}")
+                async for data in sse_data(response.content):
+                    if data == "[DONE]":
+                        break
+                    error = _read_event(clock, json.loads(data))
+                    if error:
+                        return clock.result(error)
+        except Exception as err:  # a broken stream is a measurement failure, whatever raised it
+            return clock.result(f"{type(err).__name__}: {err}")
+        return clock.result()
+
+
+def _read_event(clock: _RequestClock, event: dict) -> str | None:
+    """Timestamp one chat.completion.chunk; an error message if the event is an error."""
+    clock.event_arrived(event.get("id"))
+    if "error" in event:
+        return f"error event: {event['error']}"
+    usage = event.get("usage") or {}
+    choices = event.get("choices") or []
+    if not choices:  # the usage-only chunk at the end (include_usage)
+        if usage:
+            clock.usage_arrived(usage.get("prompt_tokens"), usage.get("completion_tokens"))
+        return None
+    delta = choices[0].get("delta") or {}
+    if delta.get("content") or delta.get("reasoning_content"):
+        clock.text_arrived(usage.get("completion_tokens"))
+    return None
 
 
 async def sse_data(content: aiohttp.StreamReader) -> AsyncIterator[str]:
@@ -261,24 +354,42 @@ async def sse_data(content: aiohttp.StreamReader) -> AsyncIterator[str]:
         yield "\n".join(lines)
 
 
-async def stream_with_openai(client: openai.AsyncOpenAI, job: WorkerJob, prompt: str) -> RequestTiming:
-    clock = _RequestClock()
-    payload = _payload(job, prompt)
-    try:
-        stream = await client.chat.completions.create(
-            model=job.model, messages=payload["messages"], max_tokens=job.max_tokens, temperature=0.0,
-            stream=True, stream_options={"include_usage": True}, extra_body={"ignore_eos": job.ignore_eos})
-        async for chunk in stream:
-            clock.event_arrived(chunk.id)
-            if chunk.usage:
-                clock.usage_arrived(chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
-            if chunk.choices:
-                delta = chunk.choices[0].delta
-                if delta.content or getattr(delta, "reasoning_content", None):
-                    clock.text_arrived()
-    except Exception as err:
-        return clock.result(f"{type(err).__name__}: {err}")
-    return clock.result()
+class OpenAIStreams:
+    """``client: openai``: the official client, for cross-checks (costly per chunk: BENCHMARKS.md)."""
+
+    connections_opened = None  # httpx does not say when it opens a connection
+
+    def __init__(self, client: openai.AsyncOpenAI):
+        self._client = client
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(cls, job: WorkerJob) -> AsyncIterator["OpenAIStreams"]:
+        async with openai.AsyncOpenAI(base_url=job.api_base, api_key=job.api_key, timeout=job.timeout,
+                                      max_retries=0) as client:
+            yield cls(client)
+
+    async def open_connections(self, count: int) -> None:
+        await asyncio.gather(*(self._client.models.list() for _ in range(count)), return_exceptions=True)
+
+    def prepare(self, job: WorkerJob, prompt: str) -> str:
+        return prompt
+
+    async def stream(self, job: WorkerJob, prompt: str) -> RequestTiming:
+        clock = _RequestClock()
+        payload = _payload(job, prompt)
+        try:
+            stream = await self._client.chat.completions.create(
+                model=job.model, messages=payload["messages"], max_tokens=job.max_tokens, temperature=0.0,
+                stream=True, stream_options=payload["stream_options"], extra_body={"ignore_eos": job.ignore_eos})
+            clock.headers_arrived()
+            async for chunk in stream:
+                error = _read_event(clock, chunk.model_dump())
+                if error:
+                    return clock.result(error)
+        except Exception as err:
+            return clock.result(f"{type(err).__name__}: {err}")
+        return clock.result()
 
 
 async def _probe_loop_lag(lag: list[float]) -> None:
@@ -322,32 +433,64 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def speed_metrics(timings: Sequence[RequestTiming]) -> dict[str, float | None]:
+def distribution(name: str, values: Sequence[float]) -> dict[str, float | None]:
+    """``name_mean``, ``_median``, ``_p90``, ``_p99`` of ``values``, as bench_serving prints them (None when empty)."""
+    if not values:
+        return dict.fromkeys((f"{name}_mean", f"{name}_median", f"{name}_p90", f"{name}_p99"))
+    return {f"{name}_mean": statistics.fmean(values), f"{name}_median": statistics.median(values),
+            f"{name}_p90": percentile(values, 90), f"{name}_p99": percentile(values, 99)}
+
+
+def server_reports_accept_length(server: Server) -> bool:
+    """bench_serving 0.5.23's test for per-token ITL: ``/server_info`` internal_states[0] has an accept length
+    (``benchmark()``, after the run; a PD deployment answers for its decode side)."""
+    info = server.get_json("/server_info") or {}
+    if "decode" in info:
+        info = (info.get("decode") or [{}])[0]
+    states = info.get("internal_states") or [{}]
+    return bool(states[0].get("avg_spec_accept_length"))
+
+
+def speed_metrics(timings: Sequence[RequestTiming], per_token_itl: bool) -> dict[str, float | None]:
+    """The speed metrics of the successful requests; ``per_token_itl``: bench_serving would print per-token
+    ITL (``server_reports_accept_length``), so ``itl_ms_*`` is ``itl_token_ms_*`` when it can be computed."""
     done = [t for t in timings if t.ok]
     if not done:
         return {}
-    ttft_ms = [t.ttft * 1000 for t in done]
-    tpot_ms = [t.tpot * 1000 for t in done if t.tpot is not None]
-    itl_ms = [gap * 1000 for t in done for gap in t.itl]
+    chunk_itl_ms = [gap * 1000 for t in done for gap in t.itl]
+    token_itls = [t.token_itl() for t in done]
+    token_itl_ms = None if None in token_itls else [gap * 1000 for values in token_itls for gap in values]
     wall = max(t.start + t.e2e for t in done) - min(t.start for t in done)
     metrics = {
-        "ttft_ms_mean": statistics.fmean(ttft_ms), "ttft_ms_median": statistics.median(ttft_ms),
-        "ttft_ms_p99": percentile(ttft_ms, 99),
-        "itl_ms_mean": statistics.fmean(itl_ms) if itl_ms else None,
+        **distribution("ttft_ms", [t.ttft * 1000 for t in done]),
+        **distribution("tpot_ms", [t.tpot * 1000 for t in done if t.tpot is not None]),
+        **distribution("itl_ms", token_itl_ms if per_token_itl and token_itl_ms is not None else chunk_itl_ms),
+        **distribution("itl_chunk_ms", chunk_itl_ms),
+        **distribution("itl_token_ms", token_itl_ms or []),
         "e2e_latency_s_mean": statistics.fmean(t.e2e for t in done),
         "output_throughput_tok_s": sum(t.completion_tokens for t in done) / wall if wall > 0 else None,
         "input_tokens_mean": statistics.fmean(t.prompt_tokens or 0 for t in done),
         "output_tokens_mean": statistics.fmean(t.completion_tokens for t in done),
     }
-    if tpot_ms:
-        metrics.update(tpot_ms_mean=statistics.fmean(tpot_ms), tpot_ms_median=statistics.median(tpot_ms),
-                       tpot_ms_p99=percentile(tpot_ms, 99))
-    return metrics
+    return {name: value for name, value in metrics.items() if value is not None}
+
+
+def client_overhead_metrics(results: Sequence[WorkerResult]) -> dict[str, float]:
+    """What the client itself adds, beside TTFT: how late its event loop ran (p99) and the time to the response
+    headers (send, then the server's read; TTFT − TTFB is the server's prefill and the client's reading)."""
+    lag = [value for result in results for value in result.loop_lag_ms]
+    ttfb_ms = [t.ttfb * 1000 for result in results for t in result.timings if t.ok and t.ttfb is not None]
+    metrics = {"client_loop_lag_ms_p99": percentile(lag, 99) if lag else None,
+               "client_ttfb_ms_median": statistics.median(ttfb_ms) if ttfb_ms else None,
+               "client_ttfb_ms_p99": percentile(ttfb_ms, 99) if ttfb_ms else None}
+    return {name: value for name, value in metrics.items() if value is not None}
 
 
 def timing_record(timing: RequestTiming) -> dict:
     record = asdict(timing)
-    del record["itl"]  # thousands of numbers per request; the count and the mean are enough here
-    record.update(itl_count=len(timing.itl), itl_ms_mean=statistics.fmean(timing.itl) * 1000 if timing.itl else None,
-                  tpot=timing.tpot)
+    del record["itl"], record["itl_tokens"]  # thousands of numbers per request; counts and means are enough here
+    token_itl = timing.token_itl()
+    record.update(itl_count=len(timing.itl),
+                  itl_chunk_ms_mean=statistics.fmean(timing.itl) * 1000 if timing.itl else None,
+                  itl_token_ms_mean=statistics.fmean(token_itl) * 1000 if token_itl else None, tpot=timing.tpot)
     return record

@@ -1,5 +1,6 @@
-"""Streaming speed: ttft_ms_*, tpot_ms_*, itl_ms_mean, e2e_latency_s_mean, output_throughput_tok_s,
-input_tokens_mean, output_tokens_mean; records "speed" (per request) and "speed_summary".
+"""Streaming speed: ttft_ms_*, tpot_ms_*, itl_ms_* (bench_serving's ITL), itl_chunk_ms_*, itl_token_ms_*,
+e2e_latency_s_mean, output_throughput_tok_s, input_tokens_mean, output_tokens_mean, and the client's own
+overhead client_loop_lag_ms_p99, client_ttfb_ms_*; records "speed" (per request) and "speed_summary".
 
 Options (suite "speed"): num_requests, concurrency, input_len, output_len, warmup_requests, workers,
 ignore_eos. Speed is gated by the run against a baseline; this suite fails only when requests fail.
@@ -12,7 +13,8 @@ import statistics
 import pytest
 
 from suites.speed import (
-    SpeedSettings, build_prompts, calibrate, percentile, run_measurement, speed_metrics, timing_record,
+    SpeedSettings, build_prompts, calibrate, client_overhead_metrics, percentile, run_measurement,
+    server_reports_accept_length, speed_metrics, timing_record,
 )
 
 # A client event loop that wakes a 10 ms sleeper this late (p99) is too busy to timestamp chunks well
@@ -30,20 +32,37 @@ def speed_run(server, suite_config, suite_output):
     timings = [timing for result in results for timing in result.timings]
     lag = [value for result in results for value in result.loop_lag_ms]
 
-    suite_output.add_metrics(speed_metrics(timings))
+    per_token_itl = server_reports_accept_length(server)
+    suite_output.add_metrics({**speed_metrics(timings, per_token_itl), **client_overhead_metrics(results)})
     suite_output.add_records("speed", [timing_record(t) for t in timings])
     lag_p99 = percentile(lag, 99) if lag else None
     suite_output.add_records("speed_summary", [{
         "settings": vars(settings), "model": server.model,
         "prompt_calibration": {"overhead_tokens": overhead, "tokens_per_word": tokens_per_word},
         "failed": sum(not t.ok for t in timings),
+        "itl_ms_definition": _itl_definition(per_token_itl, timings),
         "client_loop_lag_ms": {"median": statistics.median(lag), "p99": lag_p99} if lag else None,
+        "connections": {"warmed": _total(r.connections_warmed for r in results),
+                        "opened_in_window": _total(r.connections_opened_in_window for r in results)},
     }])
     if lag_p99 is not None and lag_p99 > LOOP_LAG_WARN_MS:
         suite_output.warn(f"speed: the client's event loop ran {lag_p99:.1f} ms late (p99): timings may be "
                           f"inflated by the harness; raise speed.workers (BENCHMARKS.md)")
     _warn_on_short_outputs(timings, settings, suite_output)
     return timings
+
+
+def _itl_definition(per_token_itl: bool, timings) -> str:
+    if not per_token_itl:
+        return "per chunk (the server reports no accept length, as bench_serving decides)"
+    if any(t.ok and t.itl_tokens is None for t in timings):
+        return "per chunk (the server speculates but sent no per-chunk usage to count each chunk's tokens)"
+    return "per token (the server reports an accept length, as bench_serving decides)"
+
+
+def _total(values) -> int | None:
+    values = list(values)
+    return None if None in values else sum(values)
 
 
 def _warn_on_short_outputs(timings, settings, suite_output) -> None:
