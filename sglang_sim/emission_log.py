@@ -25,19 +25,21 @@ BUFFER_BYTES = 1 << 16
 def emission_record(gen: Generation, streaming: bool) -> dict:
     """What one line says about a finished request (None where it never got that far)."""
     first, last = gen.first_token, gen.last_token
-    # a step emits one chunk: the prefill token, then one per decode (verify) step
-    emissions = 0 if first is None else (1 + gen.spec.verify_ct if gen.spec is not None else gen.completion_tokens)
     return {
         "rid": gen.rid,  # the response's "id" (n = 1), meta_info.id, /generate's meta_info.id
         "prompt_tokens": gen.prompt_tokens, "completion_tokens": gen.completion_tokens,
         "finish_reason": (gen.finish_reason or {}).get("type"), "streaming": streaming,
-        "scheduler_dp_rank": gen.dp_rank, "emissions": emissions,
+        # a step emits one chunk: the prefill token, then one per decode (verify) step
+        "scheduler_dp_rank": gen.dp_rank, "emissions": len(gen.emission_tokens),
         "arrival_monotonic": gen.arrived.monotonic,
         "first_token_monotonic": first.monotonic if first else None,
         "last_token_monotonic": last.monotonic if last else None,
         "arrival_wall": gen.arrived.wall,
         "first_token_wall": first.wall if first else None,
         "last_token_wall": last.wall if last else None,
+        # per emission: when it was handed over (the first is first_token_monotonic, the last
+        # last_token_monotonic) and its tokens (they add up to completion_tokens)
+        "emission_monotonic": gen.emission_monotonic, "emission_tokens": gen.emission_tokens,
     }
 
 

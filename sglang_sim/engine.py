@@ -86,8 +86,21 @@ class Generation:
     arrived: Instant = field(default_factory=Instant.now)
     first_token: Instant | None = None  # when the engine handed the first token to the HTTP layer
     last_token: Instant | None = None  # ... and the last one (so far)
+    # Each emission (the prefill token, then each decode or verify step's tokens): when it was handed
+    # over (time.monotonic(), the same reading as first_token/last_token) and how many tokens it held.
+    emission_monotonic: list[float] = field(default_factory=list, repr=False)
+    emission_tokens: list[int] = field(default_factory=list, repr=False)
     finished_at: float | None = None  # time.monotonic()
     _output_ids: list[int] = field(default_factory=list, repr=False)
+
+    def emitted(self, tokens: list[str]) -> None:
+        """Note a step handed to the HTTP layer now (which writes it in the same event-loop turn)."""
+        now = Instant.now()
+        if self.first_token is None:
+            self.first_token = now
+        self.last_token = now
+        self.emission_monotonic.append(now.monotonic)
+        self.emission_tokens.append(len(tokens))
 
     @property
     def completion_tokens(self) -> int:
@@ -201,13 +214,13 @@ class Engine:
         await _sleep_until(clock)
         self._on_prefill()
         first = self._take(gen, source, 1, job.max_new_tokens)
-        gen.first_token = gen.last_token = Instant.now()  # the handler writes what we yield at once
+        gen.emitted(first)  # the handler writes what we yield at once
         yield first
         while gen.finish_reason is None:
             clock += self.step_seconds
             await _sleep_until(clock)
             tokens = self._verify_step(gen, job, rank, source, accept_rng)
-            gen.last_token = Instant.now()
+            gen.emitted(tokens)
             yield tokens
 
     def _verify_step(self, gen: Generation, job: Job, rank: RankState, source, accept_rng) -> list[str]:

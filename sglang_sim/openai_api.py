@@ -55,7 +55,8 @@ class Sampling:
     temperature: float
     ignore_eos: bool
     stream: bool
-    include_usage: bool
+    include_usage: bool  # the usage chunk at the end
+    continuous_usage: bool  # stream_options.continuous_usage_stats: usage on every content chunk too
     spec_details: bool
 
 
@@ -125,12 +126,14 @@ def parse_sampling(body: dict, state: ServerState, default_max_tokens: int | Non
     if max_tokens is not None and max_tokens <= 0:
         raise BadRequest("max_tokens must be positive")
     temperature = _number(body, "temperature", None)
+    # openai/utils.py should_include_usage: the server default only turns the final usage chunk on
     stream_options = body.get("stream_options") or {}
     return Sampling(model=body.get("model") or DEFAULT_MODEL_NAME, n=n, max_tokens=max_tokens,
                     temperature=1.0 if temperature is None else temperature,
                     ignore_eos=bool(body.get("ignore_eos", False)), stream=bool(body.get("stream", False)),
                     include_usage=bool(stream_options.get("include_usage"))
                     or state.args.stream_response_default_include_usage,
+                    continuous_usage=bool(stream_options.get("continuous_usage_stats")),
                     spec_details=bool(body.get("return_spec_tokens_details", False)))
 
 
@@ -167,11 +170,37 @@ def _jobs(state: ServerState, prompt: str, question: str, sampling: Sampling, th
             for _ in range(sampling.n)]
 
 
+def token_usage(prompt: int, completion: int, prompt_details: dict | None = None) -> dict:
+    """UsageProcessor.calculate_token_usage(...).model_dump(): UsageInfo in its field order (the simulator
+    reports no reasoning tokens, so completion_tokens_details stays None)."""
+    return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
+            "prompt_tokens_details": prompt_details, "reasoning_tokens": 0, "completion_tokens_details": None}
+
+
 def usage_of(generations: list[Generation], n: int) -> dict:
     prompt = sum(gen.prompt_tokens for index, gen in enumerate(generations) if index % n == 0)
-    completion = sum(gen.completion_tokens for gen in generations)
-    return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
-            "prompt_tokens_details": None, "reasoning_tokens": 0, "completion_tokens_details": None}
+    return token_usage(prompt, sum(gen.completion_tokens for gen in generations))
+
+
+class ContinuousUsage:
+    """stream_options.continuous_usage_stats: one choice's usage so far, for each chunk built from a step.
+
+    SGLang reads meta_info.completion_tokens of the output the chunk comes from, i.e. the choice's
+    tokens up to and including that step; they are counted here as the steps are handed over (with
+    n > 1 a choice's generation may have run on by the time its queued step is written)."""
+
+    def __init__(self, choices: Choices, sampling: Sampling, prompt_details: dict | None = None):
+        self.active = sampling.continuous_usage
+        self._prompts = [gen.prompt_tokens for gen in choices.generations]
+        self._sent = [0] * len(self._prompts)
+        self._prompt_details = prompt_details
+
+    def step(self, index: int, tokens: list[str]) -> dict | None:
+        """Count a step's tokens; the usage its chunks carry (None when not asked for)."""
+        self._sent[index] += len(tokens)
+        if not self.active:
+            return None
+        return token_usage(self._prompts[index], self._sent[index], self._prompt_details)
 
 
 def sglext_of(generations: list[Generation], sampling: Sampling, ids: dict | None = None) -> dict | None:
@@ -270,10 +299,15 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     return json_response(payload)
 
 
-def _chat_chunk(rid: str, created: int, model: str, index: int, delta: dict, finish=None, matched=None) -> bytes:
-    return sse_event({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-                      "choices": [{"index": index, "delta": {"reasoning_content": None, **delta}, "logprobs": None,
-                                   "finish_reason": finish, "matched_stop": matched}]})
+def _chat_chunk(rid: str, created: int, model: str, index: int, delta: dict, finish=None, matched=None,
+                usage: dict | None = None) -> bytes:
+    """sse_utils.build_sse_content: StreamChunk omits ``usage`` when it is None."""
+    chunk = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+             "choices": [{"index": index, "delta": {"reasoning_content": None, **delta}, "logprobs": None,
+                          "finish_reason": finish, "matched_stop": matched}]}
+    if usage is not None:
+        chunk["usage"] = usage
+    return sse_event(chunk)
 
 
 async def _chat_stream(request, state: ServerState, choices: Choices, sampling: Sampling,
@@ -281,16 +315,20 @@ async def _chat_stream(request, state: ServerState, choices: Choices, sampling: 
     response = await state.open_stream(request)
     rid, created, model = choices.generations[0].rid, int(time.time()), sampling.model
     started = set()
+    # serving_chat._generate_stream_content: the reasoning and the content chunk of a step carry the
+    # choice's usage so far; the role chunk and the finish chunk never do (build_sse_content without usage).
+    continuous = ContinuousUsage(choices, sampling, {"cached_tokens": 0} if state.args.enable_cache_report else None)
     async with state.streaming(request, response) as send, choices.stepping() as steps:
         async for index, tokens in steps:
             if index not in started:
                 started.add(index)
                 await send(_chat_chunk(rid, created, model, index, {"role": "assistant", "content": ""}))
+            usage = continuous.step(index, tokens)
             reasoning, content = splits[index].split(tokens)
             if reasoning:
-                await send(_chat_chunk(rid, created, model, index, {"reasoning_content": reasoning}))
+                await send(_chat_chunk(rid, created, model, index, {"reasoning_content": reasoning}, usage=usage))
             if content:
-                await send(_chat_chunk(rid, created, model, index, {"content": content}))
+                await send(_chat_chunk(rid, created, model, index, {"content": content}, usage=usage))
         for index, gen in enumerate(choices.generations):
             finish, matched = _finish(gen)
             await send(_chat_chunk(rid, created, model, index, {}, finish, matched))
@@ -352,6 +390,9 @@ async def _completion_stream(request, state: ServerState, choices: Choices, samp
     response = await state.open_stream(request)
     rid, created, model = choices.generations[0].rid, int(time.time()), sampling.model
     started = set()
+    # serving_completions._generate_completion_stream: every step's chunk, the last (with finish_reason)
+    # included, carries the choice's usage so far; no cached-token details there
+    continuous = ContinuousUsage(choices, sampling)
     async with state.streaming(request, response) as send, choices.stepping() as steps:
         async for index, tokens in steps:
             finish, matched = _finish(choices.generations[index])
@@ -363,7 +404,7 @@ async def _completion_stream(request, state: ServerState, choices: Choices, samp
                     started.add(index)
                     choice["prompt_token_ids"] = encode(choices.jobs[index].ask.prompt)
             await send(sse_event({"id": rid, "object": "text_completion", "created": created, "model": model,
-                                  "choices": [choice], "usage": None}))
+                                  "choices": [choice], "usage": continuous.step(index, tokens)}))
         sglext = sglext_of(choices.generations, sampling)
         if sglext is not None:
             await send(sse_event({"id": rid, "object": "text_completion", "created": created, "model": model,

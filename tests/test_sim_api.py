@@ -108,6 +108,67 @@ def test_chat_stream_without_include_usage_has_no_usage_chunk(spec_server):
     assert all(payload["choices"] for payload in payloads)  # no sglext chunk either: not asked for
 
 
+def test_continuous_usage_stats_count_each_chat_chunks_tokens(spec_server):
+    chunks = list(client(spec_server).chat.completions.create(
+        model="m", messages=HELLO, max_tokens=40, temperature=0, stream=True,
+        stream_options={"include_usage": True, "continuous_usage_stats": True},
+        extra_body={"ignore_eos": True, "return_spec_tokens_details": True}))
+    role, *content, finish, sglext, final = chunks
+    assert role.usage is None and finish.usage is None  # SGLang puts usage on content chunks only
+    counts = [chunk.usage.completion_tokens for chunk in content]
+    steps = [after - before for before, after in zip([0, *counts], counts)]
+    details = spec_details(sglext)
+    # the prefill token, then each verify step's correct drafts + 1, as its own chunk
+    assert steps[0] == 1 and len(steps) == 1 + details["spec_verify_ct"]
+    assert all(1 <= step <= GAMMA + 1 for step in steps) and max(steps) > 1
+    assert sum(step - 1 for step in steps) == details["spec_num_correct_drafts"]
+    assert counts[-1] == final.usage.completion_tokens == 40
+    assert all(chunk.usage.prompt_tokens == final.usage.prompt_tokens for chunk in content)
+    assert all(chunk.usage.total_tokens == chunk.usage.prompt_tokens + chunk.usage.completion_tokens
+               for chunk in content)
+
+
+def test_continuous_usage_stats_on_reasoning_chunks_too(spec_server):
+    chunks = list(client(spec_server).chat.completions.create(
+        model="m", messages=HELLO, max_tokens=300, temperature=0, stream=True,
+        stream_options={"include_usage": True, "continuous_usage_stats": True},
+        extra_body={"ignore_eos": True, "chat_template_kwargs": {"thinking": True}}))
+    deltas = [chunk for chunk in chunks if chunk.choices and (chunk.choices[0].delta.content
+                                                              or chunk.choices[0].delta.model_extra["reasoning_content"])]
+    reasoning = [chunk for chunk in deltas if chunk.choices[0].delta.model_extra["reasoning_content"]]
+    assert reasoning and all(chunk.usage is not None for chunk in deltas)
+    counts = [chunk.usage.completion_tokens for chunk in deltas]
+    # a step that closes the thinking gives a reasoning and a content chunk, with the same usage
+    assert counts == sorted(counts) and counts[-1] == chunks[-1].usage.completion_tokens == 300
+
+
+def test_continuous_usage_stats_count_each_completion_chunks_tokens_per_choice(spec_server):
+    stream = client(spec_server).completions.create(
+        model="m", prompt="Once upon a time", temperature=0.8, max_tokens=30, n=2, stream=True,
+        stream_options={"include_usage": True, "continuous_usage_stats": True},
+        extra_body={"return_token_ids": True, "ignore_eos": True})
+    seen: dict[int, list[tuple[int, int]]] = {}  # choice -> (token ids in the chunk, its usage.completion_tokens)
+    chunks = list(stream)
+    for chunk in chunks[:-1]:
+        [choice] = chunk.choices
+        seen.setdefault(choice.index, []).append((len(choice.model_extra["token_ids"]), chunk.usage.completion_tokens))
+    assert sorted(seen) == [0, 1]
+    for per_chunk in seen.values():
+        sent = [count for count, _ in per_chunk]
+        assert [usage for _, usage in per_chunk] == [sum(sent[:i + 1]) for i in range(len(sent))]
+        assert per_chunk[-1][1] == 30 and max(sent) > 1  # several tokens per chunk: speculative steps
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 60
+
+
+def test_without_continuous_usage_stats_only_the_last_chunk_has_usage(spec_server):
+    for create, ask in ((client(spec_server).chat.completions.create, {"messages": HELLO}),
+                        (client(spec_server).completions.create, {"prompt": "Once upon a time"})):
+        chunks = list(create(model="m", max_tokens=12, stream=True, stream_options={"include_usage": True},
+                             extra_body={"ignore_eos": True}, **ask))
+        assert all(chunk.usage is None for chunk in chunks[:-1])
+        assert chunks[-1].usage.completion_tokens == 12
+
+
 def test_n_choices_report_one_spec_detail_each(spec_server):
     reply = client(spec_server).chat.completions.create(
         model="m", messages=HELLO, max_tokens=30, n=2, temperature=0.8,

@@ -42,11 +42,12 @@ def test_each_request_logged_on_the_clients_clock(sim, tmp_path):
     sent = time.monotonic()
     received = []  # (client's time.monotonic() at receipt, chunk)
     for chunk in client(server).chat.completions.create(
-            model="m", messages=HELLO, max_tokens=30, stream=True, stream_options={"include_usage": True},
+            model="m", messages=HELLO, max_tokens=30, stream=True,
+            stream_options={"include_usage": True, "continuous_usage_stats": True},
             extra_body={"ignore_eos": True, "return_spec_tokens_details": True}):
         received.append((time.monotonic(), chunk))
     whole = client(server).chat.completions.create(model="m", messages=HELLO, max_tokens=10,
-                                                   extra_body={"ignore_eos": True})
+                                                   extra_body={"ignore_eos": True, "return_spec_tokens_details": True})
     generated = requests.post(server.url("/generate"), timeout=30, json={
         "text": "hello", "sampling_params": {"max_new_tokens": 7, "ignore_eos": True}}).json()
     lines = wait_for_lines(log, 3)
@@ -64,11 +65,32 @@ def test_each_request_logged_on_the_clients_clock(sim, tmp_path):
     client_offset = time.time() - time.monotonic()
     for instant in ("arrival", "first_token", "last_token"):
         assert streamed[f"{instant}_wall"] - streamed[f"{instant}_monotonic"] == pytest.approx(client_offset, abs=1.0)
+    # per emission: the tokens of each chunk (as the chunk's usage counts them) and when it was handed over
+    counts = [chunk.usage.completion_tokens for _, chunk in content]
+    assert streamed["emission_tokens"] == [after - before for before, after in zip([0, *counts], counts)]
+    assert max(streamed["emission_tokens"]) > 1  # speculative steps send several tokens at once
+    assert all(at >= handed for (at, _), handed in zip(content, streamed["emission_monotonic"]))
+    assert_emissions_add_up(streamed)
 
     assert lines[whole.id]["streaming"] is False
     assert lines[whole.id]["completion_tokens"] == whole.usage.completion_tokens == 10
+    assert lines[whole.id]["emissions"] == 1 + spec_details(whole)["spec_verify_ct"]  # prefill, then verify steps
+    assert_emissions_add_up(lines[whole.id])
     native = lines[generated["meta_info"]["id"]]
     assert (native["prompt_tokens"], native["completion_tokens"]) == (generated["meta_info"]["prompt_tokens"], 7)
+    assert_emissions_add_up(native)
+
+
+def spec_details(reply) -> dict:
+    return reply.model_extra["sglext"]["spec_tokens_details"]
+
+
+def assert_emissions_add_up(line: dict) -> None:
+    times, tokens = line["emission_monotonic"], line["emission_tokens"]
+    assert len(times) == len(tokens) == line["emissions"] > 1
+    assert sum(tokens) == line["completion_tokens"] and tokens[0] == 1  # the prefill makes one token
+    assert (times[0], times[-1]) == (line["first_token_monotonic"], line["last_token_monotonic"])
+    assert times == sorted(times)
 
 
 def test_stopping_the_server_writes_every_line_including_aborts(sim, tmp_path):
@@ -85,6 +107,7 @@ def test_stopping_the_server_writes_every_line_including_aborts(sim, tmp_path):
     lines = read_lines(log)
     assert set(rids) <= set(lines)
     assert lines[left]["finish_reason"] == "abort" and lines[left]["completion_tokens"] < 5000
+    assert sum(lines[left]["emission_tokens"]) == lines[left]["completion_tokens"]  # what was handed over
 
 
 def test_a_path_that_cannot_be_appended_to_is_exit_2(tmp_path):
