@@ -1,8 +1,9 @@
 """The server's side of each request, from the simulator's emission log (``DSPARK_SIM_EMISSION_LOG``).
 
 Every line is one finished request: its ``rid`` (the stream's ``id``, which the speed suite records as
-``RequestTiming.response_id``) and when the simulator parsed it, handed out its first token and its
-last, on ``time.monotonic()``. Client and simulator run on the same host, so the client's own
+``RequestTiming.response_id``), when the simulator parsed it, and when it handed out each emission (the
+prefill token, then each decode or verify step's tokens) with that emission's token count, on
+``time.monotonic()``. Client and simulator run on the same host, so the client's own
 ``time.monotonic()`` readings compare with those directly (sglang_sim/README.md, "Emission log").
 """
 
@@ -12,7 +13,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 from suites.speed import RequestTiming
 
@@ -27,6 +28,8 @@ class ServerTimes:
     first_token: float  # the first token handed to the HTTP handler, which writes it in the same turn
     last_token: float
     completion_tokens: int
+    emissions: tuple[float, ...] = ()  # each emission handed to the handler: a chunk on the wire
+    emission_tokens: tuple[int, ...] = ()  # tokens in each emission
 
     @property
     def ttft(self) -> float:
@@ -35,6 +38,15 @@ class ServerTimes:
     @property
     def tpot(self) -> float:
         return (self.last_token - self.first_token) / (self.completion_tokens - 1)
+
+    def chunk_itl(self) -> list[float]:
+        """The gaps between emissions after the first: what a client's per-chunk ITL should read."""
+        return [later - earlier for earlier, later in zip(self.emissions, self.emissions[1:])]
+
+    def token_itl(self) -> list[float]:
+        """Each gap / its emission's tokens, once per token: bench_serving 0.5.23's per-token ITL, at the source."""
+        return [gap / tokens for gap, tokens in zip(self.chunk_itl(), self.emission_tokens[1:])
+                for _ in range(tokens)]
 
 
 @dataclass(frozen=True)
@@ -72,7 +84,7 @@ def wait_for_server_times(response_ids: set[str | None], log_path: Path) -> dict
         raise SystemExit("a measured request has no response id: the stream carried no \"id\"")
     deadline = time.monotonic() + FLUSH_WAIT_SECONDS
     while True:
-        found = read_server_times(log_path.read_text(encoding="utf-8").splitlines(), response_ids)
+        found = read_server_times(log_path, response_ids)
         if len(found) == len(response_ids) or time.monotonic() > deadline:
             break
         time.sleep(0.2)
@@ -82,15 +94,37 @@ def wait_for_server_times(response_ids: set[str | None], log_path: Path) -> dict
     return found
 
 
-def read_server_times(lines: Iterable[str], wanted: set[str]) -> dict[str, ServerTimes]:
-    """rid → ServerTimes for the wanted, completely logged lines (the last line may still be half written)."""
-    found = {}
-    for line in lines:
+def read_server_times(log_path: Path, wanted: set[str]) -> dict[str, ServerTimes]:
+    """rid → ServerTimes for the wanted, completely logged requests."""
+    return {record["rid"]: server_times(record) for record in _records(log_path)
+            if record.get("rid") in wanted and record.get("last_token_monotonic") is not None}
+
+
+def server_times(record: dict) -> ServerTimes:
+    return ServerTimes(record["arrival_monotonic"], record["first_token_monotonic"], record["last_token_monotonic"],
+                       record["completion_tokens"], tuple(record.get("emission_monotonic") or ()),
+                       tuple(record.get("emission_tokens") or ()))
+
+
+def last_arrivals(log_path: Path, count: int, total: int) -> list[ServerTimes]:
+    """The ``count`` requests the simulator parsed last, once ``total`` requests are logged: a tool's measured
+    requests when its warm-up ended before they began (bench_serving awaits its warm-up) and nothing else ran."""
+    deadline = time.monotonic() + FLUSH_WAIT_SECONDS
+    while True:
+        records = [server_times(record) for record in _records(log_path) if record.get("last_token_monotonic")]
+        if len(records) >= total or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    if len(records) != total:
+        raise SystemExit(f"the emission log {log_path} holds {len(records)} finished requests, expected {total}")
+    return sorted(records, key=lambda times: times.arrival)[-count:]
+
+
+def _records(log_path: Path) -> list[dict]:
+    records = []
+    for line in log_path.read_text(encoding="utf-8").splitlines():
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:  # the last line may still be half written
             continue
-        if record.get("rid") in wanted and record.get("last_token_monotonic") is not None:
-            found[record["rid"]] = ServerTimes(record["arrival_monotonic"], record["first_token_monotonic"],
-                                               record["last_token_monotonic"], record["completion_tokens"])
-    return found
+    return records

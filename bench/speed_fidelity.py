@@ -1,20 +1,23 @@
-"""How faithfully the speed suite measures: its TPOT and TTFT beside the server's own, request by request.
+"""How faithfully the speed suite measures, beside SGLang 0.5.23's own bench_serving and the server's truth.
 
-    python bench/speed_fidelity.py [--clients aiohttp openai] [--workers 1 2] [--repeats 3] [--quick]
+    python bench/speed_fidelity.py [--repeats 3] [--concurrencies 1 64 256] [--bench-serving PYTHON]
 
-Starts the simulator locally without speculation (every decode step emits exactly one token) and with
-DSPARK_SIM_EMISSION_LOG, which records per request when the simulator parsed it, handed out its first
-token and its last, on time.monotonic(). Then it runs the speed suite's own measurement code
-(suites/speed.py) at concurrency 1, 64 and 256, matches each measured request to its log line by the
-stream's id, and prints, from that one run:
-    TPOT ours / server's     server TPOT = (last − first) / (completion tokens − 1)
-    TTFT ours / server's     server TTFT = first − arrival
-    TTFT excess = ours − server's = (arrival − our send) + (our first chunk − server's first token)
-and the server's own lateness against the configured step and prefill times. A traced aiohttp run of
-the same shape (bench/send_trace.py) then splits "before the server saw the request" into the
-client's sending and the server's reading. Finally, at concurrency 256, it shortens the step and
-prints the highest aggregate stream rate (tokens/s) at which our mean TPOT is still within 1 % of
-the server's. Client and simulator share the machine's cores. About 8 minutes on 2 cores.
+On a DSpark cell of the simulator (speculative: a chunk carries one verify step's accepted tokens), for
+each concurrency and each repeat, every tool gets a freshly started simulator with
+DSPARK_SIM_EMISSION_LOG (when it parsed each request and handed out each emission, with its token count,
+on time.monotonic()) and identical traffic: the same prompts, max tokens and concurrency, 2 × concurrency
+measured requests (at least 8). The tools:
+    suite           the speed suite's own code (suites/speed.py: warm-up, warmed pool, semaphore, clock)
+    bench_serving   `python -m sglang.benchmark.serving` of sglang 0.5.23 run from its own venv
+                    (bench/sglang_bench_serving.py; --bench-serving PYTHON, default $DSPARK_SGLANG_PYTHON)
+The truth is the server's side of the same measured requests (by response id for the suite; the
+last-parsed requests for bench_serving, whose warm-up ends before they start):
+    TPOT  = (last − first emission) / (completion tokens − 1)      TTFT = first emission − arrival
+    ITL per chunk = gaps between emissions; ITL per token = each gap / its tokens, once per token
+Every figure is printed as min / median / max over the kept repeats. A repeat is discarded by rule, not
+by hand, when the simulator's own pacing (median emission gap / configured step) is off by more than
+PACING_TOLERANCE: the machine was then too busy for either side to be measured. The load average is
+printed before every repeat. Client and simulator share the machine's cores.
 """
 
 from __future__ import annotations
@@ -23,201 +26,293 @@ import argparse
 import contextlib
 import os
 import platform
-import resource
 import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.send_trace import SendTrace, trace_sends  # noqa: E402
-from bench.server_truth import PairedRequest, pair_with_server  # noqa: E402
+from bench.server_truth import ServerTimes, last_arrivals, pair_with_server  # noqa: E402
 from suites.server import Server  # noqa: E402
-from tests.simulator_process import running_simulator  # noqa: E402
-from suites.speed import SpeedSettings, build_prompts, calibrate, percentile, run_measurement  # noqa: E402
+from suites.speed import (  # noqa: E402
+    SpeedSettings, build_prompts, calibrate, client_overhead_metrics, percentile, run_measurement,
+)
+from tests.simulator_process import SPECULATIVE_ARGS, running_simulator  # noqa: E402
 
-CONCURRENCIES = (1, 64, 256)
-TRACED_CONCURRENCIES = (64, 256)
-SWEEP_CONCURRENCY = 256
-RATE_SWEEP_STEP_MS = (40.0, 20.0, 10.0, 5.0, 2.5)
-WITHIN = 0.01
-
-
-@dataclass(frozen=True)
-class Simulator:
-    """A running simulator and what it was told to do."""
-
-    url: str
-    emission_log: Path
-    step_ms: float
-    prefill_ms_per_token: float
+MODEL = "sim/model"
+PACING_TOLERANCE = 0.05  # the simulator's steps run ~1-2 % late at one stream on an idle machine
+SUITE_WARMUP_LIMIT = 16  # the suite's warm-up here: min(concurrency, 16) requests, then the pool is opened
+# What each table compares: (key, label); every key is computed for a tool and for the truth alike.
+QUANTITIES = (("tpot_mean", "TPOT mean"), ("tpot_p99", "TPOT p99"), ("ttft_median", "TTFT median"),
+              ("itl_chunk_mean", "ITL per chunk mean"), ("itl_chunk_p99", "ITL per chunk p99"),
+              ("itl_token_mean", "ITL per token mean"), ("itl_token_p99", "ITL per token p99"))
 
 
 @dataclass(frozen=True)
 class Workload:
     input_len: int
     output_len: int
+    step_ms: float
+    prefill_ms_per_token: float
 
 
 @dataclass(frozen=True)
-class Fidelity:
-    """One measurement: ratios are ours / the server's, per request, then summarised."""
+class Samples:
+    """Per-request and per-gap values in ms, from a tool or from the server."""
 
-    client: str
+    tpot: list[float]
+    ttft: list[float]
+    itl_chunk: list[float]
+    itl_token: list[float]
+
+    def stats(self) -> dict[str, float]:
+        """``<quantity>_mean``, ``_median``, ``_p99`` of each quantity that has values."""
+        stats = {}
+        for name in ("tpot", "ttft", "itl_chunk", "itl_token"):
+            values = getattr(self, name)
+            if values:
+                stats.update({f"{name}_mean": statistics.fmean(values), f"{name}_median": statistics.median(values),
+                              f"{name}_p99": percentile(values, 99)})
+        return stats
+
+
+@dataclass(frozen=True)
+class ToolMeasurement:
+    ours: dict[str, float]  # Samples.stats() keys, as the tool computes them
+    truth: list[ServerTimes]  # the server's side of the same measured requests
+    extra: dict[str, float] = field(default_factory=dict)  # what only this tool can say (TTFT split, client)
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """One tool's measurement on its own fresh simulator, beside the server's truth for the same requests."""
+
+    tool: str
     concurrency: int
-    workers: int
-    step_ms: float
-    requests: int
-    tpot_ratio_mean: float
-    tpot_ratio_p99: float
-    server_tpot_vs_step: float  # mean server TPOT / configured step: the simulator's own lateness
-    ttft_ratio_median: float
-    ttft_ratio_p99: float
-    server_ttft_ms_median: float
-    server_ttft_vs_configured: float  # median server TTFT / (prompt tokens × prefill ms per token)
-    ttft_excess_ms_mean: float  # = before_server_ms_mean + after_first_token_ms_mean
-    ttft_excess_ms_p99: float
-    before_server_ms_mean: float  # our send → the server parsed it
-    before_server_ms_p99: float
-    before_server_ms_first_wave: float  # mean over the first `concurrency` requests sent: all at once
-    before_server_ms_later: float  # mean over the rest: each sent as an earlier one ends
-    after_first_token_ms_mean: float  # the server's first token → our first chunk
-    after_first_token_ms_p99: float
-    stream_rate_tok_s: float  # Σ tokens / wall time
-    loop_lag_ms_p99: float
-    client_cpu_cores: float  # CPU seconds of the client (this process and its finished workers) / wall
+    ours: dict[str, float]
+    truth: dict[str, float]
+    pacing: float  # the simulator's median emission gap / configured step
+    load_average: float  # 1-minute, before the repeat
+    extra: dict[str, float] = field(default_factory=dict)  # tool-specific: the TTFT split, client overhead
+
+    @property
+    def kept(self) -> bool:
+        return abs(self.pacing - 1) <= PACING_TOLERANCE
+
+    @property
+    def ttft_excess_ms(self) -> float:
+        """Mean TTFT − the server's mean TTFT: the mean per-request excess (a mean needs no pairing)."""
+        return self.ours["ttft_mean"] - self.truth["ttft_mean"]
 
 
-def measure(sim: Simulator, workload: Workload, client: str, concurrency: int, workers: int) -> Fidelity:
-    server = Server(base_url=sim.url, model="sim/model", api_key="EMPTY", request_timeout=600)
-    requests = max(8, 2 * concurrency)
-    settings = SpeedSettings(num_requests=requests, concurrency=concurrency, input_len=workload.input_len,
-                             output_len=workload.output_len, warmup_requests=min(concurrency, 16),
-                             workers=workers, ignore_eos=True, client=client)
-    overhead, per_word = calibrate(server)
-    prompts = build_prompts(requests, workload.input_len, overhead, per_word, seed=1)
-    warmup = build_prompts(settings.warmup_requests, workload.input_len, overhead, per_word, seed=2)
-    cpu_before, wall_before = client_cpu_seconds(), time.monotonic()
-    results = run_measurement(server, settings, prompts, warmup)
-    cpu_cores = (client_cpu_seconds() - cpu_before) / (time.monotonic() - wall_before)
-    timings = [t for result in results for t in result.timings if t.ok]
-    if len(timings) < requests:
-        raise SystemExit(f"{requests - len(timings)} requests failed at concurrency {concurrency}")
-    paired = pair_with_server(timings, sim.emission_log)
-    lag = [value for result in results for value in result.loop_lag_ms]
-    return Fidelity(client=client, concurrency=concurrency, workers=workers, step_ms=sim.step_ms, requests=requests,
-                    **server_comparison(paired, sim, concurrency), **client_load(paired, lag, cpu_cores))
+def server_samples(times: Sequence[ServerTimes]) -> Samples:
+    return Samples(tpot=[t.tpot * 1000 for t in times if t.completion_tokens > 1],
+                   ttft=[t.ttft * 1000 for t in times],
+                   itl_chunk=[gap * 1000 for t in times for gap in t.chunk_itl()],
+                   itl_token=[gap * 1000 for t in times for gap in t.token_itl()])
 
 
-def server_comparison(paired: Sequence[PairedRequest], sim: Simulator, concurrency: int) -> dict[str, float]:
-    in_send_order = sorted(paired, key=lambda p: p.client.start)
-    first_wave, later = in_send_order[:concurrency], in_send_order[concurrency:]
-    tpot_ratios = [p.client.tpot / p.server.tpot for p in paired]
-    ttft_ratios = [p.client.ttft / p.server.ttft for p in paired]
-    excess_ms = [p.ttft_excess_s * 1000 for p in paired]
-    before_ms = [p.before_server_s * 1000 for p in paired]
-    after_ms = [p.after_first_token_s * 1000 for p in paired]
-    server_ttft_ms = [p.server.ttft * 1000 for p in paired]
-    configured_ttft_ms = [p.client.prompt_tokens * sim.prefill_ms_per_token for p in paired]
-    return dict(
-        tpot_ratio_mean=statistics.fmean(tpot_ratios), tpot_ratio_p99=percentile(tpot_ratios, 99),
-        server_tpot_vs_step=statistics.fmean(p.server.tpot * 1000 for p in paired) / sim.step_ms,
-        ttft_ratio_median=statistics.median(ttft_ratios), ttft_ratio_p99=percentile(ttft_ratios, 99),
-        server_ttft_ms_median=statistics.median(server_ttft_ms),
-        server_ttft_vs_configured=statistics.median(s / c for s, c in zip(server_ttft_ms, configured_ttft_ms)),
-        ttft_excess_ms_mean=statistics.fmean(excess_ms), ttft_excess_ms_p99=percentile(excess_ms, 99),
-        before_server_ms_mean=statistics.fmean(before_ms), before_server_ms_p99=percentile(before_ms, 99),
-        before_server_ms_first_wave=statistics.fmean(p.before_server_s * 1000 for p in first_wave),
-        before_server_ms_later=statistics.fmean(p.before_server_s * 1000 for p in later),
-        after_first_token_ms_mean=statistics.fmean(after_ms), after_first_token_ms_p99=percentile(after_ms, 99),
-    )
+def pacing(times: Sequence[ServerTimes], step_ms: float) -> float:
+    return statistics.median(gap * 1000 for t in times for gap in t.chunk_itl()) / step_ms
 
 
-def client_load(paired: Sequence[PairedRequest], lag_ms: Sequence[float], cpu_cores: float) -> dict[str, float]:
-    timings = [p.client for p in paired]
-    wall = max(t.start + t.e2e for t in timings) - min(t.start for t in timings)
-    return dict(stream_rate_tok_s=sum(t.completion_tokens for t in timings) / wall,
-                loop_lag_ms_p99=percentile(lag_ms, 99) if lag_ms else 0.0, client_cpu_cores=cpu_cores)
+# ---------------------------------------------------------------- the tools
 
 
-def client_cpu_seconds() -> float:
-    # RUSAGE_CHILDREN counts only children that have exited and been waited for: the speed workers,
-    # not the simulator, which runs until after the measurement.
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
-def measure_median(repeats: int, *args) -> Fidelity:
-    """The repeat with the median TPOT ratio (with --repeats > 1, for a noisy machine)."""
-    started = time.monotonic()
-    rows = sorted((measure(*args) for _ in range(repeats)), key=lambda row: row.tpot_ratio_mean)
-    row = rows[len(rows) // 2]
-    print(f"  measured {row.client} conc {row.concurrency} workers {row.workers} step {row.step_ms:g} ms "
-          f"in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
-    return row
+@dataclass(frozen=True)
+class Simulator:
+    url: str
+    emission_log: Path
 
 
 @contextlib.contextmanager
-def simulator(step_ms: float, prefill_ms_per_token: float) -> Iterator[Simulator]:
+def fresh_simulator(workload: Workload, concurrency: int) -> Iterator[Simulator]:
+    """A new simulator of the DSpark cell. SGLang caps a DSpark server at 48 running requests unless told
+    otherwise (the simulator follows its admission rules): the cap is raised to the concurrency, as anyone
+    measuring that many streams would, so TTFT is not the queue's."""
     with tempfile.TemporaryDirectory(prefix="speed-fidelity-") as scratch:
         log = Path(scratch) / "emissions.jsonl"
-        env = {"DSPARK_SIM_DECODE_STEP_MS": str(step_ms),
-               "DSPARK_SIM_PREFILL_MS_PER_TOKEN": str(prefill_ms_per_token), "DSPARK_SIM_EMISSION_LOG": str(log)}
-        with running_simulator(env) as url:
-            yield Simulator(url, log, step_ms, prefill_ms_per_token)
+        env = {"DSPARK_SIM_DECODE_STEP_MS": str(workload.step_ms),
+               "DSPARK_SIM_PREFILL_MS_PER_TOKEN": str(workload.prefill_ms_per_token),
+               "DSPARK_SIM_EMISSION_LOG": str(log)}
+        args = [*SPECULATIVE_ARGS, "--max-running-requests", str(max(concurrency, 48))]
+        with running_simulator(env, args, model=MODEL) as url:
+            yield Simulator(url, log)
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """What every tool sends: prompts calibrated once on a simulator (the same tokenizer in every run)."""
+
+    prompts: tuple[str, ...]  # measured, identical for every tool
+    suite_warmup: tuple[str, ...]  # the suite's own warm-up (bench_serving warms up with its first prompt)
+
+
+def traffic(workload: Workload, concurrency: int) -> Traffic:
+    with fresh_simulator(workload, concurrency) as sim:
+        overhead, per_word = calibrate(Server(base_url=sim.url, model=MODEL, api_key="EMPTY", request_timeout=60))
+    return Traffic(build_prompts(max(8, 2 * concurrency), workload.input_len, overhead, per_word, seed=1),
+                   build_prompts(min(concurrency, SUITE_WARMUP_LIMIT), workload.input_len, overhead, per_word, seed=2))
+
+
+def run_suite(sim: Simulator, workload: Workload, sent: Traffic, concurrency: int) -> ToolMeasurement:
+    server = Server(base_url=sim.url, model=MODEL, api_key="EMPTY", request_timeout=600)
+    prompts = sent.prompts
+    settings = SpeedSettings(num_requests=len(prompts), concurrency=concurrency, input_len=workload.input_len,
+                             output_len=workload.output_len, warmup_requests=len(sent.suite_warmup), workers=1,
+                             ignore_eos=True, client="aiohttp")
+    results = run_measurement(server, settings, prompts, sent.suite_warmup)
+    timings = [t for result in results for t in result.timings if t.ok]
+    if len(timings) < len(prompts):
+        raise SystemExit(f"suite: {len(prompts) - len(timings)} requests failed at concurrency {concurrency}")
+    paired = pair_with_server(timings, sim.emission_log)
+    samples = Samples(tpot=[t.tpot * 1000 for t in timings if t.tpot is not None],
+                      ttft=[t.ttft * 1000 for t in timings],
+                      itl_chunk=[gap * 1000 for t in timings for gap in t.itl],
+                      itl_token=[gap * 1000 for t in timings for gap in (t.token_itl() or ())])
+    overhead = client_overhead_metrics(results)
+    extra = {"before_server_ms_mean": statistics.fmean(p.before_server_s * 1000 for p in paired),
+             "after_first_token_ms_mean": statistics.fmean(p.after_first_token_s * 1000 for p in paired),
+             "ttfb_ms_median": overhead.get("client_ttfb_ms_median", float("nan")),
+             "loop_lag_ms_p99": overhead.get("client_loop_lag_ms_p99", float("nan")),
+             "connections_opened_in_window": float(sum(r.connections_opened_in_window or 0 for r in results))}
+    return ToolMeasurement(samples.stats(), [p.server for p in paired], extra)
+
+
+def make_bench_serving(python: str) -> Callable:
+    from bench.sglang_bench_serving import run_bench_serving  # only with the tool: it needs sglang's venv
+
+    def run(sim: Simulator, workload: Workload, sent: Traffic, concurrency: int) -> ToolMeasurement:
+        prompts = sent.prompts
+        with tempfile.TemporaryDirectory(prefix="bench-serving-") as workdir:
+            result = run_bench_serving(python=python, base_url=sim.url, model=MODEL, prompts=prompts,
+                                       output_len=workload.output_len, concurrency=concurrency,
+                                       workdir=Path(workdir))
+        truth = last_arrivals(sim.emission_log, len(prompts), len(prompts) + result.warmup_requests)
+        samples = Samples(tpot=[r.tpot * 1000 for r in result.requests if r.tpot is not None],
+                          ttft=[r.ttft * 1000 for r in result.requests],
+                          itl_chunk=[gap * 1000 for r in result.requests for gap in r.itl], itl_token=[])
+        # Its per-token ITL is its own (chunk gaps / re-tokenized chunk texts), as its metrics print it.
+        own = {"itl_token_mean": result.metrics["mean_itl_ms"], "itl_token_p99": result.metrics["p99_itl_ms"]}
+        return ToolMeasurement({**samples.stats(), **own}, truth)
+    return run
+
+
+def measure(tool: str, run: Callable, workload: Workload, sent: Traffic, concurrency: int) -> Repeat:
+    load = os.getloadavg()[0]
+    with fresh_simulator(workload, concurrency) as sim:
+        measured = run(sim, workload, sent, concurrency)
+    ours = measured.ours
+    repeat = Repeat(tool, concurrency, ours, server_samples(measured.truth).stats(),
+                    pacing(measured.truth, workload.step_ms), load, measured.extra)
+    print(f"  {tool} conc {concurrency}: load {load:.2f}, pacing {repeat.pacing:.3f}"
+          f"{'' if repeat.kept else ' (discarded)'}, TPOT {ours['tpot_mean']:.2f} ms vs truth "
+          f"{repeat.truth['tpot_mean']:.2f}, TTFT excess {repeat.ttft_excess_ms:.1f} ms", file=sys.stderr, flush=True)
+    return repeat
+
+
+# ---------------------------------------------------------------- repeats
+
+
+def collect(args, workload: Workload, tools: dict[str, Callable]) -> list[Repeat]:
+    """Every repeat run, discarded ones included; tools alternate within a repeat so they share the machine's mood."""
+    repeats: list[Repeat] = []
+    for concurrency in args.concurrencies:
+        sent = traffic(workload, concurrency)
+        for _ in range(args.repeats * 2):  # room for discarded repeats
+            kept = {tool: sum(r.kept for r in repeats if (r.tool, r.concurrency) == (tool, concurrency))
+                    for tool in tools}
+            if min(kept.values()) >= args.repeats:
+                break
+            repeats += [measure(tool, run, workload, sent, concurrency)
+                        for tool, run in tools.items() if kept[tool] < args.repeats]
+    return repeats
+
+
+def spread(values: Sequence[float], fmt: str) -> str:
+    """min / median / max, or "—" with no value."""
+    if not values:
+        return "—"
+    return " / ".join(format(v, fmt) for v in (min(values), statistics.median(values), max(values)))
 
 
 # ---------------------------------------------------------------- tables
 
-Column = tuple[str, Callable[[Any], str]]  # header, cell of a row
 
-SETUP_COLUMNS: list[Column] = [
-    ("client", lambda r: r.client), ("conc", lambda r: str(r.concurrency)), ("workers", lambda r: str(r.workers)),
-    ("step ms", lambda r: f"{r.step_ms:g}"), ("requests", lambda r: str(r.requests)),
-]
-TPOT_COLUMNS: list[Column] = [
-    ("TPOT ours/server mean", lambda r: f"{r.tpot_ratio_mean:.3f}"),
-    ("TPOT ours/server p99", lambda r: f"{r.tpot_ratio_p99:.3f}"),
-    ("server TPOT / step", lambda r: f"{r.server_tpot_vs_step:.3f}"),
-]
-TTFT_COLUMNS: list[Column] = [
-    ("TTFT ours/server median", lambda r: f"{r.ttft_ratio_median:.3f}"),
-    ("TTFT ours/server p99", lambda r: f"{r.ttft_ratio_p99:.3f}"),
-    ("server TTFT ms median", lambda r: f"{r.server_ttft_ms_median:.1f}"),
-    ("server TTFT / configured", lambda r: f"{r.server_ttft_vs_configured:.3f}"),
-    ("excess ms mean = before server + after first token", lambda r: (
-        f"{r.ttft_excess_ms_mean:.1f} = {r.before_server_ms_mean:.1f} + {r.after_first_token_ms_mean:.1f}")),
-    ("p99 ms: excess / before / after", lambda r: (
-        f"{r.ttft_excess_ms_p99:.1f} / {r.before_server_ms_p99:.1f} / {r.after_first_token_ms_p99:.1f}")),
-    ("before server ms mean: first wave / later", lambda r: (
-        f"{r.before_server_ms_first_wave:.1f} / {r.before_server_ms_later:.1f}")),
-]
-LOAD_COLUMNS: list[Column] = [
-    ("stream tok/s", lambda r: f"{r.stream_rate_tok_s:.0f}"),
-    ("client loop lag p99 ms", lambda r: f"{r.loop_lag_ms_p99:.1f}"),
-    ("client CPU cores", lambda r: f"{r.client_cpu_cores:.2f}"),
-]
-SEND_TRACE_COLUMNS: list[Column] = [
-    ("conc", lambda t: str(t.concurrency)),
-    ("first wave ms: client (send → body written) + server (body written → parsed)", lambda t: (
-        f"{t.client_ms_first_wave:.1f} + {t.server_ms_first_wave:.1f}")),
-    ("later ms: client + server", lambda t: f"{t.client_ms_later:.1f} + {t.server_ms_later:.1f}"),
-    ("server's arrival spacing in the first wave, ms", lambda t: f"{t.arrival_spacing_ms:.2f}"),
-]
-SWEEP_COLUMNS: list[Column] = [
-    *SETUP_COLUMNS, *TPOT_COLUMNS, TTFT_COLUMNS[0], TTFT_COLUMNS[4], *LOAD_COLUMNS,
-]
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
-def markdown_table(columns: Sequence[Column], rows: Sequence[Any]) -> str:
-    lines = ["| " + " | ".join(header for header, _ in columns) + " |",
-             "|---|" + "---:|" * (len(columns) - 1)]
-    lines += ["| " + " | ".join(cell(row) for _, cell in columns) + " |" for row in rows]
-    return "\n".join(lines)
+def comparison_table(repeats: Sequence[Repeat], tools: Sequence[str]) -> str:
+    """Per concurrency and quantity: each tool and the truth in ms, and each tool / its own run's truth."""
+    header = ["conc", "quantity", *(f"{t} ms" for t in tools), "truth ms", *(f"{t} / truth" for t in tools)]
+    rows = []
+    for concurrency in sorted({r.concurrency for r in repeats}):
+        kept = {tool: [r for r in repeats if r.kept and (r.tool, r.concurrency) == (tool, concurrency)]
+                for tool in tools}
+        for key, name in QUANTITIES:
+            truth = [r.truth[key] for runs in kept.values() for r in runs]
+            rows.append([str(concurrency), name,
+                         *(spread([r.ours[key] for r in kept[t] if key in r.ours], ".2f") for t in tools),
+                         spread(truth, ".2f"),
+                         *(spread([r.ours[key] / r.truth[key] for r in kept[t] if key in r.ours], ".3f")
+                           for t in tools)])
+    return markdown_table(header, rows)
+
+
+def ttft_table(repeats: Sequence[Repeat], tools: Sequence[str]) -> str:
+    """Where TTFT's excess over the server's lies, and what the suite's client itself adds."""
+    header = ["conc", *(f"{t} TTFT excess ms" for t in tools),
+              "suite: before server + after first token ms", "suite TTFB median ms", "suite loop lag p99 ms",
+              "suite connections opened in window"]
+    rows = []
+    for concurrency in sorted({r.concurrency for r in repeats}):
+        kept = {tool: [r for r in repeats if r.kept and (r.tool, r.concurrency) == (tool, concurrency)]
+                for tool in tools}
+        suite = kept.get("suite", [])
+
+        def suite_extra(key: str, fmt: str = ".1f") -> str:
+            return spread([r.extra[key] for r in suite], fmt)
+
+        split = "—" if not suite else (f"{statistics.median(r.extra['before_server_ms_mean'] for r in suite):.1f} + "
+                                       f"{statistics.median(r.extra['after_first_token_ms_mean'] for r in suite):.1f}")
+        rows.append([str(concurrency), *(spread([r.ttft_excess_ms for r in kept[t]], ".1f") for t in tools), split,
+                     suite_extra("ttfb_ms_median"), suite_extra("loop_lag_ms_p99"),
+                     suite_extra("connections_opened_in_window", ".0f")])
+    return markdown_table(header, rows)
+
+
+def repeats_table(repeats: Sequence[Repeat]) -> str:
+    rows = [[str(r.concurrency), r.tool, f"{r.load_average:.2f}", f"{r.pacing:.3f}", "kept" if r.kept else "discarded"]
+            for r in repeats]
+    return markdown_table(["conc", "tool", "load average (1 min) before", "simulator pacing (gap / step)", "rule"],
+                          rows)
+
+
+def verdicts(repeats: Sequence[Repeat], concurrency: int) -> list[str]:
+    """The issue's two claims at the highest concurrency, computed from the repeats (not written by hand)."""
+    kept = [r for r in repeats if r.kept and r.concurrency == concurrency]
+    suite = [r for r in kept if r.tool == "suite"]
+    lines = []
+    if suite:
+        worst = max(abs(r.ours["tpot_p99"] / r.truth["tpot_p99"] - 1) for r in suite)
+        lines.append(f"at {concurrency} streams, the suite's TPOT p99 is within {worst:.2%} of the truth in every "
+                     f"kept repeat ({'within' if worst <= 0.01 else 'NOT within'} 1 %)")
+    others = [r for r in kept if r.tool == "bench_serving"]
+    if suite and others:
+        ratio = (statistics.median(r.ttft_excess_ms for r in suite)
+                 / statistics.median(r.ttft_excess_ms for r in others))
+        lines.append(f"at {concurrency} streams, the suite's TTFT excess over the truth is {ratio:.2f} of "
+                     f"bench_serving's (medians over repeats; {'at most' if ratio <= 0.5 else 'MORE than'} half)")
+    return lines
+
+
+# ---------------------------------------------------------------- main
 
 
 def machine() -> str:
@@ -227,74 +322,41 @@ def machine() -> str:
             f"{platform.release()}")
 
 
-def load_average() -> str:
-    return " ".join(f"{value:.2f}" for value in os.getloadavg())
-
-
-# ---------------------------------------------------------------- runs
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3, help="kept repeats per tool and concurrency (>= 3)")
+    parser.add_argument("--concurrencies", type=int, nargs="+", default=[1, 64, 256])
+    parser.add_argument("--tools", nargs="+", default=["suite", "bench_serving"], choices=["suite", "bench_serving"])
+    parser.add_argument("--bench-serving", metavar="PYTHON", default=os.environ.get("DSPARK_SGLANG_PYTHON"),
+                        help="the python of a venv with sglang 0.5.23 (.ci/sglang-bench-serving.sh makes one)")
     parser.add_argument("--step-ms", type=float, default=20.0)
     parser.add_argument("--prefill-ms-per-token", type=float, default=0.5)
-    parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--input-len", type=int, default=256)
-    parser.add_argument("--clients", nargs="+", default=["aiohttp", "openai"], choices=["aiohttp", "openai"])
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--sweep-clients", nargs="+", default=["aiohttp"], choices=["aiohttp", "openai"],
-                        help="clients in the stream-rate sweep (openai is far below aiohttp's ceiling)")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per row; the median one is printed")
-    parser.add_argument("--quick", action="store_true", help="skip the stream-rate sweep")
+    parser.add_argument("--output-len", type=int, default=128)
     args = parser.parse_args()
-    workload = Workload(input_len=args.input_len, output_len=args.output_len)
+    if args.repeats < 3:
+        parser.error("--repeats: at least 3 (a figure is min / median / max over repeats)")
+    if "bench_serving" in args.tools and not args.bench_serving:
+        parser.error("--bench-serving PYTHON (or DSPARK_SGLANG_PYTHON) is needed for the bench_serving tool; "
+                     "make one with bash .ci/sglang-bench-serving.sh, or pass --tools suite")
+    workload = Workload(args.input_len, args.output_len, args.step_ms, args.prefill_ms_per_token)
+    runners = {"suite": lambda: run_suite, "bench_serving": lambda: make_bench_serving(args.bench_serving)}
+    tools = {tool: runners[tool]() for tool in args.tools}
     started = time.monotonic()
-    print(f"machine: {machine()}\nload average at start: {load_average()}\n")
-    rows = concurrency_rows(args, workload)
-    print(f"TPOT, step {args.step_ms:g} ms:\n\n"
-          f"{markdown_table([*SETUP_COLUMNS, *TPOT_COLUMNS, *LOAD_COLUMNS], rows)}\n")
-    print(f"TTFT, prefill {args.prefill_ms_per_token:g} ms/token:\n\n"
-          f"{markdown_table([*SETUP_COLUMNS, *TTFT_COLUMNS], rows)}\n", flush=True)
-    print("before the server saw the request, in a traced aiohttp run of the same shape (bench/send_trace.py):\n\n"
-          f"{markdown_table(SEND_TRACE_COLUMNS, send_traces(args, workload))}\n", flush=True)
-    if not args.quick:
-        sweep(args, workload)
-    print(f"\nload average at end: {load_average()}; whole run {time.monotonic() - started:.0f} s")
-
-
-def concurrency_rows(args, workload: Workload) -> list[Fidelity]:
-    with simulator(args.step_ms, args.prefill_ms_per_token) as sim:
-        return [measure_median(args.repeats, sim, workload, client, concurrency, workers)
-                for client in args.clients for workers in args.workers for concurrency in CONCURRENCIES]
-
-
-def send_traces(args, workload: Workload) -> list[SendTrace]:
-    with simulator(args.step_ms, args.prefill_ms_per_token) as sim:
-        return [trace_sends(sim.url, sim.emission_log, concurrency, workload.input_len, workload.output_len,
-                            args.repeats)
-                for concurrency in TRACED_CONCURRENCIES]
-
-
-def sweep(args, workload: Workload) -> None:
-    rows_by_setup: dict[tuple[str, int], list[Fidelity]] = {}
-    for client in args.sweep_clients:
-        for workers in args.workers:
-            rows_by_setup[client, workers] = list(sweep_steps(args, workload, client, workers))
-    rows = [row for setup_rows in rows_by_setup.values() for row in setup_rows]
-    print(f"stream-rate sweep at concurrency {SWEEP_CONCURRENCY} (shorter steps = more tokens/s):\n\n"
-          f"{markdown_table(SWEEP_COLUMNS, rows)}\n")
-    for (client, workers), setup_rows in rows_by_setup.items():
-        within = [row for row in setup_rows if abs(row.tpot_ratio_mean - 1) <= WITHIN]
-        best = max(within, key=lambda row: row.stream_rate_tok_s, default=None)
-        rate = f"{best.stream_rate_tok_s:.0f} tok/s (step {best.step_ms:g} ms)" if best else "none of the steps tried"
-        print(f"client={client} workers={workers}: highest aggregate stream rate with mean TPOT within "
-              f"{WITHIN:.0%} of the server's: {rate}")
-
-
-def sweep_steps(args, workload: Workload, client: str, workers: int) -> Iterator[Fidelity]:
-    for step_ms in RATE_SWEEP_STEP_MS:
-        with simulator(step_ms, args.prefill_ms_per_token) as sim:
-            yield measure_median(args.repeats, sim, workload, client, SWEEP_CONCURRENCY, workers)
+    print(f"command: python {' '.join(sys.argv)}\nmachine: {machine()}\n"
+          f"load average at start: {' '.join(f'{v:.2f}' for v in os.getloadavg())}\n"
+          f"workload: DSpark simulator ({' '.join(SPECULATIVE_ARGS)} --max-running-requests max(conc, 48)), step {args.step_ms:g} ms, prefill "
+          f"{args.prefill_ms_per_token:g} ms/token, {args.input_len} prompt tokens, {args.output_len} output tokens "
+          f"(ignore_eos), 2 x concurrency requests (at least 8); min / median / max over {args.repeats} kept repeats\n")
+    repeats = collect(args, workload, tools)
+    print(f"Suite vs bench_serving vs the server's truth:\n\n{comparison_table(repeats, list(tools))}\n")
+    print(f"TTFT excess over the server's TTFT, and the client's own overhead:\n\n"
+          f"{ttft_table(repeats, list(tools))}\n")
+    print(f"Repeats (discarded when pacing is off by more than {PACING_TOLERANCE:.0%}):\n\n{repeats_table(repeats)}\n")
+    for line in verdicts(repeats, max(args.concurrencies)):
+        print(line)
+    print(f"\nload average at end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}; "
+          f"whole run {time.monotonic() - started:.0f} s")
 
 
 if __name__ == "__main__":

@@ -212,7 +212,7 @@ class _RequestClock:
 
     def __init__(self):
         self.start_wall, self.start = time.monotonic(), time.perf_counter()
-        self.ttft = self.last = self.ttfb = None
+        self.ttft = self.last = self.ttfb = self.end = None
         self.itl: list[float] = []
         self.itl_tokens: list[int] | None = []
         self.tokens_seen = 0
@@ -245,8 +245,12 @@ class _RequestClock:
     def usage_arrived(self, prompt_tokens: int | None, completion_tokens: int | None) -> None:
         self.prompt_tokens, self.completion_tokens = prompt_tokens, completion_tokens
 
+    def done_arrived(self) -> None:
+        """``[DONE]``: the end of the request, as bench_serving times its latency (the last line read)."""
+        self.end = time.perf_counter()
+
     def result(self, error: str | None = None) -> RequestTiming:
-        e2e = None if error else time.perf_counter() - self.start
+        e2e = None if error else (self.end or time.perf_counter()) - self.start
         if error is None and self.completion_tokens is None:
             error = "no usage in the stream"
         itl_tokens = tuple(self.itl_tokens) if self.itl_tokens is not None else None
@@ -310,9 +314,12 @@ class AiohttpStreams:
                 clock.headers_arrived()
                 if response.status != 200:
                     return clock.result(f"HTTP {response.status}: {(await response.text())[:300]}")
+                # Read to the end of the body, past [DONE]: a response left unread closes its connection, and
+                # the next request would time opening a new one.
                 async for data in sse_data(response.content):
                     if data == "[DONE]":
-                        break
+                        clock.done_arrived()
+                        continue
                     error = _read_event(clock, json.loads(data))
                     if error:
                         return clock.result(error)
