@@ -268,8 +268,9 @@ def run_bench_serving(python: str, base_url: str, model: str, prompts: Sequence[
     if done.returncode != 0 or not output_file.exists():
         hint = f"\n{python} lacks a module bench_serving imports: {INSTALL_HINT}" if "ModuleNotFoundError" in errors else ""
         raise BenchServingError(f"bench_serving exited {done.returncode}"
-                                f"{'' if output_file.exists() else ' without writing its output file'}; "
-                                f"stdout ends:\n{printed[-1500:]}\nstderr ends:\n{errors[-3000:]}{hint}")
+                                f"{'' if output_file.exists() else ' without writing its output file'}"
+                                f"{_printed_failures(printed)}; stdout ends:\n{printed[-1500:]}\n"
+                                f"stderr ends:\n{errors[-3000:]}{hint}")
     run = _parse_run(output_file, printed, argv)
     _check_complete(run, len(prompts))
     if prompt_lens is not None:
@@ -335,11 +336,21 @@ def _requests(result: Mapping[str, Any], ends: list[dict[str, Any]], same_clock:
     return tuple(requests)
 
 
+def _printed_failures(printed: str) -> str:
+    """What the failed requests it printed said (it crashes on its metrics when every request failed)."""
+    ends = [end for end in map(_request_end, printed.splitlines()) if end is not None]
+    errors = [_last_line(end.get("error") or "") for end in ends if not end.get("success")]
+    return f" after {len(errors)} of {len(ends)} requests failed (first: {errors[0]})" if errors else ""
+
+
+def _last_line(error: str) -> str:
+    return error.strip().splitlines()[-1] if error.strip() else "(no error text)"
+
+
 def _check_complete(run: BenchServingRun, sent: int) -> None:
     if run.metrics.completed >= sent:
         return
-    errors = [f"request {r.index}: {r.error.strip().splitlines()[-1] if r.error.strip() else '(no error text)'}"
-              for r in run.requests if r.error or r.output_len == 0][:5]
+    errors = [f"request {r.index}: {_last_line(r.error)}" for r in run.requests if r.error or r.output_len == 0][:5]
     raise BenchServingError(f"bench_serving completed {run.metrics.completed} of {sent} requests; first failures:\n"
                             + "\n".join(errors))
 
