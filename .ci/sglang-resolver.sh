@@ -7,9 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${1:-.cache/sglang-venv}
+case $venv in /*) ;; *) venv=$PWD/$venv ;; esac  # an absolute VENV_DIR is printed as given
 version=0.5.23
 if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import sglang.srt.server_args, torch" 2>/dev/null; then
-  echo "$PWD/$venv/bin/python"; exit 0
+  echo "$venv/bin/python"; exit 0
 fi
 python3 -m venv "$venv"
 pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
@@ -17,4 +18,4 @@ wheel=$(ls /tmp/sg/sglang-$version-*.whl 2>/dev/null | head -1 || true)
 "${pip[@]}" --no-deps "${wheel:-sglang==$version}" >&2
 # torch==2.13.0 resolves to the CPU build held in the machine's wheel directory (pip's find-links).
 "${pip[@]}" -r .ci/sglang-resolver.txt >&2
-echo "$PWD/$venv/bin/python"
+echo "$venv/bin/python"

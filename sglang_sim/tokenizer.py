@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 import zlib
 
-_PIECE = re.compile(r"\s*\S{1,6}|\s+")
+# Public for bench/sglang_bench_serving.py, whose Hugging Face tokenizer must split text exactly so.
+PIECE_PATTERN = r"\s*\S{1,6}|\s+"
+_PIECE = re.compile(PIECE_PATTERN)
 VOCAB_SIZE = 128_000
 EOS_TOKEN_ID = 1  # the stop token a natural end emits (its text is empty)
 THINK_START, THINK_END = "<think>", "</think>"
