@@ -15,7 +15,7 @@ which only stubs torchvision (see there) and adds nothing to the run:
 
 Identical traffic. The CLI, not a driver calling ``benchmark()``: 0.5.23's ``openai`` dataset reproduces our
 prompts exactly. Each JSONL line is one request, ``{"messages": [{"role": "user", "content": PROMPT}],
-"max_tokens": OUTPUT_LEN, "stream_options": {"include_usage": true}}``, read in file order (no shuffle, unlike
+"max_tokens": OUTPUT_LEN, "stream_options": {"include_usage": true, "continuous_usage_stats": true}}``, read in file order (no shuffle, unlike
 ``custom``) and sent in that order, all at once behind a ``--max-concurrency`` semaphore (rate inf), as the
 speed suite sends them. Each request is then the speed suite's: streamed chat completions to
 ``/v1/chat/completions`` with the same messages, ``temperature`` 0.0, ``ignore_eos`` true (bench_serving's
@@ -221,12 +221,16 @@ def _child_env(api_key: str | None) -> dict[str, str]:
 # ---------------------------------------------------------------- the run
 
 
+# The speed suite's stream options (suites/speed.py): the same response bytes for both clients to read.
+STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
+
+
 def write_requests(path: Path, prompts: Sequence[str], output_len: int) -> Path:
     """The ``openai`` dataset: one chat request per line, in our order."""
     with path.open("w", encoding="utf-8") as out:
         for prompt in prompts:
             out.write(json.dumps({"messages": [{"role": "user", "content": prompt}], "max_tokens": output_len,
-                                  "stream_options": {"include_usage": True}}) + "\n")
+                                  "stream_options": STREAM_OPTIONS}) + "\n")
     return path
 
 

@@ -45,6 +45,7 @@ from tests.simulator_process import SPECULATIVE_ARGS, running_simulator  # noqa:
 
 MODEL = "sim/model"
 PACING_TOLERANCE = 0.05  # the simulator's steps run ~1-2 % late at one stream on an idle machine
+BENCH_SERVING_WARMUP = 1  # its --warmup-requests default
 SUITE_WARMUP_LIMIT = 16  # the suite's warm-up here: min(concurrency, 16) requests, then the pool is opened
 # What each table compares: (key, label); every key is computed for a tool and for the truth alike.
 QUANTITIES = (("tpot_mean", "TPOT mean"), ("tpot_p99", "TPOT p99"), ("ttft_median", "TTFT median"),
@@ -187,18 +188,18 @@ def make_bench_serving(python: str) -> Callable:
     from bench.sglang_bench_serving import run_bench_serving  # only with the tool: it needs sglang's venv
 
     def run(sim: Simulator, workload: Workload, sent: Traffic, concurrency: int) -> ToolMeasurement:
-        prompts = sent.prompts
+        """bench_serving as its users run it (its default single warm-up, no --print-requests): its own printed
+        figures, and the chunk gaps from --output-details for the per-chunk ITL it does not print."""
         with tempfile.TemporaryDirectory(prefix="bench-serving-") as workdir:
-            result = run_bench_serving(python=python, base_url=sim.url, model=MODEL, prompts=prompts,
-                                       output_len=workload.output_len, concurrency=concurrency,
-                                       workdir=Path(workdir))
-        truth = last_arrivals(sim.emission_log, len(prompts), len(prompts) + result.warmup_requests)
-        samples = Samples(tpot=[r.tpot * 1000 for r in result.requests if r.tpot is not None],
-                          ttft=[r.ttft * 1000 for r in result.requests],
-                          itl_chunk=[gap * 1000 for r in result.requests for gap in r.itl], itl_token=[])
-        # Its per-token ITL is its own (chunk gaps / re-tokenized chunk texts), as its metrics print it.
-        own = {"itl_token_mean": result.metrics["mean_itl_ms"], "itl_token_p99": result.metrics["p99_itl_ms"]}
-        return ToolMeasurement({**samples.stats(), **own}, truth)
+            result = run_bench_serving(python, sim.url, MODEL, sent.prompts, workload.output_len, concurrency,
+                                       BENCH_SERVING_WARMUP, Path(workdir), print_requests=False)
+        truth = last_arrivals(sim.emission_log, len(sent.prompts), len(sent.prompts) + BENCH_SERVING_WARMUP)
+        m = result.metrics
+        chunk_gaps = Samples([], [], [gap * 1000 for r in result.requests for gap in r.itl_s], []).stats()
+        ours = {"tpot_mean": m.mean_tpot_ms, "tpot_p99": m.p99_tpot_ms, "ttft_median": m.median_ttft_ms,
+                "ttft_mean": m.mean_ttft_ms, "itl_token_mean": m.mean_itl_ms, "itl_token_p99": m.p99_itl_ms,
+                **chunk_gaps}
+        return ToolMeasurement(ours, truth)
     return run
 
 

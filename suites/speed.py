@@ -182,9 +182,10 @@ async def _run_worker(job: WorkerJob, barrier) -> WorkerResult:
     client_class = {"aiohttp": AiohttpStreams, "openai": OpenAIStreams}[job.client]
     async with client_class.open(job) as client:
         await _run_phase(client, job, job.warmup_prompts)
-        warmed = await client.open_connections(job.concurrency)
         if barrier is not None:
             await asyncio.to_thread(barrier.wait)
+        # Right before the window: SGLang closes a connection idle for 5 s (SGLANG_TIMEOUT_KEEP_ALIVE).
+        warmed = await client.open_connections(job.concurrency)
         opened_before = client.connections_opened
         lag: list[float] = []
         probe = asyncio.create_task(_probe_loop_lag(lag))
