@@ -8,6 +8,7 @@ DSPARK_SIM_EMISSION_LOG (when it parsed each request and handed out each emissio
 on time.monotonic()) and identical traffic: the same prompts, max tokens and concurrency, 2 × concurrency
 measured requests (at least 8). The tools:
     suite           the speed suite's own code (suites/speed.py: warm-up, warmed pool, semaphore, clock)
+    suite-openai    the same with speed.client=openai (the official client reads the streams; --tools)
     bench_serving   `python -m sglang.benchmark.serving` of sglang 0.5.23 run from its own venv
                     (bench/sglang_bench_serving.py; --bench-serving PYTHON, default $DSPARK_SGLANG_PYTHON)
 The truth is the server's side of the same measured requests (by response id for the suite; the
@@ -160,12 +161,16 @@ def traffic(workload: Workload, concurrency: int) -> Traffic:
                    build_prompts(min(concurrency, SUITE_WARMUP_LIMIT), workload.input_len, overhead, per_word, seed=2))
 
 
-def run_suite(sim: Simulator, workload: Workload, sent: Traffic, concurrency: int) -> ToolMeasurement:
+def make_suite(client: str) -> Callable:
+    return lambda sim, workload, sent, concurrency: run_suite(sim, workload, sent, concurrency, client)
+
+
+def run_suite(sim: Simulator, workload: Workload, sent: Traffic, concurrency: int, client: str) -> ToolMeasurement:
     server = Server(base_url=sim.url, model=MODEL, api_key="EMPTY", request_timeout=600)
     prompts = sent.prompts
     settings = SpeedSettings(num_requests=len(prompts), concurrency=concurrency, input_len=workload.input_len,
                              output_len=workload.output_len, warmup_requests=len(sent.suite_warmup), workers=1,
-                             ignore_eos=True, client="aiohttp")
+                             ignore_eos=True, client=client)
     results = run_measurement(server, settings, prompts, sent.suite_warmup)
     timings = [t for result in results for t in result.timings if t.ok]
     if len(timings) < len(prompts):
@@ -214,6 +219,12 @@ def measure(tool: str, run: Callable, workload: Workload, sent: Traffic, concurr
           f"{'' if repeat.kept else ' (discarded)'}, TPOT {ours['tpot_mean']:.2f} ms vs truth "
           f"{repeat.truth['tpot_mean']:.2f}, TTFT excess {repeat.ttft_excess_ms:.1f} ms", file=sys.stderr, flush=True)
     return repeat
+
+
+# tool name -> its runner, made from the command line
+TOOLS: dict[str, Callable] = {"suite": lambda args: make_suite("aiohttp"),
+                              "suite-openai": lambda args: make_suite("openai"),
+                              "bench_serving": lambda args: make_bench_serving(args.bench_serving)}
 
 
 # ---------------------------------------------------------------- repeats
@@ -327,7 +338,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="kept repeats per tool and concurrency (>= 3)")
     parser.add_argument("--concurrencies", type=int, nargs="+", default=[1, 64, 256])
-    parser.add_argument("--tools", nargs="+", default=["suite", "bench_serving"], choices=["suite", "bench_serving"])
+    parser.add_argument("--tools", nargs="+", default=["suite", "bench_serving"], choices=list(TOOLS),
+                        help="suite-openai: the suite with speed.client=openai (the official client reads the streams)")
     parser.add_argument("--bench-serving", metavar="PYTHON", default=os.environ.get("DSPARK_SGLANG_PYTHON"),
                         help="the python of a venv with sglang 0.5.23 (.ci/sglang-bench-serving.sh makes one)")
     parser.add_argument("--step-ms", type=float, default=20.0)
@@ -341,8 +353,7 @@ def main() -> None:
         parser.error("--bench-serving PYTHON (or DSPARK_SGLANG_PYTHON) is needed for the bench_serving tool; "
                      "make one with bash .ci/sglang-bench-serving.sh, or pass --tools suite")
     workload = Workload(args.input_len, args.output_len, args.step_ms, args.prefill_ms_per_token)
-    runners = {"suite": lambda: run_suite, "bench_serving": lambda: make_bench_serving(args.bench_serving)}
-    tools = {tool: runners[tool]() for tool in args.tools}
+    tools = {tool: TOOLS[tool](args) for tool in args.tools}
     started = time.monotonic()
     print(f"command: python {' '.join(sys.argv)}\nmachine: {machine()}\n"
           f"load average at start: {' '.join(f'{v:.2f}' for v in os.getloadavg())}\n"
