@@ -23,6 +23,7 @@ from sglang_sim.config import KNOBS, SimConfig, SimConfigError
 from sglang_sim.emission_log import EmissionLog
 from sglang_sim.engine import Engine
 from sglang_sim.failures import SCHEDULER_FRAMES, die, print_lines, rejection_traceback, traceback_tail
+from sglang_sim import native_api
 from sglang_sim.gpqa import GpqaAnswerKey, GpqaDatasetError
 from sglang_sim.http_app import api_app, dummy_health_app
 from sglang_sim.metrics import ServerMetrics
@@ -190,6 +191,8 @@ async def _boot(state: ServerState, config: SimConfig, leader: Leader, shape: Sp
     if config.faults.hang_boot:
         logger.info("Capture cuda graph begin.")  # ... and never ends
         await asyncio.Event().wait()
+    if not args.skip_server_warmup:
+        await native_api.warm_up(state)
     state.ready = True
     logger.info("The server is fired up and ready to roll!")
 

@@ -442,8 +442,28 @@ def _metric_samples(server) -> dict:
     return samples
 
 
+def test_metrics_counters_exist_from_the_startup_warmup_unless_skipped(sim):
+    # SGLang 0.5.23 (http_server._execute_server_warmup) sends itself one greedy /generate of 8 tokens before
+    # /health says 200, and its tokenizer counts it; its labelled counters appear only once moved.
+    counters = ("sglang:generation_tokens_total", "sglang:spec_verify_calls_total", "sglang:num_requests_total")
+    warm = sim([*SPEC_ARGS, "--enable-metrics"])
+    samples = _metric_samples(warm)
+    unified_false = (("engine_type", "unified"), ("is_streaming", "false"))
+    assert samples[("sglang:num_requests_total", unified_false)] == 1
+    assert 1 <= samples[("sglang:generation_tokens_total", unified_false)] <= 8
+    assert samples[("sglang:spec_verify_calls_total", (("engine_type", "unified"),))] >= 1
+    info = requests.get(warm.url("/server_info"), timeout=5).json()
+    assert "avg_spec_accept_length" not in info["internal_states"][0]  # its steps close no decode log window
+
+    cold = sim([*SPEC_ARGS, "--enable-metrics", "--skip-server-warmup"])
+    text = requests.get(cold.url("/metrics"), timeout=5).text
+    assert not [name for name in counters if name in text]  # not even "# TYPE" lines, as in multiprocess mode
+    client(cold).chat.completions.create(model="m", messages=HELLO, max_tokens=5, extra_body={"ignore_eos": True})
+    assert {name for name, _ in _metric_samples(cold)} >= set(counters)
+
+
 def test_metrics_count_what_was_served(sim):
-    server = sim([*SPEC_ARGS, "--enable-metrics"])
+    server = sim([*SPEC_ARGS, "--enable-metrics", "--skip-server-warmup"])  # counts from zero
     usage = client(server).chat.completions.create(
         model="m", messages=HELLO, max_tokens=30, extra_body={"ignore_eos": True, "return_spec_tokens_details": True})
     details = spec_details(usage)
@@ -463,7 +483,7 @@ def test_metrics_count_what_was_served(sim):
 
 
 def test_metrics_verify_calls_agree_with_the_steps_streamed(sim):
-    server = sim([*SPEC_ARGS, "--enable-metrics"])
+    server = sim([*SPEC_ARGS, "--enable-metrics", "--skip-server-warmup"])  # counts from zero
     whole = client(server).chat.completions.create(
         model="m", messages=HELLO, max_tokens=30, extra_body={"ignore_eos": True, "return_spec_tokens_details": True})
     chunks = list(client(server).chat.completions.create(
