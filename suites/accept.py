@@ -147,7 +147,8 @@ def _metrics_figure(before: ServerSnapshot, after: ServerSnapshot) -> tuple[dict
         return None, (f"{' and '.join(missing)} absent from /metrics after the window{' too' if before_too else ''}"
                       f" (no request moved it, or a server without it)")
     # A labelled counter appears once moved: absent before the window on a server serving /metrics is zero.
-    window = {name: after.counters[name] - before.counters.get(name, 0.0) for name in (GENERATION_TOKENS, VERIFY_CALLS)}
+    window = {name: after.counters[name] - before.counters.get(name, 0.0)
+              for name in (GENERATION_TOKENS, VERIFY_CALLS)}
     verify = window[VERIFY_CALLS]
     return {"source": "/metrics counters", "exact_window": True, "counts_first_token": True,
             "window_start": _window_start(before), "generation_tokens": window[GENERATION_TOKENS],

@@ -128,14 +128,17 @@ def test_continuous_usage_stats_count_each_chat_chunks_tokens(spec_server):
                for chunk in content)
 
 
+def reasoning_of(chunk) -> str | None:
+    return chunk.choices[0].delta.model_extra["reasoning_content"]
+
+
 def test_continuous_usage_stats_on_reasoning_chunks_too(spec_server):
     chunks = list(client(spec_server).chat.completions.create(
         model="m", messages=HELLO, max_tokens=300, temperature=0, stream=True,
         stream_options={"include_usage": True, "continuous_usage_stats": True},
         extra_body={"ignore_eos": True, "chat_template_kwargs": {"thinking": True}}))
-    deltas = [chunk for chunk in chunks if chunk.choices and (chunk.choices[0].delta.content
-                                                              or chunk.choices[0].delta.model_extra["reasoning_content"])]
-    reasoning = [chunk for chunk in deltas if chunk.choices[0].delta.model_extra["reasoning_content"]]
+    deltas = [chunk for chunk in chunks if chunk.choices and (chunk.choices[0].delta.content or reasoning_of(chunk))]
+    reasoning = [chunk for chunk in deltas if reasoning_of(chunk)]
     assert reasoning and all(chunk.usage is not None for chunk in deltas)
     counts = [chunk.usage.completion_tokens for chunk in deltas]
     # a step that closes the thinking gives a reasoning and a content chunk, with the same usage
@@ -151,7 +154,8 @@ def test_continuous_usage_stats_count_each_completion_chunks_tokens_per_choice(s
     chunks = list(stream)
     for chunk in chunks[:-1]:
         [choice] = chunk.choices
-        seen.setdefault(choice.index, []).append((len(choice.model_extra["token_ids"]), chunk.usage.completion_tokens))
+        ids = choice.model_extra["token_ids"]
+        seen.setdefault(choice.index, []).append((len(ids), chunk.usage.completion_tokens))
     assert sorted(seen) == [0, 1]
     for per_chunk in seen.values():
         sent = [count for count, _ in per_chunk]

@@ -23,7 +23,8 @@ from tests.suite_runs import SYNTHETIC_GPQA, run_suite
 RANK_WORK = {0: (101, 40), 1: (61, 30)}
 
 
-def stand_in_sglang(rank_accept_after: dict[int, float], verify_calls_counted: float | None = None) -> web.Application:
+def stand_in_sglang(rank_accept_after: dict[int, float],
+                    verify_calls_counted: float | None = None) -> web.Application:
     """Two DP ranks; chat responses carry sglext spec details and meta_info.dp_rank, alternating ranks;
     /server_info reports nothing before the first request and ``rank_accept_after`` afterwards. With
     ``verify_calls_counted``, /metrics is served as by a fresh SGLang (no counter before the first request)
