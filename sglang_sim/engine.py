@@ -213,8 +213,9 @@ class Engine:
         # Acceptance is random per request but repeatable: greedy requests for the same prompt
         # accept the same drafts, as with a real draft model.
         accept_rng = random.Random(f"accept\x1f{self.config.seed}\x1f{job.ask.prompt}\x1f{job.ask.sample_key}")
-        clock = time.perf_counter()
-        clock += job.prompt_tokens * self.config.prefill_ms_per_token / 1000
+        # The warmup's time is part of DSPARK_SIM_BOOT_SECONDS (until /health says 200): it takes none of its own.
+        prefill_ms, step_seconds = (0.0, 0.0) if job.warmup else (self.config.prefill_ms_per_token, self.step_seconds)
+        clock = time.perf_counter() + job.prompt_tokens * prefill_ms / 1000
         await _sleep_until(clock)
         if not job.warmup:
             self._on_prefill()
@@ -226,7 +227,7 @@ class Engine:
         gen.emitted(first)  # the handler writes what we yield at once
         yield first
         while gen.finish_reason is None:
-            clock += self.step_seconds
+            clock += step_seconds
             await _sleep_until(clock)
             tokens = self._verify_step(gen, job, stats, source, accept_rng)
             gen.emitted(tokens)
