@@ -66,6 +66,7 @@ class ServerArgs:
     max_running_requests: int | None = None
     decode_log_interval: int = 40
     enable_metrics: bool = False
+    skip_server_warmup: bool = False  # fields/serving.py: no startup /generate before /health says 200
     reasoning_parser: str | None = None
     stream_response_default_include_usage: bool = False
     enable_cache_report: bool = False

@@ -135,6 +135,10 @@ class Job:
     prompt_tokens: int
     max_new_tokens: int
     streaming: bool
+    # The server's startup request (native_api.warm_up). /metrics counts it as SGLang's tokenizer does; it
+    # is not a client's, so neither crash_first_prefill ("healthy until the first real request") nor the
+    # emission log sees it, and its few steps never reach a published decode window (below).
+    warmup: bool = False
 
 
 class Engine:
@@ -201,7 +205,7 @@ class Engine:
                 self._publish_window(rank)
             if self.metrics is not None:
                 self.metrics.request_finished(gen, job.streaming)
-            if self.emission_log is not None:
+            if self.emission_log is not None and not job.warmup:
                 self.emission_log.record(gen, job.streaming)
 
     async def _steps(self, gen: Generation, job: Job, rank: RankState) -> AsyncIterator[list[str]]:
@@ -209,17 +213,23 @@ class Engine:
         # Acceptance is random per request but repeatable: greedy requests for the same prompt
         # accept the same drafts, as with a real draft model.
         accept_rng = random.Random(f"accept\x1f{self.config.seed}\x1f{job.ask.prompt}\x1f{job.ask.sample_key}")
-        clock = time.perf_counter()
-        clock += job.prompt_tokens * self.config.prefill_ms_per_token / 1000
+        # The warmup's time is part of DSPARK_SIM_BOOT_SECONDS (until /health says 200): it takes none of its own.
+        prefill_ms, step_seconds = (0.0, 0.0) if job.warmup else (self.config.prefill_ms_per_token, self.step_seconds)
+        clock = time.perf_counter() + job.prompt_tokens * prefill_ms / 1000
         await _sleep_until(clock)
-        self._on_prefill()
+        if not job.warmup:
+            self._on_prefill()
+        # SGLang adds a window's steps to the scheduler's figures (/server_info, the spec gauges) only when
+        # it logs the window, every decode_log_interval batches: the warmup's few steps never close one,
+        # so they go to a window of their own that is never published.
+        stats = RankState(rank.dp_rank) if job.warmup else rank
         first = self._take(gen, source, 1, job.max_new_tokens)
         gen.emitted(first)  # the handler writes what we yield at once
         yield first
         while gen.finish_reason is None:
-            clock += self.step_seconds
+            clock += step_seconds
             await _sleep_until(clock)
-            tokens = self._verify_step(gen, job, rank, source, accept_rng)
+            tokens = self._verify_step(gen, job, stats, source, accept_rng)
             gen.emitted(tokens)
             yield tokens
 

@@ -17,6 +17,7 @@ import sys
 
 from aiohttp import web
 
+from sglang_sim import native_api
 from sglang_sim.admission import Rejected, SglangEnv, admit, guess_architecture
 from sglang_sim.args import ServerArgs, parse_server_args
 from sglang_sim.config import KNOBS, SimConfig, SimConfigError
@@ -190,6 +191,8 @@ async def _boot(state: ServerState, config: SimConfig, leader: Leader, shape: Sp
     if config.faults.hang_boot:
         logger.info("Capture cuda graph begin.")  # ... and never ends
         await asyncio.Event().wait()
+    if not args.skip_server_warmup:
+        await native_api.warm_up(state)
     state.ready = True
     logger.info("The server is fired up and ready to roll!")
 

@@ -87,4 +87,20 @@ class ServerMetrics:
         self.e2e_request_latency.labels(**labels).observe((gen.finished_at or started) - started)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return generate_latest(_AsMultiprocess(self.registry))
+
+
+class _AsMultiprocess:
+    """The registry as SGLang exposes its metrics: prometheus_client in multiprocess mode
+    (utils/common.py add_prometheus_middleware, MultiProcessCollector), where a family appears only once it
+    has a sample (a labelled counter after its first ``.labels()``, not even HELP/TYPE before) and counters
+    carry no ``_created`` series."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self._registry = registry
+
+    def collect(self):
+        for family in self._registry.collect():
+            family.samples = [sample for sample in family.samples if not sample.name.endswith("_created")]
+            if family.samples:
+                yield family

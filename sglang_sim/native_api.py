@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 
@@ -16,6 +17,9 @@ from sglang_sim.textgen import Ask
 from sglang_sim.tokenizer import count_tokens
 
 logger = logging.getLogger("sglang_sim")
+# http_server._execute_server_warmup: the request SGLang sends itself before /health says 200
+WARMUP_PROMPT = "The capital city of France is"
+WARMUP_MAX_NEW_TOKENS = 8
 FLUSHED = ("Cache flushed.\nPlease check backend logs for more details. "
            "(When there are running or waiting requests, the operation will not be performed.)\n")
 
@@ -133,6 +137,17 @@ async def generate(request: web.Request) -> web.StreamResponse:
             await send(sse_event(_output(choices.generations[index], index if batched else None)))
         await send(b"data: [DONE]\n\n")
     return response
+
+
+async def warm_up(state: ServerState) -> None:
+    """SGLang's startup warmup (unless --skip-server-warmup): one greedy /generate of 8 tokens, one prompt per
+    DP rank. It goes through the engine like any request, so the /metrics counters exist (and count it) by the
+    time the server is healthy; a labelled counter appears only once a request has moved it."""
+    ranks = len(state.engine.ranks)
+    body = {"text": WARMUP_PROMPT if ranks == 1 else [WARMUP_PROMPT] * ranks,
+            "sampling_params": {"temperature": 0, "max_new_tokens": WARMUP_MAX_NEW_TOKENS}}
+    jobs, _ = _generate_jobs(state, body)
+    await Choices(state.engine, [dataclasses.replace(job, warmup=True) for job in jobs]).run_to_end()
 
 
 def not_ready(handler):

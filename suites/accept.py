@@ -9,6 +9,10 @@ plus ``dp_rank``), used when sglext is missing.
 Server side (the cross-check), snapshots before and after the requests:
 - ``/metrics`` (with --enable-metrics): counters ``sglang:generation_tokens_total`` and
   ``sglang:spec_verify_calls_total``; their differences give the window exactly, all DP ranks together.
+  SGLang's counters are labelled, and a labelled counter appears only once a request has moved it: one
+  absent before the window on a server that serves /metrics is a fresh one (started with
+  --skip-server-warmup, or nothing counted yet) and counts from zero, so the check runs whenever
+  metrics are enabled. When it cannot run, the summary record says why.
 - ``/server_info``: ``internal_states`` has one entry per DP rank with ``avg_spec_accept_length``, a
   ratio cumulative since start (no counts). The window is exact for a rank that had no speculative
   step before the snapshot; otherwise the value mixes in earlier traffic and is recorded but not
@@ -52,20 +56,20 @@ class ServerSnapshot:
     has_server_info: bool  # False: the server does not serve /server_info
     speculative_algorithm: str | None
     rank_accept_lengths: tuple[float | None, ...]  # avg_spec_accept_length per DP rank, cumulative
-    generation_tokens: float | None  # /metrics counters; None without --enable-metrics
-    verify_calls: float | None
+    metrics_served: bool  # GET /metrics answered 200 (SGLang: --enable-metrics)
+    counters: Mapping[str, float]  # GENERATION_TOKENS and VERIFY_CALLS as far as /metrics has them
 
 
 def take_snapshot(server: Server) -> ServerSnapshot:
     info = server.get_json("/server_info") or server.get_json("/get_server_info")
     states = (info or {}).get("internal_states") or []
-    counters = server.metrics_samples() or {}
+    samples = server.metrics_samples()
     return ServerSnapshot(
         has_server_info=info is not None,
         speculative_algorithm=(info or {}).get("speculative_algorithm"),
         rank_accept_lengths=tuple(state.get("avg_spec_accept_length") for state in states),
-        generation_tokens=counters.get(GENERATION_TOKENS),
-        verify_calls=counters.get(VERIFY_CALLS),
+        metrics_served=samples is not None,
+        counters={name: samples[name] for name in (GENERATION_TOKENS, VERIFY_CALLS) if name in (samples or {})},
     )
 
 
@@ -118,18 +122,49 @@ def per_request_metrics(requests: Sequence[RequestSpec]) -> dict[str, float | No
     }
 
 
+@dataclass(frozen=True)
+class ServerFigures:
+    figures: list[dict]  # the server's own accept length over the window, each with how it was obtained
+    no_metrics_figure_because: str | None  # why /metrics gave no figure; None when it did
+
+
 def server_side_figures(before: ServerSnapshot, after: ServerSnapshot,
-                        requests: Sequence[RequestSpec]) -> list[dict]:
-    """The server's own accept length over the window, each with how it was obtained."""
-    figures = []
-    if None not in (before.verify_calls, after.verify_calls, before.generation_tokens, after.generation_tokens):
-        verify = after.verify_calls - before.verify_calls
-        if verify > 0:
-            figures.append({"source": "/metrics counters", "exact_window": True, "counts_first_token": True,
-                            "accept_length": (after.generation_tokens - before.generation_tokens) / verify})
+                        requests: Sequence[RequestSpec]) -> ServerFigures:
+    metrics_figure, because = _metrics_figure(before, after)
+    figures = [metrics_figure] if metrics_figure is not None else []
     if after.rank_accept_lengths:
         figures.append(_server_info_figure(before, after, requests))
-    return figures
+    return ServerFigures(figures, because)
+
+
+def _metrics_figure(before: ServerSnapshot, after: ServerSnapshot) -> tuple[dict | None, str | None]:
+    """The /metrics figure, or None and why there is none."""
+    if not (before.metrics_served and after.metrics_served):
+        return None, "/metrics not served (GET /metrics did not answer 200: SGLang serves it with --enable-metrics)"
+    missing = [name for name in (GENERATION_TOKENS, VERIFY_CALLS) if name not in after.counters]
+    if missing:
+        before_too = all(name not in before.counters for name in missing)
+        return None, (f"{' and '.join(missing)} absent from /metrics after the window{' too' if before_too else ''}"
+                      f" (no request moved it, or a server without it)")
+    # A labelled counter appears once moved: absent before the window on a server serving /metrics is zero.
+    window = {name: after.counters[name] - before.counters.get(name, 0.0)
+              for name in (GENERATION_TOKENS, VERIFY_CALLS)}
+    verify = window[VERIFY_CALLS]
+    return {"source": "/metrics counters", "exact_window": True, "counts_first_token": True,
+            "window_start": _window_start(before), "generation_tokens": window[GENERATION_TOKENS],
+            "verify_calls": verify,  # none counted while responses report some is a disagreement too
+            "accept_length": window[GENERATION_TOKENS] / verify if verify > 0 else None}, None
+
+
+def _window_start(before: ServerSnapshot) -> str:
+    """How the counters' values at the window's start were known."""
+    absent = [name for name in (GENERATION_TOKENS, VERIFY_CALLS) if name not in before.counters]
+    if not absent:
+        return "counter values before the window"
+    if len(absent) == 2:
+        return "counters absent before the window (fresh server): counted from zero"
+    [present] = [name for name in (GENERATION_TOKENS, VERIFY_CALLS) if name in before.counters]
+    return f"{absent[0]} absent before the window: counted from zero; {present} from its value before the window"
 
 
 def _server_info_figure(before: ServerSnapshot, after: ServerSnapshot, requests: Sequence[RequestSpec]) -> dict:
@@ -180,9 +215,12 @@ def disagreements(requests: Sequence[RequestSpec], figures: Sequence[dict], tole
     messages = []
     for figure in figures:
         theirs, ours = figure["accept_length"], ours_by_definition[figure["counts_first_token"]]
-        if theirs is None or not figure["exact_window"]:
+        if not figure["exact_window"]:
             continue
-        if abs(theirs - ours) > tolerance * ours:
+        if theirs is None:
+            messages.append(f"accept: {figure['source']} counted no verify step over the window, in which the "
+                            f"responses report {verify}")
+        elif abs(theirs - ours) > tolerance * ours:
             messages.append(f"accept: per-request accept length {ours:.3f} disagrees with {figure['source']} "
                             f"{theirs:.3f} (tolerance {tolerance:.0%}; both counted as {figure['source']} counts)")
     return messages

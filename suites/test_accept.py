@@ -1,4 +1,5 @@
-"""Speculative acceptance: accept_length, accept_rate; records "accept" (per request), "accept_server".
+"""Speculative acceptance: accept_length, accept_rate; records "accept" (per request), "accept_server"
+(server-side figures), "accept_summary" (whether the exact /metrics cross-check ran, and if not why).
 
 Options (suite "accept"): num_requests, max_tokens, concurrency, min_accept_length (the collapse
 floor, checked even without a baseline), disagreement_tolerance (per-request vs server-side figure,
@@ -27,12 +28,17 @@ def accept_run(server, suite_config, suite_output):
         pytest.skip("the server reports no speculative statistics (not a speculative deployment)")
 
     metrics = per_request_metrics(requests)
-    figures = server_side_figures(before, after, requests)
+    server_side = server_side_figures(before, after, requests)
+    messages = disagreements(requests, server_side.figures, options["disagreement_tolerance"])
     suite_output.add_metrics(metrics)
     suite_output.add_records("accept", [request_record(r) for r in requests])
     suite_output.add_records("accept_server", [{**figure, "speculative_algorithm": after.speculative_algorithm}
-                                               for figure in figures])
-    for message in disagreements(requests, figures, options["disagreement_tolerance"]):
+                                               for figure in server_side.figures])
+    suite_output.add_records("accept_summary", [{
+        "requests": len(requests), "requests_with_spec": len(with_spec(requests)),
+        "metrics_cross_check": server_side.no_metrics_figure_because is None,
+        "no_metrics_cross_check_because": server_side.no_metrics_figure_because, "disagreements": messages}])
+    for message in messages:
         suite_output.warn(message)
     return requests, metrics
 

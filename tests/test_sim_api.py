@@ -128,14 +128,17 @@ def test_continuous_usage_stats_count_each_chat_chunks_tokens(spec_server):
                for chunk in content)
 
 
+def reasoning_of(chunk) -> str | None:
+    return chunk.choices[0].delta.model_extra["reasoning_content"]
+
+
 def test_continuous_usage_stats_on_reasoning_chunks_too(spec_server):
     chunks = list(client(spec_server).chat.completions.create(
         model="m", messages=HELLO, max_tokens=300, temperature=0, stream=True,
         stream_options={"include_usage": True, "continuous_usage_stats": True},
         extra_body={"ignore_eos": True, "chat_template_kwargs": {"thinking": True}}))
-    deltas = [chunk for chunk in chunks if chunk.choices and (chunk.choices[0].delta.content
-                                                              or chunk.choices[0].delta.model_extra["reasoning_content"])]
-    reasoning = [chunk for chunk in deltas if chunk.choices[0].delta.model_extra["reasoning_content"]]
+    deltas = [chunk for chunk in chunks if chunk.choices and (chunk.choices[0].delta.content or reasoning_of(chunk))]
+    reasoning = [chunk for chunk in deltas if reasoning_of(chunk)]
     assert reasoning and all(chunk.usage is not None for chunk in deltas)
     counts = [chunk.usage.completion_tokens for chunk in deltas]
     # a step that closes the thinking gives a reasoning and a content chunk, with the same usage
@@ -151,7 +154,8 @@ def test_continuous_usage_stats_count_each_completion_chunks_tokens_per_choice(s
     chunks = list(stream)
     for chunk in chunks[:-1]:
         [choice] = chunk.choices
-        seen.setdefault(choice.index, []).append((len(choice.model_extra["token_ids"]), chunk.usage.completion_tokens))
+        ids = choice.model_extra["token_ids"]
+        seen.setdefault(choice.index, []).append((len(ids), chunk.usage.completion_tokens))
     assert sorted(seen) == [0, 1]
     for per_chunk in seen.values():
         sent = [count for count, _ in per_chunk]
@@ -442,8 +446,28 @@ def _metric_samples(server) -> dict:
     return samples
 
 
+def test_metrics_counters_exist_from_the_startup_warmup_unless_skipped(sim):
+    # SGLang 0.5.23 (http_server._execute_server_warmup) sends itself one greedy /generate of 8 tokens before
+    # /health says 200, and its tokenizer counts it; its labelled counters appear only once moved.
+    counters = ("sglang:generation_tokens_total", "sglang:spec_verify_calls_total", "sglang:num_requests_total")
+    warm = sim([*SPEC_ARGS, "--enable-metrics"])
+    samples = _metric_samples(warm)
+    unified_false = (("engine_type", "unified"), ("is_streaming", "false"))
+    assert samples[("sglang:num_requests_total", unified_false)] == 1
+    assert 1 <= samples[("sglang:generation_tokens_total", unified_false)] <= 8
+    assert samples[("sglang:spec_verify_calls_total", (("engine_type", "unified"),))] >= 1
+    info = requests.get(warm.url("/server_info"), timeout=5).json()
+    assert "avg_spec_accept_length" not in info["internal_states"][0]  # its steps close no decode log window
+
+    cold = sim([*SPEC_ARGS, "--enable-metrics", "--skip-server-warmup"])
+    text = requests.get(cold.url("/metrics"), timeout=5).text
+    assert not [name for name in counters if name in text]  # not even "# TYPE" lines, as in multiprocess mode
+    client(cold).chat.completions.create(model="m", messages=HELLO, max_tokens=5, extra_body={"ignore_eos": True})
+    assert {name for name, _ in _metric_samples(cold)} >= set(counters)
+
+
 def test_metrics_count_what_was_served(sim):
-    server = sim([*SPEC_ARGS, "--enable-metrics"])
+    server = sim([*SPEC_ARGS, "--enable-metrics", "--skip-server-warmup"])  # counts from zero
     usage = client(server).chat.completions.create(
         model="m", messages=HELLO, max_tokens=30, extra_body={"ignore_eos": True, "return_spec_tokens_details": True})
     details = spec_details(usage)
@@ -463,7 +487,7 @@ def test_metrics_count_what_was_served(sim):
 
 
 def test_metrics_verify_calls_agree_with_the_steps_streamed(sim):
-    server = sim([*SPEC_ARGS, "--enable-metrics"])
+    server = sim([*SPEC_ARGS, "--enable-metrics", "--skip-server-warmup"])  # counts from zero
     whole = client(server).chat.completions.create(
         model="m", messages=HELLO, max_tokens=30, extra_body={"ignore_eos": True, "return_spec_tokens_details": True})
     chunks = list(client(server).chat.completions.create(

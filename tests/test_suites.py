@@ -137,10 +137,15 @@ def test_gpqa_scores_the_answer_not_the_reasoning_of_a_thinking_model(tmp_path, 
     assert output["records"]["gpqa_summary"][0]["chat_template_kwargs"] == {"thinking": True, "enable_thinking": True}
 
 
-def test_accept_length_and_rate_match_alpha_and_gamma(tmp_path):
+@pytest.mark.parametrize("launch, window_start", [
+    ([], "counter values before the window"),  # SGLang's startup warmup has moved the counters
+    (["--skip-server-warmup"], "counters absent before the window (fresh server): counted from zero"),
+], ids=["after-warmup", "skip-server-warmup"])
+def test_accept_length_and_rate_match_alpha_and_gamma(tmp_path, launch, window_start):
     # A fresh server, so its cumulative /server_info figure covers exactly the suite's requests.
     env = {**FAST, "DSPARK_SIM_ACCEPT_PROB": str(ALPHA)}
-    with running_simulator(env, [*SPECULATIVE_ARGS, "--enable-metrics"], log_path=tmp_path / "sim.log") as url:
+    args = [*SPECULATIVE_ARGS, "--enable-metrics", *launch]
+    with running_simulator(env, args, log_path=tmp_path / "sim.log") as url:
         code, output, log = run_suite(tmp_path, "accept", url, "--suite-option", "accept.num_requests=24",
                                       "--suite-option", "accept.max_tokens=200")
     assert code == 0, log
@@ -153,8 +158,13 @@ def test_accept_length_and_rate_match_alpha_and_gamma(tmp_path):
     tolerance = 4 * accept_length_stderr(ALPHA, GAMMA, steps) + first_tokens
     assert output["metrics"]["accept_length"] == pytest.approx(per_step + first_tokens, abs=tolerance)
     assert output["metrics"]["accept_rate"] == pytest.approx((per_step - 1) / GAMMA, abs=tolerance / GAMMA)
-    assert [f for f in output["records"]["accept_server"] if f["exact_window"]], "no server-side cross-check"
-    assert output["warnings"] == []  # per-request and server-side figures agree
+    figures = {figure["source"]: figure for figure in output["records"]["accept_server"]}
+    assert figures["/metrics counters"]["exact_window"] and figures["/server_info internal_states"]["exact_window"]
+    assert figures["/metrics counters"]["window_start"] == window_start
+    assert figures["/metrics counters"]["verify_calls"] == steps  # exactly the suite's requests
+    [summary] = output["records"]["accept_summary"]
+    assert summary["metrics_cross_check"] and summary["no_metrics_cross_check_because"] is None
+    assert output["warnings"] == summary["disagreements"] == []  # per-request and server-side figures agree
 
 
 def test_accept_floor_fails_when_acceptance_collapses(tmp_path):
@@ -167,6 +177,9 @@ def test_accept_floor_fails_when_acceptance_collapses(tmp_path):
     assert output["metrics"]["accept_rate"] == 0.0
     floor = [t for t in output["tests"] if t["nodeid"].endswith("test_accept_length_above_collapse_floor")][0]
     assert floor["outcome"] == "failed" and "collapse floor 1.2" in floor["message"]
+    [summary] = output["records"]["accept_summary"]  # launched without --enable-metrics
+    assert not summary["metrics_cross_check"]
+    assert summary["no_metrics_cross_check_because"].startswith("/metrics not served")
 
 
 def test_accept_skips_on_a_server_without_speculation(tmp_path, plain_server):

@@ -1,5 +1,6 @@
 """Suite behaviour the simulator does not exercise, against small stand-in servers on loopback:
-accept's server-side cross-check over several DP ranks, and GPQA's download-once dataset cache.
+accept's server-side cross-check over several DP ranks and against a /metrics that miscounts, and GPQA's
+download-once dataset cache.
 """
 
 from __future__ import annotations
@@ -22,18 +23,23 @@ from tests.suite_runs import SYNTHETIC_GPQA, run_suite
 RANK_WORK = {0: (101, 40), 1: (61, 30)}
 
 
-def stand_in_sglang(rank_accept_after: dict[int, float]) -> web.Application:
+def stand_in_sglang(rank_accept_after: dict[int, float],
+                    verify_calls_counted: float | None = None) -> web.Application:
     """Two DP ranks; chat responses carry sglext spec details and meta_info.dp_rank, alternating ranks;
-    /server_info reports nothing before the first request and ``rank_accept_after`` afterwards."""
-    served = {"count": 0}
+    /server_info reports nothing before the first request and ``rank_accept_after`` afterwards. With
+    ``verify_calls_counted``, /metrics is served as by a fresh SGLang (no counter before the first request)
+    and counts that many verify calls per verify step the responses report (1.0: right)."""
+    served = {"count": 0, "tokens": 0, "verify": 0}
 
     async def models(request):
         return web.json_response({"object": "list", "data": [{"id": "stand-in", "object": "model"}]})
 
     async def chat(request):
         rank = served["count"] % 2
-        served["count"] += 1
         tokens, verify = RANK_WORK[rank]
+        served["count"] += 1
+        served["tokens"] += tokens
+        served["verify"] += verify
         details = {"spec_verify_ct": verify, "spec_num_correct_drafts": tokens - 1 - verify,
                    "spec_num_proposed_drafts": 3 * verify, "spec_accept_length": tokens / verify}
         return web.json_response({
@@ -49,9 +55,20 @@ def stand_in_sglang(rank_accept_after: dict[int, float]) -> web.Application:
                   for rank in RANK_WORK]
         return web.json_response({"speculative_algorithm": "DSPARK", "internal_states": states})
 
+    async def metrics(request):
+        text = "# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs 0.0\n"
+        if served["count"]:  # labelled counters appear once a request has moved them
+            text += (f"# TYPE sglang:generation_tokens_total counter\n"
+                     f"sglang:generation_tokens_total{{is_streaming=\"false\"}} {served['tokens']}\n"
+                     f"# TYPE sglang:spec_verify_calls_total counter\n"
+                     f"sglang:spec_verify_calls_total {served['verify'] * verify_calls_counted}\n")
+        return web.Response(text=text)
+
     app = web.Application()
     app.add_routes([web.get("/v1/models", models), web.post("/v1/chat/completions", chat),
                     web.get("/server_info", server_info)])
+    if verify_calls_counted is not None:
+        app.add_routes([web.get("/metrics", metrics)])
     return app
 
 
@@ -90,6 +107,27 @@ def test_accept_cross_checks_every_dp_rank_weighted_by_tokens(tmp_path, rank_acc
     assert bool(output["warnings"]) == warned
     if warned:
         assert "disagrees with /server_info internal_states" in output["warnings"][0]
+    [summary] = output["records"]["accept_summary"]  # the stand-in serves no /metrics
+    assert not summary["metrics_cross_check"]
+    assert summary["no_metrics_cross_check_because"].startswith("/metrics not served")
+
+
+@pytest.mark.parametrize("verify_calls_counted, warned", [(1.0, False), (1.5, True)],
+                         ids=["counts-right", "miscounts-verify-calls"])
+def test_accept_cross_checks_metrics_of_a_fresh_server_counting_from_zero(tmp_path, verify_calls_counted, warned):
+    with serving(stand_in_sglang({0: 2.5, 1: 2.0}, verify_calls_counted)) as url:
+        code, output, log = run_suite(tmp_path, "accept", url, "--suite-option", "accept.num_requests=4",
+                                      "--suite-option", "accept.concurrency=1")
+    assert code == 0, log  # a disagreement is a warning, on a fresh server as on a warm one
+    figure = next(f for f in output["records"]["accept_server"] if f["source"] == "/metrics counters")
+    assert figure["window_start"] == "counters absent before the window (fresh server): counted from zero"
+    assert (figure["generation_tokens"], figure["verify_calls"]) == (2 * (101 + 61), 2 * 70 * verify_calls_counted)
+    assert figure["accept_length"] == pytest.approx((101 + 61) / (70 * verify_calls_counted))
+    [summary] = output["records"]["accept_summary"]
+    assert summary["metrics_cross_check"] and summary["no_metrics_cross_check_because"] is None
+    assert bool(summary["disagreements"]) == warned and output["warnings"] == summary["disagreements"]
+    if warned:
+        assert "disagrees with /metrics counters" in output["warnings"][0]
 
 
 def test_gpqa_downloads_a_dataset_url_once_into_the_cache(tmp_path):
