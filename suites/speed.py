@@ -205,7 +205,15 @@ async def _run_phase(client: "AiohttpStreams | OpenAIStreams", job: WorkerJob,
         async with semaphore:
             return await client.stream(job, request)
 
-    return list(await asyncio.gather(*(limited(r) for r in requests)))
+    tasks = []
+    for request in requests:
+        tasks.append(asyncio.create_task(limited(request)))
+        # One turn of the loop per request, so each reaches the socket as soon as its clock starts: before
+        # Python 3.12 aiohttp writes a request from a task of its own, which would otherwise queue behind the
+        # start of every other request of a burst, the clock running (at 256 streams, ~20 ms of client time
+        # counted as TTFT).
+        await asyncio.sleep(0)
+    return list(await asyncio.gather(*tasks))
 
 
 class _RequestClock:
