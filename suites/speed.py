@@ -343,10 +343,10 @@ def _read_event(clock: _RequestClock, event: dict) -> str | None:
     if "error" in event:
         return f"error event: {event['error']}"
     usage = event.get("usage") or {}
+    if usage:  # the running count (continuous usage), then the final figure: the last one read stands
+        clock.usage_arrived(usage.get("prompt_tokens"), usage.get("completion_tokens"))
     choices = event.get("choices") or []
-    if not choices:  # the usage-only chunk at the end (include_usage)
-        if usage:
-            clock.usage_arrived(usage.get("prompt_tokens"), usage.get("completion_tokens"))
+    if not choices:
         return None
     delta = choices[0].get("delta") or {}
     if delta.get("content") or delta.get("reasoning_content"):
