@@ -247,8 +247,10 @@ class _RequestClock:
             self.ttft = now - self.start
         else:
             self.itl.append(now - self.last)
-            if self.itl_tokens is not None:
-                self.itl_tokens = None if tokens is None else [*self.itl_tokens, tokens]
+            if tokens is None:
+                self.itl_tokens = None  # one chunk without usage: no per-token ITL for this request
+            elif self.itl_tokens is not None:
+                self.itl_tokens.append(tokens)
         self.last = now
 
     def usage_arrived(self, prompt_tokens: int | None, completion_tokens: int | None) -> None:
