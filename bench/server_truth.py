@@ -13,10 +13,11 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 from suites.speed import RequestTiming
 
+T = TypeVar("T")
 FLUSH_WAIT_SECONDS = 5.0  # the simulator flushes its log within 0.5 s; leave room for a busy machine
 
 
@@ -82,12 +83,7 @@ def wait_for_server_times(response_ids: set[str | None], log_path: Path) -> dict
     """rid → ServerTimes for every id asked for, waiting for the log's next flush if need be."""
     if None in response_ids:
         raise SystemExit("a measured request has no response id: the stream carried no \"id\"")
-    deadline = time.monotonic() + FLUSH_WAIT_SECONDS
-    while True:
-        found = read_server_times(log_path, response_ids)
-        if len(found) == len(response_ids) or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+    found = _poll(lambda: read_server_times(log_path, response_ids), lambda got: len(got) == len(response_ids))
     missing = len(response_ids) - len(found)
     if missing:
         raise SystemExit(f"{missing} of {len(response_ids)} measured requests are not in the emission log {log_path}")
@@ -109,15 +105,21 @@ def server_times(record: dict) -> ServerTimes:
 def last_arrivals(log_path: Path, count: int, total: int) -> list[ServerTimes]:
     """The ``count`` requests the simulator parsed last, once ``total`` requests are logged: a tool's measured
     requests when its warm-up ended before they began (bench_serving awaits its warm-up) and nothing else ran."""
-    deadline = time.monotonic() + FLUSH_WAIT_SECONDS
-    while True:
-        records = [server_times(record) for record in _records(log_path) if record.get("last_token_monotonic")]
-        if len(records) >= total or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+    records = _poll(lambda: [server_times(record) for record in _records(log_path)
+                             if record.get("last_token_monotonic")], lambda got: len(got) >= total)
     if len(records) != total:
         raise SystemExit(f"the emission log {log_path} holds {len(records)} finished requests, expected {total}")
     return sorted(records, key=lambda times: times.arrival)[-count:]
+
+
+def _poll(read: Callable[[], T], complete: Callable[[T], bool]) -> T:
+    """``read()`` until ``complete`` says so or FLUSH_WAIT_SECONDS pass (the log flushes every 0.5 s)."""
+    deadline = time.monotonic() + FLUSH_WAIT_SECONDS
+    while True:
+        got = read()
+        if complete(got) or time.monotonic() > deadline:
+            return got
+        time.sleep(0.2)
 
 
 def _records(log_path: Path) -> list[dict]:
