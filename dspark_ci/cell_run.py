@@ -18,7 +18,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from ground.errors import BadInput, DsparkError, ExitCode, InfraError
 from ground.records import CellResult, GateResult, Status
-from ground.suites import DEFAULT_SUITES, SPECULATIVE_SUITES, suite_of
+from ground.suites import ALWAYS_SUITES, DEFAULT_SUITES, SPECULATIVE_SUITES, suite_of
 from launchers.contract import LaunchFailed, Launcher, LaunchTimeout
 from launchers.plan import plan_launch
 from matrices.cell import REJECT, Cell
@@ -157,7 +157,7 @@ def _suite_names(cell: Cell, ctx: CellContext) -> tuple[str, ...]:
     names = ctx.suites or tuple(cell.suites) or DEFAULT_SUITES
     if not cell.speculative:  # speculation-only measurements mean nothing on a plain deployment
         names = tuple(n for n in names if n not in SPECULATIVE_SUITES)
-    return names
+    return ALWAYS_SUITES + tuple(n for n in names if n not in ALWAYS_SUITES)
 
 
 def _launch_reference(cell: Cell, names, ctx: CellContext, stack: contextlib.ExitStack, logs_dir: Path):

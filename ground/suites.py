@@ -11,8 +11,10 @@ import json
 from types import MappingProxyType
 from typing import Any, Mapping
 
-KNOWN_SUITES = ("gpqa", "accept", "speed", "parity")
+KNOWN_SUITES = ("sanity", "gpqa", "accept", "speed", "parity")
 DEFAULT_SUITES = ("accept", "speed")
+# Run on every serving cell whatever suites it selects (suites/sanity.py): no selection leaves a broken server green.
+ALWAYS_SUITES = ("sanity",)
 # Speculation-only measurements: they mean nothing on a deployment without a draft model.
 SPECULATIVE_SUITES = ("accept", "parity")
 
@@ -40,6 +42,12 @@ def suite_of(metric: str) -> str | None:
 # Every option a suite reads, with its default. A value's type is the default's type
 # (None-valued defaults list their accepted types in OPTION_TYPES).
 SUITE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "sanity": {
+        "num_requests": 4,
+        "max_tokens": 48,
+        "concurrency": 4,
+        "min_accept_length": 1.2,  # the collapse floor, as accept's; only where the server reports spec statistics
+    },
     "gpqa": {
         "num_questions": None,  # subsample (simple-evals `num_examples`); None = every question
         "repeats": 1,  # simple-evals `n_repeats`
