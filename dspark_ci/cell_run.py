@@ -76,7 +76,7 @@ def _run_cell(cell: Cell, ctx: CellContext, result: CellResult) -> CellResult:
             if cell.expect.outcome == REJECT:
                 return result.finished(Status.FAILED, f"expected SGLang to reject this cell "
                                        f"(/{cell.expect.message}/) but it became healthy", ExitCode.FELL_SHORT)
-            names = _suite_names(cell, ctx)
+            names = suite_names(cell, ctx.suites)
             reference = _launch_reference(cell, names, ctx, stack, logs_dir)
             ctx.stage(f"{cell.id}: measuring ({', '.join(names)})")
             outcome = run_suites(SuiteRequest(
@@ -153,8 +153,10 @@ def _expectation_applies(cell: Cell, version: str) -> bool:
         return True  # validated where the matrix is loaded
 
 
-def _suite_names(cell: Cell, ctx: CellContext) -> tuple[str, ...]:
-    names = ctx.suites or tuple(cell.suites) or DEFAULT_SUITES
+def suite_names(cell: Cell, selected: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The suites a serving cell runs: ``selected`` (--suites), else its own, else the defaults; always the
+    sanity check first."""
+    names = selected or tuple(cell.suites) or DEFAULT_SUITES
     if not cell.speculative:  # speculation-only measurements mean nothing on a plain deployment
         names = tuple(n for n in names if n not in SPECULATIVE_SUITES)
     return ALWAYS_SUITES + tuple(n for n in names if n not in ALWAYS_SUITES)

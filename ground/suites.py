@@ -97,11 +97,16 @@ ALLOWED_VALUES: dict[tuple[str, str], tuple[str, ...]] = {
     ("speed", "client"): ("aiohttp", "openai"),
 }
 
-# Counts and sizes: zero or less is a mistake, not a request for nothing.
-POSITIVE_OPTIONS = frozenset(
-    {"num_questions", "repeats", "concurrency", "max_tokens", "num_requests", "input_len", "output_len",
-     "workers", "num_prompts"}
-)
+# Counts and sizes, by option name: (least, most). Zero or less is a mistake, not a request for nothing; past the
+# upper bound a value is a typo (1e9 requests, a million streams) that would run for days or exhaust the machine.
+# Token bounds: 1 Mi tokens is past any served context; concurrency: past SGLang's default --max-running-requests.
+MAX_TOKENS_BOUND = 1 << 20
+OPTION_RANGES: dict[str, tuple[float, float]] = {
+    "num_questions": (1, 100_000), "repeats": (1, 64), "concurrency": (1, 4096), "max_tokens": (1, MAX_TOKENS_BOUND),
+    "num_requests": (1, 100_000), "input_len": (1, MAX_TOKENS_BOUND), "output_len": (1, MAX_TOKENS_BOUND),
+    "warmup_requests": (0, 10_000), "workers": (1, 64), "num_prompts": (1, 10_000), "max_mismatches": (0, 10_000),
+    "temperature": (0.0, 2.0), "min_accept_length": (0.0, 1024.0), "disagreement_tolerance": (0.0, 1.0),
+}
 
 
 def option_problem(suite: str, key: str, value: Any) -> str | None:
@@ -116,8 +121,13 @@ def option_problem(suite: str, key: str, value: Any) -> str | None:
     if isinstance(value, bool) and bool not in expected or not isinstance(value, expected):
         names = " or ".join("null" if t is type(None) else t.__name__ for t in expected)
         return f"{suite}.{key} must be {names}, got {json.dumps(value)}"
-    if key in POSITIVE_OPTIONS and isinstance(value, (int, float)) and value <= 0:
-        return f"{suite}.{key} must be at least 1, got {value}"
+    least, most = OPTION_RANGES.get(key, (None, None))
+    if least is not None and isinstance(value, (int, float)) and not least <= value <= most:
+        if value != value:
+            return f"{suite}.{key} must be a number, got nan"
+        if value >= least:  # too large
+            return f"{suite}.{key} must be at most {most:,}, got {value:,}"
+        return f"{suite}.{key} must be at least {least:g}, got {value:g}"
     allowed = ALLOWED_VALUES.get((suite, key))
     if allowed and value not in allowed:
         return f"{suite}.{key} must be one of {', '.join(allowed)}, got {value!r}"

@@ -34,7 +34,7 @@ from ground.sglang.flags import load_flags
 from ground.sglang.release import DEVICES, SPECULATIVE_ALGORITHMS
 from ground.yaml_lines import YamlList, YamlMap
 from matrices.values import (SGLANG_VERSION, Parser, Where, arg_list, boolean, check_keys, env_map, expect_spec,
-                             int_at_least, one_of, optional, slug, suite_map, text, version_spec)
+                             int_between, one_of, optional, slug, suite_map, text, version_spec)
 
 @dataclass(frozen=True)
 class Key:
@@ -43,6 +43,12 @@ class Key:
     in_config: bool  # part of Cell.config (and of CONTRACT.md's `config`)
     help: str  # what the key is (its SGLang flag, when it has one), shown when a typo is corrected
 
+
+# Upper bounds of the counts a cell sets: past them a value is a typo (2**64 GPUs) that would plan and even run green
+# on the simulator. tp/dp/cp/pp are bounded by the layout rules too (ranks <= nnodes * gpus_per_node).
+MAX_NODES, MAX_GPUS_PER_NODE = 1024, 128
+MAX_PARALLEL = MAX_NODES * MAX_GPUS_PER_NODE
+MAX_SPECULATIVE = 1024  # block size, steps, top-k, draft tokens
 
 _flags = load_flags(SGLANG_VERSION)
 _CHOICES_A2A = _flags.get("--moe-a2a-backend").choices
@@ -56,25 +62,25 @@ CELL_KEYS: Mapping[str, Key] = MappingProxyType({
                        "--speculative-draft-model-path"),
     "device": Key(one_of(DEVICES), "device: cuda", True, "--device"),
     "hardware": Key(slug, "hardware: h200", True, "accelerator type in the runner label"),
-    "nnodes": Key(int_at_least(1), "nnodes: 2", True, "nodes of the deployment"),
-    "gpus_per_node": Key(int_at_least(1), "gpus_per_node: 8", True, "accelerators per node"),
-    "tp": Key(int_at_least(1), "tp: 8", True, "--tp-size"),
-    "dp": Key(int_at_least(1), "dp: 4", True, "--dp-size, or --attn-dp-size with enable_dp_attention"),
+    "nnodes": Key(int_between(1, MAX_NODES), "nnodes: 2", True, "nodes of the deployment"),
+    "gpus_per_node": Key(int_between(1, MAX_GPUS_PER_NODE), "gpus_per_node: 8", True, "accelerators per node"),
+    "tp": Key(int_between(1, MAX_PARALLEL), "tp: 8", True, "--tp-size"),
+    "dp": Key(int_between(1, MAX_PARALLEL), "dp: 4", True, "--dp-size, or --attn-dp-size with enable_dp_attention"),
     "enable_dp_attention": Key(boolean, "enable_dp_attention: true", True, "dp counts attention-DP groups"),
     "enable_dp_lm_head": Key(boolean, "enable_dp_lm_head: true", True, "--enable-dp-lm-head"),
-    "cp": Key(int_at_least(1), "cp: 4", True, "prefill context parallel (CP v2) size"),
+    "cp": Key(int_between(1, MAX_PARALLEL), "cp: 4", True, "prefill context parallel (CP v2) size"),
     "cp_strategy": Key(optional(one_of(_CHOICES_CP)), "cp_strategy: interleave", True, "--cp-strategy"),
-    "pp": Key(int_at_least(1), "pp: 2", True, "--pp-size"),
+    "pp": Key(int_between(1, MAX_PARALLEL), "pp: 2", True, "--pp-size"),
     "moe_a2a_backend": Key(one_of(_CHOICES_A2A), "moe_a2a_backend: none", True, "--moe-a2a-backend"),
     "speculative_algorithm": Key(optional(one_of(SPECULATIVE_ALGORITHMS)), "speculative_algorithm: DSPARK", True,
                                  "--speculative-algorithm"),
-    "speculative_block_size": Key(optional(int_at_least(1)), "speculative_block_size: 7", True,
+    "speculative_block_size": Key(optional(int_between(1, MAX_SPECULATIVE)), "speculative_block_size: 7", True,
                                   "--speculative-dspark-block-size / --speculative-dflash-block-size"),
-    "speculative_num_steps": Key(optional(int_at_least(1)), "speculative_num_steps: 3", True,
+    "speculative_num_steps": Key(optional(int_between(1, MAX_SPECULATIVE)), "speculative_num_steps: 3", True,
                                  "--speculative-num-steps"),
-    "speculative_eagle_topk": Key(optional(int_at_least(1)), "speculative_eagle_topk: 1", True,
+    "speculative_eagle_topk": Key(optional(int_between(1, MAX_SPECULATIVE)), "speculative_eagle_topk: 1", True,
                                   "--speculative-eagle-topk"),
-    "speculative_num_draft_tokens": Key(optional(int_at_least(1)), "speculative_num_draft_tokens: 4", True,
+    "speculative_num_draft_tokens": Key(optional(int_between(1, MAX_SPECULATIVE)), "speculative_num_draft_tokens: 4", True,
                                         "--speculative-num-draft-tokens"),
     "reasoning_parser": Key(optional(text), "reasoning_parser: deepseek-v4", True, "--reasoning-parser"),
     "trust_remote_code": Key(boolean, "trust_remote_code: true", True, "--trust-remote-code"),

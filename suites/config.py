@@ -9,6 +9,8 @@ are input errors (``SuiteInputError``), reported once by conftest.py as a pytest
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -63,8 +65,15 @@ def merge_options(from_file: Mapping[str, Any] | None, from_flags: list[str], wh
     return merged
 
 
+MAX_OPTIONS_FILE_BYTES = 1 << 20  # suite options are a few hundred bytes; past this it is another file
+
+
 def load_options_file(path: str) -> dict:
     try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_OPTIONS_FILE_BYTES:
+            raise SuiteInputError(f"--suite-options {path}: not a JSON file of at most {MAX_OPTIONS_FILE_BYTES} "
+                                  f"bytes")
         data = json.loads(Path(path).read_text())
     except OSError as err:
         raise SuiteInputError(f"--suite-options {path}: cannot read it ({err.strerror})") from None

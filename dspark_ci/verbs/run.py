@@ -19,6 +19,7 @@ from launchers import registry
 from launchers.contract import SERVERS, LaunchContext
 from dspark_ci import progress
 from dspark_ci import run as pipeline
+from dspark_ci.input_checks import check_before_launch
 from ground.run_id import new_run_id
 from ground.sglang.release import DEFAULT_VERSION
 from suites.runner import SYNTHETIC_GPQA
@@ -81,14 +82,32 @@ def positive_seconds(text: str) -> float:
 
 
 def _suites(text: str | None) -> tuple[str, ...] | None:
-    if not text:
+    if text is None:
         return None
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     unknown = [n for n in names if n not in KNOWN_SUITES]
-    if unknown or not names:
-        raise BadInput(f"--suites {text}", f"unknown suite {unknown[0] if unknown else '(none)'}",
-                       f"choose from {', '.join(KNOWN_SUITES)}")
+    if not names:
+        raise BadInput(f"--suites {text!r}", "names no suite",
+                       f"give a comma-separated list from {', '.join(KNOWN_SUITES)}, or leave --suites out for each "
+                       "cell's own")
+    if unknown:
+        raise BadInput(f"--suites {text}", f"unknown suite {unknown[0]}", f"choose from {', '.join(KNOWN_SUITES)}")
+    twice = next((n for index, n in enumerate(names) if n in names[:index]), None)
+    if twice:
+        raise BadInput(f"--suites {text}", f"names {twice} twice", "name each suite once")
     return names
+
+
+def _check_launcher_options(args: argparse.Namespace) -> None:
+    """An option of another launcher than the one chosen would be ignored: refuse it instead (a --hosts file
+    given to the local launcher is a run the user did not mean)."""
+    for kind in registry.ALL_LAUNCHERS:
+        if kind.name == args.launcher:
+            continue
+        for option in kind.options:
+            if getattr(args, option.dest, None) not in (None, option.default):
+                raise BadInput(option.flag, f"is an option of the {kind.name} launcher, and this run uses "
+                               f"--launcher {args.launcher}", f"add --launcher {kind.name}, or drop {option.flag}")
 
 
 def _caller_env(server: str) -> dict:
@@ -136,6 +155,7 @@ def rerun_options(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def run_verb(args: argparse.Namespace) -> int:
+    _check_launcher_options(args)
     boot_timeout = args.boot_timeout or (60.0 if args.server == "sim" else 1800.0)
     # One id names the run directory and labels every container, so `dspark-ci cleanup --run ID` finds them.
     run_id = new_run_id()
@@ -151,7 +171,11 @@ def run_verb(args: argparse.Namespace) -> int:
     launcher = kind.build(context, {option.dest: getattr(args, option.dest) for option in kind.options})
     defaults = _gpqa_dataset(caller_env["DSPARK_SIM_GPQA_PATH"]) if args.server == "sim" else (lambda o: o)
     verbosity = progress.QUIET if args.quiet else progress.VERBOSE if args.verbose else progress.NORMAL
-    return pipeline.run(options, launcher, suite_defaults=defaults, progress=progress.Progress(verbosity=verbosity))
+    def check_cells(cells) -> None:
+        check_before_launch(cells, options.suites, args.server, caller_env, defaults)
+
+    return pipeline.run(options, launcher, suite_defaults=defaults, progress=progress.Progress(verbosity=verbosity),
+                        check_cells=check_cells)
 
 
 def _environment(args: argparse.Namespace) -> dict:
