@@ -42,8 +42,6 @@ import statistics
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-import numpy
-from scipy import stats as scipy_stats
 
 PASSED, REGRESSED, INCONCLUSIVE = "passed", "regressed", "inconclusive"
 VERDICTS = (PASSED, REGRESSED, INCONCLUSIVE)
@@ -54,6 +52,13 @@ RELATIVE, ABSOLUTE = "relative", "absolute"  # the effect's scale: new/base − 
 RUN_FALSE_RED = 0.01  # a whole run (every cell × gated metric) is red by luck at most 1 % of the time
 GATE_FALSE_PASS = 0.05  # a regression right at the tolerance passes a gate at most 5 % of the time
 MAX_LOOKS = 4  # one measurement and up to three more when inconclusive (sequential sampling budget)
+
+
+def _scipy():
+    """scipy.stats, imported on first use: records import this module, and most commands never compute a verdict."""
+    from scipy import stats
+
+    return stats
 
 
 @dataclass(frozen=True)
@@ -117,7 +122,7 @@ def decide(low: float, high: float, tolerance: float, better: str) -> str:
 
 def _interval(effect: float, se: float, df: float | None, levels: Levels, better: str) -> tuple[float, float]:
     """[low, high] of the signed effect: the better end at 1 − alpha, the worse end at 1 − beta."""
-    dist = scipy_stats.norm if df is None or math.isinf(df) else scipy_stats.t(df)
+    dist = _scipy().norm if df is None or math.isinf(df) else _scipy().t(df)
     to_better, to_worse = dist.ppf(1 - levels.alpha) * se, dist.ppf(1 - levels.beta) * se
     if better == LOWER:
         return effect - to_better, effect + to_worse
@@ -154,25 +159,37 @@ def compare_boots(new_boots: Sequence[float], reference: BootReference, better: 
                   levels: Levels, new_request_noise: Sequence[float] | None = None) -> Verdict:
     """Per-boot values of a run (each a whole boot's figure, e.g. median TPOT) against a recorded baseline.
 
-    On log values, so the effect is relative. Variance of the difference: the per-boot component (from the
-    baseline's boots, pooled with the new ones when there are several) over the new boots, plus the new
-    boots' own per-request standard errors (measured this run: a noisier machine today widens the interval
-    instead of turning red), plus the baseline mean's own error (noise² / runs). Student t with the pooled
-    degrees of freedom.
+    On log values, so the effect is relative. One boot's figure varies by the baseline's run-to-run noise
+    (its boots pooled with the new ones when there are several); when this run's own per-request standard
+    error (``new_request_noise``, a fraction per boot) exceeds the one the baseline recorded, the excess is
+    added (a noisier machine today widens the interval instead of turning red). The baseline mean's own
+    error (noise² / runs) is added too. Student t with the pooled degrees of freedom.
     """
     logs = [math.log(value) for value in new_boots]
     n, k = len(logs), max(1, reference.runs)
-    within = [w ** 2 for w in (new_request_noise or [])] or [reference.request_noise ** 2]
-    within_mean = statistics.fmean(within)
     total_var, df = reference.noise ** 2, k - 1
-    if n > 1:  # the new boots' spread is evidence about the per-boot noise too
+    if n > 1:  # the new boots' spread is evidence about the run-to-run noise too
         total_var = (df * total_var + (n - 1) * statistics.variance(logs)) / (df + n - 1)
         df += n - 1
-    boot_var = max(total_var - statistics.fmean([reference.request_noise ** 2, within_mean]), 0.0)
-    se = math.sqrt(boot_var / n + within_mean / n + reference.noise ** 2 / k)
+    excess = max(request_excess(reference, new_request_noise), 0.0)
+    se = math.sqrt((total_var + excess) / n + reference.noise ** 2 / k)
     effect = statistics.fmean(logs) - math.log(reference.value)
-    test = f"t on log values, {n} boot(s) vs {k} baseline run(s), per-boot and per-request noise apart"
+    test = f"t on log values, {n} boot(s) vs {k} baseline run(s)"
     return _verdict(effect, se, max(df, 1), tolerance, better, levels, RELATIVE, test, n)
+
+
+def request_excess(reference: BootReference, new_request_noise: Sequence[float] | None) -> float:
+    """This run's per-request variance beyond what the baseline recorded (log scale; may be negative)."""
+    if not new_request_noise:
+        return 0.0
+    return statistics.fmean(w ** 2 for w in new_request_noise) - reference.request_noise ** 2
+
+
+def more_of(reference: BootReference, new_request_noise: Sequence[float] | None) -> str:
+    """What to sample when a look is inconclusive: "boots" when the per-boot component dominates the noise of
+    one boot's figure (more requests on the same boot cannot average it away), else "requests"."""
+    per_request = reference.request_noise ** 2 + max(request_excess(reference, new_request_noise), 0.0)
+    return "boots" if reference.boot_variance >= per_request else "requests"
 
 
 def compare_samples(new: Sequence[float], base: Sequence[float], better: str, tolerance: float,
@@ -201,7 +218,7 @@ def compare_paired(new_by_unit: Mapping[str, Sequence[float]], base_by_unit: Map
         raise ValueError(f"compare_paired needs at least two {unit} measured on both sides")
     differences = [statistics.fmean(new_by_unit[u]) - base_by_unit[u] for u in common]
     repeats = statistics.fmean(len(new_by_unit[u]) for u in common)
-    se = float(scipy_stats.sem(differences))
+    se = float(_scipy().sem(differences))
     test = f"paired t over {len(common)} {unit} (clustered, {repeats:g} repeat(s) each)"
     return _verdict(statistics.fmean(differences), se, len(common) - 1, tolerance, better, levels, ABSOLUTE, test,
                     len(common))
@@ -219,13 +236,14 @@ def compare_estimates(new: float, new_se: float, base: float, base_se: float, be
 def chance_floor(questions: int, chance: float = 0.25, false_pass: float = 0.01) -> float:
     """The smallest accuracy k/n that a guesser (each answer right with probability ``chance``) reaches at most
     ``false_pass`` of the time on ``questions`` questions: exact binomial."""
-    k = int(scipy_stats.binom.isf(false_pass, questions, chance)) + 1  # P(X >= k) <= false_pass
+    k = int(_scipy().binom.isf(false_pass, questions, chance)) + 1  # P(X >= k) <= false_pass
     return k / questions
 
 
 def chance_pass_probability(floor: float, questions: int, accuracy: float) -> float:
     """P(score >= floor) for a model answering each question right with probability ``accuracy`` (exact)."""
-    return float(scipy_stats.binom.sf(math.ceil(floor * questions - 1e-9) - 1, questions, accuracy))
+    k = math.ceil(floor * questions - 1e-3)  # a floor read back from a gate is rounded (6 decimals)
+    return float(_scipy().binom.sf(k - 1, questions, accuracy))
 
 
 def bootstrap_stderr(values: Sequence[float], statistic: str = "median", resamples: int = 1000,
@@ -234,8 +252,10 @@ def bootstrap_stderr(values: Sequence[float], statistic: str = "median", resampl
     bootstrap); None with fewer than two values."""
     if len(values) < 2:
         return None
+    import numpy
+
     function = {"median": numpy.median, "mean": numpy.mean}[statistic]
-    result = scipy_stats.bootstrap((list(values),), function,
+    result = _scipy().bootstrap((list(values),), function,
                                    n_resamples=resamples, method="percentile", random_state=seed, vectorized=True)
     return float(result.standard_error)
 
@@ -246,7 +266,7 @@ def ratio_stderr(numerators: Sequence[float], denominators: Sequence[float], res
     steps), by the paired bootstrap over requests; None with fewer than two requests."""
     if len(numerators) < 2 or sum(denominators) <= 0:
         return None
-    result = scipy_stats.bootstrap((list(numerators), list(denominators)),
+    result = _scipy().bootstrap((list(numerators), list(denominators)),
                                    lambda num, den, axis: num.sum(axis=axis) / den.sum(axis=axis),
                                    paired=True, n_resamples=resamples, method="percentile", random_state=seed,
                                    vectorized=True)
