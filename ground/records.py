@@ -67,6 +67,34 @@ def _frozen(mapping: Mapping | None) -> Mapping:
 
 
 @dataclass(frozen=True)
+class CellTiming:
+    """When one cell ran (UTC, ISO-8601) and where its time went. ``started_at``: the cell left the run's queue
+    (its launch was asked for); ``ready_at``: rank 0 answered its health check; ``finished_at``: its result was
+    decided. Queue seconds are the part of start→ready before the launcher's boot clock started (a scheduler's
+    queue, image pulls, process start); boot seconds (``CellResult.boot_seconds``) the rest; measure seconds
+    ready→finished (suites and gates). results.json carries these keys flat in the cell (CONTRACT extension)."""
+
+    started_at: str | None = None
+    ready_at: str | None = None
+    finished_at: str | None = None
+    queue_seconds: float | None = None
+    measure_seconds: float | None = None
+    seconds: float | None = None  # started→finished: what the cell cost its node(s)
+
+    KEYS = ("started_at", "ready_at", "finished_at", "queue_seconds", "measure_seconds", "seconds")
+
+    def to_dict(self) -> dict:
+        return {key: getattr(self, key) for key in self.KEYS}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "CellTiming | None":
+        """The timing keys of a results.json cell; None for files written before cells were timed."""
+        if not any(data.get(key) is not None for key in cls.KEYS):
+            return None
+        return cls(**{key: data.get(key) for key in cls.KEYS})
+
+
+@dataclass(frozen=True)
 class CellResult:
     """One cell's outcome. ``exit_code`` is what it contributes to the run's exit code (not serialized:
     read back from results.json it follows the status, infrastructure errors counting as 1)."""
@@ -88,6 +116,7 @@ class CellResult:
     # How the GPQA figure was produced: {"scorer", "partial", "samples", "planned_samples", "accuracy"}
     # (results.json key "gpqa", optional): the report names the scorer and marks a partial figure.
     gpqa: Mapping[str, Any] | None = None
+    timing: CellTiming | None = None  # None: not run (or read from a file written before cells were timed)
     exit_code: ExitCode | None = field(default=None, compare=False)
 
     def __post_init__(self):
@@ -127,6 +156,8 @@ class CellResult:
             data["sglang_error"] = self.sglang_error
         if self.gpqa is not None:
             data["gpqa"] = dict(self.gpqa)
+        if self.timing is not None:
+            data.update(self.timing.to_dict())
         return data
 
     @classmethod
@@ -138,7 +169,8 @@ class CellResult:
                    metrics=data.get("metrics") or {}, gates=tuple(GateResult.from_dict(g) for g in data.get("gates") or ()),
                    warnings=tuple(data.get("warnings") or ()), tests=None if tests is None else tuple(tests),
                    # "detail": what results.json called SGLang's rejection line before records existed
-                   sglang_error=data.get("sglang_error") or data.get("detail"), gpqa=data.get("gpqa"))
+                   sglang_error=data.get("sglang_error") or data.get("detail"), gpqa=data.get("gpqa"),
+                   timing=CellTiming.from_dict(data))
 
 
 @dataclass(frozen=True)
