@@ -107,7 +107,7 @@ def _decided(cell: Cell, ctx: CellContext, clock: CellClock) -> CellResult:
 
 
 def _run_cell(cell: Cell, ctx: CellContext, result: CellResult, clock: CellClock) -> CellResult:
-    if not _expectation_applies(cell, ctx.sglang_version):
+    if not expectation_applies(cell, ctx.sglang_version):
         return result.finished(Status.SKIPPED, f"expectation written for SGLang {cell.expect.sglang}, "
                                                f"testing {ctx.sglang_version}", ExitCode.OK)
     logs_dir = ctx.run_dir / "logs" / cell.id
@@ -189,7 +189,7 @@ def _unexpected(err: Exception, logs_dir: Path) -> str:
     return f"unexpected {type(err).__name__}: {err} (a dspark-ci bug or an environment problem; {kept})"
 
 
-def _expectation_applies(cell: Cell, version: str) -> bool:
+def expectation_applies(cell: Cell, version: str) -> bool:
     if not cell.expect.sglang:
         return True
     try:

@@ -28,6 +28,7 @@ from typing import Any, Callable, Mapping
 
 from dspark_ci.cell_run import CellContext, pending_result, run_cell
 from dspark_ci.preflight import preflight
+from dspark_ci.rejections import decide_rejections
 from dspark_ci.progress import Progress, duration
 from dspark_ci.scheduler import Interrupted, Scheduler, longest_first
 from ground.errors import BadInput, ExitCode, InfraError
@@ -67,6 +68,7 @@ class RunOptions:
     force: bool = False  # write into an --out directory that already holds files
     environment: Mapping[str, Any] = field(default_factory=dict)  # where it runs (results.json "environment")
     max_parallel: int | None = None  # cells in flight at once; None: what the launcher has room for
+    rejections: str = "launch"  # "resolver": expected rejections SGLang's resolver decides are not launched
 
     @property
     def run_dir(self) -> Path:
@@ -135,7 +137,8 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
     run_dir = options.run_dir
     progress.stage(f"preflight: {len(cells)} cell(s), {options.launcher} launcher")
     with claimed_run_dir(run_dir, options.force, f"--out {run_dir}" if options.out else f"run directory {run_dir}"):
-        preflight(cells, launcher, run_dir)
+        decided = decide_rejections(cells, options.sglang_version, options.rejections)
+        preflight(decided.to_launch, launcher, run_dir)
     ledger = Ledger(options.run_id, run_dir)
     ledger.register(os.environ)
     writer = ResultsWriter(run_dir, RunResults(run_id=options.run_id, started_at=_now(), finished_at=None,
@@ -145,32 +148,9 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
     ctx = CellContext(launcher=launcher, run_dir=run_dir, sglang_version=options.sglang_version,
                       suites=options.suites, gate=baselines.gate, stage=progress.stage, detail=progress.detail,
                       suite_defaults=suite_defaults)
-    capacity = run_capacity(launcher, options.max_parallel)
-    order = cells if capacity.max_parallel <= 1 else longest_first(cells, cell_seconds(history_path(), ids(cells)))
-    if capacity.max_parallel > 1:
-        progress.done(f"up to {capacity.max_parallel} cells side by side ({capacity.why}), longest first")
-    progress.start(len(cells), capacity.max_parallel)
-    started = itertools.count(1)
-
-    def on_result(cell: Cell, result: CellResult) -> None:
-        writer.add(result)
-        took = progress.cell_done(cell.id)
-        progress.result(_summary_line(len(writer.results.cells), len(cells), result, took),
-                        passed=result.exit_code == ExitCode.OK, cell_id=cell.id)
-
     try:
-        try:
-            Scheduler(order, lambda cell: run_cell(cell, _reporting_as(ctx, cell, progress)), capacity,
-                      on_start=lambda cell: progress.cell(next(started), cell.id), on_result=on_result).run()
-        except Interrupted as stop:  # Ctrl-C / SIGTERM: every cell in flight torn down; record where each got to
-            for _, result in stop.finished:
-                writer.add(result)
-            for cell in stop.cut_short:
-                writer.add(interrupted_result(cell, run_dir))
-            for cell in stop.not_started:
-                writer.add(not_run_result(cell, "the run was interrupted before this cell started"))
-            writer.interrupted()
-            raise
+        _record_decided(cells, decided.results, writer, progress)
+        _run_cells(decided.to_launch, len(cells), run_capacity(launcher, options.max_parallel), ctx, writer, progress)
     finally:
         reported = writer.finish()
         _release(ledger)
@@ -193,6 +173,48 @@ def _release(ledger: Ledger) -> None:
     for problem in removal.problems:
         print(f"dspark-ci: warning: {problem} (`dspark-ci cleanup --run {ledger.run_id}` tries again)",
               file=sys.stderr)
+
+
+def _record_decided(cells: list[Cell], decided: Mapping[str, CellResult], writer: "ResultsWriter",
+                    progress: Progress) -> None:
+    """The expected rejections SGLang's resolver decided (nothing launched for them), recorded first."""
+    for cell in cells:
+        if cell.id in decided:
+            result = decided[cell.id]
+            writer.add(result)
+            progress.result(_summary_line(len(writer.results.cells), len(cells), result, 0.0)
+                            + " (decided by SGLang's resolver, not launched)",
+                            passed=result.exit_code == ExitCode.OK, cell_id=cell.id)
+
+
+def _run_cells(cells: list[Cell], total: int, capacity: Capacity, ctx: CellContext, writer: "ResultsWriter",
+               progress: Progress) -> None:
+    """Launch and measure ``cells``, up to ``capacity`` side by side (longest first), each result recorded as it
+    comes; on Ctrl-C / SIGTERM every cell in flight is torn down and where each got to is recorded."""
+    order = cells if capacity.max_parallel <= 1 else longest_first(cells, cell_seconds(history_path(), ids(cells)))
+    if capacity.max_parallel > 1:
+        progress.done(f"up to {capacity.max_parallel} cells side by side ({capacity.why}), longest first")
+    progress.start(len(cells), capacity.max_parallel)
+    started = itertools.count(1)
+
+    def on_result(cell: Cell, result: CellResult) -> None:
+        writer.add(result)
+        took = progress.cell_done(cell.id)
+        progress.result(_summary_line(len(writer.results.cells), total, result, took),
+                        passed=result.exit_code == ExitCode.OK, cell_id=cell.id)
+
+    try:
+        Scheduler(order, lambda cell: run_cell(cell, _reporting_as(ctx, cell, progress)), capacity,
+                  on_start=lambda cell: progress.cell(next(started), cell.id), on_result=on_result).run()
+    except Interrupted as stop:  # Ctrl-C / SIGTERM: every cell in flight torn down; record where each got to
+        for _, result in stop.finished:
+            writer.add(result)
+        for cell in stop.cut_short:
+            writer.add(interrupted_result(cell, ctx.run_dir))
+        for cell in stop.not_started:
+            writer.add(not_run_result(cell, "the run was interrupted before this cell started"))
+        writer.interrupted()
+        raise
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@ from typing import Any, Mapping
 from ground.errors import ExitCode
 
 SCHEMA = 1
+DECIDED_BY_RESOLVER = "resolver"  # a cell's ``decided_by``: SGLang's resolver on a CPU decided it, nothing launched
 
 
 class Status(str, enum.Enum):
@@ -117,6 +118,7 @@ class CellResult:
     # (results.json key "gpqa", optional): the report names the scorer and marks a partial figure.
     gpqa: Mapping[str, Any] | None = None
     timing: CellTiming | None = None  # None: not run (or read from a file written before cells were timed)
+    decided_by: str | None = None  # DECIDED_BY_RESOLVER: decided without a launch; None: launched (or not run)
     exit_code: ExitCode | None = field(default=None, compare=False)
 
     def __post_init__(self):
@@ -158,6 +160,8 @@ class CellResult:
             data["gpqa"] = dict(self.gpqa)
         if self.timing is not None:
             data.update(self.timing.to_dict())
+        if self.decided_by is not None:
+            data["decided_by"] = self.decided_by
         return data
 
     @classmethod
@@ -170,7 +174,7 @@ class CellResult:
                    warnings=tuple(data.get("warnings") or ()), tests=None if tests is None else tuple(tests),
                    # "detail": what results.json called SGLang's rejection line before records existed
                    sglang_error=data.get("sglang_error") or data.get("detail"), gpqa=data.get("gpqa"),
-                   timing=CellTiming.from_dict(data))
+                   timing=CellTiming.from_dict(data), decided_by=data.get("decided_by"))
 
 
 @dataclass(frozen=True)

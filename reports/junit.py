@@ -20,7 +20,7 @@ import xml.etree.ElementTree as ET
 from datetime import datetime
 from typing import Iterable
 
-from ground.records import CellResult, GateResult, RunResults, Status
+from ground.records import DECIDED_BY_RESOLVER, CellResult, GateResult, RunResults, Status
 from ground.suites import suite_of
 from reports.gates import describe_gate
 from reports.metrics import in_table_order
@@ -168,7 +168,8 @@ def _rejection_case(cell: CellResult) -> ET.Element:
     case = _case(cell, REJECTION_CASE, cell.boot_seconds)
     said = rejection_message(cell)
     if cell.status is Status.REJECTED_AS_EXPECTED:
-        ET.SubElement(case, "system-out").text = xml_text(f"rejected as expected: {said}")
+        how = " (decided by SGLang's resolver, not launched)" if cell.decided_by == DECIDED_BY_RESOLVER else ""
+        ET.SubElement(case, "system-out").text = xml_text(f"rejected as expected{how}: {said}")
     elif cell.status.failing:
         case.append(_problem("failure" if cell.status is Status.FAILED else "error", cell, [], []))
     elif cell.status is Status.SKIPPED:

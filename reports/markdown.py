@@ -13,7 +13,7 @@ from datetime import datetime
 
 from typing import Mapping
 
-from ground.records import CellResult, RunResults, Status
+from ground.records import DECIDED_BY_RESOLVER, CellResult, RunResults, Status
 from reports.baseline import Baseline
 from reports.gates import describe_gate, explain
 from ground.suites import SUITE_DEFAULTS
@@ -141,7 +141,7 @@ def render_cells(results: RunResults, baseline: Baseline | None = None, comparis
     if len(detailed) < len(results.cells):
         sections.append(f"{len(results.cells) - len(detailed)} cells that passed are listed in the overview only; "
                         "results.json holds every number.")
-    sections += [_cell_section(cell, baseline) for cell in detailed]
+    sections += [_cell_section(cell, baseline, results.environment.get("sglang_version")) for cell in detailed]
     if comparison:
         sections.append(comparison.rstrip("\n"))
     return "\n\n".join(section for section in sections if section) + "\n"
@@ -284,12 +284,14 @@ def _baseline_section(baseline: Baseline | None) -> str:
     return "\n\n".join(paragraphs)
 
 
-def _cell_section(cell: CellResult, baseline: Baseline | None) -> str:
+def _cell_section(cell: CellResult, baseline: Baseline | None, version: str | None = None) -> str:
     metrics = cell.metrics
     parts = [f"### {cell.status.icon} `{cell.id}`: {cell.status.text}", _config_line(cell)]
     said = rejection_message(cell)
     if said:
         parts.append(f"Rejected as expected: `{' '.join(said.split())}`")
+    if cell.decided_by == DECIDED_BY_RESOLVER:
+        parts.append(f"Decided by {resolver_name(version)}, not launched.")
     parts += [_quality_table(cell, metrics), _speed_tables(metrics), _gates_table(cell, metrics, baseline)]
     parts.append("\n".join(f"- ⚠️ {' '.join(str(w).split())}" for w in cell.warnings))
     if (cell.status.failing or cell.status is Status.SKIPPED) and cell.error:
@@ -306,6 +308,10 @@ def _config_line(cell: CellResult) -> str:
     if time_spent:
         items.append(time_spent)
     return " · ".join(items)
+
+
+def resolver_name(version: str | None) -> str:
+    return f"SGLang {version}'s resolver" if version else "SGLang's resolver"
 
 
 def time_line(cell: CellResult) -> str:
