@@ -16,11 +16,12 @@ import re
 from dataclasses import dataclass, replace
 
 from dspark_ci.cell_run import CellClock, expectation_applies, pending_result
-from dspark_ci.verbs.plan import launch_plans
 from ground.errors import ExitCode, InfraError
 from ground.records import DECIDED_BY_RESOLVER, CellResult, Status
 from ground.sglang.release import SGLANG_ENTRYPOINT
 from ground.sglang.resolver import Resolution, Resolver, locate, resolve
+from launchers.plan import plan_launch
+from launchers.plan_types import Placement
 from matrices.cell import REJECT, Cell
 
 MODES = ("launch", "resolver")
@@ -50,7 +51,7 @@ class CellVerdict:
 
 
 def judge(cells: list[Cell], resolver: Resolver) -> tuple[Resolver, list[CellVerdict]]:
-    plans = launch_plans(cells)
+    plans = {cell.id: plan_launch(cell, Placement.template(cell.nnodes)) for cell in cells}  # as `plan` prints
     launches, owners = [], []
     for cell in cells:
         for rank in plans[cell.id].ranks:

@@ -20,26 +20,22 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
+from ci.nightly.shards import estimate_seconds
 from ground.records import CellResult
 from launchers import interrupts
 from launchers.contract import Capacity
 from launchers.processes import signals_deferred
-from matrices.cell import REJECT, Cell
+from matrices.cell import Cell
 
-# A cell no run has timed yet: what ci.shards assumes of it (an expected rejection is over once SGLang refuses;
-# a served cell boots and measures; every extra node adds a pull and a rendezvous).
-UNTIMED_REJECT_S = 6 * 60
-UNTIMED_SERVE_S = 45 * 60
-UNTIMED_EXTRA_NODE_S = 10 * 60
 TEARDOWN_WAIT_S = 300.0  # after an interrupt: how long the cells in flight may take to tear down
 
 
 def expected_seconds(cell: Cell, known: Mapping[str, float]) -> float:
-    """The cell's last measured time, else an estimate from what it does."""
+    """The cell's last measured time, else an estimate from what it does (an expected rejection is over once SGLang
+    refuses; a served cell boots and measures; every extra node adds a pull and a rendezvous)."""
     if cell.id in known:
         return known[cell.id]
-    base = UNTIMED_REJECT_S if cell.expect.outcome == REJECT else UNTIMED_SERVE_S
-    return base + UNTIMED_EXTRA_NODE_S * max(0, cell.nnodes - 1)
+    return estimate_seconds({"expect": cell.expect.outcome, "nnodes": cell.nnodes})  # what the nightly assumes
 
 
 def longest_first(cells: Sequence[Cell], known: Mapping[str, float]) -> list[Cell]:

@@ -136,3 +136,15 @@ def test_the_next_plan_reads_each_cells_own_time_from_a_shard_that_ran_several(t
     proc, shards = shards_cli(tmp_path, [entry("a"), entry("b")], json.loads(durations.read_text()))
     assert proc.returncode == 0, proc.stderr
     assert {s["cells"]: s["est_minutes"] for s in shards} == {"b": 25, "a": 10}
+
+
+def test_resolver_decided_rejections_take_one_cpu_job_and_no_gpu_runner(tmp_path):
+    decided = [{**entry(c, expect="reject"), "decided_by": "resolver"} for c in ("r1", "r2", "r3")]
+    launched = [entry("s1"), entry("s2"), entry("hw-reject", expect="reject")]  # hardware-bound: still launched
+    proc, shards = shards_cli(tmp_path, [*decided, *launched], fleet={"8-gpu-h200": 2})
+    assert proc.returncode == 0, proc.stderr
+    cpu = [s for s in shards if s["rejections"] == "resolver"]
+    assert [(s["runner"], s["cells"]) for s in cpu] == [("ubuntu-latest", "r1 r2 r3")]
+    gpu_cells = " ".join(s["cells"] for s in shards if s["runner"] == "8-gpu-h200").split()
+    assert sorted(gpu_cells) == ["hw-reject", "s1", "s2"]
+    assert all(s["rejections"] == "launch" for s in shards if s["runner"] == "8-gpu-h200")
