@@ -88,8 +88,18 @@ SUITE_DEFAULTS: dict[str, dict[str, Any]] = {
     },
 }
 
+# What `sgl-eval run gpqa` does when not told otherwise (sgl-eval 0.1.x: sgl_eval/evals/_registry.py gpqa row
+# `thinking: True` -> chat_template_kwargs {"thinking": True}, `default_n_repeats: 8`; GenConfig temperature 0.0,
+# max_tokens None (none sent); cli.py --num-threads 64). With `scorer: sgl-eval`, every gpqa option the cell leaves
+# unset takes these, so our figure and the CLI's are the same measurement; one it sets is recorded as a difference.
+SGL_EVAL_CLI_DEFAULTS: Mapping[str, Any] = MappingProxyType({
+    "thinking": True, "chat_template_kwargs": MappingProxyType({"thinking": True}), "repeats": 8,
+    "max_tokens": None, "temperature": 0.0, "concurrency": 64,
+})
+
 OPTION_TYPES: dict[tuple[str, str], tuple[type, ...]] = {
     ("gpqa", "num_questions"): (int, type(None)),
+    ("gpqa", "max_tokens"): (int, type(None)),  # None: no max_tokens sent (the server's context decides)
     ("gpqa", "dataset"): (str, type(None)),
     ("gpqa", "chat_template_kwargs"): (dict, type(None)),
 }
@@ -110,6 +120,35 @@ OPTION_RANGES: dict[str, tuple[float, float]] = {
     "warmup_requests": (0, 10_000), "workers": (1, 64), "num_prompts": (1, 10_000), "max_mismatches": (0, 10_000),
     "temperature": (0.0, 2.0), "min_accept_length": (0.0, 1024.0), "disagreement_tolerance": (0.0, 1.0),
 }
+
+
+def effective_options(suite: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    """A suite's full option set: its defaults, the scorer's CLI defaults for what ``given`` leaves unset
+    (``scorer: sgl-eval``), then ``given``."""
+    options = dict(SUITE_DEFAULTS[suite])
+    if suite == "gpqa" and given.get("scorer") == "sgl-eval":
+        options.update({key: value for key, value in SGL_EVAL_CLI_DEFAULTS.items() if key not in given})
+    options.update(given)
+    return options
+
+
+def scorer_cli_differences(options: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """For ``scorer: sgl-eval``: each gpqa option whose value differs from what `sgl-eval run gpqa` sends
+    (option -> {"ours", "sgl_eval"}), so a figure that differs from the CLI's says why. Empty otherwise."""
+    if options.get("scorer") != "sgl-eval":
+        return {}
+    differences = {}
+    for key, cli in SGL_EVAL_CLI_DEFAULTS.items():
+        ours = options.get(key)
+        if key == "chat_template_kwargs" and ours is None:
+            continue  # follows `thinking`, compared there
+        if _plain(ours) != _plain(cli):
+            differences[key] = {"ours": _plain(ours), "sgl_eval": _plain(cli)}
+    return differences
+
+
+def _plain(value: Any) -> Any:
+    return dict(value) if isinstance(value, Mapping) else value
 
 
 def option_problem(suite: str, key: str, value: Any) -> str | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from ground.suites import SUITE_DEFAULTS, option_problem
+from ground.suites import SUITE_DEFAULTS, effective_options, option_problem
 
 
 class SuiteInputError(Exception):
@@ -52,17 +52,18 @@ def normalize_base_url(url: str) -> str:
 
 
 def merge_options(from_file: Mapping[str, Any] | None, from_flags: list[str], where_file: str) -> dict:
-    """Defaults, then the options file, then ``SUITE.KEY=VALUE`` flags. Raises SuiteInputError."""
-    merged = {suite: dict(defaults) for suite, defaults in SUITE_DEFAULTS.items()}
+    """Defaults (a scorer's own for what is left unset: ground.suites.effective_options), then the options file,
+    then ``SUITE.KEY=VALUE`` flags. Raises SuiteInputError."""
+    given: dict[str, dict[str, Any]] = {suite: {} for suite in SUITE_DEFAULTS}
     for suite, options in (from_file or {}).items():
         if not isinstance(options, Mapping):
             raise SuiteInputError(f"{where_file}: suite '{suite}' must map option names to values")
         for key, value in options.items():
-            _set_option(merged, suite, key, value, where_file)
+            _set_option(given, suite, key, value, where_file)
     for flag in from_flags:
         suite, key, value = _parse_flag(flag)
-        _set_option(merged, suite, key, value, f"--suite-option {flag}")
-    return merged
+        _set_option(given, suite, key, value, f"--suite-option {flag}")
+    return {suite: effective_options(suite, options) for suite, options in given.items()}
 
 
 MAX_OPTIONS_FILE_BYTES = 1 << 20  # suite options are a few hundred bytes; past this it is another file

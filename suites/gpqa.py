@@ -100,7 +100,7 @@ class Example:
 
 @dataclass(frozen=True)
 class GpqaSettings:
-    max_tokens: int
+    max_tokens: int | None  # None: none sent (sgl-eval's default), the server's context decides
     temperature: float
     scorer: str
     concurrency: int
@@ -224,7 +224,8 @@ def ask(client: openai.OpenAI, model: str, example: Example, settings: GpqaSetti
     try:
         response = client.chat.completions.create(
             model=model, messages=[{"role": "user", "content": prompt}], temperature=settings.temperature,
-            max_tokens=settings.max_tokens, top_p=top_p, extra_body=extra_body or None)
+            max_tokens=openai.NOT_GIVEN if settings.max_tokens is None else settings.max_tokens, top_p=top_p,
+            extra_body=extra_body or None)
     except openai.OpenAIError as err:
         return _scored(example, correct, content="", reasoning="", finish=None, tokens=None, error=str(err),
                        scorer=settings.scorer)
