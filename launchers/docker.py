@@ -43,7 +43,7 @@ from docker.utils import parse_repository_tag
 from ground.errors import InfraError
 from launchers.contract import LOG_LINES_KEPT, LOG_LINES_SEARCHED, LaunchContext, RankExit, culprit, group_failed
 from launchers.docker_spec import (LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, SIM_IMAGE, DockerSettings, container_env,
-                                   container_spec, files_to_copy, image_for)
+                                   container_spec, device_environment, files_to_copy, image_for)
 from launchers.hosts import DockerHost, clients, connect, load_inventory
 from launchers.ledger import Ledger
 from launchers.processes import free_port, port_is_free, signals_deferred, sigterm_as_interrupt
@@ -122,7 +122,7 @@ class DockerLauncher:
                     ensure_image(client, url, image, self.settings.pull)
                 started = time.monotonic()
                 for command, host in zip(plan.ranks, hosts):
-                    group.start(self._rank_container(command, host, image, labels, plan.device, logs_dir))
+                    group.start(self._rank_container(command, host, image, labels, plan.accelerator, logs_dir))
                 deployment = DockerDeployment(plan.cell_id, plan.base_url, group)
                 wait_until_ready(OurServer(plan), Deadline(self.settings.boot_timeout_s, self.settings.poll_s),
                                  deployment.check, cell_id=plan.cell_id, last_lines=group.rank0_tail)
@@ -133,10 +133,12 @@ class DockerLauncher:
                     group.teardown()
 
     def _rank_container(self, command: RankCommand, host: DockerHost, image: str, labels: Mapping[str, str],
-                        device: str, logs_dir: Path) -> "_RankContainer":
+                        accelerator: str, logs_dir: Path) -> "_RankContainer":
         s = self.settings
-        env = container_env(command, s.caller_env, s.forward_env_prefixes)
-        return _RankContainer(command=command, host=host, spec=container_spec(command, host, image, labels, s, device),
+        env = {**device_environment(host, accelerator, s.server),
+               **container_env(command, s.caller_env, s.forward_env_prefixes)}
+        return _RankContainer(command=command, host=host,
+                              spec=container_spec(command, host, image, labels, s, accelerator),
                               env=env, secrets=secret_values(command.env, s.caller_env),
                               files=files_to_copy(env, s.forward_env_prefixes),
                               log_path=rank_log_path(logs_dir, command.node_rank))
@@ -419,7 +421,8 @@ class _LogPump:
         with contextlib.suppress(Exception):
             if self._stream is not None:
                 self._stream.close()
-        self._thread.join(timeout=2)
+        if self._thread.ident is not None:  # never started when the container failed to start: nothing to join
+            self._thread.join(timeout=2)
         with contextlib.suppress(docker.errors.APIError, requests.RequestException):
             full = self.container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
             with self._lock:

@@ -142,4 +142,5 @@ def plan_launch(cell: Cell, placement: Placement, flags: FlagSet | None = None) 
     base_url = f"http://{_connect_host(placement)}:{placement.port}"
     gpus = cell.config.get("gpus_per_node")
     return LaunchPlan(cell_id=cell.id, ranks=tuple(ranks), health_url=f"{base_url}/health",
-                      base_url=base_url, image=cell.image, gpus_per_node=int(gpus) if gpus is not None else None)
+                      base_url=base_url, image=cell.image, gpus_per_node=int(gpus) if gpus is not None else None,
+                      hardware=cell.config.get("hardware"))

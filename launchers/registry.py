@@ -75,8 +75,8 @@ ALL_LAUNCHERS: tuple[LauncherKind, ...] = (
                        metavar="ARG", repeatable=True),
         LauncherOption("--slurm-gpus", "how GPUs per node are requested: --gpus-per-node=N or --gres=gpu:N",
                        choices=("gpus-per-node", "gres"), default="gpus-per-node"),
-        LauncherOption("--slurm-container", "run each rank in a container: pyxis:IMAGE or apptainer:IMAGE "
-                       "(default: plain processes)", metavar="KIND:IMAGE"),
+        LauncherOption("--slurm-container", "run each rank in a container: pyxis:IMAGE or apptainer:IMAGE, or pyxis / "
+                       "apptainer alone for each cell's own image (default: plain processes)", metavar="KIND[:IMAGE]"),
         LauncherOption("--slurm-queue-timeout", "seconds a job may stay pending before the cell fails (default 600 "
                        "with --server sim, 3600 with sglang); the boot timeout starts when it runs", metavar="SECONDS",
                        seconds=True),

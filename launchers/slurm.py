@@ -41,7 +41,7 @@ import psutil
 
 from ground.errors import BadInput, InfraError
 from ground.run_id import new_run_id
-from ground.sglang.release import is_peer_loss
+from ground.sglang.release import AMD, NVIDIA, is_peer_loss
 from launchers.contract import (LOG_LINES_KEPT, Capacity, LOG_LINES_SEARCHED, LaunchContext, LaunchTimeout, RankExit,
                                 culprit, group_failed)
 from launchers.ledger import Ledger
@@ -105,10 +105,11 @@ class SlurmSettings:
             raise BadInput("--slurm-gpus", f"unknown GPU request style {self.gpus!r}",
                            f"choose {' or '.join(GPU_MODES)}")
         if self.container is not None:
-            kind, _, image = self.container.partition(":")
-            if kind not in CONTAINER_KINDS or not image:
-                raise BadInput("--slurm-container", f"{self.container!r} is not KIND:IMAGE",
-                               "write pyxis:IMAGE (srun --container-image) or apptainer:IMAGE (apptainer exec)")
+            kind, sep, image = self.container.partition(":")
+            if kind not in CONTAINER_KINDS or (sep and not image):
+                raise BadInput("--slurm-container", f"{self.container!r} is not KIND or KIND:IMAGE",
+                               "write pyxis:IMAGE (srun --container-image) or apptainer:IMAGE (apptainer exec), or "
+                               "pyxis / apptainer alone for each cell's own image")
         for arg in self.extra:
             if not arg.startswith("-") or "\n" in arg:
                 raise BadInput("--slurm-extra", f"{arg!r} is not an sbatch option",
@@ -122,7 +123,29 @@ class SlurmSettings:
 
     @property
     def container_image(self) -> str | None:
-        return self.container.partition(":")[2] if self.container else None
+        """The one image every cell runs in (KIND:IMAGE); None: each cell's own (KIND alone)."""
+        return (self.container.partition(":")[2] or None) if self.container else None
+
+    def image_for(self, plan: LaunchPlan) -> str:
+        """The image a cell's ranks run in: --slurm-container's, else the cell's, else SGLang's release image for its
+        device and hardware (a ROCm image for AMD hardware)."""
+        image = self.container_image or plan.image_to_run
+        if not image:
+            raise BadInput(plan.cell_id, f"no container image for device {plan.device!r} on "
+                           f"{plan.hardware or 'its hardware'}", "set `image:` in the matrix, or --slurm-container "
+                           "KIND:IMAGE")
+        return image
+
+
+# How a container reaches the node's accelerators: apptainer's GPU flag per vendor (--nv binds NVIDIA's driver,
+# --rocm AMD's); pyxis/enroot bind device files, which ROCm needs mounted (SGLang's AMD docs: /dev/kfd, /dev/dri).
+APPTAINER_GPU_FLAGS: Mapping[str, tuple[str, ...]] = {NVIDIA: ("--nv",), AMD: ("--rocm",)}
+PYXIS_DEVICE_MOUNTS: Mapping[str, tuple[str, ...]] = {AMD: ("/dev/kfd:/dev/kfd", "/dev/dri:/dev/dri")}
+
+
+def apptainer_reference(image: str) -> str:
+    """apptainer pulls registry images by URI; a bare `repo:tag` is Docker Hub's, a path (.sif) is used as is."""
+    return image if "://" in image or image.endswith(".sif") or image.startswith("/") else f"docker://{image}"
 
 
 def build(context: LaunchContext, options: Mapping[str, Any]) -> "SlurmLauncher":
@@ -424,8 +447,9 @@ def render_job(plan: LaunchPlan, logs_dir: Path, settings: SlurmSettings, launch
     lines += ['    *) dspark_exit "$rank" 97 "dspark-ci: no command for node rank $rank" ;;', "    esac"]
     if container == "apptainer":
         binds = ",".join([str(logs_dir), *s.container_mounts])
-        image = shlex.quote(s.container_image or '')
-        lines.append(f'    set -- apptainer exec --nv --bind {shlex.quote(binds)} {image} "$@"')
+        image = shlex.quote(apptainer_reference(s.image_for(plan)))
+        gpu = " ".join(APPTAINER_GPU_FLAGS.get(plan.accelerator, ()))
+        lines.append(f'    set -- apptainer exec {gpu + " " if gpu else ""}--bind {shlex.quote(binds)} {image} "$@"')
     lines += [
         "    # Slurm stopping the step (scancel, time limit, another task's bad exit) is not this rank's own failure:",
         "    # the marker says so. The server gets the signal itself (same process group); bash notes it afterwards.",
@@ -441,8 +465,8 @@ def render_job(plan: LaunchPlan, logs_dir: Path, settings: SlurmSettings, launch
     srun = ["srun", "--kill-on-bad-exit=1", f"--nodes={nnodes}", "--ntasks-per-node=1", "--export=ALL",
             '--output="$DSPARK_LOGS/%n.log"']
     if container == "pyxis":
-        mounts = ",".join([f"{logs_dir}:{logs_dir}", *s.container_mounts])
-        srun += [f"--container-image={shlex.quote(s.container_image or '')}", f"--container-mounts={shlex.quote(mounts)}"]
+        mounts = ",".join([f"{logs_dir}:{logs_dir}", *s.container_mounts, *PYXIS_DEVICE_MOUNTS.get(plan.accelerator, ())])
+        srun += [f"--container-image={shlex.quote(s.image_for(plan))}", f"--container-mounts={shlex.quote(mounts)}"]
     lines.append(" ".join(srun) + " bash -c 'dspark_task'")
     return JobSpec(name=name, comment=comment, script="\n".join(lines) + "\n", env=job_env, secrets=secrets)
 
