@@ -149,6 +149,10 @@ def _integer(env: str, text: str) -> int:
         raise SimConfigError(f"{env}={text!r}: expected an integer") from None
 
 
+def _optional_integer(env: str, text: str) -> int | None:
+    return _integer(env, text) if text else None
+
+
 def _optional_path(env: str, text: str) -> Path | None:
     return Path(text).expanduser() if text else None
 
@@ -187,6 +191,21 @@ KNOBS: dict[str, Knob] = {
                                  "how long node ranks >= 1 keep trying to reach rank 0", _non_negative),
     "architecture": Knob("DSPARK_SIM_ARCHITECTURE", "",
                          "model architecture to pretend (default: guessed from --model-path)", _optional_text),
+    # The noise model (sglang_sim/noise.py): all 0 keeps the simulator deterministic, as it always was.
+    "step_jitter_boot": Knob("DSPARK_SIM_STEP_JITTER_BOOT", "0",
+                             "per-boot σ (log scale) of the decode step time: run-to-run noise of TPOT/throughput",
+                             _non_negative),
+    "step_jitter_request": Knob("DSPARK_SIM_STEP_JITTER_REQUEST", "0",
+                                "per-request σ (log scale) of the decode step time, on top of the boot's",
+                                _non_negative),
+    "accept_drift_boot": Knob("DSPARK_SIM_ACCEPT_DRIFT_BOOT", "0",
+                              "per-boot σ of a shift of the accept probability (clipped to [0, 1])", _non_negative),
+    "gpqa_concentration": Knob("DSPARK_SIM_GPQA_CONCENTRATION", "0",
+                               "0: each GPQA question's answer is fixed per seed; c > 0: each question has its own "
+                               "probability Beta(c·accuracy, c·(1-accuracy)) and every sample is drawn with it",
+                               _non_negative),
+    "boot_seed": Knob("DSPARK_SIM_BOOT_SEED", "",
+                      "seed of the per-boot draws above (unset: a fresh seed every boot)", _optional_integer),
     "emission_log": Knob("DSPARK_SIM_EMISSION_LOG", "",
                          "file to append one JSON line to per finished request: token counts and the monotonic "
                          "and wall-clock times of its arrival, first and last token (node rank 0 only)",
@@ -207,6 +226,11 @@ class SimConfig:
     join_timeout_seconds: float = 120.0
     architecture: str | None = None
     emission_log: Path | None = None
+    step_jitter_boot: float = 0.0
+    step_jitter_request: float = 0.0
+    accept_drift_boot: float = 0.0
+    gpqa_concentration: float = 0.0
+    boot_seed: int | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> "SimConfig":

@@ -30,6 +30,7 @@ from sglang_sim.metrics import ServerMetrics
 from sglang_sim.rendezvous import Leader, join, split_addr
 from sglang_sim.server_state import ServerState
 from sglang_sim.speculation import SpecShape
+from sglang_sim.noise import BootNoise
 from sglang_sim.textgen import Persona
 
 logger = logging.getLogger("sglang_sim")
@@ -160,8 +161,10 @@ async def _serve_rank0(args: ServerArgs, config: SimConfig, env: SglangEnv, arch
     shape = SpecShape.of(args)
     num_dp_ranks = max(1, args.dp_size * args.attn_dp_size)
     metrics = ServerMetrics(args, num_dp_ranks) if args.enable_metrics else None
-    persona = Persona(config.seed, config.gpqa_accuracy, answer_key, garbage=config.faults.garbage_output)
-    engine = Engine(args, config, env, shape, persona, _crash_on_prefill(config), metrics, emission_log)
+    noise = BootNoise.of(config)
+    persona = Persona(config.seed, config.gpqa_accuracy, answer_key, garbage=config.faults.garbage_output,
+                      concentration=config.gpqa_concentration, nonce=noise.nonce)
+    engine = Engine(args, config, env, shape, persona, _crash_on_prefill(config), metrics, emission_log, noise)
     state = ServerState(args, config, engine, metrics, architecture)
     leader = Leader(args.nnodes, on_rank_lost=lambda rank: die(traceback_tail(SCHEDULER_FRAMES, (
         f"RuntimeError: NCCL communicator was aborted: node rank {rank} disconnected "
