@@ -37,6 +37,7 @@ The API, smallest first:
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass
@@ -122,11 +123,18 @@ def decide(low: float, high: float, tolerance: float, better: str) -> str:
 
 def _interval(effect: float, se: float, df: float | None, levels: Levels, better: str) -> tuple[float, float]:
     """[low, high] of the signed effect: the better end at 1 − alpha, the worse end at 1 − beta."""
-    dist = _scipy().norm if df is None or math.isinf(df) else _scipy().t(df)
-    to_better, to_worse = dist.ppf(1 - levels.alpha) * se, dist.ppf(1 - levels.beta) * se
+    to_better, to_worse = _quantile(1 - levels.alpha, df) * se, _quantile(1 - levels.beta, df) * se
     if better == LOWER:
         return effect - to_better, effect + to_worse
     return effect - to_worse, effect + to_better
+
+
+def _quantile(p: float, df: float | None) -> float:
+    """The p-quantile of Student's t with ``df`` degrees of freedom (normal when None or infinite): scipy.special's
+    ``stdtrit``/``ndtri``, the functions behind scipy.stats' t and norm, without a frozen distribution per call."""
+    from scipy import special
+
+    return float(special.ndtri(p) if df is None or math.isinf(df) else special.stdtrit(df, p))
 
 
 def _verdict(effect: float, se: float, df: float | None, tolerance: float, better: str, levels: Levels,
@@ -233,6 +241,7 @@ def compare_estimates(new: float, new_se: float, base: float, base_se: float, be
     return _verdict(new - base, se, None, tolerance, better, levels, ABSOLUTE, test, samples)
 
 
+@functools.lru_cache(maxsize=256)
 def chance_floor(questions: int, chance: float = 0.25, false_pass: float = 0.01) -> float:
     """The smallest accuracy k/n that a guesser (each answer right with probability ``chance``) reaches at most
     ``false_pass`` of the time on ``questions`` questions: exact binomial."""
