@@ -164,14 +164,17 @@ class BootReference:
 
 
 def compare_boots(new_boots: Sequence[float], reference: BootReference, better: str, tolerance: float,
-                  levels: Levels, new_request_noise: Sequence[float] | None = None) -> Verdict:
+                  levels: Levels) -> Verdict:
     """Per-boot values of a run (each a whole boot's figure, e.g. median TPOT) against a recorded baseline.
 
-    On log values, so the effect is relative. One boot's figure varies by the baseline's run-to-run noise
-    (its boots pooled with the new ones when there are several); when this run's own per-request standard
-    error (``new_request_noise``, a fraction per boot) exceeds the one the baseline recorded, the excess is
-    added (a noisier machine today widens the interval instead of turning red). The baseline mean's own
-    error (noise² / runs) is added too. Student t with the pooled degrees of freedom.
+    On log values, so the effect is relative. One boot's figure varies by the run-to-run noise: the baseline's
+    (over its runs), pooled with the new boots' own spread when there are several, so a machine noisier today
+    than when the baseline was recorded widens the interval as its boots come in. The baseline mean's own
+    error (noise² / runs) is added. Student t with the pooled degrees of freedom.
+
+    A boot's per-request standard error is not added: the suites send the same prompts every boot, so the
+    spread between requests (which the bootstrap measures) is mostly not run-to-run noise; it decides only
+    what to sample more of (``more_of``).
     """
     logs = [math.log(value) for value in new_boots]
     n, k = len(logs), max(1, reference.runs)
@@ -179,8 +182,7 @@ def compare_boots(new_boots: Sequence[float], reference: BootReference, better: 
     if n > 1:  # the new boots' spread is evidence about the run-to-run noise too
         total_var = (df * total_var + (n - 1) * statistics.variance(logs)) / (df + n - 1)
         df += n - 1
-    excess = max(request_excess(reference, new_request_noise), 0.0)
-    se = math.sqrt((total_var + excess) / n + reference.noise ** 2 / k)
+    se = math.sqrt(total_var / n + reference.noise ** 2 / k)
     effect = statistics.fmean(logs) - math.log(reference.value)
     test = f"t on log values, {n} boot(s) vs {k} baseline run(s)"
     return _verdict(effect, se, max(df, 1), tolerance, better, levels, RELATIVE, test, n)
