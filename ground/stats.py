@@ -62,6 +62,17 @@ def _scipy():
     return stats
 
 
+def look_boots(max_boots: int) -> tuple[int, ...]:
+    """Boots measured at each sequential look within a budget of ``max_boots``: 1, 2, 4, ... doubling, and the
+    budget itself last (``look_boots(8)`` = (1, 2, 4, 8), ``look_boots(6)`` = (1, 2, 4, 6))."""
+    looks = [1]
+    while looks[-1] * 2 < max_boots:
+        looks.append(looks[-1] * 2)
+    if max_boots > looks[-1]:
+        looks.append(max_boots)
+    return tuple(looks)
+
+
 @dataclass(frozen=True)
 class Levels:
     """The error levels of one look at one gate: ``alpha`` (false red), ``beta`` (false pass)."""

@@ -225,7 +225,7 @@ def _short(value) -> str:
 
 def _overview(results: RunResults) -> str:
     header = ["Cell", "Status"] + [label(m) for m in OVERVIEW_METRICS] + ["Problem"]
-    rows = [[f"`{cell.id}`", status_text(cell.status)]
+    rows = [[f"`{cell.id}`", status_text(cell.status) + "".join(f" · ⚠️ {label}" for label in cell.labels)]
             + [format_value(m, cell.metrics.get(m)) for m in OVERVIEW_METRICS]
             + [_problem(cell)] for cell in results.cells]
     return table(header, rows)

@@ -28,6 +28,7 @@ class Faults:
     slow_decode: float = 1.0  # every decode step takes this many times longer
     rank_exit: tuple[int, float] | None = None  # (node rank, seconds after start)
     malformed_stream: bool = False  # streamed responses break off mid-event
+    crash_once: str | None = None  # crash_first_prefill unless this file exists; creates it (fails once, then serves)
 
     @property
     def names(self) -> list[str]:
@@ -56,6 +57,12 @@ def _slow_decode(value: str | None) -> dict:
     return {"slow_decode": factor}
 
 
+def _crash_once(value: str | None) -> dict:
+    if not value:
+        raise SimConfigError("fault 'crash_once' needs a marker file: crash_once=PATH")
+    return {"crash_once": value}
+
+
 def _rank_exit(value: str | None) -> dict:
     rank, sep, seconds = (value or "").partition(":")
     if not sep or not rank.strip().isdigit():
@@ -73,6 +80,7 @@ FAULT_PARSERS: dict[str, Callable[[str | None], dict]] = {
     "slow_decode": _slow_decode,
     "rank_exit": _rank_exit,
     "malformed_stream": _flag("malformed_stream"),
+    "crash_once": _crash_once,
 }
 
 
@@ -88,6 +96,8 @@ FAULT_HELP: dict[str, tuple[str, str]] = {
     "slow_decode": ("slow_decode=FACTOR", "every decode step takes FACTOR times longer"),
     "rank_exit": ("rank_exit=RANK:SECONDS", "node rank RANK exits SECONDS after start"),
     "malformed_stream": ("malformed_stream", "a streamed response breaks off mid-event"),
+    "crash_once": ("crash_once=PATH", "as crash_first_prefill unless PATH exists, which it creates: the first boot "
+                                      "crashes, later ones serve (a flaky cell)"),
 }
 
 

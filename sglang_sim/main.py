@@ -138,12 +138,17 @@ def _arm_rank_exit(config: SimConfig, node_rank: int) -> None:
 
 
 def _crash_on_prefill(config: SimConfig):
-    """Fault crash_first_prefill: the first real prefill kills the server."""
+    """Fault crash_first_prefill: the first real prefill kills the server (crash_once: only while its marker file
+    does not exist yet, which the crash creates)."""
     def on_prefill() -> None:
-        if config.faults.crash_first_prefill:
-            logger.error("Scheduler hit an exception during the first prefill batch.")
-            die(traceback_tail(SCHEDULER_FRAMES, "AssertionError: [sglang_sim fault crash_first_prefill] "
-                                                 "prefill batch failed: req.extend_input_len > 0"))
+        once = config.faults.crash_once
+        if once and not os.path.exists(once):
+            open(once, "a").close()  # the next boot finds it and serves
+        elif not config.faults.crash_first_prefill:
+            return
+        logger.error("Scheduler hit an exception during the first prefill batch.")
+        die(traceback_tail(SCHEDULER_FRAMES, "AssertionError: [sglang_sim fault crash_first_prefill] "
+                                             "prefill batch failed: req.extend_input_len > 0"))
     return on_prefill
 
 
