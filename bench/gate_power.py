@@ -56,7 +56,7 @@ from sglang_sim.noise import question_probability  # noqa: E402
 
 SERVING_CELLS = 12  # of the nightly's 21 (the others are expected rejections)
 BASELINE_RUNS = 10
-LOOKS = (1, 2, 4, 8)  # boots after each look (sequential sampling budget: 8 boots)
+LOOKS = stats.look_boots(8)  # boots after each look (1, 2, 4, 8: `run --max-boots 8`)
 SPEED_BOOT, SPEED_REQUEST = 0.018, 0.0087  # √(1.8² + 0.87²) = 2.0 % run-to-run
 ACCEPT_BOOT, ACCEPT_REQUEST = 0.008, 0.006  # 1 % run-to-run
 GPQA_QUESTIONS, GPQA_REPEATS, GPQA_ACCURACY, GPQA_CONCENTRATION = 198, 8, 0.70, 0.5
@@ -116,7 +116,7 @@ class Model:
                                                      for q in self.quantiles])
         return self._probabilities[drop]
 
-    def boot(self, rng: random.Random, planted: dict) -> dict:
+    def boot(self, rng: random.Random, planted: dict, gpqa: bool = True) -> dict:
         """One boot's metrics (with their per-request standard errors) and GPQA per-question [right, asked];
         ``planted``: metric -> how much worse (a fraction; GPQA: points)."""
         metrics: dict = {}
@@ -125,6 +125,8 @@ class Model:
             worse = 1 + planted.get(name, 0.0) if better == stats.LOWER else 1 - planted.get(name, 0.0)
             metrics[name] = value * worse * math.exp(rng.gauss(0, per_boot) + rng.gauss(0, per_request))
             metrics[STDERR_NAME[name]] = metrics[name] * per_request
+        if not gpqa:  # a later boot re-runs only the suites whose gates are undecided (dspark_ci/evidence.py)
+            return {"metrics": metrics, "questions": {}}
         rights = self.draws.binomial(GPQA_REPEATS, self.probabilities(drop))
         questions = {f"q{index}": [int(right), GPQA_REPEATS] for index, right in enumerate(rights)}
         right = sum(r for r, _ in questions.values())
@@ -141,7 +143,8 @@ def pooled(boots: list[dict]) -> CellResult:
         for q, (right, asked) in boot["questions"].items():
             tally = questions.setdefault(q, [0, 0])
             tally[0], tally[1] = tally[0] + right, tally[1] + asked
-    metrics = {name: statistics.fmean(b["metrics"][name] for b in boots) for name in boots[0]["metrics"]}
+    metrics = {name: statistics.fmean(b["metrics"][name] for b in boots if name in b["metrics"])
+               for name in boots[0]["metrics"]}
     metrics["gpqa_accuracy"] = sum(r for r, _ in questions.values()) / sum(n for _, n in questions.values())
     return replace(CELL, metrics=metrics, boots=tuple(b["metrics"] for b in boots) if len(boots) > 1 else (),
                    gpqa={"per_question": questions})
@@ -179,18 +182,22 @@ def today_failed(cell: CellResult, baseline) -> dict[str, bool]:
 
 
 def cell_night(rng: random.Random, model: Model, baseline, levels, planted: dict):
-    """(statistical verdict per metric, today's failure per metric, cell status, boots spent)."""
+    """(statistical verdict per metric, today's failure per metric, cell status, boots spent, GPQA boots spent):
+    looks after 1, 2, 4, 8 boots while a gate is undecided, GPQA measured again only while its gate is."""
     boots = [model.boot(rng, planted)]
     today = today_failed(pooled(boots), baseline)
-    for look, wanted in enumerate(LOOKS):
+    verdicts: dict[str, str] = {}
+    for wanted in LOOKS:
+        gpqa_undecided = verdicts.get("gpqa_accuracy", stats.INCONCLUSIVE) == stats.INCONCLUSIVE
         while len(boots) < wanted:
-            boots.append(model.boot(rng, planted))
+            boots.append(model.boot(rng, planted, gpqa=gpqa_undecided))
         cell = pooled(boots)
         gates = [g for g in evaluate(cell, cell.metrics, baseline, levels) if g.statistic is not None]
+        verdicts = {g.metric: g.verdict for g in gates}
         status = status_of(gates)
         if status is not Status.INCONCLUSIVE:
             break
-    return {g.metric: g.verdict for g in gates}, today, status, len(boots)
+    return verdicts, today, status, len(boots), sum(bool(b["questions"]) for b in boots)
 
 
 def scenarios():
@@ -218,8 +225,8 @@ def run(nights: int, seed: int) -> Totals:
                     baseline = record_baseline(rng, model, Path(tmp))
                     levels = family_levels([CELL] * SERVING_CELLS, baseline, looks=len(LOOKS))
                     planted = {regressed: level} if regressed else {}
-                    verdicts, today, status, boots = cell_night(rng, model, baseline, levels, planted)
-                    totals.boots.append((regressed, level, boots))
+                    verdicts, today, status, boots, gpqa_boots = cell_night(rng, model, baseline, levels, planted)
+                    totals.boots.append((regressed, level, boots, gpqa_boots))
                     for metric, verdict in verdicts.items():
                         if regressed is None or metric == regressed:
                             tally = totals.tallies.setdefault((metric, level), Tally())
@@ -247,11 +254,12 @@ def report(totals: Totals, nights: int, seconds: float) -> str:
                  f"{totals.clean_today_red_nights}/{totals.clean_nights} "
                  f"({totals.clean_today_red_nights / max(1, totals.clean_nights):.1%})")
     for regressed, level in scenarios():
-        spent = [b for r, lv, b in totals.boots if (r, lv) == (regressed, level)]
+        spent = [b for r, lv, b, _ in totals.boots if (r, lv) == (regressed, level)]
+        repeats = [g * GPQA_REPEATS for r, lv, _, g in totals.boots if (r, lv) == (regressed, level)]
         what = ("clean" if regressed is None else
                 f"{regressed} {'−' + format(level * 100, '.0f') + ' pt' if regressed == 'gpqa_accuracy' else f'{level:.0%}'}")
         lines.append(f"samples spent, {what}: {statistics.fmean(spent):.2f} boots per cell "
-                     f"({statistics.fmean(spent) * GPQA_REPEATS:.1f} GPQA repeats), max {max(spent)}; today's: 1 boot, "
+                     f"({statistics.fmean(repeats):.1f} GPQA repeats), max {max(spent)}; today's: 1 boot, "
                      f"{GPQA_REPEATS} repeats")
     return "\n".join(lines)
 
