@@ -127,3 +127,40 @@ def test_cells_start_longest_first_within_the_nodes_there_are():
     three_nodes = Capacity(max_parallel=3, nodes=3)
     assert three_nodes.fits(1, [2]) and not three_nodes.fits(2, [2]) and not three_nodes.fits(1, [1, 1, 1])
     assert Capacity(max_parallel=2, nodes=1).fits(4, [])  # a cell larger than the fleet still runs, alone
+
+
+def _slurm_cluster() -> None:
+    try:
+        done = subprocess.run(["sinfo", "-h", "-o", "%N"], capture_output=True, text=True, timeout=20)
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        done = None
+    if done is None or done.returncode != 0 or not done.stdout.strip():
+        if os.environ.get("DSPARK_REQUIRE_SLURM") == "1":
+            pytest.fail("no Slurm cluster answers (DSPARK_REQUIRE_SLURM=1)")
+        pytest.skip("no Slurm cluster answers: start one with eval \"$(bash .ci/slurm-up.sh)\"")
+
+
+def test_sigkill_during_cells_side_by_side_on_slurm_then_cleanup_leaves_no_job(tmp_path):
+    _slurm_cluster()
+    run = SideBySide(tmp_path, decode_ms=200, requests=400)
+    partition = os.environ.get("DSPARK_SLURM_PARTITION")
+    argv = [*run.argv, "--launcher", "slurm", *(["--slurm-partition", partition] if partition else [])]
+    process = subprocess.Popen(argv, env=run.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               cwd=REPO)
+    measuring: set[str] = set()
+    deadline = time.monotonic() + 180
+    while len(measuring) < 2 and time.monotonic() < deadline:
+        line = process.stderr.readline()
+        measuring |= {cell for cell in HEALTHY if f"{cell}: measuring" in line}
+    run_id = run.results()["run_id"]
+    jobs = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True, timeout=20).stdout
+    assert len(measuring) == 2 and jobs.count(run_id) >= 2, jobs  # two cells' jobs running side by side
+    process.kill()
+    process.wait(timeout=30)
+    cleanup = subprocess.run([*DSPARK_CI, "cleanup", "--run", run_id], env=run.env, capture_output=True, text=True,
+                             timeout=180, cwd=REPO)
+    assert cleanup.returncode == 0, cleanup.stderr
+    assert cleanup.stdout.count("removed Slurm job") >= 2, cleanup.stdout
+    jobs = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True, timeout=20).stdout
+    assert run_id not in jobs
+    assert_no_process_with_env("DSPARK_TEST_RUN", run.tag)
