@@ -228,7 +228,10 @@ def gpqa_note(records: Mapping[str, list]) -> dict | None:
     summary = summaries[-1]
     return {"scorer": summary.get("scorer", "sglang"), "partial": bool(summary.get("partial")),
             "samples": summary.get("samples"), "planned_samples": summary.get("planned_samples"),
-            "accuracy": summary.get("accuracy"), "cli_differences": sorted(summary.get("cli_differences") or {})}
+            "accuracy": summary.get("accuracy"), "cli_differences": sorted(summary.get("cli_differences") or {}),
+            # a partial figure is never gated, so neither are its questions
+            **({"per_question": summary["per_question"]} if summary.get("per_question") and not summary.get("partial")
+               else {})}
 
 
 def written_outcome(work_dir: Path) -> SuiteOutcome:
