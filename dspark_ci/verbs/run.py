@@ -218,6 +218,7 @@ def run_verb(args: argparse.Namespace) -> int:
     launcher = kind.build(context, {option.dest: getattr(args, option.dest) for option in kind.options})
     defaults = _gpqa_dataset(caller_env["DSPARK_SIM_GPQA_PATH"]) if args.server == "sim" else (lambda o: o)
     verbosity = progress.QUIET if args.quiet else progress.VERBOSE if args.verbose else progress.NORMAL
+
     def check_cells(cells) -> None:
         check_before_launch(cells, options.suites, args.server, caller_env, defaults)
 
