@@ -163,8 +163,9 @@ def option_problem(suite: str, key: str, value: Any) -> str | None:
     if isinstance(value, bool) and bool not in expected or not isinstance(value, expected):
         names = " or ".join("null" if t is type(None) else t.__name__ for t in expected)
         return f"{suite}.{key} must be {names}, got {json.dumps(value)}"
-    least, most = OPTION_RANGES.get(key, (None, None))
-    if least is not None and isinstance(value, (int, float)) and not least <= value <= most:
+    bounds = OPTION_RANGES.get(key)
+    if bounds is not None and isinstance(value, (int, float)) and not bounds[0] <= value <= bounds[1]:
+        least, most = bounds
         if value != value:
             return f"{suite}.{key} must be a number, got nan"
         if value >= least:  # too large

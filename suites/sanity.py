@@ -123,9 +123,10 @@ def usage_problems(reply: StreamReply, max_tokens: int) -> list[str]:
     usage = reply.usage
     if not usage:
         return ["no usage chunk, although stream_options.include_usage was sent"]
-    prompt, completion, total = (usage.get(k) for k in ("prompt_tokens", "completion_tokens", "total_tokens"))
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (prompt, completion, total)):
+    counts = [usage.get(k) for k in ("prompt_tokens", "completion_tokens", "total_tokens")]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in counts):
         return [f"usage has non-integer token counts: {dict(usage)}"]
+    prompt, completion, total = (int(v) for v in counts)  # type: ignore[arg-type]  # checked just above
     problems = []
     if prompt < 1 or completion < 1:
         problems.append(f"usage counts {prompt} prompt and {completion} completion tokens (expected at least 1 each)")
@@ -154,9 +155,9 @@ def reply_problems(reply: StreamReply, max_tokens: int) -> list[str]:
 
 def accept_length(replies: Sequence[StreamReply]) -> float | None:
     """Σ completion tokens / Σ verify steps over the replies that carry speculative statistics."""
-    measured = [r for r in replies if r.spec_verify_ct and r.usage]
-    verify = sum(r.spec_verify_ct or 0 for r in measured)
-    return sum(int(r.usage["completion_tokens"]) for r in measured) / verify if verify else None
+    measured = [(r.spec_verify_ct, r.usage) for r in replies if r.spec_verify_ct and r.usage]
+    verify = sum(steps for steps, _usage in measured)
+    return sum(int(usage["completion_tokens"]) for _steps, usage in measured) / verify if verify else None
 
 
 def stream_one(server: Server, prompt: str, max_tokens: int) -> StreamReply:
