@@ -127,7 +127,11 @@ def effective_options(suite: str, given: Mapping[str, Any]) -> dict[str, Any]:
     (``scorer: sgl-eval``), then ``given``."""
     options = dict(SUITE_DEFAULTS[suite])
     if suite == "gpqa" and given.get("scorer") == "sgl-eval":
-        options.update({key: value for key, value in SGL_EVAL_CLI_DEFAULTS.items() if key not in given})
+        # the CLI's chat_template_kwargs is its `thinking`: a cell that sets thinking decides both
+        unset = {key for key in SGL_EVAL_CLI_DEFAULTS if key not in given}
+        if "thinking" in given:
+            unset.discard("chat_template_kwargs")
+        options.update({key: SGL_EVAL_CLI_DEFAULTS[key] for key in unset})
     options.update(given)
     return options
 

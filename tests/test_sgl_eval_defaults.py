@@ -23,6 +23,12 @@ def test_unset_options_take_the_sgl_eval_clis_defaults():
     assert scorer_cli_differences(options) == {}
 
 
+def test_thinking_off_is_sent_off_and_recorded_as_a_difference():
+    options = merge_options({"gpqa": {"scorer": "sgl-eval", "thinking": False}}, [], "options.json")["gpqa"]
+    assert GpqaSettings.from_options(options).chat_template_kwargs is None
+    assert scorer_cli_differences(options) == {"thinking": {"ours": False, "sgl_eval": True}}
+
+
 def test_other_scorers_keep_their_own_defaults():
     options = merge_options({"gpqa": {"scorer": "simple-evals"}}, [], "options.json")["gpqa"]
     assert (options["repeats"], options["max_tokens"], options["thinking"]) == (1, 2048, False)
