@@ -127,3 +127,19 @@ def test_an_unknown_simulator_fault_is_found_before_any_server_boots(tmp_path):
 def test_empty_duplicate_and_misplaced_options_are_refused(tmp_path, args, says):
     done, out = run(tmp_path, "run", SMOKE, *args)
     assert_refused(done, out, says)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--boot-timeout", "1e300"], "argument --boot-timeout: 1e300 seconds is more than a week"),
+    (["--max-parallel", "99999999"], "argument --max-parallel: 99999999 is more than 10,000"),
+], ids=["boot-timeout", "max-parallel"])
+def test_the_runs_own_numbers_have_upper_bounds(tmp_path, args, says):
+    done, out = run(tmp_path, "run", SMOKE, *args)
+    assert_refused(done, out, says)
+
+
+def test_a_host_with_more_gpus_than_any_machine_is_refused(tmp_path):
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(f"hosts:\n  - url: unix:///var/run/docker.sock\n    gpus: {2**64}\n")
+    done, out = run(tmp_path, "run", SMOKE, "--launcher", "docker", "--hosts", str(hosts))
+    assert_refused(done, out, "hosts.yaml:2: gpus must be a count or a list of device ids, each below 128")

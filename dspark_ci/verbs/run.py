@@ -100,6 +100,11 @@ def non_negative_count(text: str) -> int:
     return count
 
 
+# Upper bounds of the run's own numbers: past them a value is a typo that would wait for ever.
+MAX_SECONDS = 7 * 24 * 3600.0
+MAX_COUNT = 10_000  # cells in flight, boots: never more than a matrix's cells (matrices/README.md)
+
+
 def positive_seconds(text: str) -> float:
     """A number of seconds > 0 (argparse turns the error into exit 2 before anything is launched)."""
     try:
@@ -108,6 +113,8 @@ def positive_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds (e.g. 120)")
+    if value > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text} seconds is more than a week (at most {MAX_SECONDS:g})")
     return value
 
 
@@ -119,6 +126,8 @@ def positive_count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (e.g. 4)") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} is not a positive number of cells (e.g. 4)")
+    if value > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"{text} is more than {MAX_COUNT:,} (a matrix's most cells)")
     return value
 
 
