@@ -14,7 +14,7 @@ import argparse
 import os
 
 from ground.errors import BadInput, DsparkError, InfraError
-from launchers import registry
+from launchers import catalog
 from launchers.ledger import IndexedRun, find_run, forget, indexed_runs
 
 
@@ -55,7 +55,7 @@ def _clean(run: IndexedRun, dry_run: bool) -> tuple[int, list[str]]:
     """Remove (or list) what one run recorded; returns how many were found and what could not be done."""
     found, problems = 0, []
     for entry in run.ledger.entries():
-        kind = registry.BY_NAME.get(entry.get("launcher", ""))
+        kind = catalog.BY_NAME.get(entry.get("launcher", ""))
         if kind is None:
             problems.append(f"run {run.run_id}: unknown launcher {entry.get('launcher')!r} in {run.ledger.path}")
             continue

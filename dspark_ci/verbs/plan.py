@@ -9,7 +9,7 @@ import sys
 from typing import Callable
 
 from ground.errors import BadInput
-from launchers import k8s_spec
+from launchers.k8s import spec as k8s_spec
 from launchers.plan import plan_launch
 from launchers.plan_types import LaunchPlan, Placement
 from matrices import Cell, load_cells
