@@ -279,7 +279,7 @@ def test_a_killed_run_leaves_a_job_that_remove_started_cancels(cluster, tmp_path
     assert all(lifecycle.remove_started(e) is None for e in entries), "a second cleanup finds nothing"
 
 
-def test_build_reads_the_registry_options():
+def test_build_reads_the_catalog_options():
     context = LaunchContext(run_id="r1", run_dir=Path("/tmp/unused"), server="sim", boot_timeout_s=42,
                             caller_env={"SLURM_CONF": "/x"})
     launcher = lifecycle.build(context, {"slurm_partition": "gpu", "slurm_account": "acct", "slurm_time": "01:00:00",
