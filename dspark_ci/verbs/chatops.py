@@ -44,8 +44,9 @@ def add_arguments(parser) -> None:
                         help="branch the rerun workflow is dispatched on, unless the event names the "
                              "repository's default branch (default main)")
     parser.add_argument("--head-sha", default="", metavar="SHA",
-                        help="the PR head the tree under --repo-root is (the rerun runs exactly this commit; "
-                             "without it, asked of GitHub at command time)")
+                        help="the commit checked out under --repo-root (the rerun runs exactly this commit, and "
+                             "is refused when the PR head is no longer it; without it, the head GitHub names "
+                             "when the command is handled)")
     parser.add_argument("--matrix", action="append", metavar="MATRIX",
                         help=f"where `/rerun-test cell:PATTERN` finds cells (default {' '.join(DEFAULT_MATRICES)})")
     parser.add_argument("--format", choices=("text", "json"), default="text",
@@ -66,12 +67,12 @@ def run(args) -> int:
     permissions = args.permissions or DEFAULT_PERMISSIONS
     shown = str(args.permissions) if args.permissions else "ci/chatops/permissions.json"
     config = ChatOpsConfig(repo_root=args.repo_root, users=load_permissions(permissions, shown), ref=args.ref,
-                           matrices=tuple(args.matrix or DEFAULT_MATRICES))
+                           matrices=tuple(args.matrix or DEFAULT_MATRICES), tree_sha=args.head_sha)
     if args.dry_run:
         outcome = handle(event, config, OfflineContext(event.author_association, args.head_sha))
     else:
         github = _github(token, event, args)
-        outcome = handle(event, config, GitHubContext(github, event.pr_number, args.head_sha))
+        outcome = handle(event, config, GitHubContext(github, event.pr_number))
         done = execute(outcome, event, github)
     _print(outcome, args.format, args.dry_run)
     if outcome.problem:
