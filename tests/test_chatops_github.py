@@ -36,6 +36,7 @@ def github(monkeypatch):
     with GitHubStandIn() as standin:
         monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
         monkeypatch.setenv("GITHUB_API_URL", standin.url)
+        monkeypatch.setenv("DSPARK_CHATOPS_SETTLE_SECONDS", "1")
         standin.state.permissions.update({"maintainer": "write", "reader": "read"})
         yield standin
 

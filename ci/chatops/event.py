@@ -87,6 +87,8 @@ def _read_json(path: Path):
         data = json.loads(text)
     except json.JSONDecodeError as err:
         raise BadInput(f"{path}:{err.lineno}", f"not valid JSON ({err.msg})", EVENT_FIX) from None
+    except ValueError as err:  # e.g. a number with more digits than Python converts
+        raise BadInput(str(path), f"not a usable JSON document ({str(err)[:120]})", EVENT_FIX) from None
     except RecursionError:  # deeper than the parser's stack: certainly too deep
         data = None
         too_deep = True

@@ -31,6 +31,7 @@ from ground.errors import InfraError
 
 DEFAULT_API = "https://api.github.com"
 TIMEOUT_SECONDS = 30
+SETTLE_SECONDS = 10.0  # GitHub lists a dispatched run within a few seconds
 REACTIONS = {"accepted": "+1", "refused": "confused", "seen": "eyes"}
 ACCEPTED_MARKER = "<!--chatops:accepted:{login}-->"  # in the bot's accepted replies: cooldowns count from them
 REPLY_MARKER = "<!--chatops:reply:{request}-->"  # in every reply: the reply to one command is found, not reposted
@@ -68,7 +69,7 @@ class GitHub:
     backoff_seconds: float = 1.0  # first retry after this, doubling
     max_wait_seconds: float = 60.0  # the longest single wait (rate limits asking more fail at once)
     timeout_seconds: float = TIMEOUT_SECONDS
-    settle_seconds: float = 10.0  # how long a dispatched run may take to be listed
+    settle_seconds: float = SETTLE_SECONDS  # how long a dispatched run may take to be listed
     session: requests.Session = field(default_factory=requests.Session, compare=False, repr=False)
 
     def _retrying(self) -> tenacity.Retrying:
@@ -81,16 +82,20 @@ class GitHub:
         return self._retrying()(self._once, method, path, json_body, params)
 
     def _write(self, perform: Callable[[], T], find: Callable[[bool], T | None]) -> T:
-        """``perform`` at most once: every attempt first looks (``find(after_failure)``) for the write
-        having happened; only a write that is not found is (re)done."""
-        failed_before = [False]
+        """``perform`` at most once: every attempt first looks (``find(ambiguous)``) for the write having
+        happened; only a write that is not found is (re)done. ``ambiguous``: the last attempt got no answer
+        or a 5xx, so GitHub may have acted (a 4xx or a rate limit says it did not)."""
+        ambiguous = [False]
 
         def attempt() -> T:
-            found = find(failed_before[0])
+            found = find(ambiguous[0])
             if found is not None:
                 return found
-            failed_before[0] = True  # from here on, an answer may have been lost after GitHub acted
-            return perform()
+            try:
+                return perform()
+            except GitHubError as err:
+                ambiguous[0] = err.status is None or err.status >= 500
+                raise
 
         return self._retrying()(attempt)
 
@@ -234,10 +239,10 @@ class GitHub:
         request = inputs.get("request", "")
         since = datetime.now(timezone.utc)
 
-        def find(after_failure: bool) -> bool | None:
+        def find(ambiguous: bool) -> bool | None:
             if not request:
                 return None
-            deadline = time.monotonic() + (self.settle_seconds if after_failure else 0)
+            deadline = time.monotonic() + (self.settle_seconds if ambiguous else 0)
             while True:
                 if self._dispatched_run(workflow, request, since):
                     return True

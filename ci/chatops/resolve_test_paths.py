@@ -33,7 +33,7 @@ from pathlib import Path
 
 from ci.chatops.commands import MAX_STARTS, TestSpec
 from ci.chatops.sglang_registrations import Registration, RegistrationError, chosen_registration
-from ci.chatops.text import shown
+from ci.chatops.text import clip
 
 TEST_FILE_PATTERN = "test_*.py"
 MAX_TREE_ENTRIES = 50_000  # SGLang's test/registered holds ~1,000 entries
@@ -103,7 +103,7 @@ def scan_tree(repo_root: Path, deadline: Deadline | None = None) -> TestTree:
         try:
             mode = directory.lstat().st_mode
         except OSError:
-            raise TreeRefused(f"{shown(directory.relative_to(repo_root).as_posix())}/ does not exist") from None
+            raise TreeRefused(f"{clip(directory.relative_to(repo_root).as_posix())}/ does not exist") from None
         if stat.S_ISLNK(mode):
             raise TreeRefused(f"{directory.relative_to(repo_root).as_posix()} is a symlink: refused ({ROOT_FIX})")
         if not stat.S_ISDIR(mode):
@@ -202,10 +202,10 @@ def _matching_files(spec: TestSpec, tree: TestTree) -> list[str]:
         matches = [f for f in tree.test_files if fnmatch.fnmatchcase(f.rsplit("/", 1)[-1], file_part)]
         linked = [f for f in tree.symlinks if fnmatch.fnmatchcase(f.rsplit("/", 1)[-1], file_part)]
     if linked:
-        raise SpecRefused(f"test/{shown(sorted(linked)[0])} is a symlink: refused ({ROOT_FIX})")
+        raise SpecRefused(f"test/{clip(sorted(linked)[0])} is a symlink: refused ({ROOT_FIX})")
     unsafe = [m for m in matches if not SAFE_PATH.fullmatch(m)]
     if unsafe:
-        raise SpecRefused(f"matched test/{shown(unsafe[0])}, whose name holds characters a test command cannot "
+        raise SpecRefused(f"matched test/{clip(unsafe[0])}, whose name holds characters a test command cannot "
                           "carry (only letters, digits, _ - . /): rename the file")
     if not matches:
         raise SpecRefused(_not_found(file_part, tree))

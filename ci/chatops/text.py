@@ -22,9 +22,14 @@ _ESCAPED = re.compile(r"([\\`\[\]])")
 _LINKING = re.compile(r"(@(?=[A-Za-z0-9_-])|#(?=\d)|GH-(?=\d)|://|\bwww(?=\.))", re.IGNORECASE)
 
 
+def clip(text: str, limit: int = MAX_SHOWN) -> str:
+    """``text`` bounded in length, nothing else: for a piece of a message that is ``shown`` as a whole
+    (escaping the piece too would escape it twice)."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def shown(text: str, limit: int = MAX_SHOWN) -> str:
-    clipped = text if len(text) <= limit else text[:limit - 3] + "..."
-    printable = "".join(c if c.isprintable() else repr(c)[1:-1] for c in clipped)
+    printable = "".join(c if c.isprintable() else repr(c)[1:-1] for c in clip(text, limit))
     escaped = _ESCAPED.sub(r"\\\1", printable)
     escaped = "".join(_ENTITIES.get(c, c) for c in escaped)
     return _LINKING.sub(lambda match: match.group(1)[:1] + ZERO_WIDTH_SPACE + match.group(1)[1:], escaped)
