@@ -22,6 +22,7 @@ from ground.suites import DEFAULT_SUITES, SPECULATIVE_SUITES, suite_of
 from launchers.contract import LaunchFailed, Launcher, LaunchTimeout
 from launchers.plan import plan_launch
 from matrices.cell import REJECT, Cell
+from reports.gates import status_of
 from suites.runner import SuiteOutcome, SuiteRequest, Watch, gpqa_note, run_suites
 
 ERROR_LOG = "dspark-ci-error.log"
@@ -119,9 +120,7 @@ def _judge_measurement(result: CellResult, names: tuple[str, ...], outcome: Suit
         return measured.finished(Status.ERROR, str(err), _exit_code_of(err), sglang_error=err.sglang_error)
     if measured.failed_tests:  # failed gates are in `gates`; `error` is for everything else
         return measured.finished(Status.FAILED, "; ".join(measured.failed_tests), ExitCode.FELL_SHORT)
-    if not all(gate.passed for gate in applied):
-        return measured.finished(Status.FAILED, None, ExitCode.FELL_SHORT)
-    return measured.finished(Status.PASSED, None, ExitCode.OK)
+    return measured.finished(status_of(applied))  # passed, failed (a gate regressed) or inconclusive
 
 
 def _exit_code_of(err: DsparkError) -> ExitCode:

@@ -32,12 +32,14 @@ from ground.records import CellResult, GateResult, RunResults, Status
 from ground.sglang.release import DEFAULT_VERSION
 from launchers.contract import Launcher
 from launchers.ledger import Ledger
+from launchers.leftovers import release
 from matrices import load_cells
 from matrices.cell import Cell
 from reports import step_summary, write_reports
 from reports.writers import write_failure_reports
 from reports.baseline import load_baseline
-from reports.gates import evaluate
+from ground.stats import Levels
+from reports.gates import evaluate, statistical_gates
 from reports.history import history_path, record as record_history
 from reports.markdown import rerun_command
 from suites.runner import gpqa_note, written_outcome
@@ -61,6 +63,7 @@ class RunOptions:
     sglang_version: str = DEFAULT_VERSION
     rerun_options: tuple[str, ...] = ()  # the options this run was given, repeated by its rerun command
     force: bool = False  # write into an --out directory that already holds files
+    accept_inconclusive: bool = False  # a run whose worst outcome is an inconclusive gate exits 0 (else 4)
     environment: Mapping[str, Any] = field(default_factory=dict)  # where it runs (results.json "environment")
 
     @property
@@ -85,14 +88,20 @@ class Baselines:
 
     by_path: Mapping
     override: str | None
+    levels: Levels | None = None  # every statistical gate's levels: the run's false-red rate split over them all
 
     @classmethod
     def load(cls, cells: list[Cell], override: str | None) -> "Baselines":
         paths = {override} if override else {c.baseline for c in cells if c.baseline}
-        return cls({path: load_baseline(path) for path in paths if path}, override)
+        loaded = cls({path: load_baseline(path) for path in paths if path}, override)
+        gates = sum(statistical_gates(pending_result(cell), loaded.of(cell.baseline)) for cell in cells)
+        return replace(loaded, levels=Levels.family(gates))
+
+    def of(self, cell_baseline: str | None):
+        return self.by_path.get(self.override or cell_baseline)
 
     def gate(self, cell: CellResult, metrics: Mapping) -> tuple[GateResult, ...]:
-        return evaluate(cell, metrics, self.by_path.get(self.override or cell.baseline))
+        return evaluate(cell, metrics, self.of(cell.baseline), self.levels)
 
     def shared(self):
         """The one baseline every cell uses, if there is exactly one (reports name its lines)."""
@@ -108,7 +117,8 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
     progress.stage(f"preflight: {len(cells)} cell(s), {options.launcher} launcher")
     with claimed_run_dir(run_dir, options.force, f"--out {run_dir}" if options.out else f"run directory {run_dir}"):
         preflight(cells, launcher, run_dir)
-    Ledger(options.run_id, run_dir).register(os.environ)
+    ledger = Ledger(options.run_id, run_dir)
+    ledger.register(os.environ)
     writer = ResultsWriter(run_dir, RunResults(run_id=options.run_id, started_at=_now(), finished_at=None,
                                                launcher=options.launcher, matrices=options.matrices,
                                                run_options=options.rerun_options, environment=options.environment),
@@ -134,15 +144,26 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
                             cell_id=cell.id)
     finally:
         reported = writer.finish()
+        _release(ledger)
         progress.close()
         progress.done(f"results in {run_dir}/ (results.json, junit.xml, report.md, report.html, logs/)")
         rerun = rerun_command(writer.results)
         if rerun:
             progress.done(f"run the cells that did not pass again: {rerun}")
-    code, reason = verdict(writer.results, len(cells))
+    code, reason = verdict(writer.results, len(cells), options.accept_inconclusive)
     if reason:
         progress.done(reason)
     return code if reported else max(code, ExitCode.FELL_SHORT)
+
+
+def _release(ledger: Ledger) -> None:
+    """Everything the run started is torn down by now: make sure, and drop the run from the index when so."""
+    removal = release(ledger, os.environ)
+    for what in removal.removed:
+        print(f"dspark-ci: warning: teardown had left {what}; removed now", file=sys.stderr)
+    for problem in removal.problems:
+        print(f"dspark-ci: warning: {problem} (`dspark-ci cleanup --run {ledger.run_id}` tries again)",
+              file=sys.stderr)
 
 
 @contextlib.contextmanager
@@ -181,13 +202,15 @@ def _remove_empty(created: list[Path]) -> None:
             path.rmdir()
 
 
-def verdict(results: RunResults, selected: int) -> tuple[ExitCode, str | None]:
+def verdict(results: RunResults, selected: int, accept_inconclusive: bool = False) -> tuple[ExitCode, str | None]:
     """The run's exit code and, when it is not 0, why. Green only when every selected cell has an outcome,
-    none failed, and at least one was measured or rejected as expected (skipping everything tests nothing)."""
+    none failed, and at least one was measured or rejected as expected (skipping everything tests nothing).
+    A run whose worst outcome is an inconclusive gate exits 4 (ExitCode.INCONCLUSIVE): never 0 unless
+    ``accept_inconclusive`` (`run --accept-inconclusive`) asks for it, never above a real failure (1-3)."""
     cells = results.cells
     if len(cells) < selected:
         return ExitCode.FELL_SHORT, f"only {len(cells)} of {selected} selected cells have a recorded outcome"
-    worst = max((cell.exit_code for cell in cells), default=ExitCode.OK)
+    worst = max((cell.exit_code for cell in cells if cell.exit_code != ExitCode.INCONCLUSIVE), default=ExitCode.OK)
     if worst != ExitCode.OK:
         failing = sum(cell.status.failing for cell in cells)
         return worst, f"{failing} of {len(cells)} cells did not pass"
@@ -196,6 +219,10 @@ def verdict(results: RunResults, selected: int) -> tuple[ExitCode, str | None]:
                                      "for another SGLang release than --sglang-version)")
     if not cells:
         return ExitCode.FELL_SHORT, "nothing was measured: no cell was selected"
+    undecided = sum(cell.status is Status.INCONCLUSIVE for cell in cells)
+    if undecided and not accept_inconclusive:
+        return ExitCode.INCONCLUSIVE, (f"{undecided} of {len(cells)} cells are inconclusive: a statistical gate could "
+                                       "not decide (not a regression; --accept-inconclusive exits 0 for this)")
     return ExitCode.OK, None
 
 

@@ -112,8 +112,12 @@ def _suite_cases(cell: CellResult) -> Iterable[ET.Element]:
         tests, gates = tests_by_suite.get(name, []), gates_by_suite.get(name, [])
         case = _case(cell, name, sum(float(t.get("duration") or 0) for t in tests))
         failed_tests = [t for t in tests if t.get("outcome") in ("failed", "error")]
-        if failed_tests or not all(g.passed for g in gates):
+        if failed_tests or any(not g.passed and not g.inconclusive for g in gates):
             case.append(_problem("failure", cell, gates, failed_tests))
+        elif any(g.inconclusive for g in gates):  # neither green nor red: JUnit's nearest is "skipped"
+            lines = [describe_gate(g) for g in gates if g.inconclusive]
+            ET.SubElement(case, "skipped", {"message": xml_text("inconclusive: " + lines[0])}).text = xml_text(
+                "\n".join(lines))
         yield case
     if unplaced_error and (cell.status is Status.ERROR or not names):  # stopped while measuring: a rank died
         case = _case(cell, LAUNCH_CASE, cell.boot_seconds)

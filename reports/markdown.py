@@ -15,7 +15,7 @@ from typing import Mapping
 
 from ground.records import CellResult, RunResults, Status
 from reports.baseline import Baseline
-from reports.gates import describe_gate, explain
+from reports.gates import describe_gate, explain, levels_line
 from ground.suites import SUITE_DEFAULTS
 from reports.metrics import SPEED_DETAIL, SPEED_LINE, format_value, label
 from reports.results import error_headline, rejection_message
@@ -104,10 +104,22 @@ def _speed_row(cell: CellResult) -> list[str]:
 
 def _all_gates(results: RunResults) -> str:
     everything = len(results.cells) <= DETAILED_PASSING_CELLS
-    rows = [[f"`{cell.id}`", "✅ pass" if gate.passed else "❌ fail", describe_gate(gate)]
+    rows = [[f"`{cell.id}`", verdict_text(gate), describe_gate(gate)]
             for cell in results.cells for gate in cell.gates if everything or not gate.passed]
     title = "Gates" if everything else "Gates (failed only: results.json holds every gate)"
-    return _section(title, ["Cell", "Result", "Gate"], rows)
+    section = _section(title, ["Cell", "Verdict", "Gate"], rows)
+    levels = levels_line(results)
+    return f"{section}\n\n{levels}" if section and levels else section
+
+
+# A gate's verdict as the reports show it (issue 22: inconclusive is neither green nor red).
+VERDICT_TEXT = {"passed": "✅ pass", "regressed": "❌ regressed", "inconclusive": "❔ inconclusive"}
+
+
+def verdict_text(gate) -> str:
+    if gate.verdict == "regressed" and gate.statistic is None:
+        return "❌ fail"
+    return VERDICT_TEXT[gate.verdict]
 
 
 def render_cells(results: RunResults, baseline: Baseline | None = None, comparison: str | None = None) -> str:
@@ -148,7 +160,8 @@ def _heading(results: RunResults) -> str:
 def _verdict_line(results: RunResults) -> str:
     cells = results.cells
     counts = ", ".join(f"{sum(c.status is s for c in cells)} {s.text}" for s in Status)
-    verdict = "❌ **FAILED**" if results.failed else "✅ **PASSED**"
+    undecided = any(cell.status is Status.INCONCLUSIVE for cell in cells)
+    verdict = "❌ **FAILED**" if results.failed else "❔ **INCONCLUSIVE**" if undecided else "✅ **PASSED**"
     if results.interrupted:
         verdict += " (interrupted: cells after the last one listed did not run)"
     when = _time_span(results.started_at, results.finished_at)
@@ -208,8 +221,14 @@ def _problem(cell: CellResult) -> str:
 
 def _failed_gates(results: RunResults, regressions: Mapping) -> str:
     lines = [f"- `{cell.id}`: {describe_gate(gate)}{_since(regressions.get((cell.id, gate.metric)))}"
-             for cell in results.cells for gate in cell.gates if not gate.passed]
-    return "## ❌ Failed gates\n\n" + "\n".join(lines) if lines else ""
+             for cell in results.cells for gate in cell.gates if not gate.passed and not gate.inconclusive]
+    undecided = [f"- `{cell.id}`: {describe_gate(gate)}" for cell in results.cells for gate in cell.gates
+                 if gate.inconclusive]
+    parts = ["## ❌ Failed gates\n\n" + "\n".join(lines)] if lines else []
+    if undecided:
+        parts.append("## ❔ Inconclusive gates (neither green nor red: the interval straddles the tolerance)\n\n"
+                     + "\n".join(undecided))
+    return "\n\n".join(parts)
 
 
 def _since(regression: tuple | None) -> str:
@@ -333,7 +352,8 @@ def _gates_table(cell: CellResult, metrics: Mapping, baseline: Baseline | None) 
     bases = explain(cell, metrics, baseline)
     rows = [[f"{g.metric} {g.op} {format_value(g.metric, g.threshold)}",
              "not measured" if g.value is None else format_value(g.metric, g.value),
-             bases.get((g.metric, g.op, g.threshold), ""), "✅ pass" if g.passed else "❌ fail"]
+             bases.get((g.metric, g.op, g.threshold), ""), verdict_text(g),
+             g.statistic.describe() if g.statistic else ""]
             for g in cell.gates]
-    return table(["Gate", "Value", "Threshold from", "Result"], rows)
+    return table(["Gate", "Value", "Threshold from", "Result", "Effect [interval] vs tolerance (test)"], rows)
 

@@ -32,7 +32,9 @@ class Terminated(KeyboardInterrupt):
 EXIT_CODES = """exit codes: 0 every selected cell has an outcome and passed (or was rejected as expected; skipped cells
 count only beside measured ones); 1 a gate failed, a cell crashed, errored, was never reached, a rejection was not
 the expected one, or nothing was measured (every cell skipped); 2 bad input (matrix, flag, baseline: the message names
-file:line and the fix; nothing is launched); 3 infrastructure trouble (launch timeout, Docker engine, disk).
+file:line and the fix; nothing is launched); 3 infrastructure trouble (launch timeout, Docker engine, disk);
+4 nothing fell short but a statistical gate was inconclusive (its interval straddles the tolerance: neither green
+nor red; --accept-inconclusive makes that 0, which a release qualification must not pass).
 Ctrl-C or SIGTERM: everything started is torn down, results.json keeps what was measured, exit 130."""
 
 
@@ -50,6 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write into an --out directory that already holds files (the run files in it are "
                         "replaced, other files are left as they are)")
     parser.add_argument("--baseline", metavar="FILE", help="baseline file for every cell (default: each cell's own)")
+    parser.add_argument("--accept-inconclusive", action="store_true",
+                        help="exit 0 when the worst outcome is an inconclusive statistical gate (default: exit 4); "
+                        "never for release qualification, which demands conclusive passes")
     parser.add_argument("--server", choices=SERVERS, default=os.environ.get("DSPARK_SERVER", "sim"),
                         help="server under test: the embedded simulated SGLang server (default) or real SGLang")
     parser.add_argument("--sglang-version", default=DEFAULT_VERSION,
@@ -143,6 +148,7 @@ def run_verb(args: argparse.Namespace) -> int:
                                   launcher=args.launcher, suites=_suites(args.suites), out=args.out,
                                   baseline=args.baseline, sglang_version=_version(args.sglang_version),
                                   rerun_options=rerun_options(args), force=args.force,
+                                  accept_inconclusive=args.accept_inconclusive,
                                   environment=_environment(args))
     caller_env = _caller_env(args.server)
     kind = registry.get(args.launcher)
