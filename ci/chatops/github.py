@@ -271,10 +271,16 @@ class GitHub:
             # A skipped run has no failed jobs to rerun: it needs a full rerun.
             endpoint = {"failure": "rerun-failed-jobs", "skipped": "rerun"}.get(run.get("conclusion"))
             if run.get("status") == "completed" and endpoint:
-                self._write(lambda: self._once("POST", f"/actions/runs/{run['id']}/{endpoint}", None, None) or True,
-                            lambda _, run_id=run["id"]: self._rerun_started(run_id))
+                self._rerun_once(int(run["id"]), endpoint)
                 rerun += 1
         return rerun
+
+    def _rerun_once(self, run_id: int, endpoint: str) -> None:
+        def perform() -> bool:
+            self._once("POST", f"/actions/runs/{run_id}/{endpoint}", None, None)
+            return True
+
+        self._write(perform, lambda _: self._rerun_started(run_id))
 
     def _rerun_started(self, run_id: int) -> bool | None:
         """A completed run that was rerun is queued (or further) again."""

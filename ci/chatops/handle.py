@@ -26,7 +26,7 @@ from ci.chatops.github import ACCEPTED_MARKER, GitHub, PullHead
 from ci.chatops.permissions import RERUN_COMMANDS, Commenter, UserPermissions, refusal
 from ci.chatops.reply import REFUSED, group_by_runner, render_groups, render_refusals
 from ci.chatops.rerun_status import update_status
-from ci.chatops.resolve_test_paths import Deadline, TreeRefused, resolve_specs, scan_tree
+from ci.chatops.resolve_test_paths import Deadline, ResolvedTest, TreeRefused, resolve_specs, scan_tree
 from ci.chatops.text import shown
 from ground.errors import BadInput, DsparkError, ExitCode
 from matrices import Cell, load_cells
@@ -41,7 +41,8 @@ OFFLINE_WRITE_ASSOCIATIONS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
 
 
 class Context(Protocol):
-    verifies_push_time: bool  # False only offline: no clock of GitHub's to compare the comment with
+    @property
+    def verifies_push_time(self) -> bool: ...  # False only offline: no GitHub clock to compare the comment with
 
     def permission(self, login: str) -> str: ...
     def last_accepted(self, login: str, since: datetime) -> datetime | None: ...
@@ -110,7 +111,7 @@ def request_id(event: CommentEvent) -> str:
 
 
 def handle(event: CommentEvent, config: ChatOpsConfig, context: Context) -> Outcome:
-    plan = {"command": None, "user": event.user, "repo": event.repo, "pr": event.pr_number,
+    plan: dict = {"command": None, "user": event.user, "repo": event.repo, "pr": event.pr_number,
             "request": request_id(event), "actions": []}
     if event.ignored:  # edited, deleted, or a bot's: never a command, and nothing is said
         return Outcome("", plan, ExitCode.BAD_INPUT, f"ignored: {event.ignored}")
@@ -179,7 +180,7 @@ def _rerun_test(command, event: CommentEvent, config: ChatOpsConfig, context: Co
         return _rejected(plan, [(None, f"the cells named match {len(cells)} matrix cells; at most {MAX_STARTS} "
                                        "tests and matrix cells run per comment: narrow the pattern")],
                          f"{len(cells)} cells matched (cap {MAX_STARTS})")
-    resolved = []
+    resolved: list[ResolvedTest] = []
     if file_specs:
         if not (config.repo_root / "test").is_dir() and not (config.repo_root / "test").is_symlink():
             raise BadInput("--repo-root", f"{config.repo_root} has no test/registered/ folder",
@@ -222,11 +223,11 @@ def _rerun_test(command, event: CommentEvent, config: ChatOpsConfig, context: Co
     return Outcome(reply, plan, ExitCode.OK, accepted=True)
 
 
-def _resolve_cells(specs, config: ChatOpsConfig) -> tuple[list[Cell], list[tuple[str, str]]]:
+def _resolve_cells(specs, config: ChatOpsConfig) -> tuple[list[Cell], list[tuple[str | None, str]]]:
     known = load_cells(list(config.matrices))
     ids = [cell.id for cell in known]
     chosen: dict[str, Cell] = {}
-    refusals = []
+    refusals: list[tuple[str | None, str]] = []
     for spec in specs:
         matches = [cell for cell in known if fnmatch.fnmatchcase(cell.id, spec.file_part)]
         if not matches:
@@ -300,6 +301,8 @@ def execute(outcome: Outcome, event: CommentEvent, github: GitHub) -> Execution:
     if not outcome.reply:
         return result
     pr, request = event.pr_number, outcome.plan["request"]
+    if pr is None:
+        raise BadInput("--pr", "no pull request to reply to", "pass --pr N or --dry-run")
     if event.comment_id is not None:
         try:
             github.react(event.comment_id, "accepted" if outcome.accepted else "refused")

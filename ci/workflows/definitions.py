@@ -154,12 +154,15 @@ def nightly() -> Workflow:
 
 # --- ChatOps ------------------------------------------------------------------------------------
 
+DECISION = "decision.json"
+
+
 def chatops() -> Workflow:
     head = Step("Find the PR head at command time", id="head", env={
         "GH_TOKEN": "${{ secrets.GITHUB_TOKEN }}", "PR": "${{ github.event.issue.number }}"}, run=(
             'sha=$(gh api "repos/$GITHUB_REPOSITORY/pulls/$PR" --jq .head.sha)\n'
             'echo "sha=$sha" >> "$GITHUB_OUTPUT"\n'))
-    steps = (
+    decide_steps = (
         # The default branch: dspark-ci and the permissions file come from reviewed code only.
         _checkout(),
         # One commit, fixed now: what is resolved here is what the rerun checks out (input sha).
@@ -167,17 +170,27 @@ def chatops() -> Workflow:
         # The PR's tree is only read as text (register_*_ci calls parsed with ast), never run.
         _checkout("Check out the PR", ref="${{ steps.head.outputs.sha }}", path="pr"),
         *_install_on_hosted(),
-        Step("Handle the command", env={"GITHUB_TOKEN": "${{ secrets.GITHUB_TOKEN }}",
-                                        "HEAD_SHA": "${{ steps.head.outputs.sha }}"},
-             run=('dspark-ci chatops --event "$GITHUB_EVENT_PATH" --repo-root pr --permissions ci/chatops/permissions.json '
-                  '--head-sha "$HEAD_SHA"\n')),
+        Step("Decide", env={"GITHUB_TOKEN": "${{ secrets.GITHUB_TOKEN }}", "HEAD_SHA": "${{ steps.head.outputs.sha }}"},
+             run=('dspark-ci chatops --event "$GITHUB_EVENT_PATH" --repo-root pr --permissions '
+                  f'ci/chatops/permissions.json --head-sha "$HEAD_SHA" --decision-out {DECISION}\n')),
+        Step("Hand the decision over", uses=UPLOAD, with_={"name": "chatops-decision", "path": DECISION,
+                                                           "retention-days": 1}),
     )
-    job = Job("chatops", HOSTED, steps, name="ChatOps",
-              if_="github.event.issue.pull_request && startsWith(github.event.comment.body, '/')",
-              permissions={"actions": "write", "contents": "read", "issues": "write", "pull-requests": "write"},
-              timeout_minutes=10)
+    # Reads only: the PR's files are on this runner, so its token can write nothing.
+    decide = Job("decide", HOSTED, decide_steps, name="Decide",
+                 if_="github.event.issue.pull_request && startsWith(github.event.comment.body, '/')",
+                 permissions={"contents": "read", "issues": "read", "pull-requests": "read"}, timeout_minutes=10)
+    # Writes only: reviewed code and the decision (checked again before use), never a PR file.
+    act = Job("act", HOSTED, (
+        _checkout(), *_install_on_hosted(),
+        Step("Download the decision", uses=DOWNLOAD, with_={"name": "chatops-decision"}),
+        Step("Reply and dispatch", env={"GITHUB_TOKEN": "${{ secrets.GITHUB_TOKEN }}"},
+             run=f'dspark-ci chatops --event "$GITHUB_EVENT_PATH" --carry-out {DECISION}\n'),
+    ), name="Reply and dispatch", needs=("decide",),
+        permissions={"actions": "write", "contents": "read", "issues": "write", "pull-requests": "write"},
+        timeout_minutes=10)
     return Workflow("chatops.yml", "ChatOps", on={"issue_comment": {"types": ["created"]}},
-                    permissions={}, jobs=(job,))
+                    permissions={}, jobs=(decide, act))
 
 
 def _status_step(name: str, status: str, if_: str) -> Step:
