@@ -17,6 +17,7 @@ from ground.errors import ExitCode
 from ground.stats import INCONCLUSIVE, PASSED, REGRESSED, Verdict
 
 SCHEMA = 1
+DECIDED_BY_RESOLVER = "resolver"  # a cell's ``decided_by``: SGLang's resolver on a CPU decided it, nothing launched
 
 
 class Status(str, enum.Enum):
@@ -95,6 +96,34 @@ def _frozen(mapping: Mapping | None) -> Mapping:
 
 
 @dataclass(frozen=True)
+class CellTiming:
+    """When one cell ran (UTC, ISO-8601) and where its time went. ``started_at``: the cell left the run's queue
+    (its launch was asked for); ``ready_at``: rank 0 answered its health check; ``finished_at``: its result was
+    decided. Queue seconds are the part of start→ready before the launcher's boot clock started (a scheduler's
+    queue, image pulls, process start); boot seconds (``CellResult.boot_seconds``) the rest; measure seconds
+    ready→finished (suites and gates). results.json carries these keys flat in the cell (CONTRACT extension)."""
+
+    started_at: str | None = None
+    ready_at: str | None = None
+    finished_at: str | None = None
+    queue_seconds: float | None = None
+    measure_seconds: float | None = None
+    seconds: float | None = None  # started→finished: what the cell cost its node(s)
+
+    KEYS = ("started_at", "ready_at", "finished_at", "queue_seconds", "measure_seconds", "seconds")
+
+    def to_dict(self) -> dict:
+        return {key: getattr(self, key) for key in self.KEYS}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "CellTiming | None":
+        """The timing keys of a results.json cell; None for files written before cells were timed."""
+        if not any(data.get(key) is not None for key in cls.KEYS):
+            return None
+        return cls(**{key: data.get(key) for key in cls.KEYS})
+
+
+@dataclass(frozen=True)
 class CellResult:
     """One cell's outcome. ``exit_code`` is what it contributes to the run's exit code (not serialized:
     read back from results.json it follows the status, infrastructure errors counting as 1)."""
@@ -120,6 +149,8 @@ class CellResult:
     # then holds their pooled figures), and labels such as "flaky" (key "labels").
     boots: tuple[Mapping[str, float | None], ...] = ()
     labels: tuple[str, ...] = ()
+    timing: CellTiming | None = None  # None: not run (or read from a file written before cells were timed)
+    decided_by: str | None = None  # DECIDED_BY_RESOLVER: decided without a launch; None: launched (or not run)
     exit_code: ExitCode | None = field(default=None, compare=False)
 
     def __post_init__(self):
@@ -166,6 +197,10 @@ class CellResult:
             data["boots"] = [dict(boot) for boot in self.boots]
         if self.labels:
             data["labels"] = list(self.labels)
+        if self.timing is not None:
+            data.update(self.timing.to_dict())
+        if self.decided_by is not None:
+            data["decided_by"] = self.decided_by
         return data
 
     @classmethod
@@ -178,7 +213,8 @@ class CellResult:
                    warnings=tuple(data.get("warnings") or ()), tests=None if tests is None else tuple(tests),
                    # "detail": what results.json called SGLang's rejection line before records existed
                    sglang_error=data.get("sglang_error") or data.get("detail"), gpqa=data.get("gpqa"),
-                   boots=tuple(data.get("boots") or ()), labels=tuple(data.get("labels") or ()))
+                   boots=tuple(data.get("boots") or ()), labels=tuple(data.get("labels") or ()),
+                   timing=CellTiming.from_dict(data), decided_by=data.get("decided_by"))
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="every stage and every suite's progress as a plain line, even on a terminal")
     parser.add_argument("--boot-timeout", type=positive_seconds, default=None, metavar="SECONDS",
                         help="how long rank 0 may take to become healthy (default 60 for the simulator, 1800 for SGLang)")
+    parser.add_argument("--rejections", choices=("launch", "resolver"), default="launch",
+                        help="how expected rejections are decided: launch each one (default: release qualification), "
+                        "or let SGLang's own resolver decide on this CPU those it can tell from the arguments alone "
+                        "(nothing launched for them; hardware-bound ones still launch; needs DSPARK_SGLANG_PYTHON or "
+                        "`bash .ci/sglang-resolver.sh`)")
+    parser.add_argument("--max-parallel", type=positive_count, default=None, metavar="N",
+                        help="cells in flight at once, longest first (default: what the launcher has room for: the "
+                        "Slurm partition's nodes, the Kubernetes namespace's pod quota; 1 for local and docker)")
     for kind in registry.ALL_LAUNCHERS:
         for option in kind.options:
             parser.add_argument(option.flag, metavar=option.metavar, choices=option.choices, default=option.default,
@@ -82,6 +90,17 @@ def positive_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds (e.g. 120)")
+    return value
+
+
+def positive_count(text: str) -> int:
+    """A whole number ≥ 1 (argparse turns the error into exit 2 before anything is launched)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (e.g. 4)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of cells (e.g. 4)")
     return value
 
 
@@ -122,13 +141,14 @@ def _version(text: str) -> str:
 
 # The options a rerun repeats (not --cell, which it sets, nor --out, which would overwrite this run).
 RERUN_FLAGS = (("--launcher", "launcher"), ("--suites", "suites"), ("--baseline", "baseline"), ("--server", "server"),
-               ("--sglang-version", "sglang_version"), ("--boot-timeout", "boot_timeout"))
+               ("--sglang-version", "sglang_version"), ("--boot-timeout", "boot_timeout"),
+               ("--max-parallel", "max_parallel"), ("--rejections", "rejections"))
 
 
 def rerun_options(args: argparse.Namespace) -> tuple[str, ...]:
     """Every option given to this run that differs from its default, as command-line words."""
     flags = RERUN_FLAGS + tuple((o.flag, o.dest) for kind in registry.ALL_LAUNCHERS for o in kind.options)
-    defaults = {"launcher": "local", "server": "sim", "sglang_version": DEFAULT_VERSION}
+    defaults = {"launcher": "local", "server": "sim", "sglang_version": DEFAULT_VERSION, "rejections": "launch"}
     defaults.update({o.dest: o.default for kind in registry.ALL_LAUNCHERS for o in kind.options})
     words: list[str] = []
     for flag, dest in flags:
@@ -149,7 +169,8 @@ def run_verb(args: argparse.Namespace) -> int:
                                   baseline=args.baseline, sglang_version=_version(args.sglang_version),
                                   rerun_options=rerun_options(args), force=args.force,
                                   accept_inconclusive=args.accept_inconclusive,
-                                  environment=_environment(args))
+                                  environment=_environment(args), max_parallel=args.max_parallel,
+                                  rejections=args.rejections)
     caller_env = _caller_env(args.server)
     kind = registry.get(args.launcher)
     context = LaunchContext(run_id=run_id, run_dir=options.run_dir, server=args.server, boot_timeout_s=boot_timeout,
