@@ -19,7 +19,7 @@ from ci.chatops.permissions import load_permissions
 from ci.chatops.text import ZERO_WIDTH_SPACE
 from dspark_ci.cli import main
 from tests.github_standin import FAULT_KINDS, GitHubStandIn
-from tests.test_chatops import PERMISSIONS, REGISTERED
+from tests.test_chatops_github import github, permissions_file, sglang_repo  # noqa: F401 (fixtures)
 
 REPO = Path(__file__).resolve().parent.parent
 TOKEN = "stand-in-token"
@@ -28,34 +28,6 @@ PR = 4242
 
 def iso(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@pytest.fixture
-def sglang_repo(tmp_path: Path) -> Path:
-    root = tmp_path / "sglang"
-    for relative, text in REGISTERED.items():
-        path = root / "test/registered" / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
-
-
-@pytest.fixture
-def github(monkeypatch):
-    with GitHubStandIn() as standin:
-        monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
-        monkeypatch.setenv("GITHUB_API_URL", standin.url)
-        monkeypatch.setenv("DSPARK_CHATOPS_SETTLE_SECONDS", "1")
-        standin.state.permissions.update({"maintainer": "write", "reader": "read"})
-        standin.state.head_pushed_at = iso(datetime.now(timezone.utc) - timedelta(hours=1))
-        yield standin
-
-
-@pytest.fixture
-def permissions_file(tmp_path: Path) -> Path:
-    path = tmp_path / "permissions.json"
-    path.write_text(json.dumps(PERMISSIONS))
-    return path
 
 
 def event_payload(body: str, *, user: str = "maintainer", created_at: datetime | None = None, **changes) -> dict:
