@@ -375,3 +375,13 @@ def test_a_decision_that_chatops_would_never_make_is_refused_before_any_write(ca
     code = main(["chatops", "--event", str(event), "--carry-out", str(decision)])
     assert code == 2 and what in capsys.readouterr().err
     assert github.state.comments == {} and github.state.dispatches == [] and github.state.labels == []
+
+
+def test_a_cell_rerun_is_its_own_request_and_names_its_reply(tmp_path, sglang_repo, permissions_file, github):
+    github.fault_after("POST", r"/dispatches$", "502")
+    _, done = run_once(tmp_path, sglang_repo, permissions_file, github, "/rerun-test cell:*-tp8-dp8-dpattn-*")
+    (dispatch,) = github.state.dispatches
+    (reply_id,) = github.state.comments
+    assert done.failed == [] and dispatch["workflow"] == "nightly.yml"
+    assert dispatch["inputs"]["request"] == "c99-0" and dispatch["inputs"]["reply_comment_id"] == str(reply_id)
+    assert dispatch["inputs"]["reply_marker"] in github.state.comments[reply_id]["body"]

@@ -159,6 +159,12 @@ def test_the_job_running_pr_code_cannot_write_and_the_writers_never_see_pr_code(
         assert jobs[writer]["permissions"] == {"issues": "write"}
         assert all(step.get("with", {}).get("path") != "pr" for step in jobs[writer]["steps"])
         assert "inputs.sha" not in json.dumps(jobs[writer])
+    # A ChatOps cell rerun moves its line of the reply too, from jobs that run no cell.
+    nightly = workflow("nightly.yml")
+    assert nightly["jobs"]["finish"]["needs"] == ["report"] and nightly["jobs"]["start"]["permissions"] == \
+        {"issues": "write"}
+    assert {"reply_comment_id", "reply_marker"} <= set(nightly["on"]["workflow_dispatch"]["inputs"])
+    assert "permissions" not in nightly["jobs"]["run"] and nightly["permissions"] == {"contents": "read"}
 
 
 def test_reruns_have_a_concurrency_group_of_their_own_and_show_their_request():

@@ -71,8 +71,8 @@ def _allowed(action: dict, reply: str) -> bool:
     if not isinstance(inputs, dict) or not all(isinstance(v, str) for v in inputs.values()):
         return False
     if action.get("workflow") == NIGHTLY_WORKFLOW:
-        return set(inputs) == {"select", "request"} and bool(_SELECT.fullmatch(inputs["select"])) \
-            and bool(_MARKER.fullmatch(str(action.get("reply_marker"))))
+        return set(inputs) == {"select", "reply_comment_id", "reply_marker", "request"} \
+            and bool(_SELECT.fullmatch(inputs["select"])) and bool(_MARKER.fullmatch(inputs["reply_marker"]))
     if action.get("workflow") != RERUN_WORKFLOW:
         return False
     return (set(inputs) == {"runner", "backend", "tests", "pr", "sha", "reply_comment_id", "reply_marker", "request"}

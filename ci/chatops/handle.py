@@ -216,9 +216,8 @@ def _rerun_test(command, event: CommentEvent, config: ChatOpsConfig, context: Co
     if cells:
         marker = f"<!--rrt:{len(groups)}-->"
         plan["actions"].append({"type": "workflow_dispatch", "workflow": NIGHTLY_WORKFLOW, "ref": ref,
-                                "inputs": {"select": " ".join(cell.id for cell in cells),
-                                           "request": f"{request}-{len(groups)}"},
-                                "reply_marker": marker})
+                                "inputs": {"select": " ".join(cell.id for cell in cells), "reply_comment_id": "",
+                                           "reply_marker": marker, "request": f"{request}-{len(groups)}"}})
         reply += _cells_block(cells, marker)
     return Outcome(reply, plan, ExitCode.OK, accepted=True)
 
@@ -326,9 +325,8 @@ def execute(outcome: Outcome, event: CommentEvent, github: GitHub) -> Execution:
     reply_id = github.post_reply(pr, reply, request, since=event.created_at)
     for action in dispatches:
         inputs = action["inputs"]
-        marker = inputs.get("reply_marker") or action.get("reply_marker")
-        if action["workflow"] == RERUN_WORKFLOW:
-            inputs = {**inputs, "reply_comment_id": str(reply_id)}
+        marker = inputs["reply_marker"]
+        inputs = {**inputs, "reply_comment_id": str(reply_id)}  # the run moves its line of this reply
         try:
             github.dispatch_workflow(action["workflow"], action["ref"], inputs)
             result.done.append(f"dispatch {marker}")

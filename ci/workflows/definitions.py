@@ -149,8 +149,25 @@ def _report_job(run_jobs: list[Job]) -> Job:
                if_="always() && needs.plan.result == 'success'", timeout_minutes=30)
 
 
+def _reply_jobs(finished_job: str) -> tuple[Job, Job]:
+    """A dispatch from ChatOps names its reply: these move its line (🔄 at start, ✅/❌ when ``finished_job``
+    ends), on a hosted runner with reviewed code only; the jobs that run cells or PR code cannot write."""
+    start = Job("start", HOSTED, (
+        _checkout(), *_install_on_hosted(), _status_step("Mark the reply as running", "running", "always()"),
+    ), name="Mark the reply as running", if_=_HAS_REPLY, permissions={"issues": "write"}, timeout_minutes=10)
+    # Groups finishing together edit the same reply: ci.chatops.rerun_status merges and verifies its own line.
+    finish = Job("finish", HOSTED, (
+        _checkout(), *_install_on_hosted(),
+        _status_step("Mark the reply as finished",
+                     f"${{{{ needs.{finished_job}.result == 'success' && 'success' || 'failure' }}}}", "always()"),
+    ), name="Update the reply", needs=(finished_job,), if_=f"always() && {_HAS_REPLY}",
+        permissions={"issues": "write"}, timeout_minutes=10)
+    return start, finish
+
+
 def nightly() -> Workflow:
     run_jobs = [_run_job(chunk) for chunk in range(MAX_CHUNKS)]
+    start, finish = _reply_jobs("report")
     return Workflow(
         "nightly.yml", "Nightly",
         run_name=f"${{{{ inputs.request != '' && format('Nightly: rerun of {{0}} {{1}}', inputs.select, "
@@ -158,14 +175,17 @@ def nightly() -> Workflow:
         on={"schedule": [{"cron": "0 18 * * *"}],
             "workflow_dispatch": {"inputs": {"select": {
                 "description": "Only cells whose id matches one of these space-separated globs (dspark-ci plan --select)",
-                "type": "string", "required": False, "default": ""}, "request": REQUEST_INPUT}}},
+                "type": "string", "required": False, "default": ""},
+                **{name: {"description": RERUN_INPUTS[name], "type": "string", "required": False, "default": ""}
+                   for name in ("reply_comment_id", "reply_marker")},
+                "request": REQUEST_INPUT}}},
         permissions={"contents": "read"},
         # Scheduled nightlies queue behind each other (one pending at most: the newer replaces it). A ChatOps
         # cell rerun or a manual run is a group of its own: never cancelled, nor cancelling, by anyone else's.
         concurrency={"group": "nightly-${{ github.ref }}-${{ inputs.request || "
                               "(github.event_name == 'schedule' && 'schedule') || github.run_id }}",
                      "cancel-in-progress": False},
-        jobs=(_plan_job(), *run_jobs, _report_job(run_jobs)),
+        jobs=(start, _plan_job(), *run_jobs, _report_job(run_jobs), finish),
     )
 
 
@@ -261,16 +281,7 @@ def rerun_test() -> Workflow:
     # moved by the jobs around it, which run reviewed code only (the default branch, no PR checkout).
     test_job = Job("rerun_test", "${{ inputs.runner }}", steps, name="${{ inputs.runner }}",
                    permissions={"contents": "read"}, timeout_minutes=120)
-    start = Job("start", HOSTED, (
-        _checkout(), *_install_on_hosted(), _status_step("Mark the reply as running", "running", "always()"),
-    ), name="Mark the reply as running", if_=_HAS_REPLY, permissions={"issues": "write"}, timeout_minutes=10)
-    # Groups finishing together edit the same reply: ci.chatops.rerun_status merges and verifies its own line.
-    finish = Job("finish", HOSTED, (
-        _checkout(), *_install_on_hosted(),
-        _status_step("Mark the reply as finished", "${{ needs.rerun_test.result == 'success' && 'success' || 'failure' }}",
-                     "always()"),
-    ), name="Update the reply", needs=("rerun_test",), if_=f"always() && {_HAS_REPLY}",
-        permissions={"issues": "write"}, timeout_minutes=10)
+    start, finish = _reply_jobs("rerun_test")
     required = ("runner", "tests")
     inputs = {name: {"description": text, "type": "string", "required": name in required,
                      **({} if name in required else {"default": ""})} for name, text in RERUN_INPUTS.items()}
