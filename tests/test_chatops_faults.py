@@ -112,9 +112,10 @@ def test_a_failed_run_is_rerun_once_when_the_answer_is_lost(tmp_path, sglang_rep
 
 def test_handling_the_same_comment_twice_writes_nothing_twice(tmp_path, sglang_repo, permissions_file, github):
     """A re-run of the ChatOps job (or a duplicate delivery) finds its reply and its runs."""
+    commented = datetime.now(timezone.utc).replace(microsecond=0)  # one comment: one creation time
     for _ in range(2):
         _, done = run_once(tmp_path, sglang_repo, permissions_file, github,
-                           "/rerun-test test_eagle_small.py test_dspark_tp8.py")
+                           "/rerun-test test_eagle_small.py test_dspark_tp8.py", created_at=commented)
         assert done.failed == []
     assert len(github.replies()) == 1 and len(github.state.dispatches) == 2
     assert len(github.state.reactions) == 1
