@@ -386,3 +386,23 @@ def test_a_cell_rerun_is_its_own_request_and_names_its_reply(tmp_path, sglang_re
     assert done.failed == [] and dispatch["workflow"] == "nightly.yml"
     assert dispatch["inputs"]["request"] == "c99-0" and dispatch["inputs"]["reply_comment_id"] == str(reply_id)
     assert dispatch["inputs"]["reply_marker"] in github.state.comments[reply_id]["body"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_whatever_the_api_does_no_write_happens_twice(tmp_path, sglang_repo, permissions_file, github, seed):
+    """Random lost answers on every write and random 502s on reads: at most one reply and one dispatch per
+    group, and when the command says it succeeded, exactly one of each."""
+    import random
+
+    chance = random.Random(seed)
+    github.state.slow_seconds = 0.8
+    for method, path in (("POST", r"/dispatches$"), ("POST", r"/issues/\d+/comments$"), ("POST", r"/reactions$")):
+        github.fault_after(method, path, chance.choice(FAULT_KINDS), times=chance.randint(0, 2))
+    for path in (r"/runs\?", r"/issues/\d+/comments\?", r"/pulls/"):
+        github.fail("GET", path, 502, body="Bad Gateway", times=chance.randint(0, 2))
+    _, done = run_once(tmp_path, sglang_repo, permissions_file, github,
+                       "/rerun-test test_eagle_small.py test_dspark_tp8.py")
+    requests = [d["inputs"]["request"] for d in github.state.dispatches]
+    assert len(requests) == len(set(requests)) and len(github.replies()) <= 1 and len(github.state.reactions) <= 1
+    if not done.failed:
+        assert sorted(requests) == ["c99-0", "c99-1"] and len(github.replies()) == 1
