@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from ground.errors import InfraError
-from launchers import slurm
-from launchers.docker import DockerLauncher
-from launchers.docker_spec import SIM_IMAGE, DockerSettings, container_spec
-from launchers.slurm import SlurmLauncher, SlurmSettings
+from launchers.docker.lifecycle import DockerLauncher
+from launchers.docker.spec import SIM_IMAGE, DockerSettings, container_spec
+from launchers.slurm.lifecycle import SlurmLauncher
+from launchers.slurm.script import render_job
+from launchers.slurm.settings import SlurmSettings
 from tests.cli import DSPARK_CI
 from tests.docker_engines import ENGINE1, containers_of, inventory, new_run_id, require_engine
 from tests.sim_plans import make_plan
@@ -86,7 +87,7 @@ def test_each_accelerator_reaches_the_engine_as_its_own_devices_and_nothing_is_l
 def test_slurm_gives_amd_containers_rocm_devices_and_the_rocm_image(tmp_path, container, hardware, says):
     settings = SlurmSettings(container=container, run_id="r1", progress=None)
     plan = replace(amd_plan(SlurmLauncher(settings), hardware), gpus_per_node=8)
-    script = slurm.render_job(plan, tmp_path, settings, "tok").script
+    script = render_job(plan, tmp_path, settings, "tok").script
     assert says.format(logs=tmp_path) in script
     assert "#SBATCH --gpus-per-node=8" in script  # AMD GPUs are Slurm's `gpu` GRES too
     if hardware.startswith("mi"):
