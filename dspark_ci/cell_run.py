@@ -20,6 +20,7 @@ from ground.errors import BadInput, DsparkError, ExitCode, InfraError
 from ground.records import CellResult, GateResult, Status
 from ground.suites import DEFAULT_SUITES, SPECULATIVE_SUITES, suite_of
 from launchers.contract import LaunchFailed, Launcher, LaunchTimeout
+from launchers.ledger import Ledger
 from launchers.plan import plan_launch
 from matrices.cell import REJECT, Cell
 from suites.runner import SuiteOutcome, SuiteRequest, Watch, gpqa_note, run_suites
@@ -38,6 +39,7 @@ class CellContext:
     detail: Callable[[str], None] = lambda _text: None  # how far the stage is, e.g. "gpqa 37/198 requests"
     suite_defaults: Callable[[dict], dict] = lambda options: options  # e.g. the simulator's dataset
     watch: Watch = Watch()
+    ledger: Ledger | None = None  # where the suites' process group is recorded before it can start anything
 
 
 def pending_result(cell: Cell) -> CellResult:
@@ -82,7 +84,8 @@ def _run_cell(cell: Cell, ctx: CellContext, result: CellResult) -> CellResult:
             outcome = run_suites(SuiteRequest(
                 base_url=deployment.base_url, names=names, model=cell.config.get("model"),
                 options=ctx.suite_defaults({n: dict(cell.suites.get(n, {})) for n in names}),
-                work_dir=logs_dir, reference_url=reference.base_url if reference else None, on_progress=ctx.detail),
+                work_dir=logs_dir, reference_url=reference.base_url if reference else None, on_progress=ctx.detail,
+                ledger=ctx.ledger, cell_id=cell.id),
                 watched=[d for d in (deployment, reference) if d is not None], watch=ctx.watch)
             deployment.check()  # a rank that died while we measured invalidates the numbers
     except LaunchFailed as err:

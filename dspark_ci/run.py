@@ -117,7 +117,7 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
                            baseline=baselines.shared(), selected=tuple(cells))
     ctx = CellContext(launcher=launcher, run_dir=run_dir, sglang_version=options.sglang_version,
                       suites=options.suites, gate=baselines.gate, stage=progress.stage, detail=progress.detail,
-                      suite_defaults=suite_defaults)
+                      suite_defaults=suite_defaults, ledger=ledger)
     progress.start(len(cells))
     try:
         for index, cell in enumerate(cells, 1):
