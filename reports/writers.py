@@ -61,12 +61,12 @@ def write_rendered(run_dir: Path | str, rendered: dict[str, str]) -> list[Path]:
 FINAL_SET = ("results.json", "report.html", "junit.xml", "report.md")
 
 
-def write_final_set(run_dir: Path | str, results: RunResults, baseline: Baseline | None = None,
-                    history: Path | None = None) -> list[Path]:
-    """A run's final files: everything rendered and staged first, then renamed together; a failure or a kill before
-    the renames leaves the previous set (which never says PASSED: reports.markdown, RunResults.complete)."""
+def render_final_set(results: RunResults, baseline: Baseline | None = None,
+                     history: Path | None = None) -> dict[str, str]:
+    """A run's final files, file name -> contents, in the order ``write_rendered`` renames them into place; until
+    they are all renamed, the previous set (which never says PASSED: RunResults.complete) stays on disk."""
     rendered = {"results.json": results_text(results), **render_reports(results, baseline, history=history)}
-    return write_rendered(run_dir, {name: rendered[name] for name in FINAL_SET})
+    return {name: rendered[name] for name in FINAL_SET}
 
 
 def write_reports(run_dir: Path | str, results: RunResults, baseline: Baseline | None = None,
