@@ -41,9 +41,10 @@ GREEN = "✅ **PASSED**"
 
 
 def workers_matrix(where: Path) -> Path:
-    """The smoke matrix, its speed suite on two worker processes (absolute baseline path: it moves)."""
+    """The smoke matrix, its speed suite on two worker processes, without baseline gates (a run that finishes is
+    green, so a green file is possible at every moment: that is what is checked)."""
     matrix = yaml.safe_load((REPO / "matrices" / "smoke.yaml").read_text())
-    matrix["defaults"]["baseline"] = str(REPO / "baselines" / "smoke.yaml")
+    matrix["defaults"].pop("baseline", None)
     matrix["defaults"]["suites"]["speed"] = {"num_requests": 32, "concurrency": 4, "output_len": 64, "workers": 2}
     path = where / "workers.yaml"
     path.write_text(yaml.safe_dump(matrix))
