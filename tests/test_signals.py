@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
 
 from tests.test_run_cli import ONE_NODE, REPO, SMOKE
-from tests.test_verdicts import FAILS_WITHIN_S, SLOW, VerdictRun, _logs, kill_quietly, process_of, wait_for
+from tests.test_verdicts import FAILS_WITHIN_S, SLOW, VerdictRun, _logs, freeze_while_measuring, wait_for
 
 
 def _ignoring_interrupts() -> None:
@@ -25,21 +24,7 @@ def start_as_background_job(run: VerdictRun) -> subprocess.Popen:
 def test_a_frozen_rank_stops_the_suites_at_once_even_with_sigint_ignored(tmp_path):
     run = VerdictRun(tmp_path, SMOKE, "--cell", ONE_NODE, "--suites", "accept", faults=SLOW)
     process = start_as_background_job(run)
-    stopped = None
-    try:
-        entry = wait_for(lambda: run.rank(ONE_NODE, 0), "the rank to be launched")
-        wait_for(lambda: _logs(run, ONE_NODE, "suites.progress"), "the suites to measure")
-        stopped = process_of(entry)
-        stopped.suspend()
-        at = time.monotonic()
-        output, _ = process.communicate(timeout=60)
-        took = time.monotonic() - at
-    finally:
-        if stopped is not None:
-            kill_quietly(stopped)
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    _, output, took = freeze_while_measuring(run, process, ONE_NODE, 0)
     assert process.returncode == 1, output
     assert took < FAILS_WITHIN_S, f"{took:.1f} s from the frozen rank to the verdict\n{output}"
     assert (run.out / "logs" / ONE_NODE / "suites.json").exists(), "pytest was killed before it wrote its results"

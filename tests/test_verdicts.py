@@ -173,27 +173,33 @@ def test_a_failure_to_write_the_reports_is_red_and_keeps_results(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 # 2. A rank that stops answering (SIGSTOP) while the suites run fails the cell within a stated bound.
 
-@pytest.mark.parametrize("cell_id, node_rank", [(ONE_NODE, 0), (TWO_NODES, 0), (TWO_NODES, 1)],
-                         ids=["one-node-rank-0", "two-node-rank-0", "two-node-rank-1"])
-def test_a_stopped_rank_fails_the_cell_within_the_bound(tmp_path, cell_id, node_rank):
-    run = VerdictRun(tmp_path, SMOKE, "--cell", cell_id, "--suites", "accept", faults=SLOW)
-    process = run.start()
+def freeze_while_measuring(run: VerdictRun, process: subprocess.Popen, cell_id: str,
+                           node_rank: int) -> tuple[dict, str, float]:
+    """SIGSTOP one rank while the suites measure; its ledger entry, the run's output, and the seconds from the
+    freeze to the run's end."""
     stopped = None
     try:
         entry = wait_for(lambda: run.rank(cell_id, node_rank), "the rank to be launched")
-        wait_for(lambda: (run.out / "logs" / cell_id / "suites.log").exists(), "the suites to start")
-        time.sleep(1.0)  # in the middle of measuring
+        wait_for(lambda: (run.out / "logs" / cell_id / "suites.progress").exists(), "the suites to measure")
         stopped = process_of(entry)
         stopped.suspend()
         at = time.monotonic()
         output, _ = process.communicate(timeout=60)
-        took = time.monotonic() - at
+        return entry, output, time.monotonic() - at
     finally:
         if stopped is not None:
             kill_quietly(stopped)
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+@pytest.mark.parametrize("cell_id, node_rank", [(ONE_NODE, 0), (TWO_NODES, 0), (TWO_NODES, 1)],
+                         ids=["one-node-rank-0", "two-node-rank-0", "two-node-rank-1"])
+def test_a_stopped_rank_fails_the_cell_within_the_bound(tmp_path, cell_id, node_rank):
+    run = VerdictRun(tmp_path, SMOKE, "--cell", cell_id, "--suites", "accept", faults=SLOW)
+    process = run.start()
+    entry, output, took = freeze_while_measuring(run, process, cell_id, node_rank)
     assert process.returncode == 1, output
     assert took < FAILS_WITHIN_S, f"the run took {took:.1f} s to fail after rank {node_rank} was stopped\n{output}"
     run.assert_nothing_left()
