@@ -10,7 +10,8 @@ after). Then:
 
 - a report.md saying PASSED or a junit.xml without failures or errors is allowed only if the exit code is 0;
 - after SIGKILL and `dspark-ci cleanup --run ID` (after SIGINT: at once), no process carrying the trial's mark,
-  no port of its servers listening, no new /dev/shm entry, no run temp directory and no new /tmp/pymp-* is left.
+  no port of its servers listening, no /dev/shm file its processes mapped, no run temp directory and no new
+  /tmp/pymp-* is left.
 
 Prints one line per trial and a summary; exits 1 if any trial broke a rule.
 """
@@ -26,6 +27,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 import xml.etree.ElementTree as ET
@@ -112,14 +114,39 @@ def listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def leftovers(trial: Trial, shm_before: set[str], pymp_before: set[str]) -> list[str]:
+class SharedMemoryWatch:
+    """The /dev/shm files the trial's own processes map, sampled while it runs (other runs on a shared machine
+    make their own, which are not this trial's to account for)."""
+
+    def __init__(self, tag: str):
+        self.tag, self.seen = tag, set()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.3):
+            for proc in psutil.process_iter():
+                try:
+                    if proc.environ().get("DSPARK_TEST_RUN") == self.tag:
+                        self.seen |= {Path(m.path.removesuffix(" (deleted)")).name
+                                      for m in proc.memory_maps() if m.path.startswith("/dev/shm/")}
+                except psutil.Error:
+                    continue
+
+    def stop(self) -> set[str]:
+        self._done.set()
+        self._thread.join()
+        return self.seen
+
+
+def leftovers(trial: Trial, shm_ours: set[str], pymp_before: set[str]) -> list[str]:
     deadline = time.monotonic() + 5
     while marked_processes(trial.tag) and time.monotonic() < deadline:
         time.sleep(0.1)
     left = [f"process {p}" for p in marked_processes(trial.tag)]
     left += [f"port {p}" for p in trial.ports() if listening(p)]
-    left += [f"/dev/shm/{name}" for name in set(os.listdir("/dev/shm")) - shm_before
-             if name.startswith(("sem.mp-", "mp-", "psm_"))]
+    left += [f"/dev/shm/{name}" for name in shm_ours & set(os.listdir("/dev/shm"))]
     run_id = trial.run_id()
     temp = Path(tempfile.gettempdir())
     if run_id and (temp / f"dspark-ci-{run_id}").exists():
@@ -129,9 +156,9 @@ def leftovers(trial: Trial, shm_before: set[str], pymp_before: set[str]) -> list
 
 
 def one_trial(trial: Trial, sig: int, after_last_cell: bool, usual_s: float, rng: random.Random) -> dict:
-    shm_before = set(os.listdir("/dev/shm"))
     pymp_before = {p.name for p in Path(tempfile.gettempdir()).glob("pymp-*")}
     process = trial.start()
+    shm = SharedMemoryWatch(trial.tag)
     started = time.monotonic()
     if after_last_cell:
         while trial.cells_recorded() < 2 and process.poll() is None and time.monotonic() - started < 300:
@@ -148,6 +175,7 @@ def one_trial(trial: Trial, sig: int, after_last_cell: bool, usual_s: float, rng
     except subprocess.TimeoutExpired:
         process.kill()
         code = process.wait()
+    shm_ours = shm.stop()
     claims = trial.says_passed()
     cleaned = None
     if sig == signal.SIGKILL and trial.run_id():
@@ -156,10 +184,10 @@ def one_trial(trial: Trial, sig: int, after_last_cell: bool, usual_s: float, rng
     problems = [f"{claim} with exit {code}" for claim in claims if code != 0]
     if cleaned is not None and cleaned.returncode not in (0, 2):  # 2: the run had finished and cleaned itself
         problems.append(f"cleanup exit {cleaned.returncode}: {cleaned.stderr.strip()[:200]}")
-    problems += [f"left: {what}" for what in leftovers(trial, shm_before, pymp_before)]
+    problems += [f"left: {what}" for what in leftovers(trial, shm_ours, pymp_before)]
     return {"signal": signal.Signals(sig).name, "after_last_cell": after_last_cell, "at_s": round(when, 2),
             "exit": code, "exited_before_signal": exited_before, "cells_recorded": trial.cells_recorded(),
-            "claims": claims, "problems": problems}
+            "shm_seen": len(shm_ours), "claims": claims, "problems": problems}
 
 
 def main() -> int:

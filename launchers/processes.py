@@ -164,17 +164,37 @@ def _shared_memory_of(processes: list[psutil.Process]) -> set[Path]:
     return found
 
 
+# multiprocessing's resource tracker unlinks the semaphores its clients leaked once they are all gone: it is left
+# this long to do so, after every other member of the group was killed, before it is killed too.
+TRACKER_TIDY_S = 3.0
+
+
+def _is_resource_tracker(process: psutil.Process) -> bool:
+    try:
+        return "multiprocessing.resource_tracker" in " ".join(process.cmdline())
+    except psutil.Error:
+        return False
+
+
 def kill_group(pgid: int, run_id: str | None, also: list[psutil.Process] = ()) -> list[psutil.Process]:
     """SIGKILL every member of group ``pgid`` (see ``group_members``) and ``also``, wait for them, then remove the
-    shared-memory files they held. Returns the processes killed."""
+    shared-memory files they held: multiprocessing's resource trackers go last, after they had the chance to unlink
+    what the others leaked. Returns the processes killed."""
     members = [*group_members(pgid, run_id), *(p for p in also if p.is_running())]
     shared = _shared_memory_of(members)
-    if run_id is None or members:
-        signal_group(pgid, signal.SIGKILL)
-    for member in members:
+    trackers = [m for m in members if _is_resource_tracker(m)]
+    others = [m for m in members if m not in trackers]
+    for member in others:
         with contextlib.suppress(psutil.Error):
             member.kill()
-    psutil.wait_procs(members, timeout=5)
+    psutil.wait_procs(others, timeout=5)
+    psutil.wait_procs(trackers, timeout=TRACKER_TIDY_S if trackers else 0)
+    if run_id is None or members:
+        signal_group(pgid, signal.SIGKILL)
+    for member in trackers:
+        with contextlib.suppress(psutil.Error):
+            member.kill()
+    psutil.wait_procs(trackers, timeout=5)
     for path in shared:
         with contextlib.suppress(OSError):
             path.unlink()
