@@ -265,22 +265,29 @@ MOMENTS = {  # when to SIGKILL the run: (condition, cells finished by then)
 }
 
 
+def sigkill_when(run: VerdictRun, condition, what: str, settle_s: float = 0.0, before=lambda: None):
+    """Start the run, SIGKILL it once ``condition()`` holds (and ``settle_s`` later); ``before()``'s value, taken
+    just before the kill, is returned."""
+    process = run.start()
+    try:
+        wait_for(condition, what, timeout=120)
+        time.sleep(settle_s)
+        seen = before()
+        process.kill()
+        process.wait(timeout=10)
+        return seen
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 @pytest.mark.parametrize("moment", list(MOMENTS))
 def test_sigkill_then_cleanup_leaves_nothing_and_keeps_finished_cells(tmp_path, moment):
     condition, finished = MOMENTS[moment]
     run = VerdictRun(tmp_path, SMOKE, "--cell", ONE_NODE, "--cell", TWO_NODES, "--suites", "accept",
                      faults="slow_decode=20")
-    process = run.start()
-    try:
-        wait_for(lambda: condition(run), moment)
-        if moment.endswith("measuring"):
-            time.sleep(0.5)
-        process.kill()
-        process.wait(timeout=10)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    sigkill_when(run, lambda: condition(run), moment, settle_s=0.5 if moment.endswith("measuring") else 0.0)
     # The run id is in results.json from the start, and the run is in the index of this test's state dir.
     results = run.results()
     run_id = results["run_id"]
