@@ -14,7 +14,7 @@ import requests
 
 from launchers.contract import LaunchFailed, LaunchTimeout
 from ground.errors import InfraError
-from launchers.local import LocalLauncher, LocalSettings
+from launchers.local.lifecycle import LocalLauncher, LocalSettings
 from launchers.processes import free_port, port_is_free
 from tests.cli import DSPARK_CI
 from tests.process_table import assert_none_left
@@ -113,7 +113,7 @@ FORKING_DRIVER = """
 import os, sys, time
 from pathlib import Path
 from launchers.ledger import Ledger
-from launchers.local import LocalLauncher, LocalSettings
+from launchers.local.lifecycle import LocalLauncher, LocalSettings
 from tests.sim_plans import FAST_SIM, make_plan
 
 logs = Path(os.environ["LOGS"])
