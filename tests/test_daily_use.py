@@ -158,7 +158,7 @@ def test_progress_in_an_80_column_terminal_fits_and_shows_elapsed_and_eta(tmp_pa
     too_wide = [piece for piece in drawn if len(piece) >= 80 and not piece.startswith(("    ", "results in "))]
     assert not too_wide, too_wide
     live = [piece for piece in drawn if re.search(r"\(\d+s, run \d+s", piece)]  # (stage time, run time[, ETA])
-    assert any(piece.startswith("[1/2] dsv4-flash") and "measuring (accept)" in piece for piece in live), live
+    assert any(piece.startswith("[1/2] dsv4-flash") and "measuring (sanity, accept)" in piece for piece in live), live
     assert any(piece.startswith("[2/2] dsv4-flash") and "ETA " in piece for piece in live), live
     assert re.search(rf"\[1/2\] {ONE_NODE}: PASSED in \d+s", screen)
 
