@@ -100,6 +100,12 @@ def _read(path: Path | str, words: FileWords) -> str:
     return text
 
 
+def read_bounded(path: Path | str, words: FileWords) -> str:
+    """A YAML file's text under the same bounds as every reader here (a regular file, at most MAX_FILE_BYTES,
+    printable UTF-8), for readers that parse it their own way (the --k8s-extra patches)."""
+    return _read(path, words)
+
+
 def _too_large(path: Path | str, size: int) -> BadInput:
     return BadInput(str(path), f"is {size / 1024:,.0f} KiB; a YAML input is at most {MAX_FILE_BYTES // 1024} KiB",
                     "check the path; a matrix is a few kB: use axes and include instead of writing every cell out")

@@ -143,3 +143,8 @@ def test_a_host_with_more_gpus_than_any_machine_is_refused(tmp_path):
     hosts.write_text(f"hosts:\n  - url: unix:///var/run/docker.sock\n    gpus: {2**64}\n")
     done, out = run(tmp_path, "run", SMOKE, "--launcher", "docker", "--hosts", str(hosts))
     assert_refused(done, out, "hosts.yaml:2: gpus must be a count or a list of device ids, each below 128")
+
+
+def test_a_k8s_patch_file_that_is_a_device_is_refused_before_it_is_read(tmp_path):
+    done, out = run(tmp_path, "plan", SMOKE, "--format", "k8s", "--k8s-extra", "/dev/zero")
+    assert_refused(done, out, "/dev/zero: is a character device, not a file")

@@ -32,6 +32,7 @@ import yaml
 
 from ground.errors import BadInput
 from ground.sglang.release import AMD, ASCEND, NVIDIA, accelerator, release_image
+from ground.yaml_lines import config_file_words, read_bounded
 from launchers.plan_types import LaunchPlan, Placement, device_of
 from launchers.materialize import server_argv
 
@@ -228,6 +229,7 @@ def merge(base: Any, patch: Any, key: str | None = None) -> Any:
 
 
 PATCH_KINDS = (LWS_KIND, "Service", "Pod")
+PATCH_FILE = config_file_words("--k8s-extra patch file", "give an existing YAML file")
 
 
 def load_patches(path: str | Path | None) -> list[dict]:
@@ -235,10 +237,9 @@ def load_patches(path: str | Path | None) -> list[dict]:
     if not path:
         return []
     where = str(path)
+    text = read_bounded(path, PATCH_FILE)  # a FIFO, /dev/zero or a huge file: refused before it is read
     try:
-        docs = [d for d in yaml.safe_load_all(Path(path).read_text()) if d is not None]
-    except OSError as err:
-        raise BadInput("--k8s-extra", f"cannot read {where}: {err.strerror}", "give an existing YAML file") from None
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = f"{where}:{mark.line + 1}" if mark else where
