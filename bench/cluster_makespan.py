@@ -77,7 +77,7 @@ def run_once(matrix: Path, work: Path, name: str, env: dict, extra: list[str]) -
     out = work / name
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "dspark_ci", "run", str(matrix), "--launcher", "slurm", "--out",
-                           str(out), "--quiet", *extra], env=env, capture_output=True, text=True, cwd=REPO)
+                           str(out), "--quiet", "--boot-timeout", "300", *extra], env=env, capture_output=True, text=True, cwd=REPO)
     wall = time.monotonic() - started
     results = json.loads((out / "results.json").read_text())
     cells = results["cells"]
