@@ -199,3 +199,27 @@ def test_cells_side_by_side_on_kubernetes_and_the_pod_quota_sets_how_many(tmp_pa
         assert (capacity.max_parallel, capacity.nodes) == (3, 3) and "quota" in capacity.why
     finally:
         core.delete_namespaced_resource_quota(quota.metadata.name, cluster["namespace"])
+
+
+def test_docker_cells_side_by_side_take_a_host_each_and_the_third_waits(tmp_path):
+    """An inventory of two engines: two cells in flight, each on a host of its own (never both on the first); the
+    third starts when a host is free; the crashing cell fails alone."""
+    from tests.docker_engines import ENGINE1, ENGINE2, require_engine
+
+    require_engine(ENGINE1)
+    require_engine(ENGINE2)
+    run = SideBySide(tmp_path)
+    run.env["DSPARK_DOCKER_HOSTS"] = f"{ENGINE1}=127.0.0.1 {ENGINE2}=127.0.0.2"
+    argv = [arg for arg in run.argv if arg not in ("--max-parallel", "3")]  # the inventory decides: 2
+    done = subprocess.run([*argv, "--launcher", "docker"], env=run.env, capture_output=True, text=True,
+                          timeout=400, cwd=REPO)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "up to 2 cells side by side (2 Docker host(s)" in done.stderr
+    cells = run.cells()
+    assert [cells[c]["status"] for c in (*HEALTHY, CRASHING)] == ["passed", "passed", "error"]
+    by_start = sorted(cells.values(), key=lambda c: _at(c["started_at"]))
+    first, second, third = by_start
+    assert _at(second["started_at"]) < _at(first["finished_at"])  # side by side
+    assert _at(third["started_at"]) >= min(_at(first["finished_at"]), _at(second["finished_at"])) - 0.5
+    hosts = [(run.out / "logs" / c["id"] / "0.log").read_text().split("--host ")[1].split()[0] for c in (first, second)]
+    assert sorted(hosts) == ["127.0.0.1", "127.0.0.2"]
