@@ -102,7 +102,7 @@ def slurm(args: argparse.Namespace) -> int:
         env |= {"DSPARK_STATE_DIR": str(work / "state"), "DSPARK_HISTORY": str(work / "history.sqlite")}
         matrix = work / "synthetic.yaml"
         synthetic_matrix(matrix)
-        runs = {"one at a time": [], "side by side": []}
+        runs: dict[str, list[dict]] = {"one at a time": [], "side by side": []}
         for repeat in range(args.repeats):
             for label, extra in (("one at a time", ["--max-parallel", "1"]), ("side by side", [])):
                 result = run_once(matrix, work, f"{label.replace(' ', '-')}-{repeat}", env, extra)
@@ -128,7 +128,8 @@ def slurm(args: argparse.Namespace) -> int:
 
 def simulate(cells: list[Cell], seconds: dict[str, float], capacity: Capacity) -> float:
     """The makespan of the run's policy on a fleet: longest first, a cell starts when it fits beside those running."""
-    waiting, running, now = longest_first(cells, seconds), [], 0.0  # running: (finish, id, nnodes)
+    waiting, now = longest_first(cells, seconds), 0.0
+    running: list[tuple[float, str, int]] = []  # (finish, id, nnodes)
     while waiting or running:
         for cell in list(waiting):
             if capacity.fits(cell.nnodes, [n for _, _, n in running]):

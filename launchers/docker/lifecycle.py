@@ -46,7 +46,7 @@ from launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, Capacity, La
                                 group_failed)
 from launchers.docker.spec import (LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, SIM_IMAGE, DockerSettings, container_env,
                                    container_spec, files_to_copy, image_for)
-from launchers.docker.hosts import DockerHost, clients, connect, load_inventory
+from launchers.docker.hosts import DockerHost, Inventory, clients, connect, load_inventory
 from launchers.ledger import Ledger
 from launchers.processes import free_port, port_is_free, signals_deferred, sigterm_as_interrupt
 from launchers.logs import rank_log_path
@@ -72,7 +72,7 @@ class HostLeases:
     capacity at most one cell per host; a parity reference shares its cell's hosts), and are given back when the
     cell's containers are torn down. Plans are known by their leader address and port (unique within a run)."""
 
-    def __init__(self, inventory):
+    def __init__(self, inventory: Inventory):
         self._inventory = inventory
         self._lock = threading.Lock()
         self._busy = [0] * len(inventory.hosts)
