@@ -93,6 +93,10 @@ def _spread(values: list[float]) -> str:
     return f"{min(values):.1f} / {statistics.median(values):.1f} / {max(values):.1f}"
 
 
+def _ratios(values: list[float]) -> str:
+    return f"{min(values):.3f} / {statistics.median(values):.3f} / {max(values):.3f}"
+
+
 def slurm(args: argparse.Namespace) -> int:
     env = {**os.environ, "CI": "true"}
     nodes = len(subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], env=env, capture_output=True, text=True,
@@ -117,7 +121,7 @@ def slurm(args: argparse.Namespace) -> int:
         ratios = [r["makespan"] / bound for r, bound in zip(results, bounds)]
         same = all(r["verdicts"] == reference for r in results)
         print(f"  {label:14} makespan {_spread([r['makespan'] for r in results])} s; lower bound "
-              f"{_spread(bounds)} s; makespan / bound {_spread(ratios)}; verdicts identical to one at a time: "
+              f"{_spread(bounds)} s; makespan / bound {_ratios(ratios)}; verdicts identical to one at a time: "
               f"{same}; squeue empty after every run: {all(not r['squeue_after'] for r in results)}")
     for results in runs.values():
         bad = [r for r in results if r["exit"] != 0]
