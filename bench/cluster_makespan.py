@@ -1,6 +1,6 @@
 """Cells side by side on a cluster: makespan against the lower bound and against one cell at a time.
 
-    python bench/cluster_makespan.py slurm [--repeats 3]    # SLURM_CONF: a cluster of 8 nodes (.ci/slurm-up.sh)
+    python bench/cluster_makespan.py slurm [--repeats 3] [--one-at-a-time-repeats 3]   # SLURM_CONF: 8 nodes
     python bench/cluster_makespan.py fleet [--nodes 64]      # the nightly on a simulated fleet; GPU-runner minutes
 
 ``slurm``: a synthetic 12-cell matrix (one- and two-node cells whose simulator boots take known times,
@@ -108,14 +108,17 @@ def slurm(args: argparse.Namespace) -> int:
         synthetic_matrix(matrix)
         runs: dict[str, list[dict]] = {"one at a time": [], "side by side": []}
         for repeat in range(args.repeats):
-            for label, extra in (("one at a time", ["--max-parallel", "1"]), ("side by side", [])):
+            modes = (("one at a time", ["--max-parallel", "1"]), ("side by side", []))
+            for label, extra in modes[0 if repeat < args.one_at_a_time_repeats else 1:]:
                 result = run_once(matrix, work, f"{label.replace(' ', '-')}-{repeat}", env, extra)
                 runs[label].append(result)
+                bound = max(result["node_seconds"] / nodes, result["longest"])
                 print(f"{label} #{repeat + 1}: exit {result['exit']}, cells' makespan {result['makespan']:.1f} s, "
-                      f"wall {result['wall']:.1f} s, squeue after: {result['squeue_after'] or 'empty'}", flush=True)
+                      f"bound {bound:.1f} s, ratio {result['makespan'] / bound:.3f}, wall {result['wall']:.1f} s, "
+                      f"squeue after: {result['squeue_after'] or 'empty'}", flush=True)
     reference = runs["one at a time"][0]["verdicts"]
     print(f"\n{len(SYNTHETIC)} cells ({sum(n for n, _ in SYNTHETIC)} node slots) on {nodes} Slurm nodes, "
-          f"{args.repeats} repeats (min / median / max):")
+          f"{args.repeats} side-by-side and {args.one_at_a_time_repeats} one-at-a-time runs (min / median / max):")
     for label, results in runs.items():
         bounds = [max(r["node_seconds"] / nodes, r["longest"]) for r in results]
         ratios = [r["makespan"] / bound for r, bound in zip(results, bounds)]
@@ -172,6 +175,8 @@ def main() -> int:
     sub = parser.add_subparsers(dest="what", required=True)
     on_slurm = sub.add_parser("slurm", help="the synthetic matrix on the Slurm cluster SLURM_CONF names")
     on_slurm.add_argument("--repeats", type=int, default=3)
+    on_slurm.add_argument("--one-at-a-time-repeats", type=int, default=3,
+                          help="one-at-a-time runs (the first is the verdict reference and seeds the history)")
     on_fleet = sub.add_parser("fleet", help="the nightly on a simulated fleet; GPU-runner minutes")
     on_fleet.add_argument("--matrix", default="matrices/nightly.yaml")
     on_fleet.add_argument("--nodes", type=int, default=64)
