@@ -97,7 +97,7 @@ def test_a_cell_that_crashes_while_others_measure_fails_alone_and_every_cell_is_
     assert remembered == pytest.approx({cell_id: cell["seconds"] for cell_id, cell in cells.items()})
 
 
-def test_sigterm_tears_down_every_cell_in_flight(tmp_path):
+def test_sigterm_twice_tears_down_every_cell_in_flight_and_records_each(tmp_path):
     run = SideBySide(tmp_path, decode_ms=200, requests=400)  # measuring takes minutes: still in flight at SIGTERM
     process = subprocess.Popen(run.argv, env=run.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                cwd=REPO)
@@ -108,6 +108,8 @@ def test_sigterm_tears_down_every_cell_in_flight(tmp_path):
         measuring |= {cell for cell in HEALTHY if f"{cell}: measuring" in line}
     assert len(measuring) == 2, "the cells never got to measuring"
     process.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    process.send_signal(signal.SIGTERM)  # a second one while the cells tear down changes nothing
     _, rest = process.communicate(timeout=120)
     assert process.returncode == 130, rest[-3000:]
     assert_no_process_with_env("DSPARK_TEST_RUN", run.tag)
