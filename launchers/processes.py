@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Iterator, Mapping, Sequence
 
 import psutil
 
@@ -176,7 +176,7 @@ def _is_resource_tracker(process: psutil.Process) -> bool:
         return False
 
 
-def kill_group(pgid: int, run_id: str | None, also: list[psutil.Process] = ()) -> list[psutil.Process]:
+def kill_group(pgid: int, run_id: str | None, also: Sequence[psutil.Process] = ()) -> list[psutil.Process]:
     """SIGKILL every member of group ``pgid`` (see ``group_members``) and ``also``, wait for them, then remove the
     shared-memory files they held: multiprocessing's resource trackers go last, after they had the chance to unlink
     what the others leaked. Returns the processes killed."""
