@@ -29,6 +29,7 @@ from reports.baseline import NOISE_RUN_SDS, Baseline, MetricSpec
 from reports.metrics import HIGHER, LOWER, METRICS, REQUEST_STDERR_OF, STDERR_OF, format_value, in_table_order
 
 COLLAPSE_FLOOR = 1.2  # accept_length at or below ~1 means no draft token is being accepted
+SPEEDUP_FLOOR = 1.0  # a speculative deployment no faster than the same one without speculation does not pay
 GPQA_CHANCE = 0.25  # four choices
 CHANCE_FALSE_PASS = 0.01  # a guesser passes the chance floor at most this often (exact binomial)
 GATE_PRECISION = 6  # decimals kept in thresholds (ratios make long floats)
@@ -118,7 +119,16 @@ def _limits(cell: CellResult, metrics: Mapping, baseline: Baseline | None) -> li
 
 
 def _floor_limits(cell: CellResult, metrics: Mapping) -> list[Limit]:
-    return _collapse_floor(cell, metrics) + _chance_floor(metrics)
+    return _collapse_floor(cell, metrics) + _speedup_floor(metrics) + _chance_floor(metrics)
+
+
+def _speedup_floor(metrics: Mapping) -> list[Limit]:
+    """Speculation must pay: where the speedup over the same deployment without speculation was measured, it must
+    exceed 1 (acceptance can stay flat while the speedup vanishes). A baseline's `speculative_speedup` spec adds a
+    statistical gate against the recorded speedup."""
+    if metrics.get("speculative_speedup") is None:
+        return []
+    return [("speculative_speedup", ">=", SPEEDUP_FLOOR, "speculation must pay: faster than without it", None)]
 
 
 def _collapse_floor(cell: CellResult, metrics: Mapping) -> list[Limit]:
