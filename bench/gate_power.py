@@ -126,26 +126,22 @@ class Model:
             metrics[name] = value * worse * math.exp(rng.gauss(0, per_boot) + rng.gauss(0, per_request))
             metrics[STDERR_NAME[name]] = metrics[name] * per_request
         if not gpqa:  # a later boot re-runs only the suites whose gates are undecided (dspark_ci/evidence.py)
-            return {"metrics": metrics, "questions": {}}
+            return {"metrics": metrics, "questions": None}
         rights = self.draws.binomial(GPQA_REPEATS, self.probabilities(drop))
-        questions = {f"q{index}": [int(right), GPQA_REPEATS] for index, right in enumerate(rights)}
-        right = sum(r for r, _ in questions.values())
-        means = [r / n for r, n in questions.values()]
-        metrics.update(gpqa_accuracy=right / (GPQA_QUESTIONS * GPQA_REPEATS), gpqa_num_questions=GPQA_QUESTIONS,
-                       gpqa_repeats=GPQA_REPEATS, gpqa_stderr=statistics.stdev(means) / math.sqrt(len(means)))
-        return {"metrics": metrics, "questions": questions}
+        means = rights / GPQA_REPEATS
+        metrics.update(gpqa_accuracy=float(means.mean()), gpqa_num_questions=GPQA_QUESTIONS, gpqa_repeats=GPQA_REPEATS,
+                       gpqa_stderr=float(means.std(ddof=1) / math.sqrt(GPQA_QUESTIONS)))
+        return {"metrics": metrics, "questions": rights}
 
 
 def pooled(boots: list[dict]) -> CellResult:
     """The cell as the run records it after these boots: each boot's metrics, pooled figures, GPQA questions."""
-    questions: dict = {}
-    for boot in boots:
-        for q, (right, asked) in boot["questions"].items():
-            tally = questions.setdefault(q, [0, 0])
-            tally[0], tally[1] = tally[0] + right, tally[1] + asked
+    asked = [b["questions"] for b in boots if b["questions"] is not None]
+    rights = numpy.sum(asked, axis=0)
+    questions = {f"q{index}": [int(right), GPQA_REPEATS * len(asked)] for index, right in enumerate(rights)}
     metrics = {name: statistics.fmean(b["metrics"][name] for b in boots if name in b["metrics"])
                for name in boots[0]["metrics"]}
-    metrics["gpqa_accuracy"] = sum(r for r, _ in questions.values()) / sum(n for _, n in questions.values())
+    metrics["gpqa_accuracy"] = float(rights.sum()) / (GPQA_QUESTIONS * GPQA_REPEATS * len(asked))
     return replace(CELL, metrics=metrics, boots=tuple(b["metrics"] for b in boots) if len(boots) > 1 else (),
                    gpqa={"per_question": questions})
 
@@ -197,7 +193,7 @@ def cell_night(rng: random.Random, model: Model, baseline, levels, planted: dict
         status = status_of(gates)
         if status is not Status.INCONCLUSIVE:
             break
-    return verdicts, today, status, len(boots), sum(bool(b["questions"]) for b in boots)
+    return verdicts, today, status, len(boots), sum(b["questions"] is not None for b in boots)
 
 
 def scenarios():
@@ -240,28 +236,42 @@ def run(nights: int, seed: int) -> Totals:
     return totals
 
 
-def report(totals: Totals, nights: int, seconds: float) -> str:
-    lines = [f"{nights} nights per scenario: clean nights of {SERVING_CELLS} serving cells, and one cell-night per night "
-             f"for each planted regression ({seconds:.0f} s); statistical gates at "
-             f"{stats.Levels.family(SERVING_CELLS * 5, looks=len(LOOKS)).describe()}",
-             "metric                   planted    red  caught   green | today red"]
+def figures(totals: Totals) -> dict[str, dict[str, float]]:
+    """Every printed figure of one repeat: row -> column -> value."""
+    rows: dict[str, dict[str, float]] = {}
     for (metric, level), tally in sorted(totals.tallies.items()):
-        unit = f"{level * 100:.0f} pt" if metric == "gpqa_accuracy" else f"{level:.0%}"
-        lines.append(f"{metric:24} {unit:>7} {tally.red / tally.cells:6.1%} {tally.caught / tally.cells:7.1%} "
-                     f"{tally.green / tally.cells:7.1%} | {tally.today_red / tally.cells:6.1%}")
-    lines.append(f"clean nights red anywhere: statistical {totals.clean_red_nights}/{totals.clean_nights} "
-                 f"({totals.clean_red_nights / max(1, totals.clean_nights):.1%}), today's "
-                 f"{totals.clean_today_red_nights}/{totals.clean_nights} "
-                 f"({totals.clean_today_red_nights / max(1, totals.clean_nights):.1%})")
+        unit = f"-{level * 100:.0f} pt" if metric == "gpqa_accuracy" else f"{level:.0%} worse"
+        rows[f"{metric} {unit}"] = {"red": tally.red / tally.cells, "caught": tally.caught / tally.cells,
+                                    "green": tally.green / tally.cells, "today red": tally.today_red / tally.cells}
+    nights = max(1, totals.clean_nights)
+    rows["nightly (12 cells), clean: red anywhere"] = {"red": totals.clean_red_nights / nights,
+                                                       "today red": totals.clean_today_red_nights / nights}
     for regressed, level in scenarios():
-        spent = [b for r, lv, b, _ in totals.boots if (r, lv) == (regressed, level)]
-        repeats = [g * GPQA_REPEATS for r, lv, _, g in totals.boots if (r, lv) == (regressed, level)]
-        what = ("clean" if regressed is None else
-                f"{regressed} {'−' + format(level * 100, '.0f') + ' pt' if regressed == 'gpqa_accuracy' else f'{level:.0%}'}")
-        lines.append(f"samples spent, {what}: {statistics.fmean(spent):.2f} boots per cell "
-                     f"({statistics.fmean(repeats):.1f} GPQA repeats), max {max(spent)}; today's: 1 boot, "
-                     f"{GPQA_REPEATS} repeats")
-    return "\n".join(lines)
+        spent = [(b, g) for r, lv, b, g in totals.boots if (r, lv) == (regressed, level)]
+        what = ("clean" if regressed is None else f"{regressed} -{level * 100:.0f} pt" if regressed == "gpqa_accuracy"
+                else f"{regressed} {level:.0%} worse")
+        rows[f"samples, {what}"] = {"boots": statistics.fmean(b for b, _ in spent),
+                                    "GPQA repeats": statistics.fmean(g * GPQA_REPEATS for _, g in spent)}
+    return rows
+
+
+def report(repeats: list[dict[str, dict[str, float]]], nights: int, seconds: float) -> str:
+    """One line per figure: the value (one repeat) or min / median / max over the repeats."""
+    lines = [f"{len(repeats)} repeat(s) of {nights} nights per scenario ({seconds:.0f} s): clean nights of "
+             f"{SERVING_CELLS} serving cells, one cell-night per night for each planted regression; statistical gates "
+             f"at {stats.Levels.family(SERVING_CELLS * 5, looks=len(LOOKS)).describe()}; today's gates (one boot) in "
+             f"the last column. Rates: red = regressed, caught = not passed (regressed or inconclusive), green = "
+             f"passed. Samples: per cell (today's: 1 boot, {GPQA_REPEATS} GPQA repeats).",
+             "" if len(repeats) == 1 else "each figure: min / median / max over the repeats"]
+    for row in repeats[0]:
+        cells = []
+        for column in repeats[0][row]:
+            values = sorted(r[row][column] for r in repeats)
+            shown = [f"{v:.2f}" if row.startswith("samples") else f"{v:.1%}" for v in values]
+            text = shown[0] if len(shown) == 1 else f"{shown[0]} / {shown[len(shown) // 2]} / {shown[-1]}"
+            cells.append(f"{column} {text}")
+        lines.append(f"{row:48} " + " | ".join(cells))
+    return "\n".join(line for line in lines if line)
 
 
 def e2e(nights: int, out: Path) -> str:
@@ -290,11 +300,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nights", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=1, help="independent repeats (seeds SEED, SEED+1, ...)")
     parser.add_argument("--e2e", type=int, default=0, metavar="N", help="also N end-to-end nights on the simulator")
     args = parser.parse_args()
     started = time.monotonic()
-    totals = run(args.nights, args.seed)
-    print(report(totals, args.nights, time.monotonic() - started))
+    repeats = [figures(run(args.nights, args.seed + k)) for k in range(args.repeats)]
+    print(report(repeats, args.nights, time.monotonic() - started))
     if args.e2e:
         with tempfile.TemporaryDirectory() as tmp:
             print(e2e(args.e2e, Path(tmp)))
