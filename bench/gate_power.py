@@ -211,13 +211,13 @@ def run(nights: int, seed: int) -> Totals:
     one metric regressed (its detection rate), each through the sequential looks."""
     rng = random.Random(seed)
     totals = Totals()
+    models = [Model(rng) for _ in range(SERVING_CELLS)]  # the same cells (and GPQA questions) every night
     with tempfile.TemporaryDirectory() as tmp:
         for regressed, level in scenarios():
             for _ in range(nights):
                 cells = SERVING_CELLS if regressed is None else 1
                 red_night = today_red_night = False
-                for _ in range(cells):
-                    model = Model(rng)
+                for model in models[:cells]:
                     baseline = record_baseline(rng, model, Path(tmp))
                     levels = family_levels([CELL] * SERVING_CELLS, baseline, looks=len(LOOKS))
                     planted = {regressed: level} if regressed else {}
