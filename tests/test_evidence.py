@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import replace
 
 import pytest
@@ -75,3 +77,21 @@ def test_an_inconclusive_run_exits_4_unless_accepted_and_never_hides_a_failure()
     assert verdict(_run(Status.PASSED, Status.INCONCLUSIVE), 2, accept_inconclusive=True) == (ExitCode.OK, None)
     assert verdict(_run(Status.FAILED, Status.INCONCLUSIVE), 2, accept_inconclusive=True)[0] == ExitCode.FELL_SHORT
     assert verdict(_run(Status.PASSED), 1) == (ExitCode.OK, None)
+
+
+@pytest.mark.slow
+def test_a_cell_made_to_fail_once_shows_as_flaky_in_the_report_and_the_history(tmp_path):
+    from tests.test_run_cli import ONE_NODE, REPO, SMOKE, Run
+
+    history = tmp_path / "history.sqlite"
+    run = Run(tmp_path, SMOKE, "--cell", ONE_NODE, "--suites", "accept", "--retries", "1",
+              faults=f"crash_once={tmp_path / 'crashed-once'}")
+    run.env["DSPARK_HISTORY"] = str(history)
+    done = run()
+    assert done.returncode == 1, done.stderr  # failed, then passed: still red
+    cell = run.cell(ONE_NODE)
+    assert (cell["status"], cell["labels"]) == ("failed", ["flaky"]) and "attempt 2 passed" in cell["error"]
+    assert "❌ failed · ⚠️ flaky" in (run.out / "report.md").read_text()
+    listed = subprocess.run([sys.executable, "-m", "dspark_ci", "history"], env=run.env, capture_output=True,
+                            text=True, cwd=REPO)
+    assert ONE_NODE in listed.stdout.splitlines()[-1]  # the run's flaky column names the cell
