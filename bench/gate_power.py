@@ -1,6 +1,6 @@
 """Detection and false-alarm rates of the gates, measured: planted regressions through the real gate code.
 
-    python bench/gate_power.py [--nights 200] [--seed 1] [--e2e 0]
+    python bench/gate_power.py [--nights 200] [--seed 1] [--repeats 3] [--jobs 3] [--e2e N]
 
 Each simulated night runs the 12 serving cells of the nightly (21 cells, 9 of them expected rejections, which are
 never gated) against a baseline recorded from ``BASELINE_RUNS`` good boots, under the stated noise model:
@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -255,6 +256,10 @@ def figures(totals: Totals) -> dict[str, dict[str, float]]:
     return rows
 
 
+def figures_of_seed(nights: int, seed: int) -> dict[str, dict[str, float]]:
+    return figures(run(nights, seed))
+
+
 def report(repeats: list[dict[str, dict[str, float]]], nights: int, seconds: float) -> str:
     """One line per figure: the value (one repeat) or min / median / max over the repeats."""
     lines = [f"{len(repeats)} repeat(s) of {nights} nights per scenario ({seconds:.0f} s): clean nights of "
@@ -301,10 +306,13 @@ def main() -> int:
     parser.add_argument("--nights", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=1, help="independent repeats (seeds SEED, SEED+1, ...)")
+    parser.add_argument("--jobs", type=int, default=1, help="repeats run at once, one process each")
     parser.add_argument("--e2e", type=int, default=0, metavar="N", help="also N end-to-end nights on the simulator")
     args = parser.parse_args()
     started = time.monotonic()
-    repeats = [figures(run(args.nights, args.seed + k)) for k in range(args.repeats)]
+    seeds = [args.seed + k for k in range(args.repeats)]
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        repeats = list(pool.map(figures_of_seed, [args.nights] * len(seeds), seeds))
     print(report(repeats, args.nights, time.monotonic() - started))
     if args.e2e:
         with tempfile.TemporaryDirectory() as tmp:
