@@ -14,8 +14,8 @@ import docker
 import pytest
 
 from ground.errors import InfraError
-from launchers.docker_spec import LABEL_RUN, SIM_IMAGE, DockerSettings
-from launchers.hosts import DockerHost, Inventory, connect
+from launchers.docker.spec import LABEL_RUN, SIM_IMAGE, DockerSettings
+from launchers.docker.hosts import DockerHost, Inventory, connect
 from tests.sim_plans import FAST_SIM
 
 ENGINE1 = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
@@ -64,4 +64,4 @@ def new_run_id() -> str:
 def containers_of(run_id: str, clients: list[docker.DockerClient]) -> list[str]:
     """Names of this run's containers on any of the engines, running or stopped."""
     return [c.name for client in clients
-            for c in client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"})]
+            for c in client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"}, ignore_removed=True)]
