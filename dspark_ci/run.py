@@ -62,6 +62,18 @@ class RunOptions:
     rerun_options: tuple[str, ...] = ()  # the options this run was given, repeated by its rerun command
     force: bool = False  # write into an --out directory that already holds files
     environment: Mapping[str, Any] = field(default_factory=dict)  # where it runs (results.json "environment")
+    forwarded_env: Mapping[str, str] = field(default_factory=dict)  # caller variables every rank gets (DSPARK_SIM_*)
+
+    @property
+    def server(self) -> str:
+        return str(self.environment.get("server") or "sim")
+
+    @property
+    def build(self) -> str:
+        """The build under test, as cell identities name it: the simulator pretends the version it is told."""
+        if self.server == "sim":
+            return f"sim {self.forwarded_env.get('DSPARK_SIM_VERSION') or self.sglang_version}"
+        return f"{self.server} {self.sglang_version}"
 
     @property
     def run_dir(self) -> Path:
@@ -115,7 +127,8 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
                            baseline=baselines.shared(), selected=tuple(cells))
     ctx = CellContext(launcher=launcher, run_dir=run_dir, sglang_version=options.sglang_version,
                       suites=options.suites, gate=baselines.gate, stage=progress.stage, detail=progress.detail,
-                      suite_defaults=suite_defaults)
+                      suite_defaults=suite_defaults, server=options.server, build=options.build,
+                      forwarded_env=options.forwarded_env)
     progress.start(len(cells))
     try:
         for index, cell in enumerate(cells, 1):

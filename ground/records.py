@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from ground.errors import ExitCode
+from ground.identity import CellIdentity
 
 SCHEMA = 1
 
@@ -69,7 +70,7 @@ def _frozen(mapping: Mapping | None) -> Mapping:
 @dataclass(frozen=True)
 class CellResult:
     """One cell's outcome. ``exit_code`` is what it contributes to the run's exit code (not serialized:
-    read back from results.json it follows the status, infrastructure errors counting as 1)."""
+    read back from results.json it follows the status; results.json's ``infrastructure: true`` reads back as 3)."""
 
     id: str
     config: Mapping[str, Any]
@@ -88,6 +89,9 @@ class CellResult:
     # How the GPQA figure was produced: {"scorer", "partial", "samples", "planned_samples", "accuracy"}
     # (results.json key "gpqa", optional): the report names the scorer and marks a partial figure.
     gpqa: Mapping[str, Any] | None = None
+    # What makes this measurement comparable with another of the same cell (results.json key "identity",
+    # optional: files written before it still read).
+    identity: CellIdentity | None = None
     exit_code: ExitCode | None = field(default=None, compare=False)
 
     def __post_init__(self):
@@ -127,7 +131,16 @@ class CellResult:
             data["sglang_error"] = self.sglang_error
         if self.gpqa is not None:
             data["gpqa"] = dict(self.gpqa)
+        if self.identity is not None:
+            data["identity"] = self.identity.to_dict()
+        if self.infrastructure:
+            data["infrastructure"] = True
         return data
+
+    @property
+    def infrastructure(self) -> bool:
+        """It ended on the machine's trouble (launch timeout, engine unreachable, node lost), not the cell's."""
+        return self.exit_code == ExitCode.INFRA
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "CellResult":
@@ -138,7 +151,9 @@ class CellResult:
                    metrics=data.get("metrics") or {}, gates=tuple(GateResult.from_dict(g) for g in data.get("gates") or ()),
                    warnings=tuple(data.get("warnings") or ()), tests=None if tests is None else tuple(tests),
                    # "detail": what results.json called SGLang's rejection line before records existed
-                   sglang_error=data.get("sglang_error") or data.get("detail"), gpqa=data.get("gpqa"))
+                   sglang_error=data.get("sglang_error") or data.get("detail"), gpqa=data.get("gpqa"),
+                   identity=CellIdentity.from_dict(data.get("identity")),
+                   exit_code=ExitCode.INFRA if data.get("infrastructure") else None)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,9 @@ CREATE TABLE IF NOT EXISTS runs (
     environment TEXT, run_dir TEXT, cells INTEGER, failed INTEGER);
 CREATE TABLE IF NOT EXISTS cells (
     run_id TEXT, cell_id TEXT, status TEXT, runner TEXT, config TEXT, PRIMARY KEY (run_id, cell_id));
+CREATE TABLE IF NOT EXISTS cell_facts (
+    run_id TEXT, cell_id TEXT, identity TEXT, setup TEXT, build TEXT, error TEXT, sglang_error TEXT,
+    infrastructure INTEGER, PRIMARY KEY (run_id, cell_id));
 CREATE TABLE IF NOT EXISTS metrics (
     run_id TEXT, cell_id TEXT, metric TEXT, value REAL, PRIMARY KEY (run_id, cell_id, metric));
 CREATE TABLE IF NOT EXISTS gates (
@@ -71,7 +74,7 @@ def record(path: Path, results: RunResults, run_dir: Path | str | None) -> None:
     """Remember ``results`` (replacing an earlier record of the same run id)."""
     env = results.environment
     with _connect(path, create=True) as db:
-        for table in ("runs", "cells", "metrics", "gates"):
+        for table in ("runs", "cells", "cell_facts", "metrics", "gates"):
             db.execute(f"DELETE FROM {table} WHERE run_id = ?", (results.run_id,))
         db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", (
             results.run_id, results.started_at, results.finished_at, results.launcher, json.dumps(list(results.matrices)),
@@ -83,6 +86,10 @@ def record(path: Path, results: RunResults, run_dir: Path | str | None) -> None:
         for cell in results.cells:
             db.execute("INSERT INTO cells VALUES (?, ?, ?, ?, ?)", (results.run_id, cell.id, cell.status.value,
                                                                    cell.runner, json.dumps(dict(cell.config), default=str)))
+            identity = cell.identity
+            db.execute("INSERT INTO cell_facts VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (
+                results.run_id, cell.id, identity.hash if identity else None, identity.setup if identity else None,
+                identity.build if identity else None, cell.error, cell.sglang_error, int(cell.infrastructure)))
             db.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?)",
                            [(results.run_id, cell.id, name, value) for name, value in cell.metrics.items()
                             if value is not None])

@@ -9,6 +9,7 @@ import platform
 import signal
 import socket
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -145,6 +146,7 @@ def run_verb(args: argparse.Namespace) -> int:
                                   rerun_options=rerun_options(args), force=args.force,
                                   environment=_environment(args))
     caller_env = _caller_env(args.server)
+    options = replace(options, forwarded_env={k: v for k, v in caller_env.items() if k.startswith("DSPARK_SIM_")})
     kind = registry.get(args.launcher)
     context = LaunchContext(run_id=run_id, run_dir=options.run_dir, server=args.server, boot_timeout_s=boot_timeout,
                             caller_env=caller_env)
