@@ -32,6 +32,7 @@ from ground.records import CellResult, GateResult, RunResults, Status
 from ground.sglang.release import DEFAULT_VERSION
 from launchers.contract import Launcher
 from launchers.ledger import Ledger
+from launchers.leftovers import release
 from matrices import load_cells
 from matrices.cell import Cell
 from reports import step_summary, write_reports
@@ -120,7 +121,8 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
     progress.stage(f"preflight: {len(cells)} cell(s), {options.launcher} launcher")
     with claimed_run_dir(run_dir, options.force, f"--out {run_dir}" if options.out else f"run directory {run_dir}"):
         preflight(cells, launcher, run_dir)
-    Ledger(options.run_id, run_dir).register(os.environ)
+    ledger = Ledger(options.run_id, run_dir)
+    ledger.register(os.environ)
     writer = ResultsWriter(run_dir, RunResults(run_id=options.run_id, started_at=_now(), finished_at=None,
                                                launcher=options.launcher, matrices=options.matrices,
                                                run_options=options.rerun_options, environment=options.environment),
@@ -147,6 +149,7 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
                             cell_id=cell.id)
     finally:
         reported = writer.finish()
+        _release(ledger)
         progress.close()
         progress.done(f"results in {run_dir}/ (results.json, junit.xml, report.md, report.html, logs/)")
         rerun = rerun_command(writer.results)
@@ -156,6 +159,16 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
     if reason:
         progress.done(reason)
     return code if reported else max(code, ExitCode.FELL_SHORT)
+
+
+def _release(ledger: Ledger) -> None:
+    """Everything the run started is torn down by now: make sure, and drop the run from the index when so."""
+    removal = release(ledger, os.environ)
+    for what in removal.removed:
+        print(f"dspark-ci: warning: teardown had left {what}; removed now", file=sys.stderr)
+    for problem in removal.problems:
+        print(f"dspark-ci: warning: {problem} (`dspark-ci cleanup --run {ledger.run_id}` tries again)",
+              file=sys.stderr)
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""The GitHub Actions workflows: generated from ci/workflows.py, checked offline, glue scripts run for real.
+"""The GitHub Actions workflows: generated from ci/workflows/definitions.py, checked offline, glue scripts run for real.
 
 The workflow files themselves are the golden files: the committed .github/workflows/*.yml must be
 exactly what the generator renders.
@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ci.matrix_outputs import MAX_CHUNKS
-from ci.matrix_outputs import main as matrix_outputs_main
-from ci.merge_runs import MISSING_ERROR
-from ci.reply import set_status
-from ci.workflow_model import Job, Step, Workflow, WorkflowError
-from ci.workflows import main as workflows_main
-from ci.workflows import render_all
+from ci.nightly.matrix_outputs import MAX_CHUNKS
+from ci.nightly.matrix_outputs import main as matrix_outputs_main
+from ci.nightly.merge_runs import MISSING_ERROR
+from ci.chatops.reply import set_status
+from ci.workflows.model import Job, Step, Workflow, WorkflowError
+from ci.workflows.definitions import main as workflows_main
+from ci.workflows.definitions import render_all
 from tests.golden_files import GOLDEN_DIR, assert_golden
 
 REPO = Path(__file__).resolve().parent.parent
@@ -118,7 +118,7 @@ def test_nightly_fans_out_one_job_per_shard_on_its_runner():
     steps = steps_of(run)
     run_cells = steps["Run the shard's cells"]
     assert run_cells["env"]["CELLS"] == "${{ matrix.cells }}" and run_cells["env"]["MATRIX"] == "${{ matrix.matrix }}"
-    assert 'python3 -m ci.shard_run --out "runs/$SHARD" "$MATRIX" "${cells[@]}" -- --launcher docker --server sglang' \
+    assert 'python3 -m ci.nightly.shard_run --out "runs/$SHARD" "$MATRIX" "${cells[@]}" -- --launcher docker --server sglang' \
         in run_cells["run"]
     summary = steps["Add the reports to the job summary"]
     assert summary["if"] == "always()" and '>> "$GITHUB_STEP_SUMMARY"' in summary["run"]
@@ -349,7 +349,7 @@ def test_report_step_fails_on_a_failed_cell(tmp_path):
 def test_merging_the_same_cell_twice_is_refused(tmp_path):
     write_run(tmp_path / "runs" / "run-x", cell_result("cell-a", "passed"))
     write_run(tmp_path / "runs" / "run-y", cell_result("cell-a", "passed"))
-    proc = subprocess.run([sys.executable, "-m", "ci.merge_runs", "--out", str(tmp_path / "merged"),
+    proc = subprocess.run([sys.executable, "-m", "ci.nightly.merge_runs", "--out", str(tmp_path / "merged"),
                            str(tmp_path / "runs" / "run-x"), str(tmp_path / "runs" / "run-y")],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
@@ -423,7 +423,7 @@ def test_a_hand_made_dispatch_is_refused_before_anything_runs(tmp_path, tests):
     (tmp_path / "pr" / "test").mkdir(parents=True)
     run = subprocess.run([*GITHUB_BASH, _step_script("rerun-test.yml", "rerun_test", "Run the tests")], cwd=tmp_path,
                          env={**env, "RERUN_TESTS": tests}, capture_output=True, text=True, timeout=60)
-    assert run.returncode == 2 and "ci.run_tests: RERUN_TESTS: " in run.stderr and "Traceback" not in run.stderr
+    assert run.returncode == 2 and "ci.chatops.run_tests: RERUN_TESTS: " in run.stderr and "Traceback" not in run.stderr
     assert not record.exists()
 
 

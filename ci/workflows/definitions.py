@@ -14,15 +14,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from ci.matrix_outputs import MAX_CHUNKS, chunk_output_name
-from ci.workflow_model import Job, Step, Workflow
+from ci.nightly.matrix_outputs import MAX_CHUNKS, chunk_output_name
+from ci.workflows.model import Job, Step, Workflow
 
 WORKFLOW_DIR = Path(".github/workflows")
 CHECKOUT, SETUP_PYTHON = "actions/checkout@v4", "actions/setup-python@v5"
 UPLOAD, DOWNLOAD = "actions/upload-artifact@v4", "actions/download-artifact@v4"
 CACHE_RESTORE, CACHE_SAVE = "actions/cache/restore@v4", "actions/cache/save@v4"
-DURATIONS = "nightly-durations.json"  # {cell_id: seconds} of the last nightly, for ci.shards
-FLEET = "ci/fleet.json"  # runners per label
+DURATIONS = "nightly-durations.json"  # {cell_id: seconds} of the last nightly, for ci.nightly.shards
+FLEET = "ci/nightly/fleet.json"  # runners per label
 HOSTED = "ubuntu-latest"
 PYTHON = "3.11"
 NIGHTLY_MATRIX = "matrices/nightly.yaml"
@@ -47,7 +47,7 @@ def _plan_job() -> Job:
         'select_args=()\n'
         'for pattern in $SELECT; do select_args+=(--select "$pattern"); done  # space-separated globs\n'
         f'dspark-ci plan {NIGHTLY_MATRIX} --format github "${{select_args[@]}}" > plan.json\n'
-        f'python3 -m ci.shards plan.json --durations {DURATIONS} --fleet {FLEET} >> "$GITHUB_OUTPUT"\n'))
+        f'python3 -m ci.nightly.shards plan.json --durations {DURATIONS} --fleet {FLEET} >> "$GITHUB_OUTPUT"\n'))
     outputs = {"cells": "${{ steps.plan.outputs.cells }}", "chunks": "${{ steps.plan.outputs.chunks }}"}
     outputs |= {chunk_output_name(i): f"${{{{ steps.plan.outputs.{chunk_output_name(i)} }}}}"
                 for i in range(MAX_CHUNKS)}
@@ -69,8 +69,8 @@ def _run_job(chunk: int) -> Job:
                  # Multi-node cells need the runner's Docker hosts inventory (DSPARK_HOSTS in its environment).
                  'hosts_args=()\n'
                  'if [ -n "${DSPARK_HOSTS:-}" ]; then hosts_args=(--hosts "$DSPARK_HOSTS"); fi\n'
-                 'read -ra cells <<< "$CELLS"  # cell ids: [A-Za-z0-9._-], space-separated by ci.shards\n'
-                 f'python3 -m ci.shard_run --out "{RUNS_DIR}/$SHARD" "$MATRIX" "${{cells[@]}}" -- '
+                 'read -ra cells <<< "$CELLS"  # cell ids: [A-Za-z0-9._-], space-separated by ci.nightly.shards\n'
+                 f'python3 -m ci.nightly.shard_run --out "{RUNS_DIR}/$SHARD" "$MATRIX" "${{cells[@]}}" -- '
                  '--launcher docker --server sglang "${hosts_args[@]}"\n')),
         # A run that finishes writes its short report to the job summary itself (heading and overview once);
         # this step speaks only for runs that were stopped before they could.
@@ -104,7 +104,7 @@ def _report_job(run_jobs: list[Job]) -> Job:
         Step("Download every cell's run directory", uses=DOWNLOAD,
              with_={"pattern": "run-*", "path": RUNS_DIR}),
         Step("Merge and report", run=(
-            f'python3 -m ci.merge_runs --out merged --plan plan/plan.json --run-id "nightly-$GITHUB_RUN_ID" '
+            f'python3 -m ci.nightly.merge_runs --out merged --plan plan/plan.json --run-id "nightly-$GITHUB_RUN_ID" '
             f'--durations {DURATIONS} {RUNS_DIR}/*/*/\n'
             'dspark-ci report merged --format md >> "$GITHUB_STEP_SUMMARY"\n')),
         Step("Upload the merged report", if_="always()", uses=UPLOAD, with_={
@@ -151,7 +151,7 @@ def chatops() -> Workflow:
         *_install_on_hosted(),
         Step("Handle the command", env={"GITHUB_TOKEN": "${{ secrets.GITHUB_TOKEN }}",
                                         "HEAD_SHA": "${{ steps.head.outputs.sha }}"},
-             run=('dspark-ci chatops --event "$GITHUB_EVENT_PATH" --repo-root pr --permissions ci/permissions.json '
+             run=('dspark-ci chatops --event "$GITHUB_EVENT_PATH" --repo-root pr --permissions ci/chatops/permissions.json '
                   '--head-sha "$HEAD_SHA"\n')),
     )
     job = Job("chatops", HOSTED, steps, name="ChatOps",
@@ -167,7 +167,7 @@ def _status_step(name: str, status: str, if_: str) -> Step:
     env = {"GITHUB_TOKEN": "${{ secrets.GITHUB_TOKEN }}", "COMMENT_ID": "${{ inputs.reply_comment_id }}",
            "MARKER": "${{ inputs.reply_marker }}", "STATUS": status}
     return Step(name, if_=if_, continue_on_error=True, env=env, run=(
-        'python3 -m ci.rerun_status --repo "$GITHUB_REPOSITORY" --comment-id "$COMMENT_ID" --marker "$MARKER" \\\n'
+        'python3 -m ci.chatops.rerun_status --repo "$GITHUB_REPOSITORY" --comment-id "$COMMENT_ID" --marker "$MARKER" \\\n'
         '  --status "$STATUS" --run-url "$GITHUB_SERVER_URL/$GITHUB_REPOSITORY/actions/runs/$GITHUB_RUN_ID"\n'))
 
 
@@ -195,7 +195,7 @@ def rerun_test() -> Workflow:
             'fi\n'
             'echo "Testing $head"\n'))
     run_tests = Step("Run the tests", env={"RERUN_TESTS": "${{ inputs.tests }}"},
-                     run="python3 -m ci.run_tests --dir pr/test\n")
+                     run="python3 -m ci.chatops.run_tests --dir pr/test\n")
     steps = (
         _checkout(),
         # The commit reviewed when the command was given, never refs/pull/N/head as it is when the job starts.
@@ -212,7 +212,7 @@ def rerun_test() -> Workflow:
     )
     test_job = Job("rerun_test", "${{ inputs.runner }}", steps, name="${{ inputs.runner }}",
                    permissions={"contents": "read", "issues": "write"}, timeout_minutes=120)
-    # Groups finishing together edit the same reply: ci.rerun_status merges and verifies its own line.
+    # Groups finishing together edit the same reply: ci.chatops.rerun_status merges and verifies its own line.
     finish = Job("finish", HOSTED, (
         _checkout(), *_install_on_hosted(),
         _status_step("Mark the reply as finished", "${{ needs.rerun_test.result == 'success' && 'success' || 'failure' }}",

@@ -1,15 +1,15 @@
-"""``python -m ci.shards PLAN_JSON [--durations FILE] [--fleet FILE]``: nightly cells -> shards per runner.
+"""``python -m ci.nightly.shards PLAN_JSON [--durations FILE] [--fleet FILE]``: nightly cells -> shards per runner.
 
 A GPU runner is the scarce thing; one job per cell in matrix order leaves the slowest runner group
 finishing last by luck. Here cells are grouped per runner label and packed into as many shards as
 that label has runners (``--fleet``, ``{"8-gpu-h200": 4, ...}``; ``DEFAULT_RUNNERS`` otherwise),
 longest cell first onto the least-loaded shard (LPT: within 4/3 of the optimal makespan), so each
 label's last shard ends as early as possible. A shard is one job running its cells one after the
-other, one boot per cell with all its suites (``python -m ci.shard_run``).
+other, one boot per cell with all its suites (``python -m ci.nightly.shard_run``).
 
 Cell times: the measured duration of the cell's last nightly (``--durations``: ``{cell_id: seconds}``,
 written by the report job) when there is one, else an estimate from what the cell does
-(``estimate_seconds``). Prints the same job outputs as ``ci.matrix_outputs`` (one ``include`` entry
+(``estimate_seconds``). Prints the same job outputs as ``ci.nightly.matrix_outputs`` (one ``include`` entry
 per shard: ``{"shard", "runner", "matrix", "cells", "est_minutes"}``).
 """
 
@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci.matrix_outputs import github_outputs, read_plan
+from ci.nightly.matrix_outputs import github_outputs, read_plan
 from ci.tool import run_tool
 from ground.errors import BadInput
 
@@ -98,7 +98,7 @@ def _read_json_object(path: Path | None, what: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.shards", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ci.nightly.shards", description=__doc__.splitlines()[0])
     parser.add_argument("plan_json", type=Path, help="`dspark-ci plan --format github` output")
     parser.add_argument("--durations", type=Path, help="{cell_id: seconds} measured by the last nightly")
     parser.add_argument("--fleet", type=Path, help="{runner_label: runners}; default 2 per label")
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(github_outputs(matrix, str(args.plan_json))))
         return 0
 
-    return run_tool("ci.shards", body)
+    return run_tool("ci.nightly.shards", body)
 
 
 if __name__ == "__main__":
