@@ -11,6 +11,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Mapping
 
+from packaging.version import InvalidVersion, Version
+
+from ground.sglang.release import DEFAULT_VERSION
+
 
 class SimConfigError(ValueError):
     """A ``DSPARK_SIM_*`` variable has a value the simulator cannot use (exit code 2)."""
@@ -157,6 +161,55 @@ def _optional_text(env: str, text: str) -> str | None:
     return text or None
 
 
+def _version(env: str, text: str) -> Version:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        raise SimConfigError(f"{env}={text!r}: expected a PEP 440 version, e.g. 0.5.24") from None
+
+
+def _optional_version(env: str, text: str) -> Version | None:
+    return _version(env, text) if text else None
+
+
+# Regression effects that set a knob rather than inject a fault: name -> (SimConfig field, parser)
+SETTING_EFFECTS: dict[str, Callable[[str, str], object]] = {"accept_prob": _probability, "gpqa_accuracy": _probability}
+
+
+@dataclass(frozen=True)
+class Regression:
+    """Planted at ``since``: from that version on, ``faults`` are injected and ``settings`` override knobs."""
+
+    since: Version
+    faults: Faults
+    settings: Mapping[str, object]
+
+    def applies_to(self, version: Version | None) -> bool:
+        return (version or Version(DEFAULT_VERSION)) >= self.since
+
+    def applied(self, config: "SimConfig") -> "SimConfig":
+        if not self.applies_to(config.version):
+            return config
+        merged = {name: getattr(self.faults, name) for name in self.faults.names}
+        return replace(config, faults=replace(config.faults, **merged), **self.settings)
+
+
+def _regression(env: str, text: str) -> Regression | None:
+    if not text:
+        return None
+    since, sep, effects = text.partition(":")
+    if not sep or not effects.strip():
+        raise SimConfigError(f"{env}={text!r}: expected FROM_VERSION:EFFECT[,EFFECT...], e.g. 0.5.30:slow_decode=1.05")
+    settings, fault_text = {}, []
+    for effect in effects.split(","):
+        name, _, value = effect.strip().partition("=")
+        if name in SETTING_EFFECTS:
+            settings[name] = SETTING_EFFECTS[name](f"{env} {name}", value)
+        else:
+            fault_text.append(effect)
+    return Regression(_version(env, since.strip()), _faults(env, ",".join(fault_text)), settings)
+
+
 def _faults(env: str, text: str) -> Faults:
     try:
         return parse_faults(text)
@@ -187,6 +240,13 @@ KNOBS: dict[str, Knob] = {
                                  "how long node ranks >= 1 keep trying to reach rank 0", _non_negative),
     "architecture": Knob("DSPARK_SIM_ARCHITECTURE", "",
                          "model architecture to pretend (default: guessed from --model-path)", _optional_text),
+    "version": Knob("DSPARK_SIM_VERSION", "",
+                    f"the SGLang version the simulator pretends to be (default {DEFAULT_VERSION}; `dspark-ci run "
+                    "--sglang-version V` sets it); a planted regression applies from a version on", _optional_version),
+    "regression": Knob("DSPARK_SIM_REGRESSION", "",
+                       "a regression planted at a version: FROM_VERSION:EFFECT[,EFFECT...]; effects are faults "
+                       "(slow_decode=1.05, crash_first_prefill, ...) or accept_prob=X / gpqa_accuracy=X, applied when "
+                       "DSPARK_SIM_VERSION >= FROM_VERSION", _regression),
     "emission_log": Knob("DSPARK_SIM_EMISSION_LOG", "",
                          "file to append one JSON line to per finished request: token counts and the monotonic "
                          "and wall-clock times of its arrival, first and last token (node rank 0 only)",
@@ -206,10 +266,13 @@ class SimConfig:
     faults: Faults = field(default_factory=Faults)
     join_timeout_seconds: float = 120.0
     architecture: str | None = None
+    version: Version | None = None  # None: the release's own
+    regression: Regression | None = None
     emission_log: Path | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> "SimConfig":
         values = {name: knob.parse(knob.env, environ.get(knob.env, knob.default).strip())
                   for name, knob in KNOBS.items()}
-        return cls(**values)
+        config = cls(**values)
+        return config.regression.applied(config) if config.regression else config

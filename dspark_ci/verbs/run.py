@@ -92,10 +92,11 @@ def _suites(text: str | None) -> tuple[str, ...] | None:
     return names
 
 
-def _caller_env(server: str) -> dict:
+def _caller_env(server: str, sglang_version: str) -> dict:
     env = dict(os.environ)
     if server == "sim":
         env.setdefault("DSPARK_SIM_GPQA_PATH", str(SYNTHETIC_GPQA))
+        env.setdefault("DSPARK_SIM_VERSION", sglang_version)  # the simulator is the version under test
     return env
 
 
@@ -145,7 +146,7 @@ def run_verb(args: argparse.Namespace) -> int:
                                   baseline=args.baseline, sglang_version=_version(args.sglang_version),
                                   rerun_options=rerun_options(args), force=args.force,
                                   environment=_environment(args))
-    caller_env = _caller_env(args.server)
+    caller_env = _caller_env(args.server, args.sglang_version)
     options = replace(options, forwarded_env={k: v for k, v in caller_env.items() if k.startswith("DSPARK_SIM_")})
     kind = registry.get(args.launcher)
     context = LaunchContext(run_id=run_id, run_dir=options.run_dir, server=args.server, boot_timeout_s=boot_timeout,
