@@ -123,16 +123,29 @@ class Point:
     run_id: str
     started_at: str | None
     value: float
+    setup: str | None = None  # the cell's identity setup in that run (None: recorded before identities)
+    build: str | None = None
 
 
 def series(path: Path, cell_id: str, metric: str, until: str | None = None) -> list[Point]:
     """One metric of one cell across recorded runs, oldest first (up to the run started at ``until``)."""
     with _connect(path, create=True) as db:
         rows = db.execute(
-            "SELECT m.run_id, r.started_at, m.value FROM metrics m JOIN runs r USING (run_id) "
+            "SELECT m.run_id, r.started_at, m.value, f.setup, f.build FROM metrics m JOIN runs r USING (run_id) "
+            "LEFT JOIN cell_facts f ON f.run_id = m.run_id AND f.cell_id = m.cell_id "
             "WHERE m.cell_id = ? AND m.metric = ? AND (? IS NULL OR r.started_at <= ?) "
             "ORDER BY r.started_at, m.run_id", (cell_id, metric, until, until)).fetchall()
-    return [Point(r["run_id"], r["started_at"], r["value"]) for r in rows]
+    return [Point(r["run_id"], r["started_at"], r["value"], r["setup"], r["build"]) for r in rows]
+
+
+def same_setup_tail(points: list[Point]) -> tuple[list[Point], Point | None]:
+    """The latest points measured like the newest one (runs recorded before identities count as alike), and the
+    last point of another setup, where the comparable series starts (None when nothing was cut)."""
+    latest = next((p.setup for p in reversed(points) if p.setup), None)
+    for index in range(len(points) - 1, -1, -1):
+        if points[index].setup and points[index].setup != latest:
+            return points[index + 1:], points[index]
+    return points, None
 
 
 def cells_of(path: Path, pattern: str) -> list[str]:

@@ -9,6 +9,7 @@ from pathlib import Path
 from dspark_ci.tables import text_table
 from ground.errors import BadInput
 from reports import history
+from reports.change_points import change_points
 from reports.metrics import format_value, label
 from reports.plots import TREND_METRICS
 from reports.results import load_results
@@ -20,8 +21,11 @@ else $DSPARK_STATE_DIR/history.sqlite (default ~/.local/state/dspark-ci/history.
 cells (status, runner, config), metrics (every number of results.json), gates.
 
   dspark-ci history                      the runs, newest first
-  dspark-ci history --cell 'dsv4-*'      per matching cell, its metrics across runs (oldest first), and for a
-                                         gate failing in the latest run the last good run and the first bad one
+  dspark-ci history --cell 'dsv4-*'      per matching cell, its metrics across runs (oldest first), for a
+                                         gate failing in the latest run the last good run and the first bad one,
+                                         and change points: where a metric's level moved (even by less than any
+                                         gate's tolerance), from which run, by how much (step or drift); only runs
+                                         measured like the latest (same identity setup) are compared
   dspark-ci history --add RUN_DIR...     record runs made elsewhere (e.g. a nightly's downloaded artifacts)
 
 exit codes: 0 shown or added; 2 bad input (no history yet, a run directory without results.json)
@@ -68,13 +72,19 @@ def _trends(path: Path, args: argparse.Namespace) -> int:
     metrics = args.metric or list(TREND_METRICS)
     output = {}
     for cell_id in cells:
-        series = {metric: history.series(path, cell_id, metric)[-args.limit:] for metric in metrics}
-        regressions = {metric: history.regression(path, cell_id, metric) for metric in metrics}
-        output[cell_id] = {"series": series, "regressions": regressions}
+        full = {metric: history.series(path, cell_id, metric) for metric in metrics}
+        comparable = {metric: history.same_setup_tail(points) for metric, points in full.items()}
+        output[cell_id] = {
+            "series": {metric: points[-args.limit:] for metric, points in full.items()},
+            "regressions": {metric: history.regression(path, cell_id, metric) for metric in metrics},
+            "change_points": [c for metric, (points, _) in comparable.items() for c in change_points(metric, points)],
+            "setup_changed_after": next((cut.run_id for _, cut in comparable.values() if cut), None)}
     if args.format == "json":
         print(json.dumps({cell: {"series": {m: [p.__dict__ for p in points] for m, points in data["series"].items()},
                                  "regressions": {m: {"last_good": good, "first_bad": bad}
-                                                 for m, (good, bad) in data["regressions"].items() if bad}}
+                                                 for m, (good, bad) in data["regressions"].items() if bad},
+                                 "change_points": [c.to_dict() for c in data["change_points"]],
+                                 "setup_changed_after": data["setup_changed_after"]}
                           for cell, data in output.items()}, indent=2))
         return 0
     for cell_id, data in output.items():
@@ -86,5 +96,10 @@ def _trends(path: Path, args: argparse.Namespace) -> int:
         for metric, (good, bad) in data["regressions"].items():
             if bad:
                 print(f"  {metric} regressed: last good run {good or 'none recorded'}, first bad run {bad}")
+        if data["setup_changed_after"]:
+            print(f"  WARNING: the cell was measured differently up to run {data['setup_changed_after']} (its "
+                  "identity's setup changed): change points look only at the runs since")
+        for change in data["change_points"]:
+            print(f"  change point: {change.describe()}")
         print()
     return 0
