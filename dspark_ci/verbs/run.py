@@ -9,9 +9,10 @@ import platform
 import signal
 import socket
 import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TextIO
 
 from packaging.version import InvalidVersion, Version
 
@@ -162,7 +163,8 @@ def rerun_options(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(words)
 
 
-def run_verb(args: argparse.Namespace) -> int:
+def run_verb(args: argparse.Namespace, stream: TextIO | None = None) -> int:
+    """One run; its progress goes to ``stream`` (default stderr; bisect keeps each run's in a file)."""
     boot_timeout = args.boot_timeout or (60.0 if args.server == "sim" else 1800.0)
     # One id names the run directory and labels every container, so `dspark-ci cleanup --run ID` finds them.
     run_id = new_run_id()
@@ -181,7 +183,7 @@ def run_verb(args: argparse.Namespace) -> int:
     launcher = kind.build(context, {option.dest: getattr(args, option.dest) for option in kind.options})
     defaults = _gpqa_dataset(caller_env["DSPARK_SIM_GPQA_PATH"]) if args.server == "sim" else (lambda o: o)
     verbosity = progress.QUIET if args.quiet else progress.VERBOSE if args.verbose else progress.NORMAL
-    return pipeline.run(options, launcher, suite_defaults=defaults, progress=progress.Progress(verbosity=verbosity))
+    return pipeline.run(options, launcher, suite_defaults=defaults, progress=progress.Progress(stream=stream or sys.stderr, verbosity=verbosity))
 
 
 def _environment(args: argparse.Namespace) -> dict:
