@@ -39,6 +39,7 @@ from launchers.ledger import Ledger
 from launchers.leftovers import release
 from matrices import load_cells
 from matrices.cell import Cell
+from matrices.quarantine import Quarantine, apply as apply_quarantine
 from reports import step_summary, write_reports
 from reports.writers import write_failure_reports
 from reports.baseline import load_baseline
@@ -71,6 +72,7 @@ class RunOptions:
     environment: Mapping[str, Any] = field(default_factory=dict)  # where it runs (results.json "environment")
     max_parallel: int | None = None  # cells in flight at once; None: what the launcher has room for
     rejections: str = "launch"  # "resolver": expected rejections SGLang's resolver decides are not launched
+    quarantine: Quarantine = field(default_factory=Quarantine)  # cells that run and report but do not gate
     forwarded_env: Mapping[str, str] = field(default_factory=dict)  # caller variables every rank gets (DSPARK_SIM_*)
 
     @property
@@ -164,7 +166,7 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
     writer = ResultsWriter(run_dir, RunResults(run_id=options.run_id, started_at=_now(), finished_at=None,
                                                launcher=options.launcher, matrices=options.matrices,
                                                run_options=options.rerun_options, environment=options.environment),
-                           baseline=baselines.shared(), selected=tuple(cells))
+                           baseline=baselines.shared(), selected=tuple(cells), quarantine=options.quarantine)
     ctx = CellContext(launcher=launcher, run_dir=run_dir, sglang_version=options.sglang_version,
                       suites=options.suites, gate=baselines.gate, stage=progress.stage, detail=progress.detail,
                       suite_defaults=suite_defaults, server=options.server, build=options.build,
@@ -181,6 +183,9 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
         if rerun:
             progress.done(f"run the cells that did not pass again: {rerun}")
     code, reason = verdict(writer.results, len(cells), options.accept_inconclusive)
+    for cell in writer.results.cells:
+        if cell.quarantined and cell.status.failing:
+            progress.done(f"{cell.id}: {cell.status.text}, quarantined: not gating ({cell.warnings[-1]})")
     if reason:
         progress.done(reason)
     return code if reported else max(code, ExitCode.FELL_SHORT)
@@ -201,8 +206,7 @@ def _record_decided(cells: list[Cell], decided: Mapping[str, CellResult], writer
     """The expected rejections SGLang's resolver decided (nothing launched for them), recorded first."""
     for cell in cells:
         if cell.id in decided:
-            result = decided[cell.id]
-            writer.add(result)
+            result = writer.add(decided[cell.id])
             progress.result(_summary_line(len(writer.results.cells), len(cells), result, 0.0)
                             + " (decided by SGLang's resolver, not launched)",
                             passed=result.exit_code == ExitCode.OK, cell_id=cell.id)
@@ -219,7 +223,7 @@ def _run_cells(cells: list[Cell], total: int, capacity: Capacity, ctx: CellConte
     started = itertools.count(1)
 
     def on_result(cell: Cell, result: CellResult) -> None:
-        writer.add(result)
+        result = writer.add(result)
         took = progress.cell_done(cell.id)
         progress.result(_summary_line(len(writer.results.cells), total, result, took),
                         passed=result.exit_code == ExitCode.OK, cell_id=cell.id)
@@ -321,6 +325,8 @@ class ResultsWriter:
     results: RunResults
     baseline: object = None
     selected: tuple[Cell, ...] = ()  # every cell the run will try, in order
+    quarantine: Quarantine = field(default_factory=Quarantine)
+    today: dt.date = field(default_factory=dt.date.today)
     _written_at: float = field(default=0.0)
     _rewrite_cost_s: float = field(default=0.0)
     _warned: bool = field(default=False)
@@ -333,7 +339,9 @@ class ResultsWriter:
             raise _cannot_write(self.run_dir, err) from None
         self._rewrite()
 
-    def add(self, cell: CellResult) -> None:
+    def add(self, cell: CellResult) -> CellResult:
+        """Record ``cell`` (as the quarantine file has it: the result returned)."""
+        cell = apply_quarantine(self.quarantine, cell, self.today)
         self._append(cell)
         if time.monotonic() - self._written_at >= min(REWRITE_EVERY_S, REWRITE_COST_FACTOR * self._rewrite_cost_s):
             try:
@@ -346,6 +354,7 @@ class ResultsWriter:
                           f"goes on, {RESULTS_LINES} keeps every cell", file=sys.stderr)
                     self._warned = True
                 self._write_fallback_reports(err)
+        return cell
 
     def interrupted(self) -> None:
         self.results = replace(self.results, interrupted=True)

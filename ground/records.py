@@ -18,6 +18,8 @@ from ground.identity import CellIdentity
 from ground.stats import INCONCLUSIVE, PASSED, REGRESSED, Verdict
 
 SCHEMA = 1
+QUARANTINED = "quarantined"  # a cell label: it ran and is reported, but its failure does not gate (matrices/quarantine)
+QUARANTINE_EXPIRED = "quarantine_expired"  # a cell label: its quarantine entry has expired, so it gates again
 DECIDED_BY_RESOLVER = "resolver"  # a cell's ``decided_by``: SGLang's resolver on a CPU decided it, nothing launched
 
 
@@ -172,7 +174,7 @@ class CellResult:
         object.__setattr__(self, "boots", tuple(_frozen(boot) for boot in self.boots))
         object.__setattr__(self, "labels", tuple(self.labels))
         if self.exit_code is None:
-            object.__setattr__(self, "exit_code", ExitCode.FELL_SHORT if self.status.failing else
+            object.__setattr__(self, "exit_code", ExitCode.FELL_SHORT if self.gating else
                                ExitCode.INCONCLUSIVE if self.status is Status.INCONCLUSIVE else ExitCode.OK)
 
     def finished(self, status: Status, error: str | None = None, exit_code: ExitCode | None = None,
@@ -210,6 +212,15 @@ class CellResult:
         if self.decided_by is not None:
             data["decided_by"] = self.decided_by
         return data
+
+    @property
+    def quarantined(self) -> bool:
+        return QUARANTINED in self.labels
+
+    @property
+    def gating(self) -> bool:
+        """It makes the run red: a failing status, and not quarantined."""
+        return self.status.failing and not self.quarantined
 
     @property
     def infrastructure(self) -> bool:
@@ -258,7 +269,7 @@ class RunResults:
     @property
     def failed(self) -> bool:
         """Some cell fell short (CONTRACT.md exit code 1)."""
-        return any(cell.status.failing for cell in self.cells)
+        return any(cell.gating for cell in self.cells)
 
     def to_dict(self) -> dict:
         data = {"schema": SCHEMA, "run_id": self.run_id, "started_at": self.started_at,

@@ -18,6 +18,7 @@ from packaging.version import InvalidVersion, Version
 
 from ground.errors import BadInput
 from launchers import registry
+from matrices.quarantine import Quarantine, default_path, load_quarantine
 from launchers.contract import SERVERS, LaunchContext
 from dspark_ci import progress
 from dspark_ci import run as pipeline
@@ -73,6 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "or let SGLang's own resolver decide on this CPU those it can tell from the arguments alone "
                         "(nothing launched for them; hardware-bound ones still launch; needs DSPARK_SGLANG_PYTHON or "
                         "`bash .ci/sglang-resolver.sh`)")
+    parser.add_argument("--quarantine", metavar="FILE",
+                        help="cells that run and are reported but do not gate until their expiry (default: "
+                        "quarantine.yaml beside the first matrix, if there is one; matrices/quarantine.py)")
     parser.add_argument("--max-parallel", type=positive_count, default=None, metavar="N",
                         help="cells in flight at once, longest first (default: what the launcher has room for: the "
                         "Slurm partition's nodes, the Kubernetes namespace's pod quota; 1 for local and docker)")
@@ -145,7 +149,7 @@ def _version(text: str) -> str:
 # The options a rerun repeats (not --cell, which it sets, nor --out, which would overwrite this run).
 RERUN_FLAGS = (("--launcher", "launcher"), ("--suites", "suites"), ("--baseline", "baseline"), ("--server", "server"),
                ("--sglang-version", "sglang_version"), ("--boot-timeout", "boot_timeout"),
-               ("--max-parallel", "max_parallel"), ("--rejections", "rejections"))
+               ("--max-parallel", "max_parallel"), ("--rejections", "rejections"), ("--quarantine", "quarantine"))
 
 
 def rerun_options(args: argparse.Namespace) -> tuple[str, ...]:
@@ -174,7 +178,7 @@ def run_verb(args: argparse.Namespace, stream: TextIO | None = None) -> int:
                                   rerun_options=rerun_options(args), force=args.force,
                                   accept_inconclusive=args.accept_inconclusive,
                                   environment=_environment(args), max_parallel=args.max_parallel,
-                                  rejections=args.rejections)
+                                  rejections=args.rejections, quarantine=_quarantine(args))
     caller_env = _caller_env(args.server, args.sglang_version)
     options = replace(options, forwarded_env={k: v for k, v in caller_env.items() if k.startswith("DSPARK_SIM_")})
     kind = registry.get(args.launcher)
@@ -184,6 +188,11 @@ def run_verb(args: argparse.Namespace, stream: TextIO | None = None) -> int:
     defaults = _gpqa_dataset(caller_env["DSPARK_SIM_GPQA_PATH"]) if args.server == "sim" else (lambda o: o)
     verbosity = progress.QUIET if args.quiet else progress.VERBOSE if args.verbose else progress.NORMAL
     return pipeline.run(options, launcher, suite_defaults=defaults, progress=progress.Progress(stream=stream or sys.stderr, verbosity=verbosity))
+
+
+def _quarantine(args: argparse.Namespace) -> Quarantine:
+    path = args.quarantine or default_path(args.matrices)
+    return load_quarantine(path) if path else Quarantine()
 
 
 def _environment(args: argparse.Namespace) -> dict:
