@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from dspark_ci.evidence import Sampling
 from dspark_ci.cell_run import CellContext, pending_result, run_cell
 from dspark_ci.preflight import preflight
 from dspark_ci.rejections import decide_rejections
@@ -69,6 +70,7 @@ class RunOptions:
     rerun_options: tuple[str, ...] = ()  # the options this run was given, repeated by its rerun command
     force: bool = False  # write into an --out directory that already holds files
     accept_inconclusive: bool = False  # a run whose worst outcome is an inconclusive gate exits 0 (else 4)
+    sampling: Sampling = Sampling()  # boots for inconclusive gates, retries for failed cells (dspark_ci/evidence.py)
     environment: Mapping[str, Any] = field(default_factory=dict)  # where it runs (results.json "environment")
     max_parallel: int | None = None  # cells in flight at once; None: what the launcher has room for
     rejections: str = "launch"  # "resolver": expected rejections SGLang's resolver decides are not launched
@@ -134,11 +136,11 @@ class Baselines:
     levels: Levels | None = None  # every statistical gate's levels: the run's false-red rate split over them all
 
     @classmethod
-    def load(cls, cells: list[Cell], override: str | None) -> "Baselines":
+    def load(cls, cells: list[Cell], override: str | None, looks: int = 1) -> "Baselines":
         paths = {override} if override else {c.baseline for c in cells if c.baseline}
         loaded = cls({path: load_baseline(path) for path in paths if path}, override)
         gates = sum(statistical_gates(pending_result(cell), loaded.of(cell.baseline)) for cell in cells)
-        return replace(loaded, levels=Levels.family(gates))
+        return replace(loaded, levels=Levels.family(gates, looks=looks))
 
     def of(self, cell_baseline: str | None):
         return self.by_path.get(self.override or cell_baseline)
@@ -155,7 +157,7 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
         progress: Progress | None = None) -> ExitCode:
     progress = progress or Progress()
     cells = select_cells(load_cells(list(options.matrices)), options.cell_ids)
-    baselines = Baselines.load(cells, options.baseline)
+    baselines = Baselines.load(cells, options.baseline, options.sampling.looks)
     run_dir = options.run_dir
     progress.stage(f"preflight: {len(cells)} cell(s), {options.launcher} launcher")
     with claimed_run_dir(run_dir, options.force, f"--out {run_dir}" if options.out else f"run directory {run_dir}"):
@@ -170,7 +172,7 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
     ctx = CellContext(launcher=launcher, run_dir=run_dir, sglang_version=options.sglang_version,
                       suites=options.suites, gate=baselines.gate, stage=progress.stage, detail=progress.detail,
                       suite_defaults=suite_defaults, server=options.server, build=options.build,
-                      forwarded_env=options.forwarded_env)
+                      forwarded_env=options.forwarded_env, sampling=options.sampling)
     try:
         _record_decided(cells, decided.results, writer, progress)
         _run_cells(decided.to_launch, len(cells), run_capacity(launcher, options.max_parallel), ctx, writer, progress)

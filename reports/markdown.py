@@ -235,14 +235,14 @@ LABEL_TEXT = {QUARANTINED: " · 🔒 quarantined (not gating)", QUARANTINE_EXPIR
 
 
 def _label_text(cell: CellResult) -> str:
-    return "".join(LABEL_TEXT.get(name, "") for name in cell.labels)
+    return "".join(LABEL_TEXT.get(name, f" · ⚠️ {name}") for name in cell.labels)
 
 
 def _problem(cell: CellResult) -> str:
     """Why a cell did not pass, in one short line ("" when it passed)."""
     if cell.status in (Status.PASSED, Status.REJECTED_AS_EXPECTED):
         return ""
-    failed = [describe_gate(g) for g in cell.gates if not g.passed]
+    failed = [describe_gate(g) for g in sorted(cell.gates, key=lambda g: g.inconclusive) if not g.passed]
     text = "; ".join(failed) if failed else error_headline(cell).removeprefix(f"{cell.id}: ")
     return text if len(text) <= PROBLEM_WIDTH else text[:PROBLEM_WIDTH - 1] + "…"
 
