@@ -102,6 +102,7 @@ def e2e(trials: int, count: int, workdir: Path) -> list[dict]:
         planted = random.Random(f"e2e-{trial}").randrange(1, count)
         out = workdir / f"trial-{trial}"
         env = {**os.environ, "DSPARK_SIM_REGRESSION": f"{builds[planted]}:slow_decode=1.10",
+               "DSPARK_SIM_STEP_JITTER_BOOT": str(RUN_NOISE),  # the simulator's noise model: per-boot TPOT noise
                "DSPARK_STATE_DIR": str(workdir / "state"), "DSPARK_HISTORY": str(workdir / "history.sqlite")}
         started = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "dspark_ci", "bisect", "matrices/smoke.yaml",
@@ -147,7 +148,8 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="bisect-e2e-") as workdir:
             trials = e2e(args.e2e, args.e2e_versions, Path(workdir))
         right = sum(t["culprit"] == t["planted"] for t in trials)
-        print(f"\nend to end ({args.e2e_versions} versions, simulator, slow_decode=1.10 planted): {right} of "
+        print(f"\nend to end ({args.e2e_versions} versions, simulator, slow_decode=1.10 planted, "
+              f"DSPARK_SIM_STEP_JITTER_BOOT={RUN_NOISE}): {right} of "
               f"{len(trials)} named; steps {spread([t['steps'] for t in trials])}; runs "
               f"{spread([t['runs'] or 0 for t in trials])}; seconds {spread([t['seconds'] for t in trials])}")
     return 0

@@ -212,3 +212,34 @@ def run_dir_of(path: Path, run_id: str) -> str | None:
     with _connect(path, create=False) as db:
         row = db.execute("SELECT run_dir FROM runs WHERE run_id = ?", (run_id,)).fetchone()
     return row["run_dir"] if row else None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One recorded run of one cell, as triage reads it."""
+
+    run_id: str
+    started_at: str | None
+    status: str
+    identity: str | None  # the full identity hash (setup and build); None: recorded before identities
+    setup: str | None
+    build: str | None
+    error: str | None
+    infrastructure: bool
+    labels: tuple[str, ...]
+    hosts: tuple[str, ...]  # where the run ran (results.json environment: hosts, hostname)
+
+
+def outcomes(path: Path, cell_id: str, until: str | None = None) -> list[Outcome]:
+    """Every recorded run of one cell, oldest first (up to the run started at ``until``)."""
+    with _connect(path, create=False) as db:
+        rows = db.execute(
+            "SELECT c.run_id, r.started_at, c.status, f.identity, f.setup, f.build, f.error, f.infrastructure, "
+            "r.hosts, (SELECT group_concat(l.label) FROM cell_labels l WHERE l.run_id = c.run_id "
+            "AND l.cell_id = c.cell_id) AS labels FROM cells c JOIN runs r USING (run_id) "
+            "LEFT JOIN cell_facts f ON f.run_id = c.run_id AND f.cell_id = c.cell_id "
+            "WHERE c.cell_id = ? AND (? IS NULL OR r.started_at <= ?) ORDER BY r.started_at, c.run_id",
+            (cell_id, until, until)).fetchall()
+    return [Outcome(r["run_id"], r["started_at"], r["status"], r["identity"], r["setup"], r["build"], r["error"],
+                    bool(r["infrastructure"]), tuple((r["labels"] or "").split(",")) if r["labels"] else (),
+                    tuple(json.loads(r["hosts"] or "[]"))) for r in rows]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from dspark_ci.tables import text_table
 from ground.errors import BadInput
-from reports import history
+from reports import history, triage
 from reports.change_points import change_points
 from reports.metrics import format_value, label
 from reports.plots import TREND_METRICS
@@ -26,6 +26,9 @@ cells (status, runner, config), metrics (every number of results.json), gates.
                                          and change points: where a metric's level moved (even by less than any
                                          gate's tolerance), from which run, by how much (step or drift); only runs
                                          measured like the latest (same identity setup) are compared
+  dspark-ci history --triage [--cell G]  every cell whose latest run failed: regression (passed before with the
+                                         same setup), flaky (the same identity passed and failed), infrastructure
+                                         (the machine failed), broken (never passed); and node-level signals
   dspark-ci history --add RUN_DIR...     record runs made elsewhere (e.g. a nightly's downloaded artifacts)
 
 exit codes: 0 shown or added; 2 bad input (no history yet, a run directory without results.json)
@@ -41,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metric", action="append", metavar="NAME",
                         help=f"metric to show with --cell (repeatable; default: {', '.join(TREND_METRICS)})")
     parser.add_argument("--limit", type=int, default=20, metavar="N", help="at most N runs (default: 20)")
+    parser.add_argument("--triage", action="store_true",
+                        help="classify every cell (matching --cell) whose latest run failed: regression, flaky, "
+                        "infrastructure or broken; and list node-level signals")
     parser.add_argument("--add", nargs="+", metavar="RUN_DIR", help="record these run directories")
     parser.add_argument("--format", choices=("table", "json"), default="table", help="what to print (default: table)")
 
@@ -53,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
             history.record(path, results, run_dir)
             print(f"dspark-ci history: recorded {results.run_id} ({len(results.cells)} cells) in {path}")
         return 0
+    if args.triage:
+        return _triage(path, args)
     if args.cell:
         return _trends(path, args)
     rows = history.runs(path, args.limit)
@@ -62,6 +70,22 @@ def run(args: argparse.Namespace) -> int:
     print(text_table(["run", "started", "server", "SGLang", "cells", "failed", "flaky", "matrices", "run dir"],
                  [[r.run_id, r.started_at or "?", r.server or "?", r.sglang_version or "?", str(r.cells), str(r.failed),
                    ", ".join(r.flaky) or "-", ", ".join(r.matrices), r.run_dir or "?"] for r in rows]))
+    return 0
+
+
+def _triage(path: Path, args: argparse.Namespace) -> int:
+    found = triage.triage(path, args.cell or "*")
+    signals = triage.node_signals(path, args.cell or "*")
+    if args.format == "json":
+        print(json.dumps({"failing": [t.to_dict() for t in found],
+                          "node_signals": [s.__dict__ for s in signals]}, indent=2))
+        return 0
+    print(text_table(["cell", "latest run", "failure is", "why"], [[t.cell_id, t.run_id, t.kind, t.why] for t in found])
+          if found else "No cell failed in its latest recorded run.")
+    if signals:
+        print("\nnode-level signals (infrastructure failures naming or run on each node):")
+        for signal in signals:
+            print(f"  {signal.describe()}")
     return 0
 
 
