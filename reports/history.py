@@ -24,7 +24,7 @@ from typing import Iterable, Iterator, Mapping
 
 from ground.errors import BadInput
 from ground.records import RunResults
-from launchers.ledger import state_dir
+from ground.state import state_dir
 
 HISTORY_ENV = "DSPARK_HISTORY"
 SCHEMA = """

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ground.errors import BadInput
 from reports.baseline import load_baseline
-from reports.record import propose
+from reports.baseline_proposal import propose
 from reports.results import load_results, write_text_atomically
 
 EPILOG = """\

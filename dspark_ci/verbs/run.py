@@ -17,7 +17,7 @@ from typing import Callable, TextIO
 from packaging.version import InvalidVersion, Version
 
 from ground.errors import BadInput
-from launchers import registry
+from launchers import catalog
 from matrices.quarantine import Quarantine, default_path, load_quarantine
 from launchers.contract import SERVERS, LaunchContext
 from dspark_ci import progress
@@ -47,8 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("matrices", nargs="+", metavar="MATRIX", help="matrix YAML files")
     parser.add_argument("--cell", action="append", default=[], metavar="ID", help="run only this cell (repeatable)")
-    parser.add_argument("--launcher", choices=registry.NAMES, default="local",
-                        help="; ".join(f"{kind.name}: {kind.help}" for kind in registry.ALL_LAUNCHERS))
+    parser.add_argument("--launcher", choices=catalog.NAMES, default="local",
+                        help="; ".join(f"{kind.name}: {kind.help}" for kind in catalog.ALL_LAUNCHERS))
     parser.add_argument("--suites", metavar="LIST", help=f"comma-separated, from {', '.join(KNOWN_SUITES)} "
                         "(default: each cell's own suites)")
     parser.add_argument("--out", type=Path, metavar="DIR", help="run directory (default runs/<run-id>/)")
@@ -87,7 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-parallel", type=positive_count, default=None, metavar="N",
                         help="cells in flight at once, longest first (default: what the launcher has room for: the "
                         "Slurm partition's nodes, the Kubernetes namespace's pod quota; 1 for local and docker)")
-    for kind in registry.ALL_LAUNCHERS:
+    for kind in catalog.ALL_LAUNCHERS:
         for option in kind.options:
             parser.add_argument(option.flag, metavar=option.metavar, choices=option.choices, default=option.default,
                                 type=positive_seconds if option.seconds else None,
@@ -172,10 +172,10 @@ RERUN_FLAGS = (("--launcher", "launcher"), ("--suites", "suites"), ("--baseline"
 
 def rerun_options(args: argparse.Namespace) -> tuple[str, ...]:
     """Every option given to this run that differs from its default, as command-line words."""
-    flags = RERUN_FLAGS + tuple((o.flag, o.dest) for kind in registry.ALL_LAUNCHERS for o in kind.options)
+    flags = RERUN_FLAGS + tuple((o.flag, o.dest) for kind in catalog.ALL_LAUNCHERS for o in kind.options)
     defaults = {"launcher": "local", "server": "sim", "sglang_version": DEFAULT_VERSION, "rejections": "launch",
                 "max_boots": 4, "retries": 0}
-    defaults.update({o.dest: o.default for kind in registry.ALL_LAUNCHERS for o in kind.options})
+    defaults.update({o.dest: o.default for kind in catalog.ALL_LAUNCHERS for o in kind.options})
     words: list[str] = []
     for flag, dest in flags:
         value = getattr(args, dest, None)
@@ -201,7 +201,7 @@ def run_verb(args: argparse.Namespace, stream: TextIO | None = None) -> int:
                                   rejections=args.rejections, quarantine=_quarantine(args))
     caller_env = _caller_env(args.server, args.sglang_version)
     options = replace(options, forwarded_env={k: v for k, v in caller_env.items() if k.startswith("DSPARK_SIM_")})
-    kind = registry.get(args.launcher)
+    kind = catalog.get(args.launcher)
     context = LaunchContext(run_id=run_id, run_dir=options.run_dir, server=args.server, boot_timeout_s=boot_timeout,
                             caller_env=caller_env)
     launcher = kind.build(context, {option.dest: getattr(args, option.dest) for option in kind.options})

@@ -8,7 +8,7 @@ Used like every launcher (``launchers.contract``)::
         ...                         # deployment.base_url is rank 0's pod; check() raises if a pod of the group failed
 
 Per launch: a Secret with the cell's ``${NAME}`` values (if any), the LeaderWorkerSet and the leader's Service
-(``launchers.k8s_spec``), each written to the run's ledger before it is created. Then the pods of the group are
+(``launchers.k8s.spec``), each written to the run's ledger before it is created. Then the pods of the group are
 watched by label: every pod's log is streamed into ``logs/<cell>/<rank>.log`` (rank = LWS's worker index); a pod
 that cannot be scheduled or pulled, a container that terminated or restarted, fails the cell with the reason,
 the rank, the exit code, SGLang's error line and the log's end. Pending time (scheduling, pulling) has its own
@@ -33,14 +33,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ground.errors import BadInput, InfraError
-from launchers import k8s_spec
+from launchers.k8s import spec as k8s_spec
 from launchers.contract import (LOG_LINES_KEPT, Capacity, LOG_LINES_SEARCHED, LaunchContext, LaunchTimeout,
                                 RankExit, group_failed)
 from launchers.ledger import Ledger
 from launchers.logs import rank_log_path, tail
 from launchers.plan_types import LaunchPlan, Placement
 from launchers.processes import signals_deferred, sigterm_as_interrupt
-from launchers.resolve import redact, secret_values
+from launchers.materialize import redact, secret_values
 from launchers.wait import Deadline, NotReady, OurServer, wait_until_ready
 
 REACH_MODES = ("pod-ip", "proxy")
@@ -81,7 +81,7 @@ class K8sSettings:
 
 
 def build(context: LaunchContext, options: Mapping[str, Any]) -> "K8sLauncher":
-    """The registry's constructor: --kubeconfig, --namespace, --k8s-extra, --k8s-reach arrive in ``options``."""
+    """The catalog's constructor (launchers.catalog): --kubeconfig, --namespace, --k8s-extra, --k8s-reach arrive in ``options``."""
     env = dict(context.caller_env)
     return K8sLauncher(K8sSettings(
         server=context.server, kubeconfig=options.get("kubeconfig") or None,
@@ -592,7 +592,7 @@ def _exists(api: Api, kind: str, name: str) -> bool:
 
 
 def remove_started(entry: dict) -> str | None:
-    """Delete one object a dead run recorded (registry contract), if it is still there; None if already gone."""
+    """Delete one object a dead run recorded (catalog contract), if it is still there; None if already gone."""
     kind, name, ns = entry.get("kind"), entry.get("name"), entry.get("namespace")
     if not (kind and name and ns):
         return None
