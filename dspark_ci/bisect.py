@@ -170,7 +170,8 @@ class Evidence:
             if self.chase.failure and got.failed:
                 self.failures[index] = self.failures.get(index, 0) + 1
             elif self.chase.failure or got.value is not None:
-                self.values.setdefault(index, []).append(0.0 if self.chase.failure else got.value)
+                self.values.setdefault(index, []).append(got.value if got.value is not None and not self.chase.failure
+                                                         else 0.0)
             else:
                 self.failures[index] = self.failures.get(index, 0) + 1  # crashed before measuring: try again
                 continue
@@ -238,8 +239,8 @@ def _metric_ends(evidence: Evidence, chase: Chase) -> tuple[tuple[Judged, Judged
     """Measure both ends until the verdict on their difference is conclusive: regressed means the bad end is
     worse than the good one beyond sampling error (tolerance 0: any real regression is worth finding)."""
     last = len(evidence.builds) - 1
-    verdict = None
-    for look, count in enumerate(END_LOOKS, 1):
+    verdict: stats.Verdict | None = None
+    for count in END_LOOKS:
         for index in (0, last):
             while len(evidence.values.get(index, ())) < count:
                 if not evidence.sample(index):
@@ -249,6 +250,7 @@ def _metric_ends(evidence: Evidence, chase: Chase) -> tuple[tuple[Judged, Judged
                                         levels(len(END_LOOKS)))
         if verdict.conclusive:
             break
+    assert verdict is not None  # END_LOOKS is not empty
     ends = (evidence.judged(0, GOOD, verdict=verdict, how="the good end"),
             evidence.judged(last, BAD, verdict=verdict, how="the bad end"))
     if verdict.verdict == stats.REGRESSED:

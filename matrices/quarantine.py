@@ -65,14 +65,14 @@ def load_quarantine(path: Path | str) -> Quarantine:
         raise BadInput(f"{path}:{getattr(document, 'line', 1)}", "expected one key, quarantine: a list of entries",
                        "see matrices/quarantine.yaml for the shape")
     items = document.get("quarantine") or YamlList()
-    if not isinstance(items, list):
+    if not isinstance(items, YamlList):
         raise BadInput(f"{path}:{document.line_of('quarantine')}", "quarantine: is not a list", "give a list of entries")
     return Quarantine(tuple(_entry(path, item, items.line_of(i)) for i, item in enumerate(items)), str(path))
 
 
 def _entry(path: Path | str, item, line: int) -> Entry:
     where = f"{path}:{line}"
-    if not isinstance(item, dict):
+    if not isinstance(item, YamlMap):
         raise BadInput(where, "an entry is not a mapping", f"give {', '.join(FIELDS)}")
     unknown = sorted(set(item) - set(FIELDS))
     missing = [name for name in FIELDS if item.get(name) in (None, "")]

@@ -15,7 +15,6 @@ breaks in one direction close together; they are reported as one change from its
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -70,13 +69,13 @@ class ChangePoint:
                 f"{self.before:.4g} → {self.after:.4g}, run-to-run noise ±{self.noise:.2g}")
 
 
-def noise_of(values: Sequence[float]) -> float:
+def noise_of(values: Sequence[float] | np.ndarray) -> float:
     """Run-to-run standard deviation, robust to the level shifts being looked for: the median absolute
     difference of successive runs, scaled to a normal's σ (a shift moves one difference, not the median)."""
     diffs = np.diff(np.asarray(values, dtype=float))
     mad = float(np.median(np.abs(diffs - np.median(diffs))))
-    floor = MIN_RELATIVE_NOISE * abs(statistics.median(values))
-    return max(1.4826 * mad / np.sqrt(2), floor)
+    floor = MIN_RELATIVE_NOISE * abs(float(np.median(values)))
+    return max(1.4826 * mad / float(np.sqrt(2)), floor)
 
 
 def change_points(metric: str, points: Sequence) -> list[ChangePoint]:

@@ -156,15 +156,25 @@ def _non_negative(env: str, text: str) -> float:
     return _number(env, text, minimum=0.0)
 
 
-def _integer(env: str, text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise SimConfigError(f"{env}={text!r}: expected an integer") from None
+def _converting(convert: Callable[[str], object], error: type[Exception], expected: str) -> Callable[[str, str], object]:
+    """A knob parser: ``convert(text)``, its ``error`` one SimConfigError naming the variable and what it expects."""
+    def parse(env: str, text: str):
+        try:
+            return convert(text)
+        except error:
+            raise SimConfigError(f"{env}={text!r}: expected {expected}") from None
+    return parse
 
 
-def _optional_integer(env: str, text: str) -> int | None:
-    return _integer(env, text) if text else None
+def _optional(parse: Callable[[str, str], object]) -> Callable[[str, str], object]:
+    """``parse``, or None for an empty value."""
+    return lambda env, text: parse(env, text) if text else None
+
+
+_integer = _converting(int, ValueError, "an integer")
+_optional_integer = _optional(_integer)
+_version = _converting(Version, InvalidVersion, "a PEP 440 version, e.g. 0.5.24")
+_optional_version = _optional(_version)
 
 
 def _optional_path(env: str, text: str) -> Path | None:
@@ -173,17 +183,6 @@ def _optional_path(env: str, text: str) -> Path | None:
 
 def _optional_text(env: str, text: str) -> str | None:
     return text or None
-
-
-def _version(env: str, text: str) -> Version:
-    try:
-        return Version(text)
-    except InvalidVersion:
-        raise SimConfigError(f"{env}={text!r}: expected a PEP 440 version, e.g. 0.5.24") from None
-
-
-def _optional_version(env: str, text: str) -> Version | None:
-    return _version(env, text) if text else None
 
 
 # Regression effects that set a knob rather than inject a fault: name -> (SimConfig field, parser)
