@@ -23,6 +23,7 @@ from ground.identity import CellIdentity, cell_identity
 from ground.records import CellResult, CellTiming, GateResult, Status
 from ground.suites import DEFAULT_SUITES, SPECULATIVE_SUITES, suite_of
 from launchers.contract import LaunchFailed, Launcher, LaunchTimeout
+from launchers.ledger import Ledger
 from launchers.plan import plan_launch
 from launchers.plan_types import Placement
 from dspark_ci.evidence import Sampling, more_evidence
@@ -47,6 +48,7 @@ class CellContext:
     server: str = "sim"  # the kind of server under test (launchers.contract.SERVERS)
     build: str = ""  # the build under test, e.g. "sglang 0.5.23" (a cell's identity keeps it apart from its setup)
     forwarded_env: Mapping[str, str] = field(default_factory=dict)  # caller variables every rank gets (DSPARK_SIM_*)
+    ledger: Ledger | None = None  # where the suites' process group is recorded before it can start anything
     sampling: Sampling = Sampling()  # more boots for inconclusive gates, retries for failed cells (issue 22)
 
 
@@ -149,7 +151,8 @@ def _boot_and_measure(cell: Cell, ctx: CellContext, result: CellResult, clock: C
             outcome = run_suites(SuiteRequest(
                 base_url=deployment.base_url, names=names, model=cell.config.get("model"),
                 options=ctx.suite_defaults({n: dict(cell.suites.get(n, {})) for n in names}),
-                work_dir=logs_dir, reference_url=reference.base_url if reference else None, on_progress=ctx.detail),
+                work_dir=logs_dir, reference_url=reference.base_url if reference else None, on_progress=ctx.detail,
+                ledger=ctx.ledger, cell_id=cell.id),
                 watched=[d for d in (deployment, reference) if d is not None], watch=ctx.watch)
             deployment.check()  # a rank that died while we measured invalidates the numbers
     except LaunchFailed as err:
