@@ -13,7 +13,7 @@ from datetime import datetime
 
 from typing import Mapping
 
-from ground.records import DECIDED_BY_RESOLVER, CellResult, RunResults, Status
+from ground.records import DECIDED_BY_RESOLVER, QUARANTINE_EXPIRED, QUARANTINED, CellResult, RunResults, Status
 from reports.baseline import Baseline
 from reports.gates import describe_gate, explain, levels_line
 from ground.suites import SUITE_DEFAULTS
@@ -64,10 +64,11 @@ def pr_tables(results: RunResults) -> str:
              _section("Speed Tests", ["Model", "Dataset", "Num", "Avg Lat", "Avg TTFT", "Avg TPOT", "Avg Thpt",
                                       "Avg In", "Avg Out", "Cell"],
                       [_speed_row(cell) for cell in cells if any(cell.metrics.get(m) is not None for m in SPEED_LINE)]),
-             _section("Speculative Decoding", ["Cell", "Algorithm", "Accept length", "Accept rate"],
+             _section("Speculative Decoding", ["Cell", "Algorithm", "Accept length", "Accept rate", "Speedup"],
                       [[f"`{cell.id}`", str(cell.config.get("speculative_algorithm") or "—"),
                         format_value("accept_length", cell.metrics.get("accept_length")),
-                        format_value("accept_rate", cell.metrics.get("accept_rate"))]
+                        format_value("accept_rate", cell.metrics.get("accept_rate")),
+                        format_value("speculative_speedup", cell.metrics.get("speculative_speedup"))]
                        for cell in cells if cell.metrics.get("accept_length") is not None]),
              _all_gates(results), _time_section(results)]
     return "\n\n".join(part for part in parts if part) + "\n"
@@ -229,10 +230,17 @@ def _short(value) -> str:
 
 def _overview(results: RunResults) -> str:
     header = ["Cell", "Status"] + [label(m) for m in OVERVIEW_METRICS] + ["Problem"]
-    rows = [[f"`{cell.id}`", status_text(cell.status) + "".join(f" · ⚠️ {label}" for label in cell.labels)]
+    rows = [[f"`{cell.id}`", status_text(cell.status) + _label_text(cell)]
             + [format_value(m, cell.metrics.get(m)) for m in OVERVIEW_METRICS]
             + [_problem(cell)] for cell in results.cells]
     return table(header, rows)
+
+
+LABEL_TEXT = {QUARANTINED: " · 🔒 quarantined (not gating)", QUARANTINE_EXPIRED: " · quarantine expired: gates again"}
+
+
+def _label_text(cell: CellResult) -> str:
+    return "".join(LABEL_TEXT.get(name, f" · ⚠️ {name}") for name in cell.labels)
 
 
 def _problem(cell: CellResult) -> str:
