@@ -21,7 +21,7 @@ from ground.records import CellResult, GateResult, Status
 from ground.suites import DEFAULT_SUITES, SPECULATIVE_SUITES, suite_of
 from launchers.contract import LaunchFailed, Launcher, LaunchTimeout
 from launchers.plan import plan_launch
-from matrices.cell import REJECT, Cell
+from matrices.cell import Cell
 from suites.runner import SuiteOutcome, SuiteRequest, Watch, gpqa_note, run_suites
 
 ERROR_LOG = "dspark-ci-error.log"
@@ -43,7 +43,7 @@ class CellContext:
 def pending_result(cell: Cell) -> CellResult:
     """A cell's result before anything happened (with its suite options and baseline, so that
     `dspark-ci report --baseline` can gate again exactly as the run did)."""
-    return CellResult(id=cell.id, config=cell.config, expect=cell.expect.to_dict(), runner=cell.runner,
+    return CellResult(id=cell.id, config=cell.config, expect=cell.expect, runner=cell.runner,
                       suites=cell.suites, baseline=cell.baseline)
 
 
@@ -73,14 +73,14 @@ def _run_cell(cell: Cell, ctx: CellContext, result: CellResult) -> CellResult:
         with contextlib.ExitStack() as stack:
             deployment = stack.enter_context(ctx.launcher.launch(plan, logs_dir))
             result = replace(result, boot_seconds=round(deployment.boot_seconds, 3))
-            if cell.expect.outcome == REJECT:
+            if cell.expect.rejects:
                 return result.finished(Status.FAILED, f"expected SGLang to reject this cell "
                                        f"(/{cell.expect.message}/) but it became healthy", ExitCode.FELL_SHORT)
             names = _suite_names(cell, ctx)
             reference = _launch_reference(cell, names, ctx, stack, logs_dir)
             ctx.stage(f"{cell.id}: measuring ({', '.join(names)})")
             outcome = run_suites(SuiteRequest(
-                base_url=deployment.base_url, names=names, model=cell.config.get("model"),
+                base_url=deployment.base_url, names=names, model=cell.config.model,
                 options=ctx.suite_defaults({n: dict(cell.suites.get(n, {})) for n in names}),
                 work_dir=logs_dir, reference_url=reference.base_url if reference else None, on_progress=ctx.detail),
                 watched=[d for d in (deployment, reference) if d is not None], watch=ctx.watch)
@@ -88,7 +88,7 @@ def _run_cell(cell: Cell, ctx: CellContext, result: CellResult) -> CellResult:
     except LaunchFailed as err:
         if isinstance(err, LaunchTimeout):
             raise
-        if cell.expect.outcome == REJECT:
+        if cell.expect.rejects:
             return _judge_rejection(result, cell, err)
         return result.finished(Status.ERROR, str(err), ExitCode.FELL_SHORT, sglang_error=err.sglang_error)
     return _judge_measurement(result, names, outcome, ctx)
@@ -171,6 +171,4 @@ def _launch_reference(cell: Cell, names, ctx: CellContext, stack: contextlib.Exi
 
 
 def without_speculation(cell: Cell) -> Cell:
-    config = {k: v for k, v in cell.config.items() if not k.startswith("speculative") and k != "draft_model"}
-    config["speculative_algorithm"] = None
-    return replace(cell, id=f"{cell.id}-reference", config=config)
+    return replace(cell, id=f"{cell.id}-reference", config=cell.config.without_speculation())

@@ -20,7 +20,7 @@ from ground.suites import SUITE_DEFAULTS, option_problem
 from ground.sglang.flags import load_flags
 from ground.sglang.release import DEFAULT_VERSION
 from ground.yaml_lines import YamlList, YamlMap
-from matrices.cell import REJECT, SERVE, Expect
+from ground.records import REJECT, SERVE, Expect
 
 SGLANG_VERSION = DEFAULT_VERSION  # the launch-flag snapshot extra_args and choices are checked against
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -41,7 +41,7 @@ def explain(cell: CellResult, metrics: Mapping, baseline: Baseline | None) -> di
 
 def _limits(cell: CellResult, metrics: Mapping, baseline: Baseline | None) -> list[tuple[str, str, float, str]]:
     """(metric, op, threshold, basis) for every limit that applies to the cell."""
-    if cell.expect.get("outcome") == "reject":
+    if cell.expect.rejects:
         return []  # nothing is measured on a deployment that must not come up
     limits = _floor_limits(cell, metrics)
     if baseline is not None:
@@ -56,7 +56,7 @@ def _floor_limits(cell: CellResult, metrics: Mapping) -> list[tuple[str, str, fl
 
 
 def _collapse_floor(cell: CellResult, metrics: Mapping) -> list[tuple[str, str, float, str]]:
-    speculative = bool(cell.config.get("speculative_algorithm"))
+    speculative = cell.speculative
     if not speculative or metrics.get("accept_length") is None:
         return []
     floor = (cell.suites.get("accept") or {}).get("min_accept_length")
@@ -145,7 +145,7 @@ def regate(results: RunResults, baseline: Baseline) -> RunResults:
 def _failed_apart_from_gates(cell: CellResult) -> bool:
     if cell.status is not Status.FAILED:
         return False
-    if cell.expect.get("outcome") == "reject":
+    if cell.expect.rejects:
         return True  # it served when it should have been rejected (or the other way round)
     if cell.tests is not None:  # the suites' own test outcomes, as the run records them
         return bool(cell.failed_tests)

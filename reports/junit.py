@@ -80,7 +80,7 @@ def _testsuite(cell: CellResult) -> ET.Element:
 
 
 def _testcases(cell: CellResult) -> Iterable[ET.Element]:
-    if cell.expect.get("outcome") == "reject" or cell.status is Status.REJECTED_AS_EXPECTED:
+    if cell.expect.rejects or cell.status is Status.REJECTED_AS_EXPECTED:
         yield _rejection_case(cell)
     elif cell.status is Status.SKIPPED:
         case = _case(cell, LAUNCH_CASE, cell.boot_seconds)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ground.errors import BadInput, InfraError
 from ground.records import CellResult, RunResults, Status
+from reports.baseline import Baseline
 from reports.history import history_path, record as record_history
 from reports.junit import render_junit
 from reports.markdown import render_markdown, step_summary
@@ -39,7 +40,7 @@ class ResultsWriter:
 
     run_dir: Path
     results: RunResults
-    baseline: object = None
+    baseline: Baseline | None = None
     selected: tuple[CellResult, ...] = ()  # every cell the run will try, in order, before it ran
     _written_at: float = field(default=0.0)
     _rewrite_cost_s: float = field(default=0.0)

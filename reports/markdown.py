@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Mapping
 
 from ground.records import CellResult, RunResults, Status
+from ground.sglang.settings import summary_items
 from reports.baseline import Baseline
 from reports.gates import describe_gate, explain
 from ground.suites import SUITE_DEFAULTS
@@ -27,12 +28,6 @@ QUALITY_ROWS = {
     "accept_length": ("accept", "Accept length"),
     "accept_rate": ("accept", "Accept rate"),
     "parity_mismatches": ("parity", "Mismatches"),
-}
-# How a cell's config reads in its one-line summary: key -> (format, values not worth showing)
-CONFIG_SUMMARY = {
-    "device": ("{}", ()), "tp": ("tp {}", ()), "dp": ("dp {}", (1,)), "cp": ("cp {}", (1,)), "pp": ("pp {}", (1,)),
-    "nnodes": ("{} nodes", (1,)), "enable_dp_attention": ("dp-attention", (False,)),
-    "moe_a2a_backend": ("a2a {}", ("none",)), "speculative_algorithm": ("{}", ()),
 }
 PROBLEM_WIDTH = 140  # characters of an error shown in a table cell
 DETAILED_PASSING_CELLS = 200  # up to this many cells in a run, every cell gets its own section
@@ -279,8 +274,7 @@ def _cell_section(cell: CellResult, baseline: Baseline | None) -> str:
 def _config_line(cell: CellResult) -> str:
     config = cell.config
     items = [f"`{config['model']}`"] if config.get("model") else []
-    items += [fmt.format(config[key]) for key, (fmt, hidden) in CONFIG_SUMMARY.items()
-              if config.get(key) is not None and config[key] not in hidden]
+    items += summary_items(config)  # each setting as its row says (ground/sglang/settings.py)
     if cell.boot_seconds is not None:
         items.append(f"boot {cell.boot_seconds:.1f} s")
     return " · ".join(items)

@@ -3,7 +3,7 @@ change what a run writes.)
 
     python3 -m tests.smoke_identity BEFORE_RUN_DIR AFTER_RUN_DIR     # exit 0: identical; 1: the diff is printed
 
-results.json is compared field by field with only what a clock decides masked: the run id, start and end times,
+results.json is compared field by field with only what a clock decides masked: the run id, start and end times, the dspark-ci commit,
 boot seconds, test durations, and the speed suite's timed metrics (TTFT, TPOT, ITL, end-to-end latency,
 throughput, the client's own timings) with the values of gates on them. Everything else (cells, ids, config,
 expectations, statuses, errors, accept length, GPQA, gate thresholds and verdicts) must be equal. In junit.xml and
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 TIMED = re.compile(r"^(ttft|tpot|itl|e2e|client_|output_throughput|input_throughput|total_throughput|request_"
-                   r"throughput|boot_seconds$|duration$|started_at$|finished_at$|run_id$)")
+                   r"throughput|boot_seconds$|duration$|started_at$|finished_at$|run_id$|dspark_ci_commit$)")
 MASK = "<timing>"
 
 
@@ -39,6 +39,7 @@ def masked_text(text: str) -> str:
     text = re.sub(r"\b\d{8}-\d{6}-[0-9a-f]{4}\b", "<run-id>", text)
     text = re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d", "<time>", text)
     text = re.sub(r"\b\d+m \d+s\b", "<duration>", text)
+    text = re.sub(r"dspark-ci `[0-9a-f]{12}`", "dspark-ci `<commit>`", text)  # the code under comparison
     return re.sub(r"-?\d+\.\d+(e-?\d+)?", "#", text)
 
 
