@@ -8,20 +8,24 @@ nobody planned for: an unexpected exception in any stage becomes this cell's ``e
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import re
+import time
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Mapping
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from ground.errors import BadInput, DsparkError, ExitCode, InfraError
-from ground.records import CellResult, GateResult, Status
+from ground.records import CellResult, CellTiming, GateResult, Status
 from ground.suites import DEFAULT_SUITES, SPECULATIVE_SUITES, suite_of
 from launchers.contract import LaunchFailed, Launcher, LaunchTimeout
 from launchers.plan import plan_launch
+from dspark_ci.evidence import Sampling, more_evidence
 from matrices.cell import Cell
+from reports.gates import status_of
 from suites.runner import SuiteOutcome, SuiteRequest, Watch, gpqa_note, run_suites
 
 ERROR_LOG = "dspark-ci-error.log"
@@ -38,6 +42,7 @@ class CellContext:
     detail: Callable[[str], None] = lambda _text: None  # how far the stage is, e.g. "gpqa 37/198 requests"
     suite_defaults: Callable[[dict], dict] = lambda options: options  # e.g. the simulator's dataset
     watch: Watch = Watch()
+    sampling: Sampling = Sampling()  # more boots for inconclusive gates, retries for failed cells (issue 22)
 
 
 def pending_result(cell: Cell) -> CellResult:
@@ -47,11 +52,53 @@ def pending_result(cell: Cell) -> CellResult:
                       suites=cell.suites, baseline=cell.baseline)
 
 
-def run_cell(cell: Cell, ctx: CellContext) -> CellResult:
-    """Never raises except KeyboardInterrupt (Ctrl-C / SIGTERM): every other ending is a result."""
+@dataclass
+class CellClock:
+    """Marks a cell's start, the moment rank 0 was ready and its end, on the wall clock (for the record) and the
+    monotonic one (for the durations)."""
+
+    wall: Callable[[], float] = time.time
+    mono: Callable[[], float] = time.monotonic
+    started: tuple[float, float] = field(init=False)
+    ready: tuple[float, float] | None = field(init=False, default=None)
+
+    def __post_init__(self):
+        self.started = (self.wall(), self.mono())
+
+    def mark_ready(self) -> None:
+        self.ready = (self.wall(), self.mono())
+
+    def timed(self, result: CellResult) -> CellResult:
+        """``result`` with its timing, the cell finishing now."""
+        finished = (self.wall(), self.mono())
+        ready = self.ready
+        to_ready = ready[1] - self.started[1] if ready else None
+        queue = max(0.0, to_ready - result.boot_seconds) if to_ready is not None and result.boot_seconds is not None \
+            else None
+        return replace(result, timing=CellTiming(
+            started_at=_iso(self.started[0]), ready_at=_iso(ready[0]) if ready else None, finished_at=_iso(finished[0]),
+            queue_seconds=_rounded(queue), measure_seconds=_rounded(finished[1] - ready[1]) if ready else None,
+            seconds=_rounded(finished[1] - self.started[1])))
+
+
+def _iso(seconds: float) -> str:
+    return dt.datetime.fromtimestamp(seconds, dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 3)
+
+
+def run_cell(cell: Cell, ctx: CellContext, clock: CellClock | None = None) -> CellResult:
+    """Never raises except KeyboardInterrupt (Ctrl-C / SIGTERM): every other ending is a result, with its timing."""
+    clock = clock or CellClock()
+    return clock.timed(_decided(cell, ctx, clock))
+
+
+def _decided(cell: Cell, ctx: CellContext, clock: CellClock) -> CellResult:
     result = pending_result(cell)
     try:
-        return _run_cell(cell, ctx, result)
+        return _run_cell(cell, ctx, result, clock)
     except (LaunchTimeout, InfraError) as err:  # the machine's fault, not the cell's: record it and go on
         return result.finished(Status.ERROR, str(err), ExitCode.INFRA, sglang_error=_sglang_error(err))
     except BadInput as err:
@@ -62,21 +109,35 @@ def run_cell(cell: Cell, ctx: CellContext) -> CellResult:
         return result.finished(Status.ERROR, _unexpected(err, ctx.run_dir / "logs" / cell.id), ExitCode.FELL_SHORT)
 
 
-def _run_cell(cell: Cell, ctx: CellContext, result: CellResult) -> CellResult:
-    if not _expectation_applies(cell, ctx.sglang_version):
+def _run_cell(cell: Cell, ctx: CellContext, result: CellResult, clock: CellClock) -> CellResult:
+    if not expectation_applies(cell, ctx.sglang_version):
         return result.finished(Status.SKIPPED, f"expectation written for SGLang {cell.expect.sglang}, "
                                                f"testing {ctx.sglang_version}", ExitCode.OK)
     logs_dir = ctx.run_dir / "logs" / cell.id
+    names = _suite_names(cell, ctx)
+    first = _boot_and_measure(cell, ctx, result, clock, logs_dir, names)
+
+    def measure(attempt: int, suites: tuple[str, ...]) -> CellResult:
+        ctx.stage(f"{cell.id}: more evidence, boot {attempt}")
+        return _boot_and_measure(cell, ctx, result, clock, logs_dir / f"boot-{attempt}", suites)
+
+    return more_evidence(first, names, ctx.sampling, measure, lambda pooled, suites: _judge(pooled, suites, ctx))
+
+
+def _boot_and_measure(cell: Cell, ctx: CellContext, result: CellResult, clock: CellClock, logs_dir: Path,
+                      names: tuple[str, ...]) -> CellResult:
+    """One boot of the cell: launch, measure ``names``, tear down, judge."""
     plan = plan_launch(cell, ctx.launcher.placement(cell.nnodes))
     ctx.stage(f"{cell.id}: launching {len(plan.ranks)} rank(s)")
     try:
         with contextlib.ExitStack() as stack:
             deployment = stack.enter_context(ctx.launcher.launch(plan, logs_dir))
-            result = replace(result, boot_seconds=round(deployment.boot_seconds, 3))
+            if clock.ready is None:
+                clock.mark_ready()
+            result = replace(result, boot_seconds=result.boot_seconds or round(deployment.boot_seconds, 3))
             if cell.expect.rejects:
                 return result.finished(Status.FAILED, f"expected SGLang to reject this cell "
                                        f"(/{cell.expect.message}/) but it became healthy", ExitCode.FELL_SHORT)
-            names = _suite_names(cell, ctx)
             reference = _launch_reference(cell, names, ctx, stack, logs_dir)
             ctx.stage(f"{cell.id}: measuring ({', '.join(names)})")
             outcome = run_suites(SuiteRequest(
@@ -107,21 +168,26 @@ def _judge_measurement(result: CellResult, names: tuple[str, ...], outcome: Suit
                        ctx: CellContext) -> CellResult:
     measured = replace(result, metrics=outcome.metrics, warnings=tuple(outcome.warnings), tests=tuple(outcome.tests),
                        gpqa=gpqa_note(outcome.records))
+    return _judge(measured, names, ctx, outcome.stopped_by)
+
+
+def _judge(measured: CellResult, names: tuple[str, ...], ctx: CellContext,
+           stopped_by: DsparkError | None = None) -> CellResult:
+    """Gate what was measured (one boot, or several pooled) and decide the cell's status."""
     # A baseline gate on a suite this run did not select (--suites) is not applicable; one on a suite that ran
     # but did not produce its metric still fails.
-    gates = ctx.gate(measured, outcome.metrics)
+    gates = ctx.gate(measured, measured.metrics)
     applied = tuple(g for g in gates if suite_of(g.metric) in names)
-    warnings = measured.warnings + tuple(sorted({f"{suite_of(g.metric)} suite not run: gate on {g.metric} not applied"
-                                                 for g in gates if suite_of(g.metric) not in names}))
+    warnings = tuple(dict.fromkeys(measured.warnings + tuple(sorted(
+        {f"{suite_of(g.metric)} suite not run: gate on {g.metric} not applied"
+         for g in gates if suite_of(g.metric) not in names}))))
     measured = replace(measured, gates=applied, warnings=warnings)
-    if outcome.stopped_by is not None:  # a rank died or hung while the suites ran: the numbers are void
-        err = outcome.stopped_by
+    if stopped_by is not None:  # a rank died or hung while the suites ran: the numbers are void
+        err = stopped_by
         return measured.finished(Status.ERROR, str(err), _exit_code_of(err), sglang_error=err.sglang_error)
     if measured.failed_tests:  # failed gates are in `gates`; `error` is for everything else
         return measured.finished(Status.FAILED, "; ".join(measured.failed_tests), ExitCode.FELL_SHORT)
-    if not all(gate.passed for gate in applied):
-        return measured.finished(Status.FAILED, None, ExitCode.FELL_SHORT)
-    return measured.finished(Status.PASSED, None, ExitCode.OK)
+    return measured.finished(status_of(applied))  # passed, failed (a gate regressed) or inconclusive
 
 
 def _exit_code_of(err: DsparkError) -> ExitCode:
@@ -144,7 +210,7 @@ def _unexpected(err: Exception, logs_dir: Path) -> str:
     return f"unexpected {type(err).__name__}: {err} (a dspark-ci bug or an environment problem; {kept})"
 
 
-def _expectation_applies(cell: Cell, version: str) -> bool:
+def expectation_applies(cell: Cell, version: str) -> bool:
     if not cell.expect.sglang:
         return True
     try:

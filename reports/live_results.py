@@ -74,10 +74,10 @@ class ResultsWriter:
     def finish(self) -> bool:
         """Write everything one last time; False when a report could not be written (the run is then red).
         A selected cell still without an outcome (the run ended on an error of its own) is recorded as not run."""
-        for cell in self.selected[len(self.results.cells):]:
+        for cell in self._waiting():
             self._append(cell.finished(
                 Status.ERROR, "not run: the run stopped before this cell started (see the error it printed)"))
-        self.results = replace(self.results, finished_at=now())
+        self.results = replace(self.results, cells=self._in_matrix_order(self.results.cells), finished_at=now())
         history = self._remember()
         try:
             self._rewrite(html=True, history=history)
@@ -104,12 +104,22 @@ class ResultsWriter:
         as an error saying why (if the run was killed, that is what its reports keep saying)."""
         if self.results.finished_at is not None:
             return self.results
-        waiting = self.selected[len(self.results.cells):]
+        waiting = self._waiting()
         why = (f"no outcome yet: the run was still going when this was written; if it is not running any more it was "
                f"killed before this cell finished (finished cells are in {RESULTS_LINES}; "
                f"`dspark-ci cleanup --run {self.results.run_id}` removes what it left running)")
-        return replace(self.results, cells=(*self.results.cells,
-                                            *(cell.finished(Status.ERROR, why) for cell in waiting)))
+        return replace(self.results, cells=self._in_matrix_order(
+            (*self.results.cells, *(cell.finished(Status.ERROR, why) for cell in waiting))))
+
+    def _waiting(self) -> list[CellResult]:
+        """Selected cells without an outcome yet (cells side by side finish in any order)."""
+        done = {cell.id for cell in self.results.cells}
+        return [cell for cell in self.selected if cell.id not in done]
+
+    def _in_matrix_order(self, cells: tuple[CellResult, ...]) -> tuple[CellResult, ...]:
+        """The results in the order the cells were selected, whatever order they finished in."""
+        position = {cell.id: index for index, cell in enumerate(self.selected)}
+        return tuple(sorted(cells, key=lambda c: position.get(c.id, len(position))))
 
     def _remember(self) -> Path | None:
         """Record the finished run in the run history (reports.history); a history that cannot be written

@@ -113,3 +113,38 @@ def test_a_gate_failure_is_never_retried_and_a_second_infra_failure_stays(tmp_pa
     assert [c[3] for c in calls] == ["gate", "infra", "infra"]
     assert cell_result(tmp_path, "gate")["status"] == "failed"
     assert cell_result(tmp_path, "infra")["status"] == "error"
+
+
+def test_the_next_plan_reads_each_cells_own_time_from_a_shard_that_ran_several(tmp_path):
+    """A shard runs several cells in one run directory: each cell's own ``seconds`` is its duration for the next
+    plan (before cells were timed, a multi-cell run told the planner nothing)."""
+    cells = [{"id": cell, "config": {}, "expect": {"outcome": "serve"}, "status": "passed", "error": None,
+              "boot_seconds": 30.0, "metrics": {}, "gates": [], "started_at": "2026-12-01T01:00:00+00:00",
+              "finished_at": "2026-12-01T01:10:00+00:00", "seconds": seconds}
+             for cell, seconds in (("a", 600.0), ("b", 1500.0))]
+    shard = tmp_path / "runs" / "shard-1"
+    shard.mkdir(parents=True)
+    (shard / "results.json").write_text(json.dumps({
+        "schema": 1, "run_id": "r", "started_at": "2026-12-01T01:00:00+00:00",
+        "finished_at": "2026-12-01T01:35:00+00:00", "launcher": "local", "matrices": [], "cells": cells}))
+    durations = tmp_path / "durations.json"
+    merged = subprocess.run([sys.executable, "-m", "ci.nightly.merge_runs", "--out", str(tmp_path / "merged"),
+                             "--durations", str(durations), str(shard)], capture_output=True, text=True, timeout=60,
+                            cwd=REPO)
+    assert merged.returncode == 0, merged.stderr
+    assert json.loads(durations.read_text()) == {"a": 600.0, "b": 1500.0}
+    proc, shards = shards_cli(tmp_path, [entry("a"), entry("b")], json.loads(durations.read_text()))
+    assert proc.returncode == 0, proc.stderr
+    assert {s["cells"]: s["est_minutes"] for s in shards} == {"b": 25, "a": 10}
+
+
+def test_resolver_decided_rejections_take_one_cpu_job_and_no_gpu_runner(tmp_path):
+    decided = [{**entry(c, expect="reject"), "decided_by": "resolver"} for c in ("r1", "r2", "r3")]
+    launched = [entry("s1"), entry("s2"), entry("hw-reject", expect="reject")]  # hardware-bound: still launched
+    proc, shards = shards_cli(tmp_path, [*decided, *launched], fleet={"8-gpu-h200": 2})
+    assert proc.returncode == 0, proc.stderr
+    cpu = [s for s in shards if s["rejections"] == "resolver"]
+    assert [(s["runner"], s["cells"]) for s in cpu] == [("ubuntu-latest", "r1 r2 r3")]
+    gpu_cells = " ".join(s["cells"] for s in shards if s["runner"] == "8-gpu-h200").split()
+    assert sorted(gpu_cells) == ["hw-reject", "s1", "s2"]
+    assert all(s["rejections"] == "launch" for s in shards if s["runner"] == "8-gpu-h200")

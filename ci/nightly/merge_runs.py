@@ -50,10 +50,16 @@ def merge_results(runs: list[tuple[Path, RunResults]], run_id: str,
 
 
 def cell_durations(runs: list[tuple[Path, RunResults]]) -> dict[str, float]:
-    """Wall time of each run directory that ran one cell (the nightly's layout): what ci.nightly.shards plans with."""
+    """Each cell's own wall time (results.json's per-cell ``seconds``: start to result, boot and teardown
+    included), what ci.nightly.shards plans with; a run written before cells were timed counts when it ran one cell
+    (its start to finish)."""
     durations = {}
     for _, results in runs:
-        if len(results.cells) == 1 and results.started_at and results.finished_at:
+        for cell in results.cells:
+            if cell.timing is not None and cell.timing.seconds is not None:
+                durations[cell.id] = round(cell.timing.seconds, 1)
+        if len(results.cells) == 1 and results.cells[0].id not in durations and results.started_at \
+                and results.finished_at:
             seconds = (datetime.fromisoformat(results.finished_at) - datetime.fromisoformat(results.started_at))
             durations[results.cells[0].id] = round(max(0.0, seconds.total_seconds()), 1)
     return durations
@@ -75,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plan", type=Path, help="`dspark-ci plan --format github` output: cells to expect")
     parser.add_argument("--run-id", default="merged", help="run_id of the merged run (default: merged)")
     parser.add_argument("--durations", type=Path,
-                        help="also write {cell_id: seconds} of every run directory holding one cell (ci.nightly.shards)")
+                        help="also write {cell_id: seconds}, each cell's own wall time (for ci.nightly.shards)")
     args = parser.parse_args(argv)
 
     def body() -> int:

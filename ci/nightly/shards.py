@@ -10,7 +10,9 @@ other, one boot per cell with all its suites (``python -m ci.nightly.shard_run``
 Cell times: the measured duration of the cell's last nightly (``--durations``: ``{cell_id: seconds}``,
 written by the report job) when there is one, else an estimate from what the cell does
 (``estimate_seconds``). Prints the same job outputs as ``ci.nightly.matrix_outputs`` (one ``include`` entry
-per shard: ``{"shard", "runner", "matrix", "cells", "est_minutes"}``).
+per shard: ``{"shard", "runner", "matrix", "cells", "est_minutes", "rejections"}``). Expected rejections the plan
+marks ``"decided_by": "resolver"`` (``dspark-ci plan --rejections resolver``) take no GPU runner: they form one
+shard on a hosted CPU runner whose run decides them with SGLang's resolver (``"rejections": "resolver"``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from ground.errors import BadInput
 from ground.records import REJECT
 
 DEFAULT_RUNNERS = 2
+RESOLVER_RUNNER = "ubuntu-latest"  # expected rejections SGLang's resolver decides: one CPU job, no GPU runner
+RESOLVER_SECONDS = 3 * 60  # that job: install the resolver environment (~80 s), resolve every rank
 REJECT_SECONDS = 6 * 60  # an expected rejection: pull/boot until SGLang refuses
 SERVE_SECONDS = 45 * 60  # boot + accept + speed + GPQA with thinking
 MULTI_NODE_EXTRA = 10 * 60  # per extra node: image pull, rendezvous
@@ -38,6 +42,7 @@ class Shard:
     index: int  # 1-based within its runner label
     cells: tuple[str, ...]
     seconds: float
+    rejections: str = "launch"  # "resolver": every cell is an expected rejection SGLang's resolver decides
 
     @property
     def name(self) -> str:
@@ -51,12 +56,16 @@ def estimate_seconds(entry: dict) -> float:
 
 
 def schedule(entries: list[dict], durations: dict[str, float], fleet: dict[str, int]) -> list[Shard]:
-    """LPT per runner label: shards in label order of first appearance, cells longest first."""
+    """LPT per runner label: shards in label order of first appearance, cells longest first; the expected
+    rejections the plan marks ``"decided_by": "resolver"`` go to one CPU shard of their own, first."""
+    decided = tuple(e["cell"] for e in entries if e.get("decided_by") == "resolver")
+    shards = [Shard(RESOLVER_RUNNER, 1, decided, RESOLVER_SECONDS, "resolver")] if decided else []
     by_runner: dict[str, list[tuple[float, str]]] = {}
     for entry in entries:
+        if entry["cell"] in decided:
+            continue
         seconds = durations.get(entry["cell"]) or estimate_seconds(entry)
         by_runner.setdefault(entry["runner"], []).append((float(seconds), entry["cell"]))
-    shards: list[Shard] = []
     for runner, cells in by_runner.items():
         count = max(1, min(len(cells), fleet.get(runner, DEFAULT_RUNNERS)))
         loads = [0.0] * count
@@ -82,7 +91,8 @@ def lower_bound(entries: list[dict], durations: dict[str, float], fleet: dict[st
 
 def shard_matrix(shards: list[Shard], matrix_of: dict[str, str]) -> dict:
     return {"include": [{"shard": s.name, "runner": s.runner, "matrix": matrix_of[s.cells[0]],
-                         "cells": " ".join(s.cells), "est_minutes": round(s.seconds / 60)} for s in shards]}
+                         "cells": " ".join(s.cells), "est_minutes": round(s.seconds / 60), "rejections": s.rejections}
+                        for s in shards]}
 
 
 def _read_json_object(path: Path | None, what: str) -> dict:

@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 
 from ground.errors import BadInput, InfraError
 from ground.sglang.release import is_peer_loss
-from launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, LaunchContext, LaunchTimeout, RankExit,
+from launchers.contract import (LOG_LINES_KEPT, Capacity, LOG_LINES_SEARCHED, LaunchContext, LaunchTimeout, RankExit,
                                 culprit, group_failed)
 from launchers.ledger import Ledger
 from launchers.logs import rank_log_path, tail
@@ -26,7 +26,7 @@ from launchers.plan_types import LaunchPlan, Placement
 from launchers.processes import free_port, signals_deferred, sigterm_as_interrupt
 from launchers.materialize import redact
 from launchers.wait import Deadline, OurServer, wait_until_ready
-from launchers.slurm.commands import (RUNNING_STATES, WAITING_STATES, cancel, checked_output, conf_hint, gpus_of,
+from launchers.slurm.commands import (NODES_OUT_OF_SERVICE, RUNNING_STATES, WAITING_STATES, cancel, checked_output, conf_hint, gpus_of,
                                       hostnames, is_over, job_info, key_values, last_line, node_address, slurm,
                                       wait_gone)
 from launchers.slurm.script import gpus_per_node, render_job
@@ -128,6 +128,20 @@ class SlurmLauncher:
                 if fitting < nnodes:
                     raise BadInput(where, f"needs {nnodes} nodes with {gpus} GPUs each; partition {wanted} has "
                                           f"{fitting} such node(s) of {len(gpus_by_node)}", fix)
+
+    def capacity(self) -> Capacity:
+        """As many cells side by side as the partition has nodes in service (down, drained and failing nodes
+        left out); Slurm places the jobs, and a job that must wait anyway shows Slurm's reason while it does."""
+        env, timeout = self.settings.caller_env, self.settings.command_timeout_s
+        args = ["sinfo", "-h", "-N", "-o", "%N|%t"] + ([f"--partition={self.settings.partition}"]
+                                                       if self.settings.partition else [])
+        states = dict(line.strip().split("|", 1) for line in checked_output(args, env, timeout).splitlines()
+                      if "|" in line)
+        usable = sorted(node for node, state in states.items() if not state.rstrip("*~#!%$@^-").startswith(
+            NODES_OUT_OF_SERVICE))
+        where = f"partition {self.settings.partition}" if self.settings.partition else "the default partition"
+        return Capacity(max(1, len(usable)), len(usable) or None,
+                        f"{len(usable)} node(s) in service in Slurm {where}")
 
     @contextlib.contextmanager
     def launch(self, plan: LaunchPlan, logs_dir: Path) -> Iterator["SlurmDeployment"]:
