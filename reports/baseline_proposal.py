@@ -19,7 +19,7 @@ import yaml
 from ground.errors import BadInput
 from ground.records import CellResult, RunResults, Status
 from reports.baseline import NOISE_RUN_SDS, SCHEMA
-from reports.metrics import REQUEST_STDERR_OF
+from reports.metrics import REQUEST_STDERR_OF, STDERR_OF
 
 # metric -> its gate in a recorded baseline. Tolerances are the ones gates in the wild use
 # (FIELD_NOTES.md): throughput -3%, median TTFT/TPOT +2.5%, accept length at 95% of the baseline.
@@ -140,7 +140,7 @@ def _noise(cells: list[CellResult], metric: str, values: list[float]) -> dict[st
 
 
 def _gpqa_spec(cells: list[CellResult], values: list[float]) -> dict[str, float] | None:
-    errors = [cell.metrics.get("gpqa_stderr") for cell in cells]
+    errors = [cell.metrics.get(STDERR_OF["gpqa_accuracy"]) for cell in cells]
     if any(se is None or not math.isfinite(se) for se in errors):
         return None  # a floor without its sampling error is a flake waiting to happen
     # Repeated runs ask the same questions: they add no questions, so the error bar is one run's, not

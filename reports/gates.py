@@ -25,10 +25,12 @@ from typing import Mapping
 
 from ground import stats
 from ground.records import CellResult, GateResult, RunResults, Status
+from ground.suites import SUITE_DEFAULTS
 from reports.baseline import NOISE_RUN_SDS, Baseline, MetricSpec
 from reports.metrics import HIGHER, LOWER, METRICS, REQUEST_STDERR_OF, STDERR_OF, format_value, in_table_order
 
-COLLAPSE_FLOOR = 1.2  # accept_length at or below ~1 means no draft token is being accepted
+# accept_length at or below ~1 means no draft token is being accepted: the accept suite's own floor, one fact
+COLLAPSE_FLOOR = SUITE_DEFAULTS["accept"]["min_accept_length"]
 GPQA_CHANCE = 0.25  # four choices
 CHANCE_FALSE_PASS = 0.01  # a guesser passes the chance floor at most this often (exact binomial)
 GATE_PRECISION = 6  # decimals kept in thresholds (ratios make long floats)

@@ -18,7 +18,7 @@ from ground.sglang.settings import summary_items
 from reports.baseline import Baseline
 from reports.gates import describe_gate, explain, levels_line
 from ground.suites import SUITE_DEFAULTS
-from reports.metrics import SPEED_DETAIL, SPEED_LINE, format_value, label
+from reports.metrics import SPEED_DETAIL, SPEED_LINE, STDERR_OF, format_value, label
 from reports.results import error_headline, rejection_message
 
 OVERVIEW_METRICS = ("accept_length", "output_throughput_tok_s", "ttft_ms_mean", "tpot_ms_mean", "gpqa_accuracy")
@@ -368,8 +368,9 @@ def _sample_size(metric: str, metrics: Mapping) -> str:
 
 def _quality_value(metric: str, metrics: Mapping) -> str:
     value = format_value(metric, metrics[metric])
-    if metric == "gpqa_accuracy" and metrics.get("gpqa_stderr") is not None:
-        value += f" ± {format_value('gpqa_stderr', metrics['gpqa_stderr'])}"
+    stderr = STDERR_OF.get(metric)  # its standard error's metric (reports.metrics), when it has one
+    if stderr and metrics.get(stderr) is not None:
+        value += f" ± {format_value(stderr, metrics[stderr])}"
     return value
 
 

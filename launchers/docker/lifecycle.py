@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import docker
 import docker.errors
@@ -44,6 +44,7 @@ from ground.errors import InfraError
 from launchers.contract import LOG_LINES_KEPT, LOG_LINES_SEARCHED, LaunchContext, RankExit, culprit, group_failed
 from launchers.docker.spec import (LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, SIM_IMAGE, DockerSettings, container_env,
                                    container_spec, files_to_copy, image_for)
+from launchers.docker.options import DockerOptions
 from launchers.docker.hosts import DockerHost, clients, connect, load_inventory
 from launchers.ledger import Ledger
 from launchers.processes import free_port, port_is_free, signals_deferred, sigterm_as_interrupt
@@ -57,12 +58,12 @@ SETTLE_S = 0.5  # after seeing one rank exit, let every engine catch up before n
 REMOTE_PORT_TRIES = 20
 LOG_RECONNECT_S = 1.0  # pause before following a container's log again after its stream ended
 
-def build(context: LaunchContext, options: Mapping[str, Any]) -> "DockerLauncher":
-    """The catalog's constructor (launchers.catalog): --hosts, --pull and --image arrive in ``options``."""
+def build(context: LaunchContext, options: DockerOptions) -> "DockerLauncher":
+    """The catalog's constructor (launchers.catalog): --hosts, --pull and --image, checked, in ``options``."""
     return DockerLauncher(DockerSettings(
-        server=context.server, image=options.get("image"), pull=options.get("pull") or "missing",
-        boot_timeout_s=context.boot_timeout_s, inventory=load_inventory(options.get("hosts"), context.caller_env),
-        caller_env=dict(context.caller_env), run_id=context.run_id, ledger=Ledger(context.run_id, context.run_dir)))
+        server=context.server, image=options.image, pull=options.pull, boot_timeout_s=context.boot_timeout_s,
+        inventory=load_inventory(options.hosts, context.caller_env), caller_env=dict(context.caller_env),
+        run_id=context.run_id, ledger=Ledger(context.run_id, context.run_dir)))
 
 
 # --- the launcher ------------------------------------------------------------------------------------
@@ -300,11 +301,6 @@ def _dispose(container, stop_timeout_s: int, log: "_LogPump | None") -> None:
     except (docker.errors.APIError, requests.RequestException) as err:
         print(f"dspark-ci: could not remove container {container.name}: {err} "
               "(`dspark-ci cleanup` removes it later)", file=sys.stderr)
-
-
-def leftovers(client: docker.DockerClient, run_id: str | None = None) -> list:
-    """Every container a launch created on this engine (of one run, or of any), running or not."""
-    return client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}" if run_id else LABEL_RUN})
 
 
 def remove_leftover(container) -> None:
