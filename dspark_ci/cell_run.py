@@ -184,7 +184,8 @@ def _judge(measured: CellResult, names: tuple[str, ...], ctx: CellContext,
     measured = replace(measured, gates=applied, warnings=warnings)
     if stopped_by is not None:  # a rank died or hung while the suites ran: the numbers are void
         err = stopped_by
-        return measured.finished(Status.ERROR, str(err), _exit_code_of(err), sglang_error=err.sglang_error)
+        return measured.finished(Status.ERROR, str(err), _exit_code_of(err),
+                                 sglang_error=getattr(err, "sglang_error", None))
     if measured.failed_tests:  # failed gates are in `gates`; `error` is for everything else
         return measured.finished(Status.FAILED, "; ".join(measured.failed_tests), ExitCode.FELL_SHORT)
     return measured.finished(status_of(applied))  # passed, failed (a gate regressed) or inconclusive

@@ -97,7 +97,7 @@ def pooled(attempts: list[CellResult]) -> CellResult:
     measured = [a for a in attempts if _measured(a)]
     boots = tuple(boot for a in measured for boot in (a.boots or (a.metrics,)))
     names = dict.fromkeys(name for boot in boots for name in boot)
-    metrics = {name: statistics.fmean(b[name] for b in boots if b.get(name) is not None) for name in names
+    metrics = {name: statistics.fmean(value for b in boots if (value := b.get(name)) is not None) for name in names
                if any(b.get(name) is not None for b in boots)}
     questions: dict[str, list[int]] = {}
     for attempt in measured:

@@ -262,7 +262,8 @@ def verdict(results: RunResults, selected: int, accept_inconclusive: bool = Fals
     cells = results.cells
     if len(cells) < selected:
         return ExitCode.FELL_SHORT, f"only {len(cells)} of {selected} selected cells have a recorded outcome"
-    worst = max((cell.exit_code for cell in cells if cell.exit_code != ExitCode.INCONCLUSIVE), default=ExitCode.OK)
+    worst = max((cell.exit_code or ExitCode.OK for cell in cells if cell.exit_code != ExitCode.INCONCLUSIVE),
+                default=ExitCode.OK)
     if worst != ExitCode.OK:
         failing = sum(cell.status.failing for cell in cells)
         return worst, f"{failing} of {len(cells)} cells did not pass"

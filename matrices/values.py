@@ -183,7 +183,7 @@ def suite_map(value, where, key, example) -> Mapping[str, Mapping[str, Any]]:
     """``suites: {accept: {num_requests: 8}, gpqa: null}``; null options mean the suite's defaults."""
     if not isinstance(value, YamlMap):
         raise _fail(where, key, "a mapping of suite name to options", value, example)
-    suites = {}
+    suites: dict[str, Mapping[str, Any]] = {}
     for name, options in value.items():
         here = where.at(value, name)
         if name not in SUITE_DEFAULTS:
@@ -218,7 +218,7 @@ def expect_spec(value, where, key, example) -> Expect:
     message = value.get("message")
     here = where.at(value, "message")
     if outcome == REJECT:
-        text(message, here, "expect.message", 'message: "DSpark with dp attention requires"')
+        message = text(message, here, "expect.message", 'message: "DSpark with dp attention requires"')
         try:
             re.compile(message)
         except re.error as err:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 
 class SimConfigError(ValueError):
@@ -244,6 +244,6 @@ class SimConfig:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> "SimConfig":
-        values = {name: knob.parse(knob.env, environ.get(knob.env, knob.default).strip())
+        values: dict[str, Any] = {name: knob.parse(knob.env, environ.get(knob.env, knob.default).strip())
                   for name, knob in KNOBS.items()}
         return cls(**values)

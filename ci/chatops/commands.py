@@ -117,7 +117,7 @@ def parse_arguments(name: str, args: list[str]) -> Command:
     if len(args) > MAX_SPECS:
         raise CommentRejected([(None, f"{name} takes at most {MAX_SPECS} tests per comment "
                                       f"(got {len(args)})")], name)
-    specs, refusals = [], []
+    specs, refusals = [], []  # type: list[TestSpec], list[tuple[str | None, str]]
     for arg in args:
         try:
             specs.append(parse_spec(arg))

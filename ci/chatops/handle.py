@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from difflib import get_close_matches
 from pathlib import Path
-from typing import Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from ci.chatops import commands
 from ci.chatops.commands import CommentRejected, NotACommand, parse_arguments, split_command
@@ -102,7 +102,7 @@ class Outcome:
 
 
 def handle(event: CommentEvent, config: ChatOpsConfig, context: Context) -> Outcome:
-    plan = {"command": None, "user": event.user, "repo": event.repo, "pr": event.pr_number, "actions": []}
+    plan: dict[str, Any] = {"command": None, "user": event.user, "repo": event.repo, "pr": event.pr_number, "actions": []}
     try:
         name, args = split_command(event.body)
     except NotACommand as err:
@@ -139,7 +139,7 @@ def _rejected(plan: dict, refusals: list, problem: str) -> Outcome:
 def _rerun_test(command, event: CommentEvent, config: ChatOpsConfig, context: Context, plan: dict) -> Outcome:
     file_specs = tuple(spec for spec in command.specs if not spec.cell)
     cell_specs = [spec for spec in command.specs if spec.cell]
-    resolved, refusals = [], []
+    resolved, refusals = [], []  # type: list, list
     if file_specs:
         if not (config.repo_root / "test").is_dir() and not (config.repo_root / "test").is_symlink():
             raise BadInput("--repo-root", f"{config.repo_root} has no test/registered/ folder",

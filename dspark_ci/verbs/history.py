@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from dspark_ci.tables import text_table
 from ground.errors import BadInput
@@ -66,7 +67,7 @@ def _trends(path: Path, args: argparse.Namespace) -> int:
     if not cells:
         raise BadInput(f"--cell {args.cell}", "no recorded cell matches", "list the runs with `dspark-ci history`")
     metrics = args.metric or list(TREND_METRICS)
-    output = {}
+    output: dict[str, dict[str, Any]] = {}
     for cell_id in cells:
         series = {metric: history.series(path, cell_id, metric)[-args.limit:] for metric in metrics}
         regressions = {metric: history.regression(path, cell_id, metric) for metric in metrics}

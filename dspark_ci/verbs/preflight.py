@@ -75,7 +75,7 @@ def _header(resolver: Resolver) -> str:
 
 def report(resolver: Resolver, verdicts: list[CellVerdict]) -> int:
     print(_header(resolver))
-    agree, disagree, hardware = [], [], []
+    agree, disagree, hardware = [], [], []  # type: list[CellVerdict], list[CellVerdict], list[CellVerdict]
     for verdict in verdicts:
         _, result = verdict.deciding
         if result.verdict == "hardware":

@@ -85,8 +85,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         for spec in kind.declared:  # checked when the launcher is built (launchers.options.from_values): exit 2
             option = spec.option
             default = "" if spec.default in (None, ()) else f"; default {spec.default}"
+            checked: dict[str, Any] = {"type": argparse_type(option.parse)} if option.parse else {}
             parser.add_argument(option.flag, dest=spec.dest, metavar=option.metavar, choices=option.choices,
-                                type=argparse_type(option.parse), action="append" if option.repeatable else "store",
+                                action="append" if option.repeatable else "store", **checked,
                                 help=f"{option.help} ({kind.name} launcher{default})")
 
 
@@ -100,11 +101,8 @@ def non_negative_count(text: str) -> int:
     return count
 
 
-def argparse_type(parse: Callable[[str], Any] | None) -> Callable[[str], Any] | None:
+def argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     """An option's check as argparse's ``type``: a refused value is exit 2, the flag named, before anything runs."""
-    if parse is None:
-        return None
-
     def convert(text: str) -> Any:
         try:
             return parse(text)

@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import docker
 import docker.errors
@@ -71,7 +71,7 @@ def build(context: LaunchContext, options: DockerOptions) -> "DockerLauncher":
 class DockerLauncher:
     name = "docker"
 
-    def __init__(self, settings: DockerSettings = None):
+    def __init__(self, settings: DockerSettings | None = None):
         self.settings = settings or DockerSettings()
         # Each run starts its remote ports at its own offset (0..9990): concurrent runs rarely even try the same.
         start = int(hashlib.sha256(self.settings.run_id.encode()).hexdigest(), 16) % 1000 * 10
@@ -200,7 +200,7 @@ class _RankContainer:
 class _Rank:
     command: RankCommand
     host: DockerHost
-    container: object  # docker.models.containers.Container
+    container: Any  # docker.models.containers.Container (the SDK is untyped)
     log: "_LogPump"
 
 
@@ -354,7 +354,7 @@ class _LogPump:
 
     def __init__(self, container, path: Path, header: str, secrets: list[str]):
         self.container, self.path, self.header, self.secrets = container, path, header, secrets
-        self._stream = None
+        self._stream: Any = None
         self._lock = threading.Lock()
         self._finished = False
         path.write_text(header)
