@@ -148,14 +148,20 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
                            baseline=baselines.shared(), selected=tuple(pending_result(cell) for cell in cells))
     ctx = CellContext(launcher=launcher, run_dir=run_dir, sglang_version=options.sglang_version,
                       suites=options.suites, gate=baselines.gate, stage=progress.stage, detail=progress.detail,
-                      suite_defaults=suite_defaults, sampling=options.sampling)
+                      suite_defaults=suite_defaults, sampling=options.sampling, ledger=ledger)
     try:
-        _record_decided(cells, decided.results, writer, progress)
-        _run_cells(decided.to_launch, len(cells), run_capacity(launcher, options.max_parallel), ctx, writer, progress)
+        try:
+            _record_decided(cells, decided.results, writer, progress)
+            _run_cells(decided.to_launch, len(cells), run_capacity(launcher, options.max_parallel), ctx, writer,
+                       progress)
+        finally:
+            _release(ledger)
+    except KeyboardInterrupt:  # at any moment, even after the last cell: the run is an interrupted one
+        writer.interrupted()
+        raise
     finally:
-        reported = writer.finish()
-        _release(ledger)
         progress.close()
+        reported = writer.finish()  # last: once the final set is on disk, the run has finished
         progress.done(f"results in {run_dir}/ (results.json, junit.xml, report.md, report.html, logs/)")
         rerun = rerun_command(writer.results)
         if rerun:

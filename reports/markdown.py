@@ -177,9 +177,13 @@ def _verdict_line(results: RunResults) -> str:
     cells = results.cells
     counts = ", ".join(f"{sum(c.status is s for c in cells)} {s.text}" for s in Status)
     undecided = any(cell.status is Status.INCONCLUSIVE for cell in cells)
-    verdict = "❌ **FAILED**" if results.failed else "❔ **INCONCLUSIVE**" if undecided else "✅ **PASSED**"
+    verdict = ("❌ **FAILED**" if results.failed or not results.complete else "❔ **INCONCLUSIVE**" if undecided
+               else "✅ **PASSED**")
     if results.interrupted:
-        verdict += " (interrupted: cells after the last one listed did not run)"
+        verdict += " (interrupted before the run finished: Ctrl-C or SIGTERM)"
+    elif not results.complete:
+        verdict += (" (not finished: written while the run was going; if it is not running any more, it was killed "
+                    "before it finished)")
     when = _time_span(results.started_at, results.finished_at)
     return f"{verdict}: {len(cells)} cells: {counts} · launcher `{results.launcher or '?'}` · {when}"
 

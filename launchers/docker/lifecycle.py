@@ -211,18 +211,23 @@ class _Group:
                  ledger: Ledger | None = None):
         self.labels, self.engines, self.stop_timeout_s, self.ledger = dict(labels), engines, stop_timeout_s, ledger
         self.ranks: list[_Rank] = []
+        self.attempted: list[tuple[str, str]] = []  # (engine, container name) of every create sent, even unanswered
 
     def start(self, rank: _RankContainer) -> None:
         command, host, spec = rank.command, rank.host, rank.spec
         if self.ledger:  # before it exists: a hard kill after create still leaves a record naming it
             self.ledger.record("docker", self.labels[LABEL_CELL], command.node_rank, engine=host.url,
                                container=spec["name"])
+        self.attempted.append((host.url, spec["name"]))
         try:
-            container = self.engines[host.url].containers.create(environment=rank.env, **spec)
-            header = (f"# node rank {command.node_rank} on {host.url} ({host.address}), image {spec['image']}, "
-                      f"container {spec['name']}\n# {' '.join(spec['command'])}\n")
-            log = _LogPump(container, rank.log_path, redact(header, rank.secrets), rank.secrets)
-            self.ranks.append(_Rank(command, host, container, log))  # from here on, teardown removes it
+            # A Ctrl-C or SIGTERM landing while the engine creates the container is held until the container is
+            # ours to remove (the engine finishes the create whatever we do; the caller must know the container).
+            with signals_deferred():
+                container = self.engines[host.url].containers.create(environment=rank.env, **spec)
+                header = (f"# node rank {command.node_rank} on {host.url} ({host.address}), image {spec['image']}, "
+                          f"container {spec['name']}\n# {' '.join(spec['command'])}\n")
+                log = _LogPump(container, rank.log_path, redact(header, rank.secrets), rank.secrets)
+                self.ranks.append(_Rank(command, host, container, log))  # from here on, teardown removes it
             _copy_into(container, rank.files)
             container.start()
         except docker.errors.APIError as err:
@@ -262,10 +267,13 @@ class _Group:
     def teardown(self) -> None:
         """Stop, keep the log of, and remove every container of this launch, on every engine, in parallel."""
         known = {rank.container.id: rank for rank in self.ranks}
-        stragglers = [c for client in self.engines.values() for c in _labelled(client, self.labels)
-                      if c.id not in known]  # e.g. created just as Ctrl-C arrived
+        stragglers = {c.id: c for client in self.engines.values() for c in _labelled(client, self.labels)
+                      if c.id not in known}  # e.g. created just as Ctrl-C arrived
+        named = {rank.container.name for rank in self.ranks}
+        stragglers.update({c.id: c for url, name in self.attempted if name not in named
+                           for c in _named(self.engines[url], name) if c.id not in known})
         jobs = [lambda r=rank: _dispose(r.container, self.stop_timeout_s, r.log) for rank in self.ranks]
-        jobs += [lambda c=container: _dispose(c, 0, None) for container in stragglers]
+        jobs += [lambda c=container: _dispose(c, 0, None) for container in stragglers.values()]
         if jobs:
             with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
                 for future in [pool.submit(job) for job in jobs]:
@@ -293,9 +301,11 @@ def _dispose(container, stop_timeout_s: int, log: "_LogPump | None") -> None:
     try:
         with contextlib.suppress(docker.errors.APIError, requests.RequestException):
             container.stop(timeout=stop_timeout_s)
-        if log:
-            log.finish()
-        container.remove(force=True, v=True)
+        try:
+            if log:
+                log.finish()
+        finally:  # whatever keeping the log met, the container goes
+            container.remove(force=True, v=True)
     except docker.errors.NotFound:
         pass
     except (docker.errors.APIError, requests.RequestException) as err:
@@ -325,8 +335,17 @@ def remove_started(entry: dict) -> str | None:
 
 
 def _labelled(client: docker.DockerClient, labels: Mapping[str, str]) -> list:
+    try:  # a container removed between the engine's listing and its inspection is skipped, not an error
+        return client.containers.list(all=True, filters={"label": [f"{k}={v}" for k, v in labels.items()]},
+                                      ignore_removed=True)
+    except (docker.errors.APIError, requests.RequestException):
+        return []
+
+
+def _named(client: docker.DockerClient, name: str) -> list:
+    """The container of this exact name, if the engine has it (a create sent but never answered)."""
     try:
-        return client.containers.list(all=True, filters={"label": [f"{k}={v}" for k, v in labels.items()]})
+        return [client.containers.get(name)]
     except (docker.errors.APIError, requests.RequestException):
         return []
 
@@ -415,7 +434,8 @@ class _LogPump:
         with contextlib.suppress(Exception):
             if self._stream is not None:
                 self._stream.close()
-        self._thread.join(timeout=2)
+        if self._thread.ident is not None:  # not started when the interrupt came before the container started
+            self._thread.join(timeout=2)
         with contextlib.suppress(docker.errors.APIError, requests.RequestException):
             full = self.container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
             with self._lock:

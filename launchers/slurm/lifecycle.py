@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 
 from ground.errors import BadInput, InfraError
 from ground.sglang.release import is_peer_loss
-from launchers.contract import (LOG_LINES_KEPT, Capacity, LOG_LINES_SEARCHED, LaunchContext, LaunchTimeout, RankExit,
+from launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, Capacity, LaunchContext, LaunchTimeout, RankExit,
                                 culprit, group_failed)
 from launchers.ledger import Ledger
 from launchers.logs import rank_log_path, tail
