@@ -11,6 +11,7 @@ import base64
 import io
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 from ground.records import CellResult, RunResults
 from reports.metrics import METRICS, format_value, label
@@ -120,8 +121,8 @@ OFF_SCALE = 3.0  # a gate beyond this many times the largest measured value is w
 def _keep_values_readable(axes, chart: Chart, cells: list[CellResult]) -> None:
     """A generous absolute limit (TTFT <= 2000 ms for a 10 ms TTFT) drawn to scale would flatten every bar to a
     sliver: the axis then ends a little past the measured values and the far gate is named at the right edge."""
-    measured = [float(c.metrics[m]) + 2 * float(c.metrics.get(chart.stderr_metric(m) or "") or 0.0)
-                for c in cells for m in chart.metrics if c.metrics.get(m) is not None]
+    measured = [value + 2 * float(c.metrics.get(chart.stderr_metric(m) or "") or 0.0)
+                for c in cells for m in chart.metrics if (value := c.metrics.get(m)) is not None]
     if not measured or max(measured) <= 0:
         return
     limit = max(measured) * 1.3
@@ -135,7 +136,7 @@ def _keep_values_readable(axes, chart: Chart, cells: list[CellResult]) -> None:
               fontsize=8, color=GATE_COLOR)
 
 
-def _gate_ticks(axes, metric: str, cells: list[CellResult], ys: list[float]) -> None:
+def _gate_ticks(axes, metric: str, cells: list[CellResult], ys: Sequence[float]) -> None:
     for y, cell in zip(ys, cells):
         for gate in cell.gates:
             if gate.metric == metric:
