@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
+from urllib.parse import urlparse
 
 import docker
 import docker.errors
@@ -41,11 +42,12 @@ import requests
 from docker.utils import parse_repository_tag
 
 from ground.errors import InfraError
-from launchers.contract import LOG_LINES_KEPT, LOG_LINES_SEARCHED, LaunchContext, RankExit, culprit, group_failed
+from launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, Capacity, LaunchContext, RankExit, culprit,
+                                group_failed)
 from launchers.docker.spec import (LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, SIM_IMAGE, DockerSettings, container_env,
                                    container_spec, files_to_copy, image_for)
 from launchers.docker.options import DockerOptions
-from launchers.docker.hosts import DockerHost, clients, connect, load_inventory
+from launchers.docker.hosts import DockerHost, Inventory, clients, connect, load_inventory
 from launchers.ledger import Ledger
 from launchers.processes import free_port, port_is_free, signals_deferred, sigterm_as_interrupt
 from launchers.logs import rank_log_path
@@ -66,6 +68,47 @@ def build(context: LaunchContext, options: DockerOptions) -> "DockerLauncher":
         run_id=context.run_id, ledger=Ledger(context.run_id, context.run_dir)))
 
 
+class HostLeases:
+    """Which inventory hosts the cells in flight hold: a new cell's nodes go to the least busy hosts (with the run's
+    capacity at most one cell per host; a parity reference shares its cell's hosts), and are given back when the
+    cell's containers are torn down. Plans are known by their leader address and port (unique within a run)."""
+
+    def __init__(self, inventory: Inventory):
+        self._inventory = inventory
+        self._lock = threading.Lock()
+        self._busy = [0] * len(inventory.hosts)
+        self._held: dict[tuple[str, int], list[int]] = {}
+
+    def take(self, nnodes: int) -> tuple[DockerHost, ...]:
+        if self._inventory.local_nodes_on_loopback or nnodes > len(self._inventory.hosts):
+            return self._inventory.hosts_for(nnodes)  # the one local engine, or a message naming the shortfall
+        with self._lock:
+            chosen = sorted(range(len(self._busy)), key=lambda i: (self._busy[i], i))[:nnodes]
+            return tuple(self._inventory.hosts[i] for i in chosen)
+
+    def placed(self, placement: Placement, hosts: tuple[DockerHost, ...]) -> None:
+        indices = [self._inventory.hosts.index(h) for h in hosts if h in self._inventory.hosts]
+        with self._lock:
+            for i in indices:
+                self._busy[i] += 1
+            self._held[(placement.leader_addr, placement.port)] = indices
+
+    def hosts_of(self, plan: LaunchPlan) -> tuple[DockerHost, ...] | None:
+        with self._lock:
+            indices = self._held.get(_plan_key(plan))
+        return tuple(self._inventory.hosts[i] for i in indices) if indices else None
+
+    def release(self, plan: LaunchPlan) -> None:
+        with self._lock:
+            for i in self._held.pop(_plan_key(plan), []):
+                self._busy[i] -= 1
+
+
+def _plan_key(plan: LaunchPlan) -> tuple[str, int]:
+    url = urlparse(plan.base_url)
+    return url.hostname or "", url.port or 0
+
+
 # --- the launcher ------------------------------------------------------------------------------------
 
 class DockerLauncher:
@@ -76,12 +119,28 @@ class DockerLauncher:
         # Each run starts its remote ports at its own offset (0..9990): concurrent runs rarely even try the same.
         start = int(hashlib.sha256(self.settings.run_id.encode()).hexdigest(), 16) % 1000 * 10
         self._remote_offsets = (start + i for i in itertools.count())
+        self._leases = HostLeases(self.settings.inventory)
+
+    def capacity(self) -> Capacity:
+        """As many cells side by side as the inventory lists hosts (each host serves one node of one cell at a time:
+        its GPUs go to that container); with no inventory, the one local engine runs one cell at a time."""
+        inventory = self.settings.inventory
+        if inventory.local_nodes_on_loopback:
+            return Capacity(1, None, "no Docker hosts inventory (--hosts): the local engine runs one cell at a time")
+        return Capacity(len(inventory.hosts), len(inventory.hosts),
+                        f"{len(inventory.hosts)} Docker host(s) in {inventory.source}")
 
     def placement(self, nnodes: int) -> Placement:
-        hosts = self.settings.inventory.hosts_for(nnodes)
+        """Node rank r on the r-th least busy host of the inventory (cells side by side get hosts of their own)."""
+        hosts = self._leases.take(nnodes)
         if all(host.is_local for host in hosts):  # containers share this machine's ports
-            return self.settings.inventory.placement(nnodes, free_port(), free_port())
-        return self.settings.inventory.placement(nnodes, *self._remote_ports(hosts))
+            port, dist_port = free_port(), free_port()
+        else:
+            port, dist_port = self._remote_ports(hosts)
+        placement = Placement(bind_hosts=tuple(h.address for h in hosts), leader_addr=hosts[0].address, port=port,
+                              dist_port=dist_port)
+        self._leases.placed(placement, hosts)
+        return placement
 
     def _remote_ports(self, hosts) -> tuple[int, int]:
         """Ports on remote nodes: a block of its own for each run (from the run id, so two runs on one engine do
@@ -113,7 +172,7 @@ class DockerLauncher:
     @contextlib.contextmanager
     def launch(self, plan: LaunchPlan, logs_dir: Path) -> Iterator["DockerDeployment"]:
         logs_dir.mkdir(parents=True, exist_ok=True)
-        hosts = self.settings.inventory.hosts_for(len(plan.ranks))
+        hosts = self._leases.hosts_of(plan) or self.settings.inventory.hosts_for(len(plan.ranks))
         image = self.image_for(plan)
         labels = {LABEL_RUN: self.settings.run_id, LABEL_CELL: plan.cell_id, LABEL_LAUNCH: uuid.uuid4().hex[:8]}
         with clients(host.url for host in hosts) as engines, sigterm_as_interrupt():
@@ -132,6 +191,7 @@ class DockerLauncher:
             finally:
                 with signals_deferred():
                     group.teardown()
+                    self._leases.release(plan)
 
     def _rank_container(self, command: RankCommand, host: DockerHost, image: str, labels: Mapping[str, str],
                         device: str, logs_dir: Path) -> "_RankContainer":
