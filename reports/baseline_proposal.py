@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import yaml
 
@@ -54,7 +54,8 @@ def propose(runs: Sequence[tuple[str, RunResults]], description: str | None = No
     for where, results in runs:
         _check_good(where, results)
     gated = _gated_cells(runs)
-    cells = {cell_id: _cell_specs(measured) for cell_id, measured in gated.items()}
+    cells: dict[str, dict[str, dict[str, Any]]] = {cell_id: _cell_specs(measured)
+                                                   for cell_id, measured in gated.items()}
     records: dict[str, dict[str, float]] = {}
     for cell_id, measured in gated.items():
         questions = _per_question(measured)
@@ -109,11 +110,12 @@ def _gated_cells(runs: Sequence[tuple[str, RunResults]]) -> dict[str, list[CellR
     return gated
 
 
-def _cell_specs(cells: list[CellResult]) -> dict[str, dict[str, float]]:
-    specs: dict[str, dict[str, float]] = {}
+def _cell_specs(cells: list[CellResult]) -> dict[str, dict[str, Any]]:
+    specs: dict[str, dict[str, Any]] = {}
     for metric, gate in RECORDED_GATES.items():
-        values = [cell.metrics.get(metric) for cell in cells]
-        if any(value is None or not math.isfinite(value) for value in values):
+        found = [cell.metrics.get(metric) for cell in cells]
+        values = [value for value in found if value is not None and math.isfinite(value)]
+        if len(values) < len(found):
             continue
         if metric == "gpqa_accuracy":
             spec = _gpqa_spec(cells, values)
@@ -133,15 +135,16 @@ def _noise(cells: list[CellResult], metric: str, values: list[float]) -> dict[st
     one boot explains (the mean of each run's own per-request standard error, as a fraction)."""
     spec = {"noise": _round(statistics.stdev(values) / abs(statistics.median(values))), "runs": len(values)}
     name = REQUEST_STDERR_OF.get(metric)
-    within = [cell.metrics.get(name) / value for cell, value in zip(cells, values) if name and cell.metrics.get(name)]
+    within = [stderr / value for cell, value in zip(cells, values) if name and (stderr := cell.metrics.get(name))]
     if len(within) == len(values):
         spec["request_noise"] = _round(statistics.fmean(within))
     return spec
 
 
 def _gpqa_spec(cells: list[CellResult], values: list[float]) -> dict[str, float] | None:
-    errors = [cell.metrics.get(STDERR_OF["gpqa_accuracy"]) for cell in cells]
-    if any(se is None or not math.isfinite(se) for se in errors):
+    found = [cell.metrics.get(STDERR_OF["gpqa_accuracy"]) for cell in cells]
+    errors = [se for se in found if se is not None and math.isfinite(se)]
+    if len(errors) < len(found):
         return None  # a floor without its sampling error is a flake waiting to happen
     # Repeated runs ask the same questions: they add no questions, so the error bar is one run's, not
     # one run's divided by the square root of the number of runs.
