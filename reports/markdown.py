@@ -73,14 +73,14 @@ TIME_ROWS = 20  # a long run lists its slowest cells (results.json times every o
 
 def _time_section(results: RunResults) -> str:
     """Where the run's time went, slowest cells first: each cell's queue, boot and measure seconds and its total."""
-    timed = sorted((c for c in results.cells if c.timing is not None and c.timing.seconds is not None),
-                   key=lambda c: -(c.timing.seconds or 0.0))
+    timed = sorted(((c, c.timing) for c in results.cells if c.timing is not None and c.timing.seconds is not None),
+                   key=lambda pair: -(pair[1].seconds or 0.0))
     if not timed:
         return ""
-    rows = [[f"`{c.id}`", c.timing.started_at or "?", *(_secs(v) for v in (
-        c.timing.queue_seconds, c.boot_seconds, c.timing.measure_seconds, c.timing.seconds))] for c in timed]
+    rows = [[f"`{c.id}`", timing.started_at or "?", *(_secs(v) for v in (
+        timing.queue_seconds, c.boot_seconds, timing.measure_seconds, timing.seconds))] for c, timing in timed]
     title = "Time" if len(rows) <= TIME_ROWS else f"Time (the {TIME_ROWS} slowest cells; results.json times every one)"
-    total = sum(c.timing.seconds or 0.0 for c in timed)
+    total = sum(timing.seconds or 0.0 for _, timing in timed)
     note = f"Cell time added up: {total:.1f} s over {len(timed)} cell(s)."
     return f"{_section(title, ['Cell', 'Started', 'Queue', 'Boot', 'Measure', 'Total'], rows[:TIME_ROWS])}\n\n{note}"
 
@@ -190,7 +190,7 @@ def _verdict_line(results: RunResults) -> str:
 
 def _time_span(started: str | None, finished: str | None) -> str:
     try:
-        seconds = int((datetime.fromisoformat(finished) - datetime.fromisoformat(started)).total_seconds())
+        seconds = int((datetime.fromisoformat(finished or "") - datetime.fromisoformat(started or "")).total_seconds())
     except (TypeError, ValueError):
         return f"{started or '?'} → {finished or 'unfinished'}"
     return f"{started} → {finished} ({seconds // 60}m {seconds % 60:02d}s)"
