@@ -30,6 +30,7 @@ from dspark_ci.rejections import decide_rejections
 from dspark_ci.progress import Progress, duration
 from dspark_ci.scheduler import Interrupted, Scheduler, longest_first
 from ground.errors import BadInput, ExitCode
+from ground.errors import worst as worst_exit
 from ground.records import CellResult, GateResult, RunResults, Status
 from ground.sglang.release import DEFAULT_VERSION
 from launchers.contract import Capacity, Launcher
@@ -268,8 +269,7 @@ def verdict(results: RunResults, selected: int, accept_inconclusive: bool = Fals
     cells = results.cells
     if len(cells) < selected:
         return ExitCode.FELL_SHORT, f"only {len(cells)} of {selected} selected cells have a recorded outcome"
-    worst = max((cell.exit_code or ExitCode.OK for cell in cells if cell.exit_code != ExitCode.INCONCLUSIVE),
-                default=ExitCode.OK)
+    worst = worst_exit(cell.exit_code for cell in cells if cell.exit_code != ExitCode.INCONCLUSIVE)
     if worst != ExitCode.OK:
         failing = sum(cell.status.failing for cell in cells)
         return worst, f"{failing} of {len(cells)} cells did not pass"

@@ -59,10 +59,11 @@ def pr_tables(results: RunResults) -> str:
              _section("Speed Tests", ["Model", "Dataset", "Num", "Avg Lat", "Avg TTFT", "Avg TPOT", "Avg Thpt",
                                       "Avg In", "Avg Out", "Cell"],
                       [_speed_row(cell) for cell in cells if any(cell.metrics.get(m) is not None for m in SPEED_LINE)]),
-             _section("Speculative Decoding", ["Cell", "Algorithm", "Accept length", "Accept rate"],
+             _section("Speculative Decoding", ["Cell", "Algorithm", "Accept length", "Accept rate", "Speedup"],
                       [[f"`{cell.id}`", str(cell.config.get("speculative_algorithm") or "—"),
                         format_value("accept_length", cell.metrics.get("accept_length")),
-                        format_value("accept_rate", cell.metrics.get("accept_rate"))]
+                        format_value("accept_rate", cell.metrics.get("accept_rate")),
+                        format_value("speculative_speedup", cell.metrics.get("speculative_speedup"))]
                        for cell in cells if cell.metrics.get("accept_length") is not None]),
              _all_gates(results), _time_section(results)]
     return "\n\n".join(part for part in parts if part) + "\n"
