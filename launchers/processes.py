@@ -72,12 +72,16 @@ def die_with_parent() -> Callable[[], None]:
     except (OSError, AttributeError):
         prctl = None
 
+    parent = os.getpid()
+
     def in_child() -> None:
         for sig in RESET_SIGNALS:
             signal.signal(sig, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, ())
         if prctl is not None:
             prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != parent:  # the run died between fork and prctl: nobody would ever record or stop us
+                os.kill(os.getpid(), signal.SIGKILL)
 
     return in_child
 

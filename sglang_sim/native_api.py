@@ -52,7 +52,7 @@ async def server_info(request: web.Request) -> web.Response:
     server_args = state.args.to_dict()
     return json_response({**server_args, "startup_time": state.startup_time,
                           "internal_states": state.engine.internal_states(server_args),
-                          "version": SGLANG_VERSION, "frontend": "python"})
+                          "version": str(state.config.version or SGLANG_VERSION), "frontend": "python"})
 
 
 async def deprecated(request: web.Request, name: str, handler) -> web.Response:
