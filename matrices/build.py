@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from ground.sglang.release import AMD, BLOCK_SIZE_FLAGS, ROCM_IMAGES, accelerator, release_image
+from ground.sglang.settings import CellConfig
 from matrices.cell import SERVE, Cell, Expect
 from matrices.expand import CODE_DEFAULTS, effective
 from matrices.ids import cell_id
@@ -164,7 +165,7 @@ def build_cell(fragment: Fragment, spec: MatrixSpec) -> Cell:
     runner = _runner(config, fragment, spec.path)
     _check_image(config, fragment, spec.path)
     return Cell(
-        id=identity, matrix=spec.path, config=config, runner=runner,
+        id=identity, matrix=spec.path, config=CellConfig.from_dict(config), runner=runner,
         expect=expect, env=env, extra_args=fragment.values.get("extra_args", ()),
         suites=fragment.values.get("suites", {}), baseline=_beside(spec.path, fragment.values.get("baseline")),
         image=fragment.values.get("image"), line=fragment.line,
