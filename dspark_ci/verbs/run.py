@@ -162,10 +162,11 @@ def _check_launcher_options(args: argparse.Namespace) -> None:
     for kind in catalog.ALL_LAUNCHERS:
         if kind.name == args.launcher:
             continue
-        for option in kind.options:
-            if getattr(args, option.dest, None) not in (None, option.default):
-                raise BadInput(option.flag, f"is an option of the {kind.name} launcher, and this run uses "
-                               f"--launcher {args.launcher}", f"add --launcher {kind.name}, or drop {option.flag}")
+        for spec in kind.declared:
+            if getattr(args, spec.dest, None) not in (None, [], (), spec.default):
+                flag = spec.option.flag
+                raise BadInput(flag, f"is an option of the {kind.name} launcher, and this run uses "
+                               f"--launcher {args.launcher}", f"add --launcher {kind.name}, or drop {flag}")
 
 
 def _caller_env(server: str, sglang_version: str) -> dict:
