@@ -1,0 +1,104 @@
+"""Node rank 0 of ``--server sglang-frontend``: SGLang 0.5.23's own ``launch_server`` on this CPU, its scheduler
+played by the simulator's engine (``scheduler.py``).
+
+Runs inside the SGLang venv (``.ci/sglang-frontend.sh``). Everything before the launch is the simulator's own
+(``sglang_sim.main``: SGLang's argv parsed against the flag snapshot, ``DSPARK_SIM_*``, the boot_reject fault,
+admission), so a launch is refused exactly as the simulator refuses it, and node ranks >= 1 are the
+simulator's. Rank 0 then writes a model directory (``vocab.py``) and hands SGLang a CPU command line: the
+cell's serving flags (speculative algorithm and draft-token count, reasoning parser, metrics, warmup, API key,
+context length) on one CPU device; the parallel layout and the hardware stay the simulated engine's, which reads
+the cell's own argv (``SIM_ARGV_ENV``).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+from sglang_sim.admission import SglangEnv
+from sglang_sim.args import ServerArgs
+from sglang_sim.config import SimConfig
+from sglang_sim.frontend.vocab import Vocabulary, write_model_dir
+from sglang_sim.gpqa import GpqaAnswerKey
+from sglang_sim.tokenizer import onig_pattern
+
+logger = logging.getLogger("sglang_sim")
+SIM_ARGV_ENV = "DSPARK_FRONTEND_SIM_ARGV"  # the cell's argv (JSON), for the scheduler process
+MODEL_DIR_ENV = "DSPARK_FRONTEND_MODEL_DIR"
+# A small Llama: what SGLang's front end reads of a model (context length, eos, architecture); no weights load.
+MODEL_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "torch_dtype": "bfloat16",
+                "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "max_position_embeddings": 32768, "rms_norm_eps": 1e-05,
+                "rope_theta": 500000.0, "bos_token_id": 0, "tie_word_embeddings": False}
+DRAFT_FREE_ALGORITHM = "NGRAM"  # the speculative algorithm SGLang admits on a CPU without a draft model
+
+
+def _value_flags(args: ServerArgs) -> list[str]:
+    """The cell's flags that shape what the front end does, as SGLang reads them."""
+    pairs = (("--served-model-name", args.model_name), ("--api-key", args.api_key),
+             ("--context-length", args.context_length), ("--max-running-requests", args.max_running_requests),
+             ("--reasoning-parser", args.reasoning_parser), ("--log-level", args.log_level),
+             ("--decode-log-interval", args.decode_log_interval))
+    switches = (("--enable-metrics", args.enable_metrics), ("--skip-server-warmup", args.skip_server_warmup),
+                ("--stream-response-default-include-usage", args.stream_response_default_include_usage),
+                ("--enable-cache-report", args.enable_cache_report), ("--return-input-ids", args.return_input_ids),
+                ("--return-output-ids", args.return_output_ids))
+    flags = [word for flag, value in pairs if value is not None for word in (flag, str(value))]
+    return flags + [flag for flag, on in switches if on]
+
+
+def frontend_argv(args: ServerArgs, model_dir: Path) -> list[str]:
+    """SGLang's launch_server argv for the front end on this CPU."""
+    argv = ["--model-path", str(model_dir), "--host", args.host, "--port", str(args.port), "--device", "cpu",
+            "--load-format", "dummy", "--tp-size", "1", *_value_flags(args)]
+    if args.speculative_algorithm is not None:
+        # The front end's speculative statistics (meta_info, sglext) need only the draft-token count: the
+        # engine behind it speculates as the cell's algorithm does.
+        argv += ["--speculative-algorithm", DRAFT_FREE_ALGORITHM,
+                 "--speculative-num-draft-tokens", str(args.speculative_num_draft_tokens or 2)]
+    return argv
+
+
+def _gpqa_rows(path: Path | None) -> list[dict]:
+    if path is None:
+        return []
+    with path.open(newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def write_model(config: SimConfig) -> Path:
+    directory = Path(tempfile.mkdtemp(prefix="dspark-frontend-model-"))
+    write_model_dir(directory, Vocabulary.build(_gpqa_rows(config.gpqa_path)), MODEL_CONFIG, onig_pattern())
+    return directory
+
+
+def serve(args: ServerArgs, config: SimConfig, env: SglangEnv, architecture: str, answer_key: GpqaAnswerKey) -> int:
+    """Launch SGLang's front end; returns when it stops (SIGTERM: SGLang's own shutdown)."""
+    from sglang.srt.entrypoints.http_server import launch_server
+    from sglang.srt.server_args import prepare_server_args
+
+    from sglang_sim.frontend import scheduler
+
+    model_dir = write_model(config)
+    os.environ[MODEL_DIR_ENV] = str(model_dir)
+    argv = frontend_argv(args, model_dir)
+    logger.info(f"[sglang_sim frontend] SGLang's own front end: launch_server {' '.join(argv)}")
+    try:
+        launch_server(prepare_server_args(argv), run_scheduler_process_func=scheduler.run_scheduler_process)
+        code = 0
+    except BaseException as err:  # a child that died before the handshake (its own lines are in the log)
+        logger.error(f"[sglang_sim frontend] launch_server failed: {type(err).__name__}: {err}")
+        code = 1
+    # SGLang's launching process can outlive its server (threads, children): take the whole tree down.
+    from sglang.srt.utils.common import kill_process_tree
+
+    kill_process_tree(os.getpid(), include_parent=False)
+    os._exit(code)
+
+
+def remember_argv(argv: list[str]) -> None:
+    os.environ[SIM_ARGV_ENV] = json.dumps(argv)
