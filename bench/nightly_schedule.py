@@ -1,15 +1,15 @@
 """How well the nightly uses its GPU runners: makespan of the schedule vs. the lower bound.
 
-    python bench/nightly_schedule.py [--matrix matrices/nightly.yaml] [--fleet ci/fleet.json] [--trials 200]
+    python bench/nightly_schedule.py [--matrix matrices/nightly.yaml] [--fleet ci/nightly/fleet.json] [--trials 200]
                                      [--job-overhead-minutes 4]
 
 The shipped nightly matrix is planned as the nightly does (``dspark-ci plan --format github`` entries), on a
 simulated fleet (runners per label from ``--fleet``). Each trial draws every cell's true duration around its
-estimate (``ci.shards.estimate_seconds``, ±``--noise``, default 20 %, seeded), and "history" is the
+estimate (``ci.nightly.shards.estimate_seconds``, ±``--noise``, default 20 %, seeded), and "history" is the
 previous trial's draw, as the nightly's cache would hold it. Compared, per trial:
   per-cell   the old nightly: one job per cell in matrix order, each taking the first free runner of its label
   longest    one job per cell as well, but queued longest (by history) first: dynamic LPT
-  shards     ``ci.shards.schedule`` with the previous night's durations (LPT per label), run with today's
+  shards     ``ci.nightly.shards.schedule`` with the previous night's durations (LPT per label), run with today's
   bound      max over labels of (total GPU-time / runners, longest cell): no schedule ends earlier
 Every job pays ``--job-overhead-minutes`` before its first cell (runner pickup, checkout, install): a
 shard pays it once, a per-cell job once per cell. Prints median and worst makespan / bound (1.00 = optimal)
@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ci.shards import DEFAULT_RUNNERS, estimate_seconds, lower_bound, schedule  # noqa: E402
+from ci.nightly.shards import DEFAULT_RUNNERS, estimate_seconds, lower_bound, schedule  # noqa: E402
 from dspark_ci.verbs.plan import github_matrix  # noqa: E402
 from matrices import load_cells  # noqa: E402
 
@@ -47,7 +47,7 @@ def per_cell_makespan(entries: list[dict], actual: dict[str, float], fleet: dict
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--matrix", default="matrices/nightly.yaml")
-    parser.add_argument("--fleet", type=Path, default=Path("ci/fleet.json"))
+    parser.add_argument("--fleet", type=Path, default=Path("ci/nightly/fleet.json"))
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--job-overhead-minutes", type=float, default=4.0)

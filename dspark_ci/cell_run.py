@@ -8,20 +8,23 @@ nobody planned for: an unexpected exception in any stage becomes this cell's ``e
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import re
+import time
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Mapping
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from ground.errors import BadInput, DsparkError, ExitCode, InfraError
-from ground.records import CellResult, GateResult, Status
+from ground.records import CellResult, CellTiming, GateResult, Status
 from ground.suites import DEFAULT_SUITES, SPECULATIVE_SUITES, suite_of
 from launchers.contract import LaunchFailed, Launcher, LaunchTimeout
 from launchers.plan import plan_launch
 from matrices.cell import REJECT, Cell
+from reports.gates import status_of
 from suites.runner import SuiteOutcome, SuiteRequest, Watch, gpqa_note, run_suites
 
 ERROR_LOG = "dspark-ci-error.log"
@@ -47,11 +50,53 @@ def pending_result(cell: Cell) -> CellResult:
                       suites=cell.suites, baseline=cell.baseline)
 
 
-def run_cell(cell: Cell, ctx: CellContext) -> CellResult:
-    """Never raises except KeyboardInterrupt (Ctrl-C / SIGTERM): every other ending is a result."""
+@dataclass
+class CellClock:
+    """Marks a cell's start, the moment rank 0 was ready and its end, on the wall clock (for the record) and the
+    monotonic one (for the durations)."""
+
+    wall: Callable[[], float] = time.time
+    mono: Callable[[], float] = time.monotonic
+    started: tuple[float, float] = field(init=False)
+    ready: tuple[float, float] | None = field(init=False, default=None)
+
+    def __post_init__(self):
+        self.started = (self.wall(), self.mono())
+
+    def mark_ready(self) -> None:
+        self.ready = (self.wall(), self.mono())
+
+    def timed(self, result: CellResult) -> CellResult:
+        """``result`` with its timing, the cell finishing now."""
+        finished = (self.wall(), self.mono())
+        ready = self.ready
+        to_ready = ready[1] - self.started[1] if ready else None
+        queue = max(0.0, to_ready - result.boot_seconds) if to_ready is not None and result.boot_seconds is not None \
+            else None
+        return replace(result, timing=CellTiming(
+            started_at=_iso(self.started[0]), ready_at=_iso(ready[0]) if ready else None, finished_at=_iso(finished[0]),
+            queue_seconds=_rounded(queue), measure_seconds=_rounded(finished[1] - ready[1]) if ready else None,
+            seconds=_rounded(finished[1] - self.started[1])))
+
+
+def _iso(seconds: float) -> str:
+    return dt.datetime.fromtimestamp(seconds, dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 3)
+
+
+def run_cell(cell: Cell, ctx: CellContext, clock: CellClock | None = None) -> CellResult:
+    """Never raises except KeyboardInterrupt (Ctrl-C / SIGTERM): every other ending is a result, with its timing."""
+    clock = clock or CellClock()
+    return clock.timed(_decided(cell, ctx, clock))
+
+
+def _decided(cell: Cell, ctx: CellContext, clock: CellClock) -> CellResult:
     result = pending_result(cell)
     try:
-        return _run_cell(cell, ctx, result)
+        return _run_cell(cell, ctx, result, clock)
     except (LaunchTimeout, InfraError) as err:  # the machine's fault, not the cell's: record it and go on
         return result.finished(Status.ERROR, str(err), ExitCode.INFRA, sglang_error=_sglang_error(err))
     except BadInput as err:
@@ -62,8 +107,8 @@ def run_cell(cell: Cell, ctx: CellContext) -> CellResult:
         return result.finished(Status.ERROR, _unexpected(err, ctx.run_dir / "logs" / cell.id), ExitCode.FELL_SHORT)
 
 
-def _run_cell(cell: Cell, ctx: CellContext, result: CellResult) -> CellResult:
-    if not _expectation_applies(cell, ctx.sglang_version):
+def _run_cell(cell: Cell, ctx: CellContext, result: CellResult, clock: CellClock) -> CellResult:
+    if not expectation_applies(cell, ctx.sglang_version):
         return result.finished(Status.SKIPPED, f"expectation written for SGLang {cell.expect.sglang}, "
                                                f"testing {ctx.sglang_version}", ExitCode.OK)
     logs_dir = ctx.run_dir / "logs" / cell.id
@@ -72,6 +117,7 @@ def _run_cell(cell: Cell, ctx: CellContext, result: CellResult) -> CellResult:
     try:
         with contextlib.ExitStack() as stack:
             deployment = stack.enter_context(ctx.launcher.launch(plan, logs_dir))
+            clock.mark_ready()
             result = replace(result, boot_seconds=round(deployment.boot_seconds, 3))
             if cell.expect.outcome == REJECT:
                 return result.finished(Status.FAILED, f"expected SGLang to reject this cell "
@@ -119,9 +165,7 @@ def _judge_measurement(result: CellResult, names: tuple[str, ...], outcome: Suit
         return measured.finished(Status.ERROR, str(err), _exit_code_of(err), sglang_error=err.sglang_error)
     if measured.failed_tests:  # failed gates are in `gates`; `error` is for everything else
         return measured.finished(Status.FAILED, "; ".join(measured.failed_tests), ExitCode.FELL_SHORT)
-    if not all(gate.passed for gate in applied):
-        return measured.finished(Status.FAILED, None, ExitCode.FELL_SHORT)
-    return measured.finished(Status.PASSED, None, ExitCode.OK)
+    return measured.finished(status_of(applied))  # passed, failed (a gate regressed) or inconclusive
 
 
 def _exit_code_of(err: DsparkError) -> ExitCode:
@@ -144,7 +188,7 @@ def _unexpected(err: Exception, logs_dir: Path) -> str:
     return f"unexpected {type(err).__name__}: {err} (a dspark-ci bug or an environment problem; {kept})"
 
 
-def _expectation_applies(cell: Cell, version: str) -> bool:
+def expectation_applies(cell: Cell, version: str) -> bool:
     if not cell.expect.sglang:
         return True
     try:

@@ -67,8 +67,10 @@ class Progress:
         self._detail_shown = True  # (plain lines) the current detail has been printed
         self._since = self._run_started = clock()
         self._total = 0
+        self._parallel = 1
         self._index = 0
-        self._cell_started: float | None = None
+        self._flights: dict[str, float] = {}  # cells in flight: id -> when it started
+        self._stages: dict[str, str] = {}  # cells in flight: id -> its current stage
         self._cell_id = ""
         self._cell_seconds: list[float] = []
         self._stop = threading.Event()
@@ -76,23 +78,27 @@ class Progress:
 
     # ---------------------------------------------------------------- what the run says
 
-    def start(self, total_cells: int) -> None:
-        """The run starts its cells now (elapsed time and the ETA count from here)."""
+    def start(self, total_cells: int, parallel: int = 1) -> None:
+        """The run starts its cells now, up to ``parallel`` at a time (elapsed time and the ETA count from here)."""
         with self._lock:
-            self._total, self._run_started = total_cells, self._clock()
+            self._total, self._parallel, self._run_started = total_cells, max(1, parallel), self._clock()
 
     def cell(self, index: int, cell_id: str) -> None:
-        """Cell ``index`` (1-based) of the run starts."""
+        """Cell ``index`` (1-based, in the order cells start) of the run starts."""
         with self._lock:
-            self._index, self._cell_started, self._cell_id = index, self._clock(), cell_id
+            self._index, self._cell_id = index, cell_id
+            self._flights[cell_id] = self._clock()
             self._label, self._detail, self._since = cell_id, "", self._clock()
             if self._live:  # a plain line would only precede its first stage's
                 self._draw()
 
-    def stage(self, label: str) -> None:
-        """A new stage starts: a plain line, or the live line is rewritten."""
+    def stage(self, label: str, cell_id: str | None = None) -> None:
+        """A new stage (of cell ``cell_id``, when cells run side by side) starts: a plain line, or the live line is
+        rewritten."""
         with self._lock:
             self._print_last_detail()
+            if cell_id is not None:
+                self._stages[cell_id] = label
             self._label, self._detail, self._since = label, "", self._clock()
             if self._live:
                 self._draw()
@@ -102,9 +108,13 @@ class Progress:
             self._ticker = threading.Thread(target=self._tick, daemon=True)
             self._ticker.start()
 
-    def detail(self, text: str) -> None:
-        """How far the current stage is (e.g. ``gpqa 37/198 requests``); the stage's clock keeps running."""
+    def detail(self, text: str, cell_id: str | None = None) -> None:
+        """How far the current stage (of cell ``cell_id``) is (e.g. ``gpqa 37/198 requests``); the stage's clock
+        keeps running."""
         with self._lock:
+            stage = self._stages.get(cell_id or "")
+            if stage is not None and stage != self._label:  # another cell's stage was shown: show this one's
+                self._label, self._detail = stage, ""
             if text == self._detail:
                 return
             self._detail, self._detail_shown = text, False
@@ -122,13 +132,15 @@ class Progress:
             self._detail_printed_at, self._detail_shown = self._clock(), True
             self._plain(self._status(plain=True))
 
-    def cell_done(self) -> float:
-        """The current cell finished: how long it took (counted for the ETA)."""
+    def cell_done(self, cell_id: str | None = None) -> float:
+        """A cell finished (the only one in flight, unless named): how long it took (counted for the ETA)."""
         with self._lock:
             self._print_last_detail()
-            took = self._clock() - self._cell_started if self._cell_started is not None else 0.0
+            cell_id = cell_id if cell_id is not None else next(iter(self._flights), "")
+            started = self._flights.pop(cell_id, None)
+            self._stages.pop(cell_id, None)
+            took = self._clock() - started if started is not None else 0.0
             self._cell_seconds.append(took)
-            self._cell_started = None
             self._label = self._detail = ""
             return took
 
@@ -164,23 +176,29 @@ class Progress:
     # ---------------------------------------------------------------- how it is shown
 
     def eta(self) -> float | None:
-        """Seconds left: the mean time of the finished cells times the cells left, less the current one's time so
-        far (never below zero); None until a cell has finished."""
+        """Seconds left: the mean time of the finished cells times the cells left, less the time the cells in
+        flight have had so far, shared by as many as run at once (never below zero); None until a cell finished."""
         if not self._cell_seconds or not self._total:
             return None
         mean = sum(self._cell_seconds) / len(self._cell_seconds)
-        left = mean * (self._total - len(self._cell_seconds))
-        if self._cell_started is not None:
-            left -= min(mean, self._clock() - self._cell_started)
-        return max(0.0, left)
+        cells_left = self._total - len(self._cell_seconds)
+        left = mean * cells_left - sum(min(mean, self._clock() - started) for started in self._flights.values())
+        return max(0.0, left) / max(1, min(self._parallel, cells_left))
+
+    def _where(self) -> str:
+        """``[3/12] `` one at a time; ``[4 done, 3 in flight, 5 queued] `` side by side."""
+        if self._parallel > 1 and self._total:
+            done = len(self._cell_seconds)
+            queued = self._total - done - len(self._flights)
+            return f"[{done} done, {len(self._flights)} in flight, {queued} queued] "
+        return f"[{self._index}/{self._total}] " if self._index and self._flights else ""
 
     def _status(self, plain: bool = False, width: int | None = None) -> str:
         """The stage, how far it is, and the times: the stage's and the run's (a plain line's stamp already says
         the run's), then the ETA once known. With ``width``, the text gives way (the middle of the cell id first)
         so that the times always show."""
         now = self._clock()
-        where = f"[{self._index}/{self._total}] " if self._index and self._cell_started is not None else ""
-        text = f"{where}{self._label}" + (f" · {self._detail}" if self._detail else "")
+        text = f"{self._where()}{self._label}" + (f" · {self._detail}" if self._detail else "")
         times = [] if plain else [duration(now - self._since)]
         if self._total and not plain:
             times.append(f"run {duration(now - self._run_started)}")

@@ -16,6 +16,8 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import errno
+import functools
+import itertools
 import json
 import os
 import sys
@@ -26,19 +28,23 @@ from typing import Any, Callable, Mapping
 
 from dspark_ci.cell_run import CellContext, pending_result, run_cell
 from dspark_ci.preflight import preflight
+from dspark_ci.rejections import decide_rejections
 from dspark_ci.progress import Progress, duration
+from dspark_ci.scheduler import Interrupted, Scheduler, longest_first
 from ground.errors import BadInput, ExitCode, InfraError
 from ground.records import CellResult, GateResult, RunResults, Status
 from ground.sglang.release import DEFAULT_VERSION
-from launchers.contract import Launcher
+from launchers.contract import Capacity, Launcher
 from launchers.ledger import Ledger
+from launchers.leftovers import release
 from matrices import load_cells
 from matrices.cell import Cell
 from reports import step_summary, write_reports
 from reports.writers import write_failure_reports
 from reports.baseline import load_baseline
-from reports.gates import evaluate
-from reports.history import history_path, record as record_history
+from ground.stats import Levels
+from reports.gates import evaluate, statistical_gates
+from reports.history import cell_seconds, history_path, record as record_history
 from reports.markdown import rerun_command
 from suites.runner import gpqa_note, written_outcome
 from reports.results import write_results, write_text_atomically
@@ -61,11 +67,37 @@ class RunOptions:
     sglang_version: str = DEFAULT_VERSION
     rerun_options: tuple[str, ...] = ()  # the options this run was given, repeated by its rerun command
     force: bool = False  # write into an --out directory that already holds files
+    accept_inconclusive: bool = False  # a run whose worst outcome is an inconclusive gate exits 0 (else 4)
     environment: Mapping[str, Any] = field(default_factory=dict)  # where it runs (results.json "environment")
+    max_parallel: int | None = None  # cells in flight at once; None: what the launcher has room for
+    rejections: str = "launch"  # "resolver": expected rejections SGLang's resolver decides are not launched
 
     @property
     def run_dir(self) -> Path:
         return self.out or Path("runs") / self.run_id
+
+
+def run_capacity(launcher: Launcher, max_parallel: int | None) -> Capacity:
+    """How many cells run side by side: --max-parallel when given (still within the launcher's nodes), else the
+    launcher's own capacity; a launcher that offers none (local: cells would share this CPU and disturb each
+    other's timings) runs one at a time."""
+    offered = getattr(launcher, "capacity", None)
+    own = offered() if offered else Capacity(1, None, f"the {launcher.name} launcher runs one cell at a time "
+                                                      "unless --max-parallel says otherwise")
+    if max_parallel is None:
+        return own
+    return Capacity(max_parallel, own.nodes, f"--max-parallel {max_parallel}"
+                    + (f", within {own.nodes} nodes" if own.nodes is not None else ""))
+
+
+def _reporting_as(ctx: CellContext, cell: Cell, progress: Progress) -> CellContext:
+    """``ctx`` with its progress reported as ``cell``'s (cells side by side each keep their own stage)."""
+    return replace(ctx, stage=functools.partial(progress.stage, cell_id=cell.id),
+                   detail=functools.partial(progress.detail, cell_id=cell.id))
+
+
+def ids(cells: list[Cell]) -> list[str]:
+    return [cell.id for cell in cells]
 
 
 def select_cells(cells: list[Cell], wanted: tuple[str, ...]) -> list[Cell]:
@@ -85,14 +117,20 @@ class Baselines:
 
     by_path: Mapping
     override: str | None
+    levels: Levels | None = None  # every statistical gate's levels: the run's false-red rate split over them all
 
     @classmethod
     def load(cls, cells: list[Cell], override: str | None) -> "Baselines":
         paths = {override} if override else {c.baseline for c in cells if c.baseline}
-        return cls({path: load_baseline(path) for path in paths if path}, override)
+        loaded = cls({path: load_baseline(path) for path in paths if path}, override)
+        gates = sum(statistical_gates(pending_result(cell), loaded.of(cell.baseline)) for cell in cells)
+        return replace(loaded, levels=Levels.family(gates))
+
+    def of(self, cell_baseline: str | None):
+        return self.by_path.get(self.override or cell_baseline)
 
     def gate(self, cell: CellResult, metrics: Mapping) -> tuple[GateResult, ...]:
-        return evaluate(cell, metrics, self.by_path.get(self.override or cell.baseline))
+        return evaluate(cell, metrics, self.of(cell.baseline), self.levels)
 
     def shared(self):
         """The one baseline every cell uses, if there is exactly one (reports name its lines)."""
@@ -107,8 +145,10 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
     run_dir = options.run_dir
     progress.stage(f"preflight: {len(cells)} cell(s), {options.launcher} launcher")
     with claimed_run_dir(run_dir, options.force, f"--out {run_dir}" if options.out else f"run directory {run_dir}"):
-        preflight(cells, launcher, run_dir)
-    Ledger(options.run_id, run_dir).register(os.environ)
+        decided = decide_rejections(cells, options.sglang_version, options.rejections)
+        preflight(decided.to_launch, launcher, run_dir)
+    ledger = Ledger(options.run_id, run_dir)
+    ledger.register(os.environ)
     writer = ResultsWriter(run_dir, RunResults(run_id=options.run_id, started_at=_now(), finished_at=None,
                                                launcher=options.launcher, matrices=options.matrices,
                                                run_options=options.rerun_options, environment=options.environment),
@@ -116,33 +156,73 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
     ctx = CellContext(launcher=launcher, run_dir=run_dir, sglang_version=options.sglang_version,
                       suites=options.suites, gate=baselines.gate, stage=progress.stage, detail=progress.detail,
                       suite_defaults=suite_defaults)
-    progress.start(len(cells))
     try:
-        for index, cell in enumerate(cells, 1):
-            progress.cell(index, cell.id)
-            try:
-                result = run_cell(cell, ctx)
-            except KeyboardInterrupt:  # Ctrl-C / SIGTERM: record it and every cell not reached, then let it through
-                writer.add(interrupted_result(cell, run_dir))
-                for later in cells[index:]:
-                    writer.add(not_run_result(later, "the run was interrupted before this cell started"))
-                writer.interrupted()
-                raise
-            writer.add(result)
-            took = progress.cell_done()
-            progress.result(_summary_line(index, len(cells), result, took), passed=result.exit_code == ExitCode.OK,
-                            cell_id=cell.id)
+        _record_decided(cells, decided.results, writer, progress)
+        _run_cells(decided.to_launch, len(cells), run_capacity(launcher, options.max_parallel), ctx, writer, progress)
     finally:
         reported = writer.finish()
+        _release(ledger)
         progress.close()
         progress.done(f"results in {run_dir}/ (results.json, junit.xml, report.md, report.html, logs/)")
         rerun = rerun_command(writer.results)
         if rerun:
             progress.done(f"run the cells that did not pass again: {rerun}")
-    code, reason = verdict(writer.results, len(cells))
+    code, reason = verdict(writer.results, len(cells), options.accept_inconclusive)
     if reason:
         progress.done(reason)
     return code if reported else max(code, ExitCode.FELL_SHORT)
+
+
+def _release(ledger: Ledger) -> None:
+    """Everything the run started is torn down by now: make sure, and drop the run from the index when so."""
+    removal = release(ledger, os.environ)
+    for what in removal.removed:
+        print(f"dspark-ci: warning: teardown had left {what}; removed now", file=sys.stderr)
+    for problem in removal.problems:
+        print(f"dspark-ci: warning: {problem} (`dspark-ci cleanup --run {ledger.run_id}` tries again)",
+              file=sys.stderr)
+
+
+def _record_decided(cells: list[Cell], decided: Mapping[str, CellResult], writer: "ResultsWriter",
+                    progress: Progress) -> None:
+    """The expected rejections SGLang's resolver decided (nothing launched for them), recorded first."""
+    for cell in cells:
+        if cell.id in decided:
+            result = decided[cell.id]
+            writer.add(result)
+            progress.result(_summary_line(len(writer.results.cells), len(cells), result, 0.0)
+                            + " (decided by SGLang's resolver, not launched)",
+                            passed=result.exit_code == ExitCode.OK, cell_id=cell.id)
+
+
+def _run_cells(cells: list[Cell], total: int, capacity: Capacity, ctx: CellContext, writer: "ResultsWriter",
+               progress: Progress) -> None:
+    """Launch and measure ``cells``, up to ``capacity`` side by side (longest first), each result recorded as it
+    comes; on Ctrl-C / SIGTERM every cell in flight is torn down and where each got to is recorded."""
+    order = cells if capacity.max_parallel <= 1 else longest_first(cells, cell_seconds(history_path(), ids(cells)))
+    if capacity.max_parallel > 1:
+        progress.done(f"up to {capacity.max_parallel} cells side by side ({capacity.why}), longest first")
+    progress.start(len(cells), capacity.max_parallel)
+    started = itertools.count(1)
+
+    def on_result(cell: Cell, result: CellResult) -> None:
+        writer.add(result)
+        took = progress.cell_done(cell.id)
+        progress.result(_summary_line(len(writer.results.cells), total, result, took),
+                        passed=result.exit_code == ExitCode.OK, cell_id=cell.id)
+
+    try:
+        Scheduler(order, lambda cell: run_cell(cell, _reporting_as(ctx, cell, progress)), capacity,
+                  on_start=lambda cell: progress.cell(next(started), cell.id), on_result=on_result).run()
+    except Interrupted as stop:  # Ctrl-C / SIGTERM: every cell in flight torn down; record where each got to
+        for _, result in stop.finished:
+            writer.add(result)
+        for cell in stop.cut_short:
+            writer.add(interrupted_result(cell, ctx.run_dir))
+        for cell in stop.not_started:
+            writer.add(not_run_result(cell, "the run was interrupted before this cell started"))
+        writer.interrupted()
+        raise
 
 
 @contextlib.contextmanager
@@ -181,13 +261,15 @@ def _remove_empty(created: list[Path]) -> None:
             path.rmdir()
 
 
-def verdict(results: RunResults, selected: int) -> tuple[ExitCode, str | None]:
+def verdict(results: RunResults, selected: int, accept_inconclusive: bool = False) -> tuple[ExitCode, str | None]:
     """The run's exit code and, when it is not 0, why. Green only when every selected cell has an outcome,
-    none failed, and at least one was measured or rejected as expected (skipping everything tests nothing)."""
+    none failed, and at least one was measured or rejected as expected (skipping everything tests nothing).
+    A run whose worst outcome is an inconclusive gate exits 4 (ExitCode.INCONCLUSIVE): never 0 unless
+    ``accept_inconclusive`` (`run --accept-inconclusive`) asks for it, never above a real failure (1-3)."""
     cells = results.cells
     if len(cells) < selected:
         return ExitCode.FELL_SHORT, f"only {len(cells)} of {selected} selected cells have a recorded outcome"
-    worst = max((cell.exit_code for cell in cells), default=ExitCode.OK)
+    worst = max((cell.exit_code for cell in cells if cell.exit_code != ExitCode.INCONCLUSIVE), default=ExitCode.OK)
     if worst != ExitCode.OK:
         failing = sum(cell.status.failing for cell in cells)
         return worst, f"{failing} of {len(cells)} cells did not pass"
@@ -196,6 +278,10 @@ def verdict(results: RunResults, selected: int) -> tuple[ExitCode, str | None]:
                                      "for another SGLang release than --sglang-version)")
     if not cells:
         return ExitCode.FELL_SHORT, "nothing was measured: no cell was selected"
+    undecided = sum(cell.status is Status.INCONCLUSIVE for cell in cells)
+    if undecided and not accept_inconclusive:
+        return ExitCode.INCONCLUSIVE, (f"{undecided} of {len(cells)} cells are inconclusive: a statistical gate could "
+                                       "not decide (not a regression; --accept-inconclusive exits 0 for this)")
     return ExitCode.OK, None
 
 
@@ -254,10 +340,10 @@ class ResultsWriter:
     def finish(self) -> bool:
         """Write everything one last time; False when a report could not be written (the run is then red).
         A selected cell still without an outcome (the run ended on an error of its own) is recorded as not run."""
-        for cell in self.selected[len(self.results.cells):]:
+        for cell in self._waiting():
             self._append(pending_result(cell).finished(
                 Status.ERROR, "not run: the run stopped before this cell started (see the error it printed)"))
-        self.results = replace(self.results, finished_at=_now())
+        self.results = replace(self.results, cells=self._in_matrix_order(self.results.cells), finished_at=_now())
         history = self._remember()
         try:
             self._rewrite(html=True, history=history)
@@ -284,12 +370,22 @@ class ResultsWriter:
         as an error saying why (if the run was killed, that is what its reports keep saying)."""
         if self.results.finished_at is not None:
             return self.results
-        waiting = self.selected[len(self.results.cells):]
+        waiting = self._waiting()
         why = (f"no outcome yet: the run was still going when this was written; if it is not running any more it was "
                f"killed before this cell finished (finished cells are in {RESULTS_LINES}; "
                f"`dspark-ci cleanup --run {self.results.run_id}` removes what it left running)")
-        return replace(self.results, cells=(*self.results.cells,
-                                            *(pending_result(cell).finished(Status.ERROR, why) for cell in waiting)))
+        return replace(self.results, cells=self._in_matrix_order(
+            (*self.results.cells, *(pending_result(cell).finished(Status.ERROR, why) for cell in waiting))))
+
+    def _waiting(self) -> list[Cell]:
+        """Selected cells without an outcome yet (cells side by side finish in any order)."""
+        done = {cell.id for cell in self.results.cells}
+        return [cell for cell in self.selected if cell.id not in done]
+
+    def _in_matrix_order(self, cells: tuple[CellResult, ...]) -> tuple[CellResult, ...]:
+        """The results in the order the cells were selected, whatever order they finished in."""
+        position = {cell.id: index for index, cell in enumerate(self.selected)}
+        return tuple(sorted(cells, key=lambda c: position.get(c.id, len(position))))
 
     def _remember(self) -> Path | None:
         """Record the finished run in the run history (reports.history); a history that cannot be written

@@ -14,8 +14,10 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from ground.errors import ExitCode
+from ground.stats import INCONCLUSIVE, PASSED, REGRESSED, Verdict
 
 SCHEMA = 1
+DECIDED_BY_RESOLVER = "resolver"  # a cell's ``decided_by``: SGLang's resolver on a CPU decided it, nothing launched
 
 
 class Status(str, enum.Enum):
@@ -26,6 +28,8 @@ class Status(str, enum.Enum):
     REJECTED_AS_EXPECTED = "rejected_as_expected"
     ERROR = "error"  # no measurement to judge: a crash, an infrastructure failure, a cell never reached
     SKIPPED = "skipped"  # its expectation was written for another SGLang release
+    # measured, nothing fell short, but a statistical gate could not decide (issue 22): neither green nor red
+    INCONCLUSIVE = "inconclusive"
 
     @property
     def failing(self) -> bool:
@@ -42,28 +46,81 @@ class Status(str, enum.Enum):
 
 
 _ICONS = {Status.PASSED: "✅", Status.FAILED: "❌", Status.REJECTED_AS_EXPECTED: "✅", Status.ERROR: "💥",
-          Status.SKIPPED: "⏭️"}
+          Status.SKIPPED: "⏭️", Status.INCONCLUSIVE: "❔"}
 
 
 @dataclass(frozen=True)
 class GateResult:
+    """One gate. ``passed`` is what CONTRACT.md schema 1 always had; ``statistic`` (issue 22) is the statistical
+    decision behind it when there is one (effect, interval, test), and ``verdict`` the three-way outcome:
+    a gate that is ``inconclusive`` has ``passed`` False but is not a regression."""
+
     metric: str
     op: str  # ">=" | "<="
     threshold: float
     value: float | None  # None: the gated metric was not measured (that fails the gate)
     passed: bool
+    statistic: Verdict | None = None  # None: a fixed limit (a floor, min/max, or a baseline without noise)
+
+    @property
+    def verdict(self) -> str:
+        if self.statistic is not None:
+            return self.statistic.verdict
+        return PASSED if self.passed else REGRESSED
+
+    @property
+    def inconclusive(self) -> bool:
+        return self.verdict == INCONCLUSIVE
 
     def to_dict(self) -> dict:
-        return {"metric": self.metric, "op": self.op, "threshold": self.threshold, "value": self.value,
-                "passed": self.passed}
+        data = {"metric": self.metric, "op": self.op, "threshold": self.threshold, "value": self.value,
+                "passed": self.passed, "verdict": self.verdict}
+        if self.statistic is not None:
+            stat = self.statistic
+            data.update(effect=stat.effect, interval=[stat.low, stat.high], tolerance=stat.tolerance,
+                        scale=stat.scale, test=stat.test, alpha=stat.alpha, beta=stat.beta, samples=stat.samples)
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "GateResult":
-        return cls(data["metric"], data["op"], data["threshold"], data.get("value"), data["passed"])
+        statistic = None
+        if data.get("test") is not None and data.get("interval") is not None:  # written since issue 22
+            low, high = data["interval"]
+            statistic = Verdict(data["verdict"], data["effect"], low, high, data["tolerance"], data["scale"],
+                                data["test"], data["alpha"], data["beta"], data.get("samples") or 0)
+        return cls(data["metric"], data["op"], data["threshold"], data.get("value"), data["passed"], statistic)
 
 
 def _frozen(mapping: Mapping | None) -> Mapping:
     return MappingProxyType(dict(mapping or {}))
+
+
+@dataclass(frozen=True)
+class CellTiming:
+    """When one cell ran (UTC, ISO-8601) and where its time went. ``started_at``: the cell left the run's queue
+    (its launch was asked for); ``ready_at``: rank 0 answered its health check; ``finished_at``: its result was
+    decided. Queue seconds are the part of start→ready before the launcher's boot clock started (a scheduler's
+    queue, image pulls, process start); boot seconds (``CellResult.boot_seconds``) the rest; measure seconds
+    ready→finished (suites and gates). results.json carries these keys flat in the cell (CONTRACT extension)."""
+
+    started_at: str | None = None
+    ready_at: str | None = None
+    finished_at: str | None = None
+    queue_seconds: float | None = None
+    measure_seconds: float | None = None
+    seconds: float | None = None  # started→finished: what the cell cost its node(s)
+
+    KEYS = ("started_at", "ready_at", "finished_at", "queue_seconds", "measure_seconds", "seconds")
+
+    def to_dict(self) -> dict:
+        return {key: getattr(self, key) for key in self.KEYS}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "CellTiming | None":
+        """The timing keys of a results.json cell; None for files written before cells were timed."""
+        if not any(data.get(key) is not None for key in cls.KEYS):
+            return None
+        return cls(**{key: data.get(key) for key in cls.KEYS})
 
 
 @dataclass(frozen=True)
@@ -88,6 +145,12 @@ class CellResult:
     # How the GPQA figure was produced: {"scorer", "partial", "samples", "planned_samples", "accuracy"}
     # (results.json key "gpqa", optional): the report names the scorer and marks a partial figure.
     gpqa: Mapping[str, Any] | None = None
+    # Issue 22: each boot's metrics when the cell was measured on several (results.json key "boots"; `metrics`
+    # then holds their pooled figures), and labels such as "flaky" (key "labels").
+    boots: tuple[Mapping[str, float | None], ...] = ()
+    labels: tuple[str, ...] = ()
+    timing: CellTiming | None = None  # None: not run (or read from a file written before cells were timed)
+    decided_by: str | None = None  # DECIDED_BY_RESOLVER: decided without a launch; None: launched (or not run)
     exit_code: ExitCode | None = field(default=None, compare=False)
 
     def __post_init__(self):
@@ -102,8 +165,11 @@ class CellResult:
             object.__setattr__(self, "tests", tuple(_frozen(t) for t in self.tests))
         if self.gpqa is not None:
             object.__setattr__(self, "gpqa", _frozen(self.gpqa))
+        object.__setattr__(self, "boots", tuple(_frozen(boot) for boot in self.boots))
+        object.__setattr__(self, "labels", tuple(self.labels))
         if self.exit_code is None:
-            object.__setattr__(self, "exit_code", ExitCode.FELL_SHORT if self.status.failing else ExitCode.OK)
+            object.__setattr__(self, "exit_code", ExitCode.FELL_SHORT if self.status.failing else
+                               ExitCode.INCONCLUSIVE if self.status is Status.INCONCLUSIVE else ExitCode.OK)
 
     def finished(self, status: Status, error: str | None = None, exit_code: ExitCode | None = None,
                  **changes: Any) -> "CellResult":
@@ -127,6 +193,14 @@ class CellResult:
             data["sglang_error"] = self.sglang_error
         if self.gpqa is not None:
             data["gpqa"] = dict(self.gpqa)
+        if self.boots:
+            data["boots"] = [dict(boot) for boot in self.boots]
+        if self.labels:
+            data["labels"] = list(self.labels)
+        if self.timing is not None:
+            data.update(self.timing.to_dict())
+        if self.decided_by is not None:
+            data["decided_by"] = self.decided_by
         return data
 
     @classmethod
@@ -138,7 +212,9 @@ class CellResult:
                    metrics=data.get("metrics") or {}, gates=tuple(GateResult.from_dict(g) for g in data.get("gates") or ()),
                    warnings=tuple(data.get("warnings") or ()), tests=None if tests is None else tuple(tests),
                    # "detail": what results.json called SGLang's rejection line before records existed
-                   sglang_error=data.get("sglang_error") or data.get("detail"), gpqa=data.get("gpqa"))
+                   sglang_error=data.get("sglang_error") or data.get("detail"), gpqa=data.get("gpqa"),
+                   boots=tuple(data.get("boots") or ()), labels=tuple(data.get("labels") or ()),
+                   timing=CellTiming.from_dict(data), decided_by=data.get("decided_by"))
 
 
 @dataclass(frozen=True)

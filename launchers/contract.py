@@ -137,6 +137,25 @@ class Deployment(Protocol):
         """Raise LaunchFailed if any rank of the group has exited since launch (the first to fail named)."""
 
 
+@dataclass(frozen=True)
+class Capacity:
+    """How many cells may be in flight at once and how many nodes they may hold together (None: no node limit);
+    ``why`` says where the numbers come from. A launcher may offer ``capacity() -> Capacity`` (called after its
+    preflight); one that does not runs one cell at a time unless the user states --max-parallel."""
+
+    max_parallel: int
+    nodes: int | None = None
+    why: str = ""
+
+    def fits(self, nnodes: int, in_flight: Sequence[int]) -> bool:
+        """A cell of ``nnodes`` nodes may start beside cells holding ``in_flight`` nodes each."""
+        if len(in_flight) >= self.max_parallel:
+            return False
+        if self.nodes is None or not in_flight:  # a cell larger than the fleet still runs, alone
+            return True
+        return sum(in_flight) + nnodes <= self.nodes
+
+
 @runtime_checkable
 class Launcher(Protocol):
     name: str  # its row in launchers.registry

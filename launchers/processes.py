@@ -20,15 +20,27 @@ from typing import Callable, Iterator
 
 import psutil
 
+from launchers import interrupts
+
 _PR_SET_PDEATHSIG = 1
 
 
+_handed_out: set[int] = set()  # ports this process gave a cell: never given again (cells run side by side)
+_handed_out_lock = threading.Lock()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on now (the OS picks it; a tiny race with other programs remains, which the
-    health check's identity test catches: another server on the port is never taken for ours)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    """A TCP port nothing listens on now and not handed out before by this process (two cells booting side by side
+    never get the same one; a tiny race with other programs remains, which the health check's identity test
+    catches: another server on the port is never taken for ours)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = sock.getsockname()[1]
+        with _handed_out_lock:
+            if port not in _handed_out:
+                _handed_out.add(port)
+                return port
 
 
 def port_is_free(host: str, port: int) -> bool:
@@ -101,8 +113,9 @@ def sigterm_as_interrupt() -> Iterator[None]:
 @contextlib.contextmanager
 def signals_deferred() -> Iterator[None]:
     """A second Ctrl-C or SIGTERM during teardown would leave things behind: hold it until teardown is done."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
+    if threading.current_thread() is not threading.main_thread():  # a cell's thread (cells side by side)
+        with interrupts.deferred():
+            yield
         return
     received: list[int] = []
     previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signum))

@@ -42,7 +42,7 @@ import psutil
 from ground.errors import BadInput, InfraError
 from ground.run_id import new_run_id
 from ground.sglang.release import is_peer_loss
-from launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, LaunchContext, LaunchTimeout, RankExit,
+from launchers.contract import (LOG_LINES_KEPT, Capacity, LOG_LINES_SEARCHED, LaunchContext, LaunchTimeout, RankExit,
                                 culprit, group_failed)
 from launchers.ledger import Ledger
 from launchers.logs import rank_log_path, tail
@@ -60,6 +60,7 @@ DEFAULT_QUEUE_TIMEOUT_S = {"sim": 600.0, "sglang": 3600.0}
 WAITING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"})
 RUNNING_STATES = frozenset({"RUNNING"})
 ENDING_STATES = frozenset({"COMPLETING", "STAGE_OUT", "SIGNALING", "SUSPENDED", "STOPPED", "RESIZING"})
+NODES_OUT_OF_SERVICE = ("down", "drain", "drng", "fail", "maint", "unk", "no_resp", "futr", "inval")  # sinfo %t states
 GONE = "GONE"  # scontrol no longer knows the job (purged after MinJobAge)
 
 SETTLE_S = 0.5  # after one task's exit marker, let the tasks dying of losing it write theirs
@@ -509,6 +510,19 @@ class SlurmLauncher:
                 if fitting < nnodes:
                     raise BadInput(where, f"needs {nnodes} nodes with {gpus} GPUs each; partition {wanted} has "
                                           f"{fitting} such node(s) of {len(gpus_by_node)}", fix)
+
+    def capacity(self) -> Capacity:
+        """As many cells side by side as the partition has nodes in service (down, drained and failing nodes
+        left out); Slurm places the jobs, and a job that must wait anyway shows Slurm's reason while it does."""
+        env, timeout = self.settings.caller_env, self.settings.command_timeout_s
+        args = ["sinfo", "-h", "-N", "-o", "%N|%t"] + ([f"--partition={self.settings.partition}"]
+                                                       if self.settings.partition else [])
+        states = dict(line.strip().split("|", 1) for line in _must(args, env, timeout).splitlines() if "|" in line)
+        usable = sorted(node for node, state in states.items() if not state.rstrip("*~#!%$@^-").startswith(
+            NODES_OUT_OF_SERVICE))
+        where = f"partition {self.settings.partition}" if self.settings.partition else "the default partition"
+        return Capacity(max(1, len(usable)), len(usable) or None,
+                        f"{len(usable)} node(s) in service in Slurm {where}")
 
     @contextlib.contextmanager
     def launch(self, plan: LaunchPlan, logs_dir: Path) -> Iterator["SlurmDeployment"]:

@@ -11,6 +11,9 @@ Format (documented for users in baselines/README.md)::
         METRIC: {min: 1.5}                         # absolute floor
         gpqa_accuracy: {value: 0.62, stderr: 0.034, max_drop_stderr: 2}
         tpot_ms_median: {value: 6.8, max_ratio: 1.05, noise: 0.004}  # noise: measured run-to-run sd / value
+        # issue 22: runs behind `noise`, its per-request part, GPQA's tolerance and per-question record
+        output_throughput_tok_s: {value: 528, min_ratio: 0.97, noise: 0.01, runs: 8, request_noise: 0.002}
+        gpqa_accuracy: {value: 0.7, stderr: 0.03, max_drop_stderr: 2, max_drop: 0.02, per_question: smoke.gpqa.json}
 
 Every mistake is a ``BadInput`` with ``file:line``. Gates that sampling noise alone would trip
 are accepted but reported in ``Baseline.warnings``.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import json
 import math
 import numbers
 from dataclasses import dataclass
@@ -42,7 +46,9 @@ GATE_KEYS = ("min", "max", "min_ratio", "max_ratio", "max_drop_stderr")
 # key -> (lowest allowed value, whether the lowest is allowed itself)
 SPEC_KEYS = {"value": (-math.inf, True), "stderr": (0.0, True), "min": (-math.inf, True), "max": (-math.inf, True),
              "min_ratio": (0.0, False), "max_ratio": (0.0, False), "max_drop_stderr": (0.0, False),
-             "noise": (0.0, True)}
+             "noise": (0.0, True), "runs": (1.0, True), "request_noise": (0.0, True), "max_drop": (0.0, True)}
+# Not a number: a JSON file beside the baseline, {question id: mean score} (`baseline record` writes it).
+PER_QUESTION_KEY = "per_question"
 FRACTION_KEYS = ("value", "stderr", "min", "max")  # keys that carry the metric's own unit
 # A ratio gate must point the way the metric gets worse, or it would fail on improvements.
 RATIO_KEY_FOR = {HIGHER: "min_ratio", LOWER: "max_ratio", NEUTRAL: None}
@@ -69,6 +75,10 @@ class MetricSpec:
     max_ratio: float | None = None
     max_drop_stderr: float | None = None
     noise: float | None = None  # run-to-run standard deviation measured for this cell, as a fraction of value
+    runs: float | None = None  # how many boots `noise` and `value` come from
+    request_noise: float | None = None  # the part of `noise` one boot's per-request sampling explains (a fraction)
+    max_drop: float | None = None  # GPQA's tolerance: the drop (absolute) a statistical gate still passes
+    per_question: Mapping[str, float] | None = None  # GPQA question id -> mean score, for the paired test
 
     def ratio(self, key: str) -> float | None:
         """The ratio gate actually applied: the stated ``min_ratio``/``max_ratio``, widened to
@@ -172,6 +182,9 @@ def _entry(path: Path, pattern: str, key_node: yaml.Node, node: yaml.Node) -> Ba
 def _metric_spec(path: Path, metric: str, key_node: yaml.Node, node: yaml.Node) -> MetricSpec:
     fields = {}
     for key, key_node, value_node in mapping_items(path, node, metric):
+        if key == PER_QUESTION_KEY and metric in STDERR_OF:
+            fields[key] = _per_question(path, value_node)
+            continue
         if key not in SPEC_KEYS:
             raise BadInput(where(path, key_node), f"unknown key {key!r} for {metric}",
                            f"allowed: {', '.join(SPEC_KEYS)}")
@@ -179,6 +192,22 @@ def _metric_spec(path: Path, metric: str, key_node: yaml.Node, node: yaml.Node) 
     spec = MetricSpec(metric=metric, where=where(path, key_node), **fields)
     _check_spec(spec)
     return spec
+
+
+def _per_question(path: Path, node: yaml.Node) -> Mapping[str, float]:
+    """The per-question record a `per_question: FILE` names (relative to the baseline file)."""
+    name = scalar(node)
+    if not isinstance(name, str) or not name:
+        raise BadInput(where(path, node), f"per_question must name a JSON file, not {describe(node)}")
+    record = path.parent / name
+    try:
+        data = json.loads(record.read_text())
+    except (OSError, ValueError) as err:
+        raise BadInput(where(path, node), f"per_question file {record} cannot be read ({err})",
+                       "re-record it with `dspark-ci baseline record`") from None
+    if not isinstance(data, dict) or not all(isinstance(v, (int, float)) for v in data.values()):
+        raise BadInput(where(path, node), f"per_question file {record} is not {{question id: mean score}}")
+    return MappingProxyType({str(k): float(v) for k, v in data.items()})
 
 
 def _number(path: Path, metric: str, key: str, node: yaml.Node) -> float:
@@ -216,6 +245,10 @@ def _spec_problems(spec: MetricSpec):
     for key in ("min_ratio", "max_ratio", "max_drop_stderr"):
         if key in given and "value" not in given:
             yield f"{key} needs the reference `value`", "add value: (the baseline run's measurement)"
+    if given & {"runs", "request_noise"} and "noise" not in given:
+        yield "runs and request_noise describe `noise`, and there is none", "add noise (or remove them)"
+    if "max_drop" in given and "max_drop_stderr" not in given:
+        yield "max_drop is GPQA's statistical tolerance beside max_drop_stderr", "add max_drop_stderr: 2"
     if "noise" in given and not given & {"min_ratio", "max_ratio"}:
         yield "noise widens a ratio gate, and there is none", "add min_ratio or max_ratio (or remove noise)"
     if "noise" in given and spec.noise >= 1 / NOISE_RUN_SDS:

@@ -4,8 +4,14 @@ Two sources:
 - floors that need no baseline: a speculative cell's accept length must stay above the collapse
   floor (a draft model that never gets accepted serves correct text, only slowly), and GPQA accuracy
   must beat guessing by a margin that shrinks with the number of questions (``chance_floor``);
-- a baseline's specs for the cell (``reports.baseline``): ratio gates widened to the run-to-run noise
-  measured for the cell when the baseline records it (``MetricSpec.ratio``).
+- a baseline's specs for the cell (``reports.baseline``). A ratio gate whose baseline recorded the run-to-run
+  noise, and every GPQA gate, is a statistical decision (``ground.stats``, issue 22): ``passed``, ``regressed``
+  or ``inconclusive`` on the effect's interval against the stated tolerance (``max_ratio``/``min_ratio``, GPQA
+  ``max_drop``), at levels split over the run's gates (``family_levels``); GPQA is paired over questions when
+  the baseline kept its per-question record. Without recorded noise a ratio gate is the fixed limit it was.
+
+The ``threshold`` of a gate dict is today's line (value × ratio, widened to the noise; GPQA's
+value − k·√(s² + s_now²)) so old readers keep working; ``passed`` is the verdict being ``passed``.
 
 A gated metric that was not measured gives ``value: None, passed: False``: a gate that silently
 passes because its suite did not run would hide exactly the regressions it exists for.
@@ -14,33 +20,93 @@ passes because its suite did not run would hide exactly the regressions it exist
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Mapping
 
+from ground import stats
 from ground.records import CellResult, GateResult, RunResults, Status
 from reports.baseline import NOISE_RUN_SDS, Baseline, MetricSpec
-from reports.metrics import STDERR_OF, format_value, in_table_order
+from reports.metrics import HIGHER, LOWER, METRICS, REQUEST_STDERR_OF, STDERR_OF, format_value, in_table_order
 
 COLLAPSE_FLOOR = 1.2  # accept_length at or below ~1 means no draft token is being accepted
 GPQA_CHANCE = 0.25  # four choices
-CHANCE_MARGIN_SE = 2.0  # standard errors of a guesser's score above chance
+CHANCE_FALSE_PASS = 0.01  # a guesser passes the chance floor at most this often (exact binomial)
 GATE_PRECISION = 6  # decimals kept in thresholds (ratios make long floats)
+DEFAULT_RUNS = 3  # boots behind a baseline's `noise` when it does not say (`baseline record` needs three)
+DEFAULT_GPQA_DROP = 0.02  # GPQA's tolerance (absolute) when the baseline states no `max_drop`
 
 
-def evaluate(cell: CellResult, metrics: Mapping, baseline: Baseline | None) -> tuple[GateResult, ...]:
-    """All gates for one cell: floors first, then the baseline's, in the metric table's order."""
-    return tuple(_gate(metric, op, threshold, metrics.get(metric))
-                 for metric, op, threshold, _ in _limits(cell, metrics, baseline))
+def evaluate(cell: CellResult, metrics: Mapping, baseline: Baseline | None,
+             levels: stats.Levels | None = None) -> tuple[GateResult, ...]:
+    """All gates for one cell: floors first, then the baseline's, in the metric table's order. ``levels``: each
+    statistical gate's error levels (``family_levels``; default: this cell's gates alone at the run's rate)."""
+    if levels is None:
+        levels = family_levels([cell], baseline)
+    evidence = Evidence.of(cell, metrics)
+    gates = []
+    for metric, op, threshold, _, spec in _limits(cell, metrics, baseline):
+        statistic = _statistic(spec, evidence, levels) if spec is not None else None
+        gates.append(_gate(metric, op, threshold, metrics.get(metric), statistic))
+    return tuple(gates)
+
+
+def family_levels(cells, baseline: Baseline | None, looks: int = 1) -> stats.Levels:
+    """Per-gate levels for a run of ``cells`` gated against one baseline: the run's false-red rate
+    (``stats.RUN_FALSE_RED``) split over every statistical gate, and over the planned looks."""
+    return stats.Levels.family(sum(statistical_gates(cell, baseline) for cell in cells), looks=looks)
+
+
+def statistical_gates(cell: CellResult, baseline: Baseline | None) -> int:
+    """How many statistical gates ``baseline`` sets for ``cell`` (none for an expected rejection)."""
+    if baseline is None or cell.expect.get("outcome") == "reject":
+        return 0
+    return sum(len(_statistical_keys(spec)) for spec in baseline.specs_for(cell.id).values())
+
+
+def _statistical_keys(spec: MetricSpec) -> list[str]:
+    keys = ["max_drop_stderr"] if spec.max_drop_stderr is not None else []
+    if spec.noise is not None:
+        keys += [key for key in ("min_ratio", "max_ratio") if getattr(spec, key) is not None]
+    return keys
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a cell measured that a statistical gate reads: the figure of each boot (one boot unless the run
+    sampled more), each boot's per-request standard errors, GPQA's per-question outcomes."""
+
+    boots: tuple[Mapping, ...]
+    gpqa_questions: Mapping[str, tuple[float, ...]]
+
+    @classmethod
+    def of(cls, cell: CellResult, metrics: Mapping) -> "Evidence":
+        per_question = (cell.gpqa or {}).get("per_question") or {}
+        questions = {q: (1.0,) * int(right) + (0.0,) * int(asked - right) for q, (right, asked) in per_question.items()}
+        return cls(boots=tuple(cell.boots) or (metrics,), gpqa_questions=questions)
+
+    def values(self, metric: str) -> list[float]:
+        return [boot[metric] for boot in self.boots if boot.get(metric) is not None and boot[metric] > 0]
+
+    def request_noise(self, metric: str) -> list[float] | None:
+        """Each boot's per-request standard error of ``metric``, as a fraction of its value."""
+        name = REQUEST_STDERR_OF.get(metric)
+        noise = [boot[name] / boot[metric] for boot in self.boots
+                 if name and boot.get(name) is not None and boot.get(metric)]
+        return noise or None
 
 
 def explain(cell: CellResult, metrics: Mapping, baseline: Baseline | None) -> dict[tuple, str]:
     """Where each gate's threshold comes from, keyed by (metric, op, threshold) as in the gate dict."""
     return {(metric, op, round(threshold, GATE_PRECISION)): basis
-            for metric, op, threshold, basis in _limits(cell, metrics, baseline)}
+            for metric, op, threshold, basis, _ in _limits(cell, metrics, baseline)}
 
 
-def _limits(cell: CellResult, metrics: Mapping, baseline: Baseline | None) -> list[tuple[str, str, float, str]]:
-    """(metric, op, threshold, basis) for every limit that applies to the cell."""
+# (metric, op, threshold, basis, spec and key of a statistical gate or None)
+Limit = tuple[str, str, float, str, "tuple[MetricSpec, str] | None"]
+
+
+def _limits(cell: CellResult, metrics: Mapping, baseline: Baseline | None) -> list[Limit]:
+    """(metric, op, threshold, basis, statistical spec) for every limit that applies to the cell."""
     if cell.expect.get("outcome") == "reject":
         return []  # nothing is measured on a deployment that must not come up
     limits = _floor_limits(cell, metrics)
@@ -51,55 +117,91 @@ def _limits(cell: CellResult, metrics: Mapping, baseline: Baseline | None) -> li
     return limits
 
 
-def _floor_limits(cell: CellResult, metrics: Mapping) -> list[tuple[str, str, float, str]]:
+def _floor_limits(cell: CellResult, metrics: Mapping) -> list[Limit]:
     return _collapse_floor(cell, metrics) + _chance_floor(metrics)
 
 
-def _collapse_floor(cell: CellResult, metrics: Mapping) -> list[tuple[str, str, float, str]]:
+def _collapse_floor(cell: CellResult, metrics: Mapping) -> list[Limit]:
     speculative = bool(cell.config.get("speculative_algorithm"))
     if not speculative or metrics.get("accept_length") is None:
         return []
     floor = (cell.suites.get("accept") or {}).get("min_accept_length")
     if floor is None:
-        return [("accept_length", ">=", COLLAPSE_FLOOR, "collapse floor")]
-    return [("accept_length", ">=", float(floor), "collapse floor (suites.accept.min_accept_length)")]
+        return [("accept_length", ">=", COLLAPSE_FLOOR, "collapse floor", None)]
+    return [("accept_length", ">=", float(floor), "collapse floor (suites.accept.min_accept_length)", None)]
 
 
 def chance_floor(num_questions: float) -> float:
-    """The accuracy a guesser stays below 97.7% of the time on ``num_questions`` questions: chance (one in
-    four) plus CHANCE_MARGIN_SE standard errors of a guesser's score. Repeats of a question do not count as
-    more questions (they are correlated), so the floor uses the question count."""
-    return GPQA_CHANCE + CHANCE_MARGIN_SE * math.sqrt(GPQA_CHANCE * (1 - GPQA_CHANCE) / num_questions)
+    """The smallest accuracy a guesser (one in four right) reaches at most CHANCE_FALSE_PASS of the time on
+    ``num_questions`` questions, exact binomial. Repeats of a question do not count as more questions (a
+    guesser's repeats are as random, but a broken model's are not), so the floor uses the question count."""
+    return stats.chance_floor(int(num_questions), GPQA_CHANCE, CHANCE_FALSE_PASS)
 
 
-def _chance_floor(metrics: Mapping) -> list[tuple[str, str, float, str]]:
+def _chance_floor(metrics: Mapping) -> list[Limit]:
     """GPQA must beat guessing, with or without a baseline: a broken model that answers at random or not at
-    all (0%) never passes."""
+    all (0%) passes at most CHANCE_FALSE_PASS of the time; a weak model well above chance still passes it."""
     questions = metrics.get("gpqa_num_questions")
     if metrics.get("gpqa_accuracy") is None or not questions:
         return []
-    return [("gpqa_accuracy", ">=", chance_floor(questions),
-             f"above chance: 25% + {CHANCE_MARGIN_SE:g}·√(0.25·0.75/n), n = {questions:.0f} questions")]
+    floor = chance_floor(questions)
+    guesser = stats.chance_pass_probability(floor, int(questions), GPQA_CHANCE)
+    return [("gpqa_accuracy", ">=", floor, f"above chance: a guesser reaches {floor:.1%} on {questions:.0f} questions "
+             f"{guesser:.2%} of the time (exact binomial)", None)]
 
 
-def _spec_limits(spec: MetricSpec, metrics: Mapping) -> list[tuple[str, str, float, str]]:
-    """(metric, op, threshold, basis) for each limit a baseline spec sets."""
+def _spec_limits(spec: MetricSpec, metrics: Mapping) -> list[Limit]:
+    """(metric, op, threshold, basis, statistical spec) for each limit a baseline spec sets."""
     name, where, limits = spec.metric, spec.where, []
     reference = format_value(name, spec.value)
+    statistical = set(_statistical_keys(spec))
     if spec.min is not None:
-        limits.append((name, ">=", spec.min, f"min ({where})"))
+        limits.append((name, ">=", spec.min, f"min ({where})", None))
     if spec.min_ratio is not None:
         ratio = spec.ratio("min_ratio")
-        limits.append((name, ">=", spec.value * ratio, f"{reference} × {ratio:g}{_widened(spec, 'min_ratio')} ({where})"))
+        limits.append((name, ">=", spec.value * ratio, f"{reference} × {ratio:g}{_widened(spec, 'min_ratio')} ({where})",
+                       (spec, "min_ratio") if "min_ratio" in statistical else None))
     if spec.max_drop_stderr is not None:
         limits.append((name, ">=", noise_floor(spec, metrics.get(STDERR_OF[name])),
-                       f"{reference} − {spec.max_drop_stderr:g}·√(se_base² + se_now²) ({where})"))
+                       f"{reference} − {spec.max_drop_stderr:g}·√(se_base² + se_now²) ({where})",
+                       (spec, "max_drop_stderr")))
     if spec.max is not None:
-        limits.append((name, "<=", spec.max, f"max ({where})"))
+        limits.append((name, "<=", spec.max, f"max ({where})", None))
     if spec.max_ratio is not None:
         ratio = spec.ratio("max_ratio")
-        limits.append((name, "<=", spec.value * ratio, f"{reference} × {ratio:g}{_widened(spec, 'max_ratio')} ({where})"))
+        limits.append((name, "<=", spec.value * ratio, f"{reference} × {ratio:g}{_widened(spec, 'max_ratio')} ({where})",
+                       (spec, "max_ratio") if "max_ratio" in statistical else None))
     return limits
+
+
+def _statistic(spec_key: tuple[MetricSpec, str], evidence: Evidence, levels: stats.Levels) -> stats.Verdict | None:
+    """The statistical decision of one gate, or None when its metric was not measured (the gate then fails)."""
+    spec, key = spec_key
+    if key == "max_drop_stderr":
+        return _gpqa_statistic(spec, evidence, levels)
+    values = evidence.values(spec.metric)
+    if not values:
+        return None
+    better = LOWER if key == "max_ratio" else HIGHER
+    reference = stats.BootReference(spec.value, int(spec.runs or DEFAULT_RUNS), spec.noise or 0.0,
+                                    spec.request_noise or 0.0)
+    return stats.compare_boots(values, reference, better, getattr(spec, key) - 1, levels,
+                               evidence.request_noise(spec.metric))
+
+
+def _gpqa_statistic(spec: MetricSpec, evidence: Evidence, levels: stats.Levels) -> stats.Verdict | None:
+    """Paired over questions when both sides kept them; else the two accuracies and their standard errors."""
+    tolerance = -(spec.max_drop if spec.max_drop is not None else DEFAULT_GPQA_DROP)
+    better = METRICS[spec.metric].better
+    boot = evidence.boots[-1]
+    if spec.per_question and len(set(spec.per_question) & set(evidence.gpqa_questions)) > 1:
+        return stats.compare_paired(evidence.gpqa_questions, spec.per_question, better, tolerance, levels)
+    value, se_now = boot.get(spec.metric), boot.get(STDERR_OF[spec.metric])
+    if value is None:
+        return None
+    questions = int(boot.get("gpqa_num_questions") or 0)
+    return stats.compare_estimates(value, spec.stderr if se_now is None else se_now, spec.value, spec.stderr, better,
+                                   tolerance, levels, questions, f"{questions} questions")
 
 
 def _widened(spec: MetricSpec, key: str) -> str:
@@ -121,7 +223,10 @@ def noise_floor(spec: MetricSpec, stderr_now: float | None) -> float:
 _OPS = {">=": lambda value, threshold: value >= threshold, "<=": lambda value, threshold: value <= threshold}
 
 
-def _gate(metric: str, op: str, threshold: float, value) -> GateResult:
+def _gate(metric: str, op: str, threshold: float, value, statistic: stats.Verdict | None) -> GateResult:
+    if statistic is not None:
+        return GateResult(metric, op, round(threshold, GATE_PRECISION), value, statistic.verdict == stats.PASSED,
+                          statistic)
     passed = value is not None and _OPS[op](value, threshold)
     return GateResult(metric, op, round(threshold, GATE_PRECISION), value, passed)
 
@@ -133,13 +238,23 @@ def regate(results: RunResults, baseline: Baseline) -> RunResults:
     test failed, an expected rejection did not happen) stays failed.
     """
     cells = []
+    levels = family_levels(results.cells, baseline)
     for cell in results.cells:
-        if cell.status in (Status.PASSED, Status.FAILED):
-            gates = evaluate(cell, cell.metrics, baseline)
-            failed = _failed_apart_from_gates(cell) or not all(g.passed for g in gates)
-            cell = replace(cell, gates=gates, status=Status.FAILED if failed else Status.PASSED, exit_code=None)
+        if cell.status in (Status.PASSED, Status.FAILED, Status.INCONCLUSIVE):
+            gates = evaluate(cell, cell.metrics, baseline, levels)
+            status = Status.FAILED if _failed_apart_from_gates(cell) else status_of(gates)
+            cell = replace(cell, gates=gates, status=status, exit_code=None)
         cells.append(cell)
     return replace(results, cells=tuple(cells))
+
+
+def status_of(gates) -> Status:
+    """A measured cell's status from its gates: failed when one regressed (or was not measured), inconclusive when
+    none did but one could not decide, passed when every gate passed."""
+    verdicts = {gate.verdict for gate in gates}
+    if stats.REGRESSED in verdicts:
+        return Status.FAILED
+    return Status.INCONCLUSIVE if stats.INCONCLUSIVE in verdicts else Status.PASSED
 
 
 def _failed_apart_from_gates(cell: CellResult) -> bool:
@@ -153,9 +268,23 @@ def _failed_apart_from_gates(cell: CellResult) -> bool:
 
 
 def describe_gate(gate: GateResult) -> str:
-    """"accept_length = 1.00, needs >= 1.20" / "ttft_ms_median not measured (gate <= 51.2)"."""
+    """"accept_length = 1.00, needs >= 1.20" / "ttft_ms_median not measured (gate <= 51.2)" / a statistical
+    gate: "tpot_ms_median = 7.16: +5.0% [+3.9%, +6.3%] vs tolerance +2.5%: regressed (t on log values, ...)"."""
     threshold = format_value(gate.metric, gate.threshold)
     if gate.value is None:
         return f"{gate.metric} not measured (gate {gate.op} {threshold})"
     value = format_value(gate.metric, gate.value)
+    if gate.statistic is not None:
+        return f"{gate.metric} = {value}: {gate.statistic.describe()}"
     return f"{gate.metric} = {value}, needs {gate.op} {threshold}"
+
+
+def levels_line(results: RunResults) -> str | None:
+    """The run's family-wise levels as the gates used them, for the report ("" when no gate was statistical)."""
+    statistical = [gate.statistic for cell in results.cells for gate in cell.gates if gate.statistic is not None]
+    if not statistical:
+        return None
+    alpha, beta = max(s.alpha for s in statistical), max(s.beta for s in statistical)
+    return (f"Statistical gates: a run is red by luck at most {stats.RUN_FALSE_RED:.0%} of the time (family-wise, "
+            f"split over its statistical gates and planned looks: α = {alpha:.2g} per gate and look); a regression "
+            f"right at a tolerance passes at most β = {beta:.2g} per look. Inconclusive is neither green nor red.")

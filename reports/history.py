@@ -1,7 +1,8 @@
 """Every run remembered: an embedded SQLite database of runs, cells, metrics and gates.
 
 Where: ``$DSPARK_HISTORY`` if set, else ``$DSPARK_STATE_DIR/history.sqlite`` (default
-``~/.local/state/dspark-ci/history.sqlite``), next to the runs' ledger index. ``dspark-ci run`` records
+``~/.local/state/dspark-ci/history.sqlite``), next to the runs' ledger index. Each cell's timing (``cell_times``) feeds
+``cell_seconds``, which ``dspark-ci run`` uses to start the longest cells first. ``dspark-ci run`` records
 each run when it finishes; ``dspark-ci history --add RUN_DIR`` records runs made elsewhere (a nightly's
 downloaded artifacts). Format (``SCHEMA`` below, one row per run, per cell of a run, per metric of a
 cell, per gate of a cell): plain tables any SQLite client reads; re-recording a run replaces its rows.
@@ -19,7 +20,7 @@ import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Iterable, Iterator, Mapping
 
 from ground.errors import BadInput
 from ground.records import RunResults
@@ -37,6 +38,9 @@ CREATE TABLE IF NOT EXISTS metrics (
     run_id TEXT, cell_id TEXT, metric TEXT, value REAL, PRIMARY KEY (run_id, cell_id, metric));
 CREATE TABLE IF NOT EXISTS gates (
     run_id TEXT, cell_id TEXT, metric TEXT, op TEXT, threshold REAL, value REAL, passed INTEGER);
+CREATE TABLE IF NOT EXISTS cell_times (
+    run_id TEXT, cell_id TEXT, started_at TEXT, ready_at TEXT, finished_at TEXT, queue_seconds REAL,
+    boot_seconds REAL, measure_seconds REAL, seconds REAL, PRIMARY KEY (run_id, cell_id));
 CREATE INDEX IF NOT EXISTS metrics_by_cell ON metrics (cell_id, metric);
 CREATE INDEX IF NOT EXISTS gates_by_cell ON gates (cell_id, metric);
 """
@@ -71,7 +75,7 @@ def record(path: Path, results: RunResults, run_dir: Path | str | None) -> None:
     """Remember ``results`` (replacing an earlier record of the same run id)."""
     env = results.environment
     with _connect(path, create=True) as db:
-        for table in ("runs", "cells", "metrics", "gates"):
+        for table in ("runs", "cells", "metrics", "gates", "cell_times"):
             db.execute(f"DELETE FROM {table} WHERE run_id = ?", (results.run_id,))
         db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", (
             results.run_id, results.started_at, results.finished_at, results.launcher, json.dumps(list(results.matrices)),
@@ -89,6 +93,11 @@ def record(path: Path, results: RunResults, run_dir: Path | str | None) -> None:
             db.executemany("INSERT INTO gates VALUES (?, ?, ?, ?, ?, ?, ?)",
                            [(results.run_id, cell.id, g.metric, g.op, g.threshold, g.value, int(g.passed))
                             for g in cell.gates])
+            if cell.timing is not None:
+                t = cell.timing
+                db.execute("INSERT INTO cell_times VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (
+                    results.run_id, cell.id, t.started_at, t.ready_at, t.finished_at, t.queue_seconds,
+                    cell.boot_seconds, t.measure_seconds, t.seconds))
 
 
 @dataclass(frozen=True)
@@ -126,6 +135,23 @@ def series(path: Path, cell_id: str, metric: str, until: str | None = None) -> l
             "WHERE m.cell_id = ? AND m.metric = ? AND (? IS NULL OR r.started_at <= ?) "
             "ORDER BY r.started_at, m.run_id", (cell_id, metric, until, until)).fetchall()
     return [Point(r["run_id"], r["started_at"], r["value"]) for r in rows]
+
+
+def cell_seconds(path: Path, cell_ids: Iterable[str]) -> dict[str, float]:
+    """Each cell's wall time in the latest recorded run that timed it (for longest-first scheduling); cells
+    never timed are left out. An absent or unreadable history knows none."""
+    wanted = list(dict.fromkeys(cell_ids))
+    if not wanted or not path.is_file():
+        return {}
+    try:
+        with _connect(path, create=False) as db:
+            rows = db.execute(
+                "SELECT t.cell_id, t.seconds FROM cell_times t JOIN runs r USING (run_id) WHERE t.seconds IS NOT NULL "
+                "ORDER BY r.started_at, t.run_id").fetchall()
+    except BadInput:
+        return {}
+    known = {r["cell_id"]: float(r["seconds"]) for r in rows}  # the latest run's figure stands
+    return {cell: known[cell] for cell in wanted if cell in known}
 
 
 def cells_of(path: Path, pattern: str) -> list[str]:

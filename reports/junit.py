@@ -20,7 +20,7 @@ import xml.etree.ElementTree as ET
 from datetime import datetime
 from typing import Iterable
 
-from ground.records import CellResult, GateResult, RunResults, Status
+from ground.records import DECIDED_BY_RESOLVER, CellResult, GateResult, RunResults, Status
 from ground.suites import suite_of
 from reports.gates import describe_gate
 from reports.metrics import in_table_order
@@ -67,16 +67,33 @@ def _testsuite(cell: CellResult) -> ET.Element:
     suite = ET.Element("testsuite", {"name": xml_text(cell.id), "tests": str(len(cases)),
                                      "failures": str(counts["failure"]), "errors": str(counts["error"]),
                                      "skipped": str(counts["skipped"]),
-                                     "time": _seconds(sum(float(case.get("time", "0")) for case in cases))})
+                                     "time": _seconds(_cell_seconds(cell, cases))})
     metrics = {name: value for name, value in cell.metrics.items() if value is not None}
-    if metrics or cell.boot_seconds is not None:
+    timing = _timing_properties(cell)
+    if metrics or timing:
         properties = ET.SubElement(suite, "properties")
-        if cell.boot_seconds is not None:
-            ET.SubElement(properties, "property", {"name": "boot_seconds", "value": repr(cell.boot_seconds)})
+        for name, value in timing.items():
+            ET.SubElement(properties, "property", {"name": name, "value": value})
         for name in in_table_order(metrics):
             ET.SubElement(properties, "property", {"name": xml_text(name), "value": repr(metrics[name])})
     suite.extend(cases)
     return suite
+
+
+def _cell_seconds(cell: CellResult, cases: list[ET.Element]) -> float:
+    """The cell's own wall time (start to result, boot and teardown included) when it was timed, else its cases'."""
+    if cell.timing is not None and cell.timing.seconds is not None:
+        return cell.timing.seconds
+    return sum(float(case.get("time", "0")) for case in cases)
+
+
+def _timing_properties(cell: CellResult) -> dict[str, str]:
+    """When the cell started, was ready and finished, and its queue/boot/measure seconds, as far as known."""
+    timing = cell.timing.to_dict() if cell.timing is not None else {}
+    timing["boot_seconds"] = cell.boot_seconds
+    order = ("started_at", "ready_at", "finished_at", "queue_seconds", "boot_seconds", "measure_seconds")
+    return {name: (timing[name] if isinstance(timing[name], str) else repr(timing[name]))
+            for name in order if timing.get(name) is not None}
 
 
 def _testcases(cell: CellResult) -> Iterable[ET.Element]:
@@ -112,8 +129,12 @@ def _suite_cases(cell: CellResult) -> Iterable[ET.Element]:
         tests, gates = tests_by_suite.get(name, []), gates_by_suite.get(name, [])
         case = _case(cell, name, sum(float(t.get("duration") or 0) for t in tests))
         failed_tests = [t for t in tests if t.get("outcome") in ("failed", "error")]
-        if failed_tests or not all(g.passed for g in gates):
+        if failed_tests or any(not g.passed and not g.inconclusive for g in gates):
             case.append(_problem("failure", cell, gates, failed_tests))
+        elif any(g.inconclusive for g in gates):  # neither green nor red: JUnit's nearest is "skipped"
+            lines = [describe_gate(g) for g in gates if g.inconclusive]
+            ET.SubElement(case, "skipped", {"message": xml_text("inconclusive: " + lines[0])}).text = xml_text(
+                "\n".join(lines))
         yield case
     if unplaced_error and (cell.status is Status.ERROR or not names):  # stopped while measuring: a rank died
         case = _case(cell, LAUNCH_CASE, cell.boot_seconds)
@@ -151,7 +172,8 @@ def _rejection_case(cell: CellResult) -> ET.Element:
     case = _case(cell, REJECTION_CASE, cell.boot_seconds)
     said = rejection_message(cell)
     if cell.status is Status.REJECTED_AS_EXPECTED:
-        ET.SubElement(case, "system-out").text = xml_text(f"rejected as expected: {said}")
+        how = " (decided by SGLang's resolver, not launched)" if cell.decided_by == DECIDED_BY_RESOLVER else ""
+        ET.SubElement(case, "system-out").text = xml_text(f"rejected as expected{how}: {said}")
     elif cell.status.failing:
         case.append(_problem("failure" if cell.status is Status.FAILED else "error", cell, [], []))
     elif cell.status is Status.SKIPPED:

@@ -13,9 +13,9 @@ from datetime import datetime
 
 from typing import Mapping
 
-from ground.records import CellResult, RunResults, Status
+from ground.records import DECIDED_BY_RESOLVER, CellResult, RunResults, Status
 from reports.baseline import Baseline
-from reports.gates import describe_gate, explain
+from reports.gates import describe_gate, explain, levels_line
 from ground.suites import SUITE_DEFAULTS
 from reports.metrics import SPEED_DETAIL, SPEED_LINE, format_value, label
 from reports.results import error_headline, rejection_message
@@ -69,8 +69,29 @@ def pr_tables(results: RunResults) -> str:
                         format_value("accept_length", cell.metrics.get("accept_length")),
                         format_value("accept_rate", cell.metrics.get("accept_rate"))]
                        for cell in cells if cell.metrics.get("accept_length") is not None]),
-             _all_gates(results)]
+             _all_gates(results), _time_section(results)]
     return "\n\n".join(part for part in parts if part) + "\n"
+
+
+TIME_ROWS = 20  # a long run lists its slowest cells (results.json times every one)
+
+
+def _time_section(results: RunResults) -> str:
+    """Where the run's time went, slowest cells first: each cell's queue, boot and measure seconds and its total."""
+    timed = sorted((c for c in results.cells if c.timing is not None and c.timing.seconds is not None),
+                   key=lambda c: -(c.timing.seconds or 0.0))
+    if not timed:
+        return ""
+    rows = [[f"`{c.id}`", c.timing.started_at or "?", *(_secs(v) for v in (
+        c.timing.queue_seconds, c.boot_seconds, c.timing.measure_seconds, c.timing.seconds))] for c in timed]
+    title = "Time" if len(rows) <= TIME_ROWS else f"Time (the {TIME_ROWS} slowest cells; results.json times every one)"
+    total = sum(c.timing.seconds or 0.0 for c in timed)
+    note = f"Cell time added up: {total:.1f} s over {len(timed)} cell(s)."
+    return f"{_section(title, ['Cell', 'Started', 'Queue', 'Boot', 'Measure', 'Total'], rows[:TIME_ROWS])}\n\n{note}"
+
+
+def _secs(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f} s"
 
 
 def _section(title: str, header: list[str], rows: list[list[str]]) -> str:
@@ -104,10 +125,22 @@ def _speed_row(cell: CellResult) -> list[str]:
 
 def _all_gates(results: RunResults) -> str:
     everything = len(results.cells) <= DETAILED_PASSING_CELLS
-    rows = [[f"`{cell.id}`", "✅ pass" if gate.passed else "❌ fail", describe_gate(gate)]
+    rows = [[f"`{cell.id}`", verdict_text(gate), describe_gate(gate)]
             for cell in results.cells for gate in cell.gates if everything or not gate.passed]
     title = "Gates" if everything else "Gates (failed only: results.json holds every gate)"
-    return _section(title, ["Cell", "Result", "Gate"], rows)
+    section = _section(title, ["Cell", "Verdict", "Gate"], rows)
+    levels = levels_line(results)
+    return f"{section}\n\n{levels}" if section and levels else section
+
+
+# A gate's verdict as the reports show it (issue 22: inconclusive is neither green nor red).
+VERDICT_TEXT = {"passed": "✅ pass", "regressed": "❌ regressed", "inconclusive": "❔ inconclusive"}
+
+
+def verdict_text(gate) -> str:
+    if gate.verdict == "regressed" and gate.statistic is None:
+        return "❌ fail"
+    return VERDICT_TEXT[gate.verdict]
 
 
 def render_cells(results: RunResults, baseline: Baseline | None = None, comparison: str | None = None) -> str:
@@ -120,7 +153,7 @@ def render_cells(results: RunResults, baseline: Baseline | None = None, comparis
     if len(detailed) < len(results.cells):
         sections.append(f"{len(results.cells) - len(detailed)} cells that passed are listed in the overview only; "
                         "results.json holds every number.")
-    sections += [_cell_section(cell, baseline) for cell in detailed]
+    sections += [_cell_section(cell, baseline, results.environment.get("sglang_version")) for cell in detailed]
     if comparison:
         sections.append(comparison.rstrip("\n"))
     return "\n\n".join(section for section in sections if section) + "\n"
@@ -148,7 +181,8 @@ def _heading(results: RunResults) -> str:
 def _verdict_line(results: RunResults) -> str:
     cells = results.cells
     counts = ", ".join(f"{sum(c.status is s for c in cells)} {s.text}" for s in Status)
-    verdict = "❌ **FAILED**" if results.failed else "✅ **PASSED**"
+    undecided = any(cell.status is Status.INCONCLUSIVE for cell in cells)
+    verdict = "❌ **FAILED**" if results.failed else "❔ **INCONCLUSIVE**" if undecided else "✅ **PASSED**"
     if results.interrupted:
         verdict += " (interrupted: cells after the last one listed did not run)"
     when = _time_span(results.started_at, results.finished_at)
@@ -208,8 +242,14 @@ def _problem(cell: CellResult) -> str:
 
 def _failed_gates(results: RunResults, regressions: Mapping) -> str:
     lines = [f"- `{cell.id}`: {describe_gate(gate)}{_since(regressions.get((cell.id, gate.metric)))}"
-             for cell in results.cells for gate in cell.gates if not gate.passed]
-    return "## ❌ Failed gates\n\n" + "\n".join(lines) if lines else ""
+             for cell in results.cells for gate in cell.gates if not gate.passed and not gate.inconclusive]
+    undecided = [f"- `{cell.id}`: {describe_gate(gate)}" for cell in results.cells for gate in cell.gates
+                 if gate.inconclusive]
+    parts = ["## ❌ Failed gates\n\n" + "\n".join(lines)] if lines else []
+    if undecided:
+        parts.append("## ❔ Inconclusive gates (neither green nor red: the interval straddles the tolerance)\n\n"
+                     + "\n".join(undecided))
+    return "\n\n".join(parts)
 
 
 def _since(regression: tuple | None) -> str:
@@ -263,12 +303,14 @@ def _baseline_section(baseline: Baseline | None) -> str:
     return "\n\n".join(paragraphs)
 
 
-def _cell_section(cell: CellResult, baseline: Baseline | None) -> str:
+def _cell_section(cell: CellResult, baseline: Baseline | None, version: str | None = None) -> str:
     metrics = cell.metrics
     parts = [f"### {cell.status.icon} `{cell.id}`: {cell.status.text}", _config_line(cell)]
     said = rejection_message(cell)
     if said:
         parts.append(f"Rejected as expected: `{' '.join(said.split())}`")
+    if cell.decided_by == DECIDED_BY_RESOLVER:
+        parts.append(f"Decided by {resolver_name(version)}, not launched.")
     parts += [_quality_table(cell, metrics), _speed_tables(metrics), _gates_table(cell, metrics, baseline)]
     parts.append("\n".join(f"- ⚠️ {' '.join(str(w).split())}" for w in cell.warnings))
     if (cell.status.failing or cell.status is Status.SKIPPED) and cell.error:
@@ -281,9 +323,25 @@ def _config_line(cell: CellResult) -> str:
     items = [f"`{config['model']}`"] if config.get("model") else []
     items += [fmt.format(config[key]) for key, (fmt, hidden) in CONFIG_SUMMARY.items()
               if config.get(key) is not None and config[key] not in hidden]
-    if cell.boot_seconds is not None:
-        items.append(f"boot {cell.boot_seconds:.1f} s")
+    time_spent = time_line(cell)
+    if time_spent:
+        items.append(time_spent)
     return " · ".join(items)
+
+
+def resolver_name(version: str | None) -> str:
+    return f"SGLang {version}'s resolver" if version else "SGLang's resolver"
+
+
+def time_line(cell: CellResult) -> str:
+    """Where the cell's time went: ``42.1 s (queue 3.0 s, boot 20.5 s, measure 18.6 s)``, as far as known."""
+    timing = cell.timing
+    parts = [f"{name} {value:.1f} s" for name, value in (
+        ("queue", timing.queue_seconds if timing else None), ("boot", cell.boot_seconds),
+        ("measure", timing.measure_seconds if timing else None)) if value is not None]
+    if timing is None or timing.seconds is None:
+        return ", ".join(parts)
+    return f"{timing.seconds:.1f} s" + (f" ({', '.join(parts)})" if parts else "")
 
 
 def _quality_table(cell: CellResult, metrics: Mapping) -> str:
@@ -333,7 +391,8 @@ def _gates_table(cell: CellResult, metrics: Mapping, baseline: Baseline | None) 
     bases = explain(cell, metrics, baseline)
     rows = [[f"{g.metric} {g.op} {format_value(g.metric, g.threshold)}",
              "not measured" if g.value is None else format_value(g.metric, g.value),
-             bases.get((g.metric, g.op, g.threshold), ""), "✅ pass" if g.passed else "❌ fail"]
+             bases.get((g.metric, g.op, g.threshold), ""), verdict_text(g),
+             g.statistic.describe() if g.statistic else ""]
             for g in cell.gates]
-    return table(["Gate", "Value", "Threshold from", "Result"], rows)
+    return table(["Gate", "Value", "Threshold from", "Result", "Effect [interval] vs tolerance (test)"], rows)
 

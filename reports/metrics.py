@@ -34,6 +34,8 @@ class Metric:
     fraction: bool = False  # a share in [0, 1] (people tend to write 62 for 62%)
     noise: float = 0.0  # a change smaller than this fraction of the old value is noise (0: every change counts)
     stderr: str | None = None  # the metric holding this one's standard error: noise is then sampling error
+    # the metric holding one boot's per-request standard error of this one (statistical gates, issue 22)
+    request_stderr: str | None = None
 
 
 METRICS: dict[str, Metric] = {
@@ -41,14 +43,17 @@ METRICS: dict[str, Metric] = {
     "gpqa_stderr": Metric(LOWER, "GPQA stderr", ".1%", "info", fraction=True, noise=STDERR_NOISE),
     "gpqa_num_questions": Metric(NEUTRAL, "GPQA questions", ".0f", "info"),
     "gpqa_repeats": Metric(NEUTRAL, "GPQA repeats", ".0f", "info"),
-    "accept_length": Metric(HIGHER, "Accept length", ".2f", "quality", noise=ACCEPT_NOISE),
-    "accept_rate": Metric(HIGHER, "Accept rate", ".1%", "quality", fraction=True, noise=ACCEPT_NOISE),
+    "accept_length": Metric(HIGHER, "Accept length", ".2f", "quality", noise=ACCEPT_NOISE,
+                            request_stderr="accept_length_stderr"),
+    "accept_rate": Metric(HIGHER, "Accept rate", ".1%", "quality", fraction=True, noise=ACCEPT_NOISE,
+                          request_stderr="accept_rate_stderr"),
     "ttft_ms_mean": Metric(LOWER, "Avg TTFT (ms)", ".1f", "speed", noise=MEAN_TTFT_NOISE),
     "ttft_ms_median": Metric(LOWER, "Median TTFT (ms)", ".1f", "speed", noise=MEDIAN_NOISE),
     "ttft_ms_p90": Metric(LOWER, "P90 TTFT (ms)", ".1f", "speed", noise=P90_NOISE),
     "ttft_ms_p99": Metric(LOWER, "P99 TTFT (ms)", ".1f", "speed", noise=P99_NOISE),
     "tpot_ms_mean": Metric(LOWER, "Avg TPOT (ms)", ".2f", "speed", noise=MEDIAN_NOISE),
-    "tpot_ms_median": Metric(LOWER, "Median TPOT (ms)", ".2f", "speed", noise=MEDIAN_NOISE),
+    "tpot_ms_median": Metric(LOWER, "Median TPOT (ms)", ".2f", "speed", noise=MEDIAN_NOISE,
+                             request_stderr="tpot_ms_median_stderr"),
     "tpot_ms_p90": Metric(LOWER, "P90 TPOT (ms)", ".2f", "speed", noise=P90_NOISE),
     "tpot_ms_p99": Metric(LOWER, "P99 TPOT (ms)", ".2f", "speed", noise=P99_NOISE),
     # ITL as bench_serving 0.5.23 prints it (per token under speculation, per chunk otherwise), then both
@@ -59,7 +64,14 @@ METRICS: dict[str, Metric] = {
                                   ("p90", "P90", P90_NOISE), ("p99", "P99", P99_NOISE))},
     # End-to-end latency is mostly decode time, the reciprocal of throughput: the same band.
     "e2e_latency_s_mean": Metric(LOWER, "Avg Lat (s)", ".3f", "speed", noise=THROUGHPUT_NOISE),
-    "output_throughput_tok_s": Metric(HIGHER, "Avg Thpt (tok/s)", ".2f", "speed", noise=THROUGHPUT_NOISE),
+    "output_throughput_tok_s": Metric(HIGHER, "Avg Thpt (tok/s)", ".2f", "speed", noise=THROUGHPUT_NOISE,
+                                      request_stderr="output_throughput_tok_s_stderr"),
+    # One boot's standard error of a figure from its own requests (bootstrap over requests): the per-request
+    # part of the noise, apart from the per-boot part the baseline's runs measure (issue 22).
+    **{f"{name}_stderr": Metric(NEUTRAL, f"{label} per-request stderr", fmt, "info")
+       for name, label, fmt in (("accept_length", "Accept length", ".3f"), ("accept_rate", "Accept rate", ".4f"),
+                                ("tpot_ms_median", "Median TPOT", ".3f"),
+                                ("output_throughput_tok_s", "Throughput", ".2f"))},
     "input_tokens_mean": Metric(NEUTRAL, "Avg In", ".0f", "speed"),
     "output_tokens_mean": Metric(NEUTRAL, "Avg Out", ".0f", "speed"),
     # The client's own overhead, beside TTFT: shown, never a verdict on the server.
@@ -72,6 +84,8 @@ METRICS: dict[str, Metric] = {
 
 # A metric whose sampling error is measured alongside it (for gates that respect noise).
 STDERR_OF: dict[str, str] = {name: metric.stderr for name, metric in METRICS.items() if metric.stderr}
+# A metric whose per-request standard error within one boot the suites report.
+REQUEST_STDERR_OF: dict[str, str] = {name: m.request_stderr for name, m in METRICS.items() if m.request_stderr}
 
 # The SGLang-style speed line of a cell, in the order SGLang PRs print it.
 SPEED_LINE = ("e2e_latency_s_mean", "ttft_ms_mean", "tpot_ms_mean", "output_throughput_tok_s",

@@ -1,4 +1,4 @@
-"""The nightly's schedule (`python -m ci.shards`) and a shard's run (`python -m ci.shard_run`), through their CLIs."""
+"""The nightly's schedule (`python -m ci.nightly.shards`) and a shard's run (`python -m ci.nightly.shard_run`), through their CLIs."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parent.parent
 def shards_cli(tmp_path: Path, entries: list[dict], durations: dict | None = None, fleet: dict | None = None):
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"include": entries}))
-    argv = [sys.executable, "-m", "ci.shards", str(plan)]
+    argv = [sys.executable, "-m", "ci.nightly.shards", str(plan)]
     for flag, data in (("--durations", durations), ("--fleet", fleet)):
         if data is not None:
             (tmp_path / f"{flag[2:]}.json").write_text(json.dumps(data))
@@ -53,7 +53,7 @@ def test_measured_durations_win_over_estimates_and_labels_shard_apart(tmp_path):
 def test_bad_durations_or_fleet_exit_2(tmp_path, name, content, message):
     (tmp_path / "plan.json").write_text(json.dumps({"include": [entry("a")]}))
     (tmp_path / "x.json").write_text(content)
-    proc = subprocess.run([sys.executable, "-m", "ci.shards", str(tmp_path / "plan.json"), f"--{name}",
+    proc = subprocess.run([sys.executable, "-m", "ci.nightly.shards", str(tmp_path / "plan.json"), f"--{name}",
                            str(tmp_path / "x.json")], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
 
@@ -84,7 +84,7 @@ def run_shard(tmp_path: Path, behaviour: dict[str, list[int]]) -> tuple[subproce
     fake = tmp_path / "fake_dspark_ci.py"
     fake.write_text(FAKE_DSPARK_CI)
     (tmp_path / "behaviour.json").write_text(json.dumps(behaviour))
-    proc = subprocess.run([sys.executable, "-m", "ci.shard_run", "--dspark-ci", f"{sys.executable} {fake}",
+    proc = subprocess.run([sys.executable, "-m", "ci.nightly.shard_run", "--dspark-ci", f"{sys.executable} {fake}",
                            "--out", str(tmp_path / "runs/s1"), "m.yaml", *behaviour, "--", "--launcher", "docker"],
                           capture_output=True, text=True, timeout=60, cwd=REPO)
     calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
@@ -113,3 +113,38 @@ def test_a_gate_failure_is_never_retried_and_a_second_infra_failure_stays(tmp_pa
     assert [c[3] for c in calls] == ["gate", "infra", "infra"]
     assert cell_result(tmp_path, "gate")["status"] == "failed"
     assert cell_result(tmp_path, "infra")["status"] == "error"
+
+
+def test_the_next_plan_reads_each_cells_own_time_from_a_shard_that_ran_several(tmp_path):
+    """A shard runs several cells in one run directory: each cell's own ``seconds`` is its duration for the next
+    plan (before cells were timed, a multi-cell run told the planner nothing)."""
+    cells = [{"id": cell, "config": {}, "expect": {"outcome": "serve"}, "status": "passed", "error": None,
+              "boot_seconds": 30.0, "metrics": {}, "gates": [], "started_at": "2026-12-01T01:00:00+00:00",
+              "finished_at": "2026-12-01T01:10:00+00:00", "seconds": seconds}
+             for cell, seconds in (("a", 600.0), ("b", 1500.0))]
+    shard = tmp_path / "runs" / "shard-1"
+    shard.mkdir(parents=True)
+    (shard / "results.json").write_text(json.dumps({
+        "schema": 1, "run_id": "r", "started_at": "2026-12-01T01:00:00+00:00",
+        "finished_at": "2026-12-01T01:35:00+00:00", "launcher": "local", "matrices": [], "cells": cells}))
+    durations = tmp_path / "durations.json"
+    merged = subprocess.run([sys.executable, "-m", "ci.nightly.merge_runs", "--out", str(tmp_path / "merged"),
+                             "--durations", str(durations), str(shard)], capture_output=True, text=True, timeout=60,
+                            cwd=REPO)
+    assert merged.returncode == 0, merged.stderr
+    assert json.loads(durations.read_text()) == {"a": 600.0, "b": 1500.0}
+    proc, shards = shards_cli(tmp_path, [entry("a"), entry("b")], json.loads(durations.read_text()))
+    assert proc.returncode == 0, proc.stderr
+    assert {s["cells"]: s["est_minutes"] for s in shards} == {"b": 25, "a": 10}
+
+
+def test_resolver_decided_rejections_take_one_cpu_job_and_no_gpu_runner(tmp_path):
+    decided = [{**entry(c, expect="reject"), "decided_by": "resolver"} for c in ("r1", "r2", "r3")]
+    launched = [entry("s1"), entry("s2"), entry("hw-reject", expect="reject")]  # hardware-bound: still launched
+    proc, shards = shards_cli(tmp_path, [*decided, *launched], fleet={"8-gpu-h200": 2})
+    assert proc.returncode == 0, proc.stderr
+    cpu = [s for s in shards if s["rejections"] == "resolver"]
+    assert [(s["runner"], s["cells"]) for s in cpu] == [("ubuntu-latest", "r1 r2 r3")]
+    gpu_cells = " ".join(s["cells"] for s in shards if s["runner"] == "8-gpu-h200").split()
+    assert sorted(gpu_cells) == ["hw-reject", "s1", "s2"]
+    assert all(s["rejections"] == "launch" for s in shards if s["runner"] == "8-gpu-h200")

@@ -1,4 +1,4 @@
-"""The GitHub Actions workflows: generated from ci/workflows.py, checked offline, glue scripts run for real.
+"""The GitHub Actions workflows: generated from ci/workflows/definitions.py, checked offline, glue scripts run for real.
 
 The workflow files themselves are the golden files: the committed .github/workflows/*.yml must be
 exactly what the generator renders.
@@ -17,21 +17,23 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ci.matrix_outputs import MAX_CHUNKS
-from ci.matrix_outputs import main as matrix_outputs_main
-from ci.merge_runs import MISSING_ERROR
-from ci.reply import set_status
-from ci.workflow_model import Job, Step, Workflow, WorkflowError
-from ci.workflows import main as workflows_main
-from ci.workflows import render_all
+from ci.nightly.matrix_outputs import MAX_CHUNKS
+from ci.nightly.matrix_outputs import main as matrix_outputs_main
+from ci.nightly.merge_runs import MISSING_ERROR
+from ci.chatops.reply import set_status
+from ci.workflows.model import Job, Step, Workflow, WorkflowError
+from ci.workflows.definitions import main as workflows_main
+from ci.workflows.definitions import render_all
 from tests.golden_files import GOLDEN_DIR, assert_golden
+from ground.errors import InfraError
+from ground.sglang.resolver import locate
 
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOWS = REPO / ".github" / "workflows"
 GOLDEN = GOLDEN_DIR / "ci"
 RENDERED = render_all()
 PINNED = {"actions/checkout@v4", "actions/setup-python@v5", "actions/upload-artifact@v4", "actions/download-artifact@v4",
-          "actions/cache/restore@v4", "actions/cache/save@v4"}
+          "actions/cache/restore@v4", "actions/cache/save@v4", "actions/cache@v4"}
 
 
 def workflow(name: str) -> dict:
@@ -118,7 +120,7 @@ def test_nightly_fans_out_one_job_per_shard_on_its_runner():
     steps = steps_of(run)
     run_cells = steps["Run the shard's cells"]
     assert run_cells["env"]["CELLS"] == "${{ matrix.cells }}" and run_cells["env"]["MATRIX"] == "${{ matrix.matrix }}"
-    assert 'python3 -m ci.shard_run --out "runs/$SHARD" "$MATRIX" "${cells[@]}" -- --launcher docker --server sglang' \
+    assert 'python3 -m ci.nightly.shard_run --out "runs/$SHARD" "$MATRIX" "${cells[@]}" -- --launcher docker --server sglang' \
         in run_cells["run"]
     summary = steps["Add the reports to the job summary"]
     assert summary["if"] == "always()" and '>> "$GITHUB_STEP_SUMMARY"' in summary["run"]
@@ -272,10 +274,15 @@ def tree_under_test_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     pytest.param("*-npu", "-npu", "16-npu-a3", id="manual-select"),
 ])
 def test_plan_step_script_writes_the_nightly_matrix_to_github_output(tmp_path, select, cell_suffix, runner):
+    try:  # the plan job sets SGLang's resolver up first (it decides which rejections need no GPU runner)
+        resolver_python = locate("local").python or ""
+    except InfraError as err:
+        pytest.skip(f"SGLang's resolver is not installed here: {err}")
     (tmp_path / "matrices").symlink_to(REPO / "matrices")
     (tmp_path / "ci").symlink_to(REPO / "ci")
     github_output = tmp_path / "github_output"
-    env = tree_under_test_env(tmp_path, GITHUB_OUTPUT=str(github_output), SELECT=select)
+    env = tree_under_test_env(tmp_path, GITHUB_OUTPUT=str(github_output), SELECT=select,
+                              DSPARK_SGLANG_PYTHON=resolver_python)
     proc = subprocess.run([*GITHUB_BASH, _step_script("nightly.yml", "plan", "Plan cells")],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -284,8 +291,14 @@ def test_plan_step_script_writes_the_nightly_matrix_to_github_output(tmp_path, s
     cells = [cell for shard in shards for cell in shard["cells"].split()]
     assert int(outputs["cells"]) == len(shards) > 0 and len(cells) == len(set(cells)) > 0
     assert all(cell.endswith(cell_suffix) for cell in cells)
+    gpu = [shard for shard in shards if shard["rejections"] == "launch"]
     assert all(shard["runner"] == (runner or shard["runner"]) and shard["matrix"] == "matrices/nightly.yaml"
-               and shard["shard"].startswith(shard["runner"] + "-") for shard in shards)
+               and shard["shard"].startswith(shard["runner"] + "-") for shard in gpu)
+    cpu = [shard for shard in shards if shard["rejections"] == "resolver"]
+    if not select:  # the CUDA rejections SGLang's resolver decides take one CPU job; the NPU ones need the hardware
+        assert [s["runner"] for s in cpu] == ["ubuntu-latest"] and len(cpu[0]["cells"].split()) == 6
+    else:
+        assert cpu == []
     assert outputs["chunks"] == "1" and json.loads(outputs["matrix_2"]) == {"include": []}
 
 
@@ -349,7 +362,7 @@ def test_report_step_fails_on_a_failed_cell(tmp_path):
 def test_merging_the_same_cell_twice_is_refused(tmp_path):
     write_run(tmp_path / "runs" / "run-x", cell_result("cell-a", "passed"))
     write_run(tmp_path / "runs" / "run-y", cell_result("cell-a", "passed"))
-    proc = subprocess.run([sys.executable, "-m", "ci.merge_runs", "--out", str(tmp_path / "merged"),
+    proc = subprocess.run([sys.executable, "-m", "ci.nightly.merge_runs", "--out", str(tmp_path / "merged"),
                            str(tmp_path / "runs" / "run-x"), str(tmp_path / "runs" / "run-y")],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
@@ -423,7 +436,7 @@ def test_a_hand_made_dispatch_is_refused_before_anything_runs(tmp_path, tests):
     (tmp_path / "pr" / "test").mkdir(parents=True)
     run = subprocess.run([*GITHUB_BASH, _step_script("rerun-test.yml", "rerun_test", "Run the tests")], cwd=tmp_path,
                          env={**env, "RERUN_TESTS": tests}, capture_output=True, text=True, timeout=60)
-    assert run.returncode == 2 and "ci.run_tests: RERUN_TESTS: " in run.stderr and "Traceback" not in run.stderr
+    assert run.returncode == 2 and "ci.chatops.run_tests: RERUN_TESTS: " in run.stderr and "Traceback" not in run.stderr
     assert not record.exists()
 
 

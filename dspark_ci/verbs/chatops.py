@@ -8,11 +8,11 @@ import os
 import sys
 from pathlib import Path
 
-from ci.chatops import (DEFAULT_MATRICES, ChatOpsConfig, GitHubContext, OfflineContext, Outcome, execute,
+from ci.chatops.handle import (DEFAULT_MATRICES, ChatOpsConfig, GitHubContext, OfflineContext, Outcome, execute,
                         execution_summary, handle)
-from ci.event import event_from_flags, load_event
-from ci.github import DEFAULT_API, GitHub
-from ci.permissions import DEFAULT_PERMISSIONS, load_permissions
+from ci.chatops.event import event_from_flags, load_event
+from ci.chatops.github import DEFAULT_API, GitHub
+from ci.chatops.permissions import DEFAULT_PERMISSIONS, load_permissions
 from ground.errors import BadInput, ExitCode
 
 
@@ -39,7 +39,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--repo-root", type=Path, default=Path("."), metavar="DIR",
                         help="SGLang checkout whose test/registered/ holds the tests (default .)")
     parser.add_argument("--permissions", type=Path, metavar="FILE",
-                        help="CI permissions JSON (default ci/permissions.json)")
+                        help="CI permissions JSON (default ci/chatops/permissions.json)")
     parser.add_argument("--ref", default="main", metavar="BRANCH",
                         help="branch the rerun workflow is dispatched on, unless the event names the "
                              "repository's default branch (default main)")
@@ -64,7 +64,7 @@ def run(args) -> int:
     event = load_event(args.event) if args.event else event_from_flags(
         args.comment, args.user, args.author_association, args.pr_author, args.pr, args.repo)
     permissions = args.permissions or DEFAULT_PERMISSIONS
-    shown = str(args.permissions) if args.permissions else "ci/permissions.json"
+    shown = str(args.permissions) if args.permissions else "ci/chatops/permissions.json"
     config = ChatOpsConfig(repo_root=args.repo_root, users=load_permissions(permissions, shown), ref=args.ref,
                            matrices=tuple(args.matrix or DEFAULT_MATRICES))
     if args.dry_run:

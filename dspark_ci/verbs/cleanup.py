@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from ground.errors import BadInput, DsparkError, InfraError
-from launchers import registry
+from ground.errors import BadInput, InfraError
+from launchers.leftovers import remove_recorded
 from launchers.ledger import IndexedRun, find_run, forget, indexed_runs
 
 
@@ -53,24 +53,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _clean(run: IndexedRun, dry_run: bool) -> tuple[int, list[str]]:
     """Remove (or list) what one run recorded; returns how many were found and what could not be done."""
-    found, problems = 0, []
-    for entry in run.ledger.entries():
-        kind = registry.BY_NAME.get(entry.get("launcher", ""))
-        if kind is None:
-            problems.append(f"run {run.run_id}: unknown launcher {entry.get('launcher')!r} in {run.ledger.path}")
-            continue
-        if dry_run:
-            print(f"would check run {run.run_id}: {kind.name} {_describe(entry)}")
-            continue
-        try:
-            what = kind.remove_started(entry)
-        except DsparkError as err:
-            problems.append(f"run {run.run_id}: {err}")
-            continue
-        if what:
-            found += 1
-            print(f"removed {what} (run {run.run_id})")
-    return found, problems
+    def describe(kind: str, entry: dict) -> None:
+        print(f"would check run {run.run_id}: {kind} {_describe(entry)}")
+
+    removal = remove_recorded(run.ledger, describe if dry_run else None)
+    for what in removal.removed:
+        print(f"removed {what} (run {run.run_id})")
+    return len(removal.removed), list(removal.problems)
 
 
 def _describe(entry: dict) -> str:

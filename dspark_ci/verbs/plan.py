@@ -8,7 +8,10 @@ import json
 import sys
 from typing import Callable
 
+from dspark_ci.rejections import decide_rejections
 from ground.errors import BadInput
+from ground.records import DECIDED_BY_RESOLVER
+from ground.sglang.release import DEFAULT_VERSION
 from launchers import k8s_spec
 from launchers.plan import plan_launch
 from launchers.plan_types import LaunchPlan, Placement
@@ -23,7 +26,7 @@ formats:
   json    {{"cells": [CELL, ...]}}: each cell as in CONTRACT.md, with "ranks" (per-node argv and env
           for SGLang 0.5.23, placed on a template: bind 0.0.0.0, leader ${{NODE0_ADDR}})
   github  {{"include": [{{"cell": ID, "runner": LABEL, "matrix": PATH, "expect": OUTCOME,
-          "nnodes": N}}, ...]}} for
+          "nnodes": N[, "decided_by": "resolver"]}}, ...]}} for
           `strategy.matrix: ${{{{ fromJSON(needs.plan.outputs.matrix) }}}}`, on one line.
           Past {GITHUB_MAX_JOBS} cells (GitHub's per-matrix job limit) the output becomes
           {{"chunks": [{{"include": [...]}}, ...]}} with at most {GITHUB_MAX_JOBS} entries per chunk, in cell
@@ -44,6 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="output format (default: table)")
     parser.add_argument("--select", action="append", metavar="PATTERN",
                         help="keep cells whose id matches this glob (e.g. '*-npu'); repeatable")
+    parser.add_argument("--rejections", choices=("launch", "resolver"), default="launch",
+                        help="with --format github: mark the expected rejections SGLang's own resolver decides on a CPU "
+                        "(\"decided_by\": \"resolver\"), which the nightly runs in one CPU job (needs "
+                        "DSPARK_SGLANG_PYTHON or `bash .ci/sglang-resolver.sh`)")
     parser.add_argument("--k8s-extra", metavar="FILE",
                         help="with --format k8s: YAML patch merged into every generated object (docs/K8S.md)")
 
@@ -68,10 +75,12 @@ def render_json(cells: list[Cell], plans: dict[str, LaunchPlan]) -> str:
     return json.dumps({"cells": entries}, indent=2)
 
 
-def github_matrix(cells: list[Cell]) -> tuple[dict, str | None]:
-    """The strategy.matrix object, and a note for stderr when it had to be split."""
+def github_matrix(cells: list[Cell], decided: frozenset[str] = frozenset()) -> tuple[dict, str | None]:
+    """The strategy.matrix object, and a note for stderr when it had to be split. Cells in ``decided`` (expected
+    rejections SGLang's resolver decides without a launch) say so: ``"decided_by": "resolver"``."""
     include = [{"cell": c.id, "runner": c.runner, "matrix": c.matrix, "expect": c.expect.outcome,
-                "nnodes": c.nnodes} for c in cells]
+                "nnodes": c.nnodes, **({"decided_by": DECIDED_BY_RESOLVER} if c.id in decided else {})}
+               for c in cells]
     if len(include) <= GITHUB_MAX_JOBS:
         return {"include": include}, None
     chunks = [{"include": include[i:i + GITHUB_MAX_JOBS]} for i in range(0, len(include), GITHUB_MAX_JOBS)]
@@ -82,8 +91,8 @@ def github_matrix(cells: list[Cell]) -> tuple[dict, str | None]:
     return {"chunks": chunks}, note
 
 
-def render_github(cells: list[Cell], plans: dict[str, LaunchPlan]) -> str:
-    matrix, note = github_matrix(cells)
+def render_github(cells: list[Cell], plans: dict[str, LaunchPlan], decided: frozenset[str] = frozenset()) -> str:
+    matrix, note = github_matrix(cells, decided)
     if note:
         print(f"dspark-ci plan: {note}", file=sys.stderr)
     return json.dumps(matrix, separators=(",", ":"))
@@ -138,6 +147,10 @@ def run(args: argparse.Namespace) -> int:
     plans = launch_plans(cells)  # every format validates the command lines, not only json
     if args.format == "k8s":
         print(render_k8s(cells, plans, args.k8s_extra))
+        return 0
+    if args.format == "github" and args.rejections == "resolver":
+        decided = frozenset(decide_rejections(cells, DEFAULT_VERSION).results)
+        print(render_github(cells, plans, decided))
         return 0
     print(RENDERERS[args.format](cells, plans))
     return 0

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import argparse
 import re
-from dataclasses import dataclass
 
+from dspark_ci.rejections import CellVerdict, judge
 from dspark_ci.run import select_cells
-from dspark_ci.verbs.plan import launch_plans
-from ground.errors import BadInput, InfraError
-from ground.sglang.release import SGLANG_ENTRYPOINT
-from ground.sglang.resolver import Resolution, Resolver, locate, resolve
-from matrices import Cell, load_cells
+from ground.errors import BadInput
+from ground.sglang.resolver import Resolution, Resolver, locate
+from matrices import load_cells
 
 EPILOG = """\
 --sglang:
@@ -37,49 +35,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sglang", action="append", metavar="local|PYTHON|IMAGE",
                         help="where SGLang's resolver runs (default: local); twice for drift between two")
     parser.add_argument("--cell", action="append", metavar="ID", help="only this cell (repeatable)")
-
-
-@dataclass(frozen=True)
-class CellVerdict:
-    cell: Cell
-    ranks: list[Resolution]
-
-    @property
-    def deciding(self) -> tuple[int, Resolution]:
-        """The rank whose verdict is the cell's: the first rejection, else the first hardware probe, else rank 0."""
-        for kind in ("environment", "rejected", "hardware"):
-            for rank, result in enumerate(self.ranks):
-                if result.verdict == kind:
-                    return rank, result
-        return 0, self.ranks[0]
-
-    @property
-    def summary(self) -> str:
-        rank, result = self.deciding
-        if result.verdict == "admitted":
-            return "admitted"
-        what = "needs the hardware: " if result.verdict == "hardware" else ""
-        return f"rank {rank} {what}{result.line}"
-
-
-def judge(cells: list[Cell], resolver: Resolver) -> tuple[Resolver, list[CellVerdict]]:
-    plans = launch_plans(cells)
-    launches, owners = [], []
-    for cell in cells:
-        for rank in plans[cell.id].ranks:
-            launches.append((list(rank.argv[len(SGLANG_ENTRYPOINT):]), dict(rank.env)))
-            owners.append(cell.id)
-    described, results = resolve(resolver, launches)
-    by_cell: dict[str, list[Resolution]] = {c.id: [] for c in cells}
-    for owner, result in zip(owners, results):
-        by_cell[owner].append(result)
-    verdicts = [CellVerdict(c, by_cell[c.id]) for c in cells]
-    lacking = next((v for v in verdicts if v.deciding[1].verdict == "environment"), None)
-    if lacking:
-        raise InfraError(f"--sglang {described.label}: the resolver environment lacks a module SGLang imports "
-                         f"({lacking.deciding[1].line}, at {lacking.deciding[1].where}): add it to "
-                         ".ci/sglang-resolver.txt and run `bash .ci/sglang-resolver.sh` again")
-    return described, verdicts
 
 
 def disagreement(verdict: CellVerdict) -> str | None:

@@ -32,7 +32,9 @@ class Terminated(KeyboardInterrupt):
 EXIT_CODES = """exit codes: 0 every selected cell has an outcome and passed (or was rejected as expected; skipped cells
 count only beside measured ones); 1 a gate failed, a cell crashed, errored, was never reached, a rejection was not
 the expected one, or nothing was measured (every cell skipped); 2 bad input (matrix, flag, baseline: the message names
-file:line and the fix; nothing is launched); 3 infrastructure trouble (launch timeout, Docker engine, disk).
+file:line and the fix; nothing is launched); 3 infrastructure trouble (launch timeout, Docker engine, disk);
+4 nothing fell short but a statistical gate was inconclusive (its interval straddles the tolerance: neither green
+nor red; --accept-inconclusive makes that 0, which a release qualification must not pass).
 Ctrl-C or SIGTERM: everything started is torn down, results.json keeps what was measured, exit 130."""
 
 
@@ -50,6 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write into an --out directory that already holds files (the run files in it are "
                         "replaced, other files are left as they are)")
     parser.add_argument("--baseline", metavar="FILE", help="baseline file for every cell (default: each cell's own)")
+    parser.add_argument("--accept-inconclusive", action="store_true",
+                        help="exit 0 when the worst outcome is an inconclusive statistical gate (default: exit 4); "
+                        "never for release qualification, which demands conclusive passes")
     parser.add_argument("--server", choices=SERVERS, default=os.environ.get("DSPARK_SERVER", "sim"),
                         help="server under test: the embedded simulated SGLang server (default) or real SGLang")
     parser.add_argument("--sglang-version", default=DEFAULT_VERSION,
@@ -61,6 +66,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="every stage and every suite's progress as a plain line, even on a terminal")
     parser.add_argument("--boot-timeout", type=positive_seconds, default=None, metavar="SECONDS",
                         help="how long rank 0 may take to become healthy (default 60 for the simulator, 1800 for SGLang)")
+    parser.add_argument("--rejections", choices=("launch", "resolver"), default="launch",
+                        help="how expected rejections are decided: launch each one (default: release qualification), "
+                        "or let SGLang's own resolver decide on this CPU those it can tell from the arguments alone "
+                        "(nothing launched for them; hardware-bound ones still launch; needs DSPARK_SGLANG_PYTHON or "
+                        "`bash .ci/sglang-resolver.sh`)")
+    parser.add_argument("--max-parallel", type=positive_count, default=None, metavar="N",
+                        help="cells in flight at once, longest first (default: what the launcher has room for: the "
+                        "Slurm partition's nodes, the Kubernetes namespace's pod quota; 1 for local and docker)")
     for kind in registry.ALL_LAUNCHERS:
         for option in kind.options:
             parser.add_argument(option.flag, metavar=option.metavar, choices=option.choices, default=option.default,
@@ -77,6 +90,17 @@ def positive_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds (e.g. 120)")
+    return value
+
+
+def positive_count(text: str) -> int:
+    """A whole number ≥ 1 (argparse turns the error into exit 2 before anything is launched)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (e.g. 4)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of cells (e.g. 4)")
     return value
 
 
@@ -117,13 +141,14 @@ def _version(text: str) -> str:
 
 # The options a rerun repeats (not --cell, which it sets, nor --out, which would overwrite this run).
 RERUN_FLAGS = (("--launcher", "launcher"), ("--suites", "suites"), ("--baseline", "baseline"), ("--server", "server"),
-               ("--sglang-version", "sglang_version"), ("--boot-timeout", "boot_timeout"))
+               ("--sglang-version", "sglang_version"), ("--boot-timeout", "boot_timeout"),
+               ("--max-parallel", "max_parallel"), ("--rejections", "rejections"))
 
 
 def rerun_options(args: argparse.Namespace) -> tuple[str, ...]:
     """Every option given to this run that differs from its default, as command-line words."""
     flags = RERUN_FLAGS + tuple((o.flag, o.dest) for kind in registry.ALL_LAUNCHERS for o in kind.options)
-    defaults = {"launcher": "local", "server": "sim", "sglang_version": DEFAULT_VERSION}
+    defaults = {"launcher": "local", "server": "sim", "sglang_version": DEFAULT_VERSION, "rejections": "launch"}
     defaults.update({o.dest: o.default for kind in registry.ALL_LAUNCHERS for o in kind.options})
     words: list[str] = []
     for flag, dest in flags:
@@ -143,7 +168,9 @@ def run_verb(args: argparse.Namespace) -> int:
                                   launcher=args.launcher, suites=_suites(args.suites), out=args.out,
                                   baseline=args.baseline, sglang_version=_version(args.sglang_version),
                                   rerun_options=rerun_options(args), force=args.force,
-                                  environment=_environment(args))
+                                  accept_inconclusive=args.accept_inconclusive,
+                                  environment=_environment(args), max_parallel=args.max_parallel,
+                                  rejections=args.rejections)
     caller_env = _caller_env(args.server)
     kind = registry.get(args.launcher)
     context = LaunchContext(run_id=run_id, run_dir=options.run_dir, server=args.server, boot_timeout_s=boot_timeout,

@@ -18,15 +18,15 @@ from difflib import get_close_matches
 from pathlib import Path
 from typing import Callable, Mapping, Protocol
 
-from ci import commands
-from ci.commands import CommentRejected, NotACommand, parse_arguments, split_command
-from ci.event import CommentEvent
-from ci.github import ACCEPTED_MARKER, GitHub
-from ci.permissions import RERUN_COMMANDS, Commenter, UserPermissions, refusal
-from ci.reply import REFUSED, group_by_runner, render_groups, render_refusals
-from ci.rerun_status import update_status
-from ci.resolve import TreeRefused, resolve_specs, scan_tree
-from ci.text import shown
+from ci.chatops import commands
+from ci.chatops.commands import CommentRejected, NotACommand, parse_arguments, split_command
+from ci.chatops.event import CommentEvent
+from ci.chatops.github import ACCEPTED_MARKER, GitHub
+from ci.chatops.permissions import RERUN_COMMANDS, Commenter, UserPermissions, refusal
+from ci.chatops.reply import REFUSED, group_by_runner, render_groups, render_refusals
+from ci.chatops.rerun_status import update_status
+from ci.chatops.resolve_test_paths import TreeRefused, resolve_specs, scan_tree
+from ci.chatops.text import shown
 from ground.errors import BadInput, DsparkError, ExitCode
 from matrices import Cell, load_cells
 

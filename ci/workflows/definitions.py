@@ -14,15 +14,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from ci.matrix_outputs import MAX_CHUNKS, chunk_output_name
-from ci.workflow_model import Job, Step, Workflow
+from ci.nightly.matrix_outputs import MAX_CHUNKS, chunk_output_name
+from ci.workflows.model import Job, Step, Workflow
 
 WORKFLOW_DIR = Path(".github/workflows")
 CHECKOUT, SETUP_PYTHON = "actions/checkout@v4", "actions/setup-python@v5"
 UPLOAD, DOWNLOAD = "actions/upload-artifact@v4", "actions/download-artifact@v4"
-CACHE_RESTORE, CACHE_SAVE = "actions/cache/restore@v4", "actions/cache/save@v4"
-DURATIONS = "nightly-durations.json"  # {cell_id: seconds} of the last nightly, for ci.shards
-FLEET = "ci/fleet.json"  # runners per label
+CACHE, CACHE_RESTORE, CACHE_SAVE = "actions/cache@v4", "actions/cache/restore@v4", "actions/cache/save@v4"
+DURATIONS = "nightly-durations.json"  # {cell_id: seconds} of the last nightly, for ci.nightly.shards
+FLEET = "ci/nightly/fleet.json"  # runners per label
 HOSTED = "ubuntu-latest"
 PYTHON = "3.11"
 NIGHTLY_MATRIX = "matrices/nightly.yaml"
@@ -40,20 +40,32 @@ def _install_on_hosted() -> list[Step]:
 
 # --- nightly ------------------------------------------------------------------------------------
 
+def _resolver_setup(name: str, **conditions) -> tuple[Step, ...]:
+    """SGLang 0.5.23's resolver environment on a CPU (cached; ~80 s cold), exported as DSPARK_SGLANG_PYTHON."""
+    cache = Step("Cache SGLang's resolver environment", uses=CACHE, with_={
+        "path": ".cache/sglang-venv", "key": "sglang-resolver-${{ hashFiles('.ci/sglang-resolver.txt') }}"},
+        **conditions)
+    setup = Step(name, run='echo "DSPARK_SGLANG_PYTHON=$(bash .ci/sglang-resolver.sh)" >> "$GITHUB_ENV"\n',
+                 **conditions)
+    return cache, setup
+
+
 def _plan_job() -> Job:
     restore = Step("Restore the last nightly's cell durations", uses=CACHE_RESTORE, with_={
         "path": DURATIONS, "key": "nightly-durations-${{ github.run_id }}", "restore-keys": "nightly-durations-"})
     plan = Step("Plan cells", id="plan", env={"SELECT": "${{ inputs.select }}"}, run=(
         'select_args=()\n'
         'for pattern in $SELECT; do select_args+=(--select "$pattern"); done  # space-separated globs\n'
-        f'dspark-ci plan {NIGHTLY_MATRIX} --format github "${{select_args[@]}}" > plan.json\n'
-        f'python3 -m ci.shards plan.json --durations {DURATIONS} --fleet {FLEET} >> "$GITHUB_OUTPUT"\n'))
+        "# Expected rejections SGLang's resolver decides on this CPU are marked, and go to one CPU job (ci.nightly.shards)\n"
+        f'dspark-ci plan {NIGHTLY_MATRIX} --format github --rejections resolver "${{select_args[@]}}" > plan.json\n'
+        f'python3 -m ci.nightly.shards plan.json --durations {DURATIONS} --fleet {FLEET} >> "$GITHUB_OUTPUT"\n'))
     outputs = {"cells": "${{ steps.plan.outputs.cells }}", "chunks": "${{ steps.plan.outputs.chunks }}"}
     outputs |= {chunk_output_name(i): f"${{{{ steps.plan.outputs.{chunk_output_name(i)} }}}}"
                 for i in range(MAX_CHUNKS)}
     keep_plan = Step("Keep the plan for the report", uses=UPLOAD,
                      with_={"name": "nightly-plan", "path": "plan.json", "retention-days": 14})
-    return Job("plan", HOSTED, (_checkout(), *_install_on_hosted(), restore, plan, keep_plan), name="Plan",
+    resolver = _resolver_setup("Set up SGLang's resolver (CPU)")
+    return Job("plan", HOSTED, (_checkout(), *_install_on_hosted(), *resolver, restore, plan, keep_plan), name="Plan",
                outputs=outputs, timeout_minutes=15)
 
 
@@ -62,16 +74,21 @@ def _run_job(chunk: int) -> Job:
     run_dir = f"{RUNS_DIR}/${{{{ matrix.shard }}}}"
     steps = (
         _checkout(),
+        Step("Set up Python (the CPU shard runs on a hosted runner)", uses=SETUP_PYTHON,
+             with_={"python-version": PYTHON}, if_="matrix.rejections == 'resolver'"),
         Step("Install dspark-ci", run="python3 -m pip install -e ."),
+        *_resolver_setup("Set up SGLang's resolver (the CPU shard of expected rejections)",
+                         if_="matrix.rejections == 'resolver'"),
         Step("Run the shard's cells", env={"MATRIX": "${{ matrix.matrix }}", "CELLS": "${{ matrix.cells }}",
-                                           "SHARD": "${{ matrix.shard }}", "HF_TOKEN": "${{ secrets.HF_TOKEN }}"},
+                                           "SHARD": "${{ matrix.shard }}", "HF_TOKEN": "${{ secrets.HF_TOKEN }}",
+                                           "REJECTIONS": "${{ matrix.rejections }}"},
              run=(
                  # Multi-node cells need the runner's Docker hosts inventory (DSPARK_HOSTS in its environment).
                  'hosts_args=()\n'
                  'if [ -n "${DSPARK_HOSTS:-}" ]; then hosts_args=(--hosts "$DSPARK_HOSTS"); fi\n'
-                 'read -ra cells <<< "$CELLS"  # cell ids: [A-Za-z0-9._-], space-separated by ci.shards\n'
-                 f'python3 -m ci.shard_run --out "{RUNS_DIR}/$SHARD" "$MATRIX" "${{cells[@]}}" -- '
-                 '--launcher docker --server sglang "${hosts_args[@]}"\n')),
+                 'read -ra cells <<< "$CELLS"  # cell ids: [A-Za-z0-9._-], space-separated by ci.nightly.shards\n'
+                 f'python3 -m ci.nightly.shard_run --out "{RUNS_DIR}/$SHARD" "$MATRIX" "${{cells[@]}}" -- '
+                 '--launcher docker --server sglang --rejections "$REJECTIONS" "${hosts_args[@]}"\n')),
         # A run that finishes writes its short report to the job summary itself (heading and overview once);
         # this step speaks only for runs that were stopped before they could.
         Step("Add the reports to the job summary", if_="always()", env={"SHARD": "${{ matrix.shard }}"}, run=(
@@ -104,7 +121,7 @@ def _report_job(run_jobs: list[Job]) -> Job:
         Step("Download every cell's run directory", uses=DOWNLOAD,
              with_={"pattern": "run-*", "path": RUNS_DIR}),
         Step("Merge and report", run=(
-            f'python3 -m ci.merge_runs --out merged --plan plan/plan.json --run-id "nightly-$GITHUB_RUN_ID" '
+            f'python3 -m ci.nightly.merge_runs --out merged --plan plan/plan.json --run-id "nightly-$GITHUB_RUN_ID" '
             f'--durations {DURATIONS} {RUNS_DIR}/*/*/\n'
             'dspark-ci report merged --format md >> "$GITHUB_STEP_SUMMARY"\n')),
         Step("Upload the merged report", if_="always()", uses=UPLOAD, with_={
@@ -151,7 +168,7 @@ def chatops() -> Workflow:
         *_install_on_hosted(),
         Step("Handle the command", env={"GITHUB_TOKEN": "${{ secrets.GITHUB_TOKEN }}",
                                         "HEAD_SHA": "${{ steps.head.outputs.sha }}"},
-             run=('dspark-ci chatops --event "$GITHUB_EVENT_PATH" --repo-root pr --permissions ci/permissions.json '
+             run=('dspark-ci chatops --event "$GITHUB_EVENT_PATH" --repo-root pr --permissions ci/chatops/permissions.json '
                   '--head-sha "$HEAD_SHA"\n')),
     )
     job = Job("chatops", HOSTED, steps, name="ChatOps",
@@ -167,7 +184,7 @@ def _status_step(name: str, status: str, if_: str) -> Step:
     env = {"GITHUB_TOKEN": "${{ secrets.GITHUB_TOKEN }}", "COMMENT_ID": "${{ inputs.reply_comment_id }}",
            "MARKER": "${{ inputs.reply_marker }}", "STATUS": status}
     return Step(name, if_=if_, continue_on_error=True, env=env, run=(
-        'python3 -m ci.rerun_status --repo "$GITHUB_REPOSITORY" --comment-id "$COMMENT_ID" --marker "$MARKER" \\\n'
+        'python3 -m ci.chatops.rerun_status --repo "$GITHUB_REPOSITORY" --comment-id "$COMMENT_ID" --marker "$MARKER" \\\n'
         '  --status "$STATUS" --run-url "$GITHUB_SERVER_URL/$GITHUB_REPOSITORY/actions/runs/$GITHUB_RUN_ID"\n'))
 
 
@@ -195,7 +212,7 @@ def rerun_test() -> Workflow:
             'fi\n'
             'echo "Testing $head"\n'))
     run_tests = Step("Run the tests", env={"RERUN_TESTS": "${{ inputs.tests }}"},
-                     run="python3 -m ci.run_tests --dir pr/test\n")
+                     run="python3 -m ci.chatops.run_tests --dir pr/test\n")
     steps = (
         _checkout(),
         # The commit reviewed when the command was given, never refs/pull/N/head as it is when the job starts.
@@ -212,7 +229,7 @@ def rerun_test() -> Workflow:
     )
     test_job = Job("rerun_test", "${{ inputs.runner }}", steps, name="${{ inputs.runner }}",
                    permissions={"contents": "read", "issues": "write"}, timeout_minutes=120)
-    # Groups finishing together edit the same reply: ci.rerun_status merges and verifies its own line.
+    # Groups finishing together edit the same reply: ci.chatops.rerun_status merges and verifies its own line.
     finish = Job("finish", HOSTED, (
         _checkout(), *_install_on_hosted(),
         _status_step("Mark the reply as finished", "${{ needs.rerun_test.result == 'success' && 'success' || 'failure' }}",

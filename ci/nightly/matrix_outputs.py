@@ -1,4 +1,4 @@
-"""``python -m ci.matrix_outputs PLAN_JSON``: `dspark-ci plan --format github` output -> $GITHUB_OUTPUT lines.
+"""``python -m ci.nightly.matrix_outputs PLAN_JSON``: `dspark-ci plan --format github` output -> $GITHUB_OUTPUT lines.
 
 GitHub runs at most 256 jobs per matrix, so past 256 cells the plan splits into chunks
 (``{"chunks": [{"include": [...]}, ...]}``) and the nightly workflow has one run job per chunk.
@@ -39,7 +39,7 @@ def github_outputs(plan: dict, source: str, max_chunks: int = MAX_CHUNKS) -> lis
                        "pass the output of `dspark-ci plan MATRIX --format github`")
     if len(chunks) > max_chunks:
         raise BadInput(source, f"{len(chunks)} chunks of cells, but the workflow has only {max_chunks} run jobs",
-                       "raise MAX_CHUNKS in ci/matrix_outputs.py and run `python -m ci.workflows`")
+                       "raise MAX_CHUNKS in ci/nightly/matrix_outputs.py and run `python -m ci.workflows`")
     cells = sum(len(chunk["include"]) for chunk in chunks)
     padded = chunks + [{"include": []}] * (max_chunks - len(chunks))
     lines = [f"cells={cells}", f"chunks={len(chunks)}"]
@@ -65,7 +65,7 @@ def read_plan(path: Path) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.matrix_outputs", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ci.nightly.matrix_outputs", description=__doc__.splitlines()[0])
     parser.add_argument("plan_json", help="file with `dspark-ci plan --format github` output ('-': stdin)")
     args = parser.parse_args(argv)
 
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(github_outputs(plan, source)))
         return 0
 
-    return run_tool("ci.matrix_outputs", body)
+    return run_tool("ci.nightly.matrix_outputs", body)
 
 
 if __name__ == "__main__":

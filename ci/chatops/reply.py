@@ -16,8 +16,8 @@ import json
 import re
 from dataclasses import dataclass
 
-from ci.resolve import ResolvedTest
-from ci.text import shown
+from ci.chatops.resolve_test_paths import ResolvedTest
+from ci.chatops.text import shown
 
 STATUS_ICONS = {"queued": "⏳", "running": "🔄", "success": "✅", "failure": "❌", "not_dispatched": "⚠️"}
 TERMINAL = frozenset({"success", "failure", "not_dispatched"})

@@ -10,10 +10,10 @@ The tree comes from an unreviewed PR, so resolution cannot escape or explode:
   following symlinks: a symlinked directory is never entered, a symlinked test file is refused when
   a spec matches it (its registration would otherwise come from outside the repository);
 - the walk stops at ``MAX_TREE_ENTRIES`` entries; patterns are matched segment by segment with
-  ``fnmatch`` (never handed to the file system), their complexity bounded by ``ci.commands``;
+  ``fnmatch`` (never handed to the file system), their complexity bounded by ``ci.chatops.commands``;
 - a matched file whose path holds anything outside ``SAFE_PATH`` is refused: the rerun workflow
   gets exactly the names resolved here, so a space, ``;`` or a newline can never change its command;
-- registrations are read with a bounded read (``ci.registry``).
+- registrations are read with a bounded read (``ci.chatops.sglang_registrations``).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci.commands import TestSpec
-from ci.registry import Registration, RegistrationError, chosen_registration
-from ci.text import shown
+from ci.chatops.commands import TestSpec
+from ci.chatops.sglang_registrations import Registration, RegistrationError, chosen_registration
+from ci.chatops.text import shown
 
 TEST_FILE_PATTERN = "test_*.py"
 MAX_FILES = 20  # per comment: a wildcard must not turn one comment into a whole-suite run

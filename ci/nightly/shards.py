@@ -1,16 +1,18 @@
-"""``python -m ci.shards PLAN_JSON [--durations FILE] [--fleet FILE]``: nightly cells -> shards per runner.
+"""``python -m ci.nightly.shards PLAN_JSON [--durations FILE] [--fleet FILE]``: nightly cells -> shards per runner.
 
 A GPU runner is the scarce thing; one job per cell in matrix order leaves the slowest runner group
 finishing last by luck. Here cells are grouped per runner label and packed into as many shards as
 that label has runners (``--fleet``, ``{"8-gpu-h200": 4, ...}``; ``DEFAULT_RUNNERS`` otherwise),
 longest cell first onto the least-loaded shard (LPT: within 4/3 of the optimal makespan), so each
 label's last shard ends as early as possible. A shard is one job running its cells one after the
-other, one boot per cell with all its suites (``python -m ci.shard_run``).
+other, one boot per cell with all its suites (``python -m ci.nightly.shard_run``).
 
 Cell times: the measured duration of the cell's last nightly (``--durations``: ``{cell_id: seconds}``,
 written by the report job) when there is one, else an estimate from what the cell does
-(``estimate_seconds``). Prints the same job outputs as ``ci.matrix_outputs`` (one ``include`` entry
-per shard: ``{"shard", "runner", "matrix", "cells", "est_minutes"}``).
+(``estimate_seconds``). Prints the same job outputs as ``ci.nightly.matrix_outputs`` (one ``include`` entry
+per shard: ``{"shard", "runner", "matrix", "cells", "est_minutes", "rejections"}``). Expected rejections the plan
+marks ``"decided_by": "resolver"`` (``dspark-ci plan --rejections resolver``) take no GPU runner: they form one
+shard on a hosted CPU runner whose run decides them with SGLang's resolver (``"rejections": "resolver"``).
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci.matrix_outputs import github_outputs, read_plan
+from ci.nightly.matrix_outputs import github_outputs, read_plan
 from ci.tool import run_tool
 from ground.errors import BadInput
 
 DEFAULT_RUNNERS = 2
+RESOLVER_RUNNER = "ubuntu-latest"  # expected rejections SGLang's resolver decides: one CPU job, no GPU runner
+RESOLVER_SECONDS = 3 * 60  # that job: install the resolver environment (~80 s), resolve every rank
 REJECT_SECONDS = 6 * 60  # an expected rejection: pull/boot until SGLang refuses
 SERVE_SECONDS = 45 * 60  # boot + accept + speed + GPQA with thinking
 MULTI_NODE_EXTRA = 10 * 60  # per extra node: image pull, rendezvous
@@ -37,6 +41,7 @@ class Shard:
     index: int  # 1-based within its runner label
     cells: tuple[str, ...]
     seconds: float
+    rejections: str = "launch"  # "resolver": every cell is an expected rejection SGLang's resolver decides
 
     @property
     def name(self) -> str:
@@ -50,12 +55,16 @@ def estimate_seconds(entry: dict) -> float:
 
 
 def schedule(entries: list[dict], durations: dict[str, float], fleet: dict[str, int]) -> list[Shard]:
-    """LPT per runner label: shards in label order of first appearance, cells longest first."""
+    """LPT per runner label: shards in label order of first appearance, cells longest first; the expected
+    rejections the plan marks ``"decided_by": "resolver"`` go to one CPU shard of their own, first."""
+    decided = tuple(e["cell"] for e in entries if e.get("decided_by") == "resolver")
+    shards = [Shard(RESOLVER_RUNNER, 1, decided, RESOLVER_SECONDS, "resolver")] if decided else []
     by_runner: dict[str, list[tuple[float, str]]] = {}
     for entry in entries:
+        if entry["cell"] in decided:
+            continue
         seconds = durations.get(entry["cell"]) or estimate_seconds(entry)
         by_runner.setdefault(entry["runner"], []).append((float(seconds), entry["cell"]))
-    shards: list[Shard] = []
     for runner, cells in by_runner.items():
         count = max(1, min(len(cells), fleet.get(runner, DEFAULT_RUNNERS)))
         loads = [0.0] * count
@@ -81,7 +90,8 @@ def lower_bound(entries: list[dict], durations: dict[str, float], fleet: dict[st
 
 def shard_matrix(shards: list[Shard], matrix_of: dict[str, str]) -> dict:
     return {"include": [{"shard": s.name, "runner": s.runner, "matrix": matrix_of[s.cells[0]],
-                         "cells": " ".join(s.cells), "est_minutes": round(s.seconds / 60)} for s in shards]}
+                         "cells": " ".join(s.cells), "est_minutes": round(s.seconds / 60), "rejections": s.rejections}
+                        for s in shards]}
 
 
 def _read_json_object(path: Path | None, what: str) -> dict:
@@ -98,7 +108,7 @@ def _read_json_object(path: Path | None, what: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.shards", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ci.nightly.shards", description=__doc__.splitlines()[0])
     parser.add_argument("plan_json", type=Path, help="`dspark-ci plan --format github` output")
     parser.add_argument("--durations", type=Path, help="{cell_id: seconds} measured by the last nightly")
     parser.add_argument("--fleet", type=Path, help="{runner_label: runners}; default 2 per label")
@@ -113,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(github_outputs(matrix, str(args.plan_json))))
         return 0
 
-    return run_tool("ci.shards", body)
+    return run_tool("ci.nightly.shards", body)
 
 
 if __name__ == "__main__":

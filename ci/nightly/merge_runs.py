@@ -1,4 +1,4 @@
-"""``python -m ci.merge_runs --out DIR [--plan PLAN_JSON] RUN_DIR...``: one results.json from many run dirs.
+"""``python -m ci.nightly.merge_runs --out DIR [--plan PLAN_JSON] RUN_DIR...``: one results.json from many run dirs.
 
 The nightly workflow runs each cell in its own job, so each job's artifact holds a run directory
 with one cell. The aggregate job merges them into one run directory that ``dspark-ci report``
@@ -15,7 +15,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from ci.matrix_outputs import read_plan
+from ci.nightly.matrix_outputs import read_plan
 from ci.tool import run_tool
 from ground.errors import BadInput
 from ground.records import CellResult, RunResults, Status
@@ -50,10 +50,16 @@ def merge_results(runs: list[tuple[Path, RunResults]], run_id: str,
 
 
 def cell_durations(runs: list[tuple[Path, RunResults]]) -> dict[str, float]:
-    """Wall time of each run directory that ran one cell (the nightly's layout): what ci.shards plans with."""
+    """Each cell's own wall time (results.json's per-cell ``seconds``: start to result, boot and teardown
+    included), what ci.nightly.shards plans with; a run written before cells were timed counts when it ran one cell
+    (its start to finish)."""
     durations = {}
     for _, results in runs:
-        if len(results.cells) == 1 and results.started_at and results.finished_at:
+        for cell in results.cells:
+            if cell.timing is not None and cell.timing.seconds is not None:
+                durations[cell.id] = round(cell.timing.seconds, 1)
+        if len(results.cells) == 1 and results.cells[0].id not in durations and results.started_at \
+                and results.finished_at:
             seconds = (datetime.fromisoformat(results.finished_at) - datetime.fromisoformat(results.started_at))
             durations[results.cells[0].id] = round(max(0.0, seconds.total_seconds()), 1)
     return durations
@@ -69,19 +75,19 @@ def planned_cells(path: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.merge_runs", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ci.nightly.merge_runs", description=__doc__.splitlines()[0])
     parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
     parser.add_argument("--out", type=Path, required=True, help="directory for the merged results.json")
     parser.add_argument("--plan", type=Path, help="`dspark-ci plan --format github` output: cells to expect")
     parser.add_argument("--run-id", default="merged", help="run_id of the merged run (default: merged)")
     parser.add_argument("--durations", type=Path,
-                        help="also write {cell_id: seconds} of every run directory holding one cell (ci.shards)")
+                        help="also write {cell_id: seconds}, each cell's own wall time (for ci.nightly.shards)")
     args = parser.parse_args(argv)
 
     def body() -> int:
         found = [d for d in args.run_dirs if (d / "results.json").is_file()]
         for skipped in sorted(set(args.run_dirs) - set(found)):
-            print(f"ci.merge_runs: warning: {skipped} has no results.json; skipped", file=sys.stderr)
+            print(f"ci.nightly.merge_runs: warning: {skipped} has no results.json; skipped", file=sys.stderr)
         runs = [(d, load_results(d / "results.json")) for d in found]
         expected = planned_cells(args.plan) if args.plan else None
         if not runs and not expected:
@@ -92,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             args.durations.write_text(json.dumps(cell_durations(runs), indent=1, sort_keys=True) + "\n")
         return 0
 
-    return run_tool("ci.merge_runs", body)
+    return run_tool("ci.nightly.merge_runs", body)
 
 
 if __name__ == "__main__":

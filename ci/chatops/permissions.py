@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Mapping
 
-from ci.commands import RERUN_FAILED_CI, RERUN_TEST, TAG_AND_RERUN_CI, TAG_RUN_CI_LABEL
+from ci.chatops.commands import RERUN_FAILED_CI, RERUN_TEST, TAG_AND_RERUN_CI, TAG_RUN_CI_LABEL
 from ground.errors import BadInput
 
 DEFAULT_PERMISSIONS = Path(__file__).with_name("permissions.json")

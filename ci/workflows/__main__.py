@@ -1,0 +1,5 @@
+import sys
+
+from ci.workflows.definitions import main
+
+sys.exit(main())

@@ -1,0 +1,53 @@
+"""Removing what a run recorded in its ledger (``launchers.ledger``), by the launcher kind that started it.
+
+Used by ``dspark-ci cleanup`` for dead runs, and by a run that ends: it checks its own ledger once more (anything
+its teardown missed is removed then) and, when nothing is left, drops its entry from the run index, so the index
+holds only runs that may still have something to remove.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from ground.errors import DsparkError
+from launchers import registry
+from launchers.ledger import Ledger, find_run, forget
+
+
+@dataclass(frozen=True)
+class Removal:
+    removed: tuple[str, ...] = ()  # what was found and removed, as sentences
+    problems: tuple[str, ...] = field(default=())  # what could not be done (the run keeps its index entry)
+
+
+def remove_recorded(ledger: Ledger, describe: Callable[[str, dict], None] | None = None) -> Removal:
+    """Remove every thing ``ledger`` recorded that is still there. With ``describe``, remove nothing: each entry is
+    handed to it (kind name, entry) instead."""
+    removed, problems = [], []
+    for entry in ledger.entries():
+        kind = registry.BY_NAME.get(entry.get("launcher", ""))
+        if kind is None:
+            problems.append(f"run {ledger.run_id}: unknown launcher {entry.get('launcher')!r} in {ledger.path}")
+            continue
+        if describe is not None:
+            describe(kind.name, entry)
+            continue
+        try:
+            what = kind.remove_started(entry)
+        except DsparkError as err:
+            problems.append(f"run {ledger.run_id}: {err}")
+            continue
+        if what:
+            removed.append(what)
+    return Removal(tuple(removed), tuple(problems))
+
+
+def release(ledger: Ledger, env: Mapping[str, str]) -> Removal:
+    """At the end of a run: remove what its teardown left (normally nothing) and, if that leaves nothing, forget
+    the run in the index (a finished, cleaned run needs no `cleanup`)."""
+    removal = remove_recorded(ledger)
+    indexed = find_run(ledger.run_id, env)
+    if indexed is not None and not removal.problems:
+        forget(indexed, env)
+    return removal

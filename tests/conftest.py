@@ -1,0 +1,30 @@
+"""Every test, and every process a test starts, keeps its state (run index, run history) in a directory of
+this session: `python3 -m pytest tests` never adds a run to the user's history or index (issue 27).
+
+The user's own locations, as they were before the session changed them, are ``USER_STATE_DIR`` and
+``USER_HISTORY`` (tests/test_own_state.py proves a run started by a test leaves them alone).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from launchers.ledger import STATE_DIR_ENV, state_dir
+from reports.history import HISTORY_ENV, history_path
+
+USER_STATE_DIR: Path = state_dir(os.environ)
+USER_HISTORY: Path = history_path(os.environ)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def own_state(tmp_path_factory) -> Path:
+    """DSPARK_STATE_DIR and DSPARK_HISTORY of this session, in os.environ (subprocesses inherit it); a test that
+    sets its own (tmp_path / "state") still wins for what it starts."""
+    root = tmp_path_factory.mktemp("dspark-state")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(STATE_DIR_ENV, str(root))
+        patch.setenv(HISTORY_ENV, str(root / "history.sqlite"))
+        yield root

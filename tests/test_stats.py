@@ -1,0 +1,92 @@
+"""ground.stats: the three-way verdict keeps its stated error rates (checked by simulation, not by formula)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from ground.stats import (
+    HIGHER, INCONCLUSIVE, LOWER, PASSED, REGRESSED, BootReference, Levels, chance_floor, chance_pass_probability,
+    compare_boots, compare_estimates, compare_paired, compare_samples, decide,
+)
+
+LEVELS = Levels(alpha=0.05, beta=0.05)
+
+
+def test_the_rule_reads_the_interval_against_the_tolerance_in_the_worse_direction():
+    assert decide(0.03, 0.06, 0.025, LOWER) == REGRESSED  # TPOT: the whole interval is slower than +2.5 %
+    assert decide(-0.01, 0.02, 0.025, LOWER) == PASSED
+    assert decide(0.0, 0.04, 0.025, LOWER) == INCONCLUSIVE
+    assert decide(-0.08, -0.04, -0.03, HIGHER) == REGRESSED  # throughput: the whole interval is 4-8 % lower
+    assert decide(-0.02, 0.01, -0.03, HIGHER) == PASSED
+    assert decide(-0.05, 0.0, -0.03, HIGHER) == INCONCLUSIVE
+
+
+def _boot_night(rng, effect, reference, boots, sigma):
+    values = [reference.value * (1 + effect) * math.exp(rng.gauss(0, sigma)) for _ in range(boots)]
+    return compare_boots(values, reference, LOWER, 0.025, LEVELS)
+
+
+def test_a_metric_right_at_its_tolerance_turns_red_at_most_alpha_of_the_time():
+    rng, sigma = random.Random(7), 0.02
+    reference = BootReference(value=10.0, runs=10, noise=sigma)
+    verdicts = [_boot_night(rng, 0.025, reference, 3, sigma).verdict for _ in range(2000)]
+    assert verdicts.count(REGRESSED) / len(verdicts) <= LEVELS.alpha + 0.015
+
+
+def test_clear_regressions_turn_red_and_an_unchanged_metric_passes_when_the_noise_is_small():
+    rng, sigma = random.Random(3), 0.003
+    reference = BootReference(value=10.0, runs=10, noise=sigma)
+    assert _boot_night(rng, 0.10, reference, 1, sigma).verdict == REGRESSED
+    assert _boot_night(rng, 0.0, reference, 1, sigma).verdict == PASSED
+
+
+def test_noise_the_data_cannot_resolve_is_inconclusive_not_a_coin_toss():
+    reference = BootReference(value=10.0, runs=3, noise=0.05)
+    verdict = compare_boots([10.4], reference, LOWER, 0.025, Levels.family(60))
+    assert verdict.verdict == INCONCLUSIVE
+    assert verdict.low < 0.025 < verdict.high
+    assert "1 boot(s) vs 3 baseline run(s)" in verdict.test
+
+
+def test_a_noisy_machine_today_widens_the_interval_through_its_own_per_request_error():
+    reference = BootReference(value=10.0, runs=20, noise=0.003, request_noise=0.002)
+    quiet = compare_boots([10.6], reference, LOWER, 0.025, LEVELS, new_request_noise=[0.002])
+    busy = compare_boots([10.6], reference, LOWER, 0.025, LEVELS, new_request_noise=[0.05])
+    assert quiet.verdict == REGRESSED and busy.verdict == INCONCLUSIVE
+
+
+def test_two_samples_welch():
+    slower = compare_samples([11.0, 11.1, 10.9, 11.05], [10.0, 10.1, 9.9, 10.05], LOWER, 0.025, LEVELS)
+    assert slower.verdict == REGRESSED and slower.effect == pytest.approx(0.10, abs=0.005)
+    with pytest.raises(ValueError):
+        compare_samples([1.0], [1.0, 2.0], LOWER, 0.025, LEVELS)
+
+
+def test_paired_questions_see_a_drop_the_unpaired_comparison_cannot():
+    rng = random.Random(5)
+    difficulty = {f"q{i}": rng.betavariate(0.35, 0.15) for i in range(198)}  # most questions always or never right
+    base = {q: sum(rng.random() < p for _ in range(24)) / 24 for q, p in difficulty.items()}
+    new = {q: [float(rng.random() < p * 0.9) for _ in range(8)] for q, p in difficulty.items()}
+    levels = Levels(alpha=0.001, beta=0.05)
+    paired = compare_paired(new, base, HIGHER, -0.01, levels)
+    drop = sum(sum(v) / len(v) for v in new.values()) / 198 - sum(base.values()) / 198
+    se = math.sqrt(0.21 / 198)
+    unpaired = compare_estimates(drop + 0.7, se, 0.7, se, HIGHER, -0.01, levels, 198)
+    assert paired.verdict == REGRESSED and unpaired.verdict == INCONCLUSIVE
+    assert paired.high < -0.01 and "paired t over 198 questions" in paired.test
+
+
+def test_family_levels_split_the_run_false_red_rate_over_gates_and_looks():
+    levels = Levels.family(gates=50, run_false_red=0.01, looks=4)
+    assert levels.alpha == pytest.approx(0.01 / 200) and levels.beta == pytest.approx(0.05 / 4)
+    assert "per look (4 planned)" in levels.describe()
+
+
+@pytest.mark.parametrize("questions", [20, 198])
+def test_the_chance_floor_is_the_exact_binomial_one(questions):
+    floor = chance_floor(questions, false_pass=0.01)
+    assert chance_pass_probability(floor, questions, 0.25) <= 0.01
+    assert chance_pass_probability(floor - 1 / questions, questions, 0.25) > 0.01
