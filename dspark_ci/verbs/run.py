@@ -16,7 +16,7 @@ from packaging.version import InvalidVersion, Version
 
 from ground.errors import BadInput
 from launchers import registry
-from launchers.contract import SERVERS, LaunchContext
+from launchers.contract import SERVERS, SIMULATED_SERVERS, LaunchContext
 from dspark_ci import progress
 from dspark_ci import run as pipeline
 from ground.run_id import new_run_id
@@ -56,7 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="exit 0 when the worst outcome is an inconclusive statistical gate (default: exit 4); "
                         "never for release qualification, which demands conclusive passes")
     parser.add_argument("--server", choices=SERVERS, default=os.environ.get("DSPARK_SERVER", "sim"),
-                        help="server under test: the embedded simulated SGLang server (default) or real SGLang")
+                        help="server under test: the embedded simulated SGLang server (default), real SGLang, or "
+                        "SGLang 0.5.23's own front end in front of the simulated engine (sglang-frontend: "
+                        "`bash .ci/sglang-frontend.sh`, --launcher local)")
     parser.add_argument("--sglang-version", default=DEFAULT_VERSION,
                         help="SGLang version under test, matched against each expectation's version spec")
     shown = parser.add_mutually_exclusive_group()
@@ -65,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     shown.add_argument("--verbose", "-v", action="store_true",
                        help="every stage and every suite's progress as a plain line, even on a terminal")
     parser.add_argument("--boot-timeout", type=positive_seconds, default=None, metavar="SECONDS",
-                        help="how long rank 0 may take to become healthy (default 60 for the simulator, 1800 for SGLang)")
+                        help="how long rank 0 may take to become healthy (default 60 for the simulator, 600 for sglang-frontend, 1800 for SGLang)")
     parser.add_argument("--rejections", choices=("launch", "resolver"), default="launch",
                         help="how expected rejections are decided: launch each one (default: release qualification), "
                         "or let SGLang's own resolver decide on this CPU those it can tell from the arguments alone "
@@ -117,7 +119,7 @@ def _suites(text: str | None) -> tuple[str, ...] | None:
 
 def _caller_env(server: str) -> dict:
     env = dict(os.environ)
-    if server == "sim":
+    if server in SIMULATED_SERVERS:
         env.setdefault("DSPARK_SIM_GPQA_PATH", str(SYNTHETIC_GPQA))
     return env
 
@@ -160,8 +162,17 @@ def rerun_options(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(words)
 
 
+# Default --boot-timeout per server: SGLang's front end on a busy 2-core CPU takes 60-100 s to start
+# (each of its spawned processes imports sglang).
+BOOT_TIMEOUT_S = {"sim": 60.0, "sglang": 1800.0, "sglang-frontend": 600.0}
+
+
 def run_verb(args: argparse.Namespace) -> int:
-    boot_timeout = args.boot_timeout or (60.0 if args.server == "sim" else 1800.0)
+    if args.server == "sglang-frontend" and args.launcher != "local":
+        raise BadInput(f"--server sglang-frontend --launcher {args.launcher}",
+                       "SGLang's front end in front of the simulator runs as local processes only",
+                       "use --launcher local, or --server sim / sglang with this launcher")
+    boot_timeout = args.boot_timeout or BOOT_TIMEOUT_S[args.server]
     # One id names the run directory and labels every container, so `dspark-ci cleanup --run ID` finds them.
     run_id = new_run_id()
     options = pipeline.RunOptions(matrices=tuple(args.matrices), run_id=run_id, cell_ids=tuple(args.cell),
@@ -176,7 +187,8 @@ def run_verb(args: argparse.Namespace) -> int:
     context = LaunchContext(run_id=run_id, run_dir=options.run_dir, server=args.server, boot_timeout_s=boot_timeout,
                             caller_env=caller_env)
     launcher = kind.build(context, {option.dest: getattr(args, option.dest) for option in kind.options})
-    defaults = _gpqa_dataset(caller_env["DSPARK_SIM_GPQA_PATH"]) if args.server == "sim" else (lambda o: o)
+    simulated = args.server in SIMULATED_SERVERS
+    defaults = _gpqa_dataset(caller_env["DSPARK_SIM_GPQA_PATH"]) if simulated else (lambda o: o)
     verbosity = progress.QUIET if args.quiet else progress.VERBOSE if args.verbose else progress.NORMAL
     return pipeline.run(options, launcher, suite_defaults=defaults, progress=progress.Progress(verbosity=verbosity))
 

@@ -13,6 +13,7 @@ the cell's own argv (``SIM_ARGV_ENV``).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import logging
 import os
@@ -20,14 +21,16 @@ import tempfile
 from pathlib import Path
 
 from sglang_sim.admission import SglangEnv
-from sglang_sim.args import ServerArgs
-from sglang_sim.config import SimConfig
+from sglang_sim.args import ServerArgs, parse_server_args
+from sglang_sim.config import KNOBS, SimConfig
 from sglang_sim.frontend.vocab import Vocabulary, write_model_dir
 from sglang_sim.gpqa import GpqaAnswerKey
 from sglang_sim.tokenizer import onig_pattern
 
 logger = logging.getLogger("sglang_sim")
-SIM_ARGV_ENV = "DSPARK_FRONTEND_SIM_ARGV"  # the cell's argv (JSON), for the scheduler process
+SIM_ARGV_ENV = "DSPARK_FRONTEND_SIM_ARGV"  # the cell's argv (JSON)
+ADMITTED_ENV = "DSPARK_FRONTEND_ADMITTED"  # the simulator's admitted args and architecture, for the scheduler
+PATH_KNOBS = ("gpqa_path", "emission_log")  # DSPARK_SIM_* paths, made absolute before the process moves
 MODEL_DIR_ENV = "DSPARK_FRONTEND_MODEL_DIR"
 # A small Llama: what SGLang's front end reads of a model (context length, eos, architecture); no weights load.
 MODEL_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "torch_dtype": "bfloat16",
@@ -53,7 +56,7 @@ def _value_flags(args: ServerArgs) -> list[str]:
 
 def frontend_argv(args: ServerArgs, model_dir: Path) -> list[str]:
     """SGLang's launch_server argv for the front end on this CPU."""
-    argv = ["--model-path", str(model_dir), "--host", args.host, "--port", str(args.port), "--device", "cpu",
+    argv = ["--model-path", str(model_dir), "--tokenizer-path", str(model_dir), "--host", args.host, "--port", str(args.port), "--device", "cpu",
             "--load-format", "dummy", "--tp-size", "1", *_value_flags(args)]
     if args.speculative_algorithm is not None:
         # The front end's speculative statistics (meta_info, sglext) need only the draft-token count: the
@@ -70,25 +73,100 @@ def _gpqa_rows(path: Path | None) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
-def write_model(config: SimConfig) -> Path:
-    directory = Path(tempfile.mkdtemp(prefix="dspark-frontend-model-"))
+def write_model(config: SimConfig, model_path: str) -> Path:
+    """The model directory, at ``model_path`` relative to a fresh working directory (the process moves there),
+    so SGLang reports the cell's own --model-path (a Hub id) in /model_info and /server_info."""
+    root = Path(tempfile.mkdtemp(prefix="dspark-frontend-"))
+    relative = Path(model_path)
+    directory = root / (relative if not relative.is_absolute() and ".." not in relative.parts else "model")
     write_model_dir(directory, Vocabulary.build(_gpqa_rows(config.gpqa_path)), MODEL_CONFIG, onig_pattern())
+    os.chdir(root)
     return directory
+
+
+def cell_server_args(argv: list[str]) -> dict:
+    """SGLang's own resolution of the cell's argv (prepare_server_args + resolve_once, on this CPU, against the
+    model's config stub): what /server_info reports for it, in place of the front end's CPU launch. Empty when
+    the resolution needs hardware (the front end's own values stay)."""
+    from sglang.srt.server_args import prepare_server_args
+
+    from ground.sglang.resolver import MODEL_CONFIG_DIR, prepare_argv
+
+    try:
+        resolved = prepare_server_args(prepare_argv(argv, str(MODEL_CONFIG_DIR)))
+        resolved.resolve_once()
+        values = resolved.resolved_dict()
+    except Exception as err:  # admitted by the simulator: only a probe of the hardware can refuse it here
+        logger.warning(f"[sglang_sim frontend] /server_info keeps the front end's own arguments: resolving the "
+                       f"cell's needs the hardware ({type(err).__name__}: {err})")
+        return {}
+    parsed = parse_server_args(argv)
+    values.update(model_path=parsed.model_path, tokenizer_path=parsed.tokenizer_path or parsed.model_path,
+                  served_model_name=parsed.model_name)
+    return values
+
+
+class ReportedArgs:
+    """The front end's ServerArgs, reporting the cell's resolution (``cell_server_args``) where /server_info
+    reads it (``build_server_info`` calls ``resolved_dict``); everything else is the front end's own."""
+
+    def __init__(self, server_args, cell: dict):
+        self._server_args, self._cell = server_args, cell
+
+    def resolved_dict(self) -> dict:
+        own = self._server_args.resolved_dict()
+        return {**own, **{key: value for key, value in self._cell.items() if key not in FRONTEND_OWN_FIELDS}}
+
+    def __getattr__(self, name: str):
+        return getattr(self._server_args, name)
+
+
+# What the front end really serves with, whatever the cell's resolution says.
+FRONTEND_OWN_FIELDS = ("host", "port", "random_seed", "nccl_port")
+
+
+def hand_over(args: ServerArgs, architecture: str) -> None:
+    """What the scheduler process needs of this launch, in the environment it inherits: the admitted args
+    (admission cannot run again there: the working directory then holds a model directory by the model's name)
+    and the DSPARK_SIM_* paths made absolute."""
+    fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(args) if f.name != "other_flags"}
+    os.environ[ADMITTED_ENV] = json.dumps({"fields": fields, "other_flags": dict(args.other_flags),
+                                           "architecture": architecture}, default=str)
+    for name in PATH_KNOBS:
+        variable = KNOBS[name].env
+        if os.environ.get(variable):
+            os.environ[variable] = str(Path(os.environ[variable]).expanduser().resolve())
+
+
+def admitted() -> tuple[ServerArgs, str]:
+    """In the scheduler process: the admitted args and architecture ``hand_over`` left."""
+    state = json.loads(os.environ[ADMITTED_ENV])
+    return ServerArgs(**state["fields"], other_flags=state["other_flags"]), state["architecture"]
 
 
 def serve(args: ServerArgs, config: SimConfig, env: SglangEnv, architecture: str, answer_key: GpqaAnswerKey) -> int:
     """Launch SGLang's front end; returns when it stops (SIGTERM: SGLang's own shutdown)."""
+    from sglang.srt.entrypoints.engine import init_tokenizer_manager
     from sglang.srt.entrypoints.http_server import launch_server
     from sglang.srt.server_args import prepare_server_args
 
     from sglang_sim.frontend import scheduler
 
-    model_dir = write_model(config)
+    cell = cell_server_args(json.loads(os.environ[SIM_ARGV_ENV]))
+    hand_over(args, architecture)
+    model_dir = write_model(config, args.model_path)
     os.environ[MODEL_DIR_ENV] = str(model_dir)
-    argv = frontend_argv(args, model_dir)
+    argv = frontend_argv(args, model_dir.relative_to(Path.cwd()))
+
+    def tokenizer_manager(server_args, port_args):
+        manager, templates = init_tokenizer_manager(server_args, port_args)
+        manager.server_args = ReportedArgs(manager.server_args, cell)
+        return manager, templates
+
     logger.info(f"[sglang_sim frontend] SGLang's own front end: launch_server {' '.join(argv)}")
     try:
-        launch_server(prepare_server_args(argv), run_scheduler_process_func=scheduler.run_scheduler_process)
+        launch_server(prepare_server_args(argv), init_tokenizer_manager_func=tokenizer_manager,
+                      run_scheduler_process_func=scheduler.run_scheduler_process)
         code = 0
     except BaseException as err:  # a child that died before the handshake (its own lines are in the log)
         logger.error(f"[sglang_sim frontend] launch_server failed: {type(err).__name__}: {err}")

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
 import sys
+import traceback
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,13 +38,12 @@ from types import SimpleNamespace
 import zmq
 import zmq.asyncio
 
-from sglang_sim.admission import SglangEnv, admit, guess_architecture
-from sglang_sim.args import parse_server_args
+from sglang_sim.admission import SglangEnv
 from sglang_sim.config import SimConfig
 from sglang_sim.emission_log import EmissionLog
 from sglang_sim.engine import Engine, Generation, Job
 from sglang_sim.failures import SCHEDULER_FRAMES, print_lines, traceback_tail
-from sglang_sim.frontend.launch import MODEL_DIR_ENV, SIM_ARGV_ENV
+from sglang_sim.frontend.launch import MODEL_DIR_ENV, admitted
 from sglang_sim.frontend.vocab import Vocabulary
 from sglang_sim.gpqa import GpqaAnswerKey
 from sglang_sim.native_api import WARMUP_MAX_NEW_TOKENS, WARMUP_PROMPT
@@ -98,11 +97,9 @@ class StandIn:
         self.io = io_struct
         self.vocabulary = vocabulary
         self.server_args = server_args
-        argv = json.loads(os.environ[SIM_ARGV_ENV])
         self.config = SimConfig.from_env(os.environ)
         env = SglangEnv.from_environ(os.environ)
-        sim_args = parse_server_args(argv)
-        self.args = admit(sim_args, env, guess_architecture(sim_args.model_path, self.config.architecture))
+        self.args, _ = admitted()
         persona = Persona(self.config.seed, self.config.gpqa_accuracy, GpqaAnswerKey.load(self.config.gpqa_path),
                           garbage=self.config.faults.garbage_output)
         log = self.config.emission_log
@@ -272,7 +269,7 @@ class StandIn:
         records = [record for rank in ranks for record in rank.dspark_records]
         algorithm = self.shape.algorithm if self.shape is not None else None
         dspark = self.shape is not None and algorithm == "DSPARK"
-        draft_worker = SimpleNamespace(graph_memory_usage=0.0, dump_info_records=lambda: {
+        draft_worker = SimpleNamespace(graph_memory_usage={}, dump_info_records=lambda: {
             "mode": self.engine.env.ragged_verify_mode, "gamma": self.shape.drafts_per_step,
             "verify_num_draft_tokens": self.shape.num_draft_tokens, "components": ["core"],
             "records": records, "simulate_acc_len": None}) if dspark else None
@@ -283,7 +280,7 @@ class StandIn:
                                              spec_total_num_accept_tokens=accepted),
             draft_worker=draft_worker,
             tp_worker=SimpleNamespace(model_runner=SimpleNamespace(weight_load_mem_usage=0.0),
-                                      graph_memory_usage=0.0, get_decode_cuda_graph_bs=lambda: []),
+                                      graph_memory_usage={}, get_decode_cuda_graph_bs=lambda: []),
             token_to_kv_pool_allocator=SimpleNamespace(get_kvcache=lambda: SimpleNamespace(mem_usage=0.0)),
             startup_available_gpu_memory_gb=0.0, max_total_num_tokens=1 << 24, swa_tokens_per_layer=None,
             spec_algorithm=SimpleNamespace(is_none=lambda: self.shape is None, is_dspark=lambda: dspark,
@@ -396,9 +393,11 @@ def run_scheduler_process(server_args, port_args, gpu_id, tp_rank, pp_rank, dp_r
                         force=True)
     tokenizer_path = server_args.tokenizer_path or get_serving().tokenizer_path or os.environ[MODEL_DIR_ENV]
     stand_in = StandIn(server_args, port_args, Vocabulary.read(Path(tokenizer_path)))
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     try:
         sys.exit(asyncio.run(stand_in.serve(pipe_writer)))
+    except Exception:  # as run_scheduler_process: log it, SIGQUIT the launching process (it tears all down)
+        stand_in.die(["Scheduler hit an exception: " + traceback.format_exc()])
     finally:
         if stand_in.emission_log is not None:
             stand_in.emission_log.close()

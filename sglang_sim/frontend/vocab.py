@@ -19,7 +19,6 @@ import string
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from sglang_sim.gpqa import LETTERS
 from sglang_sim.textgen import GIBBERISH, WORDS
 from sglang_sim.tokenizer import EOS_TOKEN_ID, PIECE_PATTERN, THINK_END, THINK_START, tokenize
 
@@ -28,15 +27,25 @@ UNK, EOS = "[UNK]", "</s>"
 # (the last newline is an expression: Jinja drops a template's trailing newline). Same as bench/'s.
 CHAT_TEMPLATE = ("{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}\n{% endfor %}"
                  "<|assistant|>{{ '\\n' }}")
-PREFIXES = ("", " ", "\n\n", "\n")
+# The whitespace a word can follow in a prompt or a reply: a piece is that whitespace and up to six characters.
+PREFIXES = ("", " ", "\n", "\n\n", "\n\n\n", "  ")
+# simple-evals' GPQA instruction as SGLang's run_eval sends it (sglang_sim.gpqa recognises its first sentence),
+# the words of the simulator's GPQA replies (sglang_sim.textgen), and our chat template's turn markers.
+GPQA_TEXTS = ("Answer the following multiple choice question. The last line of your response should be of the "
+              "following format: 'Answer: $LETTER' (without quotes) where LETTER is one of ABCD. Think step by "
+              "step before answering.",
+              "Let me work through this step by step. The best match is A) B) C) D) Answer: A B C D",
+              "<|system|> <|user|> <|assistant|>")
 
 
-def _word_pieces() -> Iterator[str]:
-    for word in WORDS:
-        for form in (word, word.capitalize()):
-            for suffix in ("", "."):
+def _word_pieces(texts: Iterable[str]) -> Iterator[str]:
+    """Every piece a word of ``texts`` becomes after any of PREFIXES (the pieces of a word depend only on the
+    whitespace before it), with and without a sentence's capital and full stop."""
+    for text in texts:
+        for word in text.split():
+            for form in {word, word.capitalize(), word + "."}:
                 for prefix in PREFIXES:
-                    yield from tokenize(prefix + form + suffix)
+                    yield from tokenize(prefix + form)
 
 
 def _gibberish_pieces() -> Iterator[str]:
@@ -46,22 +55,19 @@ def _gibberish_pieces() -> Iterator[str]:
         yield from (" " + first + second for second in GIBBERISH)
 
 
-def _gpqa_pieces(questions: Iterable[dict]) -> Iterator[str]:
-    yield from tokenize("Let me work through this step by step.")
-    for row in questions:
-        options = [row.get("Correct Answer", "")] + [row.get(f"Incorrect Answer {i}", "") for i in (1, 2, 3)]
-        for letter in LETTERS:
-            for option in options:
-                final = f"The best match is {letter}) {option.strip()}\n\nAnswer: {letter}"
-                yield from tokenize("\n\n" + final)
-                yield from tokenize(final)
+def _gpqa_texts(rows: Iterable[dict]) -> Iterator[str]:
+    for row in rows:
+        yield row.get("Question") or ""
+        yield from (row.get(column) or "" for column in ("Correct Answer", "Incorrect Answer 1",
+                                                          "Incorrect Answer 2", "Incorrect Answer 3"))
 
 
 def pieces(gpqa_rows: Iterable[dict] = ()) -> list[str]:
     """Every piece the vocabulary holds, in a stable order (ids follow it)."""
     seen: dict[str, None] = {}
     fixed = [THINK_START, THINK_END, *string.printable, *(" " + c for c in string.printable if not c.isspace())]
-    for piece in (*fixed, *_word_pieces(), *_gibberish_pieces(), *_gpqa_pieces(gpqa_rows)):
+    texts = (" ".join(WORDS), *GPQA_TEXTS, *_gpqa_texts(gpqa_rows))
+    for piece in (*fixed, *_word_pieces(texts), *_gibberish_pieces()):
         if piece:
             seen.setdefault(piece, None)
     return list(seen)
