@@ -21,7 +21,10 @@ from dspark_ci import progress
 from dspark_ci import run as pipeline
 from ground.run_id import new_run_id
 from ground.sglang.release import DEFAULT_VERSION
+from sglang_sim.frontend.launch import VOCABULARY_ENV
+from suites.prompts import PROMPTS
 from suites.runner import SYNTHETIC_GPQA
+from suites.speed import WORDS as SPEED_WORDS
 from ground.suites import KNOWN_SUITES
 
 
@@ -121,6 +124,8 @@ def _caller_env(server: str) -> dict:
     env = dict(os.environ)
     if server in SIMULATED_SERVERS:
         env.setdefault("DSPARK_SIM_GPQA_PATH", str(SYNTHETIC_GPQA))
+    if server == "sglang-frontend":  # the suites' prompts reach the simulated engine as the simulator reads them
+        env.setdefault(VOCABULARY_ENV, "\n".join((*PROMPTS, " ".join(SPEED_WORDS))))
     return env
 
 

@@ -30,7 +30,11 @@ from sglang_sim.tokenizer import onig_pattern
 logger = logging.getLogger("sglang_sim")
 SIM_ARGV_ENV = "DSPARK_FRONTEND_SIM_ARGV"  # the cell's argv (JSON)
 ADMITTED_ENV = "DSPARK_FRONTEND_ADMITTED"  # the simulator's admitted args and architecture, for the scheduler
-PATH_KNOBS = ("gpqa_path", "emission_log")  # DSPARK_SIM_* paths, made absolute before the process moves
+PATH_KNOBS = ("gpqa_path", "emission_log")
+# Text whose words the tokenizer must hold as its own (the prompts clients will send; dspark-ci run sets the
+# suites'): such a prompt reaches the engine as the simulator would read it, so the reply and the acceptance
+# draws are the simulator's for the same request.
+VOCABULARY_ENV = "DSPARK_FRONTEND_VOCABULARY"  # DSPARK_SIM_* paths, made absolute before the process moves
 MODEL_DIR_ENV = "DSPARK_FRONTEND_MODEL_DIR"
 # A small Llama: what SGLang's front end reads of a model (context length, eos, architecture); no weights load.
 MODEL_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "torch_dtype": "bfloat16",
@@ -79,7 +83,8 @@ def write_model(config: SimConfig, model_path: str) -> Path:
     root = Path(tempfile.mkdtemp(prefix="dspark-frontend-"))
     relative = Path(model_path)
     directory = root / (relative if not relative.is_absolute() and ".." not in relative.parts else "model")
-    write_model_dir(directory, Vocabulary.build(_gpqa_rows(config.gpqa_path)), MODEL_CONFIG, onig_pattern())
+    vocabulary = Vocabulary.build(_gpqa_rows(config.gpqa_path), [os.environ.get(VOCABULARY_ENV, "")])
+    write_model_dir(directory, vocabulary, MODEL_CONFIG, onig_pattern())
     os.chdir(root)
     return directory
 

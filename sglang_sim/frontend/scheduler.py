@@ -55,6 +55,7 @@ logger = logging.getLogger("sglang_sim")
 HEALTH_CHECK_RID_PREFIX = "HEALTH_CHECK"  # sglang/srt/constants.py
 INIT_INCREMENTAL_DETOKENIZATION_OFFSET = 5  # schedule_batch.py: prompt ids sent along for the first decode
 USER_TURN, ASSISTANT_TURN = "<|user|>\n", "\n<|assistant|>\n"
+GREEDY_BELOW = 1e-6  # sampling_params._SAMPLING_EPS
 ABORTED = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}  # FINISH_ABORT().to_json()
 
 
@@ -164,7 +165,9 @@ class StandIn:
         limit = params.max_new_tokens
         if limit is None:
             limit = max(1, self.context_length - len(prompt_ids))
-        temperature = params.temperature if params.temperature is not None else 1.0
+        # SamplingParams.normalize turns temperature 0 into temperature 1 with top_k 1: greedy either way.
+        greedy = params.top_k == 1 or (params.temperature is not None and params.temperature < GREEDY_BELOW)
+        temperature = 0.0 if greedy else 1.0
         ask = Ask(prompt, question_of(prompt), self.engine.sample_key(temperature), False, bool(params.ignore_eos))
         return Job(ask, len(prompt_ids), int(limit), bool(req.stream), warmup=internal)
 
@@ -203,43 +206,13 @@ class StandIn:
             self.running.pop(running.req.rid, None)
 
     async def _send(self, running: Running, finish: dict | None = None) -> None:
-        gen, req = running.gen, running.req
-        params = req.sampling_params
-        decode_ids, read_offset = running.decode_ids()
-        spec = gen.spec
         stats = running.time_stats
-        if gen.first_token is not None and not stats.forward_entry_time:
+        if running.gen.first_token is not None and not stats.forward_entry_time:
             stats.set_forward_entry_time()
             stats.set_prefill_finished_time()
-        finished = finish or gen.finish_reason
-        if finished is not None:
+        if (finish or running.gen.finish_reason) is not None:
             stats.set_completion_time()
-        histogram = list(spec.histogram) if spec is not None else []
-        output = self.io.BatchTokenIDOutput(
-            rids=[req.rid], http_worker_ipcs=[req.http_worker_ipc], finished_reasons=[finished],
-            decoded_texts=[""], decode_ids=[array("i", decode_ids[running.sent_decode:])],
-            read_offsets=[read_offset], output_ids=[array("i", running.output_ids[running.sent_output:])],
-            skip_special_tokens=[params.skip_special_tokens],
-            spaces_between_special_tokens=[params.spaces_between_special_tokens],
-            no_stop_trim=[params.no_stop_trim], prompt_tokens=[len(running.prompt_ids)], reasoning_tokens=[0],
-            completion_tokens=[gen.completion_tokens], cached_tokens=[0],
-            input_token_logprobs_val=[], input_token_logprobs_idx=[], output_token_logprobs_val=[],
-            output_token_logprobs_idx=[], input_top_logprobs_val=[], input_top_logprobs_idx=[],
-            output_top_logprobs_val=[], output_top_logprobs_idx=[], input_token_ids_logprobs_val=[],
-            input_token_ids_logprobs_idx=[], output_token_ids_logprobs_val=[], output_token_ids_logprobs_idx=[],
-            output_token_entropy_val=None, output_token_sampling_mask=None, output_hidden_states=[],
-            routed_experts=None, indexer_topk=None, placeholder_tokens_idx=None, placeholder_tokens_val=None,
-            retraction_counts=[0],
-            spec_verify_ct=[spec.verify_ct] if spec is not None else None,
-            spec_num_correct_drafts=[spec.correct_drafts] if spec is not None else None,
-            spec_num_block_accept_tokens=[0] if spec is not None else None,
-            spec_num_cap_tokens=[0] if spec is not None else None,
-            spec_correct_drafts_histogram=[histogram] if spec is not None else None,
-            spec_cap_lens_histogram=[[]] if spec is not None else None,
-            time_stats=self.io.wrap_as_pickle([stats]),
-            dp_ranks=[gen.reported_dp_rank])
-        running.sent_output, running.sent_decode = len(running.output_ids), len(decode_ids)
-        await self.io.async_sock_send(self.send_to_detokenizer, output)
+        await self.io.async_sock_send(self.send_to_detokenizer, token_output(self.io, running, finish))
 
     async def abort(self, req) -> None:
         """Scheduler.abort_request: a running request ends with FINISH_ABORT on its next step, a queued one is
@@ -339,6 +312,41 @@ class StandIn:
         while True:
             request = await self.io.async_sock_recv(self.recv_from_tokenizer)
             await self.dispatch(request)
+
+
+def token_output(io, running: Running, finish: dict | None = None) -> object:
+    """The BatchTokenIDOutput of one request's new step, as output_streamer.py builds it (marks it sent)."""
+    gen, req = running.gen, running.req
+    params = req.sampling_params
+    decode_ids, read_offset = running.decode_ids()
+    spec = gen.spec
+    finished = finish or gen.finish_reason
+    histogram = list(spec.histogram) if spec is not None else []
+    output = io.BatchTokenIDOutput(
+        rids=[req.rid], http_worker_ipcs=[req.http_worker_ipc], finished_reasons=[finished],
+        decoded_texts=[""], decode_ids=[array("i", decode_ids[running.sent_decode:])],
+        read_offsets=[read_offset], output_ids=[array("i", running.output_ids[running.sent_output:])],
+        skip_special_tokens=[params.skip_special_tokens],
+        spaces_between_special_tokens=[params.spaces_between_special_tokens],
+        no_stop_trim=[params.no_stop_trim], prompt_tokens=[len(running.prompt_ids)], reasoning_tokens=[0],
+        completion_tokens=[gen.completion_tokens], cached_tokens=[0],
+        input_token_logprobs_val=[], input_token_logprobs_idx=[], output_token_logprobs_val=[],
+        output_token_logprobs_idx=[], input_top_logprobs_val=[], input_top_logprobs_idx=[],
+        output_top_logprobs_val=[], output_top_logprobs_idx=[], input_token_ids_logprobs_val=[],
+        input_token_ids_logprobs_idx=[], output_token_ids_logprobs_val=[], output_token_ids_logprobs_idx=[],
+        output_token_entropy_val=None, output_token_sampling_mask=None, output_hidden_states=[],
+        routed_experts=None, indexer_topk=None, placeholder_tokens_idx=None, placeholder_tokens_val=None,
+        retraction_counts=[0],
+        spec_verify_ct=[spec.verify_ct] if spec is not None else None,
+        spec_num_correct_drafts=[spec.correct_drafts] if spec is not None else None,
+        spec_num_block_accept_tokens=[0] if spec is not None else None,
+        spec_num_cap_tokens=[0] if spec is not None else None,
+        spec_correct_drafts_histogram=[histogram] if spec is not None else None,
+        spec_cap_lens_histogram=[[]] if spec is not None else None,
+        time_stats=io.wrap_as_pickle([running.time_stats]),
+        dp_ranks=[gen.reported_dp_rank])
+    running.sent_output, running.sent_decode = len(running.output_ids), len(decode_ids)
+    return output
 
 
 def _scheduler_metrics_collector(server_args) -> object | None:

@@ -62,11 +62,13 @@ def _gpqa_texts(rows: Iterable[dict]) -> Iterator[str]:
                                                           "Incorrect Answer 2", "Incorrect Answer 3"))
 
 
-def pieces(gpqa_rows: Iterable[dict] = ()) -> list[str]:
-    """Every piece the vocabulary holds, in a stable order (ids follow it)."""
+def pieces(gpqa_rows: Iterable[dict] = (), prompts: Iterable[str] = ()) -> list[str]:
+    """Every piece the vocabulary holds, in a stable order (ids follow it). ``prompts``: texts whose words
+    clients will send (a prompt piece outside the vocabulary reaches the engine as [UNK]: counted right, but
+    its text, which seeds the reply and the acceptance draws, is lost)."""
     seen: dict[str, None] = {}
     fixed = [THINK_START, THINK_END, *string.printable, *(" " + c for c in string.printable if not c.isspace())]
-    texts = (" ".join(WORDS), *GPQA_TEXTS, *_gpqa_texts(gpqa_rows))
+    texts = (" ".join(WORDS), *GPQA_TEXTS, *_gpqa_texts(gpqa_rows), *prompts)
     for piece in (*fixed, *_word_pieces(texts), *_gibberish_pieces()):
         if piece:
             seen.setdefault(piece, None)
@@ -81,9 +83,9 @@ class Vocabulary:
         self.by_id = {token_id: piece for piece, token_id in vocab.items()}
 
     @classmethod
-    def build(cls, gpqa_rows: Iterable[dict] = ()) -> "Vocabulary":
+    def build(cls, gpqa_rows: Iterable[dict] = (), prompts: Iterable[str] = ()) -> "Vocabulary":
         vocab = {UNK: 0, EOS: EOS_TOKEN_ID}
-        for piece in pieces(gpqa_rows):
+        for piece in pieces(gpqa_rows, prompts):
             vocab.setdefault(piece, len(vocab))
         return cls(vocab)
 
