@@ -12,19 +12,23 @@ the cell's own argv (``SIM_ARGV_ENV``).
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import dataclasses
 import json
 import logging
 import os
 import tempfile
+import threading
 from pathlib import Path
 
 from sglang_sim.admission import SglangEnv
 from sglang_sim.args import ServerArgs, parse_server_args
 from sglang_sim.config import KNOBS, SimConfig
 from sglang_sim.frontend.vocab import Vocabulary, write_model_dir
+from sglang_sim.failures import SCHEDULER_FRAMES, print_lines, traceback_tail
 from sglang_sim.gpqa import GpqaAnswerKey
+from sglang_sim.rendezvous import Leader, split_addr
 from sglang_sim.tokenizer import onig_pattern
 
 logger = logging.getLogger("sglang_sim")
@@ -149,6 +153,40 @@ def admitted() -> tuple[ServerArgs, str]:
     return ServerArgs(**state["fields"], other_flags=state["other_flags"]), state["architecture"]
 
 
+def die_with_server(lines: list[str]) -> None:
+    """What SGLang's launching process does when a scheduler dies: its error, then the whole tree goes."""
+    from sglang.srt.utils.common import kill_process_tree
+
+    print_lines(lines)
+    kill_process_tree(os.getpid(), include_parent=False)
+    os._exit(1)
+
+
+def gather_node_ranks(args: ServerArgs, config: SimConfig) -> None:
+    """Multi-node: listen at --dist-init-addr for the node ranks >= 1 (the simulator's, sglang_sim.rendezvous) from
+    a thread of this process, before SGLang's slow start, and return once all have joined. A rank lost later
+    takes the server down, as a lost NCCL peer does. The rank_exit fault for rank 0 is armed here too."""
+    joined = threading.Event()
+
+    async def lead() -> None:
+        leader = Leader(args.nnodes, on_rank_lost=lambda rank: die_with_server(traceback_tail(SCHEDULER_FRAMES, (
+            f"RuntimeError: NCCL communicator was aborted: node rank {rank} disconnected "
+            "(sglang_sim: a peer rank exited)"))))
+        if config.faults.rank_exit is not None and config.faults.rank_exit[0] == 0:
+            seconds = config.faults.rank_exit[1]
+            asyncio.get_running_loop().call_later(seconds, die_with_server, traceback_tail(
+                SCHEDULER_FRAMES, f"RuntimeError: [sglang_sim fault rank_exit] node rank 0 exits after {seconds:g} s"))
+        if args.nnodes > 1:
+            await leader.listen(*split_addr(args.dist_init_addr or f"{args.host}:20000"))
+            logger.info(f"Waiting for {args.nnodes - 1} other node ranks to join at {args.dist_init_addr}.")
+            await leader.everyone_joined.wait()
+        joined.set()
+        await asyncio.Event().wait()
+
+    threading.Thread(target=asyncio.run, args=(lead(),), name="node-ranks", daemon=True).start()
+    joined.wait()
+
+
 def serve(args: ServerArgs, config: SimConfig, env: SglangEnv, architecture: str, answer_key: GpqaAnswerKey) -> int:
     """Launch SGLang's front end; returns when it stops (SIGTERM: SGLang's own shutdown)."""
     from sglang.srt.entrypoints.engine import init_tokenizer_manager
@@ -159,6 +197,7 @@ def serve(args: ServerArgs, config: SimConfig, env: SglangEnv, architecture: str
 
     cell = cell_server_args(json.loads(os.environ[SIM_ARGV_ENV]))
     hand_over(args, architecture)
+    gather_node_ranks(args, config)
     model_dir = write_model(config, args.model_path)
     os.environ[MODEL_DIR_ENV] = str(model_dir)
     argv = frontend_argv(args, model_dir.relative_to(Path.cwd()))

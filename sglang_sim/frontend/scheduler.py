@@ -47,7 +47,6 @@ from sglang_sim.frontend.launch import MODEL_DIR_ENV, admitted
 from sglang_sim.frontend.vocab import Vocabulary
 from sglang_sim.gpqa import GpqaAnswerKey
 from sglang_sim.native_api import WARMUP_MAX_NEW_TOKENS, WARMUP_PROMPT
-from sglang_sim.rendezvous import Leader, split_addr
 from sglang_sim.speculation import SpecShape
 from sglang_sim.textgen import Ask, Persona
 
@@ -146,13 +145,6 @@ class StandIn:
         with contextlib.suppress(ProcessLookupError):
             os.kill(os.getppid(), signal.SIGQUIT)
         os._exit(1)
-
-    def arm_rank_exit(self) -> None:
-        fault = self.config.faults.rank_exit
-        if fault is None or fault[0] != 0:
-            return
-        asyncio.get_running_loop().call_later(fault[1], self.die, traceback_tail(
-            SCHEDULER_FRAMES, f"RuntimeError: [sglang_sim fault rank_exit] node rank 0 exits after {fault[1]:g} s"))
 
     # --- requests --------------------------------------------------------------------------------
 
@@ -296,14 +288,8 @@ class StandIn:
                 await io.async_sock_send(self.send_to_tokenizer, reply)
 
     async def serve(self, pipe_writer) -> int:
-        leader = Leader(self.args.nnodes, on_rank_lost=lambda rank: self.die(traceback_tail(SCHEDULER_FRAMES, (
-            f"RuntimeError: NCCL communicator was aborted: node rank {rank} disconnected "
-            "(sglang_sim: a peer rank exited)"))))
-        if self.args.nnodes > 1:
-            await leader.listen(*split_addr(self.args.dist_init_addr or f"{self.args.host}:20000"))
-        self.arm_rank_exit()
+        # Node ranks >= 1 have joined already (launch.gather_node_ranks, before SGLang started this process).
         await asyncio.sleep(self.config.boot_seconds)
-        await leader.everyone_joined.wait()
         if self.config.faults.hang_boot:
             logger.info("Capture cuda graph begin.")  # ... and never ends: the front end never says ready
             await asyncio.Event().wait()

@@ -2,7 +2,7 @@
 speaks, as this SGLang defines them, and one step of ours sent and received through SGLang's own IPC calls.
 
 Prints JSON: ``{"sglang": VERSION, "messages": {name: [[field, required], ...]}, "step": {...}}``.
-tests/test_frontend_io_struct.py holds it to tests/golden/frontend/io_struct.json, so a release that renames,
+tests/test_frontend_io_struct.py holds it to tests/golden/frontend/io_struct.txt, so a release that renames,
 adds or drops a field of these messages fails there instead of in a run.
 """
 
