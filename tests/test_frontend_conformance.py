@@ -28,7 +28,7 @@ from suites.runner import SYNTHETIC_GPQA
 from tests.simulator_process import running_simulator
 
 MODEL = "deepseek-ai/DeepSeek-V4-Flash"
-ARGS = ("--tp-size", "8", "--speculative-algorithm", "DSPARK", "--speculative-dspark-block-size", "3",
+ARGS = ("--device", "cuda", "--tp-size", "8", "--speculative-algorithm", "DSPARK", "--speculative-dspark-block-size", "3",
         "--enable-metrics")
 ENV = {"DSPARK_SIM_DECODE_STEP_MS": "2", "DSPARK_SIM_PREFILL_MS_PER_TOKEN": "0", "DSPARK_SIM_SEED": "0",
        "DSPARK_SIM_GPQA_PATH": str(SYNTHETIC_GPQA)}
@@ -160,7 +160,9 @@ def both(tmp_path_factory) -> dict[str, dict]:
         simulator = stack.enter_context(running_simulator(ENV, ARGS, model=MODEL, log_path=logs / "sim.log"))
         frontend = stack.enter_context(running_simulator(ENV, ARGS, model=MODEL, log_path=logs / "frontend.log",
                                                          boot_timeout=600, frontend_python=python))
-        return {"simulator": exchange(simulator), "sglang": exchange(frontend)}
+        exchanged = {"simulator": exchange(simulator), "sglang": exchange(frontend)}
+    (logs / "exchanged.json").write_text(json.dumps(exchanged, indent=1))  # for a person reading a failure
+    return exchanged
 
 
 def test_finish_reasons_and_token_counts_agree(both):
@@ -192,5 +194,6 @@ def test_every_difference_from_sglang_is_known_and_explained(both):
     unexplained = {key: line for key, line in found.items() if key not in KNOWN_DIFFERENCES}
     gone = [key for key in KNOWN_DIFFERENCES if key not in found]
     assert not unexplained, "the simulator differs from SGLang 0.5.23's own front end:\n" + "\n".join(
-        f"  {where}: {line}" for (where, _), line in sorted(unexplained.items()))
+        f"  {where}: {what}: {line}" if not line.startswith(what) else f"  {where}: {line}"
+        for (where, what), line in sorted(unexplained.items()))
     assert not gone, f"listed differences no longer seen (remove them from KNOWN_DIFFERENCES): {gone}"

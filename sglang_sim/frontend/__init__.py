@@ -12,13 +12,21 @@ from pathlib import Path
 from typing import Mapping
 
 BOOTED_ENV = "DSPARK_FRONTEND_BOOTED"
+ROOT_ENV = "DSPARK_FRONTEND_ROOT"  # this launch's scratch directory: the model directory, Prometheus' files
 BOOT_DIR = Path(__file__).resolve().parent / "boot"
 REPO = Path(__file__).resolve().parents[2]
 
 
-def frontend_env(environ: Mapping[str, str]) -> dict[str, str]:
+def frontend_env(environ: Mapping[str, str], root: Path | None = None) -> dict[str, str]:
     """``environ`` with the torchvision stub's sitecustomize (``boot/``) and this tree first on PYTHONPATH:
     SGLang spawns its scheduler and detokenizer as fresh interpreters, which inherit the environment, not
-    our sys.path, and must have the stub before they import sglang."""
+    our sys.path, and must have the stub before they import sglang. With ``root`` (a launch's scratch
+    directory), Prometheus' multiprocess directory is set there before anything imports prometheus_client:
+    the simulator's modules do, earlier than SGLang would set it, and metrics recorded in a process that imported
+    it first would never reach /metrics."""
     paths = [str(BOOT_DIR), str(REPO), *filter(None, environ.get("PYTHONPATH", "").split(os.pathsep))]
-    return {**environ, BOOTED_ENV: "1", "PYTHONPATH": os.pathsep.join(paths)}
+    env = {**environ, BOOTED_ENV: "1", "PYTHONPATH": os.pathsep.join(paths)}
+    if root is not None:
+        (root / "prometheus").mkdir(parents=True, exist_ok=True)
+        env.update({ROOT_ENV: str(root), "PROMETHEUS_MULTIPROC_DIR": str(root / "prometheus")})
+    return env

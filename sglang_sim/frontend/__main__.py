@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 
@@ -17,7 +18,7 @@ def main() -> int:
         sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
         from sglang_sim.frontend import frontend_env
 
-        env = frontend_env(os.environ)
+        env = frontend_env(os.environ, Path(tempfile.mkdtemp(prefix="dspark-frontend-")))
         os.execve(sys.executable, [sys.executable, "-m", "sglang_sim.frontend", *argv], env)
     from sglang_sim.frontend import launch
     from sglang_sim.main import main as simulator_main

@@ -18,6 +18,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import tempfile
 import threading
 from pathlib import Path
@@ -25,6 +26,7 @@ from pathlib import Path
 from sglang_sim.admission import SglangEnv
 from sglang_sim.args import ServerArgs, parse_server_args
 from sglang_sim.config import KNOBS, SimConfig
+from sglang_sim.frontend import ROOT_ENV
 from sglang_sim.frontend.vocab import Vocabulary, write_model_dir
 from sglang_sim.failures import SCHEDULER_FRAMES, print_lines, traceback_tail
 from sglang_sim.gpqa import GpqaAnswerKey
@@ -84,7 +86,7 @@ def _gpqa_rows(path: Path | None) -> list[dict]:
 def write_model(config: SimConfig, model_path: str) -> Path:
     """The model directory, at ``model_path`` relative to a fresh working directory (the process moves there),
     so SGLang reports the cell's own --model-path (a Hub id) in /model_info and /server_info."""
-    root = Path(tempfile.mkdtemp(prefix="dspark-frontend-"))
+    root = Path(os.environ.setdefault(ROOT_ENV, tempfile.mkdtemp(prefix="dspark-frontend-")))
     relative = Path(model_path)
     directory = root / (relative if not relative.is_absolute() and ".." not in relative.parts else "model")
     vocabulary = Vocabulary.build(_gpqa_rows(config.gpqa_path), [os.environ.get(VOCABULARY_ENV, "")])
@@ -219,6 +221,7 @@ def serve(args: ServerArgs, config: SimConfig, env: SglangEnv, architecture: str
     from sglang.srt.utils.common import kill_process_tree
 
     kill_process_tree(os.getpid(), include_parent=False)
+    shutil.rmtree(os.environ[ROOT_ENV], ignore_errors=True)
     os._exit(code)
 
 
