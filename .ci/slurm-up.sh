@@ -7,6 +7,10 @@
 #   slurmctld   127.0.0.1:6817, cluster "dspark"
 #   slurmd -N nX  one per node, NodeAddr 127.0.2.X, Port 6817+X, 4 CPUs and gpu:8 (declared, no devices)
 #
+# A second cluster beside it (e.g. 8 nodes for bench/cluster_makespan.py) takes its own directories, controller
+# port and node network: DSPARK_SLURM_{CONF,STATE,RUN,LOG}_DIR, DSPARK_SLURM_CTLD_PORT (nodes on the ports after
+# it), DSPARK_SLURM_NODE_NET (nodes at NET.X, default 127.0.2) and DSPARK_SLURM_NODES.
+#
 # Config: /etc/dspark-slurm   state: /var/lib/dspark-slurm   pids+socket: /run/dspark-slurm
 # Logs:   /var/log/dspark-ci/slurm
 # Prints export-able lines (stdout) for the caller:  eval "$(bash .ci/slurm-up.sh)"
@@ -20,7 +24,8 @@ run_dir=${DSPARK_SLURM_RUN_DIR:-/run/dspark-slurm}
 log_dir=${DSPARK_SLURM_LOG_DIR:-/var/log/dspark-ci/slurm}
 n_nodes=${DSPARK_SLURM_NODES:-3}
 partition=dspark
-ctld_port=6817
+ctld_port=${DSPARK_SLURM_CTLD_PORT:-6817}
+node_net=${DSPARK_SLURM_NODE_NET:-127.0.2}
 conf=$conf_dir/slurm.conf
 munge_sock=$run_dir/munge.sock
 nodes=$(seq -f 'n%g' 1 "$n_nodes")
@@ -84,7 +89,7 @@ InactiveLimit=0
 SlurmdTimeout=60
 EOF
     for i in $(seq 1 "$n_nodes"); do
-        echo "NodeName=n$i NodeAddr=127.0.2.$i Port=$((ctld_port + i)) CPUs=4 Gres=gpu:8 State=UNKNOWN" >>"$1"
+        echo "NodeName=n$i NodeAddr=$node_net.$i Port=$((ctld_port + i)) CPUs=4 Gres=gpu:8 State=UNKNOWN" >>"$1"
     done
     echo "PartitionName=$partition Nodes=n[1-$n_nodes] Default=YES MaxTime=INFINITE State=UP" >>"$1"
 }

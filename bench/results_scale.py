@@ -3,7 +3,7 @@
     python bench/results_scale.py [--cells 1000 10000] [--repeats 3]
 
 For each size N, side by side in one process:
-  write    the run's own writer (dspark_ci.run.ResultsWriter) adding N finished cells one by one, as a run
+  write    the run's own writer (reports.live_results.ResultsWriter) adding N finished cells one by one, as a run
            does after each cell (results.jsonl appended; results.json, junit.xml, report.md rewritten at most
            every few seconds; everything once at the end, report.html included)
   render   `dspark-ci report`'s work on the finished run: load results.json, render junit.xml, report.md and
@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dspark_ci.run import ResultsWriter  # noqa: E402
+from reports.live_results import ResultsWriter  # noqa: E402
 from ground.records import CellResult, GateResult, RunResults, Status  # noqa: E402
 from reports.results import load_results  # noqa: E402
 from reports.writers import render_reports, write_rendered  # noqa: E402

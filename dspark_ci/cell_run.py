@@ -23,6 +23,7 @@ from ground.records import CellResult, CellTiming, GateResult, Status
 from ground.suites import DEFAULT_SUITES, SPECULATIVE_SUITES, suite_of
 from launchers.contract import LaunchFailed, Launcher, LaunchTimeout
 from launchers.plan import plan_launch
+from dspark_ci.evidence import Sampling, more_evidence
 from matrices.cell import REJECT, Cell
 from reports.gates import status_of
 from suites.runner import SuiteOutcome, SuiteRequest, Watch, gpqa_note, run_suites
@@ -41,6 +42,7 @@ class CellContext:
     detail: Callable[[str], None] = lambda _text: None  # how far the stage is, e.g. "gpqa 37/198 requests"
     suite_defaults: Callable[[dict], dict] = lambda options: options  # e.g. the simulator's dataset
     watch: Watch = Watch()
+    sampling: Sampling = Sampling()  # more boots for inconclusive gates, retries for failed cells (issue 22)
 
 
 def pending_result(cell: Cell) -> CellResult:
@@ -112,17 +114,30 @@ def _run_cell(cell: Cell, ctx: CellContext, result: CellResult, clock: CellClock
         return result.finished(Status.SKIPPED, f"expectation written for SGLang {cell.expect.sglang}, "
                                                f"testing {ctx.sglang_version}", ExitCode.OK)
     logs_dir = ctx.run_dir / "logs" / cell.id
+    names = _suite_names(cell, ctx)
+    first = _boot_and_measure(cell, ctx, result, clock, logs_dir, names)
+
+    def measure(attempt: int, suites: tuple[str, ...]) -> CellResult:
+        ctx.stage(f"{cell.id}: more evidence, boot {attempt}")
+        return _boot_and_measure(cell, ctx, result, clock, logs_dir / f"boot-{attempt}", suites)
+
+    return more_evidence(first, names, ctx.sampling, measure, lambda pooled, suites: _judge(pooled, suites, ctx))
+
+
+def _boot_and_measure(cell: Cell, ctx: CellContext, result: CellResult, clock: CellClock, logs_dir: Path,
+                      names: tuple[str, ...]) -> CellResult:
+    """One boot of the cell: launch, measure ``names``, tear down, judge."""
     plan = plan_launch(cell, ctx.launcher.placement(cell.nnodes))
     ctx.stage(f"{cell.id}: launching {len(plan.ranks)} rank(s)")
     try:
         with contextlib.ExitStack() as stack:
             deployment = stack.enter_context(ctx.launcher.launch(plan, logs_dir))
-            clock.mark_ready()
-            result = replace(result, boot_seconds=round(deployment.boot_seconds, 3))
+            if clock.ready is None:
+                clock.mark_ready()
+            result = replace(result, boot_seconds=result.boot_seconds or round(deployment.boot_seconds, 3))
             if cell.expect.outcome == REJECT:
                 return result.finished(Status.FAILED, f"expected SGLang to reject this cell "
                                        f"(/{cell.expect.message}/) but it became healthy", ExitCode.FELL_SHORT)
-            names = _suite_names(cell, ctx)
             reference = _launch_reference(cell, names, ctx, stack, logs_dir)
             ctx.stage(f"{cell.id}: measuring ({', '.join(names)})")
             outcome = run_suites(SuiteRequest(
@@ -153,15 +168,22 @@ def _judge_measurement(result: CellResult, names: tuple[str, ...], outcome: Suit
                        ctx: CellContext) -> CellResult:
     measured = replace(result, metrics=outcome.metrics, warnings=tuple(outcome.warnings), tests=tuple(outcome.tests),
                        gpqa=gpqa_note(outcome.records))
+    return _judge(measured, names, ctx, outcome.stopped_by)
+
+
+def _judge(measured: CellResult, names: tuple[str, ...], ctx: CellContext,
+           stopped_by: DsparkError | None = None) -> CellResult:
+    """Gate what was measured (one boot, or several pooled) and decide the cell's status."""
     # A baseline gate on a suite this run did not select (--suites) is not applicable; one on a suite that ran
     # but did not produce its metric still fails.
-    gates = ctx.gate(measured, outcome.metrics)
+    gates = ctx.gate(measured, measured.metrics)
     applied = tuple(g for g in gates if suite_of(g.metric) in names)
-    warnings = measured.warnings + tuple(sorted({f"{suite_of(g.metric)} suite not run: gate on {g.metric} not applied"
-                                                 for g in gates if suite_of(g.metric) not in names}))
+    warnings = tuple(dict.fromkeys(measured.warnings + tuple(sorted(
+        {f"{suite_of(g.metric)} suite not run: gate on {g.metric} not applied"
+         for g in gates if suite_of(g.metric) not in names}))))
     measured = replace(measured, gates=applied, warnings=warnings)
-    if outcome.stopped_by is not None:  # a rank died or hung while the suites ran: the numbers are void
-        err = outcome.stopped_by
+    if stopped_by is not None:  # a rank died or hung while the suites ran: the numbers are void
+        err = stopped_by
         return measured.finished(Status.ERROR, str(err), _exit_code_of(err), sglang_error=err.sglang_error)
     if measured.failed_tests:  # failed gates are in `gates`; `error` is for everything else
         return measured.finished(Status.FAILED, "; ".join(measured.failed_tests), ExitCode.FELL_SHORT)

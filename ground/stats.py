@@ -37,6 +37,7 @@ The API, smallest first:
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass
@@ -59,6 +60,17 @@ def _scipy():
     from scipy import stats
 
     return stats
+
+
+def look_boots(max_boots: int) -> tuple[int, ...]:
+    """Boots measured at each sequential look within a budget of ``max_boots``: 1, 2, 4, ... doubling, and the
+    budget itself last (``look_boots(8)`` = (1, 2, 4, 8), ``look_boots(6)`` = (1, 2, 4, 6))."""
+    looks = [1]
+    while looks[-1] * 2 < max_boots:
+        looks.append(looks[-1] * 2)
+    if max_boots > looks[-1]:
+        looks.append(max_boots)
+    return tuple(looks)
 
 
 @dataclass(frozen=True)
@@ -122,11 +134,18 @@ def decide(low: float, high: float, tolerance: float, better: str) -> str:
 
 def _interval(effect: float, se: float, df: float | None, levels: Levels, better: str) -> tuple[float, float]:
     """[low, high] of the signed effect: the better end at 1 − alpha, the worse end at 1 − beta."""
-    dist = _scipy().norm if df is None or math.isinf(df) else _scipy().t(df)
-    to_better, to_worse = dist.ppf(1 - levels.alpha) * se, dist.ppf(1 - levels.beta) * se
+    to_better, to_worse = _quantile(1 - levels.alpha, df) * se, _quantile(1 - levels.beta, df) * se
     if better == LOWER:
         return effect - to_better, effect + to_worse
     return effect - to_worse, effect + to_better
+
+
+def _quantile(p: float, df: float | None) -> float:
+    """The p-quantile of Student's t with ``df`` degrees of freedom (normal when None or infinite): scipy.special's
+    ``stdtrit``/``ndtri``, the functions behind scipy.stats' t and norm, without a frozen distribution per call."""
+    from scipy import special
+
+    return float(special.ndtri(p) if df is None or math.isinf(df) else special.stdtrit(df, p))
 
 
 def _verdict(effect: float, se: float, df: float | None, tolerance: float, better: str, levels: Levels,
@@ -156,14 +175,17 @@ class BootReference:
 
 
 def compare_boots(new_boots: Sequence[float], reference: BootReference, better: str, tolerance: float,
-                  levels: Levels, new_request_noise: Sequence[float] | None = None) -> Verdict:
+                  levels: Levels) -> Verdict:
     """Per-boot values of a run (each a whole boot's figure, e.g. median TPOT) against a recorded baseline.
 
-    On log values, so the effect is relative. One boot's figure varies by the baseline's run-to-run noise
-    (its boots pooled with the new ones when there are several); when this run's own per-request standard
-    error (``new_request_noise``, a fraction per boot) exceeds the one the baseline recorded, the excess is
-    added (a noisier machine today widens the interval instead of turning red). The baseline mean's own
-    error (noise² / runs) is added too. Student t with the pooled degrees of freedom.
+    On log values, so the effect is relative. One boot's figure varies by the run-to-run noise: the baseline's
+    (over its runs), pooled with the new boots' own spread when there are several, so a machine noisier today
+    than when the baseline was recorded widens the interval as its boots come in. The baseline mean's own
+    error (noise² / runs) is added. Student t with the pooled degrees of freedom.
+
+    A boot's per-request standard error is not added: the suites send the same prompts every boot, so the
+    spread between requests (which the bootstrap measures) is mostly not run-to-run noise; it decides only
+    what to sample more of (``more_of``).
     """
     logs = [math.log(value) for value in new_boots]
     n, k = len(logs), max(1, reference.runs)
@@ -171,8 +193,7 @@ def compare_boots(new_boots: Sequence[float], reference: BootReference, better: 
     if n > 1:  # the new boots' spread is evidence about the run-to-run noise too
         total_var = (df * total_var + (n - 1) * statistics.variance(logs)) / (df + n - 1)
         df += n - 1
-    excess = max(request_excess(reference, new_request_noise), 0.0)
-    se = math.sqrt((total_var + excess) / n + reference.noise ** 2 / k)
+    se = math.sqrt(total_var / n + reference.noise ** 2 / k)
     effect = statistics.fmean(logs) - math.log(reference.value)
     test = f"t on log values, {n} boot(s) vs {k} baseline run(s)"
     return _verdict(effect, se, max(df, 1), tolerance, better, levels, RELATIVE, test, n)
@@ -233,6 +254,7 @@ def compare_estimates(new: float, new_se: float, base: float, base_se: float, be
     return _verdict(new - base, se, None, tolerance, better, levels, ABSOLUTE, test, samples)
 
 
+@functools.lru_cache(maxsize=256)
 def chance_floor(questions: int, chance: float = 0.25, false_pass: float = 0.01) -> float:
     """The smallest accuracy k/n that a guesser (each answer right with probability ``chance``) reaches at most
     ``false_pass`` of the time on ``questions`` questions: exact binomial."""

@@ -1,10 +1,10 @@
 """The launcher contract: what every launcher is, what it gives the run, and how it fails.
 
 A launcher turns a ``LaunchPlan`` (exact argv per node) into a running group and gives it back as a
-``Deployment``; ``launchers.registry`` lists every launcher, and ``tests/test_launcher_compliance.py`` runs
+``Deployment``; ``launchers.catalog`` lists every launcher, and ``tests/test_launcher_compliance.py`` runs
 the same behaviour checks over each registered one::
 
-    launcher = registry.build("local", context, options)
+    launcher = catalog.get("local").build(context, options)
     launcher.preflight(plans)                      # before anything starts: engines, images, partitions
     with launcher.launch(plan, logs_dir) as deployment:
         ...                                        # deployment.base_url serves the API; check() raises if a rank died
@@ -161,7 +161,7 @@ class Capacity:
 
 @runtime_checkable
 class Launcher(Protocol):
-    name: str  # its row in launchers.registry
+    name: str  # its row in launchers.catalog
 
     def placement(self, nnodes: int) -> Placement:
         """Where the nodes of a cell with ``nnodes`` nodes will bind (ports free on the target)."""

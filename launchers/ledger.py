@@ -18,12 +18,9 @@ from typing import Any, Iterator, Mapping
 
 import psutil
 
+from ground.state import state_dir
+
 LEDGER_NAME = "launched.jsonl"
-STATE_DIR_ENV = "DSPARK_STATE_DIR"
-
-
-def state_dir(env: Mapping[str, str]) -> Path:
-    return Path(env.get(STATE_DIR_ENV) or Path.home() / ".local" / "state" / "dspark-ci")
 
 
 @dataclass(frozen=True)

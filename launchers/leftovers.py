@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from ground.errors import DsparkError
-from launchers import registry
+from launchers import catalog
 from launchers.ledger import Ledger, find_run, forget
 
 
@@ -26,7 +26,7 @@ def remove_recorded(ledger: Ledger, describe: Callable[[str, dict], None] | None
     handed to it (kind name, entry) instead."""
     removed, problems = [], []
     for entry in ledger.entries():
-        kind = registry.BY_NAME.get(entry.get("launcher", ""))
+        kind = catalog.BY_NAME.get(entry.get("launcher", ""))
         if kind is None:
             problems.append(f"run {ledger.run_id}: unknown launcher {entry.get('launcher')!r} in {ledger.path}")
             continue

@@ -185,8 +185,7 @@ def _statistic(spec_key: tuple[MetricSpec, str], evidence: Evidence, levels: sta
     better = LOWER if key == "max_ratio" else HIGHER
     reference = stats.BootReference(spec.value, int(spec.runs or DEFAULT_RUNS), spec.noise or 0.0,
                                     spec.request_noise or 0.0)
-    return stats.compare_boots(values, reference, better, getattr(spec, key) - 1, levels,
-                               evidence.request_noise(spec.metric))
+    return stats.compare_boots(values, reference, better, getattr(spec, key) - 1, levels)
 
 
 def _gpqa_statistic(spec: MetricSpec, evidence: Evidence, levels: stats.Levels) -> stats.Verdict | None:

@@ -24,7 +24,7 @@ from typing import Iterable, Iterator, Mapping
 
 from ground.errors import BadInput
 from ground.records import RunResults
-from launchers.ledger import state_dir
+from ground.state import state_dir
 
 HISTORY_ENV = "DSPARK_HISTORY"
 SCHEMA = """
@@ -41,6 +41,7 @@ CREATE TABLE IF NOT EXISTS gates (
 CREATE TABLE IF NOT EXISTS cell_times (
     run_id TEXT, cell_id TEXT, started_at TEXT, ready_at TEXT, finished_at TEXT, queue_seconds REAL,
     boot_seconds REAL, measure_seconds REAL, seconds REAL, PRIMARY KEY (run_id, cell_id));
+CREATE TABLE IF NOT EXISTS cell_labels (run_id TEXT, cell_id TEXT, label TEXT, PRIMARY KEY (run_id, cell_id, label));
 CREATE INDEX IF NOT EXISTS metrics_by_cell ON metrics (cell_id, metric);
 CREATE INDEX IF NOT EXISTS gates_by_cell ON gates (cell_id, metric);
 """
@@ -75,7 +76,7 @@ def record(path: Path, results: RunResults, run_dir: Path | str | None) -> None:
     """Remember ``results`` (replacing an earlier record of the same run id)."""
     env = results.environment
     with _connect(path, create=True) as db:
-        for table in ("runs", "cells", "metrics", "gates", "cell_times"):
+        for table in ("runs", "cells", "metrics", "gates", "cell_times", "cell_labels"):
             db.execute(f"DELETE FROM {table} WHERE run_id = ?", (results.run_id,))
         db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", (
             results.run_id, results.started_at, results.finished_at, results.launcher, json.dumps(list(results.matrices)),
@@ -93,6 +94,8 @@ def record(path: Path, results: RunResults, run_dir: Path | str | None) -> None:
             db.executemany("INSERT INTO gates VALUES (?, ?, ?, ?, ?, ?, ?)",
                            [(results.run_id, cell.id, g.metric, g.op, g.threshold, g.value, int(g.passed))
                             for g in cell.gates])
+            db.executemany("INSERT INTO cell_labels VALUES (?, ?, ?)",
+                           [(results.run_id, cell.id, label) for label in cell.labels])  # e.g. flaky (issue 22)
             if cell.timing is not None:
                 t = cell.timing
                 db.execute("INSERT INTO cell_times VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (
@@ -110,14 +113,18 @@ class RunRow:
     cells: int
     failed: int
     run_dir: str | None
+    flaky: tuple[str, ...] = ()  # cells labelled flaky (failed, then passed on a retry)
 
 
 def runs(path: Path, limit: int | None = None) -> list[RunRow]:
     """Recorded runs, newest first."""
     with _connect(path, create=False) as db:
         rows = db.execute("SELECT * FROM runs ORDER BY started_at DESC, run_id DESC LIMIT ?", (limit or -1,)).fetchall()
+        flaky: dict[str, list[str]] = {}
+        for label in db.execute("SELECT run_id, cell_id FROM cell_labels WHERE label = 'flaky' ORDER BY cell_id"):
+            flaky.setdefault(label["run_id"], []).append(label["cell_id"])
     return [RunRow(r["run_id"], r["started_at"], r["server"], r["sglang_version"], tuple(json.loads(r["matrices"] or "[]")),
-                   r["cells"], r["failed"], r["run_dir"]) for r in rows]
+                   r["cells"], r["failed"], r["run_dir"], tuple(flaky.get(r["run_id"], ()))) for r in rows]
 
 
 @dataclass(frozen=True)

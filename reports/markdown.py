@@ -226,7 +226,7 @@ def _short(value) -> str:
 
 def _overview(results: RunResults) -> str:
     header = ["Cell", "Status"] + [label(m) for m in OVERVIEW_METRICS] + ["Problem"]
-    rows = [[f"`{cell.id}`", status_text(cell.status)]
+    rows = [[f"`{cell.id}`", status_text(cell.status) + "".join(f" · ⚠️ {label}" for label in cell.labels)]
             + [format_value(m, cell.metrics.get(m)) for m in OVERVIEW_METRICS]
             + [_problem(cell)] for cell in results.cells]
     return table(header, rows)
@@ -236,7 +236,7 @@ def _problem(cell: CellResult) -> str:
     """Why a cell did not pass, in one short line ("" when it passed)."""
     if cell.status in (Status.PASSED, Status.REJECTED_AS_EXPECTED):
         return ""
-    failed = [describe_gate(g) for g in cell.gates if not g.passed]
+    failed = [describe_gate(g) for g in sorted(cell.gates, key=lambda g: g.inconclusive) if not g.passed]
     text = "; ".join(failed) if failed else error_headline(cell).removeprefix(f"{cell.id}: ")
     return text if len(text) <= PROBLEM_WIDTH else text[:PROBLEM_WIDTH - 1] + "…"
 

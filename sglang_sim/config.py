@@ -28,6 +28,7 @@ class Faults:
     slow_decode: float = 1.0  # every decode step takes this many times longer
     rank_exit: tuple[int, float] | None = None  # (node rank, seconds after start)
     malformed_stream: bool = False  # streamed responses break off mid-event
+    crash_once: str | None = None  # crash_first_prefill unless this file exists; creates it (fails once, then serves)
 
     @property
     def names(self) -> list[str]:
@@ -56,6 +57,12 @@ def _slow_decode(value: str | None) -> dict:
     return {"slow_decode": factor}
 
 
+def _crash_once(value: str | None) -> dict:
+    if not value:
+        raise SimConfigError("fault 'crash_once' needs a marker file: crash_once=PATH")
+    return {"crash_once": value}
+
+
 def _rank_exit(value: str | None) -> dict:
     rank, sep, seconds = (value or "").partition(":")
     if not sep or not rank.strip().isdigit():
@@ -73,6 +80,7 @@ FAULT_PARSERS: dict[str, Callable[[str | None], dict]] = {
     "slow_decode": _slow_decode,
     "rank_exit": _rank_exit,
     "malformed_stream": _flag("malformed_stream"),
+    "crash_once": _crash_once,
 }
 
 
@@ -88,6 +96,8 @@ FAULT_HELP: dict[str, tuple[str, str]] = {
     "slow_decode": ("slow_decode=FACTOR", "every decode step takes FACTOR times longer"),
     "rank_exit": ("rank_exit=RANK:SECONDS", "node rank RANK exits SECONDS after start"),
     "malformed_stream": ("malformed_stream", "a streamed response breaks off mid-event"),
+    "crash_once": ("crash_once=PATH", "as crash_first_prefill unless PATH exists, which it creates: the first boot "
+                                      "crashes, later ones serve (a flaky cell)"),
 }
 
 
@@ -149,6 +159,10 @@ def _integer(env: str, text: str) -> int:
         raise SimConfigError(f"{env}={text!r}: expected an integer") from None
 
 
+def _optional_integer(env: str, text: str) -> int | None:
+    return _integer(env, text) if text else None
+
+
 def _optional_path(env: str, text: str) -> Path | None:
     return Path(text).expanduser() if text else None
 
@@ -187,6 +201,21 @@ KNOBS: dict[str, Knob] = {
                                  "how long node ranks >= 1 keep trying to reach rank 0", _non_negative),
     "architecture": Knob("DSPARK_SIM_ARCHITECTURE", "",
                          "model architecture to pretend (default: guessed from --model-path)", _optional_text),
+    # The noise model (sglang_sim/noise.py): all 0 keeps the simulator deterministic, as it always was.
+    "step_jitter_boot": Knob("DSPARK_SIM_STEP_JITTER_BOOT", "0",
+                             "per-boot σ (log scale) of the decode step time: run-to-run noise of TPOT/throughput",
+                             _non_negative),
+    "step_jitter_request": Knob("DSPARK_SIM_STEP_JITTER_REQUEST", "0",
+                                "per-request σ (log scale) of the decode step time, on top of the boot's",
+                                _non_negative),
+    "accept_drift_boot": Knob("DSPARK_SIM_ACCEPT_DRIFT_BOOT", "0",
+                              "per-boot σ of a shift of the accept probability (clipped to [0, 1])", _non_negative),
+    "gpqa_concentration": Knob("DSPARK_SIM_GPQA_CONCENTRATION", "0",
+                               "0: each GPQA question's answer is fixed per seed; c > 0: each question has its own "
+                               "probability Beta(c·accuracy, c·(1-accuracy)) and every sample is drawn with it",
+                               _non_negative),
+    "boot_seed": Knob("DSPARK_SIM_BOOT_SEED", "",
+                      "seed of the per-boot draws above (unset: a fresh seed every boot)", _optional_integer),
     "emission_log": Knob("DSPARK_SIM_EMISSION_LOG", "",
                          "file to append one JSON line to per finished request: token counts and the monotonic "
                          "and wall-clock times of its arrival, first and last token (node rank 0 only)",
@@ -207,6 +236,11 @@ class SimConfig:
     join_timeout_seconds: float = 120.0
     architecture: str | None = None
     emission_log: Path | None = None
+    step_jitter_boot: float = 0.0
+    step_jitter_request: float = 0.0
+    accept_drift_boot: float = 0.0
+    gpqa_concentration: float = 0.0
+    boot_seed: int | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> "SimConfig":

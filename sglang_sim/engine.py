@@ -23,6 +23,7 @@ from sglang_sim.args import ServerArgs
 from sglang_sim.config import SimConfig
 from sglang_sim.emission_log import EmissionLog
 from sglang_sim.metrics import ServerMetrics
+from sglang_sim.noise import BootNoise
 from sglang_sim.speculation import SpecShape, SpecStats, draw_accepted
 from sglang_sim.textgen import Ask, Persona, reply_tokens
 from sglang_sim.tokenizer import EOS_TOKEN_ID, token_id
@@ -162,7 +163,7 @@ class Job:
 class Engine:
     def __init__(self, args: ServerArgs, config: SimConfig, env: SglangEnv, shape: SpecShape | None,
                  persona: Persona, on_prefill: Callable[[], None], metrics: ServerMetrics | None = None,
-                 emission_log: EmissionLog | None = None):
+                 emission_log: EmissionLog | None = None, noise: BootNoise | None = None):
         self.args, self.config, self.env, self.shape, self.persona = args, config, env, shape, persona
         cap = args.max_running_requests  # per DP rank's scheduler; None: as many as memory allows (unbounded here)
         self.ranks = [RankState(rank, asyncio.Semaphore(cap) if cap else None)
@@ -172,8 +173,9 @@ class Engine:
         self._sample_counter = itertools.count()
         self.metrics = metrics
         self.emission_log = emission_log
-        self.step_seconds = config.decode_step_ms * config.faults.slow_decode / 1000
-        self.alpha = 0.0 if config.faults.accept_collapse else config.accept_prob
+        self.noise = noise or BootNoise.of(config)
+        self.step_seconds = config.decode_step_ms * config.faults.slow_decode * self.noise.step_factor / 1000
+        self.alpha = 0.0 if config.faults.accept_collapse else self.noise.alpha(config.accept_prob)
 
     @property
     def reports_dp_rank(self) -> bool:
@@ -232,7 +234,8 @@ class Engine:
         # accept the same drafts, as with a real draft model.
         accept_rng = random.Random(f"accept\x1f{self.config.seed}\x1f{job.ask.prompt}\x1f{job.ask.sample_key}")
         # The warmup's time is part of DSPARK_SIM_BOOT_SECONDS (until /health says 200): it takes none of its own.
-        prefill_ms, step_seconds = (0.0, 0.0) if job.warmup else (self.config.prefill_ms_per_token, self.step_seconds)
+        prefill_ms, step_seconds = ((0.0, 0.0) if job.warmup else
+                                    (self.config.prefill_ms_per_token, self.step_seconds * self.noise.request_factor()))
         clock = time.perf_counter() + job.prompt_tokens * prefill_ms / 1000
         await _sleep_until(clock)
         if not job.warmup:

@@ -31,6 +31,7 @@ from sglang_sim.metrics import ServerMetrics
 from sglang_sim.rendezvous import Leader, join, split_addr
 from sglang_sim.server_state import ServerState
 from sglang_sim.speculation import SpecShape
+from sglang_sim.noise import BootNoise
 from sglang_sim.textgen import Persona
 
 logger = logging.getLogger("sglang_sim")
@@ -144,12 +145,17 @@ def _arm_rank_exit(config: SimConfig, node_rank: int) -> None:
 
 
 def _crash_on_prefill(config: SimConfig):
-    """Fault crash_first_prefill: the first real prefill kills the server."""
+    """Fault crash_first_prefill: the first real prefill kills the server (crash_once: only while its marker file
+    does not exist yet, which the crash creates)."""
     def on_prefill() -> None:
-        if config.faults.crash_first_prefill:
-            logger.error("Scheduler hit an exception during the first prefill batch.")
-            die(traceback_tail(SCHEDULER_FRAMES, "AssertionError: [sglang_sim fault crash_first_prefill] "
-                                                 "prefill batch failed: req.extend_input_len > 0"))
+        once = config.faults.crash_once
+        if once and not os.path.exists(once):
+            open(once, "a").close()  # the next boot finds it and serves
+        elif not config.faults.crash_first_prefill:
+            return
+        logger.error("Scheduler hit an exception during the first prefill batch.")
+        die(traceback_tail(SCHEDULER_FRAMES, "AssertionError: [sglang_sim fault crash_first_prefill] "
+                                             "prefill batch failed: req.extend_input_len > 0"))
     return on_prefill
 
 
@@ -167,8 +173,10 @@ async def _serve_rank0(args: ServerArgs, config: SimConfig, env: SglangEnv, arch
     shape = SpecShape.of(args)
     num_dp_ranks = max(1, args.dp_size * args.attn_dp_size)
     metrics = ServerMetrics(args, num_dp_ranks) if args.enable_metrics else None
-    persona = Persona(config.seed, config.gpqa_accuracy, answer_key, garbage=config.faults.garbage_output)
-    engine = Engine(args, config, env, shape, persona, _crash_on_prefill(config), metrics, emission_log)
+    noise = BootNoise.of(config)
+    persona = Persona(config.seed, config.gpqa_accuracy, answer_key, garbage=config.faults.garbage_output,
+                      concentration=config.gpqa_concentration, nonce=noise.nonce)
+    engine = Engine(args, config, env, shape, persona, _crash_on_prefill(config), metrics, emission_log, noise)
     state = ServerState(args, config, engine, metrics, architecture)
     leader = Leader(args.nnodes, on_rank_lost=lambda rank: die(traceback_tail(SCHEDULER_FRAMES, (
         f"RuntimeError: NCCL communicator was aborted: node rank {rank} disconnected "

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from sglang_sim.gpqa import LETTERS, GpqaAnswerKey, parse_gpqa_prompt
+from sglang_sim.noise import question_probability
 from sglang_sim.tokenizer import THINK_END, THINK_START, tokenize
 
 # Words of the filler prose. None contains "answer", so GPQA extraction only ever sees the last line.
@@ -34,6 +35,8 @@ class Persona:
     gpqa_accuracy: float
     answer_key: GpqaAnswerKey
     garbage: bool = False  # fault garbage_output
+    concentration: float = 0.0  # > 0: per-question probabilities, each sample drawn (sglang_sim/noise.py)
+    nonce: str = ""  # this boot's, so two boots draw their samples independently
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,7 @@ def _gpqa_reply(persona: Persona, ask: Ask, rng: random.Random) -> tuple[str, st
     # Right or wrong is fixed per question and seed, whatever the sampling.
     fate = _rng("gpqa", persona.seed, " ".join(prompt.question.split()))
     right = persona.answer_key.correct_letter(prompt)
-    answers_right = fate.random() < persona.gpqa_accuracy
+    answers_right = _answers_right(persona, ask, fate)
     if right is None:
         letter = fate.choice(LETTERS)  # a question the simulator has no key for: a guess
     elif answers_right:
@@ -79,6 +82,14 @@ def _gpqa_reply(persona: Persona, ask: Ask, rng: random.Random) -> tuple[str, st
     reasoning = "Let me work through this step by step. " + _prose(rng, rng.randint(3, 10))
     final = f"The best match is {letter}) {prompt.options[letter]}\n\nAnswer: {letter}"
     return reasoning, final
+
+
+def _answers_right(persona: Persona, ask: Ask, fate: random.Random) -> bool:
+    """Fixed per question and seed; with a concentration, drawn per sample from the question's own probability."""
+    if not persona.concentration:
+        return fate.random() < persona.gpqa_accuracy
+    probability = question_probability(fate.random(), persona.gpqa_accuracy, persona.concentration)
+    return _rng("gpqa-sample", persona.seed, persona.nonce, ask.prompt, ask.sample_key).random() < probability
 
 
 def _visible_text(persona: Persona, ask: Ask, rng: random.Random) -> list[str]:

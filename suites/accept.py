@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 
 import openai
 
+from ground.stats import ratio_stderr
 from suites.prompts import PROMPTS
 from suites.server import Server
 
@@ -119,6 +120,11 @@ def per_request_metrics(requests: Sequence[RequestSpec]) -> dict[str, float | No
     return {
         "accept_length": sum(r.completion_tokens for r in measured) / verify if verify else None,
         "accept_rate": sum(r.spec_num_correct_drafts or 0 for r in measured) / proposed if proposed else None,
+        # this boot's per-request standard errors (paired bootstrap over requests), for the statistical gates
+        "accept_length_stderr": ratio_stderr([r.completion_tokens for r in measured],
+                                             [r.spec_verify_ct for r in measured]) if verify else None,
+        "accept_rate_stderr": ratio_stderr([r.spec_num_correct_drafts or 0 for r in measured],
+                                           [r.spec_num_proposed_drafts or 0 for r in measured]) if proposed else None,
     }
 
 

@@ -298,8 +298,19 @@ def summarize(results: Sequence[SampleResult], num_questions: int, repeats: int,
         "unanswered": sum(r.extracted_answer is None for r in results),
         "errors": sum(r.error is not None for r in results),
         "truncated": sum(r.finish_reason == "length" for r in results),
+        "per_question": per_question(results),
     }
     return metrics, summary
+
+
+def per_question(results: Sequence[SampleResult]) -> dict[str, list[int]]:
+    """question id -> [right, asked]: what a paired comparison over questions reads (baseline record keeps it)."""
+    outcomes: dict[str, list[int]] = {}
+    for r in results:
+        tally = outcomes.setdefault(r.question_id, [0, 0])
+        tally[0] += int(r.score >= 1.0)
+        tally[1] += 1
+    return outcomes
 
 
 def aggregate_of(results: Sequence[SampleResult], repeats: int, scorer: str) -> dict[str, float]:

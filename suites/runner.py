@@ -224,7 +224,10 @@ def gpqa_note(records: Mapping[str, list]) -> dict | None:
     summary = summaries[-1]
     return {"scorer": summary.get("scorer", "sglang"), "partial": bool(summary.get("partial")),
             "samples": summary.get("samples"), "planned_samples": summary.get("planned_samples"),
-            "accuracy": summary.get("accuracy")}
+            "accuracy": summary.get("accuracy"),
+            # a partial figure is never gated, so neither are its questions
+            **({"per_question": summary["per_question"]} if summary.get("per_question") and not summary.get("partial")
+               else {})}
 
 
 def written_outcome(work_dir: Path) -> SuiteOutcome:

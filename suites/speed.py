@@ -52,6 +52,7 @@ from typing import Any, AsyncIterator, Mapping, Sequence
 import aiohttp
 import openai
 
+from ground.stats import bootstrap_stderr, ratio_stderr
 from suites.server import Server
 
 # Common short English words: each is one token (with its leading space) in most BPE vocabularies.
@@ -489,8 +490,23 @@ def speed_metrics(timings: Sequence[RequestTiming], per_token_itl: bool) -> dict
         "output_throughput_tok_s": sum(t.completion_tokens for t in done) / wall if wall > 0 else None,
         "input_tokens_mean": statistics.fmean(t.prompt_tokens or 0 for t in done),
         "output_tokens_mean": statistics.fmean(t.completion_tokens for t in done),
+        **request_stderrs(done),
     }
     return {name: value for name, value in metrics.items() if value is not None}
+
+
+def request_stderrs(done: Sequence[RequestTiming]) -> dict[str, float | None]:
+    """This boot's per-request standard errors of median TPOT and of throughput (bootstrap over requests): the
+    per-request part of their noise, which the statistical gates keep apart from the per-boot part. Throughput's
+    relative error is taken as that of Σ tokens / Σ latency over the requests (the wall time is one number)."""
+    tpots = [t.tpot * 1000 for t in done if t.tpot is not None]
+    tokens, latency = [t.completion_tokens for t in done], [t.e2e for t in done]
+    relative = ratio_stderr(tokens, latency)
+    wall = max(t.start + t.e2e for t in done) - min(t.start for t in done)
+    throughput = sum(tokens) / wall if wall > 0 else None
+    return {"tpot_ms_median_stderr": bootstrap_stderr(tpots, "median"),
+            "output_throughput_tok_s_stderr": (relative / (sum(tokens) / sum(latency)) * throughput
+                                               if relative is not None and throughput else None)}
 
 
 def client_overhead_metrics(results: Sequence[WorkerResult]) -> dict[str, float]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from launchers.ledger import STATE_DIR_ENV, state_dir
+from ground.state import STATE_DIR_ENV, state_dir
 from reports.history import HISTORY_ENV, history_path
 
 USER_STATE_DIR: Path = state_dir(os.environ)

@@ -14,8 +14,8 @@ import docker
 import pytest
 
 from ground.errors import InfraError
-from launchers.docker_spec import LABEL_RUN, SIM_IMAGE, DockerSettings
-from launchers.hosts import DockerHost, Inventory, connect
+from launchers.docker.spec import LABEL_RUN, SIM_IMAGE, DockerSettings
+from launchers.docker.hosts import DockerHost, Inventory, connect
 from tests.sim_plans import FAST_SIM
 
 ENGINE1 = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"

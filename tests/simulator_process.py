@@ -18,7 +18,7 @@ from typing import Iterator, Mapping, Sequence
 import requests
 
 from launchers.processes import free_port, signal_group
-from launchers.resolve import FRONTEND_ENTRY
+from launchers.materialize import FRONTEND_ENTRY
 
 SPECULATIVE_ARGS = ("--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", "sim/draft",
                     "--speculative-dspark-block-size", "3")

@@ -127,3 +127,75 @@ def test_cells_start_longest_first_within_the_nodes_there_are():
     three_nodes = Capacity(max_parallel=3, nodes=3)
     assert three_nodes.fits(1, [2]) and not three_nodes.fits(2, [2]) and not three_nodes.fits(1, [1, 1, 1])
     assert Capacity(max_parallel=2, nodes=1).fits(4, [])  # a cell larger than the fleet still runs, alone
+
+
+def _slurm_cluster() -> None:
+    try:
+        done = subprocess.run(["sinfo", "-h", "-o", "%N"], capture_output=True, text=True, timeout=20)
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        done = None
+    if done is None or done.returncode != 0 or not done.stdout.strip():
+        if os.environ.get("DSPARK_REQUIRE_SLURM") == "1":
+            pytest.fail("no Slurm cluster answers (DSPARK_REQUIRE_SLURM=1)")
+        pytest.skip("no Slurm cluster answers: start one with eval \"$(bash .ci/slurm-up.sh)\"")
+
+
+def test_sigkill_during_cells_side_by_side_on_slurm_then_cleanup_leaves_no_job(tmp_path):
+    _slurm_cluster()
+    run = SideBySide(tmp_path, decode_ms=200, requests=400)
+    partition = os.environ.get("DSPARK_SLURM_PARTITION")
+    argv = [*run.argv, "--launcher", "slurm", *(["--slurm-partition", partition] if partition else [])]
+    process = subprocess.Popen(argv, env=run.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               cwd=REPO)
+    measuring: set[str] = set()
+    deadline = time.monotonic() + 180
+    while len(measuring) < 2 and time.monotonic() < deadline:
+        line = process.stderr.readline()
+        measuring |= {cell for cell in HEALTHY if f"{cell}: measuring" in line}
+    run_id = run.results()["run_id"]
+    jobs = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True, timeout=20).stdout
+    assert len(measuring) == 2 and jobs.count(run_id) >= 2, jobs  # two cells' jobs running side by side
+    process.kill()
+    process.wait(timeout=30)
+    cleanup = subprocess.run([*DSPARK_CI, "cleanup", "--run", run_id], env=run.env, capture_output=True, text=True,
+                             timeout=180, cwd=REPO)
+    assert cleanup.returncode == 0, cleanup.stderr
+    assert cleanup.stdout.count("removed Slurm job") >= 2, cleanup.stdout
+    jobs = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True, timeout=20).stdout
+    assert run_id not in jobs
+    assert_no_process_with_env("DSPARK_TEST_RUN", run.tag)
+
+
+def test_cells_side_by_side_on_kubernetes_and_the_pod_quota_sets_how_many(tmp_path):
+    """Against the test API server (LWS stand-in): three cells in flight as three LeaderWorkerSets, the crashing one
+    fails alone, nothing is left; and a namespace's pod quota is what the k8s launcher offers as its capacity."""
+    from kubernetes import client
+
+    from launchers import k8s
+    from launchers.contract import LaunchContext
+    from tests.k8s_cluster import require_k8s
+
+    cluster = require_k8s()
+    run = SideBySide(tmp_path)
+    done = subprocess.run([*run.argv, "--launcher", "k8s", "--kubeconfig", cluster["kubeconfig"], "--namespace",
+                           cluster["namespace"]], env=run.env, capture_output=True, text=True, timeout=400, cwd=REPO)
+    assert done.returncode == 1, done.stderr[-3000:]
+    cells = run.cells()
+    assert [cells[c]["status"] for c in (*HEALTHY, CRASHING)] == ["passed", "passed", "error"]
+    assert "crash_first_prefill" in cells[CRASHING]["sglang_error"]
+    assert max(_at(c["started_at"]) for c in cells.values()) < min(_at(c["finished_at"]) for c in cells.values())
+    launcher = k8s.build(LaunchContext(run_id=run.results()["run_id"], run_dir=run.out), cluster)
+    selector = f"{k8s.k8s_spec.LABEL_RUN}={k8s.k8s_spec.label_value(run.results()['run_id'])}"
+    assert launcher.api.core.list_namespaced_pod(cluster["namespace"], label_selector=selector).items == []
+    assert launcher.capacity().max_parallel == 1  # no pod quota: one at a time unless --max-parallel
+    quota = client.V1ResourceQuota(metadata=client.V1ObjectMeta(name=f"pods-{run.tag[:8]}"),
+                                   spec=client.V1ResourceQuotaSpec(hard={"pods": "5"}))
+    core = launcher.api.core
+    core.create_namespaced_resource_quota(cluster["namespace"], quota)
+    try:  # no quota controller here: its status (what a cluster reports) is written as one would
+        core.patch_namespaced_resource_quota_status(quota.metadata.name, cluster["namespace"],
+                                                    {"status": {"hard": {"pods": "5"}, "used": {"pods": "2"}}})
+        capacity = launcher.capacity()
+        assert (capacity.max_parallel, capacity.nodes) == (3, 3) and "quota" in capacity.why
+    finally:
+        core.delete_namespaced_resource_quota(quota.metadata.name, cluster["namespace"])

@@ -36,7 +36,10 @@ def github(monkeypatch):
     with GitHubStandIn() as standin:
         monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
         monkeypatch.setenv("GITHUB_API_URL", standin.url)
+        monkeypatch.setenv("DSPARK_CHATOPS_SETTLE_SECONDS", "1")
         standin.state.permissions.update({"maintainer": "write", "reader": "read"})
+        # Pushed an hour ago: before any comment a test writes (a later push refuses the command).
+        standin.state.head_pushed_at = (datetime.now(timezone.utc) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
         yield standin
 
 
@@ -117,7 +120,7 @@ def test_a_failed_reaction_does_not_stop_the_command(capsys, tmp_path, sglang_re
                  id="ratelimit-reset"),
 ])
 def test_rate_limits_are_waited_out(capsys, tmp_path, sglang_repo, permissions_file, github, headers, body):
-    headers = {k: v.format(reset=int(time.time()) + 2) for k, v in headers.items()}
+    headers = {k: v.format(reset=int(time.time()) + 3) for k, v in headers.items()}
     github.fail("POST", "/dispatches$", 403, headers=headers, body=body)
     code, _ = chatops(capsys, tmp_path, sglang_repo, permissions_file, "/rerun-test test_eagle_small.py")
     assert code == 0 and len(github.state.dispatches) == 1

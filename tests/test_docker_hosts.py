@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from ground.errors import BadInput
-from launchers.docker import DockerLauncher
-from launchers.docker_spec import LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, DockerSettings, container_spec
-from launchers.hosts import load_inventory
+from launchers.docker.lifecycle import DockerLauncher
+from launchers.docker.spec import LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, DockerSettings, container_spec
+from launchers.docker.hosts import load_inventory
 from tests.cli import DSPARK_CI
 from launchers.plan_types import SGLANG_ENTRYPOINT, LaunchPlan, RankCommand
 
@@ -201,7 +201,7 @@ class StreamDroppingContainer:
 
 
 def test_a_log_stream_that_ends_while_the_rank_runs_is_followed_again(tmp_path):
-    from launchers.docker import _LogPump
+    from launchers.docker.lifecycle import _LogPump
 
     container = StreamDroppingContainer()
     pump = _LogPump(container, tmp_path / "0.log", "# header\n", secrets=[])

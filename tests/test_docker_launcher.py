@@ -19,9 +19,9 @@ import pytest
 from openai import OpenAI
 
 from launchers.contract import LaunchFailed, LaunchTimeout
-from launchers.docker import DockerLauncher
-from launchers.docker_spec import LABEL_CELL, LABEL_RANK, LABEL_RUN
-from launchers.ledger import STATE_DIR_ENV
+from launchers.docker.lifecycle import DockerLauncher
+from launchers.docker.spec import LABEL_CELL, LABEL_RANK, LABEL_RUN
+from ground.state import STATE_DIR_ENV
 from tests.cli import DSPARK_CI
 from tests.docker_engines import (ENGINE1, ENGINE2, SECRET, containers_of, inventory, new_run_id,
                                   require_engine, settings)
@@ -144,7 +144,7 @@ def test_secrets_reach_the_container_but_no_log_or_error(tmp_path, engine1, run_
 DRIVER = """
 import dataclasses, os, sys, time
 from pathlib import Path
-from launchers.docker import DockerLauncher
+from launchers.docker.lifecycle import DockerLauncher
 from launchers.ledger import Ledger
 from tests.docker_engines import ENGINE1, ENGINE2, inventory, settings
 from tests.sim_plans import make_plan

@@ -23,7 +23,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from launchers.resolve import frontend_python
+from launchers.materialize import frontend_python
 from suites.runner import SYNTHETIC_GPQA
 from tests.simulator_process import running_simulator
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from launchers.resolve import frontend_python
+from launchers.materialize import frontend_python
 from sglang_sim.frontend import REPO, frontend_env
 from tests.golden_files import GOLDEN_DIR, assert_golden
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from ground.errors import BadInput, InfraError
-from launchers import k8s, k8s_spec
+from launchers.k8s import lifecycle as k8s, spec as k8s_spec
 from launchers.contract import LaunchContext, LaunchFailed
 from launchers.plan_types import LaunchPlan
 from tests.sim_plans import FAST_SIM, make_plan
@@ -166,9 +166,9 @@ def test_proxy_reach_goes_through_the_api_server_which_refuses_loopback_pods(clu
 
 
 def test_what_a_killed_run_left_is_removed_by_cleanup_from_the_ledger(cluster, tmp_path):
-    """A run killed hard after creating its objects: `dspark-ci cleanup` (registry.remove_started per ledger entry)
+    """A run killed hard after creating its objects: `dspark-ci cleanup` (catalog remove_started per ledger entry)
     deletes the LWS (foreground: its pods go first), the Service and the Secret; a second pass finds nothing."""
-    from launchers import registry
+    from launchers import catalog
     from launchers.ledger import Ledger
 
     launcher = launcher_for(cluster, tmp_path)
@@ -180,10 +180,10 @@ def test_what_a_killed_run_left_is_removed_by_cleanup_from_the_ledger(cluster, t
     group.wait_running()  # pods exist and run: the state a SIGKILL would leave behind
     entries = Ledger(run_id, tmp_path / "run").entries()
     assert sorted(e["kind"] for e in entries) == ["LeaderWorkerSet", "Secret", "Service"]
-    removed = [registry.get("k8s").remove_started(e) for e in entries]
+    removed = [catalog.get("k8s").remove_started(e) for e in entries]
     assert all(removed), removed
     assert group_left(launcher, run_id) == []
-    assert [registry.get("k8s").remove_started(e) for e in entries] == [None, None, None]
+    assert [catalog.get("k8s").remove_started(e) for e in entries] == [None, None, None]
 
 
 def test_sigterm_during_boot_deletes_the_group(cluster, tmp_path):

@@ -1,4 +1,4 @@
-"""Kubernetes manifests (launchers/k8s_spec.py), level 1: offline, against the real LWS CRD's schema.
+"""Kubernetes manifests (launchers/k8s/spec.py), level 1: offline, against the real LWS CRD's schema.
 
 The CRD is the LWS project's own (../shared/k8s/lws-crd.yaml); its openAPIV3Schema is what an API server with LWS
 installed validates against. Pure data: no cluster needed.
@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 import yaml
 
-from launchers import k8s_spec
+from launchers.k8s import spec as k8s_spec
 from launchers.plan import plan_launch
 from matrices import load_cells
 

@@ -2,7 +2,7 @@
 
 Like testcontainers' compliance suite: one set of behaviour tests, parametrized over ``ALL_LAUNCHERS``, each
 against the real thing (local processes; containers on the Docker Engine CI starts; jobs on the Slurm cluster
-CI starts). A launcher added to the registry without a target here fails ``test_every_registered_launcher_is_covered``.
+CI starts). A launcher added to the catalog without a target here fails ``test_every_catalogued_launcher_is_covered``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from ground.records import Status  # noqa: F401 (the contract's vocabulary, imported as a launcher author would)
-from launchers import registry
+from launchers import catalog
 from launchers.contract import Deployment, LaunchContext, LaunchFailed, Launcher
 from launchers.ledger import Ledger
 from tests.sim_plans import FAST_SIM, make_plan
@@ -56,8 +56,8 @@ def _k8s(tmp_path: Path) -> dict:
 TARGETS = {"local": _local, "docker": _docker, "slurm": _slurm, "k8s": _k8s}
 
 
-def test_every_registered_launcher_is_covered():
-    assert set(registry.NAMES) <= set(TARGETS), "add a target for the new launcher to TARGETS"
+def test_every_catalogued_launcher_is_covered():
+    assert set(catalog.NAMES) <= set(TARGETS), "add a target for the new launcher to TARGETS"
 
 
 def launcher_for(name: str, tmp_path: Path, faults: str = "", boot_timeout_s: float = 40.0) -> tuple[Launcher, Ledger]:
@@ -66,25 +66,25 @@ def launcher_for(name: str, tmp_path: Path, faults: str = "", boot_timeout_s: fl
     caller_env = {**os.environ, **FAST_SIM, "DSPARK_SIM_FAULTS": faults, "HF_TOKEN": "hf_compliance_secret"}
     context = LaunchContext(run_id=run_id, run_dir=tmp_path / "run", server="sim", boot_timeout_s=boot_timeout_s,
                             caller_env=caller_env)
-    return registry.get(name).build(context, options), Ledger(run_id, context.run_dir)
+    return catalog.get(name).build(context, options), Ledger(run_id, context.run_dir)
 
 
 def assert_nothing_left(name: str, ledger: Ledger) -> None:
     """What the ledger recorded is gone: cleanup, asked to remove it, finds nothing to remove."""
     entries = ledger.entries()
     assert entries, "the launcher recorded nothing in the run's ledger"
-    left = [what for what in (registry.get(name).remove_started(e) for e in entries) if what]
+    left = [what for what in (catalog.get(name).remove_started(e) for e in entries) if what]
     assert left == [], f"still there after the launch ended: {left}"
 
 
-launchers = pytest.mark.parametrize("name", registry.NAMES)
+launchers = pytest.mark.parametrize("name", catalog.NAMES)
 
 
 @launchers
 def test_is_a_launcher_and_its_module_gives_what_cleanup_needs(name, tmp_path):
     launcher, _ = launcher_for(name, tmp_path)
     assert isinstance(launcher, Launcher) and launcher.name == name
-    module = registry.get(name).load()
+    module = catalog.get(name).load()
     assert callable(module.build) and callable(module.remove_started)
 
 

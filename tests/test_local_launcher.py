@@ -11,7 +11,7 @@ import requests
 
 from launchers.contract import LaunchFailed, LaunchTimeout
 from ground.errors import InfraError
-from launchers.local import LocalLauncher, LocalSettings
+from launchers.local.lifecycle import LocalLauncher, LocalSettings
 from launchers.processes import free_port
 from tests.process_table import assert_none_left
 from tests.sim_plans import FAST_SIM, make_plan

@@ -23,11 +23,11 @@ import pytest
 import requests
 
 from ground.errors import BadInput, InfraError
-from launchers import slurm
 from launchers.contract import LaunchContext, LaunchFailed, LaunchTimeout, group_failed
 from launchers.ledger import Ledger
 from launchers.plan_types import LaunchPlan
-from launchers.slurm import SlurmLauncher, SlurmSettings
+from launchers.slurm import commands, lifecycle, script
+from launchers.slurm.lifecycle import SlurmLauncher, SlurmSettings
 from tests.sim_plans import FAST_SIM, make_plan
 
 REPO = Path(__file__).resolve().parents[1]
@@ -61,7 +61,7 @@ def cluster() -> dict[str, int]:
     nodes = {}
     for line in done.stdout.splitlines():
         node, _, gres = line.partition("|")
-        nodes[node] = slurm.gpus_of(gres)
+        nodes[node] = commands.gpus_of(gres)
     if len(nodes) < 2:
         _unavailable(f"the Slurm partition has {len(nodes)} node(s); these tests need 2")
     return nodes
@@ -99,8 +99,8 @@ def jobs_with(marker: str) -> list[str]:
 def assert_nothing_left(marker: str, job_id: str | None) -> None:
     assert jobs_with(marker) == [], "the job is still in squeue"
     if job_id:
-        assert slurm.is_over(slurm.job_info(job_id, os.environ, 20)["JobState"])
-        assert slurm.job_processes(job_id) == [], "a process of the job is still running"
+        assert commands.is_over(commands.job_info(job_id, os.environ, 20)["JobState"])
+        assert commands.job_processes(job_id) == [], "a process of the job is still running"
 
 
 def headers(logs: Path, nnodes: int) -> list[str]:
@@ -128,7 +128,7 @@ def test_two_nodes_serve_from_two_slurm_nodes_then_nothing_is_left(cluster, tmp_
     assert f"leader {node0} " in first and f"leader {node0} " in second
     assert f"job {job_id}" in first
     assert "--node-rank 0 " in (logs / "0.log").read_text() and "--node-rank 1 " in (logs / "1.log").read_text()
-    assert deployment.base_url.startswith(f"http://{slurm.node_address(node0, os.environ, 20)}:")
+    assert deployment.base_url.startswith(f"http://{commands.node_address(node0, os.environ, 20)}:")
     # The script is kept; the secret was passed through sbatch's environment, never written anywhere.
     script = (logs / "job.sbatch").read_text()
     assert "sbatch" in script.splitlines()[2] and "#SBATCH --gpus-per-node=1" in script
@@ -145,7 +145,7 @@ def test_a_rank_exit_names_node_rank_1_within_seconds(cluster, tmp_path, marker,
         reported_at.append(time.time())
         return group_failed(*args, **kwargs)
 
-    monkeypatch.setattr(slurm, "group_failed", timed_group_failed)
+    monkeypatch.setattr(lifecycle, "group_failed", timed_group_failed)
     launcher = SlurmLauncher(settings(tmp_path, faults="rank_exit=1:3"))
     logs = tmp_path / "logs"
     job_id = None
@@ -228,11 +228,11 @@ CHILD = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
     from launchers.contract import LaunchContext
-    from launchers import slurm
+    from launchers.slurm import lifecycle
     run_dir, marker = Path(sys.argv[1]), sys.argv[2]
     env = {**os.environ, "DSPARK_SIM_FAULTS": "hang_boot", "DSPARK_SIM_BOOT_SECONDS": "0.2"}
     context = LaunchContext(run_id="r" + marker, run_dir=run_dir, server="sim", boot_timeout_s=600, caller_env=env)
-    launcher = slurm.build(context, {"slurm_partition": os.environ.get("DSPARK_SLURM_PARTITION"),
+    launcher = lifecycle.build(context, {"slurm_partition": os.environ.get("DSPARK_SLURM_PARTITION"),
                                      "slurm_queue_timeout": 60})
     from tests.sim_plans import make_plan
     with launcher.launch(make_plan(launcher.placement(2), 2, marker), run_dir / "logs"):
@@ -272,24 +272,24 @@ def test_a_killed_run_leaves_a_job_that_remove_started_cancels(cluster, tmp_path
     run_killed_by(signal.SIGKILL, run_dir, marker)
     entries = Ledger("r" + marker, run_dir).entries()
     job_id = next(e["job_id"] for e in entries if e.get("job_id"))
-    assert len(jobs_with(marker)) == 1 and slurm.job_processes(job_id), "a hard kill leaves the job running"
-    removed = [slurm.remove_started(json.loads(json.dumps(e))) for e in entries]
+    assert len(jobs_with(marker)) == 1 and commands.job_processes(job_id), "a hard kill leaves the job running"
+    removed = [lifecycle.remove_started(json.loads(json.dumps(e))) for e in entries]
     assert [bool(r) for r in removed].count(True) == 1 and f"Slurm job {job_id}" in next(r for r in removed if r)
     assert_nothing_left(marker, job_id)
-    assert all(slurm.remove_started(e) is None for e in entries), "a second cleanup finds nothing"
+    assert all(lifecycle.remove_started(e) is None for e in entries), "a second cleanup finds nothing"
 
 
-def test_build_reads_the_registry_options():
+def test_build_reads_the_catalog_options():
     context = LaunchContext(run_id="r1", run_dir=Path("/tmp/unused"), server="sim", boot_timeout_s=42,
                             caller_env={"SLURM_CONF": "/x"})
-    launcher = slurm.build(context, {"slurm_partition": "gpu", "slurm_account": "acct", "slurm_time": "01:00:00",
+    launcher = lifecycle.build(context, {"slurm_partition": "gpu", "slurm_account": "acct", "slurm_time": "01:00:00",
                                      "slurm_extra": ["--qos=high"], "slurm_gpus": "gres",
                                      "slurm_container": None, "slurm_queue_timeout": None})
     s = launcher.settings
     assert (s.partition, s.account, s.time, s.extra, s.gpus) == ("gpu", "acct", "01:00:00", ("--qos=high",), "gres")
     assert (s.boot_timeout_s, s.queue_timeout_s, s.run_id) == (42, 600.0, "r1")
     with pytest.raises(BadInput, match="--slurm-container"):
-        slurm.build(context, {"slurm_container": "docker:img"})
+        lifecycle.build(context, {"slurm_container": "docker:img"})
 
 
 def test_the_script_expands_node_rank_inside_each_task(tmp_path):
@@ -298,7 +298,7 @@ def test_the_script_expands_node_rank_inside_each_task(tmp_path):
     for container in (None, "pyxis:lmsysorg/sglang:v0.5.23", "apptainer:/images/sglang.sif"):
         s = SlurmSettings(caller_env={"HF_TOKEN": SECRET}, container=container, run_id="r1", progress=None)
         launcher = SlurmLauncher(s)
-        spec = slurm.render_job(with_gpus(make_plan(launcher.placement(2), 2, "c"), 8), tmp_path, s, "tok")
+        spec = script.render_job(with_gpus(make_plan(launcher.placement(2), 2, "c"), 8), tmp_path, s, "tok")
         before_task, _, task = spec.script.partition("dspark_task() {")
         assert "SLURM_NODEID" not in before_task and "local rank=$SLURM_NODEID" in task
         assert "--node-rank \"$rank\"" in task and "--host \"$addr\"" in task
@@ -306,13 +306,13 @@ def test_the_script_expands_node_rank_inside_each_task(tmp_path):
         path = tmp_path / "job.sbatch"
         path.write_text(spec.script)
         assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
-    assert "--container-image=lmsysorg/sglang:v0.5.23" in slurm.render_job(
+    assert "--container-image=lmsysorg/sglang:v0.5.23" in script.render_job(
         make_plan(launcher.placement(1), 1, "c"), tmp_path,
         replace(s, container="pyxis:lmsysorg/sglang:v0.5.23"), "tok").script
-    gres = slurm.render_job(with_gpus(make_plan(launcher.placement(1), 1, "c"), 4), tmp_path,
+    gres = script.render_job(with_gpus(make_plan(launcher.placement(1), 1, "c"), 4), tmp_path,
                             replace(s, gpus="gres", container=None), "tok").script
     assert "#SBATCH --gres=gpu:4" in gres
-    assert slurm.gpus_of("gpu:h100:4(S:0-1),gpu:a100:2") == 6 and slurm.gpus_of("(null)") == 0
+    assert commands.gpus_of("gpu:h100:4(S:0-1),gpu:a100:2") == 6 and commands.gpus_of("(null)") == 0
 
 
 def test_a_job_cancelled_behind_our_back_is_reported_as_such(cluster, tmp_path, marker):

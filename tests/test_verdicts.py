@@ -111,9 +111,9 @@ from unittest import mock
 from dspark_ci.cli import main
 
 stage, argv = sys.argv[1], sys.argv[2:]
-target = {"launch": "launchers.local.LocalLauncher.launch", "wait": "launchers.local.wait_until_ready",
+target = {"launch": "launchers.local.lifecycle.LocalLauncher.launch", "wait": "launchers.local.lifecycle.wait_until_ready",
           "suite": "dspark_ci.cell_run.run_suites", "gate": "dspark_ci.run.evaluate",  # where each is looked up
-          "report": "dspark_ci.run.write_reports"}[stage]
+          "report": "reports.live_results.write_reports"}[stage]
 original, calls = pkgutil.resolve_name(target), []
 
 def first_call_raises(*args, **kwargs):

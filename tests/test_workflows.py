@@ -21,7 +21,7 @@ from ci.nightly.matrix_outputs import MAX_CHUNKS
 from ci.nightly.matrix_outputs import main as matrix_outputs_main
 from ci.nightly.merge_runs import MISSING_ERROR
 from ci.chatops.reply import set_status
-from ci.workflows.model import Job, Step, Workflow, WorkflowError
+from ci.workflows.model import PINNED_ACTIONS, Job, Step, Workflow, WorkflowError
 from ci.workflows.definitions import main as workflows_main
 from ci.workflows.definitions import render_all
 from tests.golden_files import GOLDEN_DIR, assert_golden
@@ -32,8 +32,8 @@ REPO = Path(__file__).resolve().parent.parent
 WORKFLOWS = REPO / ".github" / "workflows"
 GOLDEN = GOLDEN_DIR / "ci"
 RENDERED = render_all()
-PINNED = {"actions/checkout@v4", "actions/setup-python@v5", "actions/upload-artifact@v4", "actions/download-artifact@v4",
-          "actions/cache/restore@v4", "actions/cache/save@v4", "actions/cache@v4"}
+UPLOAD = f"actions/upload-artifact@{PINNED_ACTIONS['actions/upload-artifact'][0]}"
+DOWNLOAD = f"actions/download-artifact@{PINNED_ACTIONS['actions/download-artifact'][0]}"
 
 
 def workflow(name: str) -> dict:
@@ -125,7 +125,7 @@ def test_nightly_fans_out_one_job_per_shard_on_its_runner():
     summary = steps["Add the reports to the job summary"]
     assert summary["if"] == "always()" and '>> "$GITHUB_STEP_SUMMARY"' in summary["run"]
     upload = steps["Upload the shard's run directories"]
-    assert upload["if"] == "always()" and upload["uses"] == "actions/upload-artifact@v4"
+    assert upload["if"] == "always()" and upload["uses"] == UPLOAD
     assert upload["with"]["path"] == "runs/${{ matrix.shard }}/"
 
 
@@ -138,14 +138,44 @@ def test_nightly_has_a_run_job_per_chunk_and_reports_after_all_of_them():
     report = jobs["report"]
     assert report["needs"] == ["plan", *run_jobs]
     assert report["if"] == "always() && needs.plan.result == 'success'"
-    downloads = [s for s in report["steps"] if s.get("uses") == "actions/download-artifact@v4"]
+    downloads = [s for s in report["steps"] if s.get("uses") == DOWNLOAD]
     assert {d["with"].get("pattern") or d["with"].get("name") for d in downloads} == {"run-*", "nightly-plan"}
 
 
-def test_every_action_is_pinned():
-    used = {step["uses"] for name in RENDERED for job in workflow(name)["jobs"].values()
-            for step in job["steps"] if "uses" in step}
-    assert used <= PINNED
+def test_every_action_is_pinned_to_a_commit_with_its_tag_beside_it():
+    uses_lines = [line.strip() for text in RENDERED.values() for line in text.splitlines() if "uses:" in line]
+    assert uses_lines
+    for line in uses_lines:
+        match = re.fullmatch(r"(?:- )?uses: ([\w./-]+)@([0-9a-f]{40})  # (v[\d.]+)", line)
+        assert match, f"not pinned to a full commit SHA with its tag: {line}"
+        assert PINNED_ACTIONS[match.group(1)] == (match.group(2), match.group(3))
+
+
+def test_the_job_running_pr_code_cannot_write_and_the_writers_never_see_pr_code():
+    jobs = workflow("rerun-test.yml")["jobs"]
+    assert jobs["rerun_test"]["permissions"] == {"contents": "read"}
+    assert "secrets." not in json.dumps(jobs["rerun_test"])
+    for writer in ("start", "finish"):
+        assert jobs[writer]["permissions"] == {"issues": "write"}
+        assert all(step.get("with", {}).get("path") != "pr" for step in jobs[writer]["steps"])
+        assert "inputs.sha" not in json.dumps(jobs[writer])
+    # A ChatOps cell rerun moves its line of the reply too, from jobs that run no cell.
+    nightly = workflow("nightly.yml")
+    assert nightly["jobs"]["finish"]["needs"] == ["report"] and nightly["jobs"]["start"]["permissions"] == \
+        {"issues": "write"}
+    assert {"reply_comment_id", "reply_marker"} <= set(nightly["on"]["workflow_dispatch"]["inputs"])
+    assert "permissions" not in nightly["jobs"]["run"] and nightly["permissions"] == {"contents": "read"}
+
+
+def test_reruns_have_a_concurrency_group_of_their_own_and_show_their_request():
+    from ci.chatops.github import run_title_tag
+
+    for name in ("rerun-test.yml", "nightly.yml"):
+        document = workflow(name)
+        assert "inputs.request" in document["concurrency"]["group"]
+        assert document["concurrency"]["cancel-in-progress"] is False
+        assert "request" in document["on"]["workflow_dispatch"]["inputs"]
+        assert f"format('{run_title_tag('{0}')}', inputs.request)" in document["run-name"]
 
 
 def test_no_untrusted_value_is_pasted_into_a_script():
@@ -157,12 +187,18 @@ def test_no_untrusted_value_is_pasted_into_a_script():
                 assert not pasted, f"{name}: step {step['name']!r} pastes {pasted} into its script"
 
 
-def test_chatops_reads_the_pr_tree_without_credentials():
-    job = workflow("chatops.yml")["jobs"]["chatops"]
-    assert "startsWith(github.event.comment.body, '/')" in job["if"]
-    steps = steps_of(job)
+def test_chatops_reads_the_pr_tree_read_only_and_writes_without_it():
+    jobs = workflow("chatops.yml")["jobs"]
+    decide, act = jobs["decide"], jobs["act"]
+    assert "startsWith(github.event.comment.body, '/')" in decide["if"]
+    steps = steps_of(decide)
     assert steps["Check out the PR"]["with"]["persist-credentials"] is False
-    assert 'dspark-ci chatops --event "$GITHUB_EVENT_PATH" --repo-root pr' in steps["Handle the command"]["run"]
+    assert 'dspark-ci chatops --event "$GITHUB_EVENT_PATH" --repo-root pr' in steps["Decide"]["run"]
+    assert "--decision-out decision.json" in steps["Decide"]["run"]
+    assert set(decide["permissions"].values()) == {"read"}
+    assert act["needs"] == ["decide"] and act["permissions"]["issues"] == "write"
+    assert all(step.get("with", {}).get("path") != "pr" for step in act["steps"])
+    assert "--carry-out decision.json" in steps_of(act)["Reply and dispatch"]["run"]
 
 
 def test_rerun_test_inputs_are_what_chatops_dispatches():
@@ -180,10 +216,11 @@ RUN = Step("ok", run="true")
 
 
 @pytest.mark.parametrize("build, message", [
-    pytest.param(lambda: Step("both", run="true", uses="actions/checkout@v4"), "exactly one of run or uses",
+    pytest.param(lambda: Step("both", run="true", uses="actions/checkout"), "exactly one of run or uses",
                  id="run-and-uses"),
     pytest.param(lambda: Step("neither"), "exactly one of run or uses", id="neither-run-nor-uses"),
     pytest.param(lambda: Step("unpinned", uses="actions/checkout@main"), "must be pinned", id="unpinned-action"),
+    pytest.param(lambda: Step("unknown", uses="someone/action"), "must be pinned", id="action-without-a-pin"),
     pytest.param(lambda: Step("with-on-run", run="true", with_={"a": 1}), "'with' only applies", id="with-on-run"),
     pytest.param(lambda: Job("bad id", "ubuntu-latest", (RUN,)), "job id", id="bad-job-id"),
     pytest.param(lambda: Job("empty", "ubuntu-latest", ()), "has no steps", id="no-steps"),
@@ -272,12 +309,16 @@ def tree_under_test_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 @pytest.mark.parametrize("select, cell_suffix, runner", [
     pytest.param("", "", None, id="scheduled-every-cell"),
     pytest.param("*-npu", "-npu", "16-npu-a3", id="manual-select"),
+    # `d*` beside folders named docker/ and docs/ stays a glob over cell ids (no pathname expansion).
+    pytest.param("d*", "", None, id="glob-matching-repository-folders"),
 ])
 def test_plan_step_script_writes_the_nightly_matrix_to_github_output(tmp_path, select, cell_suffix, runner):
     try:  # the plan job sets SGLang's resolver up first (it decides which rejections need no GPU runner)
         resolver_python = locate("local").python or ""
     except InfraError as err:
         pytest.skip(f"SGLang's resolver is not installed here: {err}")
+    (tmp_path / "docker").mkdir()
+    (tmp_path / "docs").mkdir()
     (tmp_path / "matrices").symlink_to(REPO / "matrices")
     (tmp_path / "ci").symlink_to(REPO / "ci")
     github_output = tmp_path / "github_output"
@@ -291,13 +332,14 @@ def test_plan_step_script_writes_the_nightly_matrix_to_github_output(tmp_path, s
     cells = [cell for shard in shards for cell in shard["cells"].split()]
     assert int(outputs["cells"]) == len(shards) > 0 and len(cells) == len(set(cells)) > 0
     assert all(cell.endswith(cell_suffix) for cell in cells)
+    assert all(cell.startswith(select.rstrip("*")) for cell in cells if select.endswith("*"))
     gpu = [shard for shard in shards if shard["rejections"] == "launch"]
     assert all(shard["runner"] == (runner or shard["runner"]) and shard["matrix"] == "matrices/nightly.yaml"
                and shard["shard"].startswith(shard["runner"] + "-") for shard in gpu)
     cpu = [shard for shard in shards if shard["rejections"] == "resolver"]
     if not select:  # the CUDA rejections SGLang's resolver decides take one CPU job; the NPU ones need the hardware
         assert [s["runner"] for s in cpu] == ["ubuntu-latest"] and len(cpu[0]["cells"].split()) == 6
-    else:
+    elif select == "*-npu":
         assert cpu == []
     assert outputs["chunks"] == "1" and json.loads(outputs["matrix_2"]) == {"include": []}
 

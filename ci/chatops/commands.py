@@ -25,7 +25,10 @@ COMMANDS = {
     RERUN_TEST: True,
 }
 
-MAX_SPECS = 20  # more than this in one comment is a paste accident, not a rerun
+# The one cap on what a comment can start: test files and matrix cells together (and so also the specs,
+# globs included, that name them). Each one is a GPU job; more in one comment is a paste accident.
+MAX_STARTS = 20
+MAX_SPECS = MAX_STARTS
 MAX_SPEC_CHARS = 200  # a longer spec is no file name anyone types; it could only be an attack on the matcher
 MAX_WILDCARDS = 4  # `*`/`?` per spec: matching cost grows with each one
 MAX_RECURSIVE = 1  # `**` path segments per spec
@@ -117,7 +120,8 @@ def parse_arguments(name: str, args: list[str]) -> Command:
     if len(args) > MAX_SPECS:
         raise CommentRejected([(None, f"{name} takes at most {MAX_SPECS} tests per comment "
                                       f"(got {len(args)})")], name)
-    specs, refusals = [], []
+    specs: list[TestSpec] = []
+    refusals: list[tuple[str | None, str]] = []
     for arg in args:
         try:
             specs.append(parse_spec(arg))

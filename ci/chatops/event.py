@@ -1,14 +1,21 @@
-"""The PR comment ChatOps acts on: from GitHub's ``issue_comment`` event payload, or from flags."""
+"""The PR comment ChatOps acts on: from GitHub's ``issue_comment`` event payload, or from flags.
+
+The file is read as untrusted bytes: at most ``MAX_EVENT_BYTES``, UTF-8 only (GitHub writes UTF-8),
+JSON nested no deeper than ``MAX_DEPTH``; anything else is one BadInput (exit 2), never a traceback.
+"""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from ground.errors import BadInput
 
 EVENT_FIX = "pass the issue_comment event payload, e.g. --event \"$GITHUB_EVENT_PATH\""
+MAX_EVENT_BYTES = 8 * 1024 * 1024  # GitHub caps a comment at 65,536 characters; its payload is far smaller
+MAX_DEPTH = 64  # an issue_comment payload nests about 5 deep
 
 
 @dataclass(frozen=True)
@@ -21,23 +28,39 @@ class CommentEvent:
     repo: str | None  # owner/name
     default_branch: str | None
     comment_id: int | None
+    action: str = "created"  # created | edited | deleted: only a new comment is a command
+    created_at: datetime | None = None  # when the comment was written (GitHub's clock); None: unknown
+    user_type: str = "User"  # User | Bot | Organization
+
+    @property
+    def ignored(self) -> str | None:
+        """Why this event is no command at all (None: it may be one)."""
+        if self.action != "created":
+            return f"the comment was {self.action}, not created: only a new comment is a command"
+        if self.user_type == "Bot" or self.user.endswith("[bot]"):
+            return f"{self.user} is a bot: bots' comments are never commands"
+        return None
 
 
 def load_event(path: Path) -> CommentEvent:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise BadInput(str(path), f"cannot read the event file ({err.strerror})", EVENT_FIX) from None
-    except json.JSONDecodeError as err:
-        raise BadInput(f"{path}:{err.lineno}", f"not valid JSON ({err.msg})", EVENT_FIX) from None
+    data = _read_json(path)
     comment, issue, repo = (_object(data, key, path) for key in ("comment", "issue", "repository"))
-    if "pull_request" not in issue:
+    if not isinstance(issue.get("pull_request"), dict):  # absent or null: a plain issue
         raise BadInput(str(path), f"issue #{issue.get('number')} is not a pull request",
                        "ChatOps commands work in pull request comments only")
     pr_user = _optional(issue, "user", dict, path, "issue")
+    user = _object(comment, "user", path)
+    login = _field(user, "login", str, path, "comment.user")
+    if not login.strip():
+        raise BadInput(str(path), "comment.user.login is empty", EVENT_FIX)
+    action = _optional(data, "action", str, path, "event") or "created"
+    created_at = _optional(comment, "created_at", str, path, "comment")
     return CommentEvent(
         body=_field(comment, "body", str, path, "comment"),
-        user=_field(_object(comment, "user", path), "login", str, path, "comment.user"),
+        user=login,
+        action=action,
+        created_at=_timestamp(created_at, path) if created_at else None,
+        user_type=_optional(user, "type", str, path, "comment.user") or "User",
         author_association=_optional(comment, "author_association", str, path, "comment") or "NONE",
         pr_author=_optional(pr_user, "login", str, path, "issue.user") if pr_user else None,
         pr_number=_field(issue, "number", int, path, "issue"),
@@ -45,6 +68,59 @@ def load_event(path: Path) -> CommentEvent:
         default_branch=_optional(repo, "default_branch", str, path, "repository"),
         comment_id=_optional(comment, "id", int, path, "comment"),
     )
+
+
+def _read_json(path: Path):
+    try:
+        with path.open("rb") as file:
+            raw = file.read(MAX_EVENT_BYTES + 1)
+    except OSError as err:
+        raise BadInput(str(path), f"cannot read the event file ({err.strerror})", EVENT_FIX) from None
+    if len(raw) > MAX_EVENT_BYTES:
+        raise BadInput(str(path), f"larger than {MAX_EVENT_BYTES // (1024 * 1024)} MB: not an issue_comment event",
+                       EVENT_FIX)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise BadInput(str(path), f"not UTF-8 (byte {err.start}: {err.reason})", EVENT_FIX) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise BadInput(f"{path}:{err.lineno}", f"not valid JSON ({err.msg})", EVENT_FIX) from None
+    except ValueError as err:  # e.g. a number with more digits than Python converts
+        raise BadInput(str(path), f"not a usable JSON document ({str(err)[:120]})", EVENT_FIX) from None
+    except RecursionError:  # deeper than the parser's stack: certainly too deep
+        data = None
+        too_deep = True
+    else:
+        too_deep = _depth(data) > MAX_DEPTH
+    if too_deep:
+        raise BadInput(str(path), f"JSON nested deeper than {MAX_DEPTH} levels: not an issue_comment event",
+                       EVENT_FIX)
+    return data
+
+
+def _depth(value) -> int:
+    """How deep ``value`` nests (iteratively: a hostile file cannot exhaust the stack here)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > MAX_DEPTH:
+            return deepest
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
+
+
+def _timestamp(text: str, path: Path) -> datetime:
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise BadInput(str(path), f"comment.created_at {text[:40]!r} is not an ISO 8601 time", EVENT_FIX) from None
+    if value.tzinfo is None:
+        raise BadInput(str(path), f"comment.created_at {text[:40]!r} has no time zone", EVENT_FIX)
+    return value
 
 
 def event_from_flags(comment: str, user: str, association: str, pr_author: str | None,

@@ -6,17 +6,22 @@ waiting what GitHub asks (``Retry-After``, else ``x-ratelimit-reset`` when the r
 otherwise exponential backoff; bounded in attempts and in the longest wait. A rate limit that asks
 for more than ``max_wait_seconds`` is not waited for: the call fails at once, saying until when.
 
-A POST that failed with a 5xx may have been carried out anyway (GitHub sometimes answers 502 after
-acting): retrying a dispatch can, rarely, start the same rerun twice, which is cheaper than a rerun
-that silently never starts.
+Writes are done at most once (``GitHub._write``). GitHub sometimes acts and then answers 502, drops the
+connection, or answers after the client gave up; a blind retry then dispatches two GPU runs or posts
+two replies. So each write carries an identity that can be looked up (a dispatch's ``request`` input
+shows in its run's title, a reply holds a hidden marker, a label or a reaction is there or not), and
+every attempt looks before it writes: a write whose answer was lost is found, not repeated. A dispatched
+run can take a few seconds to be listed, so after a failed dispatch the look waits ``settle_seconds``.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_to_datetime
+from typing import Callable, TypeVar
 from urllib.parse import quote
 
 import requests
@@ -26,8 +31,19 @@ from ground.errors import InfraError
 
 DEFAULT_API = "https://api.github.com"
 TIMEOUT_SECONDS = 30
+SETTLE_SECONDS = 10.0  # GitHub lists a dispatched run within a few seconds
 REACTIONS = {"accepted": "+1", "refused": "confused", "seen": "eyes"}
 ACCEPTED_MARKER = "<!--chatops:accepted:{login}-->"  # in the bot's accepted replies: cooldowns count from them
+REPLY_MARKER = "<!--chatops:reply:{request}-->"  # in every reply: the reply to one command is found, not reposted
+PAGE_SIZE = 100
+MAX_PAGES = 3  # comments read per look: the newest 300 (a bounded cost per command)
+_LAST_PAGE = re.compile(r'[?&]page=(\d+)[^>]*>;\s*rel="last"')
+T = TypeVar("T")
+
+
+def run_title_tag(request: str) -> str:
+    """How a dispatched run shows its ``request`` input in its title (the workflows' run-name)."""
+    return f"[{request}]"
 
 
 class GitHubError(InfraError):
@@ -39,6 +55,12 @@ class GitHubError(InfraError):
 
 
 @dataclass(frozen=True)
+class PullHead:
+    sha: str
+    pushed_at: datetime | None  # the server's time of the last push to the head's repository (None: unknown)
+
+
+@dataclass(frozen=True)
 class GitHub:
     token: str
     repo: str  # owner/name
@@ -46,22 +68,47 @@ class GitHub:
     attempts: int = 5
     backoff_seconds: float = 1.0  # first retry after this, doubling
     max_wait_seconds: float = 60.0  # the longest single wait (rate limits asking more fail at once)
+    timeout_seconds: float = TIMEOUT_SECONDS
+    settle_seconds: float = SETTLE_SECONDS  # how long a dispatched run may take to be listed
     session: requests.Session = field(default_factory=requests.Session, compare=False, repr=False)
 
-    def _call(self, method: str, path: str, json_body: dict | None = None, params: dict | None = None):
-        retrying = tenacity.Retrying(
+    def _retrying(self) -> tenacity.Retrying:
+        return tenacity.Retrying(
             stop=tenacity.stop_after_attempt(self.attempts),
             retry=tenacity.retry_if_exception(self._worth_retrying),
             wait=self._wait, reraise=True, sleep=time.sleep)
-        return retrying(self._once, method, path, json_body, params)
+
+    def _call(self, method: str, path: str, json_body: dict | None = None, params: dict | None = None):
+        return self._retrying()(self._once, method, path, json_body, params)
+
+    def _write(self, perform: Callable[[], T], find: Callable[[bool], T | None]) -> T:
+        """``perform`` at most once: every attempt first looks (``find(ambiguous)``) for the write having
+        happened; only a write that is not found is (re)done. ``ambiguous``: the last attempt got no answer
+        or a 5xx, so GitHub may have acted (a 4xx or a rate limit says it did not)."""
+        ambiguous = [False]
+
+        def attempt() -> T:
+            found = find(ambiguous[0])
+            if found is not None:
+                return found
+            try:
+                return perform()
+            except GitHubError as err:
+                ambiguous[0] = err.status is None or err.status >= 500
+                raise
+
+        return self._retrying()(attempt)
 
     def _once(self, method: str, path: str, json_body: dict | None, params: dict | None):
+        return self._response(method, path, json_body, params)[0]
+
+    def _response(self, method: str, path: str, json_body: dict | None, params: dict | None):
         url = f"{self.api_url}/repos/{self.repo}{path}"
         headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/vnd.github+json",
                    "X-GitHub-Api-Version": "2022-11-28"}
         try:
             response = self.session.request(method, url, json=json_body, params=params, headers=headers,
-                                            timeout=TIMEOUT_SECONDS)
+                                            timeout=self.timeout_seconds)
         except requests.RequestException as err:
             raise GitHubError(f"GitHub API {method} {path} failed: {err} (check the network)") from None
         if response.status_code >= 400:
@@ -71,7 +118,7 @@ class GitHub:
             raise GitHubError(f"GitHub API {method} {path} answered {response.status_code}: "
                               f"{response.text[:200]} ({fix})", response.status_code, retry_after)
         try:
-            return response.json() if response.content else None
+            return (response.json() if response.content else None), response
         except ValueError:
             raise GitHubError(f"GitHub API {method} {path} answered {response.status_code} with no JSON: "
                               f"{response.text[:200]!r} (check GITHUB_API_URL)") from None
@@ -97,28 +144,44 @@ class GitHub:
             return err.retry_after
         return min(self.max_wait_seconds, self.backoff_seconds * 2 ** (state.attempt_number - 1))
 
-    # --- the calls ------------------------------------------------------------------------------
+    # --- reads ----------------------------------------------------------------------------------
 
-    def post_comment(self, pr: int, body: str) -> int:
-        return self._get(self._call("POST", f"/issues/{pr}/comments", {"body": body}), "id")
+    def newest_comments(self, pr: int, since: datetime | None = None) -> list[dict]:
+        """The PR's comments updated at or after ``since``, newest first, at most MAX_PAGES pages.
+
+        GitHub lists them oldest first; the last page is read first (its number from the Link header)."""
+        params: dict = {"per_page": PAGE_SIZE}
+        if since is not None:
+            params["since"] = since.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        first, response = self._retrying()(self._response, "GET", f"/issues/{pr}/comments", None,
+                                           {**params, "page": 1})
+        match = _LAST_PAGE.search(response.headers.get("Link", ""))
+        last = int(match.group(1)) if match else 1
+        pages = {1: first}
+        newest: list[dict] = []
+        for page in range(last, max(0, last - MAX_PAGES), -1):
+            comments = pages.get(page)
+            if comments is None:
+                comments = self._call("GET", f"/issues/{pr}/comments", params={**params, "page": page})
+            newest += reversed([c for c in comments or [] if isinstance(c, dict)])
+        return newest
+
+    def _bot_comment_with(self, pr: int, marker: str, since: datetime | None) -> dict | None:
+        for comment in self.newest_comments(pr, since):
+            if (comment.get("user") or {}).get("type") == "Bot" and marker in (comment.get("body") or ""):
+                return comment
+        return None
 
     def comment_body(self, comment_id: int) -> str:
         return self._get(self._call("GET", f"/issues/comments/{comment_id}"), "body") or ""
 
-    def edit_comment(self, comment_id: int, body: str) -> None:
-        self._call("PATCH", f"/issues/comments/{comment_id}", {"body": body})
-
-    def react(self, comment_id: int, reaction: str) -> None:
-        self._call("POST", f"/issues/comments/{comment_id}/reactions", {"content": REACTIONS[reaction]})
-
-    def add_label(self, pr: int, label: str) -> None:
-        self._call("POST", f"/issues/{pr}/labels", {"labels": [label]})
-
-    def dispatch_workflow(self, workflow: str, ref: str, inputs: dict) -> None:
-        self._call("POST", f"/actions/workflows/{workflow}/dispatches", {"ref": ref, "inputs": inputs})
+    def pr_head(self, pr: int) -> PullHead:
+        answer = self._call("GET", f"/pulls/{pr}")
+        pushed = (self._get(answer, "head").get("repo") or {}).get("pushed_at")
+        return PullHead(str(self._get(answer, "head", "sha")), _timestamp(pushed))
 
     def pr_head_sha(self, pr: int) -> str:
-        return str(self._get(self._call("GET", f"/pulls/{pr}"), "head", "sha"))
+        return self.pr_head(pr).sha
 
     def permission(self, login: str) -> str:
         """The user's permission on the repository: admin | write | read | none."""
@@ -130,21 +193,73 @@ class GitHub:
             raise
         return str(answer.get("permission") or "none") if isinstance(answer, dict) else "none"
 
-    def last_accepted(self, pr: int, login: str) -> datetime | None:
-        """When the bot last accepted a rerun command from ``login`` on this PR (for cooldowns)."""
-        marker = ACCEPTED_MARKER.format(login=login)
-        latest = None
-        for page in range(1, 4):  # 300 comments at most: a bounded cost per command
-            comments = self._call("GET", f"/issues/{pr}/comments", params={"per_page": 100, "page": page}) or []
-            for comment in comments if isinstance(comments, list) else []:
-                if (comment.get("user") or {}).get("type") == "Bot" and marker in (comment.get("body") or ""):
-                    try:
-                        latest = datetime.fromisoformat(str(comment.get("created_at")).replace("Z", "+00:00"))
-                    except ValueError:
-                        continue
-            if len(comments) < 100:
-                break
-        return latest
+    def last_accepted(self, pr: int, login: str, since: datetime | None = None) -> datetime | None:
+        """When the bot last accepted a rerun command from ``login`` on this PR (for cooldowns), looking
+        at the newest comments (updated since ``since``)."""
+        comment = self._bot_comment_with(pr, ACCEPTED_MARKER.format(login=login), since)
+        return _timestamp(comment.get("created_at")) if comment else None
+
+    # --- writes: each at most once --------------------------------------------------------------
+
+    def post_reply(self, pr: int, body: str, request: str, since: datetime | None = None) -> int:
+        """Post ``body`` as the reply to command ``request`` (once: an earlier reply to it is reused)."""
+        marker = REPLY_MARKER.format(request=request)
+        body = body if marker in body else f"{body}{marker}\n"
+
+        def find(_: bool) -> int | None:
+            comment = self._bot_comment_with(pr, marker, since)
+            return int(comment["id"]) if comment and isinstance(comment.get("id"), int) else None
+
+        return self._write(lambda: self._get(self._once("POST", f"/issues/{pr}/comments", {"body": body}, None),
+                                             "id"), find)
+
+    def edit_comment(self, comment_id: int, body: str) -> None:
+        self._call("PATCH", f"/issues/comments/{comment_id}", {"body": body})  # the same PATCH twice: same body
+
+    def react(self, comment_id: int, reaction: str) -> None:
+        content = REACTIONS[reaction]
+        path = f"/issues/comments/{comment_id}/reactions"
+
+        def find(_: bool) -> bool | None:
+            listed = self._call("GET", path, params={"content": content, "per_page": PAGE_SIZE}) or []
+            return True if any((r.get("user") or {}).get("type") == "Bot" and r.get("content") == content
+                               for r in listed if isinstance(r, dict)) else None
+
+        self._write(lambda: self._once("POST", path, {"content": content}, None) or True, find)
+
+    def add_label(self, pr: int, label: str) -> None:
+        def find(_: bool) -> bool | None:
+            listed = self._call("GET", f"/issues/{pr}/labels", params={"per_page": PAGE_SIZE}) or []
+            return True if any(isinstance(item, dict) and item.get("name") == label for item in listed) else None
+
+        self._write(lambda: self._once("POST", f"/issues/{pr}/labels", {"labels": [label]}, None) or True, find)
+
+    def dispatch_workflow(self, workflow: str, ref: str, inputs: dict) -> None:
+        """Dispatch once; ``inputs["request"]`` (shown in the run's title) is how a lost answer is resolved."""
+        request = inputs.get("request", "")
+        since = datetime.now(timezone.utc)
+
+        def find(ambiguous: bool) -> bool | None:
+            if not request:
+                return None
+            deadline = time.monotonic() + (self.settle_seconds if ambiguous else 0)
+            while True:
+                if self._dispatched_run(workflow, request, since):
+                    return True
+                if time.monotonic() >= deadline:
+                    return None
+                time.sleep(min(1.0, self.settle_seconds / 4))
+
+        self._write(lambda: self._once("POST", f"/actions/workflows/{workflow}/dispatches",
+                                       {"ref": ref, "inputs": inputs}, None) or True, find)
+
+    def _dispatched_run(self, workflow: str, request: str, since: datetime) -> bool:
+        created = (since.astimezone(timezone.utc).replace(microsecond=0) - _CLOCK_SKEW).strftime("%Y-%m-%dT%H:%M:%SZ")
+        answer = self._call("GET", f"/actions/workflows/{workflow}/runs",
+                            params={"event": "workflow_dispatch", "created": f">={created}", "per_page": PAGE_SIZE})
+        runs = self._get(answer, "workflow_runs")
+        tag = run_title_tag(request)
+        return any(isinstance(run, dict) and tag in str(run.get("display_title") or "") for run in runs or [])
 
     def rerun_failed_runs(self, pr: int) -> int:
         """Rerun the failed jobs (and whole skipped runs) of the PR head's workflow runs; how many."""
@@ -156,9 +271,31 @@ class GitHub:
             # A skipped run has no failed jobs to rerun: it needs a full rerun.
             endpoint = {"failure": "rerun-failed-jobs", "skipped": "rerun"}.get(run.get("conclusion"))
             if run.get("status") == "completed" and endpoint:
-                self._call("POST", f"/actions/runs/{run['id']}/{endpoint}")
+                self._rerun_once(int(run["id"]), endpoint)
                 rerun += 1
         return rerun
+
+    def _rerun_once(self, run_id: int, endpoint: str) -> None:
+        def perform() -> bool:
+            self._once("POST", f"/actions/runs/{run_id}/{endpoint}", None, None)
+            return True
+
+        self._write(perform, lambda _: self._rerun_started(run_id))
+
+    def _rerun_started(self, run_id: int) -> bool | None:
+        """A completed run that was rerun is queued (or further) again."""
+        status = self._get(self._call("GET", f"/actions/runs/{run_id}"), "status")
+        return None if status == "completed" else True
+
+
+_CLOCK_SKEW = timedelta(minutes=2)  # our clock against GitHub's, when filtering runs
+
+
+def _timestamp(text) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00")) if text else None
+    except ValueError:
+        return None
 
 
 def _rate_limit_wait(response: requests.Response) -> float | None:

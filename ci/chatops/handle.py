@@ -12,20 +12,21 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from difflib import get_close_matches
 from pathlib import Path
 from typing import Callable, Mapping, Protocol
 
 from ci.chatops import commands
-from ci.chatops.commands import CommentRejected, NotACommand, parse_arguments, split_command
+from ci.chatops.commands import MAX_STARTS, CommentRejected, NotACommand, parse_arguments, split_command
 from ci.chatops.event import CommentEvent
-from ci.chatops.github import ACCEPTED_MARKER, GitHub
+from ci.chatops.github import ACCEPTED_MARKER, GitHub, PullHead
 from ci.chatops.permissions import RERUN_COMMANDS, Commenter, UserPermissions, refusal
 from ci.chatops.reply import REFUSED, group_by_runner, render_groups, render_refusals
 from ci.chatops.rerun_status import update_status
-from ci.chatops.resolve_test_paths import TreeRefused, resolve_specs, scan_tree
+from ci.chatops.resolve_test_paths import Deadline, ResolvedTest, TreeRefused, resolve_specs, scan_tree
 from ci.chatops.text import shown
 from ground.errors import BadInput, DsparkError, ExitCode
 from matrices import Cell, load_cells
@@ -40,9 +41,12 @@ OFFLINE_WRITE_ASSOCIATIONS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
 
 
 class Context(Protocol):
+    @property
+    def verifies_push_time(self) -> bool: ...  # False only offline: no GitHub clock to compare the comment with
+
     def permission(self, login: str) -> str: ...
-    def last_accepted(self, login: str) -> datetime | None: ...
-    def head_sha(self) -> str: ...
+    def last_accepted(self, login: str, since: datetime) -> datetime | None: ...
+    def pr_head(self) -> PullHead: ...
 
 
 @dataclass(frozen=True)
@@ -51,35 +55,34 @@ class OfflineContext:
 
     association: str
     sha: str = ""
+    verifies_push_time: bool = False
 
     def permission(self, login: str) -> str:
         return "write" if self.association.upper() in OFFLINE_WRITE_ASSOCIATIONS else "read"
 
-    def last_accepted(self, login: str) -> datetime | None:
+    def last_accepted(self, login: str, since: datetime) -> datetime | None:
         return None
 
-    def head_sha(self) -> str:
-        return self.sha
+    def pr_head(self) -> PullHead:
+        return PullHead(self.sha, None)
 
 
 @dataclass
 class GitHubContext:
-    """The repository's answers: collaborator permission, PR head at command time, cooldown history."""
+    """The repository's answers: collaborator permission, PR head now, cooldown history."""
 
     github: GitHub
     pr: int
-    sha: str = ""  # the head the chatops workflow checked out (resolved against); asked for when empty
+    verifies_push_time: bool = True
 
     def permission(self, login: str) -> str:
         return self.github.permission(login)
 
-    def last_accepted(self, login: str) -> datetime | None:
-        return self.github.last_accepted(self.pr, login)
+    def last_accepted(self, login: str, since: datetime) -> datetime | None:
+        return self.github.last_accepted(self.pr, login, since)
 
-    def head_sha(self) -> str:
-        if not self.sha:
-            self.sha = self.github.pr_head_sha(self.pr)
-        return self.sha
+    def pr_head(self) -> PullHead:
+        return self.github.pr_head(self.pr)
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,7 @@ class ChatOpsConfig:
     ref: str = "main"  # the branch the rerun workflow is dispatched on (its trusted definition)
     workflow: str = RERUN_WORKFLOW
     matrices: tuple[str, ...] = DEFAULT_MATRICES  # where `/rerun-test cell:...` finds cells
+    tree_sha: str = ""  # the commit checked out at repo_root (--head-sha): what was resolved, and what runs
     now: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
 
 
@@ -101,8 +105,16 @@ class Outcome:
     accepted: bool = False  # the command will run (a reply with plan actions)
 
 
+def request_id(event: CommentEvent) -> str:
+    """The command's identity, carried by every write it makes (reply marker, dispatch ``request`` input)."""
+    return f"c{event.comment_id}" if event.comment_id is not None else f"u{uuid.uuid4().hex[:12]}"
+
+
 def handle(event: CommentEvent, config: ChatOpsConfig, context: Context) -> Outcome:
-    plan = {"command": None, "user": event.user, "repo": event.repo, "pr": event.pr_number, "actions": []}
+    plan: dict = {"command": None, "user": event.user, "repo": event.repo, "pr": event.pr_number,
+            "request": request_id(event), "actions": []}
+    if event.ignored:  # edited, deleted, or a bot's: never a command, and nothing is said
+        return Outcome("", plan, ExitCode.BAD_INPUT, f"ignored: {event.ignored}")
     try:
         name, args = split_command(event.body)
     except NotACommand as err:
@@ -110,16 +122,16 @@ def handle(event: CommentEvent, config: ChatOpsConfig, context: Context) -> Outc
         return Outcome(render_refusals(err.refusals) if err.suggestion else "", plan, ExitCode.BAD_INPUT, str(err))
     plan["command"] = name
     user = config.users.get(event.user, UserPermissions())
+    cooldown = user.cooldown_interval_minutes or 0
+    now = config.now()
     commenter = Commenter(
         event.user, context.permission(event.user), event.pr_author == event.user,
-        last_accepted=context.last_accepted(event.user)
-        if name in RERUN_COMMANDS and (user.cooldown_interval_minutes or 0) > 0 else None,
-        now=config.now())
+        last_accepted=context.last_accepted(event.user, now - timedelta(minutes=cooldown))
+        if name in RERUN_COMMANDS and cooldown > 0 else None,
+        now=now)
     why_not = refusal(name, commenter, config.users)
     if why_not:
-        # The commenter's own login (GitHub's, not their text) is the only mention a reply ever holds.
-        return Outcome(f"{REFUSED} @{event.user}: {why_not}\n", plan, ExitCode.FELL_SHORT,
-                       f"{name} refused for {event.user}: {why_not}")
+        return _refused(event, plan, name, why_not)
     try:
         command = parse_arguments(name, args)
     except CommentRejected as err:
@@ -131,53 +143,90 @@ def handle(event: CommentEvent, config: ChatOpsConfig, context: Context) -> Outc
     return outcome
 
 
+def _refused(event: CommentEvent, plan: dict, name: str, why_not: str) -> Outcome:
+    # The commenter's own login (GitHub's, not their text) is the only mention a reply ever holds.
+    return Outcome(f"{REFUSED} @{event.user}: {why_not}\n", plan, ExitCode.FELL_SHORT,
+                   f"{name} refused for {event.user}: {why_not}")
+
+
 def _rejected(plan: dict, refusals: list, problem: str) -> Outcome:
     footer = NOTHING_DISPATCHED if plan["command"] == commands.RERUN_TEST else ""
     return Outcome(render_refusals(refusals, footer), plan, ExitCode.BAD_INPUT, shown(problem, 2000))
 
 
+def _head_moved(head: PullHead, event: CommentEvent, config: ChatOpsConfig, context: Context) -> str | None:
+    """Why the PR head cannot be taken as the commit the commenter reviewed (None: it can)."""
+    if config.tree_sha and head.sha != config.tree_sha:
+        return (f"the PR head moved while this command was handled (resolved against {config.tree_sha[:12]}, "
+                f"the head is now {head.sha[:12]}). Review the new commits and comment again.")
+    if not context.verifies_push_time or event.created_at is None:
+        return None
+    if head.pushed_at is None:
+        return ("GitHub did not say when the PR head was pushed, so it cannot be shown to predate your comment. "
+                "Comment again.")
+    if head.pushed_at > event.created_at:
+        return (f"commits were pushed to this PR at {head.pushed_at:%H:%M:%S} UTC, after your comment "
+                f"({event.created_at:%H:%M:%S} UTC): nothing runs code you have not seen. Review the new head "
+                "and comment again.")
+    return None
+
+
 def _rerun_test(command, event: CommentEvent, config: ChatOpsConfig, context: Context, plan: dict) -> Outcome:
     file_specs = tuple(spec for spec in command.specs if not spec.cell)
     cell_specs = [spec for spec in command.specs if spec.cell]
-    resolved, refusals = [], []
+    # Cells first: they are cheap to list, and what is left of the one cap bounds the file search.
+    cells, refusals = _resolve_cells(cell_specs, config) if cell_specs else ([], [])
+    if len(cells) > MAX_STARTS:
+        return _rejected(plan, [(None, f"the cells named match {len(cells)} matrix cells; at most {MAX_STARTS} "
+                                       "tests and matrix cells run per comment: narrow the pattern")],
+                         f"{len(cells)} cells matched (cap {MAX_STARTS})")
+    resolved: list[ResolvedTest] = []
     if file_specs:
         if not (config.repo_root / "test").is_dir() and not (config.repo_root / "test").is_symlink():
             raise BadInput("--repo-root", f"{config.repo_root} has no test/registered/ folder",
                            "pass the root of the SGLang checkout the PR is about")
+        deadline = Deadline()
         try:
-            tree = scan_tree(config.repo_root)
+            tree = scan_tree(config.repo_root, deadline)
+            resolved, file_refusals = resolve_specs(file_specs, tree, MAX_STARTS - len(cells), deadline)
         except TreeRefused as err:
             return _rejected(plan, [(None, str(err))], str(err))
-        resolved, refusals = resolve_specs(file_specs, tree)
-    cells, cell_refusals = _resolve_cells(cell_specs, config) if cell_specs else ([], [])
-    refusals += cell_refusals
+        refusals = file_refusals + refusals
     # All or nothing: a half-dispatched rerun reads too easily as the whole request.
     if refusals:
         return _rejected(plan, refusals, f"{len(refusals)} of {len(command.specs)} tests refused: "
-                         + "; ".join(f"{spec}: {why}" for spec, why in refusals))
+                         + "; ".join(f"{spec}: {why}" if spec else why for spec, why in refusals))
     groups = group_by_runner(resolved)
     ref = event.default_branch or config.ref
-    sha = context.head_sha() if groups else ""
+    sha = ""
+    if groups:  # PR code will run: exactly the commit the commenter saw
+        head = context.pr_head()
+        moved = _head_moved(head, event, config, context)
+        if moved:
+            return _refused(event, plan, command.name, moved)
+        sha = head.sha
+    request = plan["request"]
     plan["actions"] = [{
         "type": "workflow_dispatch", "workflow": config.workflow, "ref": ref,
         "inputs": {"runner": group.runner, "backend": group.backend, "tests": group.tests_json,
-                   "pr": _text(event.pr_number), "sha": sha, "reply_comment_id": "", "reply_marker": group.marker},
+                   "pr": _text(event.pr_number), "sha": sha, "reply_comment_id": "", "reply_marker": group.marker,
+                   "request": f"{request}-{group.index}"},
     } for group in groups]
     reply = render_groups(groups) if groups else ""
     if cells:
         marker = f"<!--rrt:{len(groups)}-->"
         plan["actions"].append({"type": "workflow_dispatch", "workflow": NIGHTLY_WORKFLOW, "ref": ref,
-                                "inputs": {"select": " ".join(cell.id for cell in cells)},
-                                "reply_marker": marker})
+                                "inputs": {"select": " ".join(cell.id for cell in cells), "reply_comment_id": "",
+                                           "reply_marker": marker, "request": f"{request}-{len(groups)}"}})
         reply += _cells_block(cells, marker)
     return Outcome(reply, plan, ExitCode.OK, accepted=True)
 
 
-def _resolve_cells(specs, config: ChatOpsConfig) -> tuple[list[Cell], list[tuple[str, str]]]:
+def _resolve_cells(specs, config: ChatOpsConfig) -> tuple[list[Cell], list[tuple[str | None, str]]]:
     known = load_cells(list(config.matrices))
     ids = [cell.id for cell in known]
     chosen: dict[str, Cell] = {}
-    refusals = []
+    refusals: list[tuple[str | None, str]] = []
     for spec in specs:
         matches = [cell for cell in known if fnmatch.fnmatchcase(cell.id, spec.file_part)]
         if not matches:
@@ -199,15 +248,15 @@ def _cells_block(cells: list[Cell], marker: str) -> str:
 
 
 def _tag(command, event: CommentEvent, config: ChatOpsConfig, context: Context, plan: dict) -> Outcome:
-    plan["actions"] = [{"type": "add_label", "label": RUN_CI_LABEL}]
-    return Outcome(f"🏷️ Added the `{RUN_CI_LABEL}` label: CI will run on this PR.\n", plan, ExitCode.OK,
-                   accepted=True)
+    says = f"🏷️ Added the `{RUN_CI_LABEL}` label: CI will run on this PR."
+    plan["actions"] = [{"type": "add_label", "label": RUN_CI_LABEL, "says": says}]
+    return Outcome(says + "\n", plan, ExitCode.OK, accepted=True)
 
 
 def _rerun_failed(command, event: CommentEvent, config: ChatOpsConfig, context: Context, plan: dict) -> Outcome:
-    plan["actions"] = [{"type": "rerun_failed_runs"}]
-    return Outcome("🔁 Rerunning the failed jobs (and skipped runs) of this PR's latest CI.\n", plan,
-                   ExitCode.OK, accepted=True)
+    says = "🔁 Rerunning the failed jobs (and skipped runs) of this PR's latest CI."
+    plan["actions"] = [{"type": "rerun_failed_runs", "says": says}]
+    return Outcome(says + "\n", plan, ExitCode.OK, accepted=True)
 
 
 def _tag_and_rerun(command, event: CommentEvent, config: ChatOpsConfig, context: Context, plan: dict) -> Outcome:
@@ -217,6 +266,7 @@ def _tag_and_rerun(command, event: CommentEvent, config: ChatOpsConfig, context:
     return Outcome(tagged.reply + "\n" + rerun.reply, plan, ExitCode.OK, accepted=True)
 
 
+# command -> what it does; a new command also needs a row in commands.COMMANDS and permissions._CHECKS.
 _HANDLERS = {
     commands.RERUN_TEST: _rerun_test,
     commands.TAG_RUN_CI_LABEL: _tag,
@@ -239,26 +289,29 @@ class Execution:
 
 
 def execute(outcome: Outcome, event: CommentEvent, github: GitHub) -> Execution:
-    """Post the reply, react to the comment, and carry the plan's actions out.
+    """React to the comment, carry the plan's actions out, and post the reply: each write at most once.
 
-    The reaction is cosmetic: its failure is a warning. Every other action is attempted even when one
-    before it failed, and the reply ends up saying which did not happen (a group that was never
-    dispatched is marked so, never left "queued").
+    A comment that gets no reply (not a command of ours, an ignored event) gets nothing at all, not even
+    a reaction. The reaction is cosmetic: its failure is a warning. Every other action is attempted even
+    when one before it failed, and the reply says only what happened: an action that failed is replaced
+    by a line saying so, a group that was never dispatched is marked so, never left "queued".
     """
     result = Execution()
-    pr = event.pr_number
+    if not outcome.reply:
+        return result
+    pr, request = event.pr_number, outcome.plan["request"]
+    if pr is None:
+        raise BadInput("--pr", "no pull request to reply to", "pass --pr N or --dry-run")
     if event.comment_id is not None:
         try:
             github.react(event.comment_id, "accepted" if outcome.accepted else "refused")
         except DsparkError as err:
             result.warnings.append(f"reaction not added: {err}")
-    if not outcome.reply:
-        return result
     actions = outcome.plan["actions"]
     dispatches = [action for action in actions if action["type"] == "workflow_dispatch"]
-    # Labels and reruns first, so the reply never claims what failed; dispatches after the reply,
+    # Labels and reruns before the reply, so it never claims what failed; dispatches after it,
     # because the rerun workflow edits that reply in place and needs its id.
-    notes = []
+    reply = outcome.reply
     for action in actions:
         if action in dispatches:
             continue
@@ -267,13 +320,13 @@ def execute(outcome: Outcome, event: CommentEvent, github: GitHub) -> Execution:
             result.done.append(action["type"])
         except DsparkError as err:
             result.failed.append((action["type"], str(err)))
-            notes.append(f"⚠️ {action['type'].replace('_', ' ')} failed: GitHub did not accept it; comment again.")
-    reply_id = github.post_comment(pr, outcome.reply + "".join(f"\n{note}\n" for note in notes))
+            reply = reply.replace(action["says"], f"⚠️ {action['type'].replace('_', ' ')} failed: GitHub did "
+                                  "not accept it; comment again.")
+    reply_id = github.post_reply(pr, reply, request, since=event.created_at)
     for action in dispatches:
         inputs = action["inputs"]
-        marker = inputs.get("reply_marker") or action.get("reply_marker")
-        if action["workflow"] == RERUN_WORKFLOW:
-            inputs = {**inputs, "reply_comment_id": str(reply_id)}
+        marker = inputs["reply_marker"]
+        inputs = {**inputs, "reply_comment_id": str(reply_id)}  # the run moves its line of this reply
         try:
             github.dispatch_workflow(action["workflow"], action["ref"], inputs)
             result.done.append(f"dispatch {marker}")

@@ -22,6 +22,7 @@ from ci.chatops.text import shown
 STATUS_ICONS = {"queued": "⏳", "running": "🔄", "success": "✅", "failure": "❌", "not_dispatched": "⚠️"}
 TERMINAL = frozenset({"success", "failure", "not_dispatched"})
 REFUSED = "⛔"
+MAX_REFUSAL_CHARS = 12_000  # a reply's refusals stop here (GitHub takes 65,536; nobody reads that many)
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,14 @@ def _group_block(group: RunnerGroup) -> str:
 
 def render_refusals(refusals: list[tuple[str | None, str]], footer: str = "") -> str:
     """Refusals as reply lines; whatever the commenter wrote is echoed through ``shown`` (no mentions)."""
-    lines = [f"{REFUSED} {shown(who)}: {shown(why, 1000)}" if who else f"{REFUSED} {shown(why, 1000)}"
-             for who, why in refusals]
+    lines, size = [], 0
+    for count, (who, why) in enumerate(refusals):
+        line = f"{REFUSED} {shown(who)}: {shown(why, 1000)}" if who else f"{REFUSED} {shown(why, 1000)}"
+        if size + len(line) > MAX_REFUSAL_CHARS:
+            lines.append(f"{REFUSED} ... and {len(refusals) - count} more refused")
+            break
+        lines.append(line)
+        size += len(line)
     return "\n\n".join(lines + ([footer] if footer else [])) + "\n"
 
 

@@ -9,8 +9,12 @@ The tree comes from an unreviewed PR, so resolution cannot escape or explode:
 - ``test/`` and ``test/registered/`` must be real directories, and the tree is walked once without
   following symlinks: a symlinked directory is never entered, a symlinked test file is refused when
   a spec matches it (its registration would otherwise come from outside the repository);
-- the walk stops at ``MAX_TREE_ENTRIES`` entries; patterns are matched segment by segment with
-  ``fnmatch`` (never handed to the file system), their complexity bounded by ``ci.chatops.commands``;
+- the walk stops at ``MAX_TREE_ENTRIES`` entries or when the time budget (``SEARCH_SECONDS``) is spent;
+  patterns are matched segment by segment with ``fnmatch`` (never handed to the file system), their
+  complexity bounded by ``ci.chatops.commands``;
+- every spec is matched before any file is read, and matching stops as soon as the comment's cap
+  (``ci.chatops.commands.MAX_STARTS``, shared with matrix cells) is passed: a glob over a huge tree costs
+  one pass over the names, never a parse per match;
 - a matched file whose path holds anything outside ``SAFE_PATH`` is refused: the rerun workflow
   gets exactly the names resolved here, so a space, ``;`` or a newline can never change its command;
 - registrations are read with a bounded read (``ci.chatops.sglang_registrations``).
@@ -23,16 +27,18 @@ import fnmatch
 import os
 import re
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci.chatops.commands import TestSpec
+from ci.chatops.commands import MAX_STARTS, TestSpec
 from ci.chatops.sglang_registrations import Registration, RegistrationError, chosen_registration
-from ci.chatops.text import shown
+from ci.chatops.text import clip
 
 TEST_FILE_PATTERN = "test_*.py"
-MAX_FILES = 20  # per comment: a wildcard must not turn one comment into a whole-suite run
 MAX_TREE_ENTRIES = 50_000  # SGLang's test/registered holds ~1,000 entries
+SEARCH_SECONDS = 1.5  # walking and matching together; a tree that needs more is refused, not waited for
+MAX_SUGGESTION_NAMES = 2_000  # "Closest:" is looked for among at most this many names
 MAX_DEPTH = 12
 SAFE_PATH = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_./-]*")  # what a dispatched path may hold
 ROOT_FIX = "the PR's test tree must be real directories, not symlinks"
@@ -43,7 +49,19 @@ class SpecRefused(Exception):
 
 
 class TreeRefused(Exception):
-    """The whole test tree cannot be used (symlinked root, too large); ``str()`` says why."""
+    """The whole test tree cannot be used (symlinked root, too large, too slow); ``str()`` says why."""
+
+
+class Deadline:
+    """The time budget of one comment's search."""
+
+    def __init__(self, seconds: float = SEARCH_SECONDS):
+        self.seconds, self.ends = seconds, time.monotonic() + seconds
+
+    def check(self) -> None:
+        if time.monotonic() > self.ends:
+            raise TreeRefused(f"test/registered/ could not be searched within {self.seconds:g} s: "
+                              "give full paths instead of wildcards")
 
 
 @dataclass(frozen=True)
@@ -74,20 +92,18 @@ class TestTree:
     test_dir: Path
     files: tuple[str, ...]
     symlinks: frozenset[str]  # files and directories that are symlinks (relative to test/)
-
-    @property
-    def test_files(self) -> list[str]:
-        return [f for f in self.files if fnmatch.fnmatchcase(f.rsplit("/", 1)[-1], TEST_FILE_PATTERN)]
+    test_files: tuple[str, ...] = ()  # the files named test_*.py
 
 
-def scan_tree(repo_root: Path) -> TestTree:
-    """Walk test/registered/ once; raises TreeRefused for a symlinked root or a tree too large."""
+def scan_tree(repo_root: Path, deadline: Deadline | None = None) -> TestTree:
+    """Walk test/registered/ once; raises TreeRefused for a symlinked root, a tree too large or too slow."""
+    deadline = deadline or Deadline()
     test_dir = repo_root / "test"
     for directory in (test_dir, test_dir / "registered"):
         try:
             mode = directory.lstat().st_mode
         except OSError:
-            raise TreeRefused(f"{shown(directory.relative_to(repo_root).as_posix())}/ does not exist") from None
+            raise TreeRefused(f"{clip(directory.relative_to(repo_root).as_posix())}/ does not exist") from None
         if stat.S_ISLNK(mode):
             raise TreeRefused(f"{directory.relative_to(repo_root).as_posix()} is a symlink: refused ({ROOT_FIX})")
         if not stat.S_ISDIR(mode):
@@ -100,6 +116,7 @@ def scan_tree(repo_root: Path) -> TestTree:
         entries += len(dirs) + len(names)
         if entries > MAX_TREE_ENTRIES:
             raise TreeRefused(f"test/registered/ holds more than {MAX_TREE_ENTRIES} entries: not searched")
+        deadline.check()
         if relative.count("/") >= MAX_DEPTH:
             dirs[:] = []
         for name in list(dirs):
@@ -115,30 +132,53 @@ def scan_tree(repo_root: Path) -> TestTree:
                 symlinks.add(f"{relative}/{name}")
             elif stat.S_ISREG(mode):
                 files.append(f"{relative}/{name}")
-    return TestTree(test_dir, tuple(sorted(files)), frozenset(symlinks))
+    files.sort()
+    tests = tuple(f for f in files if fnmatch.fnmatchcase(f.rsplit("/", 1)[-1], TEST_FILE_PATTERN))
+    return TestTree(test_dir, tuple(files), frozenset(symlinks), tests)
 
 
-def resolve_specs(specs: tuple[TestSpec, ...], tree: TestTree) -> tuple[list[ResolvedTest], list[tuple[str, str]]]:
-    """Every spec's tests, and (spec, why) for each spec that cannot run."""
-    resolved, refusals = [], []
+def resolve_specs(specs: tuple[TestSpec, ...], tree: TestTree, cap: int = MAX_STARTS,
+                  deadline: Deadline | None = None) -> tuple[list[ResolvedTest], list[tuple[str | None, str]]]:
+    """Every spec's tests, and (spec, why) for each spec that cannot run.
+
+    All specs are matched first, without reading a file; past ``cap`` distinct files the comment is
+    refused at once. Only then are the (at most ``cap``) files' registrations read."""
+    deadline = deadline or Deadline()
+    matched: list[tuple[TestSpec, list[str]]] = []
+    refusals: list[tuple[str | None, str]] = []
+    files: set[str] = set()
     for spec in specs:
+        deadline.check()
         try:
-            resolved.extend(resolve_spec(spec, tree))
+            matched.append((spec, _selected(spec, _matching_files(spec, tree))))
         except SpecRefused as err:
             refusals.append((spec.text, str(err)))
-    files = sorted({test.path for test in resolved})
-    if len(files) > MAX_FILES:
-        refusals.append((" ".join(spec.text for spec in specs),
-                         f"matched {len(files)} test files; at most {MAX_FILES} run per comment: "
-                         "narrow the wildcards or split the request"))
+            continue
+        files.update(matched[-1][1])
+        if len(files) > cap:
+            return [], [(None, f"the tests named match more than {cap} test files; at most {MAX_STARTS} tests "
+                               "and matrix cells run per comment: narrow the wildcards or split the request")]
+    resolved = []
+    for spec, paths in matched:
+        try:
+            resolved.extend(_registered(spec, paths, tree))
+        except SpecRefused as err:
+            refusals.append((spec.text, str(err)))
     return resolved, refusals
 
 
 def resolve_spec(spec: TestSpec, tree: TestTree) -> list[ResolvedTest]:
-    matches = _matching_files(spec, tree)
+    return _registered(spec, _selected(spec, _matching_files(spec, tree)), tree)
+
+
+def _selected(spec: TestSpec, matches: list[str]) -> list[str]:
     if len(matches) > 1 and spec.selector:
         raise SpecRefused(f"{spec.file_part} matched {len(matches)} files; a ::{spec.selector} "
                           "selector needs exactly one")
+    return matches
+
+
+def _registered(spec: TestSpec, matches: list[str], tree: TestTree) -> list[ResolvedTest]:
     resolved = []
     for path in matches:
         try:
@@ -162,15 +202,15 @@ def _matching_files(spec: TestSpec, tree: TestTree) -> list[str]:
         matches = [f for f in tree.test_files if fnmatch.fnmatchcase(f.rsplit("/", 1)[-1], file_part)]
         linked = [f for f in tree.symlinks if fnmatch.fnmatchcase(f.rsplit("/", 1)[-1], file_part)]
     if linked:
-        raise SpecRefused(f"test/{shown(sorted(linked)[0])} is a symlink: refused ({ROOT_FIX})")
+        raise SpecRefused(f"test/{clip(sorted(linked)[0])} is a symlink: refused ({ROOT_FIX})")
     unsafe = [m for m in matches if not SAFE_PATH.fullmatch(m)]
     if unsafe:
-        raise SpecRefused(f"matched test/{shown(unsafe[0])}, whose name holds characters a test command cannot "
+        raise SpecRefused(f"matched test/{clip(unsafe[0])}, whose name holds characters a test command cannot "
                           "carry (only letters, digits, _ - . /): rename the file")
     if not matches:
         raise SpecRefused(_not_found(file_part, tree))
     if len(matches) > 1 and not spec.has_wildcard:
-        listed = ", ".join(f"test/{m}" for m in matches)
+        listed = ", ".join(f"test/{m}" for m in matches[:5]) + (f" and {len(matches) - 5} more" if len(matches) > 5 else "")
         raise SpecRefused(f"Ambiguous filename {file_part} — matched {len(matches)} files: {listed}. "
                           f"Please provide the full path, e.g. /rerun-test test/{matches[0]}")
     return matches
@@ -191,6 +231,6 @@ def _path_matches(pattern: list[str], parts: list[str]) -> bool:
 def _not_found(file_part: str, tree: TestTree) -> str:
     where = f"File not found: test/{file_part}" if "/" in file_part else \
         f"No test file found matching {file_part} under test/registered/"
-    names = sorted({f.rsplit("/", 1)[-1] for f in tree.test_files if SAFE_PATH.fullmatch(f)})
+    names = sorted({f.rsplit("/", 1)[-1] for f in tree.test_files[:MAX_SUGGESTION_NAMES] if SAFE_PATH.fullmatch(f)})
     close = difflib.get_close_matches(file_part.rsplit("/", 1)[-1], names, n=3, cutoff=0.6)
     return where + (f". Closest: {', '.join(close)}" if close else "")

@@ -119,7 +119,7 @@ def read_registrations(path: Path, shown_as: str) -> list[Registration]:
     except (RecursionError, MemoryError, ValueError):
         raise RegistrationError(f"{shown_as}: cannot be parsed (nested too deeply, or holds a NUL byte)") from None
     return [_registration(stmt.value) for stmt in tree.body
-            if isinstance(stmt, ast.Expr) and _register_call_name(stmt.value)]
+            if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and _register_call_name(stmt.value)]
 
 
 def _bounded_read(path: Path, shown_as: str) -> str:
@@ -167,7 +167,7 @@ def _registration(call: ast.Call) -> Registration:
     text = {key: value if isinstance(value, str) else None for key, value in values.items()}
     est_time = values.get("est_time")
     return Registration(
-        backend=REGISTER_CALLS[call.func.id],
+        backend=REGISTER_CALLS[_register_call_name(call) or ""],
         est_time=float(est_time) if isinstance(est_time, (int, float)) and 0 <= est_time < 1e7 else None,
         stage=text.get("stage"), runner_config=text.get("runner_config"), suite=text.get("suite"),
         disabled=text.get("disabled"), line=call.lineno,

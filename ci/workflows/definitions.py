@@ -14,19 +14,28 @@ import argparse
 import sys
 from pathlib import Path
 
+from ci.chatops.github import run_title_tag
 from ci.nightly.matrix_outputs import MAX_CHUNKS, chunk_output_name
 from ci.workflows.model import Job, Step, Workflow
 
 WORKFLOW_DIR = Path(".github/workflows")
-CHECKOUT, SETUP_PYTHON = "actions/checkout@v4", "actions/setup-python@v5"
-UPLOAD, DOWNLOAD = "actions/upload-artifact@v4", "actions/download-artifact@v4"
-CACHE, CACHE_RESTORE, CACHE_SAVE = "actions/cache@v4", "actions/cache/restore@v4", "actions/cache/save@v4"
+# Pinned to commits by ci.workflows.model.PINNED_ACTIONS.
+CHECKOUT, SETUP_PYTHON = "actions/checkout", "actions/setup-python"
+UPLOAD, DOWNLOAD = "actions/upload-artifact", "actions/download-artifact"
+CACHE, CACHE_RESTORE, CACHE_SAVE = "actions/cache", "actions/cache/restore", "actions/cache/save"
 DURATIONS = "nightly-durations.json"  # {cell_id: seconds} of the last nightly, for ci.nightly.shards
 FLEET = "ci/nightly/fleet.json"  # runners per label
 HOSTED = "ubuntu-latest"
 PYTHON = "3.11"
 NIGHTLY_MATRIX = "matrices/nightly.yaml"
 RUNS_DIR = "runs"
+
+
+REQUEST_INPUT = {"description": "Set by ChatOps: the command's identity, shown in the run's title, so a dispatch "
+                                 "whose answer was lost is found instead of repeated",
+                  "type": "string", "required": False, "default": ""}
+# The request as the run's title shows it (ci.chatops.github.run_title_tag, which finds it there).
+_TITLE_TAG = "format('{0}', inputs.request)".format(run_title_tag("{0}"))
 
 
 def _checkout(name: str = "Check out", **with_) -> Step:
@@ -54,8 +63,11 @@ def _plan_job() -> Job:
     restore = Step("Restore the last nightly's cell durations", uses=CACHE_RESTORE, with_={
         "path": DURATIONS, "key": "nightly-durations-${{ github.run_id }}", "restore-keys": "nightly-durations-"})
     plan = Step("Plan cells", id="plan", env={"SELECT": "${{ inputs.select }}"}, run=(
+        # Split on spaces with read -a: no pathname expansion, so `d*` stays a glob over cell ids
+        # (an unquoted $SELECT would expand it against the checkout: --select docker --select docs).
+        'read -ra patterns <<< "$SELECT"\n'
         'select_args=()\n'
-        'for pattern in $SELECT; do select_args+=(--select "$pattern"); done  # space-separated globs\n'
+        'for pattern in "${patterns[@]}"; do select_args+=(--select "$pattern"); done\n'
         "# Expected rejections SGLang's resolver decides on this CPU are marked, and go to one CPU job (ci.nightly.shards)\n"
         f'dspark-ci plan {NIGHTLY_MATRIX} --format github --rejections resolver "${{select_args[@]}}" > plan.json\n'
         f'python3 -m ci.nightly.shards plan.json --durations {DURATIONS} --fleet {FLEET} >> "$GITHUB_OUTPUT"\n'))
@@ -137,28 +149,57 @@ def _report_job(run_jobs: list[Job]) -> Job:
                if_="always() && needs.plan.result == 'success'", timeout_minutes=30)
 
 
+def _reply_jobs(finished_job: str) -> tuple[Job, Job]:
+    """A dispatch from ChatOps names its reply: these move its line (🔄 at start, ✅/❌ when ``finished_job``
+    ends), on a hosted runner with reviewed code only; the jobs that run cells or PR code cannot write."""
+    start = Job("start", HOSTED, (
+        _checkout(), *_install_on_hosted(), _status_step("Mark the reply as running", "running", "always()"),
+    ), name="Mark the reply as running", if_=_HAS_REPLY, permissions={"issues": "write"}, timeout_minutes=10)
+    # Groups finishing together edit the same reply: ci.chatops.rerun_status merges and verifies its own line.
+    finish = Job("finish", HOSTED, (
+        _checkout(), *_install_on_hosted(),
+        _status_step("Mark the reply as finished",
+                     f"${{{{ needs.{finished_job}.result == 'success' && 'success' || 'failure' }}}}", "always()"),
+    ), name="Update the reply", needs=(finished_job,), if_=f"always() && {_HAS_REPLY}",
+        permissions={"issues": "write"}, timeout_minutes=10)
+    return start, finish
+
+
 def nightly() -> Workflow:
     run_jobs = [_run_job(chunk) for chunk in range(MAX_CHUNKS)]
+    start, finish = _reply_jobs("report")
     return Workflow(
         "nightly.yml", "Nightly",
+        run_name=f"${{{{ inputs.request != '' && format('Nightly: rerun of {{0}} {{1}}', inputs.select, "
+                 f"{_TITLE_TAG}) || 'Nightly' }}}}",
         on={"schedule": [{"cron": "0 18 * * *"}],
             "workflow_dispatch": {"inputs": {"select": {
                 "description": "Only cells whose id matches one of these space-separated globs (dspark-ci plan --select)",
-                "type": "string", "required": False, "default": ""}}}},
+                "type": "string", "required": False, "default": ""},
+                **{name: {"description": RERUN_INPUTS[name], "type": "string", "required": False, "default": ""}
+                   for name in ("reply_comment_id", "reply_marker")},
+                "request": REQUEST_INPUT}}},
         permissions={"contents": "read"},
-        concurrency={"group": "nightly-${{ github.ref }}", "cancel-in-progress": False},
-        jobs=(_plan_job(), *run_jobs, _report_job(run_jobs)),
+        # Scheduled nightlies queue behind each other (one pending at most: the newer replaces it). A ChatOps
+        # cell rerun or a manual run is a group of its own: never cancelled, nor cancelling, by anyone else's.
+        concurrency={"group": "nightly-${{ github.ref }}-${{ inputs.request || "
+                              "(github.event_name == 'schedule' && 'schedule') || github.run_id }}",
+                     "cancel-in-progress": False},
+        jobs=(start, _plan_job(), *run_jobs, _report_job(run_jobs), finish),
     )
 
 
 # --- ChatOps ------------------------------------------------------------------------------------
+
+DECISION = "decision.json"
+
 
 def chatops() -> Workflow:
     head = Step("Find the PR head at command time", id="head", env={
         "GH_TOKEN": "${{ secrets.GITHUB_TOKEN }}", "PR": "${{ github.event.issue.number }}"}, run=(
             'sha=$(gh api "repos/$GITHUB_REPOSITORY/pulls/$PR" --jq .head.sha)\n'
             'echo "sha=$sha" >> "$GITHUB_OUTPUT"\n'))
-    steps = (
+    decide_steps = (
         # The default branch: dspark-ci and the permissions file come from reviewed code only.
         _checkout(),
         # One commit, fixed now: what is resolved here is what the rerun checks out (input sha).
@@ -166,17 +207,27 @@ def chatops() -> Workflow:
         # The PR's tree is only read as text (register_*_ci calls parsed with ast), never run.
         _checkout("Check out the PR", ref="${{ steps.head.outputs.sha }}", path="pr"),
         *_install_on_hosted(),
-        Step("Handle the command", env={"GITHUB_TOKEN": "${{ secrets.GITHUB_TOKEN }}",
-                                        "HEAD_SHA": "${{ steps.head.outputs.sha }}"},
-             run=('dspark-ci chatops --event "$GITHUB_EVENT_PATH" --repo-root pr --permissions ci/chatops/permissions.json '
-                  '--head-sha "$HEAD_SHA"\n')),
+        Step("Decide", env={"GITHUB_TOKEN": "${{ secrets.GITHUB_TOKEN }}", "HEAD_SHA": "${{ steps.head.outputs.sha }}"},
+             run=('dspark-ci chatops --event "$GITHUB_EVENT_PATH" --repo-root pr --permissions '
+                  f'ci/chatops/permissions.json --head-sha "$HEAD_SHA" --decision-out {DECISION}\n')),
+        Step("Hand the decision over", uses=UPLOAD, with_={"name": "chatops-decision", "path": DECISION,
+                                                           "retention-days": 1}),
     )
-    job = Job("chatops", HOSTED, steps, name="ChatOps",
-              if_="github.event.issue.pull_request && startsWith(github.event.comment.body, '/')",
-              permissions={"actions": "write", "contents": "read", "issues": "write", "pull-requests": "write"},
-              timeout_minutes=10)
+    # Reads only: the PR's files are on this runner, so its token can write nothing.
+    decide = Job("decide", HOSTED, decide_steps, name="Decide",
+                 if_="github.event.issue.pull_request && startsWith(github.event.comment.body, '/')",
+                 permissions={"contents": "read", "issues": "read", "pull-requests": "read"}, timeout_minutes=10)
+    # Writes only: reviewed code and the decision (checked again before use), never a PR file.
+    act = Job("act", HOSTED, (
+        _checkout(), *_install_on_hosted(),
+        Step("Download the decision", uses=DOWNLOAD, with_={"name": "chatops-decision"}),
+        Step("Reply and dispatch", env={"GITHUB_TOKEN": "${{ secrets.GITHUB_TOKEN }}"},
+             run=f'dspark-ci chatops --event "$GITHUB_EVENT_PATH" --carry-out {DECISION}\n'),
+    ), name="Reply and dispatch", needs=("decide",),
+        permissions={"actions": "write", "contents": "read", "issues": "write", "pull-requests": "write"},
+        timeout_minutes=10)
     return Workflow("chatops.yml", "ChatOps", on={"issue_comment": {"types": ["created"]}},
-                    permissions={}, jobs=(job,))
+                    permissions={}, jobs=(decide, act))
 
 
 def _status_step(name: str, status: str, if_: str) -> Step:
@@ -220,31 +271,29 @@ def rerun_test() -> Workflow:
                   path="pr"),
         pinned,
         Step("Install dspark-ci", run="python3 -m pip install -e ."),
-        _status_step("Mark the reply as running", "running", _HAS_REPLY),
         Step("Install the code under test", env={"INSTALL": "${{ vars.RERUN_TEST_INSTALL }}"}, run=(
             'cd pr\n'
             'if [ -n "$INSTALL" ]; then bash -c "$INSTALL"; else python3 -m pip install -e "python[dev]"; fi\n'),
              timeout_minutes=30),
         run_tests,
     )
+    # The job that runs PR code can only read: its token cannot comment, label or dispatch. The reply is
+    # moved by the jobs around it, which run reviewed code only (the default branch, no PR checkout).
     test_job = Job("rerun_test", "${{ inputs.runner }}", steps, name="${{ inputs.runner }}",
-                   permissions={"contents": "read", "issues": "write"}, timeout_minutes=120)
-    # Groups finishing together edit the same reply: ci.chatops.rerun_status merges and verifies its own line.
-    finish = Job("finish", HOSTED, (
-        _checkout(), *_install_on_hosted(),
-        _status_step("Mark the reply as finished", "${{ needs.rerun_test.result == 'success' && 'success' || 'failure' }}",
-                     "always()"),
-    ), name="Update the reply", needs=("rerun_test",), if_=f"always() && {_HAS_REPLY}",
-        permissions={"contents": "read", "issues": "write"}, timeout_minutes=10)
+                   permissions={"contents": "read"}, timeout_minutes=120)
+    start, finish = _reply_jobs("rerun_test")
     required = ("runner", "tests")
+    inputs = {name: {"description": text, "type": "string", "required": name in required,
+                     **({} if name in required else {"default": ""})} for name, text in RERUN_INPUTS.items()}
     return Workflow(
         "rerun-test.yml", "Rerun Test",
-        run_name="[rerun-test] ${{ inputs.runner }} ${{ inputs.pr != '' && format('PR #{0}', inputs.pr) || github.ref_name }}",
-        on={"workflow_dispatch": {"inputs": {
-            name: {"description": text, "type": "string", "required": name in required,
-                   **({} if name in required else {"default": ""})}
-            for name, text in RERUN_INPUTS.items()}}},
-        permissions={"contents": "read"}, jobs=(test_job, finish))
+        run_name="[rerun-test] ${{ inputs.runner }} ${{ inputs.pr != '' && format('PR #{0}', inputs.pr) || "
+                 f"github.ref_name }}}} ${{{{ inputs.request != '' && {_TITLE_TAG} || '' }}}}",
+        on={"workflow_dispatch": {"inputs": {**inputs, "request": REQUEST_INPUT}}},
+        permissions={"contents": "read"},
+        # One group per command and runner group: a rerun is never cancelled by (nor cancels) anyone else's.
+        concurrency={"group": "rerun-test-${{ inputs.request || github.run_id }}", "cancel-in-progress": False},
+        jobs=(start, test_job, finish))
 
 
 WORKFLOWS = (nightly, chatops, rerun_test)

@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import sys
 from pathlib import Path
 
 from ground.errors import BadInput
 from reports.baseline import load_baseline
-from reports.record import propose
+from reports.baseline_proposal import propose
 from reports.results import load_results, write_text_atomically
 
 EPILOG = """\
 Reads RUN/results.json of each run (every cell must have passed or been rejected as expected) and
 proposes, per measured cell: accept length and rate (min_ratio 0.95), output throughput (min_ratio
-0.97), median TPOT and TTFT (max_ratio 1.025), GPQA (value, stderr, max_drop_stderr 2), parity (max 0).
-Values are medians over the runs; with two or more runs each carries `noise`, the run-to-run standard
-deviation as a fraction of the value, and its ratio gate widens to three of them when that is looser.
+0.97), median TPOT and TTFT (max_ratio 1.025), GPQA (value, stderr, max_drop_stderr 2, max_drop 0.02),
+parity (max 0). Values are medians over the runs; with two or more runs each carries `noise` (the run-to-run
+standard deviation as a fraction of the value), `runs` and `request_noise` (the part of it one boot's
+per-request sampling explains), which make its gate a statistical verdict (baselines/README.md). With --out,
+GPQA's per-question outcomes go beside FILE (STEM.CELL.gpqa.json, named by `per_question`) for a paired gate.
 Record from three or more repeats of the same run. Format: baselines/README.md.
 
 Without --out the proposal is printed. With --out FILE it is written (atomically) and checked by
@@ -46,12 +49,14 @@ def run(args: argparse.Namespace) -> int:
         if not run_dir.is_dir():
             raise BadInput(f"RUN {path}", "no such directory", "give a directory written by `dspark-ci run --out DIR`")
         runs.append((str(run_dir), load_results(run_dir / "results.json")))
-    proposal = propose(runs, args.description)
+    proposal = propose(runs, args.description, per_question_stem=Path(args.out).stem if args.out else None)
     if not args.out:
         print(proposal.text, end="")
         return 0
     out = Path(args.out)
     before = out.read_text(encoding="utf-8") if out.is_file() else None
+    for name, questions in proposal.per_question.items():  # first: the baseline names them
+        write_text_atomically(out.parent / name, json.dumps(questions, indent=0, sort_keys=True) + "\n")
     write_text_atomically(out, proposal.text)
     load_baseline(out)  # what we wrote must read back as a valid baseline
     if before is not None:

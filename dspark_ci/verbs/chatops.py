@@ -8,12 +8,17 @@ import os
 import sys
 from pathlib import Path
 
-from ci.chatops.handle import (DEFAULT_MATRICES, ChatOpsConfig, GitHubContext, OfflineContext, Outcome, execute,
-                        execution_summary, handle)
+from ci.chatops.decision import read_decision, write_decision
+from ci.chatops.handle import (DEFAULT_MATRICES, ChatOpsConfig, Execution, GitHubContext, OfflineContext, Outcome,
+                               execute, execution_summary, handle)
 from ci.chatops.event import event_from_flags, load_event
-from ci.chatops.github import DEFAULT_API, GitHub
+from ci.chatops.github import DEFAULT_API, SETTLE_SECONDS, GitHub
 from ci.chatops.permissions import DEFAULT_PERMISSIONS, load_permissions
 from ground.errors import BadInput, ExitCode
+
+
+# After a dispatch whose answer was lost, how long its run may take to be listed before it is retried.
+SETTLE_ENV = "DSPARK_CHATOPS_SETTLE_SECONDS"
 
 
 def _pr_number(text: str) -> int:
@@ -44,40 +49,66 @@ def add_arguments(parser) -> None:
                         help="branch the rerun workflow is dispatched on, unless the event names the "
                              "repository's default branch (default main)")
     parser.add_argument("--head-sha", default="", metavar="SHA",
-                        help="the PR head the tree under --repo-root is (the rerun runs exactly this commit; "
-                             "without it, asked of GitHub at command time)")
+                        help="the commit checked out under --repo-root (the rerun runs exactly this commit, and "
+                             "is refused when the PR head is no longer it; without it, the head GitHub names "
+                             "when the command is handled)")
     parser.add_argument("--matrix", action="append", metavar="MATRIX",
                         help=f"where `/rerun-test cell:PATTERN` finds cells (default {' '.join(DEFAULT_MATRICES)})")
     parser.add_argument("--format", choices=("text", "json"), default="text",
                         help="text: reply then plan; json: {\"reply\", \"plan\", \"dry_run\"}")
     parser.add_argument("--dry-run", action="store_true",
                         help="print what would be posted and dispatched; call nothing")
+    split = parser.add_mutually_exclusive_group()
+    split.add_argument("--decision-out", type=Path, metavar="FILE",
+                       help="decide only (GitHub is read, never written) and write the decision to FILE; exit 0 "
+                            "once it is written (the ChatOps workflow's read-only job that has the PR's tree)")
+    split.add_argument("--carry-out", type=Path, metavar="FILE",
+                       help="with --event: carry out the decision in FILE (checked first) and exit with its code "
+                            "(the ChatOps workflow's writing job, which never sees PR files)")
 
 
 def run(args) -> int:
     if args.comment is not None and not args.user:
         raise BadInput("--comment", "needs --user LOGIN (who wrote the comment)")
+    if args.dry_run and (args.decision_out or args.carry_out):
+        raise BadInput("--dry-run", "calls nothing, so it cannot decide for another job or carry a decision out")
+    if args.carry_out and not args.event:
+        raise BadInput("--carry-out", "needs --event: the decision is checked against the comment it is about")
     token = os.environ.get("GITHUB_TOKEN")
     if not args.dry_run and not token:
         raise BadInput("GITHUB_TOKEN", "not set, so nothing can be dispatched",
                        "set GITHUB_TOKEN to a token that may dispatch workflows and comment, or pass --dry-run")
     event = load_event(args.event) if args.event else event_from_flags(
         args.comment, args.user, args.author_association, args.pr_author, args.pr, args.repo)
+    if args.dry_run:
+        outcome = handle(event, _config(args), OfflineContext(event.author_association, args.head_sha))
+        return _report(outcome, None, args)
+    github = _github(token or "", event, args)
+    if args.carry_out:
+        outcome = read_decision(args.carry_out, event)
+    else:
+        outcome = handle(event, _config(args), GitHubContext(github, event.pr_number or 0))
+    if args.decision_out:
+        write_decision(args.decision_out, outcome)
+        _report(outcome, None, args)
+        return int(ExitCode.OK)
+    return _report(outcome, execute(outcome, event, github), args)
+
+
+def _config(args) -> ChatOpsConfig:
     permissions = args.permissions or DEFAULT_PERMISSIONS
     shown = str(args.permissions) if args.permissions else "ci/chatops/permissions.json"
-    config = ChatOpsConfig(repo_root=args.repo_root, users=load_permissions(permissions, shown), ref=args.ref,
-                           matrices=tuple(args.matrix or DEFAULT_MATRICES))
-    if args.dry_run:
-        outcome = handle(event, config, OfflineContext(event.author_association, args.head_sha))
-    else:
-        github = _github(token, event, args)
-        outcome = handle(event, config, GitHubContext(github, event.pr_number, args.head_sha))
-        done = execute(outcome, event, github)
+    return ChatOpsConfig(repo_root=args.repo_root, users=load_permissions(permissions, shown), ref=args.ref,
+                         matrices=tuple(args.matrix or DEFAULT_MATRICES), tree_sha=args.head_sha)
+
+
+def _report(outcome: Outcome, done: Execution | None, args) -> int:
+    """Print the outcome (and what was carried out); the exit code."""
     _print(outcome, args.format, args.dry_run)
     if outcome.problem:
         where = str(args.event) if args.event else "--comment"
         print(f"dspark-ci chatops: {where}: {outcome.problem}", file=sys.stderr)
-    if not args.dry_run:
+    if done is not None:
         for warning in done.warnings:
             print(f"dspark-ci chatops: warning: {warning}", file=sys.stderr)
         if done.failed:
@@ -91,7 +122,13 @@ def _github(token: str, event, args) -> GitHub:
         raise BadInput("--repo", "no repository to dispatch in", "pass --repo OWNER/NAME or --dry-run")
     if event.pr_number is None:
         raise BadInput("--pr", "no pull request to reply to", "pass --pr N or --dry-run")
-    return GitHub(token=token, repo=event.repo, api_url=os.environ.get("GITHUB_API_URL", DEFAULT_API))
+    settle = os.environ.get(SETTLE_ENV, "")
+    try:
+        settle_seconds = float(settle) if settle else SETTLE_SECONDS
+    except ValueError:
+        raise BadInput(SETTLE_ENV, f"{settle!r} is not a number of seconds") from None
+    return GitHub(token=token, repo=event.repo, api_url=os.environ.get("GITHUB_API_URL", DEFAULT_API),
+                  settle_seconds=settle_seconds)
 
 
 def _print(outcome: Outcome, fmt: str, dry_run: bool) -> None:

@@ -55,9 +55,9 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps([row.__dict__ for row in rows], indent=2))
         return 0
-    print(text_table(["run", "started", "server", "SGLang", "cells", "failed", "matrices", "run dir"],
+    print(text_table(["run", "started", "server", "SGLang", "cells", "failed", "flaky", "matrices", "run dir"],
                  [[r.run_id, r.started_at or "?", r.server or "?", r.sglang_version or "?", str(r.cells), str(r.failed),
-                   ", ".join(r.matrices), r.run_dir or "?"] for r in rows]))
+                   ", ".join(r.flaky) or "-", ", ".join(r.matrices), r.run_dir or "?"] for r in rows]))
     return 0
 
 

@@ -12,7 +12,7 @@ from dspark_ci.rejections import decide_rejections
 from ground.errors import BadInput
 from ground.records import DECIDED_BY_RESOLVER
 from ground.sglang.release import DEFAULT_VERSION
-from launchers import k8s_spec
+from launchers.k8s import spec as k8s_spec
 from launchers.plan import plan_launch
 from launchers.plan_types import LaunchPlan, Placement
 from matrices import Cell, load_cells

@@ -15,10 +15,11 @@ from typing import Callable
 from packaging.version import InvalidVersion, Version
 
 from ground.errors import BadInput
-from launchers import registry
+from launchers import catalog
 from launchers.contract import SERVERS, SIMULATED_SERVERS, LaunchContext
 from dspark_ci import progress
 from dspark_ci import run as pipeline
+from dspark_ci.evidence import Sampling
 from ground.run_id import new_run_id
 from ground.sglang.release import DEFAULT_VERSION
 from sglang_sim.frontend.launch import VOCABULARY_ENV
@@ -46,8 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("matrices", nargs="+", metavar="MATRIX", help="matrix YAML files")
     parser.add_argument("--cell", action="append", default=[], metavar="ID", help="run only this cell (repeatable)")
-    parser.add_argument("--launcher", choices=registry.NAMES, default="local",
-                        help="; ".join(f"{kind.name}: {kind.help}" for kind in registry.ALL_LAUNCHERS))
+    parser.add_argument("--launcher", choices=catalog.NAMES, default="local",
+                        help="; ".join(f"{kind.name}: {kind.help}" for kind in catalog.ALL_LAUNCHERS))
     parser.add_argument("--suites", metavar="LIST", help=f"comma-separated, from {', '.join(KNOWN_SUITES)} "
                         "(default: each cell's own suites)")
     parser.add_argument("--out", type=Path, metavar="DIR", help="run directory (default runs/<run-id>/)")
@@ -55,6 +56,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write into an --out directory that already holds files (the run files in it are "
                         "replaced, other files are left as they are)")
     parser.add_argument("--baseline", metavar="FILE", help="baseline file for every cell (default: each cell's own)")
+    parser.add_argument("--max-boots", type=positive_count, default=4, metavar="N",
+                        help="boots a cell may use when a statistical gate is inconclusive: looks after 1, 2, 4, ... "
+                        "boots, only the undecided suites again (default 4; 1: never boot again)")
+    parser.add_argument("--retries", type=non_negative_count, default=0, metavar="N",
+                        help="run a failed cell again up to N times; a cell that fails then passes stays failed, "
+                        "labelled flaky (default 0)")
     parser.add_argument("--accept-inconclusive", action="store_true",
                         help="exit 0 when the worst outcome is an inconclusive statistical gate (default: exit 4); "
                         "never for release qualification, which demands conclusive passes")
@@ -79,12 +86,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-parallel", type=positive_count, default=None, metavar="N",
                         help="cells in flight at once, longest first (default: what the launcher has room for: the "
                         "Slurm partition's nodes, the Kubernetes namespace's pod quota; 1 for local and docker)")
-    for kind in registry.ALL_LAUNCHERS:
+    for kind in catalog.ALL_LAUNCHERS:
         for option in kind.options:
             parser.add_argument(option.flag, metavar=option.metavar, choices=option.choices, default=option.default,
                                 type=positive_seconds if option.seconds else None,
                                 action="append" if option.repeatable else "store",
                                 help=f"{option.help} ({kind.name} launcher)")
+
+
+def non_negative_count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if count < 0 or count > 64:
+        raise argparse.ArgumentTypeError(f"{text} is out of range (0 to 64)")
+    return count
 
 
 def positive_seconds(text: str) -> float:
@@ -149,14 +166,16 @@ def _version(text: str) -> str:
 # The options a rerun repeats (not --cell, which it sets, nor --out, which would overwrite this run).
 RERUN_FLAGS = (("--launcher", "launcher"), ("--suites", "suites"), ("--baseline", "baseline"), ("--server", "server"),
                ("--sglang-version", "sglang_version"), ("--boot-timeout", "boot_timeout"),
-               ("--max-parallel", "max_parallel"), ("--rejections", "rejections"))
+               ("--max-parallel", "max_parallel"), ("--rejections", "rejections"), ("--max-boots", "max_boots"),
+               ("--retries", "retries"))
 
 
 def rerun_options(args: argparse.Namespace) -> tuple[str, ...]:
     """Every option given to this run that differs from its default, as command-line words."""
-    flags = RERUN_FLAGS + tuple((o.flag, o.dest) for kind in registry.ALL_LAUNCHERS for o in kind.options)
-    defaults = {"launcher": "local", "server": "sim", "sglang_version": DEFAULT_VERSION, "rejections": "launch"}
-    defaults.update({o.dest: o.default for kind in registry.ALL_LAUNCHERS for o in kind.options})
+    flags = RERUN_FLAGS + tuple((o.flag, o.dest) for kind in catalog.ALL_LAUNCHERS for o in kind.options)
+    defaults = {"launcher": "local", "server": "sim", "sglang_version": DEFAULT_VERSION, "rejections": "launch",
+                "max_boots": 4, "retries": 0}
+    defaults.update({o.dest: o.default for kind in catalog.ALL_LAUNCHERS for o in kind.options})
     words: list[str] = []
     for flag, dest in flags:
         value = getattr(args, dest, None)
@@ -185,10 +204,11 @@ def run_verb(args: argparse.Namespace) -> int:
                                   baseline=args.baseline, sglang_version=_version(args.sglang_version),
                                   rerun_options=rerun_options(args), force=args.force,
                                   accept_inconclusive=args.accept_inconclusive,
+                                  sampling=Sampling(max_boots=args.max_boots, retries=args.retries),
                                   environment=_environment(args), max_parallel=args.max_parallel,
                                   rejections=args.rejections)
     caller_env = _caller_env(args.server)
-    kind = registry.get(args.launcher)
+    kind = catalog.get(args.launcher)
     context = LaunchContext(run_id=run_id, run_dir=options.run_dir, server=args.server, boot_timeout_s=boot_timeout,
                             caller_env=caller_env)
     launcher = kind.build(context, {option.dest: getattr(args, option.dest) for option in kind.options})

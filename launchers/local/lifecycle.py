@@ -27,7 +27,7 @@ from launchers.ledger import Ledger
 from launchers.logs import rank_log_path, tail
 from launchers.plan_types import LaunchPlan, Placement, RankCommand
 from launchers.processes import descendants, die_with_parent, free_port, signal_group, signals_deferred, stop_all
-from launchers.resolve import frontend_python, redact, resolve_env, secret_values, server_argv
+from launchers.materialize import frontend_python, redact, resolve_env, secret_values, server_argv
 from launchers.wait import Deadline, OurServer, wait_until_ready
 
 
@@ -53,7 +53,7 @@ class LocalSettings:
 
 
 def build(context: LaunchContext, options: Mapping[str, Any]) -> "LocalLauncher":
-    """The registry's constructor (launchers.registry): the local launcher takes no options of its own."""
+    """The catalog's constructor (launchers.catalog): the local launcher takes no options of its own."""
     python = frontend_python(context.caller_env) if context.server == "sglang-frontend" else sys.executable
     return LocalLauncher(LocalSettings(server=context.server, boot_timeout_s=context.boot_timeout_s,
                                        python=python, caller_env=dict(context.caller_env),

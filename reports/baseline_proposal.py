@@ -11,27 +11,30 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
 
 import yaml
 
 from ground.errors import BadInput
 from ground.records import CellResult, RunResults, Status
 from reports.baseline import NOISE_RUN_SDS, SCHEMA
+from reports.metrics import REQUEST_STDERR_OF
 
 # metric -> its gate in a recorded baseline. Tolerances are the ones gates in the wild use
 # (FIELD_NOTES.md): throughput -3%, median TTFT/TPOT +2.5%, accept length at 95% of the baseline.
 RECORDED_GATES: dict[str, dict[str, float]] = {
-    "accept_length": {"min_ratio": 0.95},
-    "accept_rate": {"min_ratio": 0.95},
+    "accept_length": {"min_ratio": 0.98},
+    "accept_rate": {"min_ratio": 0.98},
     "output_throughput_tok_s": {"min_ratio": 0.97},
     "tpot_ms_median": {"max_ratio": 1.025},
     "ttft_ms_median": {"max_ratio": 1.025},
-    "gpqa_accuracy": {"max_drop_stderr": 2},
+    "gpqa_accuracy": {"max_drop_stderr": 2, "max_drop": 0.02},
     "parity_mismatches": {"max": 0},
 }
 DIGITS = 4  # significant digits kept in recorded values
+# Cells whose measurements a baseline may be recorded from: passed, or undecided against an older baseline.
+MEASURED = (Status.PASSED, Status.INCONCLUSIVE)
 
 
 @dataclass(frozen=True)
@@ -39,21 +42,43 @@ class Proposal:
     text: str  # the baseline file
     cells: int
     runs: int
+    # file name (beside the baseline) -> {question id: mean score}: GPQA's per-question record, for paired gates
+    per_question: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
 
-def propose(runs: Sequence[tuple[str, RunResults]], description: str | None = None) -> Proposal:
-    """A baseline file from ``runs`` ((where, results) each); raises ``BadInput`` for a run that is not good."""
+def propose(runs: Sequence[tuple[str, RunResults]], description: str | None = None,
+            per_question_stem: str | None = None) -> Proposal:
+    """A baseline file from ``runs`` ((where, results) each); raises ``BadInput`` for a run that is not good.
+    With ``per_question_stem`` each GPQA cell's per-question record goes to ``STEM.CELL.gpqa.json`` (named by
+    its spec's ``per_question``), so GPQA is gated paired over questions."""
     for where, results in runs:
         _check_good(where, results)
     gated = _gated_cells(runs)
     cells = {cell_id: _cell_specs(measured) for cell_id, measured in gated.items()}
+    records: dict[str, dict[str, float]] = {}
+    for cell_id, measured in gated.items():
+        questions = _per_question(measured)
+        if per_question_stem and questions and "gpqa_accuracy" in cells[cell_id]:
+            name = f"{per_question_stem}.{cell_id}.gpqa.json"
+            records[name] = questions
+            cells[cell_id]["gpqa_accuracy"]["per_question"] = name
     header = _header(runs, gated)
     body = {"schema": SCHEMA,
             "description": description or f"Recorded by dspark-ci baseline record from {len(runs)} run(s)",
             "source": ", ".join(results.run_id or where for where, results in runs),
             "cells": cells}
     text = header + yaml.safe_dump(body, sort_keys=False, default_flow_style=None, allow_unicode=True, width=120)
-    return Proposal(text=text, cells=len(cells), runs=len(runs))
+    return Proposal(text=text, cells=len(cells), runs=len(runs), per_question=records)
+
+
+def _per_question(cells: list[CellResult]) -> dict[str, float]:
+    """Mean score per question over every run's repeats (the runs ask the same questions)."""
+    tallies: dict[str, list[int]] = {}
+    for cell in cells:
+        for question, (right, asked) in ((cell.gpqa or {}).get("per_question") or {}).items():
+            tally = tallies.setdefault(question, [0, 0])
+            tally[0], tally[1] = tally[0] + right, tally[1] + asked
+    return {question: round(right / asked, DIGITS) for question, (right, asked) in sorted(tallies.items()) if asked}
 
 
 def _check_good(where: str, results: RunResults) -> None:
@@ -64,7 +89,7 @@ def _check_good(where: str, results: RunResults) -> None:
         shown = ", ".join(f"{cell.id} ({cell.status.value})" for cell in bad[:3])
         raise BadInput(where, f"not a good run: {shown}{' ...' if len(bad) > 3 else ''}",
                        "record a baseline only from a run in which every cell passed")
-    if not any(cell.status is Status.PASSED for cell in results.cells):
+    if not any(cell.status in MEASURED for cell in results.cells):
         raise BadInput(where, "no cell was measured", "record a baseline from a run that served and measured cells")
 
 
@@ -73,10 +98,10 @@ def _gated_cells(runs: Sequence[tuple[str, RunResults]]) -> dict[str, list[CellR
     gated: dict[str, list[CellResult]] = {}
     for _, results in runs:
         for cell in results.cells:
-            if cell.status is Status.PASSED:
+            if cell.status in MEASURED:
                 gated.setdefault(cell.id, []).append(cell)
     for where, results in runs:
-        ids = {cell.id for cell in results.cells if cell.status is Status.PASSED}
+        ids = {cell.id for cell in results.cells if cell.status in MEASURED}
         if ids != set(gated):
             missing = sorted(set(gated) - ids)
             raise BadInput(where, f"does not measure the same cells as the other runs (missing {missing[:3]})",
@@ -97,10 +122,21 @@ def _cell_specs(cells: list[CellResult]) -> dict[str, dict[str, float]]:
         else:
             spec = {"value": _round(statistics.median(values))}
             if len(values) > 1 and spec["value"]:
-                spec["noise"] = _round(statistics.stdev(values) / abs(statistics.median(values)))
+                spec.update(_noise(cells, metric, values))
         if spec is not None:
             specs[metric] = {**spec, **gate}
     return specs
+
+
+def _noise(cells: list[CellResult], metric: str, values: list[float]) -> dict[str, float]:
+    """The run-to-run noise over the runs, how many runs, and the part of it that per-request sampling within
+    one boot explains (the mean of each run's own per-request standard error, as a fraction)."""
+    spec = {"noise": _round(statistics.stdev(values) / abs(statistics.median(values))), "runs": len(values)}
+    name = REQUEST_STDERR_OF.get(metric)
+    within = [cell.metrics.get(name) / value for cell, value in zip(cells, values) if name and cell.metrics.get(name)]
+    if len(within) == len(values):
+        spec["request_noise"] = _round(statistics.fmean(within))
+    return spec
 
 
 def _gpqa_spec(cells: list[CellResult], values: list[float]) -> dict[str, float] | None:

@@ -1,7 +1,7 @@
 """The Docker launcher: every rank of a cell as a container, node rank r on host r of the inventory.
 
 This module is the engine lifecycle (create, watch, log, tear down); what a container looks like is
-``launchers/docker_spec.py``.
+``launchers/docker/spec.py``.
 
 Used like the local launcher::
 
@@ -42,14 +42,14 @@ from docker.utils import parse_repository_tag
 
 from ground.errors import InfraError
 from launchers.contract import LOG_LINES_KEPT, LOG_LINES_SEARCHED, LaunchContext, RankExit, culprit, group_failed
-from launchers.docker_spec import (LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, SIM_IMAGE, DockerSettings, container_env,
+from launchers.docker.spec import (LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, SIM_IMAGE, DockerSettings, container_env,
                                    container_spec, files_to_copy, image_for)
-from launchers.hosts import DockerHost, clients, connect, load_inventory
+from launchers.docker.hosts import DockerHost, clients, connect, load_inventory
 from launchers.ledger import Ledger
 from launchers.processes import free_port, port_is_free, signals_deferred, sigterm_as_interrupt
 from launchers.logs import rank_log_path
 from launchers.plan_types import LaunchPlan, Placement, RankCommand
-from launchers.resolve import redact, secret_values
+from launchers.materialize import redact, secret_values
 from launchers.wait import Deadline, OurServer, wait_until_ready
 
 _EXITED = ("exited", "dead")
@@ -58,7 +58,7 @@ REMOTE_PORT_TRIES = 20
 LOG_RECONNECT_S = 1.0  # pause before following a container's log again after its stream ended
 
 def build(context: LaunchContext, options: Mapping[str, Any]) -> "DockerLauncher":
-    """The registry's constructor (launchers.registry): --hosts, --pull and --image arrive in ``options``."""
+    """The catalog's constructor (launchers.catalog): --hosts, --pull and --image arrive in ``options``."""
     return DockerLauncher(DockerSettings(
         server=context.server, image=options.get("image"), pull=options.get("pull") or "missing",
         boot_timeout_s=context.boot_timeout_s, inventory=load_inventory(options.get("hosts"), context.caller_env),
@@ -314,7 +314,7 @@ def remove_leftover(container) -> None:
 
 
 def remove_started(entry: dict) -> str | None:
-    """Remove the container a dead run recorded in its ledger, on the engine it recorded (registry contract)."""
+    """Remove the container a dead run recorded in its ledger, on the engine it recorded (catalog contract)."""
     client = connect(entry["engine"])
     try:
         container = client.containers.get(entry["container"])

@@ -8,7 +8,7 @@ Used like every launcher (``launchers.contract``)::
         ...                         # deployment.base_url is rank 0's pod; check() raises if a pod of the group failed
 
 Per launch: a Secret with the cell's ``${NAME}`` values (if any), the LeaderWorkerSet and the leader's Service
-(``launchers.k8s_spec``), each written to the run's ledger before it is created. Then the pods of the group are
+(``launchers.k8s.spec``), each written to the run's ledger before it is created. Then the pods of the group are
 watched by label: every pod's log is streamed into ``logs/<cell>/<rank>.log`` (rank = LWS's worker index); a pod
 that cannot be scheduled or pulled, a container that terminated or restarted, fails the cell with the reason,
 the rank, the exit code, SGLang's error line and the log's end. Pending time (scheduling, pulling) has its own
@@ -33,14 +33,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ground.errors import BadInput, InfraError
-from launchers import k8s_spec
-from launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, LaunchContext, LaunchTimeout,
+from launchers.k8s import spec as k8s_spec
+from launchers.contract import (LOG_LINES_KEPT, Capacity, LOG_LINES_SEARCHED, LaunchContext, LaunchTimeout,
                                 RankExit, group_failed)
 from launchers.ledger import Ledger
 from launchers.logs import rank_log_path, tail
 from launchers.plan_types import LaunchPlan, Placement
 from launchers.processes import signals_deferred, sigterm_as_interrupt
-from launchers.resolve import redact, secret_values
+from launchers.materialize import redact, secret_values
 from launchers.wait import Deadline, NotReady, OurServer, wait_until_ready
 
 REACH_MODES = ("pod-ip", "proxy")
@@ -81,7 +81,7 @@ class K8sSettings:
 
 
 def build(context: LaunchContext, options: Mapping[str, Any]) -> "K8sLauncher":
-    """The registry's constructor: --kubeconfig, --namespace, --k8s-extra, --k8s-reach arrive in ``options``."""
+    """The catalog's constructor (launchers.catalog): --kubeconfig, --namespace, --k8s-extra, --k8s-reach arrive in ``options``."""
     env = dict(context.caller_env)
     return K8sLauncher(K8sSettings(
         server=context.server, kubeconfig=options.get("kubeconfig") or None,
@@ -141,6 +141,16 @@ def _status_message(err: Any) -> str:
     return f"{getattr(err, 'status', '')} {getattr(err, 'reason', err)}"
 
 
+POD_QUOTA_KEYS = ("pods", "count/pods")  # ResourceQuota limits on the number of pods
+
+
+def _quantity(text: str) -> int:
+    """A pod count from a ResourceQuota (plain integers; ``1k`` style suffixes read too)."""
+    from kubernetes.utils import parse_quantity
+
+    return int(parse_quantity(str(text)))
+
+
 # --- the launcher --------------------------------------------------------------------------------------
 
 class K8sLauncher:
@@ -159,6 +169,23 @@ class K8sLauncher:
     def placement(self, nnodes: int) -> Placement:
         """Every pod binds its own IP; rank 0 is LWS's leader address; the same ports in every pod."""
         return k8s_spec.placement_for(nnodes)
+
+    def capacity(self) -> Capacity:
+        """As many cells side by side as the namespace's pod quota has room for (one pod per node of a cell);
+        without a pod quota nothing says how much the cluster may take: one at a time, unless --max-parallel."""
+        api, (api_exception, http_error) = self.api, _api_errors()
+        try:
+            quotas = api.core.list_namespaced_resource_quota(api.namespace, _request_timeout=10).items
+        except (api_exception, http_error, OSError) as err:
+            raise InfraError(f"cannot read the resource quotas of namespace {api.namespace!r} on {api.where}: "
+                             f"{_status_message(err)} (or pass --max-parallel)") from None
+        room = [_quantity(q.status.hard[key]) - _quantity((q.status.used or {}).get(key, "0"))
+                for q in quotas if q.status and q.status.hard for key in POD_QUOTA_KEYS if key in q.status.hard]
+        if not room:
+            return Capacity(1, None, f"namespace {api.namespace} states no pod quota: one cell at a time unless "
+                                     "--max-parallel says how many")
+        pods = max(0, min(room))
+        return Capacity(max(1, pods), pods or None, f"room for {pods} pod(s) in namespace {api.namespace}'s quota")
 
     def preflight(self, plans: Sequence[LaunchPlan]) -> None:
         """The API answers, the LWS CRD is installed, the namespace exists, this identity may create LWS."""
@@ -565,7 +592,7 @@ def _exists(api: Api, kind: str, name: str) -> bool:
 
 
 def remove_started(entry: dict) -> str | None:
-    """Delete one object a dead run recorded (registry contract), if it is still there; None if already gone."""
+    """Delete one object a dead run recorded (catalog contract), if it is still there; None if already gone."""
     kind, name, ns = entry.get("kind"), entry.get("name"), entry.get("namespace")
     if not (kind and name and ns):
         return None

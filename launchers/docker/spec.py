@@ -2,7 +2,7 @@
 
 ``container_spec`` gives the ``containers.create`` arguments SGLang's Docker docs call for (host network,
 ``ipc=host``, shm size, GPUs or Ascend devices, the HF cache) plus the labels every container carries (run, cell,
-rank, launch) so teardown and ``dspark-ci cleanup`` find it. The engine lifecycle is ``launchers/docker.py``.
+rank, launch) so teardown and ``dspark-ci cleanup`` find it. The engine lifecycle is ``launchers/docker/lifecycle.py``.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from ground.errors import BadInput
 from ground.run_id import new_run_id
 from ground.sglang.release import DEVICE_IMAGES
 from launchers.contract import SERVERS
-from launchers.hosts import DockerHost, Inventory, load_inventory
+from launchers.docker.hosts import DockerHost, Inventory, load_inventory
 from launchers.ledger import Ledger
 from launchers.plan_types import LaunchPlan, RankCommand
-from launchers.resolve import resolve_env, server_argv
+from launchers.materialize import resolve_env, server_argv
 
 SIM_IMAGE = "dspark-ci/sglang-sim:latest"
 PULL_POLICIES = ("never", "missing", "always")

@@ -58,15 +58,15 @@ class LauncherKind:
 
 
 ALL_LAUNCHERS: tuple[LauncherKind, ...] = (
-    LauncherKind("local", "every rank as a process on this machine, node rank r on 127.0.0.(r+1)", "launchers.local"),
-    LauncherKind("docker", "every rank as a container, node rank r on Docker host r of the inventory", "launchers.docker", (
+    LauncherKind("local", "every rank as a process on this machine, node rank r on 127.0.0.(r+1)", "launchers.local.lifecycle"),
+    LauncherKind("docker", "every rank as a container, node rank r on Docker host r of the inventory", "launchers.docker.lifecycle", (
         LauncherOption("--hosts", "Docker hosts inventory (YAML; default $DSPARK_DOCKER_HOSTS, else the local engine)",
                        metavar="FILE"),
         LauncherOption("--pull", "image pull policy", choices=("never", "missing", "always"), default="missing"),
         LauncherOption("--image", "container image for every cell (default: the cell's image, or the simulator "
                        "image with --server sim)", metavar="IMAGE"),
     )),
-    LauncherKind("slurm", "every cell as one Slurm job, one task per node (docs/SLURM.md)", "launchers.slurm", (
+    LauncherKind("slurm", "every cell as one Slurm job, one task per node (docs/SLURM.md)", "launchers.slurm.lifecycle", (
         LauncherOption("--slurm-partition", "Slurm partition (default $DSPARK_SLURM_PARTITION, else the cluster's "
                        "default)", metavar="PARTITION"),
         LauncherOption("--slurm-account", "account charged for the jobs (sbatch --account)", metavar="ACCOUNT"),
@@ -82,7 +82,7 @@ ALL_LAUNCHERS: tuple[LauncherKind, ...] = (
                        seconds=True),
     )),
     LauncherKind("k8s", "every cell as one LeaderWorkerSet on Kubernetes, through its API (docs/K8S.md)",
-                 "launchers.k8s", (
+                 "launchers.k8s.lifecycle", (
         LauncherOption("--kubeconfig", "kubeconfig file (default $KUBECONFIG, ~/.kube/config, else in-cluster)",
                        metavar="FILE"),
         LauncherOption("--namespace", "namespace of the LeaderWorkerSets (default $DSPARK_K8S_NAMESPACE, else the "

@@ -33,7 +33,7 @@ import yaml
 from ground.errors import BadInput
 from ground.sglang.release import DEVICE_IMAGES
 from launchers.plan_types import LaunchPlan, Placement, device_of
-from launchers.resolve import server_argv
+from launchers.materialize import server_argv
 
 LWS_GROUP, LWS_VERSION, LWS_KIND, LWS_PLURAL = "leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet", "leaderworkersets"
 LWS_API = f"{LWS_GROUP}/{LWS_VERSION}"

@@ -1,0 +1,305 @@
+"""Detection and false-alarm rates of the gates, measured: planted regressions through the real gate code.
+
+    python bench/gate_power.py [--nights 200] [--seed 1] [--e2e 0]
+
+Each simulated night runs the 12 serving cells of the nightly (21 cells, 9 of them expected rejections, which are
+never gated) against a baseline recorded from ``BASELINE_RUNS`` good boots, under the stated noise model:
+
+- speed (median TPOT, output throughput): 2 % run-to-run noise, of which ``SPEED_BOOT`` per boot (the
+  simulator's ``DSPARK_SIM_STEP_JITTER_BOOT``) and ``SPEED_REQUEST`` from one boot's own requests (each boot
+  reports it as its per-request standard error, as the speed suite does);
+- acceptance (accept length and rate): ``ACCEPT_BOOT`` per boot (``DSPARK_SIM_ACCEPT_DRIFT_BOOT``) and
+  ``ACCEPT_REQUEST`` per request;
+- GPQA: 198 questions, 8 repeats per boot (the release matrix), per-question probabilities from the simulator's
+  own model (``sglang_sim.noise.question_probability``, concentration ``GPQA_CONCENTRATION``, accuracy 70 %); a drop
+  of d points lowers every question's probability through the same quantile (the same questions, harder).
+
+Planted: 2, 3, 5, 10 % worse on TPOT, throughput, accept length or accept rate, and 3, 5, 10-point GPQA drops,
+each in a cell-night of its own (one metric at a time, so a metric's detection rate is its own); 0 is the clean
+nights, every serving cell clean, which also give the false-red rate per nightly. Every cell-night goes through ``reports.gates.evaluate``
+(the baseline written as a real baseline file and read with ``load_baseline``, GPQA paired over questions) and
+``status_of``; when a cell is inconclusive it takes another look with more boots (``LOOKS``: 1, 2, 4, 8 boots,
+each boot with its GPQA repeats), at levels that split the nightly's 1 % false-red rate over its 60 statistical
+gates and the 4 planned looks. Today's gates (the same baseline, one boot, value against the gate's ``threshold``:
+ratio widened to 3 × noise, GPQA value − 2·√(s² + s_now²)) are judged on the first boot of the same nights.
+
+Printed per metric and planted level: red (regressed), caught (not green: red or inconclusive), green, for the
+statistical gates, and red for today's; per nightly: the share of clean nights that were red anywhere; the mean
+boots (and GPQA repeats) spent per cell against today's one. ``--e2e N`` also runs N nights of one cell end to end
+on the simulator (``dspark-ci run``, noise knobs set, clean and with ``slow_decode=1.05``) to measure the pipeline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from ground import stats  # noqa: E402
+from ground.records import CellResult, Status  # noqa: E402
+from reports.baseline import load_baseline  # noqa: E402
+from reports.gates import _OPS, evaluate, family_levels, status_of  # noqa: E402
+from sglang_sim.noise import question_probability  # noqa: E402
+
+SERVING_CELLS = 12  # of the nightly's 21 (the others are expected rejections)
+BASELINE_RUNS = 10
+LOOKS = stats.look_boots(8)  # boots after each look (1, 2, 4, 8: `run --max-boots 8`)
+SPEED_BOOT, SPEED_REQUEST = 0.018, 0.0087  # √(1.8² + 0.87²) = 2.0 % run-to-run
+ACCEPT_BOOT, ACCEPT_REQUEST = 0.008, 0.006  # 1 % run-to-run
+GPQA_QUESTIONS, GPQA_REPEATS, GPQA_ACCURACY, GPQA_CONCENTRATION = 198, 8, 0.70, 0.5
+# metric: (baseline value, better, gate written as `baseline record` writes it, noise per boot, per request)
+METRICS = {
+    "tpot_ms_median": (6.8, stats.LOWER, "max_ratio: 1.025", SPEED_BOOT, SPEED_REQUEST),
+    "output_throughput_tok_s": (530.0, stats.HIGHER, "min_ratio: 0.97", SPEED_BOOT, SPEED_REQUEST),
+    "accept_length": (3.25, stats.HIGHER, "min_ratio: 0.98", ACCEPT_BOOT, ACCEPT_REQUEST),
+    "accept_rate": (0.316, stats.HIGHER, "min_ratio: 0.98", ACCEPT_BOOT, ACCEPT_REQUEST),
+}
+STDERR_NAME = {"tpot_ms_median": "tpot_ms_median_stderr", "output_throughput_tok_s": "output_throughput_tok_s_stderr",
+               "accept_length": "accept_length_stderr", "accept_rate": "accept_rate_stderr"}
+PLANTED = (0.0, 0.02, 0.03, 0.05, 0.10)
+GPQA_DROPS = (0.0, 0.03, 0.05, 0.10)
+CELL = CellResult(id="cell", config={"speculative_algorithm": "DSPARK"}, expect={"outcome": "serve"})
+
+
+@dataclass
+class Tally:
+    """Counts of one (metric, planted level)."""
+
+    red: int = 0
+    caught: int = 0
+    green: int = 0
+    today_red: int = 0
+    cells: int = 0
+
+    def add(self, verdict: str, today_failed: bool) -> None:
+        self.cells += 1
+        self.red += verdict == stats.REGRESSED
+        self.caught += verdict != stats.PASSED
+        self.green += verdict == stats.PASSED
+        self.today_red += today_failed
+
+
+@dataclass
+class Totals:
+    tallies: dict = field(default_factory=dict)
+    clean_nights: int = 0
+    clean_red_nights: int = 0
+    clean_today_red_nights: int = 0
+    boots: list = field(default_factory=list)
+
+
+class Model:
+    """The true state of one cell: per-question difficulty (fixed per cell) and the planted regressions."""
+
+    def __init__(self, rng: random.Random):
+        self.quantiles = [rng.random() for _ in range(GPQA_QUESTIONS)]
+        self.draws = numpy.random.default_rng(rng.getrandbits(64))
+        self._probabilities: dict[float, numpy.ndarray] = {}
+
+    def probabilities(self, drop: float) -> numpy.ndarray:
+        """Each question's probability of a right answer, by the simulator's own per-question model."""
+        if drop not in self._probabilities:
+            self._probabilities[drop] = numpy.array([question_probability(q, GPQA_ACCURACY - drop, GPQA_CONCENTRATION)
+                                                     for q in self.quantiles])
+        return self._probabilities[drop]
+
+    def boot(self, rng: random.Random, planted: dict, gpqa: bool = True) -> dict:
+        """One boot's metrics (with their per-request standard errors) and GPQA per-question [right, asked];
+        ``planted``: metric -> how much worse (a fraction; GPQA: points)."""
+        metrics: dict = {}
+        drop = planted.get("gpqa_accuracy", 0.0)
+        for name, (value, better, _, per_boot, per_request) in METRICS.items():
+            worse = 1 + planted.get(name, 0.0) if better == stats.LOWER else 1 - planted.get(name, 0.0)
+            metrics[name] = value * worse * math.exp(rng.gauss(0, per_boot) + rng.gauss(0, per_request))
+            metrics[STDERR_NAME[name]] = metrics[name] * per_request
+        if not gpqa:  # a later boot re-runs only the suites whose gates are undecided (dspark_ci/evidence.py)
+            return {"metrics": metrics, "questions": {}}
+        rights = self.draws.binomial(GPQA_REPEATS, self.probabilities(drop))
+        questions = {f"q{index}": [int(right), GPQA_REPEATS] for index, right in enumerate(rights)}
+        right = sum(r for r, _ in questions.values())
+        means = [r / n for r, n in questions.values()]
+        metrics.update(gpqa_accuracy=right / (GPQA_QUESTIONS * GPQA_REPEATS), gpqa_num_questions=GPQA_QUESTIONS,
+                       gpqa_repeats=GPQA_REPEATS, gpqa_stderr=statistics.stdev(means) / math.sqrt(len(means)))
+        return {"metrics": metrics, "questions": questions}
+
+
+def pooled(boots: list[dict]) -> CellResult:
+    """The cell as the run records it after these boots: each boot's metrics, pooled figures, GPQA questions."""
+    questions: dict = {}
+    for boot in boots:
+        for q, (right, asked) in boot["questions"].items():
+            tally = questions.setdefault(q, [0, 0])
+            tally[0], tally[1] = tally[0] + right, tally[1] + asked
+    metrics = {name: statistics.fmean(b["metrics"][name] for b in boots if name in b["metrics"])
+               for name in boots[0]["metrics"]}
+    metrics["gpqa_accuracy"] = sum(r for r, _ in questions.values()) / sum(n for _, n in questions.values())
+    return replace(CELL, metrics=metrics, boots=tuple(b["metrics"] for b in boots) if len(boots) > 1 else (),
+                   gpqa={"per_question": questions})
+
+
+def record_baseline(rng: random.Random, model: Model, directory: Path):
+    """A baseline file as `dspark-ci baseline record` writes it from BASELINE_RUNS good boots."""
+    boots = [model.boot(rng, {}) for _ in range(BASELINE_RUNS)]
+    lines = ["schema: 1", "cells:", "  cell:"]
+    for name, (_, _, gate, _, _) in METRICS.items():
+        values = [b["metrics"][name] for b in boots]
+        median = statistics.median(values)
+        request = statistics.fmean(b["metrics"][STDERR_NAME[name]] / b["metrics"][name] for b in boots)
+        lines.append(f"    {name}: {{value: {median:.6g}, {gate}, noise: {statistics.stdev(values) / median:.6g}, "
+                     f"runs: {BASELINE_RUNS}, request_noise: {request:.6g}}}")
+    questions = pooled(boots).gpqa["per_question"]
+    (directory / "q.json").write_text(json.dumps({q: r / n for q, (r, n) in questions.items()}))
+    accuracy = statistics.fmean(b["metrics"]["gpqa_accuracy"] for b in boots)
+    stderr = statistics.fmean(b["metrics"]["gpqa_stderr"] for b in boots)
+    lines.append(f"    gpqa_accuracy: {{value: {accuracy:.6g}, stderr: {stderr:.6g}, max_drop_stderr: 2, "
+                 f"max_drop: 0.02, per_question: q.json}}")
+    path = directory / "baseline.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return load_baseline(path)
+
+
+def today_failed(cell: CellResult, baseline) -> dict[str, bool]:
+    """Today's gates on one boot: the value against the gate's threshold (today's line), per metric."""
+    gates = evaluate(cell, cell.metrics, baseline, stats.Levels(alpha=0.01))
+    failed: dict[str, bool] = {}
+    for gate in gates:  # the baseline's gates (the statistical ones carry today's line as their threshold)
+        if gate.statistic is not None:
+            failed[gate.metric] = not _OPS[gate.op](gate.value, gate.threshold)
+    return failed
+
+
+def cell_night(rng: random.Random, model: Model, baseline, levels, planted: dict):
+    """(statistical verdict per metric, today's failure per metric, cell status, boots spent, GPQA boots spent):
+    looks after 1, 2, 4, 8 boots while a gate is undecided, GPQA measured again only while its gate is."""
+    boots = [model.boot(rng, planted)]
+    today = today_failed(pooled(boots), baseline)
+    verdicts: dict[str, str] = {}
+    for wanted in LOOKS:
+        gpqa_undecided = verdicts.get("gpqa_accuracy", stats.INCONCLUSIVE) == stats.INCONCLUSIVE
+        while len(boots) < wanted:
+            boots.append(model.boot(rng, planted, gpqa=gpqa_undecided))
+        cell = pooled(boots)
+        gates = [g for g in evaluate(cell, cell.metrics, baseline, levels) if g.statistic is not None]
+        verdicts = {g.metric: g.verdict for g in gates}
+        status = status_of(gates)
+        if status is not Status.INCONCLUSIVE:
+            break
+    return verdicts, today, status, len(boots), sum(bool(b["questions"]) for b in boots)
+
+
+def scenarios():
+    """(metric regressed or None, planted fraction or GPQA points): one clean scenario, then one per metric and level."""
+    yield None, 0.0
+    for metric in METRICS:
+        for planted in PLANTED[1:]:
+            yield metric, planted
+    for drop in GPQA_DROPS[1:]:
+        yield "gpqa_accuracy", drop
+
+
+def run(nights: int, seed: int) -> Totals:
+    """Clean nights: every serving cell clean (the nightly's false-red rate). Planted: one cell-night per night with
+    one metric regressed (its detection rate), each through the sequential looks."""
+    rng = random.Random(seed)
+    totals = Totals()
+    with tempfile.TemporaryDirectory() as tmp:
+        for regressed, level in scenarios():
+            for _ in range(nights):
+                cells = SERVING_CELLS if regressed is None else 1
+                red_night = today_red_night = False
+                for _ in range(cells):
+                    model = Model(rng)
+                    baseline = record_baseline(rng, model, Path(tmp))
+                    levels = family_levels([CELL] * SERVING_CELLS, baseline, looks=len(LOOKS))
+                    planted = {regressed: level} if regressed else {}
+                    verdicts, today, status, boots, gpqa_boots = cell_night(rng, model, baseline, levels, planted)
+                    totals.boots.append((regressed, level, boots, gpqa_boots))
+                    for metric, verdict in verdicts.items():
+                        if regressed is None or metric == regressed:
+                            tally = totals.tallies.setdefault((metric, level), Tally())
+                            tally.add(verdict, today.get(metric, False))
+                    red_night |= status is Status.FAILED
+                    today_red_night |= any(today.values())
+                if regressed is None:
+                    totals.clean_nights += 1
+                    totals.clean_red_nights += red_night
+                    totals.clean_today_red_nights += today_red_night
+    return totals
+
+
+def report(totals: Totals, nights: int, seconds: float) -> str:
+    lines = [f"{nights} nights per scenario: clean nights of {SERVING_CELLS} serving cells, and one cell-night per night "
+             f"for each planted regression ({seconds:.0f} s); statistical gates at "
+             f"{stats.Levels.family(SERVING_CELLS * 5, looks=len(LOOKS)).describe()}",
+             "metric                   planted    red  caught   green | today red"]
+    for (metric, level), tally in sorted(totals.tallies.items()):
+        unit = f"{level * 100:.0f} pt" if metric == "gpqa_accuracy" else f"{level:.0%}"
+        lines.append(f"{metric:24} {unit:>7} {tally.red / tally.cells:6.1%} {tally.caught / tally.cells:7.1%} "
+                     f"{tally.green / tally.cells:7.1%} | {tally.today_red / tally.cells:6.1%}")
+    lines.append(f"clean nights red anywhere: statistical {totals.clean_red_nights}/{totals.clean_nights} "
+                 f"({totals.clean_red_nights / max(1, totals.clean_nights):.1%}), today's "
+                 f"{totals.clean_today_red_nights}/{totals.clean_nights} "
+                 f"({totals.clean_today_red_nights / max(1, totals.clean_nights):.1%})")
+    for regressed, level in scenarios():
+        spent = [b for r, lv, b, _ in totals.boots if (r, lv) == (regressed, level)]
+        repeats = [g * GPQA_REPEATS for r, lv, _, g in totals.boots if (r, lv) == (regressed, level)]
+        what = ("clean" if regressed is None else
+                f"{regressed} {'−' + format(level * 100, '.0f') + ' pt' if regressed == 'gpqa_accuracy' else f'{level:.0%}'}")
+        lines.append(f"samples spent, {what}: {statistics.fmean(spent):.2f} boots per cell "
+                     f"({statistics.fmean(repeats):.1f} GPQA repeats), max {max(spent)}; today's: 1 boot, "
+                     f"{GPQA_REPEATS} repeats")
+    return "\n".join(lines)
+
+
+E2E_ENV = {"DSPARK_SIM_STEP_JITTER_BOOT": "0.018", "DSPARK_SIM_STEP_JITTER_REQUEST": "0.05"}
+
+
+def e2e(nights: int, out: Path) -> str:
+    """Nights of the smoke matrix's first cell end to end (`dspark-ci run`), clean and with slow_decode=1.05."""
+    lines = []
+    repo = Path(__file__).resolve().parent.parent
+    for fault in ("", "slow_decode=1.05"):
+        verdicts = []
+        for night in range(nights):
+            run_dir = out / f"e2e-{fault or 'clean'}-{night}"
+            env = {**os.environ, **E2E_ENV, "DSPARK_SIM_FAULTS": fault}
+            subprocess.run([sys.executable, "-m", "dspark_ci", "run", "matrices/smoke.yaml", "--cell",
+                            "dsv4-flash-tp8-a2a-none-dspark-b7-cuda", "--suites", "speed", "--out", str(run_dir),
+                            "-q"], cwd=repo, env=env, capture_output=True)
+            cell = json.loads((run_dir / "results.json").read_text())["cells"][0]
+            tpot = [g for g in cell["gates"] if g["metric"] == "tpot_ms_median"]
+            verdicts.append(tpot[0].get("verdict", "?") if tpot else cell["status"])
+        lines.append(f"e2e {fault or 'clean'}: TPOT verdicts {', '.join(verdicts)}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nights", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--e2e", type=int, default=0, metavar="N", help="also N end-to-end nights on the simulator")
+    args = parser.parse_args()
+    started = time.monotonic()
+    totals = run(args.nights, args.seed)
+    print(report(totals, args.nights, time.monotonic() - started))
+    if args.e2e:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(e2e(args.e2e, Path(tmp)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

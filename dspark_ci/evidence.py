@@ -1,0 +1,115 @@
+"""More evidence for a cell whose first measurement did not settle it (issue 22): sequential looks and retries.
+
+- **Sequential sampling.** A cell whose gates are inconclusive is measured again on a fresh boot (the per-boot
+  component of the noise is what more requests on one boot cannot average away), only the suites whose gates are
+  undecided, until every gate decides or the budget runs out: looks after 1, 2, 4, ... boots
+  (``ground.stats.look_boots``), at most ``Sampling.max_boots``. Every boot's figures are kept (``CellResult.boots``)
+  and gated together; the statistical gates' levels are split over the planned looks (``Levels.family(...,
+  looks)``), so the extra looks never inflate the false-red or false-pass rates.
+- **Retries.** A cell that failed (a crash, a failed suite test, a regressed gate) is run again up to
+  ``Sampling.retries`` times. A retry adds evidence, never re-rolls a verdict: its boots are pooled with the
+  first attempt's, and a cell that failed and then passed stays failed, labelled ``flaky`` (report.md, results.json
+  ``labels``, the run history), so a flaky cell is never silently green.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from ground.errors import ExitCode
+from ground.records import CellResult, Status
+from ground.stats import look_boots
+from ground.suites import suite_of
+
+FLAKY = "flaky"
+
+
+@dataclass(frozen=True)
+class Sampling:
+    max_boots: int = 1  # boots a cell may use when its gates are inconclusive (1: no sequential looks)
+    retries: int = 0  # extra attempts for a cell that failed
+
+    @property
+    def looks(self) -> int:
+        return len(look_boots(self.max_boots))
+
+
+# measure(attempt number, suites) -> that boot's judged result; judge(pooled result, suites) -> re-gated result
+Measure = Callable[[int, tuple[str, ...]], CellResult]
+Judge = Callable[[CellResult, tuple[str, ...]], CellResult]
+
+
+def more_evidence(first: CellResult, names: tuple[str, ...], sampling: Sampling, measure: Measure,
+                  judge: Judge) -> CellResult:
+    """The cell's result after its retries and sequential looks (``first`` itself when neither applies)."""
+    attempts = [first]
+    current = first
+    for _ in range(sampling.retries):
+        if not _retryable(current):
+            break
+        attempts.append(measure(len(attempts) + 1, names))
+        current = attempts[-1] if not _measured(attempts[-1]) else judge(pooled(attempts), names)
+        if not attempts[-1].status.failing:
+            return _flaky(current, attempts)
+    for wanted in look_boots(sampling.max_boots)[1:]:
+        if current.status is not Status.INCONCLUSIVE:
+            break
+        undecided = tuple(dict.fromkeys(suite_of(g.metric) for g in current.gates if g.inconclusive))
+        while len(attempts) < wanted:
+            attempts.append(measure(len(attempts) + 1, tuple(n for n in names if n in undecided)))
+            if attempts[-1].status is Status.ERROR or attempts[-1].failed_tests:
+                return _with_evidence(attempts[-1], attempts)  # a crash on a later boot is this cell's outcome
+        current = judge(pooled(attempts), names)
+    return current
+
+
+def _retryable(result: CellResult) -> bool:
+    return result.status.failing and result.exit_code != ExitCode.BAD_INPUT and result.expect.get("outcome") != "reject"
+
+
+def _measured(result: CellResult) -> bool:
+    return bool(result.metrics)
+
+
+def _flaky(current: CellResult, attempts: list[CellResult]) -> CellResult:
+    """Failed, then passed: failed it stays (a retry buys a label, never a pass), labelled flaky, saying so."""
+    first = attempts[0]
+    why = first.error or "; ".join(g.metric for g in first.gates if not g.passed) or first.status.text
+    error = (f"flaky: attempt 1 {first.status.text} ({why.splitlines()[0]}), attempt {len(attempts)} "
+             f"{attempts[-1].status.text}; a retry adds evidence, it does not turn a cell green")
+    return replace(current, labels=tuple(dict.fromkeys((*current.labels, FLAKY)))).finished(
+        Status.FAILED, error, ExitCode.FELL_SHORT)
+
+
+def _with_evidence(last: CellResult, attempts: list[CellResult]) -> CellResult:
+    measured = [a for a in attempts if _measured(a)]
+    if len(measured) < 2:
+        return last
+    pool = pooled(measured)
+    return replace(last, metrics=pool.metrics, boots=pool.boots, gpqa=pool.gpqa)
+
+
+def pooled(attempts: list[CellResult]) -> CellResult:
+    """The attempts' measurements as one cell: every boot's metrics kept, each metric the mean over the boots that
+    measured it, GPQA's questions added up, every suite test and warning kept."""
+    measured = [a for a in attempts if _measured(a)]
+    boots = tuple(boot for a in measured for boot in (a.boots or (a.metrics,)))
+    names = dict.fromkeys(name for boot in boots for name in boot)
+    metrics = {name: statistics.fmean(b[name] for b in boots if b.get(name) is not None) for name in names
+               if any(b.get(name) is not None for b in boots)}
+    questions: dict[str, list[int]] = {}
+    for attempt in measured:
+        for question, (right, asked) in ((attempt.gpqa or {}).get("per_question") or {}).items():
+            tally = questions.setdefault(question, [0, 0])
+            tally[0], tally[1] = tally[0] + right, tally[1] + asked
+    gpqa = next((a.gpqa for a in reversed(measured) if a.gpqa), None)
+    if gpqa is not None and questions:
+        asked = sum(n for _, n in questions.values())
+        gpqa = {**gpqa, "per_question": questions, "samples": asked}
+        metrics["gpqa_accuracy"] = sum(r for r, _ in questions.values()) / asked
+    tests = tuple(t for a in measured for t in a.tests or ())
+    warnings = tuple(dict.fromkeys(w for a in measured for w in a.warnings))
+    return replace(measured[-1], metrics=metrics, boots=boots if len(boots) > 1 else (), gpqa=gpqa, tests=tests,
+                   warnings=warnings)

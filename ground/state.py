@@ -1,0 +1,13 @@
+"""Where dspark-ci keeps its own state on this machine: the index of runs (``launchers.ledger``) and the run
+history (``reports.history``). ``$DSPARK_STATE_DIR``, else ``~/.local/state/dspark-ci`` (XDG's state home)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+STATE_DIR_ENV = "DSPARK_STATE_DIR"
+
+
+def state_dir(env: Mapping[str, str]) -> Path:
+    return Path(env.get(STATE_DIR_ENV) or Path.home() / ".local" / "state" / "dspark-ci")

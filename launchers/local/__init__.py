@@ -1,0 +1,1 @@
+"""The local launcher: every rank as a process on this machine (``lifecycle``)."""

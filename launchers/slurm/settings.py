@@ -1,0 +1,72 @@
+"""The Slurm launcher's settings (``SlurmSettings``), checked when they are made."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+
+from ground.errors import BadInput
+from ground.run_id import new_run_id
+from launchers.ledger import Ledger
+
+GPU_MODES = ("gpus-per-node", "gres")
+CONTAINER_KINDS = ("pyxis", "apptainer")
+DEFAULT_QUEUE_TIMEOUT_S = {"sim": 600.0, "sglang": 3600.0}
+
+
+def _stderr_progress(message: str) -> None:
+    print(f"dspark-ci: {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    server: str = "sim"  # "sim": the simulated server from this checkout; "sglang": python3 -m sglang.launch_server
+    partition: str | None = None  # None: the cluster's default partition
+    account: str | None = None
+    time: str | None = None  # job time limit, e.g. "02:00:00"
+    extra: tuple[str, ...] = ()  # more sbatch options, written as #SBATCH lines
+    gpus: str = "gpus-per-node"  # how GPUs are requested: --gpus-per-node=N, or "gres": --gres=gpu:N
+    container: str | None = None  # None: plain processes; "pyxis:IMAGE" or "apptainer:IMAGE"
+    container_mounts: tuple[str, ...] = ("/root/.cache/huggingface:/root/.cache/huggingface",)  # SRC:DST (+ logs)
+    queue_timeout_s: float = 600.0  # PENDING until this: LaunchTimeout naming Slurm's reason
+    boot_timeout_s: float = 600.0  # from RUNNING until rank 0's /health answers 200
+    poll_s: float = 0.5
+    cancel_wait_s: float = 30.0  # after scancel: until the job is over and its processes are gone
+    command_timeout_s: float = 30.0  # every Slurm client command (sbatch, scontrol, sinfo, squeue, scancel)
+    port_range: tuple[int, int] | None = None  # None: ports free on this machine (one-host clusters)
+    python: str = sys.executable  # the simulator's interpreter (absolute: slurmd's PATH is not ours)
+    caller_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    forward_env_prefixes: tuple[str, ...] = ("DSPARK_SIM_",)  # caller variables written into the script
+    run_id: str = field(default_factory=new_run_id)
+    ledger: Ledger | None = None  # where every job is recorded (None: not recorded)
+    progress: Callable[[str], None] | None = _stderr_progress  # pending reasons while the job waits
+
+    def __post_init__(self):
+        if self.server not in DEFAULT_QUEUE_TIMEOUT_S:
+            raise BadInput("--server", f"unknown server {self.server!r}", "choose sim or sglang")
+        if self.gpus not in GPU_MODES:
+            raise BadInput("--slurm-gpus", f"unknown GPU request style {self.gpus!r}",
+                           f"choose {' or '.join(GPU_MODES)}")
+        if self.container is not None:
+            kind, _, image = self.container.partition(":")
+            if kind not in CONTAINER_KINDS or not image:
+                raise BadInput("--slurm-container", f"{self.container!r} is not KIND:IMAGE",
+                               "write pyxis:IMAGE (srun --container-image) or apptainer:IMAGE (apptainer exec)")
+        for arg in self.extra:
+            if not arg.startswith("-") or "\n" in arg:
+                raise BadInput("--slurm-extra", f"{arg!r} is not an sbatch option",
+                               "give one option per --slurm-extra, e.g. --slurm-extra=--qos=high")
+        if self.queue_timeout_s <= 0:
+            raise BadInput("--slurm-queue-timeout", f"{self.queue_timeout_s:g} is not a positive number of seconds")
+
+    @property
+    def container_kind(self) -> str | None:
+        return self.container.partition(":")[0] if self.container else None
+
+    @property
+    def container_image(self) -> str | None:
+        return self.container.partition(":")[2] if self.container else None
+

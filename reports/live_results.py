@@ -1,0 +1,169 @@
+"""The run's results on disk while it runs (``ResultsWriter``): one JSON line per cell in ``results.jsonl`` at once
+(linear in cells, survives SIGKILL), and results.json, junit.xml and report.md rewritten after every cell while a
+rewrite is cheap, at most every ``REWRITE_EVERY_S`` once it is not (always at the end), so a report on disk is never
+older than a few seconds and a 10k-cell run stays linear. Until the run finishes, what is on disk lists every
+selected cell without an outcome as an error ("no outcome yet"): a run killed with SIGKILL leaves reports that say
+FAILED, never a green one."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import errno
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from ground.errors import BadInput, InfraError
+from ground.records import CellResult, RunResults, Status
+from reports.history import history_path, record as record_history
+from reports.junit import render_junit
+from reports.markdown import render_markdown, step_summary
+from reports.results import write_results, write_text_atomically
+from reports.writers import write_failure_reports, write_reports
+
+RESULTS_LINES = "results.jsonl"
+REWRITE_EVERY_S = 5.0
+# Rewrite after every cell as long as rewriting took at most 1/REWRITE_COST_FACTOR of the time since the last one.
+REWRITE_COST_FACTOR = 20.0
+
+
+@dataclass
+class ResultsWriter:
+    """Keeps the run's results on disk as they grow: one JSON line per cell at once, the whole files after every
+    cell while that is cheap (at most every REWRITE_EVERY_S seconds once it is not) and at the end. Until the end,
+    the files on disk list the selected cells without an outcome yet as errors, so no snapshot is ever green."""
+
+    run_dir: Path
+    results: RunResults
+    baseline: object = None
+    selected: tuple[CellResult, ...] = ()  # every cell the run will try, in order, before it ran
+    _written_at: float = field(default=0.0)
+    _rewrite_cost_s: float = field(default=0.0)
+    _warned: bool = field(default=False)
+
+    def __post_init__(self):
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / RESULTS_LINES).unlink(missing_ok=True)
+        except OSError as err:
+            raise cannot_write(self.run_dir, err) from None
+        self._rewrite()
+
+    def add(self, cell: CellResult) -> None:
+        self._append(cell)
+        if time.monotonic() - self._written_at >= min(REWRITE_EVERY_S, REWRITE_COST_FACTOR * self._rewrite_cost_s):
+            try:
+                self._rewrite()
+            except (KeyboardInterrupt, InfraError):
+                raise
+            except Exception as err:  # a reporting bug must not stop the run: the cells go on, the report says so
+                if not self._warned:
+                    print(f"dspark-ci: warning: rewriting the reports failed ({type(err).__name__}: {err}); the run "
+                          f"goes on, {RESULTS_LINES} keeps every cell", file=sys.stderr)
+                    self._warned = True
+                self._write_fallback_reports(err)
+
+    def interrupted(self) -> None:
+        self.results = replace(self.results, interrupted=True)
+
+    def finish(self) -> bool:
+        """Write everything one last time; False when a report could not be written (the run is then red).
+        A selected cell still without an outcome (the run ended on an error of its own) is recorded as not run."""
+        for cell in self._waiting():
+            self._append(cell.finished(
+                Status.ERROR, "not run: the run stopped before this cell started (see the error it printed)"))
+        self.results = replace(self.results, cells=self._in_matrix_order(self.results.cells), finished_at=now())
+        history = self._remember()
+        try:
+            self._rewrite(html=True, history=history)
+            append_step_summary(self.results)
+            return True
+        except KeyboardInterrupt:
+            raise
+        except Exception as err:  # never lose the verdict to a reporting bug: say so, and go red
+            print(f"dspark-ci: error: writing the reports failed ({type(err).__name__}: {err}); results.json and "
+                  f"{RESULTS_LINES} in {self.run_dir} hold what was measured", file=sys.stderr)
+            self._write_fallback_reports(err)
+            return False
+
+    def _append(self, cell: CellResult) -> None:
+        self.results = self.results.with_cell(cell)
+        try:
+            with open(self.run_dir / RESULTS_LINES, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(cell.to_dict(), allow_nan=False, default=str) + "\n")
+        except (OSError, ValueError) as err:
+            print(f"dspark-ci: warning: could not append to {RESULTS_LINES}: {err}", file=sys.stderr)
+
+    def snapshot(self) -> RunResults:
+        """What goes on disk now: the results, and until the run finished every selected cell without an outcome
+        as an error saying why (if the run was killed, that is what its reports keep saying)."""
+        if self.results.finished_at is not None:
+            return self.results
+        waiting = self._waiting()
+        why = (f"no outcome yet: the run was still going when this was written; if it is not running any more it was "
+               f"killed before this cell finished (finished cells are in {RESULTS_LINES}; "
+               f"`dspark-ci cleanup --run {self.results.run_id}` removes what it left running)")
+        return replace(self.results, cells=self._in_matrix_order(
+            (*self.results.cells, *(cell.finished(Status.ERROR, why) for cell in waiting))))
+
+    def _waiting(self) -> list[CellResult]:
+        """Selected cells without an outcome yet (cells side by side finish in any order)."""
+        done = {cell.id for cell in self.results.cells}
+        return [cell for cell in self.selected if cell.id not in done]
+
+    def _in_matrix_order(self, cells: tuple[CellResult, ...]) -> tuple[CellResult, ...]:
+        """The results in the order the cells were selected, whatever order they finished in."""
+        position = {cell.id: index for index, cell in enumerate(self.selected)}
+        return tuple(sorted(cells, key=lambda c: position.get(c.id, len(position))))
+
+    def _remember(self) -> Path | None:
+        """Record the finished run in the run history (reports.history); a history that cannot be written
+        costs the trends, never the run."""
+        path = history_path()
+        try:
+            record_history(path, self.results, self.run_dir)
+        except (BadInput, OSError) as err:
+            print(f"dspark-ci: warning: the run was not added to the run history ({err})", file=sys.stderr)
+            return None
+        return path
+
+    def _rewrite(self, html: bool = False, history: Path | None = None) -> None:
+        started = time.monotonic()
+        results = self.snapshot()
+        try:
+            write_results(self.run_dir / "results.json", results)
+        except OSError as err:
+            raise cannot_write(self.run_dir, err) from None
+        if html:
+            write_reports(self.run_dir, results, baseline=self.baseline, history=history)
+        else:  # quick ones only while the run goes on (report.html draws charts)
+            write_text_atomically(self.run_dir / "junit.xml", render_junit(results))
+            write_text_atomically(self.run_dir / "report.md", render_markdown(results, self.baseline))
+        self._written_at = time.monotonic()
+        self._rewrite_cost_s = self._written_at - started
+
+    def _write_fallback_reports(self, err: Exception) -> None:
+        with contextlib.suppress(OSError):
+            write_failure_reports(self.run_dir, self.results, f"the reports could not be written "
+                                                              f"({type(err).__name__}: {err})")
+
+
+def cannot_write(run_dir: Path, err: OSError) -> InfraError:
+    check = ("the disk is full: free some space or pass --out on another disk" if err.errno in (errno.ENOSPC,
+             errno.EDQUOT) else "check that the directory still exists and is writable")
+    return InfraError(f"cannot write {run_dir}/results.json: {err.strerror or err} ({check})")
+
+
+def append_step_summary(results: RunResults) -> None:
+    path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if path:
+        with open(path, "a") as handle:
+            handle.write(step_summary(results) + "\n")
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
