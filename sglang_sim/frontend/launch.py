@@ -18,7 +18,6 @@ import dataclasses
 import json
 import logging
 import os
-import shutil
 import tempfile
 import threading
 from pathlib import Path
@@ -86,7 +85,9 @@ def _gpqa_rows(path: Path | None) -> list[dict]:
 def write_model(config: SimConfig, model_path: str) -> Path:
     """The model directory, at ``model_path`` relative to a fresh working directory (the process moves there),
     so SGLang reports the cell's own --model-path (a Hub id) in /model_info and /server_info."""
-    root = Path(os.environ.setdefault(ROOT_ENV, tempfile.mkdtemp(prefix="dspark-frontend-")))
+    if not os.environ.get(ROOT_ENV):  # normally the supervising process made it (__main__)
+        os.environ[ROOT_ENV] = tempfile.mkdtemp(prefix="dspark-frontend-")
+    root = Path(os.environ[ROOT_ENV])
     relative = Path(model_path)
     directory = root / (relative if not relative.is_absolute() and ".." not in relative.parts else "model")
     vocabulary = Vocabulary.build(_gpqa_rows(config.gpqa_path), [os.environ.get(VOCABULARY_ENV, "")])
@@ -121,8 +122,13 @@ class ReportedArgs:
     """The front end's ServerArgs, reporting the cell's resolution (``cell_server_args``) where /server_info
     reads it (``build_server_info`` calls ``resolved_dict``); everything else is the front end's own."""
 
-    def __init__(self, server_args, cell: dict):
-        self._server_args, self._cell = server_args, cell
+    def __init__(self, server_args, cell: dict, launch_command: str):
+        self._server_args, self._cell, self._launch_command = server_args, cell, launch_command
+
+    @property
+    def launch_command(self) -> str:
+        """The cell's command line (build_server_info reports it beside the resolved fields)."""
+        return self._launch_command
 
     def resolved_dict(self) -> dict:
         own = self._server_args.resolved_dict()
@@ -206,7 +212,7 @@ def serve(args: ServerArgs, config: SimConfig, env: SglangEnv, architecture: str
 
     def tokenizer_manager(server_args, port_args):
         manager, templates = init_tokenizer_manager(server_args, port_args)
-        manager.server_args = ReportedArgs(manager.server_args, cell)
+        manager.server_args = ReportedArgs(manager.server_args, cell, args.launch_command)
         return manager, templates
 
     logger.info(f"[sglang_sim frontend] SGLang's own front end: launch_server {' '.join(argv)}")
@@ -221,8 +227,7 @@ def serve(args: ServerArgs, config: SimConfig, env: SglangEnv, architecture: str
     from sglang.srt.utils.common import kill_process_tree
 
     kill_process_tree(os.getpid(), include_parent=False)
-    shutil.rmtree(os.environ[ROOT_ENV], ignore_errors=True)
-    os._exit(code)
+    os._exit(code)  # the scratch directory goes with the supervising process (__main__)
 
 
 def remember_argv(argv: list[str]) -> None:
