@@ -119,7 +119,8 @@ class LocalLauncher:
         except (OSError, subprocess.TimeoutExpired) as err:
             raise InfraError(f"cannot run {python} to look for {', '.join(modules)} ({err}): {fix}") from None
         if found.returncode != 0:
-            raise InfraError(f"{' and '.join(modules)} not importable by {python} on this machine: {fix}")
+            raise InfraError(f"SGLang is not installed for {python} on this machine ({', '.join(modules)} must "
+                             f"import): {fix}")
 
     def placement(self, nnodes: int) -> Placement:
         """Node rank r on 127.0.0.(r+1), all on one free port, like separate machines."""

@@ -43,7 +43,7 @@ def _word_pieces(texts: Iterable[str]) -> Iterator[str]:
     whitespace before it), with and without a sentence's capital and full stop."""
     for text in texts:
         for word in text.split():
-            for form in {word, word.capitalize(), word + "."}:
+            for form in dict.fromkeys((word, word.capitalize(), word + ".")):  # ordered: ids must not vary by run
                 for prefix in PREFIXES:
                     yield from tokenize(prefix + form)
 
