@@ -18,7 +18,7 @@ from typing import Iterator, Mapping, Sequence
 import requests
 
 from launchers.processes import free_port, signal_group
-from launchers.materialize import FRONTEND_ENTRY
+from launchers.materialize import FRONTEND_ENTRY, frontend_python
 
 SPECULATIVE_ARGS = ("--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", "sim/draft",
                     "--speculative-dspark-block-size", "3")
@@ -65,3 +65,15 @@ def _wait_healthy(base_url: str, process: subprocess.Popen, timeout: float, log_
             pass
         time.sleep(0.1)
     raise RuntimeError(f"simulator at {base_url} not healthy after {timeout} s")
+
+
+FRONTEND_MISSING = ("SGLang's front-end venv is not installed: bash .ci/sglang-frontend.sh "
+                    "(DSPARK_SGLANG_PYTHON names its Python)")
+
+
+def frontend_venv() -> str | None:
+    """The Python that runs SGLang's own front end (--server sglang-frontend), or None where it is not installed."""
+    python = frontend_python(os.environ)
+    ready = Path(python).exists() and subprocess.run(
+        [python, "-c", "import fastapi, uvicorn, sglang"], capture_output=True, timeout=120).returncode == 0
+    return python if ready else None

@@ -14,18 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import subprocess
-from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from launchers.materialize import frontend_python
 from suites.runner import SYNTHETIC_GPQA
-from tests.simulator_process import running_simulator
+from tests.simulator_process import FRONTEND_MISSING, frontend_venv, running_simulator
 
 MODEL = "deepseek-ai/DeepSeek-V4-Flash"
 ARGS = ("--device", "cuda", "--tp-size", "8", "--speculative-algorithm", "DSPARK", "--speculative-dspark-block-size", "3",
@@ -178,12 +174,9 @@ def differences(ours: dict, theirs: dict) -> dict[tuple[str, str], str]:
 
 @pytest.fixture(scope="module")
 def both(tmp_path_factory) -> dict[str, dict]:
-    python = frontend_python(os.environ)
-    ready = Path(python).exists() and subprocess.run(
-        [python, "-c", "import fastapi, uvicorn, sglang"], capture_output=True, timeout=120).returncode == 0
-    if not ready:
-        pytest.skip(f"SGLang's front-end venv is not installed at {python}: bash .ci/sglang-frontend.sh "
-                    "(DSPARK_SGLANG_PYTHON names its Python)")
+    python = frontend_venv()
+    if python is None:
+        pytest.skip(FRONTEND_MISSING)
     logs = tmp_path_factory.mktemp("conformance")
     with contextlib.ExitStack() as stack:
         simulator = stack.enter_context(running_simulator(ENV, ARGS, model=MODEL, log_path=logs / "sim.log"))

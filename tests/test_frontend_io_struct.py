@@ -11,25 +11,21 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 
-from launchers.materialize import frontend_python
 from sglang_sim.frontend import REPO, frontend_env
 from tests.golden_files import GOLDEN_DIR, assert_golden
+from tests.simulator_process import FRONTEND_MISSING, frontend_venv
 
 GOLDEN = GOLDEN_DIR / "frontend" / "io_struct.txt"
 
 
 @pytest.fixture(scope="module")
 def probe() -> dict:
-    python = frontend_python(os.environ)
-    ready = Path(python).exists() and subprocess.run(
-        [python, "-c", "import fastapi, uvicorn, sglang"], capture_output=True, timeout=120).returncode == 0
-    if not ready:
-        pytest.skip(f"SGLang's front-end venv is not installed at {python}: bash .ci/sglang-frontend.sh "
-                    "(DSPARK_SGLANG_PYTHON names its Python)")
+    python = frontend_venv()
+    if python is None:
+        pytest.skip(FRONTEND_MISSING)
     done = subprocess.run([python, "-m", "sglang_sim.frontend.schema"], capture_output=True, text=True,
                           timeout=300, cwd=REPO, env=frontend_env(os.environ))
     assert done.returncode == 0, done.stderr[-3000:]

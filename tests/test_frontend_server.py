@@ -5,20 +5,11 @@ is not installed (``bash .ci/sglang-frontend.sh``); the refusals need nothing.""
 
 from __future__ import annotations
 
-import os
-import subprocess
-from pathlib import Path
 
 import pytest
 
-from launchers.materialize import frontend_python
+from tests.simulator_process import FRONTEND_MISSING, frontend_venv
 from tests.test_run_cli import ONE_NODE, SMOKE, TWO_NODES, Run
-
-
-def _frontend_installed() -> bool:
-    python = frontend_python(os.environ)
-    return Path(python).exists() and subprocess.run(
-        [python, "-c", "import fastapi, uvicorn, sglang"], capture_output=True, timeout=120).returncode == 0
 
 
 def test_other_launchers_are_refused_before_anything_starts(tmp_path):
@@ -36,8 +27,7 @@ def test_a_missing_venv_fails_preflight_with_the_command_that_makes_it(tmp_path)
     assert "bash .ci/sglang-frontend.sh" in done.stderr and not run.out.exists()
 
 
-@pytest.mark.skipif(not _frontend_installed(), reason="SGLang's front-end venv is not installed: "
-                    "bash .ci/sglang-frontend.sh (DSPARK_SGLANG_PYTHON names its Python)")
+@pytest.mark.skipif(frontend_venv() is None, reason=FRONTEND_MISSING)
 @pytest.mark.parametrize(
     "faults, cell_id, timeout, code, status, says",
     [

@@ -34,6 +34,7 @@ from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any, cast
 
 import zmq
 import zmq.asyncio
@@ -72,10 +73,10 @@ def question_of(prompt: str) -> str:
 class Running:
     """One request in flight: what SGLang's Req keeps for streaming it (schedule_batch.Req)."""
 
-    req: object  # TokenizedGenerateReqInput
+    req: Any  # TokenizedGenerateReqInput
     gen: Generation
     prompt_ids: list[int]
-    time_stats: object  # SchedulerReqTimeStats
+    time_stats: Any  # SchedulerReqTimeStats
     output_ids: list[int] = field(default_factory=list)
     sent_output: int = 0  # req.send_token_offset
     sent_decode: int = 0  # req.send_decode_id_offset
@@ -108,7 +109,7 @@ class StandIn:
         self.collector = _scheduler_metrics_collector(server_args)
         gauges = SchedulerGauges(self.collector) if self.collector is not None else None
         self.engine = Engine(self.args, self.config, env, self.shape, persona, self._crash_on_prefill,
-                             metrics=gauges, emission_log=self.emission_log)
+                             metrics=cast(Any, gauges), emission_log=self.emission_log)  # ServerMetrics' hooks
         if gauges is not None:
             gauges.engine = self.engine
         self.context = zmq.asyncio.Context(2)
@@ -163,7 +164,7 @@ class StandIn:
         ask = Ask(prompt, question_of(prompt), self.engine.sample_key(temperature), False, bool(params.ignore_eos))
         return Job(ask, len(prompt_ids), int(limit), bool(req.stream), warmup=internal)
 
-    def _time_stats(self, req) -> object:
+    def _time_stats(self, req) -> Any:
         """SchedulerReqTimeStats as Req.__init__ makes it from the TokenizerManager's (meta_info's timestamps)."""
         from sglang.srt.managers.io_struct import unwrap_from_pickle
         from sglang.srt.observability.req_time_stats import SchedulerReqTimeStats
@@ -223,7 +224,7 @@ class StandIn:
 
     # --- control requests ------------------------------------------------------------------------
 
-    def internal_state(self) -> object:
+    def internal_state(self) -> Any:
         """GetInternalStateReqOutput from SGLang's own controller, over this scheduler's figures (one entry:
         the front end runs one scheduler; the engine's DP ranks are summed)."""
         from sglang.srt.managers.scheduler_components.internal_state import SchedulerInternalStateController
@@ -232,12 +233,13 @@ class StandIn:
         forward = sum(rank.total_forward_ct for rank in ranks)
         accepted = sum(rank.total_accept_tokens for rank in ranks)
         records = [record for rank in ranks for record in rank.dspark_records]
-        algorithm = self.shape.algorithm if self.shape is not None else None
-        dspark = self.shape is not None and algorithm == "DSPARK"
+        shape = self.shape
+        algorithm = shape.algorithm if shape is not None else None
         draft_worker = SimpleNamespace(graph_memory_usage={}, dump_info_records=lambda: {
-            "mode": self.engine.env.ragged_verify_mode, "gamma": self.shape.drafts_per_step,
-            "verify_num_draft_tokens": self.shape.num_draft_tokens, "components": ["core"],
-            "records": records, "simulate_acc_len": None}) if dspark else None
+            "mode": self.engine.env.ragged_verify_mode, "gamma": shape.drafts_per_step,
+            "verify_num_draft_tokens": shape.num_draft_tokens, "components": ["core"],
+            "records": records, "simulate_acc_len": None}) if shape is not None and algorithm == "DSPARK" else None
+        dspark = draft_worker is not None
         scheduler = SimpleNamespace(
             startup_time=self.startup_time, max_running_requests=self.args.max_running_requests,
             metrics_reporter=SimpleNamespace(last_gen_throughput=sum(r.last_gen_throughput for r in ranks),
@@ -257,7 +259,7 @@ class StandIn:
         state.update(num_running_reqs=sum(r.running for r in ranks), num_queue_reqs=sum(r.queued for r in ranks))
         return output
 
-    def control_reply(self, request) -> object | None:
+    def control_reply(self, request) -> Any:
         io = self.io
         replies = {
             io.GetInternalStateReq: self.internal_state,
@@ -300,7 +302,7 @@ class StandIn:
             await self.dispatch(request)
 
 
-def token_output(io, running: Running, finish: dict | None = None) -> object:
+def token_output(io, running: Running, finish: dict | None = None) -> Any:
     """The BatchTokenIDOutput of one request's new step, as output_streamer.py builds it (marks it sent)."""
     gen, req = running.gen, running.req
     params = req.sampling_params
@@ -335,7 +337,7 @@ def token_output(io, running: Running, finish: dict | None = None) -> object:
     return output
 
 
-def _scheduler_metrics_collector(server_args) -> object | None:
+def _scheduler_metrics_collector(server_args) -> Any:
     """SGLang's own scheduler-side collector (SchedulerMetricsCollector.init_new), with --enable-metrics: it
     writes to the multiprocess directory the front end's /metrics reads, as a real scheduler does."""
     from sglang.srt.observability.metrics_collector import SchedulerMetricsCollector

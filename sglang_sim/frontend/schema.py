@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 # What scheduler.py reads (requests) or builds (replies): a change in any of them changes what we must speak.
 MESSAGES = ("TokenizedGenerateReqInput", "BatchTokenizedGenerateReqInput", "BatchTokenIDOutput", "AbortReq",
@@ -27,7 +28,7 @@ def message_fields() -> dict:
             for name in MESSAGES}
 
 
-def through_ipc(message: object) -> object:
+def through_ipc(message: Any) -> Any:
     """``message`` sent and received as the scheduler and the DetokenizerManager do (io_struct.sock_send and
     sock_recv over a ZMQ pair: msgpack, or pickle when SGLang's environment selects it)."""
     import zmq
