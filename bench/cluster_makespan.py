@@ -1,6 +1,6 @@
 """Cells side by side on a cluster: makespan against the lower bound and against one cell at a time.
 
-    python bench/cluster_makespan.py slurm [--repeats 3]    # SLURM_CONF: a cluster of 8 nodes (.ci/slurm-up.sh)
+    python bench/cluster_makespan.py slurm [--repeats 3] [--one-at-a-time-repeats 3]   # SLURM_CONF: 8 nodes
     python bench/cluster_makespan.py fleet [--nodes 64]      # the nightly on a simulated fleet; GPU-runner minutes
 
 ``slurm``: a synthetic 12-cell matrix (one- and two-node cells whose simulator boots take known times,
@@ -77,7 +77,7 @@ def run_once(matrix: Path, work: Path, name: str, env: dict, extra: list[str]) -
     out = work / name
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "dspark_ci", "run", str(matrix), "--launcher", "slurm", "--out",
-                           str(out), "--quiet", *extra], env=env, capture_output=True, text=True, cwd=REPO)
+                           str(out), "--quiet", "--boot-timeout", "300", *extra], env=env, capture_output=True, text=True, cwd=REPO)
     wall = time.monotonic() - started
     results = json.loads((out / "results.json").read_text())
     cells = results["cells"]
@@ -93,6 +93,10 @@ def _spread(values: list[float]) -> str:
     return f"{min(values):.1f} / {statistics.median(values):.1f} / {max(values):.1f}"
 
 
+def _ratios(values: list[float]) -> str:
+    return f"{min(values):.3f} / {statistics.median(values):.3f} / {max(values):.3f}"
+
+
 def slurm(args: argparse.Namespace) -> int:
     env = {**os.environ, "CI": "true"}
     nodes = len(subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], env=env, capture_output=True, text=True,
@@ -102,22 +106,25 @@ def slurm(args: argparse.Namespace) -> int:
         env |= {"DSPARK_STATE_DIR": str(work / "state"), "DSPARK_HISTORY": str(work / "history.sqlite")}
         matrix = work / "synthetic.yaml"
         synthetic_matrix(matrix)
-        runs = {"one at a time": [], "side by side": []}
+        runs: dict[str, list[dict]] = {"one at a time": [], "side by side": []}
         for repeat in range(args.repeats):
-            for label, extra in (("one at a time", ["--max-parallel", "1"]), ("side by side", [])):
+            modes = (("one at a time", ["--max-parallel", "1"]), ("side by side", []))
+            for label, extra in modes[0 if repeat < args.one_at_a_time_repeats else 1:]:
                 result = run_once(matrix, work, f"{label.replace(' ', '-')}-{repeat}", env, extra)
                 runs[label].append(result)
+                bound = max(result["node_seconds"] / nodes, result["longest"])
                 print(f"{label} #{repeat + 1}: exit {result['exit']}, cells' makespan {result['makespan']:.1f} s, "
-                      f"wall {result['wall']:.1f} s, squeue after: {result['squeue_after'] or 'empty'}", flush=True)
+                      f"bound {bound:.1f} s, ratio {result['makespan'] / bound:.3f}, wall {result['wall']:.1f} s, "
+                      f"squeue after: {result['squeue_after'] or 'empty'}", flush=True)
     reference = runs["one at a time"][0]["verdicts"]
     print(f"\n{len(SYNTHETIC)} cells ({sum(n for n, _ in SYNTHETIC)} node slots) on {nodes} Slurm nodes, "
-          f"{args.repeats} repeats (min / median / max):")
+          f"{args.repeats} side-by-side and {args.one_at_a_time_repeats} one-at-a-time runs (min / median / max):")
     for label, results in runs.items():
         bounds = [max(r["node_seconds"] / nodes, r["longest"]) for r in results]
         ratios = [r["makespan"] / bound for r, bound in zip(results, bounds)]
         same = all(r["verdicts"] == reference for r in results)
         print(f"  {label:14} makespan {_spread([r['makespan'] for r in results])} s; lower bound "
-              f"{_spread(bounds)} s; makespan / bound {_spread(ratios)}; verdicts identical to one at a time: "
+              f"{_spread(bounds)} s; makespan / bound {_ratios(ratios)}; verdicts identical to one at a time: "
               f"{same}; squeue empty after every run: {all(not r['squeue_after'] for r in results)}")
     for results in runs.values():
         bad = [r for r in results if r["exit"] != 0]
@@ -128,7 +135,8 @@ def slurm(args: argparse.Namespace) -> int:
 
 def simulate(cells: list[Cell], seconds: dict[str, float], capacity: Capacity) -> float:
     """The makespan of the run's policy on a fleet: longest first, a cell starts when it fits beside those running."""
-    waiting, running, now = longest_first(cells, seconds), [], 0.0  # running: (finish, id, nnodes)
+    waiting, now = longest_first(cells, seconds), 0.0
+    running: list[tuple[float, str, int]] = []  # (finish, id, nnodes)
     while waiting or running:
         for cell in list(waiting):
             if capacity.fits(cell.nnodes, [n for _, _, n in running]):
@@ -167,6 +175,8 @@ def main() -> int:
     sub = parser.add_subparsers(dest="what", required=True)
     on_slurm = sub.add_parser("slurm", help="the synthetic matrix on the Slurm cluster SLURM_CONF names")
     on_slurm.add_argument("--repeats", type=int, default=3)
+    on_slurm.add_argument("--one-at-a-time-repeats", type=int, default=3,
+                          help="one-at-a-time runs (the first is the verdict reference and seeds the history)")
     on_fleet = sub.add_parser("fleet", help="the nightly on a simulated fleet; GPU-runner minutes")
     on_fleet.add_argument("--matrix", default="matrices/nightly.yaml")
     on_fleet.add_argument("--nodes", type=int, default=64)

@@ -1,6 +1,6 @@
 """Detection and false-alarm rates of the gates, measured: planted regressions through the real gate code.
 
-    python bench/gate_power.py [--nights 200] [--seed 1] [--e2e 0]
+    python bench/gate_power.py [--nights 200] [--seed 1] [--repeats 3] [--jobs 3] [--e2e N]
 
 Each simulated night runs the 12 serving cells of the nightly (21 cells, 9 of them expected rejections, which are
 never gated) against a baseline recorded from ``BASELINE_RUNS`` good boots, under the stated noise model:
@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -126,26 +127,22 @@ class Model:
             metrics[name] = value * worse * math.exp(rng.gauss(0, per_boot) + rng.gauss(0, per_request))
             metrics[STDERR_NAME[name]] = metrics[name] * per_request
         if not gpqa:  # a later boot re-runs only the suites whose gates are undecided (dspark_ci/evidence.py)
-            return {"metrics": metrics, "questions": {}}
+            return {"metrics": metrics, "questions": None}
         rights = self.draws.binomial(GPQA_REPEATS, self.probabilities(drop))
-        questions = {f"q{index}": [int(right), GPQA_REPEATS] for index, right in enumerate(rights)}
-        right = sum(r for r, _ in questions.values())
-        means = [r / n for r, n in questions.values()]
-        metrics.update(gpqa_accuracy=right / (GPQA_QUESTIONS * GPQA_REPEATS), gpqa_num_questions=GPQA_QUESTIONS,
-                       gpqa_repeats=GPQA_REPEATS, gpqa_stderr=statistics.stdev(means) / math.sqrt(len(means)))
-        return {"metrics": metrics, "questions": questions}
+        means = rights / GPQA_REPEATS
+        metrics.update(gpqa_accuracy=float(means.mean()), gpqa_num_questions=GPQA_QUESTIONS, gpqa_repeats=GPQA_REPEATS,
+                       gpqa_stderr=float(means.std(ddof=1) / math.sqrt(GPQA_QUESTIONS)))
+        return {"metrics": metrics, "questions": rights}
 
 
 def pooled(boots: list[dict]) -> CellResult:
     """The cell as the run records it after these boots: each boot's metrics, pooled figures, GPQA questions."""
-    questions: dict = {}
-    for boot in boots:
-        for q, (right, asked) in boot["questions"].items():
-            tally = questions.setdefault(q, [0, 0])
-            tally[0], tally[1] = tally[0] + right, tally[1] + asked
+    asked = [b["questions"] for b in boots if b["questions"] is not None]
+    rights = numpy.sum(asked, axis=0)
+    questions = {f"q{index}": [int(right), GPQA_REPEATS * len(asked)] for index, right in enumerate(rights)}
     metrics = {name: statistics.fmean(b["metrics"][name] for b in boots if name in b["metrics"])
                for name in boots[0]["metrics"]}
-    metrics["gpqa_accuracy"] = sum(r for r, _ in questions.values()) / sum(n for _, n in questions.values())
+    metrics["gpqa_accuracy"] = float(rights.sum()) / (GPQA_QUESTIONS * GPQA_REPEATS * len(asked))
     return replace(CELL, metrics=metrics, boots=tuple(b["metrics"] for b in boots) if len(boots) > 1 else (),
                    gpqa={"per_question": questions})
 
@@ -197,7 +194,7 @@ def cell_night(rng: random.Random, model: Model, baseline, levels, planted: dict
         status = status_of(gates)
         if status is not Status.INCONCLUSIVE:
             break
-    return verdicts, today, status, len(boots), sum(bool(b["questions"]) for b in boots)
+    return verdicts, today, status, len(boots), sum(b["questions"] is not None for b in boots)
 
 
 def scenarios():
@@ -215,13 +212,13 @@ def run(nights: int, seed: int) -> Totals:
     one metric regressed (its detection rate), each through the sequential looks."""
     rng = random.Random(seed)
     totals = Totals()
+    models = [Model(rng) for _ in range(SERVING_CELLS)]  # the same cells (and GPQA questions) every night
     with tempfile.TemporaryDirectory() as tmp:
         for regressed, level in scenarios():
             for _ in range(nights):
                 cells = SERVING_CELLS if regressed is None else 1
                 red_night = today_red_night = False
-                for _ in range(cells):
-                    model = Model(rng)
+                for model in models[:cells]:
                     baseline = record_baseline(rng, model, Path(tmp))
                     levels = family_levels([CELL] * SERVING_CELLS, baseline, looks=len(LOOKS))
                     planted = {regressed: level} if regressed else {}
@@ -240,49 +237,67 @@ def run(nights: int, seed: int) -> Totals:
     return totals
 
 
-def report(totals: Totals, nights: int, seconds: float) -> str:
-    lines = [f"{nights} nights per scenario: clean nights of {SERVING_CELLS} serving cells, and one cell-night per night "
-             f"for each planted regression ({seconds:.0f} s); statistical gates at "
-             f"{stats.Levels.family(SERVING_CELLS * 5, looks=len(LOOKS)).describe()}",
-             "metric                   planted    red  caught   green | today red"]
+def figures(totals: Totals) -> dict[str, dict[str, float]]:
+    """Every printed figure of one repeat: row -> column -> value."""
+    rows: dict[str, dict[str, float]] = {}
     for (metric, level), tally in sorted(totals.tallies.items()):
-        unit = f"{level * 100:.0f} pt" if metric == "gpqa_accuracy" else f"{level:.0%}"
-        lines.append(f"{metric:24} {unit:>7} {tally.red / tally.cells:6.1%} {tally.caught / tally.cells:7.1%} "
-                     f"{tally.green / tally.cells:7.1%} | {tally.today_red / tally.cells:6.1%}")
-    lines.append(f"clean nights red anywhere: statistical {totals.clean_red_nights}/{totals.clean_nights} "
-                 f"({totals.clean_red_nights / max(1, totals.clean_nights):.1%}), today's "
-                 f"{totals.clean_today_red_nights}/{totals.clean_nights} "
-                 f"({totals.clean_today_red_nights / max(1, totals.clean_nights):.1%})")
+        unit = f"-{level * 100:.0f} pt" if metric == "gpqa_accuracy" else f"{level:.0%} worse"
+        rows[f"{metric} {unit}"] = {"red": tally.red / tally.cells, "caught": tally.caught / tally.cells,
+                                    "green": tally.green / tally.cells, "today red": tally.today_red / tally.cells}
+    nights = max(1, totals.clean_nights)
+    rows["nightly (12 cells), clean: red anywhere"] = {"red": totals.clean_red_nights / nights,
+                                                       "today red": totals.clean_today_red_nights / nights}
     for regressed, level in scenarios():
-        spent = [b for r, lv, b, _ in totals.boots if (r, lv) == (regressed, level)]
-        repeats = [g * GPQA_REPEATS for r, lv, _, g in totals.boots if (r, lv) == (regressed, level)]
-        what = ("clean" if regressed is None else
-                f"{regressed} {'−' + format(level * 100, '.0f') + ' pt' if regressed == 'gpqa_accuracy' else f'{level:.0%}'}")
-        lines.append(f"samples spent, {what}: {statistics.fmean(spent):.2f} boots per cell "
-                     f"({statistics.fmean(repeats):.1f} GPQA repeats), max {max(spent)}; today's: 1 boot, "
-                     f"{GPQA_REPEATS} repeats")
-    return "\n".join(lines)
+        spent = [(b, g) for r, lv, b, g in totals.boots if (r, lv) == (regressed, level)]
+        what = ("clean" if regressed is None else f"{regressed} -{level * 100:.0f} pt" if regressed == "gpqa_accuracy"
+                else f"{regressed} {level:.0%} worse")
+        rows[f"samples, {what}"] = {"boots": statistics.fmean(b for b, _ in spent),
+                                    "GPQA repeats": statistics.fmean(g * GPQA_REPEATS for _, g in spent)}
+    return rows
 
 
-E2E_ENV = {"DSPARK_SIM_STEP_JITTER_BOOT": "0.018", "DSPARK_SIM_STEP_JITTER_REQUEST": "0.05"}
+def figures_of_seed(nights: int, seed: int) -> dict[str, dict[str, float]]:
+    return figures(run(nights, seed))
+
+
+def report(repeats: list[dict[str, dict[str, float]]], nights: int, seconds: float) -> str:
+    """One line per figure: the value (one repeat) or min / median / max over the repeats."""
+    lines = [f"{len(repeats)} repeat(s) of {nights} nights per scenario ({seconds:.0f} s): clean nights of "
+             f"{SERVING_CELLS} serving cells, one cell-night per night for each planted regression; statistical gates "
+             f"at {stats.Levels.family(SERVING_CELLS * 5, looks=len(LOOKS)).describe()}; today's gates (one boot) in "
+             f"the last column. Rates: red = regressed, caught = not passed (regressed or inconclusive), green = "
+             f"passed. Samples: per cell (today's: 1 boot, {GPQA_REPEATS} GPQA repeats).",
+             "" if len(repeats) == 1 else "each figure: min / median / max over the repeats"]
+    for row in repeats[0]:
+        cells = []
+        for column in repeats[0][row]:
+            values = sorted(r[row][column] for r in repeats)
+            shown = [f"{v:.2f}" if row.startswith("samples") else f"{v:.1%}" for v in values]
+            text = shown[0] if len(shown) == 1 else f"{shown[0]} / {shown[len(shown) // 2]} / {shown[-1]}"
+            cells.append(f"{column} {text}")
+        lines.append(f"{row:48} " + " | ".join(cells))
+    return "\n".join(line for line in lines if line)
 
 
 def e2e(nights: int, out: Path) -> str:
-    """Nights of the smoke matrix's first cell end to end (`dspark-ci run`), clean and with slow_decode=1.05."""
+    """Nights of the smoke matrix's first cell end to end (`dspark-ci run` on the simulator, speed suite, against
+    baselines/smoke.yaml), clean and with slow_decode=1.05 (+5 % TPOT): the pipeline, not only the arithmetic."""
     lines = []
     repo = Path(__file__).resolve().parent.parent
     for fault in ("", "slow_decode=1.05"):
-        verdicts = []
+        verdicts, boots = [], []
         for night in range(nights):
             run_dir = out / f"e2e-{fault or 'clean'}-{night}"
-            env = {**os.environ, **E2E_ENV, "DSPARK_SIM_FAULTS": fault}
+            env = {**os.environ, "DSPARK_SIM_FAULTS": fault, "DSPARK_STATE_DIR": str(out / "state")}
             subprocess.run([sys.executable, "-m", "dspark_ci", "run", "matrices/smoke.yaml", "--cell",
                             "dsv4-flash-tp8-a2a-none-dspark-b7-cuda", "--suites", "speed", "--out", str(run_dir),
                             "-q"], cwd=repo, env=env, capture_output=True)
             cell = json.loads((run_dir / "results.json").read_text())["cells"][0]
-            tpot = [g for g in cell["gates"] if g["metric"] == "tpot_ms_median"]
-            verdicts.append(tpot[0].get("verdict", "?") if tpot else cell["status"])
-        lines.append(f"e2e {fault or 'clean'}: TPOT verdicts {', '.join(verdicts)}")
+            verdicts += [g.get("verdict", "?") for g in cell["gates"] if g["metric"] == "tpot_ms_median"] or ["none"]
+            boots.append(len(cell.get("boots") or [cell]))
+        counts = {verdict: verdicts.count(verdict) for verdict in dict.fromkeys(verdicts)}
+        lines.append(f"e2e {fault or 'clean'}: TPOT verdicts {counts} over {nights} runs, "
+                     f"{statistics.fmean(boots):.2f} boots per run")
     return "\n".join(lines)
 
 
@@ -290,11 +305,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nights", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=1, help="independent repeats (seeds SEED, SEED+1, ...)")
+    parser.add_argument("--jobs", type=int, default=1, help="repeats run at once, one process each")
     parser.add_argument("--e2e", type=int, default=0, metavar="N", help="also N end-to-end nights on the simulator")
     args = parser.parse_args()
     started = time.monotonic()
-    totals = run(args.nights, args.seed)
-    print(report(totals, args.nights, time.monotonic() - started))
+    seeds = [args.seed + k for k in range(args.repeats)]
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        repeats = list(pool.map(figures_of_seed, [args.nights] * len(seeds), seeds))
+    print(report(repeats, args.nights, time.monotonic() - started))
     if args.e2e:
         with tempfile.TemporaryDirectory() as tmp:
             print(e2e(args.e2e, Path(tmp)))

@@ -22,6 +22,7 @@ from ground.errors import BadInput, DsparkError, ExitCode, InfraError
 from ground.records import CellResult, CellTiming, GateResult, Status
 from ground.suites import DEFAULT_SUITES, SPECULATIVE_SUITES, suite_of
 from launchers.contract import LaunchFailed, Launcher, LaunchTimeout
+from launchers.ledger import Ledger
 from launchers.plan import plan_launch
 from dspark_ci.evidence import Sampling, more_evidence
 from matrices.cell import REJECT, Cell
@@ -42,6 +43,7 @@ class CellContext:
     detail: Callable[[str], None] = lambda _text: None  # how far the stage is, e.g. "gpqa 37/198 requests"
     suite_defaults: Callable[[dict], dict] = lambda options: options  # e.g. the simulator's dataset
     watch: Watch = Watch()
+    ledger: Ledger | None = None  # where the suites' process group is recorded before it can start anything
     sampling: Sampling = Sampling()  # more boots for inconclusive gates, retries for failed cells (issue 22)
 
 
@@ -143,7 +145,8 @@ def _boot_and_measure(cell: Cell, ctx: CellContext, result: CellResult, clock: C
             outcome = run_suites(SuiteRequest(
                 base_url=deployment.base_url, names=names, model=cell.config.get("model"),
                 options=ctx.suite_defaults({n: dict(cell.suites.get(n, {})) for n in names}),
-                work_dir=logs_dir, reference_url=reference.base_url if reference else None, on_progress=ctx.detail),
+                work_dir=logs_dir, reference_url=reference.base_url if reference else None, on_progress=ctx.detail,
+                ledger=ctx.ledger, cell_id=cell.id),
                 watched=[d for d in (deployment, reference) if d is not None], watch=ctx.watch)
             deployment.check()  # a rank that died while we measured invalidates the numbers
     except LaunchFailed as err:

@@ -14,6 +14,7 @@ import sys
 from importlib import metadata
 
 from ground.errors import DsparkError, ExitCode
+from launchers.processes import reset_inherited_signals
 
 # verb name -> one-line help. The module dspark_ci.verbs.<verb> is imported only when that verb runs,
 # so one verb's heavy or broken imports never stop another.
@@ -71,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     # The simulator takes SGLang's own argv untouched (its flags are not ours to parse).
     if argv[:1] == ["sim"]:
         return _load("sim").main(argv[1:])
+    reset_inherited_signals()  # started with SIGINT ignored (a background job): still stoppable, children too
     chosen = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(chosen if chosen in VERBS else None).parse_args(argv)
     try:

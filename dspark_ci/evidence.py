@@ -97,8 +97,8 @@ def pooled(attempts: list[CellResult]) -> CellResult:
     measured = [a for a in attempts if _measured(a)]
     boots = tuple(boot for a in measured for boot in (a.boots or (a.metrics,)))
     names = dict.fromkeys(name for boot in boots for name in boot)
-    metrics = {name: statistics.fmean(b[name] for b in boots if b.get(name) is not None) for name in names
-               if any(b.get(name) is not None for b in boots)}
+    values = {name: [float(v) for b in boots if (v := b.get(name)) is not None] for name in names}
+    metrics = {name: statistics.fmean(found) for name, found in values.items() if found}
     questions: dict[str, list[int]] = {}
     for attempt in measured:
         for question, (right, asked) in ((attempt.gpqa or {}).get("per_question") or {}).items():

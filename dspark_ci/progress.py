@@ -71,7 +71,7 @@ class Progress:
         self._index = 0
         self._flights: dict[str, float] = {}  # cells in flight: id -> when it started
         self._stages: dict[str, str] = {}  # cells in flight: id -> its current stage
-        self._cell_id = ""
+        self._cell_id = ""  # the cell whose stage the line shows (its id gives way first when the line is too long)
         self._cell_seconds: list[float] = []
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
@@ -99,6 +99,7 @@ class Progress:
             self._print_last_detail()
             if cell_id is not None:
                 self._stages[cell_id] = label
+                self._cell_id = cell_id
             self._label, self._detail, self._since = label, "", self._clock()
             if self._live:
                 self._draw()
@@ -114,7 +115,7 @@ class Progress:
         with self._lock:
             stage = self._stages.get(cell_id or "")
             if stage is not None and stage != self._label:  # another cell's stage was shown: show this one's
-                self._label, self._detail = stage, ""
+                self._label, self._detail, self._cell_id = stage, "", cell_id or ""
             if text == self._detail:
                 return
             self._detail, self._detail_shown = text, False

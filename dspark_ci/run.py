@@ -27,6 +27,7 @@ from dspark_ci.rejections import decide_rejections
 from dspark_ci.progress import Progress, duration
 from dspark_ci.scheduler import Interrupted, Scheduler, longest_first
 from ground.errors import BadInput, ExitCode
+from ground.errors import worst as worst_exit
 from ground.records import CellResult, GateResult, RunResults, Status
 from ground.sglang.release import DEFAULT_VERSION
 from launchers.contract import Capacity, Launcher
@@ -145,14 +146,20 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
                            baseline=baselines.shared(), selected=tuple(pending_result(cell) for cell in cells))
     ctx = CellContext(launcher=launcher, run_dir=run_dir, sglang_version=options.sglang_version,
                       suites=options.suites, gate=baselines.gate, stage=progress.stage, detail=progress.detail,
-                      suite_defaults=suite_defaults, sampling=options.sampling)
+                      suite_defaults=suite_defaults, sampling=options.sampling, ledger=ledger)
     try:
-        _record_decided(cells, decided.results, writer, progress)
-        _run_cells(decided.to_launch, len(cells), run_capacity(launcher, options.max_parallel), ctx, writer, progress)
+        try:
+            _record_decided(cells, decided.results, writer, progress)
+            _run_cells(decided.to_launch, len(cells), run_capacity(launcher, options.max_parallel), ctx, writer,
+                       progress)
+        finally:
+            _release(ledger)
+    except KeyboardInterrupt:  # at any moment, even after the last cell: the run is an interrupted one
+        writer.interrupted()
+        raise
     finally:
-        reported = writer.finish()
-        _release(ledger)
         progress.close()
+        reported = writer.finish()  # last: once the final set is on disk, the run has finished
         progress.done(f"results in {run_dir}/ (results.json, junit.xml, report.md, report.html, logs/)")
         rerun = rerun_command(writer.results)
         if rerun:
@@ -259,7 +266,7 @@ def verdict(results: RunResults, selected: int, accept_inconclusive: bool = Fals
     cells = results.cells
     if len(cells) < selected:
         return ExitCode.FELL_SHORT, f"only {len(cells)} of {selected} selected cells have a recorded outcome"
-    worst = max((cell.exit_code for cell in cells if cell.exit_code != ExitCode.INCONCLUSIVE), default=ExitCode.OK)
+    worst = worst_exit(cell.exit_code for cell in cells if cell.exit_code != ExitCode.INCONCLUSIVE)
     if worst != ExitCode.OK:
         failing = sum(cell.status.failing for cell in cells)
         return worst, f"{failing} of {len(cells)} cells did not pass"

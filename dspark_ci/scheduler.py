@@ -15,6 +15,7 @@ the main thread, exactly as a one-at-a-time run always did.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from dataclasses import dataclass, field
@@ -120,11 +121,12 @@ class Scheduler:
 
     def _tear_down(self, flying: dict[str, tuple[Cell, threading.Thread]], waiting: list[Cell]) -> Interrupted:
         """Interrupt every cell in flight and wait for its teardown (a second Ctrl-C waits too)."""
-        with signals_deferred():
-            for _, thread in flying.values():
-                interrupts.interrupt(thread)
-            for _, thread in flying.values():
-                thread.join(TEARDOWN_WAIT_S)
+        with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C, held until here: the run is stopping anyway
+            with signals_deferred():
+                for _, thread in flying.values():
+                    interrupts.interrupt(thread)
+                for _, thread in flying.values():
+                    thread.join(TEARDOWN_WAIT_S)
         finished, cut_short = [], []
         while True:
             try:

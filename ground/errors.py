@@ -19,6 +19,16 @@ class ExitCode(enum.IntEnum):
     INCONCLUSIVE = 4
 
 
+def worst(codes) -> ExitCode:
+    """The exit code of several outcomes: the highest of 1-3, else INCONCLUSIVE if any, else OK (4 is numerically
+    the largest, yet it must never hide a failure)."""
+    codes = [ExitCode(code) for code in codes]
+    failures = [code for code in codes if code not in (ExitCode.OK, ExitCode.INCONCLUSIVE)]
+    if failures:
+        return max(failures)
+    return ExitCode.INCONCLUSIVE if ExitCode.INCONCLUSIVE in codes else ExitCode.OK
+
+
 class DsparkError(Exception):
     """Base class: ``str(err)`` is the one message a user sees (no traceback)."""
 

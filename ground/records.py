@@ -225,7 +225,7 @@ class RunResults:
     launcher: str
     matrices: tuple[str, ...]
     cells: tuple[CellResult, ...] = ()
-    interrupted: bool = False  # Ctrl-C / SIGTERM ended the run before every cell finished
+    interrupted: bool = False  # Ctrl-C / SIGTERM ended the run before it finished (finished_at stays None)
     run_options: tuple[str, ...] = ()  # the options `dspark-ci run` was given (its rerun command repeats them)
     # Where it ran (optional results.json key "environment"): server ("sim" | "sglang"), sglang_version,
     # hostname, python, dspark_ci_commit, ... as far as the run knew them.
@@ -244,6 +244,12 @@ class RunResults:
     def failed(self) -> bool:
         """Some cell fell short (CONTRACT.md exit code 1)."""
         return any(cell.status.failing for cell in self.cells)
+
+    @property
+    def complete(self) -> bool:
+        """The run ended on its own and wrote its final files: not a snapshot taken while it went on (or left by a
+        kill), not an interrupted run. Only a complete run can be green."""
+        return self.finished_at is not None and not self.interrupted
 
     def to_dict(self) -> dict:
         data = {"schema": SCHEMA, "run_id": self.run_id, "started_at": self.started_at,

@@ -168,11 +168,6 @@ class BootReference:
     noise: float
     request_noise: float = 0.0
 
-    @property
-    def boot_variance(self) -> float:
-        """The per-boot component alone (log scale): what more requests on one boot can never average away."""
-        return max(self.noise ** 2 - self.request_noise ** 2, 0.0)
-
 
 def compare_boots(new_boots: Sequence[float], reference: BootReference, better: str, tolerance: float,
                   levels: Levels) -> Verdict:
@@ -184,8 +179,8 @@ def compare_boots(new_boots: Sequence[float], reference: BootReference, better: 
     error (noise² / runs) is added. Student t with the pooled degrees of freedom.
 
     A boot's per-request standard error is not added: the suites send the same prompts every boot, so the
-    spread between requests (which the bootstrap measures) is mostly not run-to-run noise; it decides only
-    what to sample more of (``more_of``).
+    spread between requests (which the bootstrap measures, ``request_noise``) is mostly not run-to-run noise:
+    more requests on one boot would not narrow the interval, another boot does (``dspark_ci.evidence``).
     """
     logs = [math.log(value) for value in new_boots]
     n, k = len(logs), max(1, reference.runs)
@@ -197,20 +192,6 @@ def compare_boots(new_boots: Sequence[float], reference: BootReference, better: 
     effect = statistics.fmean(logs) - math.log(reference.value)
     test = f"t on log values, {n} boot(s) vs {k} baseline run(s)"
     return _verdict(effect, se, max(df, 1), tolerance, better, levels, RELATIVE, test, n)
-
-
-def request_excess(reference: BootReference, new_request_noise: Sequence[float] | None) -> float:
-    """This run's per-request variance beyond what the baseline recorded (log scale; may be negative)."""
-    if not new_request_noise:
-        return 0.0
-    return statistics.fmean(w ** 2 for w in new_request_noise) - reference.request_noise ** 2
-
-
-def more_of(reference: BootReference, new_request_noise: Sequence[float] | None) -> str:
-    """What to sample when a look is inconclusive: "boots" when the per-boot component dominates the noise of
-    one boot's figure (more requests on the same boot cannot average it away), else "requests"."""
-    per_request = reference.request_noise ** 2 + max(request_excess(reference, new_request_noise), 0.0)
-    return "boots" if reference.boot_variance >= per_request else "requests"
 
 
 def compare_samples(new: Sequence[float], base: Sequence[float], better: str, tolerance: float,

@@ -31,6 +31,8 @@ METRIC_SUITE: Mapping[str, str] = MappingProxyType({
     # one boot's per-request standard errors (bootstrap over requests), for the statistical gates (issue 22)
     "accept_length_stderr": "accept", "accept_rate_stderr": "accept",
     "tpot_ms_median_stderr": "speed", "output_throughput_tok_s_stderr": "speed",
+    # median TPOT without speculation / with it, on the same requests ("speculation must pay", issue 22)
+    "speculative_speedup": "speed",
 })
 METRIC_NAMES = frozenset(METRIC_SUITE)
 

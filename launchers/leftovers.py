@@ -7,12 +7,13 @@ holds only runs that may still have something to remove.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 from ground.errors import DsparkError
 from launchers import catalog
 from launchers.ledger import Ledger, find_run, forget
+from launchers.processes import remove_run_temp_dir, run_temp_dir
 
 
 @dataclass(frozen=True)
@@ -22,8 +23,9 @@ class Removal:
 
 
 def remove_recorded(ledger: Ledger, describe: Callable[[str, dict], None] | None = None) -> Removal:
-    """Remove every thing ``ledger`` recorded that is still there. With ``describe``, remove nothing: each entry is
-    handed to it (kind name, entry) instead."""
+    """Remove every thing ``ledger`` recorded that is still there, and the run's temp directory (where its
+    processes' multiprocessing directories are). With ``describe``, remove nothing: each entry is handed to it
+    (kind name, entry) instead."""
     removed, problems = [], []
     for entry in ledger.entries():
         kind = catalog.BY_NAME.get(entry.get("launcher", ""))
@@ -40,13 +42,17 @@ def remove_recorded(ledger: Ledger, describe: Callable[[str, dict], None] | None
             continue
         if what:
             removed.append(what)
+    if describe is None and remove_run_temp_dir(ledger.run_id):
+        removed.append(f"temp directory {run_temp_dir(ledger.run_id)}")
     return Removal(tuple(removed), tuple(problems))
 
 
 def release(ledger: Ledger, env: Mapping[str, str]) -> Removal:
     """At the end of a run: remove what its teardown left (normally nothing) and, if that leaves nothing, forget
     the run in the index (a finished, cleaned run needs no `cleanup`)."""
+    temp_dir = run_temp_dir(ledger.run_id)
     removal = remove_recorded(ledger)
+    removal = replace(removal, removed=tuple(r for r in removal.removed if r != f"temp directory {temp_dir}"))
     indexed = find_run(ledger.run_id, env)
     if indexed is not None and not removal.problems:
         forget(indexed, env)

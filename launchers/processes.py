@@ -2,7 +2,12 @@
 
 - ``free_port``: a port nothing listens on now, on the address it will be bound to.
 - ``stop_all``: SIGTERM every process group, a grace period, SIGKILL what is left (strays included).
-- ``die_with_parent``: a child that the kernel kills when the run dies, even by SIGKILL.
+- ``die_with_parent``: a child that the kernel kills when the run dies, even by SIGKILL, with default signal
+  dispositions and no blocked signal (whatever the run itself inherited: SIGINT ignored by a background shell).
+- ``reset_inherited_signals``: the same for the run's own process, at start.
+- ``run_env`` / ``group_members`` / ``kill_group``: every process a run starts carries its run id in its
+  environment and a temp directory of the run's; a group is found, checked to be ours, killed whole, and the
+  shared-memory files its members held (multiprocessing's ``/dev/shm/sem.mp-*``) are removed with it.
 - ``sigterm_as_interrupt`` / ``signals_deferred``: SIGTERM behaves like Ctrl-C; neither may interrupt a teardown.
 """
 
@@ -11,12 +16,15 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
-from typing import Callable, Iterator
+from pathlib import Path
+from typing import Callable, Iterator, Mapping
 
 import psutil
 
@@ -50,15 +58,155 @@ def port_is_free(host: str, port: int) -> bool:
         return sock.connect_ex((host, port)) != 0
 
 
+# Dispositions a shell may hand us ignored (a background job of a non-interactive shell ignores SIGINT and SIGQUIT)
+# and an ignored disposition survives exec: reset in every child, so it can be stopped as the run expects.
+RESET_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM)
+
+
 def die_with_parent() -> Callable[[], None]:
-    """A ``preexec_fn``: the child gets SIGKILL when the thread that started it dies (Linux prctl), so a run
-    killed with SIGKILL takes its direct children with it. Elsewhere it does nothing."""
+    """A ``preexec_fn``: the child gets default signal dispositions and mask, and SIGKILL when the thread that
+    started it dies (Linux prctl), so a run killed with SIGKILL takes its direct children with it."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         prctl = libc.prctl
     except (OSError, AttributeError):
-        return lambda: None
-    return lambda: prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        prctl = None
+
+    def in_child() -> None:
+        for sig in RESET_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+    return in_child
+
+
+def reset_inherited_signals() -> None:
+    """At the start of dspark-ci: obey SIGINT (as KeyboardInterrupt) and SIGTERM even if started with them ignored
+    or blocked (a background job of a non-interactive shell), and pass nothing ignored on to what it starts."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, RESET_SIGNALS)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in (signal.SIGQUIT, signal.SIGTERM):
+        if signal.getsignal(sig) is signal.SIG_IGN:
+            signal.signal(sig, signal.SIG_DFL)
+
+
+# --- what a run started: marked, found, killed whole -------------------------------------------------------
+
+RUN_ENV = "DSPARK_CI_RUN"  # every process a run starts carries the run id: proof a group member is the run's
+SHM_DIR = Path("/dev/shm")
+SHM_PREFIXES = ("sem.mp-", "mp-", "psm_")  # multiprocessing's semaphores and shared memory blocks
+
+
+def run_temp_dir(run_id: str) -> Path:
+    """The run's own temp directory (TMPDIR of what it starts: multiprocessing's pymp-* directories land there)."""
+    return Path(tempfile.gettempdir()) / f"dspark-ci-{run_id}"
+
+
+def run_env(env: Mapping[str, str], run_id: str | None) -> dict[str, str]:
+    """``env`` for a process of run ``run_id``: its mark and its temp directory (created, private)."""
+    if not run_id:
+        return dict(env)
+    temp = run_temp_dir(run_id)
+    temp.mkdir(mode=0o700, exist_ok=True)
+    return {**env, RUN_ENV: run_id, "TMPDIR": str(temp)}
+
+
+def remove_run_temp_dir(run_id: str) -> bool:
+    """Remove the run's temp directory; True if there was one."""
+    temp = run_temp_dir(run_id)
+    if not temp.is_dir() or temp.is_symlink():
+        return False
+    shutil.rmtree(temp, ignore_errors=True)
+    return True
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def _carries(process: psutil.Process, run_id: str) -> bool:
+    try:
+        return process.environ().get(RUN_ENV) == run_id
+    except psutil.Error:
+        return False
+
+
+def group_members(pgid: int, run_id: str | None) -> list[psutil.Process]:
+    """The live processes of group ``pgid`` (with ``run_id``: only those carrying that run's mark, so a group id
+    reused by someone else is never taken for ours)."""
+    members = []
+    for pid in psutil.pids():
+        if _pgid(pid) != pgid:
+            continue
+        with contextlib.suppress(psutil.Error):
+            process = psutil.Process(pid)
+            if process.status() != psutil.STATUS_ZOMBIE and (run_id is None or _carries(process, run_id)):
+                members.append(process)
+    return members
+
+
+def _shared_memory_of(processes: list[psutil.Process]) -> set[Path]:
+    """The multiprocessing shared-memory files these processes map or hold open (killed, nobody unlinks them)."""
+    found: set[Path] = set()
+    for process in processes:
+        with contextlib.suppress(psutil.Error, OSError):
+            paths = [m.path for m in process.memory_maps(grouped=True)] + [f.path for f in process.open_files()]
+            found.update(Path(p.removesuffix(" (deleted)")) for p in paths
+                         if Path(p).parent == SHM_DIR and Path(p).name.startswith(SHM_PREFIXES))
+    return found
+
+
+# multiprocessing's resource tracker unlinks the semaphores its clients leaked once they are all gone: it is left
+# this long to do so, after every other member of the group was killed, before it is killed too.
+TRACKER_TIDY_S = 3.0
+
+
+def _is_resource_tracker(process: psutil.Process) -> bool:
+    try:
+        return "multiprocessing.resource_tracker" in " ".join(process.cmdline())
+    except psutil.Error:
+        return False
+
+
+def kill_group(pgid: int, run_id: str | None, also: list[psutil.Process] = ()) -> list[psutil.Process]:
+    """SIGKILL every member of group ``pgid`` (see ``group_members``) and ``also``, wait for them, then remove the
+    shared-memory files they held: multiprocessing's resource trackers go last, after they had the chance to unlink
+    what the others leaked. Returns the processes killed."""
+    members = [*group_members(pgid, run_id), *(p for p in also if p.is_running())]
+    shared = _shared_memory_of(members)
+    trackers = [m for m in members if _is_resource_tracker(m)]
+    others = [m for m in members if m not in trackers]
+    for member in others:
+        with contextlib.suppress(psutil.Error):
+            member.kill()
+    psutil.wait_procs(others, timeout=5)
+    psutil.wait_procs(trackers, timeout=TRACKER_TIDY_S if trackers else 0)
+    if run_id is None or members:
+        signal_group(pgid, signal.SIGKILL)
+    for member in trackers:
+        with contextlib.suppress(psutil.Error):
+            member.kill()
+    psutil.wait_procs(trackers, timeout=5)
+    for path in shared:
+        with contextlib.suppress(OSError):
+            path.unlink()
+    return members
+
+
+def started_at(pid: int) -> float | None:
+    """The process's start time (with its pid, what identifies it: a pid alone may be reused)."""
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
 
 
 def descendants(pid: int) -> list[psutil.Process]:
@@ -83,11 +231,8 @@ def stop_all(processes: list[subprocess.Popen], grace_s: float) -> None:
     for process in processes:
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=max(0.0, deadline - time.monotonic()))
-    for process in processes:
-        signal_group(process.pid, signal.SIGKILL)
-        for child in members[process.pid]:
-            with contextlib.suppress(psutil.Error):
-                child.kill()
+    for process in processes:  # the leader is our child, not reaped yet: its group id cannot be anyone else's
+        kill_group(process.pid, None, members[process.pid])
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=5)
 

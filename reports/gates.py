@@ -26,9 +26,10 @@ from typing import Mapping
 from ground import stats
 from ground.records import CellResult, GateResult, RunResults, Status
 from reports.baseline import NOISE_RUN_SDS, Baseline, MetricSpec
-from reports.metrics import HIGHER, LOWER, METRICS, REQUEST_STDERR_OF, STDERR_OF, format_value, in_table_order
+from reports.metrics import HIGHER, LOWER, METRICS, STDERR_OF, format_value, in_table_order
 
 COLLAPSE_FLOOR = 1.2  # accept_length at or below ~1 means no draft token is being accepted
+SPEEDUP_FLOOR = 1.0  # a speculative deployment no faster than the same one without speculation does not pay
 GPQA_CHANCE = 0.25  # four choices
 CHANCE_FALSE_PASS = 0.01  # a guesser passes the chance floor at most this often (exact binomial)
 GATE_PRECISION = 6  # decimals kept in thresholds (ratios make long floats)
@@ -73,7 +74,7 @@ def _statistical_keys(spec: MetricSpec) -> list[str]:
 @dataclass(frozen=True)
 class Evidence:
     """What a cell measured that a statistical gate reads: the figure of each boot (one boot unless the run
-    sampled more), each boot's per-request standard errors, GPQA's per-question outcomes."""
+    sampled more) and GPQA's per-question outcomes."""
 
     boots: tuple[Mapping, ...]
     gpqa_questions: Mapping[str, tuple[float, ...]]
@@ -86,13 +87,6 @@ class Evidence:
 
     def values(self, metric: str) -> list[float]:
         return [boot[metric] for boot in self.boots if boot.get(metric) is not None and boot[metric] > 0]
-
-    def request_noise(self, metric: str) -> list[float] | None:
-        """Each boot's per-request standard error of ``metric``, as a fraction of its value."""
-        name = REQUEST_STDERR_OF.get(metric)
-        noise = [boot[name] / boot[metric] for boot in self.boots
-                 if name and boot.get(name) is not None and boot.get(metric)]
-        return noise or None
 
 
 def explain(cell: CellResult, metrics: Mapping, baseline: Baseline | None) -> dict[tuple, str]:
@@ -118,7 +112,16 @@ def _limits(cell: CellResult, metrics: Mapping, baseline: Baseline | None) -> li
 
 
 def _floor_limits(cell: CellResult, metrics: Mapping) -> list[Limit]:
-    return _collapse_floor(cell, metrics) + _chance_floor(metrics)
+    return _collapse_floor(cell, metrics) + _speedup_floor(metrics) + _chance_floor(metrics)
+
+
+def _speedup_floor(metrics: Mapping) -> list[Limit]:
+    """Speculation must pay: where the speedup over the same deployment without speculation was measured, it must
+    exceed 1 (acceptance can stay flat while the speedup vanishes). A baseline's `speculative_speedup` spec adds a
+    statistical gate against the recorded speedup."""
+    if metrics.get("speculative_speedup") is None:
+        return []
+    return [("speculative_speedup", ">=", SPEEDUP_FLOOR, "speculation must pay: faster than without it", None)]
 
 
 def _collapse_floor(cell: CellResult, metrics: Mapping) -> list[Limit]:

@@ -40,12 +40,27 @@ def xml_text(text: str) -> str:
 
 def render_junit(results: RunResults) -> str:
     suites = [_testsuite(cell) for cell in results.cells]
+    if not results.complete:  # a snapshot of a run still going, killed or interrupted: never a green file
+        suites.append(_unfinished_suite(results))
     totals = {key: str(sum(int(s.get(key, "0")) for s in suites)) for key in ("tests", "failures", "errors")}
     root = ET.Element("testsuites", {"name": xml_text(f"dspark-ci {results.run_id}".strip()), **totals,
                                      **_run_time(results)})
     root.extend(suites)
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+RUN_CASE = "run finished"  # the testcase, in its own testsuite, of a run that did not finish
+
+
+def _unfinished_suite(results: RunResults) -> ET.Element:
+    why = ("the run was interrupted (Ctrl-C or SIGTERM) before it finished" if results.interrupted else
+           "the run had not finished when this file was written; if it is not running any more, it was killed")
+    suite = ET.Element("testsuite", {"name": "dspark-ci run", "tests": "1", "failures": "0", "errors": "1",
+                                     "skipped": "0", "time": _seconds(0.0)})
+    case = ET.SubElement(suite, "testcase", {"classname": "dspark-ci run", "name": RUN_CASE, "time": _seconds(0.0)})
+    ET.SubElement(case, "error", {"type": "error", "message": why}).text = why
+    return suite
 
 
 def _run_time(results: RunResults) -> dict:

@@ -2,8 +2,9 @@
 (linear in cells, survives SIGKILL), and results.json, junit.xml and report.md rewritten after every cell while a
 rewrite is cheap, at most every ``REWRITE_EVERY_S`` once it is not (always at the end), so a report on disk is never
 older than a few seconds and a 10k-cell run stays linear. Until the run finishes, what is on disk lists every
-selected cell without an outcome as an error ("no outcome yet"): a run killed with SIGKILL leaves reports that say
-FAILED, never a green one."""
+selected cell without an outcome as an error ("no outcome yet") and the run as not finished: a run killed with
+SIGKILL, even after its last cell, leaves reports that say FAILED, never a green one. The final set (results.json,
+report.html, junit.xml, report.md) is rendered, staged and renamed together last (issue 27)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ import datetime as dt
 import errno
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Iterator
 
 from ground.errors import BadInput, InfraError
 from ground.records import CellResult, RunResults, Status
@@ -23,7 +27,8 @@ from reports.history import history_path, record as record_history
 from reports.junit import render_junit
 from reports.markdown import render_markdown, step_summary
 from reports.results import write_results, write_text_atomically
-from reports.writers import write_failure_reports, write_reports
+from launchers.processes import signals_deferred
+from reports.writers import render_final_set, write_failure_reports, write_rendered
 
 RESULTS_LINES = "results.jsonl"
 REWRITE_EVERY_S = 5.0
@@ -71,24 +76,40 @@ class ResultsWriter:
         self.results = replace(self.results, interrupted=True)
 
     def finish(self) -> bool:
-        """Write everything one last time; False when a report could not be written (the run is then red).
-        A selected cell still without an outcome (the run ended on an error of its own) is recorded as not run."""
+        """Write the final set (results.json, report.html, junit.xml, report.md: rendered, staged, then renamed
+        together); False when it could not be written (the run is then red). A selected cell still without an
+        outcome (the run ended on an error of its own) is recorded as not run. Ctrl-C or SIGTERM while the set is
+        being rendered makes it an interrupted run's set (never green), and is let through."""
         for cell in self._waiting():
             self._append(cell.finished(
                 Status.ERROR, "not run: the run stopped before this cell started (see the error it printed)"))
-        self.results = replace(self.results, cells=self._in_matrix_order(self.results.cells), finished_at=now())
-        history = self._remember()
+        self.results = replace(self.results, cells=self._in_matrix_order(self.results.cells))
         try:
-            self._rewrite(html=True, history=history)
-            append_step_summary(self.results)
-            return True
+            return self._write_final_set()
+        except KeyboardInterrupt:
+            self.interrupted()
+            with signals_deferred():
+                self._write_final_set()
+            raise
+
+    def _write_final_set(self) -> bool:
+        final = replace(self.results, finished_at=None if self.results.interrupted else now())
+        history = self._remember(final)
+        try:
+            rendered = render_final_set(final, baseline=self.baseline, history=history)
+            with _interrupts_held_while(final.complete):
+                write_rendered(self.run_dir, rendered)
         except KeyboardInterrupt:
             raise
         except Exception as err:  # never lose the verdict to a reporting bug: say so, and go red
-            print(f"dspark-ci: error: writing the reports failed ({type(err).__name__}: {err}); results.json and "
-                  f"{RESULTS_LINES} in {self.run_dir} hold what was measured", file=sys.stderr)
+            print(f"dspark-ci: error: writing the reports failed ({type(err).__name__}: {err}); {RESULTS_LINES} in "
+                  f"{self.run_dir} holds what was measured", file=sys.stderr)
             self._write_fallback_reports(err)
             return False
+        self.results = final
+        with contextlib.suppress(OSError):
+            append_step_summary(final)
+        return True
 
     def _append(self, cell: CellResult) -> None:
         self.results = self.results.with_cell(cell)
@@ -120,29 +141,27 @@ class ResultsWriter:
         position = {cell.id: index for index, cell in enumerate(self.selected)}
         return tuple(sorted(cells, key=lambda c: position.get(c.id, len(position))))
 
-    def _remember(self) -> Path | None:
-        """Record the finished run in the run history (reports.history); a history that cannot be written
-        costs the trends, never the run."""
+    def _remember(self, results: RunResults) -> Path | None:
+        """Record the run in the run history (reports.history); a history that cannot be written costs the
+        trends, never the run."""
         path = history_path()
         try:
-            record_history(path, self.results, self.run_dir)
+            record_history(path, results, self.run_dir)
         except (BadInput, OSError) as err:
             print(f"dspark-ci: warning: the run was not added to the run history ({err})", file=sys.stderr)
             return None
         return path
 
-    def _rewrite(self, html: bool = False, history: Path | None = None) -> None:
+    def _rewrite(self) -> None:
+        """The quick files while the run goes on (report.html, which draws charts, comes with the final set)."""
         started = time.monotonic()
         results = self.snapshot()
         try:
             write_results(self.run_dir / "results.json", results)
         except OSError as err:
             raise cannot_write(self.run_dir, err) from None
-        if html:
-            write_reports(self.run_dir, results, baseline=self.baseline, history=history)
-        else:  # quick ones only while the run goes on (report.html draws charts)
-            write_text_atomically(self.run_dir / "junit.xml", render_junit(results))
-            write_text_atomically(self.run_dir / "report.md", render_markdown(results, self.baseline))
+        write_text_atomically(self.run_dir / "junit.xml", render_junit(results))
+        write_text_atomically(self.run_dir / "report.md", render_markdown(results, self.baseline))
         self._written_at = time.monotonic()
         self._rewrite_cost_s = self._written_at - started
 
@@ -150,6 +169,31 @@ class ResultsWriter:
         with contextlib.suppress(OSError):
             write_failure_reports(self.run_dir, self.results, f"the reports could not be written "
                                                               f"({type(err).__name__}: {err})")
+
+
+@contextlib.contextmanager
+def _interrupts_held_while(complete: bool) -> Iterator[None]:
+    """While a complete run's final set is renamed into place, Ctrl-C and SIGTERM are held; once it is, the run has
+    finished, and one that came meanwhile has nothing left to stop (it is dropped, saying so). If the set could not
+    be written, the interrupt is delivered."""
+    if not complete or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    written = False
+    try:
+        yield
+        written = True
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if received and written:
+            print(f"dspark-ci: {signal.Signals(received[0]).name} came as the run's final files were written: the "
+                  "run had finished, nothing to stop", file=sys.stderr)
+        elif received:
+            signal.raise_signal(received[0])
 
 
 def cannot_write(run_dir: Path, err: OSError) -> InfraError:

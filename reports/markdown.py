@@ -65,10 +65,11 @@ def pr_tables(results: RunResults) -> str:
              _section("Speed Tests", ["Model", "Dataset", "Num", "Avg Lat", "Avg TTFT", "Avg TPOT", "Avg Thpt",
                                       "Avg In", "Avg Out", "Cell"],
                       [_speed_row(cell) for cell in cells if any(cell.metrics.get(m) is not None for m in SPEED_LINE)]),
-             _section("Speculative Decoding", ["Cell", "Algorithm", "Accept length", "Accept rate"],
+             _section("Speculative Decoding", ["Cell", "Algorithm", "Accept length", "Accept rate", "Speedup"],
                       [[f"`{cell.id}`", str(cell.config.get("speculative_algorithm") or "—"),
                         format_value("accept_length", cell.metrics.get("accept_length")),
-                        format_value("accept_rate", cell.metrics.get("accept_rate"))]
+                        format_value("accept_rate", cell.metrics.get("accept_rate")),
+                        format_value("speculative_speedup", cell.metrics.get("speculative_speedup"))]
                        for cell in cells if cell.metrics.get("accept_length") is not None]),
              _all_gates(results), _time_section(results)]
     return "\n\n".join(part for part in parts if part) + "\n"
@@ -183,9 +184,13 @@ def _verdict_line(results: RunResults) -> str:
     cells = results.cells
     counts = ", ".join(f"{sum(c.status is s for c in cells)} {s.text}" for s in Status)
     undecided = any(cell.status is Status.INCONCLUSIVE for cell in cells)
-    verdict = "❌ **FAILED**" if results.failed else "❔ **INCONCLUSIVE**" if undecided else "✅ **PASSED**"
+    verdict = ("❌ **FAILED**" if results.failed or not results.complete else "❔ **INCONCLUSIVE**" if undecided
+               else "✅ **PASSED**")
     if results.interrupted:
-        verdict += " (interrupted: cells after the last one listed did not run)"
+        verdict += " (interrupted before the run finished: Ctrl-C or SIGTERM)"
+    elif not results.complete:
+        verdict += (" (not finished: written while the run was going; if it is not running any more, it was killed "
+                    "before it finished)")
     when = _time_span(results.started_at, results.finished_at)
     return f"{verdict}: {len(cells)} cells: {counts} · launcher `{results.launcher or '?'}` · {when}"
 

@@ -78,6 +78,8 @@ METRICS: dict[str, Metric] = {
     "client_loop_lag_ms_p99": Metric(NEUTRAL, "Client loop lag p99 (ms)", ".1f", "speed"),
     "client_ttfb_ms_median": Metric(NEUTRAL, "Median TTFB (ms)", ".1f", "speed"),
     "client_ttfb_ms_p99": Metric(NEUTRAL, "P99 TTFB (ms)", ".1f", "speed"),
+    # Median TPOT of the same deployment without speculation / with it, same requests: speculation must pay.
+    "speculative_speedup": Metric(HIGHER, "Speculative speedup", ".2f", "quality", noise=THROUGHPUT_NOISE),
     # Greedy outputs with and without speculation must match token for token: every mismatch counts.
     "parity_mismatches": Metric(LOWER, "Parity mismatches", ".0f", "quality"),
 }

@@ -13,6 +13,7 @@ import numbers
 import os
 import tempfile
 from pathlib import Path
+from typing import Mapping
 
 from ground.errors import BadInput
 from ground.records import SCHEMA, CellResult, RunResults, Status
@@ -25,7 +26,7 @@ def write_results(path: Path | str, results: RunResults) -> None:
 
     NaN and infinities (a mean over nothing) become null: JSON has no spelling for them.
     """
-    write_text_atomically(Path(path), json.dumps(_finite(results.to_dict()), indent=2, allow_nan=False) + "\n")
+    write_text_atomically(Path(path), results_text(results))
 
 
 def _finite(value):
@@ -40,6 +41,26 @@ def _finite(value):
 
 def write_text_atomically(path: Path, text: str) -> None:
     """Temp file in the same directory, fsync, rename: readers see the old file or the new one."""
+    write_files_atomically({path: text})
+
+
+def write_files_atomically(files: Mapping[Path, str]) -> None:
+    """A set of files written together: each to a temp name beside it (fsync) first, then all renamed, in the
+    given order, with nothing else in between. A kill or an error before the renames leaves every old file as it
+    was; readers only ever see whole files."""
+    staged: list[tuple[str, Path]] = []
+    try:
+        for path, text in files.items():
+            staged.append((_staged(path, text), path))
+        for tmp_name, path in staged:
+            os.replace(tmp_name, path)
+    except BaseException:
+        for tmp_name, _ in staged:
+            Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def _staged(path: Path, text: str) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -48,10 +69,15 @@ def write_text_atomically(path: Path, text: str) -> None:
             tmp.write(text)
             tmp.flush()
             os.fsync(tmp.fileno())
-        os.replace(tmp_name, path)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
+    return tmp_name
+
+
+def results_text(results: RunResults) -> str:
+    """results.json's contents. NaN and infinities (a mean over nothing) become null: JSON has no spelling for them."""
+    return json.dumps(_finite(results.to_dict()), indent=2, allow_nan=False) + "\n"
 
 
 def load_results(path: Path | str) -> RunResults:

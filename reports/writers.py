@@ -15,7 +15,7 @@ from reports.junit import render_junit
 from reports.markdown import render_markdown
 from reports.metrics import METRICS
 from reports.plots import MAX_TREND_CELLS, TREND_METRICS
-from reports.results import write_text_atomically
+from reports.results import results_text, write_files_atomically, write_text_atomically
 
 
 def render_reports(results: RunResults, baseline: Baseline | None = None,
@@ -50,11 +50,23 @@ def _from_history(path: Path, results: RunResults) -> tuple[dict, dict]:
 
 
 def write_rendered(run_dir: Path | str, rendered: dict[str, str]) -> list[Path]:
+    """Every file staged under a temp name first, then all renamed together (reports.results)."""
     run_dir = Path(run_dir)
-    paths = [run_dir / name for name in rendered]
-    for path, text in zip(paths, rendered.values()):
-        write_text_atomically(path, text)
-    return paths
+    files = {run_dir / name: text for name, text in rendered.items()}
+    write_files_atomically(files)
+    return list(files)
+
+
+# The final set's renames, in this order: report.md and junit.xml, the files CI reads for a verdict, come last.
+FINAL_SET = ("results.json", "report.html", "junit.xml", "report.md")
+
+
+def render_final_set(results: RunResults, baseline: Baseline | None = None,
+                     history: Path | None = None) -> dict[str, str]:
+    """A run's final files, file name -> contents, in the order ``write_rendered`` renames them into place; until
+    they are all renamed, the previous set (which never says PASSED: RunResults.complete) stays on disk."""
+    rendered = {"results.json": results_text(results), **render_reports(results, baseline, history=history)}
+    return {name: rendered[name] for name in FINAL_SET}
 
 
 def write_reports(run_dir: Path | str, results: RunResults, baseline: Baseline | None = None,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -23,7 +24,8 @@ import suites as suites_package
 from ground.errors import DsparkError, InfraError
 from ground.suites import SUITE_DEFAULTS
 from launchers.contract import Deployment, LaunchFailed
-from launchers.processes import die_with_parent, signal_group
+from launchers.ledger import Ledger
+from launchers.processes import die_with_parent, group_members, kill_group, run_env, signal_group, started_at
 from suites.output import GPQA_SAMPLES_FILE
 from suites.progress import read_progress
 
@@ -74,6 +76,8 @@ class SuiteRequest:
     model: str | None = None
     reference_url: str | None = None
     extra_args: tuple[str, ...] = ()
+    ledger: Ledger | None = None  # pytest's process group is recorded there (`cleanup --run` finds its workers)
+    cell_id: str = ""
     # "gpqa 37/198 requests, accuracy 62.2%" (suites.progress)
     on_progress: Callable[[str], None] = field(default=lambda _text: None, compare=False)
 
@@ -111,8 +115,7 @@ def run_suites(request: SuiteRequest, watched: Sequence[Deployment] = (), watch:
     with open(request.work_dir / "suites.log", "w") as log:
         log.write("# " + " ".join(argv) + "\n")
         log.flush()
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   cwd=SUITES_DIR.parent, start_new_session=True, preexec_fn=die_with_parent())
+        process = _start(argv, log, request)
         try:
             def report() -> None:
                 _report_progress(progress_path, request.on_progress)
@@ -120,8 +123,21 @@ def run_suites(request: SuiteRequest, watched: Sequence[Deployment] = (), watch:
             stopped_by = _watch(process, watched, watch, report)
             report()  # the last state (e.g. gpqa 20/20 and its accuracy), even of a suite faster than one poll
         finally:
-            _stop(process, watch.stop_grace_s, out_path)  # no-op when it finished; on Ctrl-C it must not outlive us
+            _stop(process, watch.stop_grace_s, out_path, request.ledger.run_id if request.ledger else None)  # no-op when it finished; on Ctrl-C it must not outlive us
     return _outcome(out_path, process.returncode, request.work_dir / "suites.log", stopped_by)
+
+
+def _start(argv: list[str], log, request: SuiteRequest) -> subprocess.Popen:
+    """pytest in a process group of its own that carries the run's mark, recorded in the ledger at once (it dies
+    with us until then: PDEATHSIG, long before it could start a worker of its own)."""
+    run_id = request.ledger.run_id if request.ledger else None
+    process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                               cwd=SUITES_DIR.parent, env=run_env(os.environ, run_id), start_new_session=True,
+                               preexec_fn=die_with_parent())
+    if request.ledger:
+        request.ledger.record("local", request.cell_id, None, pid=process.pid, pgid=process.pid,
+                              pid_started=started_at(process.pid), what="suites")
+    return process
 
 
 def _report_progress(path: Path, on_progress: Callable[[str], None]) -> None:
@@ -192,11 +208,14 @@ def _answers(url: str, timeout_s: float) -> bool:
 # swallowed it (a thread pool's shutdown waiting on requests to a server that will not answer).
 STOP_INTERRUPTS = 3
 STOP_INTERRUPT_EVERY_S = 1.0
+GROUP_DRAIN_S = 2.0  # after pytest exited by itself, what is left of its group may take this long to exit
 
 
-def _stop(process: subprocess.Popen, grace_s: float, out_path: Path) -> None:
+def _stop(process: subprocess.Popen, grace_s: float, out_path: Path, run_id: str | None) -> None:
     """SIGINT (pytest ends the session and writes what it has so far), then SIGKILL the whole group once pytest
-    exited, or wrote its results (its request threads may still hang on a dead server), or after ``grace_s``."""
+    exited, or wrote its results (its request threads may still hang on a dead server), or after ``grace_s``;
+    the shared memory its workers held goes with them. With ``run_id``, only processes marked with it are killed
+    (pytest may be reaped already, and its group id then no longer reserved for us)."""
     if process.poll() is None:
         written_before = out_path.exists()
         deadline = time.monotonic() + grace_s
@@ -211,7 +230,11 @@ def _stop(process: subprocess.Popen, grace_s: float, out_path: Path) -> None:
                 interrupts, next_interrupt = interrupts + 1, time.monotonic() + STOP_INTERRUPT_EVERY_S
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=0.1)
-    signal_group(process.pid, signal.SIGKILL)
+    else:  # finished on its own: let its helpers (multiprocessing's resource tracker) tidy up and leave first
+        deadline = time.monotonic() + GROUP_DRAIN_S
+        while group_members(process.pid, run_id) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    kill_group(process.pid, run_id)
     with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=5)
 

@@ -1,6 +1,7 @@
 """Streaming speed: ttft_ms_*, tpot_ms_*, itl_ms_* (bench_serving's ITL), itl_chunk_ms_*, itl_token_ms_*,
 e2e_latency_s_mean, output_throughput_tok_s, input_tokens_mean, output_tokens_mean, and the client's own
-overhead client_loop_lag_ms_p99, client_ttfb_ms_*; records "speed" (per request) and "speed_summary".
+overhead client_loop_lag_ms_p99, client_ttfb_ms_*; records "speed" (per request) and "speed_summary". With
+--reference-url (the deployment without speculation) also speculative_speedup (its median TPOT / ours).
 
 Options (suite "speed"): num_requests, concurrency, input_len, output_len, warmup_requests, workers,
 ignore_eos. Speed is gated by the run against a baseline; this suite fails only when requests fail.
@@ -9,9 +10,11 @@ ignore_eos. Speed is gated by the run against a baseline; this suite fails only 
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 import pytest
 
+from suites.server import connect
 from suites.speed import (
     SpeedSettings, build_prompts, calibrate, client_overhead_metrics, percentile, run_measurement,
     server_reports_accept_length, speed_metrics, timing_record,
@@ -49,7 +52,22 @@ def speed_run(server, suite_config, suite_output):
         suite_output.warn(f"speed: the client's event loop ran {lag_p99:.1f} ms late (p99): timings may be "
                           f"inflated by the harness; raise speed.workers (BENCHMARKS.md)")
     _warn_on_short_outputs(timings, settings, suite_output)
+    if suite_config.reference_url is not None:
+        _speculation_pays(suite_config, settings, prompts, warmup, timings, suite_output)
     return timings
+
+
+def _speculation_pays(suite_config, settings, prompts, warmup, timings, suite_output) -> None:
+    """With the same deployment without speculation beside it (--reference-url, which the run passes when it
+    launched that reference), the same requests against it: speculative_speedup = its median TPOT / ours. Acceptance
+    can stay flat while the speedup vanishes; this is the number that says whether speculation pays."""
+    reference = connect(replace(suite_config, base_url=suite_config.reference_url, model=None))
+    reference_timings = [t for r in run_measurement(reference, settings, prompts, warmup) for t in r.timings]
+    ours = [t.tpot for t in timings if t.tpot is not None]
+    theirs = [t.tpot for t in reference_timings if t.tpot is not None]
+    if ours and theirs:
+        suite_output.add_metrics({"speculative_speedup": statistics.median(theirs) / statistics.median(ours)})
+        suite_output.add_records("speed_reference", [timing_record(t) for t in reference_timings])
 
 
 def _itl_definition(per_token_itl: bool, timings) -> str:

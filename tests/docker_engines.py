@@ -64,4 +64,4 @@ def new_run_id() -> str:
 def containers_of(run_id: str, clients: list[docker.DockerClient]) -> list[str]:
     """Names of this run's containers on any of the engines, running or stopped."""
     return [c.name for client in clients
-            for c in client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"})]
+            for c in client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"}, ignore_removed=True)]

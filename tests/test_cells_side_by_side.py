@@ -97,7 +97,7 @@ def test_a_cell_that_crashes_while_others_measure_fails_alone_and_every_cell_is_
     assert remembered == pytest.approx({cell_id: cell["seconds"] for cell_id, cell in cells.items()})
 
 
-def test_sigterm_tears_down_every_cell_in_flight(tmp_path):
+def test_sigterm_twice_tears_down_every_cell_in_flight_and_records_each(tmp_path):
     run = SideBySide(tmp_path, decode_ms=200, requests=400)  # measuring takes minutes: still in flight at SIGTERM
     process = subprocess.Popen(run.argv, env=run.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                cwd=REPO)
@@ -108,11 +108,13 @@ def test_sigterm_tears_down_every_cell_in_flight(tmp_path):
         measuring |= {cell for cell in HEALTHY if f"{cell}: measuring" in line}
     assert len(measuring) == 2, "the cells never got to measuring"
     process.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    process.send_signal(signal.SIGTERM)  # a second one while the cells tear down changes nothing
     _, rest = process.communicate(timeout=120)
     assert process.returncode == 130, rest[-3000:]
     assert_no_process_with_env("DSPARK_TEST_RUN", run.tag)
     results = run.results()
-    assert results["interrupted"] is True and results["finished_at"] is not None
+    assert results["interrupted"] is True and results["finished_at"] is None  # nothing claims it completed (issue 27)
     cells = run.cells()
     assert all(cells[c]["status"] == "error" and "interrupted" in cells[c]["error"] for c in HEALTHY)
 
@@ -171,8 +173,8 @@ def test_cells_side_by_side_on_kubernetes_and_the_pod_quota_sets_how_many(tmp_pa
     fails alone, nothing is left; and a namespace's pod quota is what the k8s launcher offers as its capacity."""
     from kubernetes import client
 
-    from launchers import k8s
     from launchers.contract import LaunchContext
+    from launchers.k8s import lifecycle as k8s, spec as k8s_spec
     from tests.k8s_cluster import require_k8s
 
     cluster = require_k8s()
@@ -185,7 +187,7 @@ def test_cells_side_by_side_on_kubernetes_and_the_pod_quota_sets_how_many(tmp_pa
     assert "crash_first_prefill" in cells[CRASHING]["sglang_error"]
     assert max(_at(c["started_at"]) for c in cells.values()) < min(_at(c["finished_at"]) for c in cells.values())
     launcher = k8s.build(LaunchContext(run_id=run.results()["run_id"], run_dir=run.out), cluster)
-    selector = f"{k8s.k8s_spec.LABEL_RUN}={k8s.k8s_spec.label_value(run.results()['run_id'])}"
+    selector = f"{k8s_spec.LABEL_RUN}={k8s_spec.label_value(run.results()['run_id'])}"
     assert launcher.api.core.list_namespaced_pod(cluster["namespace"], label_selector=selector).items == []
     assert launcher.capacity().max_parallel == 1  # no pod quota: one at a time unless --max-parallel
     quota = client.V1ResourceQuota(metadata=client.V1ObjectMeta(name=f"pods-{run.tag[:8]}"),
@@ -199,3 +201,27 @@ def test_cells_side_by_side_on_kubernetes_and_the_pod_quota_sets_how_many(tmp_pa
         assert (capacity.max_parallel, capacity.nodes) == (3, 3) and "quota" in capacity.why
     finally:
         core.delete_namespaced_resource_quota(quota.metadata.name, cluster["namespace"])
+
+
+def test_docker_cells_side_by_side_take_a_host_each_and_the_third_waits(tmp_path):
+    """An inventory of two engines: two cells in flight, each on a host of its own (never both on the first); the
+    third starts when a host is free; the crashing cell fails alone."""
+    from tests.docker_engines import ENGINE1, ENGINE2, require_engine
+
+    require_engine(ENGINE1)
+    require_engine(ENGINE2)
+    run = SideBySide(tmp_path)
+    run.env["DSPARK_DOCKER_HOSTS"] = f"{ENGINE1}=127.0.0.1 {ENGINE2}=127.0.0.2"
+    argv = [arg for arg in run.argv if arg not in ("--max-parallel", "3")]  # the inventory decides: 2
+    done = subprocess.run([*argv, "--launcher", "docker"], env=run.env, capture_output=True, text=True,
+                          timeout=400, cwd=REPO)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "up to 2 cells side by side (2 Docker host(s)" in done.stderr
+    cells = run.cells()
+    assert [cells[c]["status"] for c in (*HEALTHY, CRASHING)] == ["passed", "passed", "error"]
+    by_start = sorted(cells.values(), key=lambda c: _at(c["started_at"]))
+    first, second, third = by_start
+    assert _at(second["started_at"]) < _at(first["finished_at"])  # side by side
+    assert _at(third["started_at"]) >= min(_at(first["finished_at"]), _at(second["finished_at"])) - 0.5
+    hosts = [(run.out / "logs" / c["id"] / "0.log").read_text().split("--host ")[1].split()[0] for c in (first, second)]
+    assert sorted(hosts) == ["127.0.0.1", "127.0.0.2"]

@@ -153,6 +153,20 @@ nnodes = int(os.environ["NNODES"])
 hosts = inventory(*[ENGINE1, ENGINE2][:nnodes])
 ledger = Ledger(os.environ["RUN_ID"], Path(os.environ["LOGS"]))
 ledger.register(os.environ)  # as `dspark-ci run` does: `cleanup --run ID` finds it
+if os.environ.get("INTERRUPT_IN_CREATE"):  # Ctrl-C lands while a (slow) engine is still creating the container
+    import signal, threading
+    from docker.models.containers import ContainerCollection
+    create = ContainerCollection.create
+
+    def interrupted_create(self, *args, **kwargs):
+        made = []
+        engine = threading.Thread(target=lambda: (time.sleep(1.0), made.append(create(self, *args, **kwargs))))
+        engine.start()
+        os.kill(os.getpid(), signal.SIGINT)  # handled at the next bytecode: while the create is in flight
+        engine.join()
+        return made[0]
+
+    ContainerCollection.create = interrupted_create
 launcher = DockerLauncher(dataclasses.replace(
     settings(os.environ["RUN_ID"], hosts, faults=os.environ["FAULTS"], boot_timeout_s=120), ledger=ledger))
 with launcher.launch(make_plan(launcher.placement(nnodes), nnodes, "docker-interrupted"), Path(os.environ["LOGS"])):
@@ -161,8 +175,8 @@ with launcher.launch(make_plan(launcher.placement(nnodes), nnodes, "docker-inter
 """
 
 
-def start_driver(tmp_path: Path, run_id: str, nnodes: int, faults: str = "") -> subprocess.Popen:
-    env = {**os.environ, "RUN_ID": run_id, "NNODES": str(nnodes), "FAULTS": faults, "LOGS": str(tmp_path),
+def start_driver(tmp_path: Path, run_id: str, nnodes: int, faults: str = "", **extra: str) -> subprocess.Popen:
+    env = {**os.environ, **extra, "RUN_ID": run_id, "NNODES": str(nnodes), "FAULTS": faults, "LOGS": str(tmp_path),
            "DOCKER_HOST": ENGINE1, "DSPARK_DOCKER_HOST2": ENGINE2, STATE_DIR_ENV: str(tmp_path / "state")}
     return subprocess.Popen([sys.executable, "-c", DRIVER], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -200,6 +214,15 @@ def test_interrupt_removes_every_container(tmp_path, engine1, engine2, run_id, s
             driver.kill()
     assert driver.returncode != 0  # interrupted, not finished
     assert_nothing_left(run_id, *engines)
+
+
+def test_ctrl_c_while_a_container_is_being_created_removes_it(tmp_path, engine1, run_id):
+    driver = start_driver(tmp_path, run_id, 1, INTERRUPT_IN_CREATE="1")
+    output, _ = driver.communicate(timeout=120)
+    assert driver.returncode != 0 and "KeyboardInterrupt" in output, output
+    ledger = [json.loads(line) for line in (tmp_path / "launched.jsonl").read_text().splitlines()]
+    assert [entry["container"] for entry in ledger if entry["launcher"] == "docker"]  # recorded before the create
+    assert_nothing_left(run_id, engine1)
 
 
 def test_cleanup_removes_what_a_killed_run_left(tmp_path, engine1, engine2, run_id):

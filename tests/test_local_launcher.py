@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import requests
@@ -12,7 +15,8 @@ import requests
 from launchers.contract import LaunchFailed, LaunchTimeout
 from ground.errors import InfraError
 from launchers.local.lifecycle import LocalLauncher, LocalSettings
-from launchers.processes import free_port
+from launchers.processes import free_port, port_is_free
+from tests.cli import DSPARK_CI
 from tests.process_table import assert_none_left
 from tests.sim_plans import FAST_SIM, make_plan
 
@@ -101,3 +105,51 @@ def test_another_server_on_the_port_is_never_taken_for_ours(tmp_path, marker):
         assert "not the one this run launched" in said or "Address already in use" in said or "OSError" in said
         assert foreign.health() == 200  # and theirs is left alone
     assert_none_left(marker)
+
+
+# A rank whose launcher forks the real server (a wrapper script, as site launchers are): dspark-ci is SIGKILLed, the
+# wrapper dies with it (PDEATHSIG), the server it forked keeps listening in the rank's process group.
+FORKING_DRIVER = """
+import os, sys, time
+from pathlib import Path
+from launchers.ledger import Ledger
+from launchers.local.lifecycle import LocalLauncher, LocalSettings
+from tests.sim_plans import FAST_SIM, make_plan
+
+logs = Path(os.environ["LOGS"])
+ledger = Ledger(os.environ["RUN_ID"], logs)
+ledger.register(os.environ)
+launcher = LocalLauncher(LocalSettings(server="sim", boot_timeout_s=60, poll_s=0.1, python=os.environ["WRAPPER"],
+                                       caller_env={**os.environ, **FAST_SIM}, ledger=ledger))
+plan = make_plan(launcher.placement(1), 1, os.environ["MARKER"])
+with launcher.launch(plan, logs / "logs"):
+    print(plan.base_url, flush=True)
+    time.sleep(300)
+"""
+
+
+def test_cleanup_kills_the_server_a_rank_forked_after_a_sigkill(tmp_path, marker):
+
+    wrapper = tmp_path / "forking-python"
+    wrapper.write_text(f'#!/bin/sh\n"{sys.executable}" "$@" &\nwait\n')
+    wrapper.chmod(0o755)
+    run_id = f"forking-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "LOGS": str(tmp_path), "RUN_ID": run_id, "WRAPPER": str(wrapper), "MARKER": marker,
+           "DSPARK_STATE_DIR": str(tmp_path / "state")}
+    driver = subprocess.Popen([sys.executable, "-c", FORKING_DRIVER], env=env, stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parent.parent)
+    try:
+        base_url = driver.stdout.readline().strip()
+        assert base_url.startswith("http://"), "the forked server never became healthy"
+    finally:
+        driver.kill()
+        driver.wait()
+    host, port = base_url.removeprefix("http://").rsplit(":", 1)
+    time.sleep(0.5)
+    assert not port_is_free(host, int(port)), "the forked server should have outlived the SIGKILL"
+    cleaned = subprocess.run([*DSPARK_CI, "cleanup", "--run", run_id], env=env, capture_output=True, text=True,
+                             timeout=60)
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert "and its group" in cleaned.stdout
+    assert_none_left(marker)
+    assert port_is_free(host, int(port))

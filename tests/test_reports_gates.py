@@ -139,3 +139,10 @@ def test_gpqa_must_beat_chance_without_any_baseline(accuracy, questions, passed)
     # exact binomial: a guesser reaches the floor at most 1 % of the time, one question less more often
     assert chance_pass_probability(gate["threshold"], questions, 0.25) <= 0.01
     assert chance_pass_probability(gate["threshold"] - 1 / questions, questions, 0.25) > 0.01
+
+
+@pytest.mark.parametrize("speedup, passed", [pytest.param(2.9, True, id="pays"), pytest.param(0.97, False, id="slower")])
+def test_speculation_must_pay_where_the_speedup_was_measured(speedup, passed):
+    gates = [g for g in evaluate(SPECULATIVE, {"speculative_speedup": speedup}, None)]
+    assert [(g.metric, g.op, g.threshold, g.passed) for g in gates] == [("speculative_speedup", ">=", 1.0, passed)]
+    assert evaluate(SPECULATIVE, {"accept_length": 3.0}, None)[0].metric == "accept_length"  # not measured: no gate

@@ -113,7 +113,7 @@ from dspark_ci.cli import main
 stage, argv = sys.argv[1], sys.argv[2:]
 target = {"launch": "launchers.local.lifecycle.LocalLauncher.launch", "wait": "launchers.local.lifecycle.wait_until_ready",
           "suite": "dspark_ci.cell_run.run_suites", "gate": "dspark_ci.run.evaluate",  # where each is looked up
-          "report": "reports.live_results.write_reports"}[stage]
+          "report": "reports.live_results.render_final_set"}[stage]
 original, calls = pkgutil.resolve_name(target), []
 
 def first_call_raises(*args, **kwargs):
@@ -173,27 +173,33 @@ def test_a_failure_to_write_the_reports_is_red_and_keeps_results(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 # 2. A rank that stops answering (SIGSTOP) while the suites run fails the cell within a stated bound.
 
-@pytest.mark.parametrize("cell_id, node_rank", [(ONE_NODE, 0), (TWO_NODES, 0), (TWO_NODES, 1)],
-                         ids=["one-node-rank-0", "two-node-rank-0", "two-node-rank-1"])
-def test_a_stopped_rank_fails_the_cell_within_the_bound(tmp_path, cell_id, node_rank):
-    run = VerdictRun(tmp_path, SMOKE, "--cell", cell_id, "--suites", "accept", faults=SLOW)
-    process = run.start()
+def freeze_while_measuring(run: VerdictRun, process: subprocess.Popen, cell_id: str,
+                           node_rank: int) -> tuple[dict, str, float]:
+    """SIGSTOP one rank while the suites measure; its ledger entry, the run's output, and the seconds from the
+    freeze to the run's end."""
     stopped = None
     try:
         entry = wait_for(lambda: run.rank(cell_id, node_rank), "the rank to be launched")
-        wait_for(lambda: (run.out / "logs" / cell_id / "suites.log").exists(), "the suites to start")
-        time.sleep(1.0)  # in the middle of measuring
+        wait_for(lambda: (run.out / "logs" / cell_id / "suites.progress").exists(), "the suites to measure")
         stopped = process_of(entry)
         stopped.suspend()
         at = time.monotonic()
         output, _ = process.communicate(timeout=60)
-        took = time.monotonic() - at
+        return entry, output, time.monotonic() - at
     finally:
         if stopped is not None:
             kill_quietly(stopped)
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+@pytest.mark.parametrize("cell_id, node_rank", [(ONE_NODE, 0), (TWO_NODES, 0), (TWO_NODES, 1)],
+                         ids=["one-node-rank-0", "two-node-rank-0", "two-node-rank-1"])
+def test_a_stopped_rank_fails_the_cell_within_the_bound(tmp_path, cell_id, node_rank):
+    run = VerdictRun(tmp_path, SMOKE, "--cell", cell_id, "--suites", "accept", faults=SLOW)
+    process = run.start()
+    entry, output, took = freeze_while_measuring(run, process, cell_id, node_rank)
     assert process.returncode == 1, output
     assert took < FAILS_WITHIN_S, f"the run took {took:.1f} s to fail after rank {node_rank} was stopped\n{output}"
     run.assert_nothing_left()
@@ -259,22 +265,29 @@ MOMENTS = {  # when to SIGKILL the run: (condition, cells finished by then)
 }
 
 
+def sigkill_when(run: VerdictRun, condition, what: str, settle_s: float = 0.0, before=lambda: None):
+    """Start the run, SIGKILL it once ``condition()`` holds (and ``settle_s`` later); ``before()``'s value, taken
+    just before the kill, is returned."""
+    process = run.start()
+    try:
+        wait_for(condition, what, timeout=120)
+        time.sleep(settle_s)
+        seen = before()
+        process.kill()
+        process.wait(timeout=10)
+        return seen
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 @pytest.mark.parametrize("moment", list(MOMENTS))
 def test_sigkill_then_cleanup_leaves_nothing_and_keeps_finished_cells(tmp_path, moment):
     condition, finished = MOMENTS[moment]
     run = VerdictRun(tmp_path, SMOKE, "--cell", ONE_NODE, "--cell", TWO_NODES, "--suites", "accept",
                      faults="slow_decode=20")
-    process = run.start()
-    try:
-        wait_for(lambda: condition(run), moment)
-        if moment.endswith("measuring"):
-            time.sleep(0.5)
-        process.kill()
-        process.wait(timeout=10)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    sigkill_when(run, lambda: condition(run), moment, settle_s=0.5 if moment.endswith("measuring") else 0.0)
     # The run id is in results.json from the start, and the run is in the index of this test's state dir.
     results = run.results()
     run_id = results["run_id"]

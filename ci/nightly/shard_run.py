@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ci.tool import run_tool
 from ground.errors import DsparkError, ExitCode
+from ground.errors import worst as worst_exit
 from reports.results import load_results, write_results
 
 FLAKY = "flaky: the first attempt failed on infrastructure (exit 3{detail}); retried once"
@@ -42,7 +43,7 @@ def run_shard(command: list[str], matrix: str, cells: list[str], out: Path, run_
             print(f"ci.nightly.shard_run: {cell}: infrastructure failure (exit 3); retrying once", file=sys.stderr)
             code = run_cell(command, matrix, cell, cell_dir, run_args)
             _mark_flaky(cell_dir, FLAKY.format(detail=f": {detail}" if detail else ""))
-        worst = max(worst, code)
+        worst = worst_exit((worst, code))  # an inconclusive cell (4) never hides a failed one
     return worst
 
 
@@ -59,7 +60,8 @@ def _mark_flaky(cell_dir: Path, note: str) -> None:
     if not path.is_file():
         return
     results = load_results(path)
-    cells = tuple(dataclasses.replace(c, warnings=(*c.warnings, note)) for c in results.cells)
+    cells = tuple(dataclasses.replace(c, warnings=(*c.warnings, note), labels=tuple(dict.fromkeys((*c.labels, "flaky"))))
+                  for c in results.cells)
     write_results(path, dataclasses.replace(results, cells=cells))
 
 

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from ground.errors import BadInput
+from ground.errors import BadInput, worst
 from reports.baseline import Baseline, load_baseline
 from reports.compare import compare_markdown, compare_runs
 from reports.gates import regate
@@ -34,7 +34,8 @@ a cell's status follows its new gates unless it also failed for another reason (
 failed, an expected rejection did not happen).
 
 exit codes: 0 every cell passed (or was rejected as expected, or skipped); 1 a cell failed or
-errored; 2 bad input (missing run directory, corrupt results.json, bad baseline file)
+errored; 2 bad input (missing run directory, corrupt results.json, bad baseline file); 4 nothing failed but a
+statistical gate is inconclusive
 """
 
 
@@ -63,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":  # a query: the run directory is not touched
         comparison = compare_runs(results, other) if other is not None else None
         print(json.dumps(comparison if comparison is not None else results.to_dict(), indent=2))
-        return 1 if results.failed else 0
+        return worst(cell.exit_code for cell in results.cells)
     rendered = render_reports(results, baseline, compare_to=other,
                               history=history_file if history_file.is_file() else None)
     try:
@@ -76,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
               f"{' (' + ', '.join(why) + ')' if why else ''}; results.json is unchanged (--format json writes "
               "nothing)", file=sys.stderr)
     print(_stdout_text(args.format, results, other, rendered), end="")
-    return 1 if results.failed else 0
+    return worst(cell.exit_code for cell in results.cells)  # 1 failed, 4 inconclusive (never above a failure), 0
 
 
 def _run_dir(path: str, argument: str) -> Path:

@@ -236,6 +236,11 @@ def _raise_terminated(signum, frame):
 def run(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        return run_verb(args)
+        code = run_verb(args)
     finally:
         signal.signal(signal.SIGTERM, previous)
+    # The final files are on disk: the run has finished and the process only exits now. A Ctrl-C or SIGTERM from
+    # here on has nothing to stop, and must not turn a finished run's exit code into 130.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return code

@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
+from urllib.parse import urlparse
 
 import docker
 import docker.errors
@@ -41,10 +42,11 @@ import requests
 from docker.utils import parse_repository_tag
 
 from ground.errors import InfraError
-from launchers.contract import LOG_LINES_KEPT, LOG_LINES_SEARCHED, LaunchContext, RankExit, culprit, group_failed
+from launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, Capacity, LaunchContext, RankExit, culprit,
+                                group_failed)
 from launchers.docker.spec import (LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, SIM_IMAGE, DockerSettings, container_env,
                                    container_spec, files_to_copy, image_for)
-from launchers.docker.hosts import DockerHost, clients, connect, load_inventory
+from launchers.docker.hosts import DockerHost, Inventory, clients, connect, load_inventory
 from launchers.ledger import Ledger
 from launchers.processes import free_port, port_is_free, signals_deferred, sigterm_as_interrupt
 from launchers.logs import rank_log_path
@@ -65,6 +67,47 @@ def build(context: LaunchContext, options: Mapping[str, Any]) -> "DockerLauncher
         caller_env=dict(context.caller_env), run_id=context.run_id, ledger=Ledger(context.run_id, context.run_dir)))
 
 
+class HostLeases:
+    """Which inventory hosts the cells in flight hold: a new cell's nodes go to the least busy hosts (with the run's
+    capacity at most one cell per host; a parity reference shares its cell's hosts), and are given back when the
+    cell's containers are torn down. Plans are known by their leader address and port (unique within a run)."""
+
+    def __init__(self, inventory: Inventory):
+        self._inventory = inventory
+        self._lock = threading.Lock()
+        self._busy = [0] * len(inventory.hosts)
+        self._held: dict[tuple[str, int], list[int]] = {}
+
+    def take(self, nnodes: int) -> tuple[DockerHost, ...]:
+        if self._inventory.local_nodes_on_loopback or nnodes > len(self._inventory.hosts):
+            return self._inventory.hosts_for(nnodes)  # the one local engine, or a message naming the shortfall
+        with self._lock:
+            chosen = sorted(range(len(self._busy)), key=lambda i: (self._busy[i], i))[:nnodes]
+            return tuple(self._inventory.hosts[i] for i in chosen)
+
+    def placed(self, placement: Placement, hosts: tuple[DockerHost, ...]) -> None:
+        indices = [self._inventory.hosts.index(h) for h in hosts if h in self._inventory.hosts]
+        with self._lock:
+            for i in indices:
+                self._busy[i] += 1
+            self._held[(placement.leader_addr, placement.port)] = indices
+
+    def hosts_of(self, plan: LaunchPlan) -> tuple[DockerHost, ...] | None:
+        with self._lock:
+            indices = self._held.get(_plan_key(plan))
+        return tuple(self._inventory.hosts[i] for i in indices) if indices else None
+
+    def release(self, plan: LaunchPlan) -> None:
+        with self._lock:
+            for i in self._held.pop(_plan_key(plan), []):
+                self._busy[i] -= 1
+
+
+def _plan_key(plan: LaunchPlan) -> tuple[str, int]:
+    url = urlparse(plan.base_url)
+    return url.hostname or "", url.port or 0
+
+
 # --- the launcher ------------------------------------------------------------------------------------
 
 class DockerLauncher:
@@ -75,12 +118,28 @@ class DockerLauncher:
         # Each run starts its remote ports at its own offset (0..9990): concurrent runs rarely even try the same.
         start = int(hashlib.sha256(self.settings.run_id.encode()).hexdigest(), 16) % 1000 * 10
         self._remote_offsets = (start + i for i in itertools.count())
+        self._leases = HostLeases(self.settings.inventory)
+
+    def capacity(self) -> Capacity:
+        """As many cells side by side as the inventory lists hosts (each host serves one node of one cell at a time:
+        its GPUs go to that container); with no inventory, the one local engine runs one cell at a time."""
+        inventory = self.settings.inventory
+        if inventory.local_nodes_on_loopback:
+            return Capacity(1, None, "no Docker hosts inventory (--hosts): the local engine runs one cell at a time")
+        return Capacity(len(inventory.hosts), len(inventory.hosts),
+                        f"{len(inventory.hosts)} Docker host(s) in {inventory.source}")
 
     def placement(self, nnodes: int) -> Placement:
-        hosts = self.settings.inventory.hosts_for(nnodes)
+        """Node rank r on the r-th least busy host of the inventory (cells side by side get hosts of their own)."""
+        hosts = self._leases.take(nnodes)
         if all(host.is_local for host in hosts):  # containers share this machine's ports
-            return self.settings.inventory.placement(nnodes, free_port(), free_port())
-        return self.settings.inventory.placement(nnodes, *self._remote_ports(hosts))
+            port, dist_port = free_port(), free_port()
+        else:
+            port, dist_port = self._remote_ports(hosts)
+        placement = Placement(bind_hosts=tuple(h.address for h in hosts), leader_addr=hosts[0].address, port=port,
+                              dist_port=dist_port)
+        self._leases.placed(placement, hosts)
+        return placement
 
     def _remote_ports(self, hosts) -> tuple[int, int]:
         """Ports on remote nodes: a block of its own for each run (from the run id, so two runs on one engine do
@@ -112,7 +171,7 @@ class DockerLauncher:
     @contextlib.contextmanager
     def launch(self, plan: LaunchPlan, logs_dir: Path) -> Iterator["DockerDeployment"]:
         logs_dir.mkdir(parents=True, exist_ok=True)
-        hosts = self.settings.inventory.hosts_for(len(plan.ranks))
+        hosts = self._leases.hosts_of(plan) or self.settings.inventory.hosts_for(len(plan.ranks))
         image = self.image_for(plan)
         labels = {LABEL_RUN: self.settings.run_id, LABEL_CELL: plan.cell_id, LABEL_LAUNCH: uuid.uuid4().hex[:8]}
         with clients(host.url for host in hosts) as engines, sigterm_as_interrupt():
@@ -131,6 +190,7 @@ class DockerLauncher:
             finally:
                 with signals_deferred():
                     group.teardown()
+                    self._leases.release(plan)
 
     def _rank_container(self, command: RankCommand, host: DockerHost, image: str, labels: Mapping[str, str],
                         device: str, logs_dir: Path) -> "_RankContainer":
@@ -210,18 +270,23 @@ class _Group:
                  ledger: Ledger | None = None):
         self.labels, self.engines, self.stop_timeout_s, self.ledger = dict(labels), engines, stop_timeout_s, ledger
         self.ranks: list[_Rank] = []
+        self.attempted: list[tuple[str, str]] = []  # (engine, container name) of every create sent, even unanswered
 
     def start(self, rank: _RankContainer) -> None:
         command, host, spec = rank.command, rank.host, rank.spec
         if self.ledger:  # before it exists: a hard kill after create still leaves a record naming it
             self.ledger.record("docker", self.labels[LABEL_CELL], command.node_rank, engine=host.url,
                                container=spec["name"])
+        self.attempted.append((host.url, spec["name"]))
         try:
-            container = self.engines[host.url].containers.create(environment=rank.env, **spec)
-            header = (f"# node rank {command.node_rank} on {host.url} ({host.address}), image {spec['image']}, "
-                      f"container {spec['name']}\n# {' '.join(spec['command'])}\n")
-            log = _LogPump(container, rank.log_path, redact(header, rank.secrets), rank.secrets)
-            self.ranks.append(_Rank(command, host, container, log))  # from here on, teardown removes it
+            # A Ctrl-C or SIGTERM landing while the engine creates the container is held until the container is
+            # ours to remove (the engine finishes the create whatever we do; the caller must know the container).
+            with signals_deferred():
+                container = self.engines[host.url].containers.create(environment=rank.env, **spec)
+                header = (f"# node rank {command.node_rank} on {host.url} ({host.address}), image {spec['image']}, "
+                          f"container {spec['name']}\n# {' '.join(spec['command'])}\n")
+                log = _LogPump(container, rank.log_path, redact(header, rank.secrets), rank.secrets)
+                self.ranks.append(_Rank(command, host, container, log))  # from here on, teardown removes it
             _copy_into(container, rank.files)
             container.start()
         except docker.errors.APIError as err:
@@ -261,10 +326,13 @@ class _Group:
     def teardown(self) -> None:
         """Stop, keep the log of, and remove every container of this launch, on every engine, in parallel."""
         known = {rank.container.id: rank for rank in self.ranks}
-        stragglers = [c for client in self.engines.values() for c in _labelled(client, self.labels)
-                      if c.id not in known]  # e.g. created just as Ctrl-C arrived
+        stragglers = {c.id: c for client in self.engines.values() for c in _labelled(client, self.labels)
+                      if c.id not in known}  # e.g. created just as Ctrl-C arrived
+        named = {rank.container.name for rank in self.ranks}
+        stragglers.update({c.id: c for url, name in self.attempted if name not in named
+                           for c in _named(self.engines[url], name) if c.id not in known})
         jobs = [lambda r=rank: _dispose(r.container, self.stop_timeout_s, r.log) for rank in self.ranks]
-        jobs += [lambda c=container: _dispose(c, 0, None) for container in stragglers]
+        jobs += [lambda c=container: _dispose(c, 0, None) for container in stragglers.values()]
         if jobs:
             with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
                 for future in [pool.submit(job) for job in jobs]:
@@ -292,9 +360,11 @@ def _dispose(container, stop_timeout_s: int, log: "_LogPump | None") -> None:
     try:
         with contextlib.suppress(docker.errors.APIError, requests.RequestException):
             container.stop(timeout=stop_timeout_s)
-        if log:
-            log.finish()
-        container.remove(force=True, v=True)
+        try:
+            if log:
+                log.finish()
+        finally:  # whatever keeping the log met, the container goes
+            container.remove(force=True, v=True)
     except docker.errors.NotFound:
         pass
     except (docker.errors.APIError, requests.RequestException) as err:
@@ -304,7 +374,8 @@ def _dispose(container, stop_timeout_s: int, log: "_LogPump | None") -> None:
 
 def leftovers(client: docker.DockerClient, run_id: str | None = None) -> list:
     """Every container a launch created on this engine (of one run, or of any), running or not."""
-    return client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}" if run_id else LABEL_RUN})
+    return client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}" if run_id else LABEL_RUN},
+                                  ignore_removed=True)
 
 
 def remove_leftover(container) -> None:
@@ -329,8 +400,17 @@ def remove_started(entry: dict) -> str | None:
 
 
 def _labelled(client: docker.DockerClient, labels: Mapping[str, str]) -> list:
+    try:  # a container removed between the engine's listing and its inspection is skipped, not an error
+        return client.containers.list(all=True, filters={"label": [f"{k}={v}" for k, v in labels.items()]},
+                                      ignore_removed=True)
+    except (docker.errors.APIError, requests.RequestException):
+        return []
+
+
+def _named(client: docker.DockerClient, name: str) -> list:
+    """The container of this exact name, if the engine has it (a create sent but never answered)."""
     try:
-        return client.containers.list(all=True, filters={"label": [f"{k}={v}" for k, v in labels.items()]})
+        return [client.containers.get(name)]
     except (docker.errors.APIError, requests.RequestException):
         return []
 
@@ -419,7 +499,8 @@ class _LogPump:
         with contextlib.suppress(Exception):
             if self._stream is not None:
                 self._stream.close()
-        self._thread.join(timeout=2)
+        if self._thread.ident is not None:  # not started when the interrupt came before the container started
+            self._thread.join(timeout=2)
         with contextlib.suppress(docker.errors.APIError, requests.RequestException):
             full = self.container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
             with self._lock:

@@ -26,7 +26,8 @@ from launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, LaunchContex
 from launchers.ledger import Ledger
 from launchers.logs import rank_log_path, tail
 from launchers.plan_types import LaunchPlan, Placement, RankCommand
-from launchers.processes import descendants, die_with_parent, free_port, signal_group, signals_deferred, stop_all
+from launchers.processes import (descendants, die_with_parent, free_port, kill_group, run_env, signal_group,
+                                 signals_deferred, started_at, stop_all)
 from launchers.materialize import frontend_python, redact, resolve_env, secret_values, server_argv
 from launchers.wait import Deadline, OurServer, wait_until_ready
 
@@ -148,7 +149,9 @@ class LocalLauncher:
 
     def _start(self, cell_id: str, command: RankCommand, logs_dir: Path) -> _Rank:
         argv = server_argv(command, self.settings.server, self.settings.python)
-        env = {**self.settings.caller_env, **resolve_env(command.env, self.settings.caller_env)}
+        ledger = self.settings.ledger
+        env = run_env({**self.settings.caller_env, **resolve_env(command.env, self.settings.caller_env)},
+                      ledger.run_id if ledger else None)
         secrets = secret_values(command.env, self.settings.caller_env)
         log_path = rank_log_path(logs_dir, command.node_rank)
         with open(log_path, "w") as log:
@@ -156,9 +159,9 @@ class LocalLauncher:
             log.flush()
             process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                        env=env, start_new_session=True, preexec_fn=die_with_parent())
-        if self.settings.ledger:  # recorded at once: a hard kill between start and record is covered by PDEATHSIG
-            self.settings.ledger.record(self.name, cell_id, command.node_rank, pid=process.pid,
-                                        pid_started=_started(process.pid), log=str(log_path))
+        if ledger:  # recorded at once: a hard kill between start and record is covered by PDEATHSIG
+            ledger.record(self.name, cell_id, command.node_rank, pid=process.pid, pgid=process.pid,
+                          pid_started=started_at(process.pid), log=str(log_path))
         rank = _Rank(command, process, log_path)
         rank.watch()
         return rank
@@ -171,30 +174,35 @@ def _is_stopped(pid: int) -> bool:
         return False
 
 
-def _started(pid: int) -> float | None:
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return None
-
-
 def remove_started(entry: dict) -> str | None:
-    """Kill the process group a dead run left (only if the pid still belongs to the process it started)."""
-    pid, started = entry.get("pid"), entry.get("pid_started")
+    """Kill the process group a dead run left: its leader if the pid still belongs to the process it started, and
+    every member carrying the run's mark, even once the leader is gone (a launcher that forked the real server and
+    exited leaves the server in its group); with them, the shared memory they held."""
+    pid, started, run_id = entry.get("pid"), entry.get("pid_started"), entry.get("run_id")
     if not isinstance(pid, int):
         return None
+    leader = _same_process(pid, started)
+    if leader is None and _pid_reused(pid, started):
+        return None  # the pid belongs to someone else now: its group cannot be ours any more
+    killed = kill_group(entry.get("pgid", pid), run_id, [leader, *descendants(pid)] if leader else [])
+    if not killed:
+        return None  # already dead (killed with the run, PDEATHSIG) and its group empty: nothing to remove
+    what = "the suites' pytest" if entry.get("what") == "suites" else f"node rank {entry.get('rank')}"
+    return f"process {pid} (cell {entry.get('cell')}, {what}) and its group: {len(killed)} process(es)"
+
+
+def _same_process(pid: int, started: float | None) -> psutil.Process | None:
     try:
         process = psutil.Process(pid)
         if started is None or abs(process.create_time() - started) > 1.0:
-            return None  # gone, and the pid reused by someone else: not ours to touch
-        if process.status() == psutil.STATUS_ZOMBIE and not descendants(pid):
-            return None  # already dead (killed with the run, PDEATHSIG), only not yet reaped: nothing to remove
+            return None
+        return None if process.status() == psutil.STATUS_ZOMBIE else process
     except (psutil.Error, TypeError, ValueError):
         return None
-    members = [process, *descendants(pid)]
-    signal_group(pid, signal.SIGKILL)
-    for member in members:
-        with contextlib.suppress(psutil.Error):
-            member.kill()
-    psutil.wait_procs(members, timeout=5)
-    return f"process {pid} (cell {entry.get('cell')}, node rank {entry.get('rank')}) and its {len(members) - 1} child(ren)"
+
+
+def _pid_reused(pid: int, started: float | None) -> bool:
+    try:
+        return started is None or abs(psutil.Process(pid).create_time() - started) > 1.0
+    except psutil.Error:
+        return False  # gone: its group may live on
