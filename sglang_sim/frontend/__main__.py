@@ -17,11 +17,24 @@ import tempfile
 from pathlib import Path
 
 
+SCRATCH_PREFIX = "dspark-frontend-"  # + the supervising process's pid + "-"
+
+
+def _remove_orphans() -> None:
+    """Scratch directories of supervisors that are gone: a SIGKILL (a launcher's grace period running out during
+    SGLang's slow shutdown) leaves no time to remove them."""
+    for directory in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"):
+        pid = directory.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(directory, ignore_errors=True)
+
+
 def _supervise(argv: list[str]) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run by path from a Python without this tree
     from sglang_sim.frontend import frontend_env
 
-    root = Path(tempfile.mkdtemp(prefix="dspark-frontend-"))
+    _remove_orphans()
+    root = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
     try:
         child = subprocess.Popen([sys.executable, "-m", "sglang_sim.frontend", *argv],
                                  env=frontend_env(os.environ, root))
