@@ -19,11 +19,13 @@ from typing import Callable, Mapping
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from ground.errors import BadInput, DsparkError, ExitCode, InfraError
+from ground.identity import CellIdentity, cell_identity
 from ground.records import CellResult, CellTiming, GateResult, Status
 from ground.suites import DEFAULT_SUITES, SPECULATIVE_SUITES, suite_of
 from launchers.contract import LaunchFailed, Launcher, LaunchTimeout
 from launchers.ledger import Ledger
 from launchers.plan import plan_launch
+from launchers.plan_types import Placement
 from dspark_ci.evidence import Sampling, more_evidence
 from matrices.cell import REJECT, Cell
 from reports.gates import status_of
@@ -43,6 +45,9 @@ class CellContext:
     detail: Callable[[str], None] = lambda _text: None  # how far the stage is, e.g. "gpqa 37/198 requests"
     suite_defaults: Callable[[dict], dict] = lambda options: options  # e.g. the simulator's dataset
     watch: Watch = Watch()
+    server: str = "sim"  # the kind of server under test (launchers.contract.SERVERS)
+    build: str = ""  # the build under test, e.g. "sglang 0.5.23" (a cell's identity keeps it apart from its setup)
+    forwarded_env: Mapping[str, str] = field(default_factory=dict)  # caller variables every rank gets (DSPARK_SIM_*)
     ledger: Ledger | None = None  # where the suites' process group is recorded before it can start anything
     sampling: Sampling = Sampling()  # more boots for inconclusive gates, retries for failed cells (issue 22)
 
@@ -100,6 +105,7 @@ def run_cell(cell: Cell, ctx: CellContext, clock: CellClock | None = None) -> Ce
 def _decided(cell: Cell, ctx: CellContext, clock: CellClock) -> CellResult:
     result = pending_result(cell)
     try:
+        result = replace(result, identity=identify(cell, ctx))
         return _run_cell(cell, ctx, result, clock)
     except (LaunchTimeout, InfraError) as err:  # the machine's fault, not the cell's: record it and go on
         return result.finished(Status.ERROR, str(err), ExitCode.INFRA, sglang_error=_sglang_error(err))
@@ -156,6 +162,19 @@ def _boot_and_measure(cell: Cell, ctx: CellContext, result: CellResult, clock: C
             return _judge_rejection(result, cell, err)
         return result.finished(Status.ERROR, str(err), ExitCode.FELL_SHORT, sglang_error=err.sglang_error)
     return _judge_measurement(result, names, outcome, ctx)
+
+
+def identify(cell: Cell, ctx: CellContext) -> CellIdentity:
+    """The cell's identity as this run measures it: the argv as `dspark-ci plan` prints it (free ports and
+    addresses differ from launch to launch, not the measurement), the suites with their resolved options."""
+    plan = plan_launch(cell, Placement.template(cell.nnodes))
+    options = ctx.suite_defaults({n: dict(cell.suites.get(n, {})) for n in _suite_names(cell, ctx)})
+    dataset = options.get("gpqa", {}).pop("dataset", None)
+    image = cell.image if ctx.server != "sim" and ctx.launcher.name != "local" else None
+    return cell_identity(server=f"{ctx.server} via {ctx.launcher.name}", build=" image ".join(filter(None, [ctx.build, image])),
+                         argv=[list(rank.argv) for rank in plan.ranks],
+                         env={**ctx.forwarded_env, **plan.ranks[0].env}, model=cell.config.get("model"),
+                         suites=options, dataset=dataset, hardware=cell.runner)
 
 
 def _judge_rejection(result: CellResult, cell: Cell, err: LaunchFailed) -> CellResult:

@@ -35,6 +35,7 @@ from launchers.ledger import Ledger
 from launchers.leftovers import release
 from matrices import load_cells
 from matrices.cell import Cell
+from matrices.quarantine import Quarantine
 from reports.baseline import load_baseline
 from ground.stats import Levels
 from reports.gates import evaluate, statistical_gates
@@ -62,6 +63,19 @@ class RunOptions:
     environment: Mapping[str, Any] = field(default_factory=dict)  # where it runs (results.json "environment")
     max_parallel: int | None = None  # cells in flight at once; None: what the launcher has room for
     rejections: str = "launch"  # "resolver": expected rejections SGLang's resolver decides are not launched
+    quarantine: Quarantine = field(default_factory=Quarantine)  # cells that run and report but do not gate
+    forwarded_env: Mapping[str, str] = field(default_factory=dict)  # caller variables every rank gets (DSPARK_SIM_*)
+
+    @property
+    def server(self) -> str:
+        return str(self.environment.get("server") or "sim")
+
+    @property
+    def build(self) -> str:
+        """The build under test, as cell identities name it: the simulator pretends the version it is told."""
+        if self.server == "sim":
+            return f"sim {self.forwarded_env.get('DSPARK_SIM_VERSION') or self.sglang_version}"
+        return f"{self.server} {self.sglang_version}"
 
     @property
     def run_dir(self) -> Path:
@@ -143,10 +157,12 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
     writer = ResultsWriter(run_dir, RunResults(run_id=options.run_id, started_at=now(), finished_at=None,
                                                launcher=options.launcher, matrices=options.matrices,
                                                run_options=options.rerun_options, environment=options.environment),
-                           baseline=baselines.shared(), selected=tuple(pending_result(cell) for cell in cells))
+                           baseline=baselines.shared(), selected=tuple(pending_result(cell) for cell in cells),
+                           quarantine=options.quarantine)
     ctx = CellContext(launcher=launcher, run_dir=run_dir, sglang_version=options.sglang_version,
                       suites=options.suites, gate=baselines.gate, stage=progress.stage, detail=progress.detail,
-                      suite_defaults=suite_defaults, sampling=options.sampling, ledger=ledger)
+                      suite_defaults=suite_defaults, server=options.server, build=options.build,
+                      forwarded_env=options.forwarded_env, sampling=options.sampling, ledger=ledger)
     try:
         try:
             _record_decided(cells, decided.results, writer, progress)
@@ -165,6 +181,9 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
         if rerun:
             progress.done(f"run the cells that did not pass again: {rerun}")
     code, reason = verdict(writer.results, len(cells), options.accept_inconclusive)
+    for cell in writer.results.cells:
+        if cell.quarantined and cell.status.failing:
+            progress.done(f"{cell.id}: {cell.status.text}, quarantined: not gating ({cell.warnings[-1]})")
     if reason:
         progress.done(reason)
     return code if reported else max(code, ExitCode.FELL_SHORT)
@@ -185,8 +204,7 @@ def _record_decided(cells: list[Cell], decided: Mapping[str, CellResult], writer
     """The expected rejections SGLang's resolver decided (nothing launched for them), recorded first."""
     for cell in cells:
         if cell.id in decided:
-            result = decided[cell.id]
-            writer.add(result)
+            result = writer.add(decided[cell.id])
             progress.result(_summary_line(len(writer.results.cells), len(cells), result, 0.0)
                             + " (decided by SGLang's resolver, not launched)",
                             passed=result.exit_code == ExitCode.OK, cell_id=cell.id)
@@ -203,7 +221,7 @@ def _run_cells(cells: list[Cell], total: int, capacity: Capacity, ctx: CellConte
     started = itertools.count(1)
 
     def on_result(cell: Cell, result: CellResult) -> None:
-        writer.add(result)
+        result = writer.add(result)
         took = progress.cell_done(cell.id)
         progress.result(_summary_line(len(writer.results.cells), total, result, took),
                         passed=result.exit_code == ExitCode.OK, cell_id=cell.id)

@@ -14,9 +14,12 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from ground.errors import ExitCode
+from ground.identity import CellIdentity
 from ground.stats import INCONCLUSIVE, PASSED, REGRESSED, Verdict
 
 SCHEMA = 1
+QUARANTINED = "quarantined"  # a cell label: it ran and is reported, but its failure does not gate (matrices/quarantine)
+QUARANTINE_EXPIRED = "quarantine_expired"  # a cell label: its quarantine entry has expired, so it gates again
 DECIDED_BY_RESOLVER = "resolver"  # a cell's ``decided_by``: SGLang's resolver on a CPU decided it, nothing launched
 
 
@@ -126,7 +129,7 @@ class CellTiming:
 @dataclass(frozen=True)
 class CellResult:
     """One cell's outcome. ``exit_code`` is what it contributes to the run's exit code (not serialized:
-    read back from results.json it follows the status, infrastructure errors counting as 1)."""
+    read back from results.json it follows the status; results.json's ``infrastructure: true`` reads back as 3)."""
 
     id: str
     config: Mapping[str, Any]
@@ -145,6 +148,9 @@ class CellResult:
     # How the GPQA figure was produced: {"scorer", "partial", "samples", "planned_samples", "accuracy"}
     # (results.json key "gpqa", optional): the report names the scorer and marks a partial figure.
     gpqa: Mapping[str, Any] | None = None
+    # What makes this measurement comparable with another of the same cell (results.json key "identity",
+    # optional: files written before it still read).
+    identity: CellIdentity | None = None
     # Issue 22: each boot's metrics when the cell was measured on several (results.json key "boots"; `metrics`
     # then holds their pooled figures), and labels such as "flaky" (key "labels").
     boots: tuple[Mapping[str, float | None], ...] = ()
@@ -168,7 +174,7 @@ class CellResult:
         object.__setattr__(self, "boots", tuple(_frozen(boot) for boot in self.boots))
         object.__setattr__(self, "labels", tuple(self.labels))
         if self.exit_code is None:
-            object.__setattr__(self, "exit_code", ExitCode.FELL_SHORT if self.status.failing else
+            object.__setattr__(self, "exit_code", ExitCode.FELL_SHORT if self.gating else
                                ExitCode.INCONCLUSIVE if self.status is Status.INCONCLUSIVE else ExitCode.OK)
 
     def finished(self, status: Status, error: str | None = None, exit_code: ExitCode | None = None,
@@ -193,6 +199,10 @@ class CellResult:
             data["sglang_error"] = self.sglang_error
         if self.gpqa is not None:
             data["gpqa"] = dict(self.gpqa)
+        if self.identity is not None:
+            data["identity"] = self.identity.to_dict()
+        if self.infrastructure:
+            data["infrastructure"] = True
         if self.boots:
             data["boots"] = [dict(boot) for boot in self.boots]
         if self.labels:
@@ -202,6 +212,20 @@ class CellResult:
         if self.decided_by is not None:
             data["decided_by"] = self.decided_by
         return data
+
+    @property
+    def quarantined(self) -> bool:
+        return QUARANTINED in self.labels
+
+    @property
+    def gating(self) -> bool:
+        """It makes the run red: a failing status, and not quarantined."""
+        return self.status.failing and not self.quarantined
+
+    @property
+    def infrastructure(self) -> bool:
+        """It ended on the machine's trouble (launch timeout, engine unreachable, node lost), not the cell's."""
+        return self.exit_code == ExitCode.INFRA
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "CellResult":
@@ -214,7 +238,9 @@ class CellResult:
                    # "detail": what results.json called SGLang's rejection line before records existed
                    sglang_error=data.get("sglang_error") or data.get("detail"), gpqa=data.get("gpqa"),
                    boots=tuple(data.get("boots") or ()), labels=tuple(data.get("labels") or ()),
-                   timing=CellTiming.from_dict(data), decided_by=data.get("decided_by"))
+                   timing=CellTiming.from_dict(data), decided_by=data.get("decided_by"),
+                   identity=CellIdentity.from_dict(data.get("identity")),
+                   exit_code=ExitCode.INFRA if data.get("infrastructure") else None)
 
 
 @dataclass(frozen=True)
@@ -243,7 +269,7 @@ class RunResults:
     @property
     def failed(self) -> bool:
         """Some cell fell short (CONTRACT.md exit code 1)."""
-        return any(cell.status.failing for cell in self.cells)
+        return any(cell.gating for cell in self.cells)
 
     @property
     def complete(self) -> bool:

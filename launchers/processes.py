@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Iterator, Mapping, Sequence
 
 import psutil
 
@@ -72,12 +72,16 @@ def die_with_parent() -> Callable[[], None]:
     except (OSError, AttributeError):
         prctl = None
 
+    parent = os.getpid()
+
     def in_child() -> None:
         for sig in RESET_SIGNALS:
             signal.signal(sig, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, ())
         if prctl is not None:
             prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != parent:  # the run died between fork and prctl: nobody would ever record or stop us
+                os.kill(os.getpid(), signal.SIGKILL)
 
     return in_child
 
@@ -176,7 +180,7 @@ def _is_resource_tracker(process: psutil.Process) -> bool:
         return False
 
 
-def kill_group(pgid: int, run_id: str | None, also: list[psutil.Process] = ()) -> list[psutil.Process]:
+def kill_group(pgid: int, run_id: str | None, also: Sequence[psutil.Process] = ()) -> list[psutil.Process]:
     """SIGKILL every member of group ``pgid`` (see ``group_members``) and ``also``, wait for them, then remove the
     shared-memory files they held: multiprocessing's resource trackers go last, after they had the chance to unlink
     what the others leaked. Returns the processes killed."""

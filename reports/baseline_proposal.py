@@ -17,6 +17,7 @@ from typing import Mapping, Sequence
 import yaml
 
 from ground.errors import BadInput
+from ground.identity import unlike
 from ground.records import CellResult, RunResults, Status
 from reports.baseline import NOISE_RUN_SDS, SCHEMA
 from reports.metrics import REQUEST_STDERR_OF
@@ -107,7 +108,20 @@ def _gated_cells(runs: Sequence[tuple[str, RunResults]]) -> dict[str, list[CellR
             missing = sorted(set(gated) - ids)
             raise BadInput(where, f"does not measure the same cells as the other runs (missing {missing[:3]})",
                            "record from repeats of one run: same matrices, same --cell selection")
+    for cell_id, cells in gated.items():
+        _check_same_identity(cell_id, cells, [where for where, _ in runs])
     return gated
+
+
+def _check_same_identity(cell_id: str, cells: list[CellResult], wheres: list[str]) -> None:
+    """Repeats of one measurement only: a baseline's noise over unlike setups or builds measures the difference."""
+    first = next((cell for cell in cells if cell.identity is not None), None)
+    for where, cell in zip(wheres, cells):
+        if first is None or cell.identity is None or cell.identity.hash == first.identity.hash:
+            continue
+        why = unlike(first.identity, cell.identity) or f"build {first.identity.build} vs {cell.identity.build}"
+        raise BadInput(where, f"{cell_id} was not measured as in the other runs ({why})",
+                       "record a baseline from repeats of one setup on one build")
 
 
 def _cell_specs(cells: list[CellResult]) -> dict[str, dict[str, float]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from ground.identity import unlike
 from ground.records import CellResult, RunResults, Status
 from reports.markdown import status_text, table
 from reports.metrics import (HIGHER, LOWER, METRICS, NEUTRAL, NOISE_STDERRS, format_value, in_table_order,
@@ -35,7 +36,23 @@ def _compare_cell(new_cell: CellResult, old_cell: CellResult) -> dict:
     new_metrics, old_metrics = new_cell.metrics, old_cell.metrics
     names = in_table_order(set(new_metrics) | set(old_metrics))
     return {"id": new_cell.id, "new_status": new_cell.status.value, "old_status": old_cell.status.value,
+            "identity": _identity_note(new_cell, old_cell),
             "metrics": [_compare_metric(name, new_metrics, old_metrics) for name in names]}
+
+
+def _identity_note(new_cell: CellResult, old_cell: CellResult) -> dict:
+    """{"comparable": bool | None, "differs": "measured differently: argv, dataset" | None, "old_build", "new_build"}:
+    None when either run predates cell identities (nothing can be said)."""
+    new, old = new_cell.identity, old_cell.identity
+    differs = unlike(new, old)
+    return {"comparable": None if new is None or old is None else differs is None, "differs": differs,
+            "old_build": old.build if old else None, "new_build": new.build if new else None}
+
+
+def identity_warnings(comparison: dict) -> list[str]:
+    """One line per cell whose two measurements were not taken the same way."""
+    return [f"{cell['id']}: not comparable, {cell['identity']['differs']} (setup changed between the runs)"
+            for cell in comparison["cells"] if cell["identity"]["comparable"] is False]
 
 
 def _compare_metric(name: str, new_metrics: Mapping, old_metrics: Mapping) -> dict:
@@ -70,6 +87,7 @@ def compare_markdown(comparison: dict) -> str:
     parts = [f"## Compared with `{old_run}`", f"new/old: `{new_run}` over `{old_run}`. {_noise_rule()}"]
     for cell in comparison["cells"]:
         parts.append(f"### `{cell['id']}`: {status_text(Status(cell['old_status']))} → {status_text(Status(cell['new_status']))}")
+        parts.append(_identity_text(cell["identity"]))
         rows = [[label(m["metric"]), format_value(m["metric"], m["old"]), format_value(m["metric"], m["new"]),
                  "—" if m["ratio"] is None else f"{m['ratio']:.{RATIO_DIGITS}f}", BETTER_TEXT[m["better"]],
                  CHANGE_TEXT[m["change"]]] for m in cell["metrics"]]
@@ -78,6 +96,17 @@ def compare_markdown(comparison: dict) -> str:
         if comparison[key]:
             parts.append(f"Cells {where}: " + ", ".join(f"`{cell_id}`" for cell_id in comparison[key]))
     return "\n\n".join(parts) + "\n"
+
+
+def _identity_text(note: dict) -> str:
+    if note["comparable"] is None:
+        return "Identity: unknown (a run predates cell identities): the two may not have been measured the same way."
+    if not note["comparable"]:
+        return (f"**⚠️ NOT COMPARABLE: {note['differs']}** between the runs; the ratios below compare unlike "
+                "measurements.")
+    builds = (f"build {note['old_build']} → {note['new_build']}" if note["old_build"] != note["new_build"]
+              else f"same build ({note['new_build']})")
+    return f"Identity: same setup, {builds}."
 
 
 def _noise_rule() -> str:

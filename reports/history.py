@@ -34,6 +34,9 @@ CREATE TABLE IF NOT EXISTS runs (
     environment TEXT, run_dir TEXT, cells INTEGER, failed INTEGER);
 CREATE TABLE IF NOT EXISTS cells (
     run_id TEXT, cell_id TEXT, status TEXT, runner TEXT, config TEXT, PRIMARY KEY (run_id, cell_id));
+CREATE TABLE IF NOT EXISTS cell_facts (
+    run_id TEXT, cell_id TEXT, identity TEXT, setup TEXT, build TEXT, error TEXT, sglang_error TEXT,
+    infrastructure INTEGER, PRIMARY KEY (run_id, cell_id));
 CREATE TABLE IF NOT EXISTS metrics (
     run_id TEXT, cell_id TEXT, metric TEXT, value REAL, PRIMARY KEY (run_id, cell_id, metric));
 CREATE TABLE IF NOT EXISTS gates (
@@ -76,7 +79,7 @@ def record(path: Path, results: RunResults, run_dir: Path | str | None) -> None:
     """Remember ``results`` (replacing an earlier record of the same run id)."""
     env = results.environment
     with _connect(path, create=True) as db:
-        for table in ("runs", "cells", "metrics", "gates", "cell_times", "cell_labels"):
+        for table in ("runs", "cells", "cell_facts", "metrics", "gates", "cell_times", "cell_labels"):
             db.execute(f"DELETE FROM {table} WHERE run_id = ?", (results.run_id,))
         db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", (
             results.run_id, results.started_at, results.finished_at, results.launcher, json.dumps(list(results.matrices)),
@@ -88,6 +91,10 @@ def record(path: Path, results: RunResults, run_dir: Path | str | None) -> None:
         for cell in results.cells:
             db.execute("INSERT INTO cells VALUES (?, ?, ?, ?, ?)", (results.run_id, cell.id, cell.status.value,
                                                                    cell.runner, json.dumps(dict(cell.config), default=str)))
+            identity = cell.identity
+            db.execute("INSERT INTO cell_facts VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (
+                results.run_id, cell.id, identity.hash if identity else None, identity.setup if identity else None,
+                identity.build if identity else None, cell.error, cell.sglang_error, int(cell.infrastructure)))
             db.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?)",
                            [(results.run_id, cell.id, name, value) for name, value in cell.metrics.items()
                             if value is not None])
@@ -132,16 +139,29 @@ class Point:
     run_id: str
     started_at: str | None
     value: float
+    setup: str | None = None  # the cell's identity setup in that run (None: recorded before identities)
+    build: str | None = None
 
 
 def series(path: Path, cell_id: str, metric: str, until: str | None = None) -> list[Point]:
     """One metric of one cell across recorded runs, oldest first (up to the run started at ``until``)."""
     with _connect(path, create=True) as db:
         rows = db.execute(
-            "SELECT m.run_id, r.started_at, m.value FROM metrics m JOIN runs r USING (run_id) "
+            "SELECT m.run_id, r.started_at, m.value, f.setup, f.build FROM metrics m JOIN runs r USING (run_id) "
+            "LEFT JOIN cell_facts f ON f.run_id = m.run_id AND f.cell_id = m.cell_id "
             "WHERE m.cell_id = ? AND m.metric = ? AND (? IS NULL OR r.started_at <= ?) "
             "ORDER BY r.started_at, m.run_id", (cell_id, metric, until, until)).fetchall()
-    return [Point(r["run_id"], r["started_at"], r["value"]) for r in rows]
+    return [Point(r["run_id"], r["started_at"], r["value"], r["setup"], r["build"]) for r in rows]
+
+
+def same_setup_tail(points: list[Point]) -> tuple[list[Point], Point | None]:
+    """The latest points measured like the newest one (runs recorded before identities count as alike), and the
+    last point of another setup, where the comparable series starts (None when nothing was cut)."""
+    latest = next((p.setup for p in reversed(points) if p.setup), None)
+    for index in range(len(points) - 1, -1, -1):
+        if points[index].setup and points[index].setup != latest:
+            return points[index + 1:], points[index]
+    return points, None
 
 
 def cell_seconds(path: Path, cell_ids: Iterable[str]) -> dict[str, float]:
@@ -192,3 +212,34 @@ def run_dir_of(path: Path, run_id: str) -> str | None:
     with _connect(path, create=False) as db:
         row = db.execute("SELECT run_dir FROM runs WHERE run_id = ?", (run_id,)).fetchone()
     return row["run_dir"] if row else None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One recorded run of one cell, as triage reads it."""
+
+    run_id: str
+    started_at: str | None
+    status: str
+    identity: str | None  # the full identity hash (setup and build); None: recorded before identities
+    setup: str | None
+    build: str | None
+    error: str | None
+    infrastructure: bool
+    labels: tuple[str, ...]
+    hosts: tuple[str, ...]  # where the run ran (results.json environment: hosts, hostname)
+
+
+def outcomes(path: Path, cell_id: str, until: str | None = None) -> list[Outcome]:
+    """Every recorded run of one cell, oldest first (up to the run started at ``until``)."""
+    with _connect(path, create=False) as db:
+        rows = db.execute(
+            "SELECT c.run_id, r.started_at, c.status, f.identity, f.setup, f.build, f.error, f.infrastructure, "
+            "r.hosts, (SELECT group_concat(l.label) FROM cell_labels l WHERE l.run_id = c.run_id "
+            "AND l.cell_id = c.cell_id) AS labels FROM cells c JOIN runs r USING (run_id) "
+            "LEFT JOIN cell_facts f ON f.run_id = c.run_id AND f.cell_id = c.cell_id "
+            "WHERE c.cell_id = ? AND (? IS NULL OR r.started_at <= ?) ORDER BY r.started_at, c.run_id",
+            (cell_id, until, until)).fetchall()
+    return [Outcome(r["run_id"], r["started_at"], r["status"], r["identity"], r["setup"], r["build"], r["error"],
+                    bool(r["infrastructure"]), tuple((r["labels"] or "").split(",")) if r["labels"] else (),
+                    tuple(json.loads(r["hosts"] or "[]"))) for r in rows]

@@ -23,6 +23,7 @@ from typing import Iterator
 
 from ground.errors import BadInput, InfraError
 from ground.records import CellResult, RunResults, Status
+from matrices.quarantine import Quarantine, apply as apply_quarantine
 from reports.history import history_path, record as record_history
 from reports.junit import render_junit
 from reports.markdown import render_markdown, step_summary
@@ -46,6 +47,8 @@ class ResultsWriter:
     results: RunResults
     baseline: object = None
     selected: tuple[CellResult, ...] = ()  # every cell the run will try, in order, before it ran
+    quarantine: Quarantine = field(default_factory=Quarantine)  # cells that run and report but do not gate
+    today: dt.date = field(default_factory=dt.date.today)
     _written_at: float = field(default=0.0)
     _rewrite_cost_s: float = field(default=0.0)
     _warned: bool = field(default=False)
@@ -58,7 +61,9 @@ class ResultsWriter:
             raise cannot_write(self.run_dir, err) from None
         self._rewrite()
 
-    def add(self, cell: CellResult) -> None:
+    def add(self, cell: CellResult) -> CellResult:
+        """Record ``cell`` as the quarantine file has it (the result returned: a quarantined one does not gate)."""
+        cell = apply_quarantine(self.quarantine, cell, self.today)
         self._append(cell)
         if time.monotonic() - self._written_at >= min(REWRITE_EVERY_S, REWRITE_COST_FACTOR * self._rewrite_cost_s):
             try:
@@ -71,6 +76,7 @@ class ResultsWriter:
                           f"goes on, {RESULTS_LINES} keeps every cell", file=sys.stderr)
                     self._warned = True
                 self._write_fallback_reports(err)
+        return cell
 
     def interrupted(self) -> None:
         self.results = replace(self.results, interrupted=True)

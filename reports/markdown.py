@@ -13,7 +13,7 @@ from datetime import datetime
 
 from typing import Mapping
 
-from ground.records import DECIDED_BY_RESOLVER, CellResult, RunResults, Status
+from ground.records import DECIDED_BY_RESOLVER, QUARANTINE_EXPIRED, QUARANTINED, CellResult, RunResults, Status
 from launchers.contract import SIMULATED_SERVERS
 from reports.baseline import Baseline
 from reports.gates import describe_gate, explain, levels_line
@@ -231,10 +231,17 @@ def _short(value) -> str:
 
 def _overview(results: RunResults) -> str:
     header = ["Cell", "Status"] + [label(m) for m in OVERVIEW_METRICS] + ["Problem"]
-    rows = [[f"`{cell.id}`", status_text(cell.status) + "".join(f" · ⚠️ {label}" for label in cell.labels)]
+    rows = [[f"`{cell.id}`", status_text(cell.status) + _label_text(cell)]
             + [format_value(m, cell.metrics.get(m)) for m in OVERVIEW_METRICS]
             + [_problem(cell)] for cell in results.cells]
     return table(header, rows)
+
+
+LABEL_TEXT = {QUARANTINED: " · 🔒 quarantined (not gating)", QUARANTINE_EXPIRED: " · quarantine expired: gates again"}
+
+
+def _label_text(cell: CellResult) -> str:
+    return "".join(LABEL_TEXT.get(name, f" · ⚠️ {name}") for name in cell.labels)
 
 
 def _problem(cell: CellResult) -> str:

@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 
 from ground.records import CellResult, RunResults
+from reports.change_points import change_points
+from reports.history import same_setup_tail
 from reports.metrics import METRICS, format_value, label
 
 BAR_HEIGHT_IN = 0.28  # inches per bar
@@ -170,6 +172,23 @@ TREND_METRICS = ("accept_length", "output_throughput_tok_s", "tpot_ms_median", "
 MAX_TREND_CELLS = 20  # trend figures are one per cell: past this, a page of them is read by nobody
 
 
+def _mark_change_points(axes, metric: str, points: list) -> None:
+    """A dashed line where the level changed (over the runs of the newest setup), labelled with the run and the
+    shift; a drift shades the runs it took."""
+    comparable, _ = same_setup_tail(points)
+    offset = len(points) - len(comparable)
+    where = {p.run_id: offset + i for i, p in enumerate(comparable)}
+    for change in change_points(metric, comparable):
+        x, settled = where[change.run_id], where[change.last_run_id]
+        color = WORSE_COLOR if change.worse else BETTER_COLOR if change.worse is False else "#616161"
+        axes.axvline(x - 0.5, color=color, linestyle="--", linewidth=1)
+        if settled > x:
+            axes.axvspan(x - 0.5, settled + 0.5, color=color, alpha=0.08)
+        shift = f"{change.relative:+.1%}" if change.relative is not None else ""
+        axes.annotate(f"change from {change.run_id} {shift}", (x - 0.5, 1.0), xycoords=("data", "axes fraction"),
+                      xytext=(3, -10), textcoords="offset points", fontsize=7, color=color)
+
+
 def trend_charts(trends: dict[str, dict[str, list]]) -> list[tuple[str, str]]:
     """(title, base64 PNG) per cell with at least two recorded runs of a trend metric: one panel per metric,
     one point per run (oldest left), GPQA with ±2 SE error bars clipped to [0, 100 %].
@@ -202,6 +221,7 @@ def _trend_figure(cell_id: str, metrics: list[str], by_metric: dict[str, list]):
         for x, value in zip(xs, values):
             axes.annotate(format_value(metric, value), (x, value), textcoords="offset points", xytext=(0, 6),
                           ha="center", fontsize=7)
+        _mark_change_points(axes, metric, points)
         axes.set_ylabel(label(metric), fontsize=8)
         axes.set_xticks(xs, [p.run_id for p in points], rotation=30, ha="right", fontsize=7)
         axes.margins(y=0.25)

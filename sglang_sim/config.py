@@ -11,6 +11,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Mapping
 
+from packaging.version import InvalidVersion, Version
+
+from ground.sglang.release import DEFAULT_VERSION
+
 
 class SimConfigError(ValueError):
     """A ``DSPARK_SIM_*`` variable has a value the simulator cannot use (exit code 2)."""
@@ -152,15 +156,25 @@ def _non_negative(env: str, text: str) -> float:
     return _number(env, text, minimum=0.0)
 
 
-def _integer(env: str, text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise SimConfigError(f"{env}={text!r}: expected an integer") from None
+def _converting(convert: Callable[[str], object], error: type[Exception], expected: str) -> Callable[[str, str], object]:
+    """A knob parser: ``convert(text)``, its ``error`` one SimConfigError naming the variable and what it expects."""
+    def parse(env: str, text: str):
+        try:
+            return convert(text)
+        except error:
+            raise SimConfigError(f"{env}={text!r}: expected {expected}") from None
+    return parse
 
 
-def _optional_integer(env: str, text: str) -> int | None:
-    return _integer(env, text) if text else None
+def _optional(parse: Callable[[str, str], object]) -> Callable[[str, str], object]:
+    """``parse``, or None for an empty value."""
+    return lambda env, text: parse(env, text) if text else None
+
+
+_integer = _converting(int, ValueError, "an integer")
+_optional_integer = _optional(_integer)
+_version = _converting(Version, InvalidVersion, "a PEP 440 version, e.g. 0.5.24")
+_optional_version = _optional(_version)
 
 
 def _optional_path(env: str, text: str) -> Path | None:
@@ -169,6 +183,44 @@ def _optional_path(env: str, text: str) -> Path | None:
 
 def _optional_text(env: str, text: str) -> str | None:
     return text or None
+
+
+# Regression effects that set a knob rather than inject a fault: name -> (SimConfig field, parser)
+SETTING_EFFECTS: dict[str, Callable[[str, str], object]] = {"accept_prob": _probability, "gpqa_accuracy": _probability}
+
+
+@dataclass(frozen=True)
+class Regression:
+    """Planted at ``since``: from that version on, ``faults`` are injected and ``settings`` override knobs."""
+
+    since: Version
+    faults: Faults
+    settings: Mapping[str, object]
+
+    def applies_to(self, version: Version | None) -> bool:
+        return (version or Version(DEFAULT_VERSION)) >= self.since
+
+    def applied(self, config: "SimConfig") -> "SimConfig":
+        if not self.applies_to(config.version):
+            return config
+        merged = {name: getattr(self.faults, name) for name in self.faults.names}
+        return replace(config, faults=replace(config.faults, **merged), **self.settings)
+
+
+def _regression(env: str, text: str) -> Regression | None:
+    if not text:
+        return None
+    since, sep, effects = text.partition(":")
+    if not sep or not effects.strip():
+        raise SimConfigError(f"{env}={text!r}: expected FROM_VERSION:EFFECT[,EFFECT...], e.g. 0.5.30:slow_decode=1.05")
+    settings, fault_text = {}, []
+    for effect in effects.split(","):
+        name, _, value = effect.strip().partition("=")
+        if name in SETTING_EFFECTS:
+            settings[name] = SETTING_EFFECTS[name](f"{env} {name}", value)
+        else:
+            fault_text.append(effect)
+    return Regression(_version(env, since.strip()), _faults(env, ",".join(fault_text)), settings)
 
 
 def _faults(env: str, text: str) -> Faults:
@@ -201,6 +253,13 @@ KNOBS: dict[str, Knob] = {
                                  "how long node ranks >= 1 keep trying to reach rank 0", _non_negative),
     "architecture": Knob("DSPARK_SIM_ARCHITECTURE", "",
                          "model architecture to pretend (default: guessed from --model-path)", _optional_text),
+    "version": Knob("DSPARK_SIM_VERSION", "",
+                    f"the SGLang version the simulator pretends to be (default {DEFAULT_VERSION}; `dspark-ci run "
+                    "--sglang-version V` sets it); a planted regression applies from a version on", _optional_version),
+    "regression": Knob("DSPARK_SIM_REGRESSION", "",
+                       "a regression planted at a version: FROM_VERSION:EFFECT[,EFFECT...]; effects are faults "
+                       "(slow_decode=1.05, crash_first_prefill, ...) or accept_prob=X / gpqa_accuracy=X, applied when "
+                       "DSPARK_SIM_VERSION >= FROM_VERSION", _regression),
     # The noise model (sglang_sim/noise.py): all 0 keeps the simulator deterministic, as it always was.
     "step_jitter_boot": Knob("DSPARK_SIM_STEP_JITTER_BOOT", "0",
                              "per-boot σ (log scale) of the decode step time: run-to-run noise of TPOT/throughput",
@@ -235,6 +294,8 @@ class SimConfig:
     faults: Faults = field(default_factory=Faults)
     join_timeout_seconds: float = 120.0
     architecture: str | None = None
+    version: Version | None = None  # None: the release's own
+    regression: Regression | None = None
     emission_log: Path | None = None
     step_jitter_boot: float = 0.0
     step_jitter_request: float = 0.0
@@ -246,4 +307,5 @@ class SimConfig:
     def from_env(cls, environ: Mapping[str, str]) -> "SimConfig":
         values = {name: knob.parse(knob.env, environ.get(knob.env, knob.default).strip())
                   for name, knob in KNOBS.items()}
-        return cls(**values)
+        config = cls(**values)
+        return config.regression.applied(config) if config.regression else config

@@ -59,6 +59,9 @@ def main(argv: list[str] | None = None, serve_rank0: "ServeRank0 | None" = None)
         logger.warning("Environment variable SGLANG_ENABLE_CP_V2 is deprecated. Strategy-based prefill context "
                        "parallelism is now the only generic implementation.")
     logger.info(f"server_args={args.describe()}")
+    if config.regression is not None:
+        logger.info(f"[sglang_sim] version {config.version or 'default'}; regression planted at "
+                    f"{config.regression.since}{' (applied)' if config.regression.applies_to(config.version) else ''}")
     if config.faults.names:
         logger.info(f"[sglang_sim] injected faults: {', '.join(config.faults.names)}")
     if config.faults.boot_reject is not None:

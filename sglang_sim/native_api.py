@@ -88,7 +88,8 @@ async def server_info(request: web.Request) -> web.Response:
                        for entry in state.engine.internal_states(server_args)]
     return json_response({**server_args, "launch_command": state.args.launch_command, **scheduler_info,
                           "kv_events": None, "startup_time": startup_times(state.config.boot_seconds),
-                          "internal_states": internal_states, "version": SGLANG_VERSION, "frontend": "python"})
+                          "internal_states": internal_states, "version": str(state.config.version or SGLANG_VERSION),
+                          "frontend": "python"})
 
 
 async def deprecated(request: web.Request, name: str, handler) -> web.Response:

@@ -16,13 +16,15 @@ TAG_RUN_CI_LABEL = "/tag-run-ci-label"
 TAG_AND_RERUN_CI = "/tag-and-rerun-ci"
 RERUN_FAILED_CI = "/rerun-failed-ci"
 RERUN_TEST = "/rerun-test"
+BISECT = "/bisect"
 
-# command -> does it take test specs?
+# command -> does it take arguments?
 COMMANDS = {
     TAG_RUN_CI_LABEL: False,
     TAG_AND_RERUN_CI: False,
     RERUN_FAILED_CI: False,
     RERUN_TEST: True,
+    BISECT: True,
 }
 
 # The one cap on what a comment can start: test files and matrix cells together (and so also the specs,
@@ -33,6 +35,11 @@ MAX_SPEC_CHARS = 200  # a longer spec is no file name anyone types; it could onl
 MAX_WILDCARDS = 4  # `*`/`?` per spec: matching cost grows with each one
 MAX_RECURSIVE = 1  # `**` path segments per spec
 CELL_PREFIX = "cell:"  # `cell:PATTERN` reruns matrix cells, not SGLang test files
+TRIALS_FLAG = "--trials"  # `/rerun-test cell:ID --trials N`: N boots, the statistical verdict with its interval
+MAX_TRIALS = 16  # boots of one rerun: GPU hours, not a loop
+_BUILD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a version, tag or commit: nothing a shell would read
+_METRIC = re.compile(r"[a-z][a-z0-9_]{0,63}")
+BISECT_USAGE = "/bisect CELL METRIC GOOD..BAD, e.g. /bisect dsv4-flash-tp8-a2a-none-dspark-b7-cuda tpot_ms_median 0.5.23..0.5.31"
 
 _FILE_CHARS = re.compile(r"[A-Za-z0-9_./*?-]+")
 _SELECTOR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
@@ -89,9 +96,19 @@ class TestSpec:
 
 
 @dataclass(frozen=True)
+class BisectRequest:
+    cell: str  # a cell id or a glob matching one
+    metric: str  # a metric name, or "failure"
+    good: str
+    bad: str
+
+
+@dataclass(frozen=True)
 class Command:
     name: str  # one of COMMANDS
     specs: tuple[TestSpec, ...] = ()
+    trials: int | None = None  # /rerun-test cell:... --trials N
+    bisect: BisectRequest | None = None
 
 
 def first_line(comment: str) -> str:
@@ -114,6 +131,9 @@ def parse_arguments(name: str, args: list[str]) -> Command:
         if args:
             raise CommentRejected([(None, f"{name} takes no arguments")], name)
         return Command(name)
+    if name == BISECT:
+        return Command(name, bisect=_bisect_request(args))
+    args, trials = _trials(name, args)
     if not args:
         raise CommentRejected([(None, f"{name} needs at least one test, e.g. "
                                 + "; ".join(RERUN_TEST_EXAMPLES))], name)
@@ -129,7 +149,41 @@ def parse_arguments(name: str, args: list[str]) -> Command:
             refusals.append((err.spec, err.problem))
     if refusals:
         raise CommentRejected(refusals, name)
-    return Command(name, tuple(specs))
+    if trials is not None and not all(spec.cell for spec in specs):
+        raise CommentRejected([(TRIALS_FLAG, "applies to matrix cells only (cell:ID): a test file runs once")], name)
+    return Command(name, tuple(specs), trials=trials)
+
+
+def _trials(name: str, args: list[str]) -> tuple[list[str], int | None]:
+    """``args`` without ``--trials N``, and N (2..MAX_TRIALS)."""
+    if TRIALS_FLAG not in args:
+        return args, None
+    at = args.index(TRIALS_FLAG)
+    value = args[at + 1] if at + 1 < len(args) else ""
+    if not value.isdigit() or not 2 <= int(value) <= MAX_TRIALS or args.count(TRIALS_FLAG) > 1:
+        raise CommentRejected([(TRIALS_FLAG, f"takes one number of boots from 2 to {MAX_TRIALS}, "
+                                             "e.g. /rerun-test cell:ID --trials 4")], name)
+    return args[:at] + args[at + 2:], int(value)
+
+
+def _bisect_request(args: list[str]) -> BisectRequest:
+    if len(args) != 3 or args[2].count("..") != 1:
+        raise CommentRejected([(None, f"usage: {BISECT_USAGE}")], BISECT)
+    cell, metric, span = args
+    good, bad = span.split("..")
+    refusals: list[tuple[str | None, str]] = []
+    try:
+        _cell_spec(CELL_PREFIX + cell)
+    except SpecRejected as err:
+        refusals.append((cell, err.problem))
+    if not _METRIC.fullmatch(metric):
+        refusals.append((metric, "a metric name is lower-case letters, digits and _ (or failure)"))
+    for build in (good, bad):
+        if not _BUILD.fullmatch(build):
+            refusals.append((build or "(empty)", "a build is a version, tag or commit: letters, digits, . _ -"))
+    if refusals:
+        raise CommentRejected(refusals, BISECT)
+    return BisectRequest(cell, metric, good, bad)
 
 
 def parse_spec(text: str) -> TestSpec:

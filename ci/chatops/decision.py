@@ -15,7 +15,8 @@ import re
 from pathlib import Path
 
 from ci.chatops.event import CommentEvent
-from ci.chatops.handle import NIGHTLY_WORKFLOW, RERUN_WORKFLOW, RUN_CI_LABEL, Outcome, request_id
+from ci.chatops.handle import BISECT_WORKFLOW, NIGHTLY_WORKFLOW, RERUN_WORKFLOW, RUN_CI_LABEL, Outcome, request_id
+from ci.chatops.commands import MAX_TRIALS
 from ci.chatops.resolve_test_paths import SAFE_PATH
 from ground.errors import BadInput, ExitCode
 
@@ -24,6 +25,7 @@ MAX_REPLY_CHARS = 65_000  # GitHub's limit for a comment is 65,536
 _SHA = re.compile(r"(?:[0-9a-f]{40})?")
 _SELECT = re.compile(r"[A-Za-z0-9._*?-]+(?: [A-Za-z0-9._*?-]+)*")
 _MARKER = re.compile(r"<!--rrt:\d+-->")
+_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # a runner label, cell id, metric or build
 FIX = "pass the decision file the decide job of this same comment wrote (dspark-ci chatops --decision-out)"
 
 
@@ -71,13 +73,25 @@ def _allowed(action: dict, reply: str) -> bool:
     if not isinstance(inputs, dict) or not all(isinstance(v, str) for v in inputs.values()):
         return False
     if action.get("workflow") == NIGHTLY_WORKFLOW:
-        return set(inputs) == {"select", "reply_comment_id", "reply_marker", "request"} \
-            and bool(_SELECT.fullmatch(inputs["select"])) and bool(_MARKER.fullmatch(inputs["reply_marker"]))
+        return set(inputs) - {"trials"} == {"select", "reply_comment_id", "reply_marker", "request"} \
+            and bool(_SELECT.fullmatch(inputs["select"])) and bool(_MARKER.fullmatch(inputs["reply_marker"])) \
+            and _trials_ok(inputs.get("trials", ""))
+    if action.get("workflow") == BISECT_WORKFLOW:
+        return (set(inputs) == {"runner", "matrix", "cell", "metric", "good", "bad", "pr", "sha", "reply_comment_id",
+                                "reply_marker", "request"}
+                and all(_WORD.fullmatch(inputs[key]) for key in ("runner", "cell", "metric", "good", "bad"))
+                and SAFE_PATH.fullmatch(inputs["matrix"]) is not None and bool(_SHA.fullmatch(inputs["sha"]))
+                and bool(_MARKER.fullmatch(inputs["reply_marker"])))
     if action.get("workflow") != RERUN_WORKFLOW:
         return False
     return (set(inputs) == {"runner", "backend", "tests", "pr", "sha", "reply_comment_id", "reply_marker", "request"}
             and bool(_SHA.fullmatch(inputs["sha"])) and bool(_MARKER.fullmatch(inputs["reply_marker"]))
             and _safe_tests(inputs["tests"]))
+
+
+def _trials_ok(text: str) -> bool:
+    """/rerun-test --trials: absent, or 2..MAX_TRIALS."""
+    return text == "" or (text.isdigit() and 2 <= int(text) <= MAX_TRIALS)
 
 
 def _safe_tests(text: str) -> bool:

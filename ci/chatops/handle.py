@@ -30,9 +30,11 @@ from ci.chatops.resolve_test_paths import Deadline, ResolvedTest, TreeRefused, r
 from ci.chatops.text import shown
 from ground.errors import BadInput, DsparkError, ExitCode
 from matrices import Cell, load_cells
+from reports.metrics import HIGHER, LOWER, METRICS
 
 RERUN_WORKFLOW = "rerun-test.yml"
 NIGHTLY_WORKFLOW = "nightly.yml"
+BISECT_WORKFLOW = "bisect.yml"
 RUN_CI_LABEL = "run-ci"
 NOTHING_DISPATCHED = "Nothing was dispatched: fix the tests above and comment again."
 DEFAULT_MATRICES = ("matrices/nightly.yaml",)
@@ -215,10 +217,11 @@ def _rerun_test(command, event: CommentEvent, config: ChatOpsConfig, context: Co
     reply = render_groups(groups) if groups else ""
     if cells:
         marker = f"<!--rrt:{len(groups)}-->"
+        trials = {"trials": str(command.trials)} if command.trials else {}
         plan["actions"].append({"type": "workflow_dispatch", "workflow": NIGHTLY_WORKFLOW, "ref": ref,
                                 "inputs": {"select": " ".join(cell.id for cell in cells), "reply_comment_id": "",
-                                           "reply_marker": marker, "request": f"{request}-{len(groups)}"}})
-        reply += _cells_block(cells, marker)
+                                           "reply_marker": marker, "request": f"{request}-{len(groups)}", **trials}})
+        reply += _cells_block(cells, marker, command.trials)
     return Outcome(reply, plan, ExitCode.OK, accepted=True)
 
 
@@ -239,12 +242,52 @@ def _resolve_cells(specs, config: ChatOpsConfig) -> tuple[list[Cell], list[tuple
     return list(chosen.values()), refusals
 
 
-def _cells_block(cells: list[Cell], marker: str) -> str:
+def _cells_block(cells: list[Cell], marker: str, trials: int | None = None) -> str:
     runners = ", ".join(f"`{r}`" for r in sorted({cell.runner for cell in cells}))
-    lines = "\n".join(f"dspark-ci run {cell.matrix} --cell {cell.id}" for cell in cells)
+    boots = f" --max-boots {trials}" if trials else ""
+    lines = "\n".join(f"dspark-ci run {cell.matrix} --cell {cell.id}{boots}" for cell in cells)
     count = len(cells)
+    verdict = (f"up to {trials} boots each; the reply links the run, whose report gives each gate's statistical "
+               "verdict (passed | regressed | inconclusive) with its effect and interval, not a pass/fail\n"
+               if trials else "")
     return (f"\n🚀 matrix cell{'s' if count != 1 else ''} on {runners} ({count}): ⏳ queued on "
-            f"{NIGHTLY_WORKFLOW} {marker}\n```\n{lines}\n```\n")
+            f"{NIGHTLY_WORKFLOW} {marker}\n{verdict}```\n{lines}\n```\n")
+
+
+def _bisect(command, event: CommentEvent, config: ChatOpsConfig, context: Context, plan: dict) -> Outcome:
+    """One cell, one metric, GOOD..BAD: dispatched to bisect.yml on the cell's runner, pinned to the PR head the
+    command was given for (as /rerun-test is)."""
+    request = command.bisect
+    matches = [cell for cell in load_cells(list(config.matrices)) if fnmatch.fnmatchcase(cell.id, request.cell)]
+    if len(matches) != 1:
+        why = (f"matches {len(matches)} cells ({', '.join(c.id for c in matches[:3])}{' ...' if len(matches) > 3 else ''})"
+               if matches else "matches no matrix cell")
+        return _rejected(plan, [(request.cell, f"{why}: /bisect chases exactly one cell")], f"{request.cell}: {why}")
+    metric_problem = bisect_metric_problem(request.metric)
+    if metric_problem:
+        return _rejected(plan, [(request.metric, metric_problem)], metric_problem)
+    head = context.pr_head()  # pinned as /rerun-test is: the commit the commenter saw, or refused
+    moved = _head_moved(head, event, config, context)
+    if moved:
+        return _refused(event, plan, command.name, moved)
+    cell, marker = matches[0], "<!--rrt:0-->"
+    plan["actions"] = [{"type": "workflow_dispatch", "workflow": BISECT_WORKFLOW, "ref": event.default_branch or config.ref,
+                        "inputs": {"runner": cell.runner, "matrix": cell.matrix, "cell": cell.id,
+                                   "metric": request.metric, "good": request.good, "bad": request.bad,
+                                   "pr": _text(event.pr_number), "sha": head.sha, "reply_comment_id": "",
+                                   "reply_marker": marker, "request": f"{plan['request']}-0"}}]
+    line = (f"dspark-ci bisect {cell.matrix} --cell {cell.id} --metric {request.metric} --builds-file builds.txt "
+            f"--launcher docker --server sglang --image-template IMAGE_TEMPLATE")
+    reply = (f"🔎 bisect of `{cell.id}` ({request.metric}) over `{request.good}`..`{request.bad}` on `{cell.runner}`: "
+             f"⏳ queued on {BISECT_WORKFLOW} {marker}\nEach build is judged by the gates' statistical verdict "
+             f"(more runs while inconclusive), the culprit confirmed by an A/B against its parent.\n```\n{line}\n```\n")
+    return Outcome(reply, plan, ExitCode.OK, accepted=True)
+
+
+def bisect_metric_problem(metric: str) -> str | None:
+    if metric == "failure" or (metric in METRICS and METRICS[metric].better in (HIGHER, LOWER)):
+        return None
+    return f"{metric} is not a metric with a better direction (e.g. tpot_ms_median, accept_length) nor failure"
 
 
 def _tag(command, event: CommentEvent, config: ChatOpsConfig, context: Context, plan: dict) -> Outcome:
@@ -272,6 +315,7 @@ _HANDLERS = {
     commands.TAG_RUN_CI_LABEL: _tag,
     commands.RERUN_FAILED_CI: _rerun_failed,
     commands.TAG_AND_RERUN_CI: _tag_and_rerun,
+    commands.BISECT: _bisect,
 }
 
 

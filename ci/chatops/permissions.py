@@ -6,7 +6,8 @@ The file maps a GitHub login to ``{"can_tag_run_ci_label": bool, "can_rerun_fail
 - ``/rerun-failed-ci`` needs ``can_rerun_failed_ci``, or being the PR's author.
 - ``/tag-and-rerun-ci`` needs both of the above.
 - ``/rerun-test`` runs PR code on self-hosted GPU runners, so it is gated on the commenter
-  alone: write access or a cooldown of 0. Authoring the PR grants nothing here.
+  alone: write access or a cooldown of 0. Authoring the PR grants nothing here. ``/bisect`` re-runs cells on
+  the same runners: the same rule.
 
 Write access is the repository's answer (the collaborator permission API: ``admin`` or ``write``,
 which includes the maintain role), never the comment's ``author_association``: an org MEMBER may
@@ -22,12 +23,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Mapping
 
-from ci.chatops.commands import RERUN_FAILED_CI, RERUN_TEST, TAG_AND_RERUN_CI, TAG_RUN_CI_LABEL
+from ci.chatops.commands import BISECT, RERUN_FAILED_CI, RERUN_TEST, TAG_AND_RERUN_CI, TAG_RUN_CI_LABEL
 from ground.errors import BadInput
 
 DEFAULT_PERMISSIONS = Path(__file__).with_name("permissions.json")
 WRITE_PERMISSIONS = frozenset({"admin", "write"})
-RERUN_COMMANDS = frozenset({RERUN_FAILED_CI, TAG_AND_RERUN_CI, RERUN_TEST})
+RERUN_COMMANDS = frozenset({RERUN_FAILED_CI, TAG_AND_RERUN_CI, RERUN_TEST, BISECT})
 
 # key -> (accepted types, how to say it)
 _FIELDS = {
@@ -138,4 +139,5 @@ _CHECKS = {
     RERUN_FAILED_CI: (_can_rerun_failed,),
     TAG_AND_RERUN_CI: (_can_tag, _can_rerun_failed),
     RERUN_TEST: (_can_rerun_test,),
+    BISECT: (_can_rerun_test,),  # it re-runs cells on self-hosted GPU runners: the same rule as /rerun-test
 }

@@ -93,14 +93,18 @@ def _run_job(chunk: int) -> Job:
                          if_="matrix.rejections == 'resolver'"),
         Step("Run the shard's cells", env={"MATRIX": "${{ matrix.matrix }}", "CELLS": "${{ matrix.cells }}",
                                            "SHARD": "${{ matrix.shard }}", "HF_TOKEN": "${{ secrets.HF_TOKEN }}",
-                                           "REJECTIONS": "${{ matrix.rejections }}"},
+                                           "REJECTIONS": "${{ matrix.rejections }}",
+                                           "TRIALS": "${{ inputs.trials }}"},
              run=(
                  # Multi-node cells need the runner's Docker hosts inventory (DSPARK_HOSTS in its environment).
                  'hosts_args=()\n'
                  'if [ -n "${DSPARK_HOSTS:-}" ]; then hosts_args=(--hosts "$DSPARK_HOSTS"); fi\n'
+                 '# /rerun-test cell:ID --trials N: up to N boots, each gate a statistical verdict with its interval\n'
+                 'trials_args=()\n'
+                 'if [ -n "${TRIALS:-}" ]; then trials_args=(--max-boots "$TRIALS"); fi\n'
                  'read -ra cells <<< "$CELLS"  # cell ids: [A-Za-z0-9._-], space-separated by ci.nightly.shards\n'
                  f'python3 -m ci.nightly.shard_run --out "{RUNS_DIR}/$SHARD" "$MATRIX" "${{cells[@]}}" -- '
-                 '--launcher docker --server sglang --rejections "$REJECTIONS" "${hosts_args[@]}"\n')),
+                 '--launcher docker --server sglang --rejections "$REJECTIONS" "${hosts_args[@]}" "${trials_args[@]}"\n')),
         # A run that finishes writes its short report to the job summary itself (heading and overview once);
         # this step speaks only for runs that were stopped before they could.
         Step("Add the reports to the job summary", if_="always()", env={"SHARD": "${{ matrix.shard }}"}, run=(
@@ -178,6 +182,8 @@ def nightly() -> Workflow:
                 "type": "string", "required": False, "default": ""},
                 **{name: {"description": RERUN_INPUTS[name], "type": "string", "required": False, "default": ""}
                    for name in ("reply_comment_id", "reply_marker")},
+                "trials": {"description": "Boots per cell at most (run --max-boots; ChatOps /rerun-test --trials N)",
+                           "type": "string", "required": False, "default": ""},
                 "request": REQUEST_INPUT}}},
         permissions={"contents": "read"},
         # Scheduled nightlies queue behind each other (one pending at most: the newer replaces it). A ChatOps
@@ -296,7 +302,52 @@ def rerun_test() -> Workflow:
         jobs=(start, test_job, finish))
 
 
-WORKFLOWS = (nightly, chatops, rerun_test)
+BISECT_INPUTS = {
+    "runner": "Runner label of the cell", "matrix": "Matrix file holding the cell", "cell": "Cell id",
+    "metric": "Metric to chase, or failure", "good": "Last good build (version, tag or commit)",
+    "bad": "First bad build", "pr": "Pull request the command was given on (empty: none)",
+    "sha": "The PR head reviewed when the command was given (recorded with the bisect)",
+    "reply_comment_id": RERUN_INPUTS["reply_comment_id"], "reply_marker": RERUN_INPUTS["reply_marker"],
+}
+
+
+def bisect() -> Workflow:
+    """``/bisect CELL METRIC GOOD..BAD``: dspark-ci bisect on the cell's runner, builds as images. GOOD..BAD is a
+    patch-version range, or the builds come from the repository variable BISECT_BUILDS_COMMAND (printing one build
+    per line for GOOD and BAD); the image of a build is vars.BISECT_IMAGE_TEMPLATE (default lmsysorg/sglang:v{ref})."""
+    env = {name.upper(): f"${{{{ inputs.{name} }}}}" for name in ("matrix", "cell", "metric", "good", "bad")}
+    env |= {"TEMPLATE": "${{ vars.BISECT_IMAGE_TEMPLATE || 'lmsysorg/sglang:v{ref}' }}",
+            "BUILDS_COMMAND": "${{ vars.BISECT_BUILDS_COMMAND }}", "HF_TOKEN": "${{ secrets.HF_TOKEN }}"}
+    run = Step("Bisect", env=env, run=(
+        # Inputs reach the script through env only; ChatOps allowed [A-Za-z0-9._-] in each of them.
+        'builds=(--good "$GOOD" --bad "$BAD")\n'
+        'if [ -n "$BUILDS_COMMAND" ]; then bash -c "$BUILDS_COMMAND" _ "$GOOD" "$BAD" > builds.txt; '
+        'builds=(--builds-file builds.txt); fi\n'
+        'hosts_args=()\n'
+        'if [ -n "${DSPARK_HOSTS:-}" ]; then hosts_args=(--hosts "$DSPARK_HOSTS"); fi\n'
+        'dspark-ci bisect "$MATRIX" --cell "$CELL" --metric "$METRIC" "${builds[@]}" --launcher docker --server sglang '
+        '--image-template "$TEMPLATE" "${hosts_args[@]}" --out bisect\n'))
+    steps = (_checkout(), Step("Install dspark-ci", run="python3 -m pip install -e ."), run,
+             Step("Add the bisect to the job summary", if_="always()",
+                  run='if [ -f bisect/bisect.md ]; then cat bisect/bisect.md >> "$GITHUB_STEP_SUMMARY"; fi\n'),
+             Step("Upload the bisect", if_="always()", uses=UPLOAD, with_={
+                 "name": "bisect", "path": "bisect/", "if-no-files-found": "warn", "retention-days": 14}))
+    job = Job("bisect", "${{ inputs.runner }}", steps, name="${{ inputs.cell }}", permissions={"contents": "read"},
+              timeout_minutes=720)
+    start, finish = _reply_jobs("bisect")
+    required = ("runner", "matrix", "cell", "metric", "good", "bad")
+    inputs = {name: {"description": text, "type": "string", "required": name in required,
+                     **({} if name in required else {"default": ""})} for name, text in BISECT_INPUTS.items()}
+    return Workflow(
+        "bisect.yml", "Bisect",
+        run_name="[bisect] ${{ inputs.cell }} ${{ inputs.metric }} ${{ inputs.good }}..${{ inputs.bad }}",
+        on={"workflow_dispatch": {"inputs": {**inputs, "request": REQUEST_INPUT}}},
+        permissions={"contents": "read"},
+        concurrency={"group": "bisect-${{ inputs.request || github.run_id }}", "cancel-in-progress": False},
+        jobs=(start, job, finish))
+
+
+WORKFLOWS = (nightly, chatops, rerun_test, bisect)
 
 
 def render_all() -> dict[str, str]:

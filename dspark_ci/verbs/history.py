@@ -8,7 +8,8 @@ from pathlib import Path
 
 from dspark_ci.tables import text_table
 from ground.errors import BadInput
-from reports import history
+from reports import history, triage
+from reports.change_points import change_points
 from reports.metrics import format_value, label
 from reports.plots import TREND_METRICS
 from reports.results import load_results
@@ -20,8 +21,14 @@ else $DSPARK_STATE_DIR/history.sqlite (default ~/.local/state/dspark-ci/history.
 cells (status, runner, config), metrics (every number of results.json), gates.
 
   dspark-ci history                      the runs, newest first
-  dspark-ci history --cell 'dsv4-*'      per matching cell, its metrics across runs (oldest first), and for a
-                                         gate failing in the latest run the last good run and the first bad one
+  dspark-ci history --cell 'dsv4-*'      per matching cell, its metrics across runs (oldest first), for a
+                                         gate failing in the latest run the last good run and the first bad one,
+                                         and change points: where a metric's level moved (even by less than any
+                                         gate's tolerance), from which run, by how much (step or drift); only runs
+                                         measured like the latest (same identity setup) are compared
+  dspark-ci history --triage [--cell G]  every cell whose latest run failed: regression (passed before with the
+                                         same setup), flaky (the same identity passed and failed), infrastructure
+                                         (the machine failed), broken (never passed); and node-level signals
   dspark-ci history --add RUN_DIR...     record runs made elsewhere (e.g. a nightly's downloaded artifacts)
 
 exit codes: 0 shown or added; 2 bad input (no history yet, a run directory without results.json)
@@ -37,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metric", action="append", metavar="NAME",
                         help=f"metric to show with --cell (repeatable; default: {', '.join(TREND_METRICS)})")
     parser.add_argument("--limit", type=int, default=20, metavar="N", help="at most N runs (default: 20)")
+    parser.add_argument("--triage", action="store_true",
+                        help="classify every cell (matching --cell) whose latest run failed: regression, flaky, "
+                        "infrastructure or broken; and list node-level signals")
     parser.add_argument("--add", nargs="+", metavar="RUN_DIR", help="record these run directories")
     parser.add_argument("--format", choices=("table", "json"), default="table", help="what to print (default: table)")
 
@@ -49,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
             history.record(path, results, run_dir)
             print(f"dspark-ci history: recorded {results.run_id} ({len(results.cells)} cells) in {path}")
         return 0
+    if args.triage:
+        return _triage(path, args)
     if args.cell:
         return _trends(path, args)
     rows = history.runs(path, args.limit)
@@ -61,6 +73,22 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _triage(path: Path, args: argparse.Namespace) -> int:
+    found = triage.triage(path, args.cell or "*")
+    signals = triage.node_signals(path, args.cell or "*")
+    if args.format == "json":
+        print(json.dumps({"failing": [t.to_dict() for t in found],
+                          "node_signals": [s.__dict__ for s in signals]}, indent=2))
+        return 0
+    print(text_table(["cell", "latest run", "failure is", "why"], [[t.cell_id, t.run_id, t.kind, t.why] for t in found])
+          if found else "No cell failed in its latest recorded run.")
+    if signals:
+        print("\nnode-level signals (infrastructure failures naming or run on each node):")
+        for signal in signals:
+            print(f"  {signal.describe()}")
+    return 0
+
+
 def _trends(path: Path, args: argparse.Namespace) -> int:
     cells = history.cells_of(path, args.cell)
     if not cells:
@@ -68,13 +96,19 @@ def _trends(path: Path, args: argparse.Namespace) -> int:
     metrics = args.metric or list(TREND_METRICS)
     output = {}
     for cell_id in cells:
-        series = {metric: history.series(path, cell_id, metric)[-args.limit:] for metric in metrics}
-        regressions = {metric: history.regression(path, cell_id, metric) for metric in metrics}
-        output[cell_id] = {"series": series, "regressions": regressions}
+        full = {metric: history.series(path, cell_id, metric) for metric in metrics}
+        comparable = {metric: history.same_setup_tail(points) for metric, points in full.items()}
+        output[cell_id] = {
+            "series": {metric: points[-args.limit:] for metric, points in full.items()},
+            "regressions": {metric: history.regression(path, cell_id, metric) for metric in metrics},
+            "change_points": [c for metric, (points, _) in comparable.items() for c in change_points(metric, points)],
+            "setup_changed_after": next((cut.run_id for _, cut in comparable.values() if cut), None)}
     if args.format == "json":
         print(json.dumps({cell: {"series": {m: [p.__dict__ for p in points] for m, points in data["series"].items()},
                                  "regressions": {m: {"last_good": good, "first_bad": bad}
-                                                 for m, (good, bad) in data["regressions"].items() if bad}}
+                                                 for m, (good, bad) in data["regressions"].items() if bad},
+                                 "change_points": [c.to_dict() for c in data["change_points"]],
+                                 "setup_changed_after": data["setup_changed_after"]}
                           for cell, data in output.items()}, indent=2))
         return 0
     for cell_id, data in output.items():
@@ -86,5 +120,10 @@ def _trends(path: Path, args: argparse.Namespace) -> int:
         for metric, (good, bad) in data["regressions"].items():
             if bad:
                 print(f"  {metric} regressed: last good run {good or 'none recorded'}, first bad run {bad}")
+        if data["setup_changed_after"]:
+            print(f"  WARNING: the cell was measured differently up to run {data['setup_changed_after']} (its "
+                  "identity's setup changed): change points look only at the runs since")
+        for change in data["change_points"]:
+            print(f"  change point: {change.describe()}")
         print()
     return 0

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ground.errors import BadInput, worst
 from reports.baseline import Baseline, load_baseline
-from reports.compare import compare_markdown, compare_runs
+from reports.compare import compare_markdown, compare_runs, identity_warnings
 from reports.gates import regate
 from reports.history import history_path, run_dir_of
 from ground.records import RunResults
@@ -61,6 +61,9 @@ def run(args: argparse.Namespace) -> int:
     if baseline is not None:
         _warn_about(baseline, [cell.id for cell in results.cells])
         results = regate(results, baseline)
+    if other is not None:
+        for warning in identity_warnings(compare_runs(results, other)):
+            print(f"dspark-ci report: WARNING: {warning}", file=sys.stderr)
     if args.format == "json":  # a query: the run directory is not touched
         comparison = compare_runs(results, other) if other is not None else None
         print(json.dumps(comparison if comparison is not None else results.to_dict(), indent=2))

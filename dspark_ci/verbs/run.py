@@ -9,13 +9,16 @@ import platform
 import signal
 import socket
 import subprocess
+import sys
+from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TextIO
 
 from packaging.version import InvalidVersion, Version
 
 from ground.errors import BadInput
 from launchers import catalog
+from matrices.quarantine import Quarantine, default_path, load_quarantine
 from launchers.contract import SERVERS, SIMULATED_SERVERS, LaunchContext
 from dspark_ci import progress
 from dspark_ci import run as pipeline
@@ -83,6 +86,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "or let SGLang's own resolver decide on this CPU those it can tell from the arguments alone "
                         "(nothing launched for them; hardware-bound ones still launch; needs DSPARK_SGLANG_PYTHON or "
                         "`bash .ci/sglang-resolver.sh`)")
+    parser.add_argument("--quarantine", metavar="FILE",
+                        help="cells that run and are reported but do not gate until their expiry (default: "
+                        "quarantine.yaml beside the first matrix, if there is one; matrices/quarantine.py)")
     parser.add_argument("--max-parallel", type=positive_count, default=None, metavar="N",
                         help="cells in flight at once, longest first (default: what the launcher has room for: the "
                         "Slurm partition's nodes, the Kubernetes namespace's pod quota; 1 for local and docker)")
@@ -137,10 +143,11 @@ def _suites(text: str | None) -> tuple[str, ...] | None:
     return names
 
 
-def _caller_env(server: str) -> dict:
+def _caller_env(server: str, sglang_version: str) -> dict:
     env = dict(os.environ)
     if server in SIMULATED_SERVERS:
         env.setdefault("DSPARK_SIM_GPQA_PATH", str(SYNTHETIC_GPQA))
+        env.setdefault("DSPARK_SIM_VERSION", sglang_version)  # the simulator is the version under test
     if server == "sglang-frontend":  # the suites' prompts reach the simulated engine as the simulator reads them
         env.setdefault(VOCABULARY_ENV, "\n".join((*PROMPTS, " ".join(SPEED_WORDS))))
     return env
@@ -167,7 +174,7 @@ def _version(text: str) -> str:
 RERUN_FLAGS = (("--launcher", "launcher"), ("--suites", "suites"), ("--baseline", "baseline"), ("--server", "server"),
                ("--sglang-version", "sglang_version"), ("--boot-timeout", "boot_timeout"),
                ("--max-parallel", "max_parallel"), ("--rejections", "rejections"), ("--max-boots", "max_boots"),
-               ("--retries", "retries"))
+               ("--retries", "retries"), ("--quarantine", "quarantine"))
 
 
 def rerun_options(args: argparse.Namespace) -> tuple[str, ...]:
@@ -191,7 +198,8 @@ def rerun_options(args: argparse.Namespace) -> tuple[str, ...]:
 BOOT_TIMEOUT_S = {"sim": 60.0, "sglang": 1800.0, "sglang-frontend": 600.0}
 
 
-def run_verb(args: argparse.Namespace) -> int:
+def run_verb(args: argparse.Namespace, stream: TextIO | None = None) -> int:
+    """One run; its progress goes to ``stream`` (default stderr; bisect keeps each run's in a file)."""
     if args.server == "sglang-frontend" and args.launcher != "local":
         raise BadInput(f"--server sglang-frontend --launcher {args.launcher}",
                        "SGLang's front end in front of the simulator runs as local processes only",
@@ -206,8 +214,9 @@ def run_verb(args: argparse.Namespace) -> int:
                                   accept_inconclusive=args.accept_inconclusive,
                                   sampling=Sampling(max_boots=args.max_boots, retries=args.retries),
                                   environment=_environment(args), max_parallel=args.max_parallel,
-                                  rejections=args.rejections)
-    caller_env = _caller_env(args.server)
+                                  rejections=args.rejections, quarantine=_quarantine(args))
+    caller_env = _caller_env(args.server, args.sglang_version)
+    options = replace(options, forwarded_env={k: v for k, v in caller_env.items() if k.startswith("DSPARK_SIM_")})
     kind = catalog.get(args.launcher)
     context = LaunchContext(run_id=run_id, run_dir=options.run_dir, server=args.server, boot_timeout_s=boot_timeout,
                             caller_env=caller_env)
@@ -215,7 +224,12 @@ def run_verb(args: argparse.Namespace) -> int:
     simulated = args.server in SIMULATED_SERVERS
     defaults = _gpqa_dataset(caller_env["DSPARK_SIM_GPQA_PATH"]) if simulated else (lambda o: o)
     verbosity = progress.QUIET if args.quiet else progress.VERBOSE if args.verbose else progress.NORMAL
-    return pipeline.run(options, launcher, suite_defaults=defaults, progress=progress.Progress(verbosity=verbosity))
+    return pipeline.run(options, launcher, suite_defaults=defaults, progress=progress.Progress(stream=stream or sys.stderr, verbosity=verbosity))
+
+
+def _quarantine(args: argparse.Namespace) -> Quarantine:
+    path = args.quarantine or default_path(args.matrices)
+    return load_quarantine(path) if path else Quarantine()
 
 
 def _environment(args: argparse.Namespace) -> dict:
