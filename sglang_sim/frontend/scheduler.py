@@ -47,6 +47,7 @@ from sglang_sim.failures import SCHEDULER_FRAMES, print_lines, traceback_tail
 from sglang_sim.frontend.launch import MODEL_DIR_ENV, admitted
 from sglang_sim.frontend.vocab import Vocabulary
 from sglang_sim.gpqa import GpqaAnswerKey
+from sglang_sim.noise import BootNoise
 from sglang_sim.native_api import WARMUP_MAX_NEW_TOKENS, WARMUP_PROMPT
 from sglang_sim.speculation import SpecShape
 from sglang_sim.textgen import Ask, Persona
@@ -101,15 +102,18 @@ class StandIn:
         self.config = SimConfig.from_env(os.environ)
         env = SglangEnv.from_environ(os.environ)
         self.args, _ = admitted()
+        noise = BootNoise.of(self.config)  # as the simulator's rank 0 builds its engine (sglang_sim.main)
         persona = Persona(self.config.seed, self.config.gpqa_accuracy, GpqaAnswerKey.load(self.config.gpqa_path),
-                          garbage=self.config.faults.garbage_output)
+                          garbage=self.config.faults.garbage_output, concentration=self.config.gpqa_concentration,
+                          nonce=noise.nonce)
         log = self.config.emission_log
         self.emission_log = EmissionLog.open(log) if log is not None else None
         self.shape = SpecShape.of(self.args)
         self.collector = _scheduler_metrics_collector(server_args)
         gauges = SchedulerGauges(self.collector) if self.collector is not None else None
         self.engine = Engine(self.args, self.config, env, self.shape, persona, self._crash_on_prefill,
-                             metrics=cast(Any, gauges), emission_log=self.emission_log)  # ServerMetrics' hooks
+                             metrics=cast(Any, gauges), emission_log=self.emission_log,  # ServerMetrics' hooks
+                             noise=noise)
         if gauges is not None:
             gauges.engine = self.engine
         self.context = zmq.asyncio.Context(2)
