@@ -12,10 +12,12 @@ from ground.sglang.flags import load_flags
 from launchers.plan import FLAG_RULES, PLACEMENT_KEYS, plan_launch
 from launchers.plan_types import SGLANG_ENTRYPOINT, Placement
 from matrices import load_cells
+from matrices.quarantine import DEFAULT_NAME as QUARANTINE_NAME
 from matrices.schema import CONFIG_KEYS
 
 REPO = Path(__file__).resolve().parent.parent
-SHIPPED = sorted(str(p.relative_to(REPO)) for p in (REPO / "matrices").glob("*.yaml"))
+SHIPPED = sorted(str(p.relative_to(REPO)) for p in (REPO / "matrices").glob("*.yaml")
+                 if p.name != QUARANTINE_NAME)  # the quarantine file sits beside the matrices; it is not one
 SGLANG_0_5_23 = load_flags("0.5.23")
 
 
