@@ -32,11 +32,12 @@ class Run:
         self.tag = uuid.uuid4().hex
         self.env = {**os.environ, "CI": "true", "DSPARK_TEST_RUN": self.tag, "DSPARK_SIM_FAULTS": faults}
         self.argv = [sys.executable, "-m", "dspark_ci", "run", *args, "--out", str(self.out)]
+        self.done: subprocess.CompletedProcess | None = None  # the last finished run
 
     def __call__(self, timeout: float = 240) -> subprocess.CompletedProcess:
-        done = subprocess.run(self.argv, env=self.env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+        self.done = subprocess.run(self.argv, env=self.env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
         self.assert_nothing_left()
-        return done
+        return self.done
 
     def start(self) -> subprocess.Popen:
         return subprocess.Popen(self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -73,17 +74,21 @@ def test_smoke_matrix_runs_end_to_end(tmp_path):
     assert "ready to roll" in (run.out / "logs" / ONE_NODE / "0.log").read_text()
     measured = run.cell(ONE_NODE)["metrics"]
     assert measured["accept_length"] > 2 and measured["output_throughput_tok_s"] > 0
-    # No gate regressed; what did not pass is a speed gate whose interval straddles its tolerance, and the run
-    # says so with exit 4 (green, exit 0, only when every gate passed).
-    gates = run.cell(ONE_NODE)["gates"]
-    assert {g["metric"] for g in gates} >= {"accept_length", "gpqa_accuracy"} | TIMING
+    assert_speed_at_worst_undecided(run, done)
+
+
+def assert_speed_at_worst_undecided(run: Run, done: subprocess.CompletedProcess, cell_id: str = ONE_NODE) -> None:
+    """No gate of an unfaulted cell regressed; one that did not pass is a speed gate whose interval straddles its
+    tolerance, and the run says so with exit 4 (green, exit 0, only when every gate passed)."""
+    gates = run.cell(cell_id)["gates"]
+    assert {g["metric"] for g in gates} >= {"accept_length"} | TIMING
     undecided = [g for g in gates if not g["passed"]]
     assert all(g["metric"] in TIMING and g["verdict"] == "inconclusive" for g in undecided), undecided
     for gate in undecided:
         low, high = gate["interval"]
         assert min(low, high) < gate["tolerance"] < max(low, high)
     status = "INCONCLUSIVE" if undecided else "PASSED"
-    assert f"{ONE_NODE}: {status}" in done.stderr
+    assert f"{cell_id}: {status}" in done.stderr
     assert done.returncode == (4 if undecided else 0), done.stderr
     if undecided:
         assert "a statistical gate could not decide (not a regression" in done.stderr
