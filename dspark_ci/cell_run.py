@@ -27,7 +27,7 @@ from launchers.ledger import Ledger
 from launchers.plan import plan_launch
 from launchers.plan_types import Placement
 from dspark_ci.evidence import Sampling, more_evidence
-from matrices.cell import REJECT, Cell
+from matrices.cell import Cell
 from reports.gates import status_of
 from suites.runner import SuiteOutcome, SuiteRequest, Watch, gpqa_note, run_suites
 
@@ -55,7 +55,7 @@ class CellContext:
 def pending_result(cell: Cell) -> CellResult:
     """A cell's result before anything happened (with its suite options and baseline, so that
     `dspark-ci report --baseline` can gate again exactly as the run did)."""
-    return CellResult(id=cell.id, config=cell.config, expect=cell.expect.to_dict(), runner=cell.runner,
+    return CellResult(id=cell.id, config=cell.config, expect=cell.expect, runner=cell.runner,
                       suites=cell.suites, baseline=cell.baseline)
 
 
@@ -143,13 +143,13 @@ def _boot_and_measure(cell: Cell, ctx: CellContext, result: CellResult, clock: C
             if clock.ready is None:
                 clock.mark_ready()
             result = replace(result, boot_seconds=result.boot_seconds or round(deployment.boot_seconds, 3))
-            if cell.expect.outcome == REJECT:
+            if cell.expect.rejects:
                 return result.finished(Status.FAILED, f"expected SGLang to reject this cell "
                                        f"(/{cell.expect.message}/) but it became healthy", ExitCode.FELL_SHORT)
             reference = _launch_reference(cell, names, ctx, stack, logs_dir)
             ctx.stage(f"{cell.id}: measuring ({', '.join(names)})")
             outcome = run_suites(SuiteRequest(
-                base_url=deployment.base_url, names=names, model=cell.config.get("model"),
+                base_url=deployment.base_url, names=names, model=cell.config.model,
                 options=ctx.suite_defaults({n: dict(cell.suites.get(n, {})) for n in names}),
                 work_dir=logs_dir, reference_url=reference.base_url if reference else None, on_progress=ctx.detail,
                 ledger=ctx.ledger, cell_id=cell.id),
@@ -158,7 +158,7 @@ def _boot_and_measure(cell: Cell, ctx: CellContext, result: CellResult, clock: C
     except LaunchFailed as err:
         if isinstance(err, LaunchTimeout):
             raise
-        if cell.expect.outcome == REJECT:
+        if cell.expect.rejects:
             return _judge_rejection(result, cell, err)
         return result.finished(Status.ERROR, str(err), ExitCode.FELL_SHORT, sglang_error=err.sglang_error)
     return _judge_measurement(result, names, outcome, ctx)
@@ -206,7 +206,8 @@ def _judge(measured: CellResult, names: tuple[str, ...], ctx: CellContext,
     measured = replace(measured, gates=applied, warnings=warnings)
     if stopped_by is not None:  # a rank died or hung while the suites ran: the numbers are void
         err = stopped_by
-        return measured.finished(Status.ERROR, str(err), _exit_code_of(err), sglang_error=err.sglang_error)
+        return measured.finished(Status.ERROR, str(err), _exit_code_of(err),
+                                 sglang_error=getattr(err, "sglang_error", None))
     if measured.failed_tests:  # failed gates are in `gates`; `error` is for everything else
         return measured.finished(Status.FAILED, "; ".join(measured.failed_tests), ExitCode.FELL_SHORT)
     return measured.finished(status_of(applied))  # passed, failed (a gate regressed) or inconclusive
@@ -259,6 +260,4 @@ def _launch_reference(cell: Cell, names, ctx: CellContext, stack: contextlib.Exi
 
 
 def without_speculation(cell: Cell) -> Cell:
-    config = {k: v for k, v in cell.config.items() if not k.startswith("speculative") and k != "draft_model"}
-    config["speculative_algorithm"] = None
-    return replace(cell, id=f"{cell.id}-reference", config=config)
+    return replace(cell, id=f"{cell.id}-reference", config=cell.config.without_speculation())

@@ -66,7 +66,7 @@ def more_evidence(first: CellResult, names: tuple[str, ...], sampling: Sampling,
 
 
 def _retryable(result: CellResult) -> bool:
-    return result.status.failing and result.exit_code != ExitCode.BAD_INPUT and result.expect.get("outcome") != "reject"
+    return result.status.failing and result.exit_code != ExitCode.BAD_INPUT and not result.expect.rejects
 
 
 def _measured(result: CellResult) -> bool:

@@ -2,10 +2,13 @@
 
     options → cells → baselines → run dir → for each cell: run_cell → results → reports → verdict
 
-Inputs are all validated before anything is launched. The results on disk grow with the run
-(``reports.live_results.ResultsWriter``: results.jsonl after every cell, the report files rewritten as they go);
-until the run finishes they list every selected cell without an outcome as an error, never a green report.
-``verdict`` is the one place that decides the exit code: never 0 unless every selected cell has a recorded outcome and none failed, and something was measured.
+Inputs are all validated before anything is launched. After every cell the result is appended to
+``results.jsonl`` (linear in cells, survives SIGKILL), and results.json, junit.xml and report.md are rewritten
+after every cell while a rewrite is cheap, at most every ``REWRITE_EVERY_S`` once it is not (always at the end),
+so a report on disk is never older than a few seconds and a 10k-cell run stays linear. Until the run finishes,
+what is on disk lists every selected cell without an outcome as an error ("no outcome yet"): a run killed with
+SIGKILL leaves reports that say FAILED, never a green one. ``verdict`` is the one place that decides the exit
+code: never 0 unless every selected cell has a recorded outcome and none failed, and something was measured.
 """
 
 from __future__ import annotations

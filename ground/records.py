@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 from ground.errors import ExitCode
 from ground.identity import CellIdentity
+from ground.sglang.settings import CellConfig
 from ground.stats import INCONCLUSIVE, PASSED, REGRESSED, Verdict
 
 SCHEMA = 1
@@ -94,6 +95,30 @@ class GateResult:
         return cls(data["metric"], data["op"], data["threshold"], data.get("value"), data["passed"], statistic)
 
 
+SERVE, REJECT = "serve", "reject"  # a cell's expected outcome (CONTRACT.md `expect.outcome`)
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What a cell should do: serve, or be rejected by SGLang with a message (a regex searched in its error line);
+    ``sglang`` is the version spec the expectation was written for, e.g. ">=0.5.23"."""
+
+    outcome: str = SERVE
+    message: str | None = None
+    sglang: str | None = None
+
+    @property
+    def rejects(self) -> bool:
+        return self.outcome == REJECT
+
+    def to_dict(self) -> dict:
+        return {"outcome": self.outcome, "message": self.message, "sglang": self.sglang}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Expect":
+        return cls(data.get("outcome") or SERVE, data.get("message"), data.get("sglang"))
+
+
 def _frozen(mapping: Mapping | None) -> Mapping:
     return MappingProxyType(dict(mapping or {}))
 
@@ -133,7 +158,7 @@ class CellResult:
 
     id: str
     config: Mapping[str, Any]
-    expect: Mapping[str, Any]
+    expect: Expect  # a mapping given here (results.json's object) becomes an Expect
     runner: str | None = None
     suites: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     baseline: str | None = None
@@ -162,7 +187,8 @@ class CellResult:
     def __post_init__(self):
         object.__setattr__(self, "status", Status(self.status))
         object.__setattr__(self, "config", _frozen(self.config))
-        object.__setattr__(self, "expect", _frozen(self.expect))
+        if not isinstance(self.expect, Expect):
+            object.__setattr__(self, "expect", Expect.from_dict(self.expect or {}))
         object.__setattr__(self, "suites", MappingProxyType({k: _frozen(v) for k, v in self.suites.items()}))
         object.__setattr__(self, "metrics", _frozen(self.metrics))
         object.__setattr__(self, "gates", tuple(self.gates))
@@ -183,12 +209,17 @@ class CellResult:
         return replace(self, status=status, error=error, exit_code=exit_code, **changes)
 
     @property
+    def speculative(self) -> bool:
+        """The cell ran a speculative algorithm (as its config says: ``CellConfig.speculative``)."""
+        return CellConfig.from_dict(self.config).speculative
+
+    @property
     def failed_tests(self) -> list[str]:
         return [f"{t['nodeid']}: {t.get('message') or t['outcome']}"
                 for t in self.tests or () if t.get("outcome") in ("failed", "error")]
 
     def to_dict(self) -> dict:
-        data = {"id": self.id, "config": dict(self.config), "expect": dict(self.expect), "runner": self.runner,
+        data = {"id": self.id, "config": dict(self.config), "expect": self.expect.to_dict(), "runner": self.runner,
                 "suites": {name: dict(options) for name, options in self.suites.items()}, "baseline": self.baseline,
                 "status": self.status.value, "error": self.error, "boot_seconds": self.boot_seconds,
                 "metrics": dict(self.metrics), "gates": [g.to_dict() for g in self.gates],
@@ -230,7 +261,7 @@ class CellResult:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "CellResult":
         tests = data.get("tests")
-        return cls(id=data["id"], config=data.get("config") or {}, expect=data.get("expect") or {},
+        return cls(id=data["id"], config=data.get("config") or {}, expect=Expect.from_dict(data.get("expect") or {}),
                    runner=data.get("runner"), suites=data.get("suites") or {}, baseline=data.get("baseline"),
                    status=Status(data["status"]), error=data.get("error"), boot_seconds=data.get("boot_seconds"),
                    metrics=data.get("metrics") or {}, gates=tuple(GateResult.from_dict(g) for g in data.get("gates") or ()),

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ContextManager, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, ContextManager, Mapping, Protocol, Sequence, runtime_checkable
 
 from ground.errors import DsparkError, InfraError
 from ground.sglang.release import is_peer_loss, sglang_error_line
@@ -170,3 +170,15 @@ class Launcher(Protocol):
         """Start every rank (recording each in the ledger first), wait for rank 0's health against the
         deadline, yield the deployment; on leaving, for any reason, tear the whole group down."""
 
+
+
+class LauncherModule(Protocol):
+    """What a launcher package's ``lifecycle`` module provides to the catalog (``launchers.catalog``)."""
+
+    def build(self, context: LaunchContext, options: Any) -> Launcher:
+        """The launcher for one run, from the run's context and the launcher's own options record
+        (``launchers/<kind>/options.py``, already checked)."""
+
+    def remove_started(self, entry: dict) -> str | None:
+        """Remove one ledger entry of a dead run (``launchers.ledger``), saying what was removed; None if it was
+        already gone. Touches nothing that does not carry that run's id."""

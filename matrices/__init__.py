@@ -37,7 +37,7 @@ def load_cells(paths: list[str]) -> list[Cell]:
             cell = build_cell(fragment, spec)
             if cell.id in seen:
                 first = seen[cell.id]
-                raise Where(path, cell.line).error(
+                raise Where(path, cell.line or 1).error(
                     f"cell id {cell.id!r} is already used by the cell at {first.matrix}:{first.line}",
                     "give one of them `id_suffix:` (or an explicit `id:`), or remove the duplicate")
             seen[cell.id] = cell

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from ground.sglang.release import BLOCK_SIZE_FLAGS
+from ground.sglang.settings import CellConfig
 from matrices.cell import SERVE, Cell, Expect
 from matrices.expand import CODE_DEFAULTS, effective
 from matrices.ids import cell_id
@@ -143,7 +144,7 @@ def build_cell(fragment: Fragment, spec: MatrixSpec) -> Cell:
     expect: Expect = fragment.values.get("expect", Expect(SERVE))
     expect = dataclasses.replace(expect, sglang=expect.sglang or spec.sglang)
     return Cell(
-        id=identity, matrix=spec.path, config=config, runner=_runner(config, fragment, spec.path),
+        id=identity, matrix=spec.path, config=CellConfig.from_dict(config), runner=_runner(config, fragment, spec.path),
         expect=expect, env=env, extra_args=fragment.values.get("extra_args", ()),
         suites=fragment.values.get("suites", {}), baseline=_beside(spec.path, fragment.values.get("baseline")),
         image=fragment.values.get("image"), line=fragment.line,

@@ -10,24 +10,16 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-SERVE, REJECT = "serve", "reject"
+from ground.records import REJECT, SERVE, Expect
+from ground.sglang.settings import CellConfig
 
-
-@dataclass(frozen=True)
-class Expect:
-    outcome: str = SERVE  # "serve" | "reject"
-    message: str | None = None  # regex searched in SGLang's error line, for "reject"
-    sglang: str | None = None  # version spec the expectation was written for, e.g. ">=0.5.23"
-
-    def to_dict(self) -> dict:
-        return {"outcome": self.outcome, "message": self.message, "sglang": self.sglang}
-
+__all__ = ["REJECT", "SERVE", "Cell", "Expect"]
 
 @dataclass(frozen=True)
 class Cell:
     id: str
     matrix: str  # the file it came from (as given on the command line)
-    config: Mapping[str, Any]  # model, device, tp, dp, cp, pp, moe_a2a_backend, ... (CONTRACT.md)
+    config: CellConfig  # the SGLang settings, typed (ground/sglang/settings.py); a mapping given becomes one
     runner: str  # CI runner label, e.g. "8-gpu-h200"
     expect: Expect = Expect()
     env: Mapping[str, str] = field(default_factory=dict)  # launch env; secrets as "${NAME}"
@@ -39,17 +31,18 @@ class Cell:
 
     def __post_init__(self):
         # Freeze the mappings so a stage cannot change what the next one sees.
-        object.__setattr__(self, "config", MappingProxyType(dict(self.config)))
+        if not isinstance(self.config, CellConfig):
+            object.__setattr__(self, "config", CellConfig.from_dict(self.config))
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
         object.__setattr__(self, "suites", MappingProxyType({k: MappingProxyType(dict(v)) for k, v in self.suites.items()}))
 
     @property
     def nnodes(self) -> int:
-        return int(self.config.get("nnodes", 1))
+        return self.config.nnodes
 
     @property
     def speculative(self) -> bool:
-        return bool(self.config.get("speculative_algorithm"))
+        return self.config.speculative
 
     def to_dict(self) -> dict:
         return {

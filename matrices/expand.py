@@ -10,22 +10,11 @@ import math
 from functools import reduce
 from typing import Any, Mapping
 
+from ground.sglang.settings import DEFAULTS
 from matrices.schema import CONFIG_KEYS, Fragment, MatrixSpec, Where
 
-# What a cell is when the matrix does not say (SGLang's own defaults where it has one).
-CODE_DEFAULTS: Mapping[str, Any] = {
-    "device": "cuda",
-    "nnodes": 1,
-    "gpus_per_node": 8,
-    "tp": 1,
-    "dp": 1,
-    "enable_dp_attention": False,
-    "enable_dp_lm_head": False,
-    "cp": 1,
-    "pp": 1,
-    "moe_a2a_backend": "none",
-    "speculative_algorithm": None,
-}
+# What a cell is when the matrix does not say: each setting's default (ground/sglang/settings.py).
+CODE_DEFAULTS: Mapping[str, Any] = DEFAULTS
 
 
 # Past this many cells a matrix is refused before anything is built: counted from the axes' lengths, so a typo that

@@ -16,7 +16,8 @@ Top level (all optional except that some cells must result)::
     include: [{CELL KEYS}, ...]           # extra cells: defaults + this entry (not crossed)
     overrides: [{match: {...}, set: {CELL KEYS}}, ...]   # patches every matching cell
 
-Cell keys: see ``CELL_KEYS`` below (config keys go into ``Cell.config``). When fragments are laid
+Cell keys: see ``CELL_KEYS`` below (the SGLang settings, rows of ``ground/sglang/settings.py``, go into
+``Cell.config``). When fragments are laid
 over each other (defaults < axis values < include entry < override ``set``), ``env`` mappings
 merge, ``extra_args`` lists append, every other key is replaced. ``exclude`` and override
 ``match`` compare config keys (and a subset of ``env``) after code defaults apply, so
@@ -30,11 +31,12 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from ground.sglang.flags import load_flags
-from ground.sglang.release import DEVICES, SPECULATIVE_ALGORITHMS
+from ground.sglang.release import DEVICES
+from ground.sglang.settings import SETTINGS, Setting
 from ground.yaml_lines import YamlList, YamlMap
-from matrices.values import (SGLANG_VERSION, Parser, Where, arg_list, boolean, check_keys, env_map, expect_spec,
+from matrices.values import (Parser, Where, arg_list, boolean, check_keys, env_map, expect_spec,
                              int_at_least, one_of, optional, slug, suite_map, text, version_spec)
+
 
 @dataclass(frozen=True)
 class Key:
@@ -44,41 +46,20 @@ class Key:
     help: str  # what the key is (its SGLang flag, when it has one), shown when a typo is corrected
 
 
-_flags = load_flags(SGLANG_VERSION)
-_CHOICES_A2A = _flags.get("--moe-a2a-backend").choices
-_CHOICES_CP = _flags.get("--cp-strategy").choices
+_SCALAR: Mapping[type, Parser] = {str: text, int: int_at_least(0), bool: boolean}
 
-# Every key a cell (defaults, axes, include, overrides' set) may carry, in the order config is shown.
+
+def _parser(s: Setting) -> Parser:
+    """How a matrix value of one SGLang setting is checked, from its row (ground/sglang/settings.py)."""
+    parse = (one_of(s.choices) if s.choices else slug if s.slug
+             else int_at_least(s.minimum) if s.minimum is not None else _SCALAR[s.type])
+    return optional(parse) if s.nullable else parse
+
+
+# Every key a cell (defaults, axes, include, overrides' set) may carry: first the settings, in the order config
+# is shown (one row each in ground/sglang/settings.py), then what is not config.
 CELL_KEYS: Mapping[str, Key] = MappingProxyType({
-    "model": Key(text, "model: deepseek-ai/DeepSeek-V4-Flash", True, "--model-path"),
-    "model_slug": Key(slug, "model_slug: dsv4-flash", True, "short model name used in cell ids"),
-    "draft_model": Key(optional(text), "draft_model: z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat", True,
-                       "--speculative-draft-model-path"),
-    "device": Key(one_of(DEVICES), "device: cuda", True, "--device"),
-    "hardware": Key(slug, "hardware: h200", True, "accelerator type in the runner label"),
-    "nnodes": Key(int_at_least(1), "nnodes: 2", True, "nodes of the deployment"),
-    "gpus_per_node": Key(int_at_least(1), "gpus_per_node: 8", True, "accelerators per node"),
-    "tp": Key(int_at_least(1), "tp: 8", True, "--tp-size"),
-    "dp": Key(int_at_least(1), "dp: 4", True, "--dp-size, or --attn-dp-size with enable_dp_attention"),
-    "enable_dp_attention": Key(boolean, "enable_dp_attention: true", True, "dp counts attention-DP groups"),
-    "enable_dp_lm_head": Key(boolean, "enable_dp_lm_head: true", True, "--enable-dp-lm-head"),
-    "cp": Key(int_at_least(1), "cp: 4", True, "prefill context parallel (CP v2) size"),
-    "cp_strategy": Key(optional(one_of(_CHOICES_CP)), "cp_strategy: interleave", True, "--cp-strategy"),
-    "pp": Key(int_at_least(1), "pp: 2", True, "--pp-size"),
-    "moe_a2a_backend": Key(one_of(_CHOICES_A2A), "moe_a2a_backend: none", True, "--moe-a2a-backend"),
-    "speculative_algorithm": Key(optional(one_of(SPECULATIVE_ALGORITHMS)), "speculative_algorithm: DSPARK", True,
-                                 "--speculative-algorithm"),
-    "speculative_block_size": Key(optional(int_at_least(1)), "speculative_block_size: 7", True,
-                                  "--speculative-dspark-block-size / --speculative-dflash-block-size"),
-    "speculative_num_steps": Key(optional(int_at_least(1)), "speculative_num_steps: 3", True,
-                                 "--speculative-num-steps"),
-    "speculative_eagle_topk": Key(optional(int_at_least(1)), "speculative_eagle_topk: 1", True,
-                                  "--speculative-eagle-topk"),
-    "speculative_num_draft_tokens": Key(optional(int_at_least(1)), "speculative_num_draft_tokens: 4", True,
-                                        "--speculative-num-draft-tokens"),
-    "reasoning_parser": Key(optional(text), "reasoning_parser: deepseek-v4", True, "--reasoning-parser"),
-    "trust_remote_code": Key(boolean, "trust_remote_code: true", True, "--trust-remote-code"),
-    "enable_metrics": Key(boolean, "enable_metrics: true", True, "--enable-metrics"),
+    **{s.key: Key(_parser(s), s.example, True, s.help) for s in SETTINGS},
     # Not config: how the cell is named, launched, measured and judged.
     "id": Key(slug, "id: dsv4-flash-tp8-custom", False, "the whole cell id (otherwise generated)"),
     "id_suffix": Key(slug, "id_suffix: long-ctx", False, "appended to the generated cell id"),

@@ -20,7 +20,7 @@ from ground.suites import SUITE_DEFAULTS, option_problem
 from ground.sglang.flags import load_flags
 from ground.sglang.release import DEFAULT_VERSION
 from ground.yaml_lines import YamlList, YamlMap
-from matrices.cell import REJECT, SERVE, Expect
+from ground.records import REJECT, SERVE, Expect
 
 SGLANG_VERSION = DEFAULT_VERSION  # the launch-flag snapshot extra_args and choices are checked against
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -183,7 +183,7 @@ def suite_map(value, where, key, example) -> Mapping[str, Mapping[str, Any]]:
     """``suites: {accept: {num_requests: 8}, gpqa: null}``; null options mean the suite's defaults."""
     if not isinstance(value, YamlMap):
         raise _fail(where, key, "a mapping of suite name to options", value, example)
-    suites = {}
+    suites: dict[str, Mapping[str, Any]] = {}
     for name, options in value.items():
         here = where.at(value, name)
         if name not in SUITE_DEFAULTS:
@@ -218,7 +218,7 @@ def expect_spec(value, where, key, example) -> Expect:
     message = value.get("message")
     here = where.at(value, "message")
     if outcome == REJECT:
-        text(message, here, "expect.message", 'message: "DSpark with dp attention requires"')
+        message = text(message, here, "expect.message", 'message: "DSpark with dp attention requires"')
         try:
             re.compile(message)
         except re.error as err:

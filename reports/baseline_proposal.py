@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import yaml
 
@@ -20,7 +20,7 @@ from ground.errors import BadInput
 from ground.identity import unlike
 from ground.records import CellResult, RunResults, Status
 from reports.baseline import NOISE_RUN_SDS, SCHEMA
-from reports.metrics import REQUEST_STDERR_OF
+from reports.metrics import REQUEST_STDERR_OF, STDERR_OF
 
 # metric -> its gate in a recorded baseline. Tolerances are the ones gates in the wild use
 # (FIELD_NOTES.md): throughput -3%, median TTFT/TPOT +2.5%, accept length at 95% of the baseline.
@@ -56,7 +56,8 @@ def propose(runs: Sequence[tuple[str, RunResults]], description: str | None = No
     for where, results in runs:
         _check_good(where, results)
     gated = _gated_cells(runs)
-    cells = {cell_id: _cell_specs(measured) for cell_id, measured in gated.items()}
+    cells: dict[str, dict[str, dict[str, Any]]] = {cell_id: _cell_specs(measured)
+                                                   for cell_id, measured in gated.items()}
     records: dict[str, dict[str, float]] = {}
     for cell_id, measured in gated.items():
         questions = _per_question(measured)
@@ -115,20 +116,21 @@ def _gated_cells(runs: Sequence[tuple[str, RunResults]]) -> dict[str, list[CellR
 
 def _check_same_identity(cell_id: str, cells: list[CellResult], wheres: list[str]) -> None:
     """Repeats of one measurement only: a baseline's noise over unlike setups or builds measures the difference."""
-    first = next((cell for cell in cells if cell.identity is not None), None)
+    first = next((cell.identity for cell in cells if cell.identity is not None), None)
     for where, cell in zip(wheres, cells):
-        if first is None or cell.identity is None or cell.identity.hash == first.identity.hash:
+        if first is None or cell.identity is None or cell.identity.hash == first.hash:
             continue
-        why = unlike(first.identity, cell.identity) or f"build {first.identity.build} vs {cell.identity.build}"
+        why = unlike(first, cell.identity) or f"build {first.build} vs {cell.identity.build}"
         raise BadInput(where, f"{cell_id} was not measured as in the other runs ({why})",
                        "record a baseline from repeats of one setup on one build")
 
 
-def _cell_specs(cells: list[CellResult]) -> dict[str, dict[str, float]]:
-    specs: dict[str, dict[str, float]] = {}
+def _cell_specs(cells: list[CellResult]) -> dict[str, dict[str, Any]]:
+    specs: dict[str, dict[str, Any]] = {}
     for metric, gate in RECORDED_GATES.items():
-        values = [cell.metrics.get(metric) for cell in cells]
-        if any(value is None or not math.isfinite(value) for value in values):
+        found = [cell.metrics.get(metric) for cell in cells]
+        values = [value for value in found if value is not None and math.isfinite(value)]
+        if len(values) < len(found):
             continue
         if metric == "gpqa_accuracy":
             spec = _gpqa_spec(cells, values)
@@ -148,15 +150,16 @@ def _noise(cells: list[CellResult], metric: str, values: list[float]) -> dict[st
     one boot explains (the mean of each run's own per-request standard error, as a fraction)."""
     spec = {"noise": _round(statistics.stdev(values) / abs(statistics.median(values))), "runs": len(values)}
     name = REQUEST_STDERR_OF.get(metric)
-    within = [cell.metrics.get(name) / value for cell, value in zip(cells, values) if name and cell.metrics.get(name)]
+    within = [stderr / value for cell, value in zip(cells, values) if name and (stderr := cell.metrics.get(name))]
     if len(within) == len(values):
         spec["request_noise"] = _round(statistics.fmean(within))
     return spec
 
 
 def _gpqa_spec(cells: list[CellResult], values: list[float]) -> dict[str, float] | None:
-    errors = [cell.metrics.get("gpqa_stderr") for cell in cells]
-    if any(se is None or not math.isfinite(se) for se in errors):
+    found = [cell.metrics.get(STDERR_OF["gpqa_accuracy"]) for cell in cells]
+    errors = [se for se in found if se is not None and math.isfinite(se)]
+    if len(errors) < len(found):
         return None  # a floor without its sampling error is a flake waiting to happen
     # Repeated runs ask the same questions: they add no questions, so the error bar is one run's, not
     # one run's divided by the square root of the number of runs.

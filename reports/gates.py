@@ -25,10 +25,12 @@ from typing import Mapping
 
 from ground import stats
 from ground.records import CellResult, GateResult, RunResults, Status
+from ground.suites import SUITE_DEFAULTS
 from reports.baseline import NOISE_RUN_SDS, Baseline, MetricSpec
 from reports.metrics import HIGHER, LOWER, METRICS, STDERR_OF, format_value, in_table_order
 
-COLLAPSE_FLOOR = 1.2  # accept_length at or below ~1 means no draft token is being accepted
+# accept_length at or below ~1 means no draft token is being accepted: the accept suite's own floor, one fact
+COLLAPSE_FLOOR = SUITE_DEFAULTS["accept"]["min_accept_length"]
 SPEEDUP_FLOOR = 1.0  # a speculative deployment no faster than the same one without speculation does not pay
 GPQA_CHANCE = 0.25  # four choices
 CHANCE_FALSE_PASS = 0.01  # a guesser passes the chance floor at most this often (exact binomial)
@@ -59,7 +61,7 @@ def family_levels(cells, baseline: Baseline | None, looks: int = 1) -> stats.Lev
 
 def statistical_gates(cell: CellResult, baseline: Baseline | None) -> int:
     """How many statistical gates ``baseline`` sets for ``cell`` (none for an expected rejection)."""
-    if baseline is None or cell.expect.get("outcome") == "reject":
+    if baseline is None or cell.expect.rejects:
         return 0
     return sum(len(_statistical_keys(spec)) for spec in baseline.specs_for(cell.id).values())
 
@@ -101,7 +103,7 @@ Limit = tuple[str, str, float, str, "tuple[MetricSpec, str] | None"]
 
 def _limits(cell: CellResult, metrics: Mapping, baseline: Baseline | None) -> list[Limit]:
     """(metric, op, threshold, basis, statistical spec) for every limit that applies to the cell."""
-    if cell.expect.get("outcome") == "reject":
+    if cell.expect.rejects:
         return []  # nothing is measured on a deployment that must not come up
     limits = _floor_limits(cell, metrics)
     if baseline is not None:
@@ -125,7 +127,7 @@ def _speedup_floor(metrics: Mapping) -> list[Limit]:
 
 
 def _collapse_floor(cell: CellResult, metrics: Mapping) -> list[Limit]:
-    speculative = bool(cell.config.get("speculative_algorithm"))
+    speculative = cell.speculative
     if not speculative or metrics.get("accept_length") is None:
         return []
     floor = (cell.suites.get("accept") or {}).get("min_accept_length")
@@ -262,7 +264,7 @@ def status_of(gates) -> Status:
 def _failed_apart_from_gates(cell: CellResult) -> bool:
     if cell.status is not Status.FAILED:
         return False
-    if cell.expect.get("outcome") == "reject":
+    if cell.expect.rejects:
         return True  # it served when it should have been rejected (or the other way round)
     if cell.tests is not None:  # the suites' own test outcomes, as the run records them
         return bool(cell.failed_tests)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from datetime import datetime
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from ground.records import DECIDED_BY_RESOLVER, CellResult, GateResult, RunResults, Status
 from ground.suites import suite_of
@@ -112,7 +112,7 @@ def _timing_properties(cell: CellResult) -> dict[str, str]:
 
 
 def _testcases(cell: CellResult) -> Iterable[ET.Element]:
-    if cell.expect.get("outcome") == "reject" or cell.status is Status.REJECTED_AS_EXPECTED:
+    if cell.expect.rejects or cell.status is Status.REJECTED_AS_EXPECTED:
         yield _rejection_case(cell)
     elif cell.status is Status.SKIPPED:
         case = _case(cell, LAUNCH_CASE, cell.boot_seconds)
@@ -168,7 +168,7 @@ def _case(cell: CellResult, name: str, seconds: float | None) -> ET.Element:
                                    "time": _seconds(seconds or 0.0)})
 
 
-def _problem(tag: str, cell: CellResult, gates: list[GateResult], failed_tests: list) -> ET.Element:
+def _problem(tag: str, cell: CellResult, gates: Sequence[GateResult], failed_tests: list) -> ET.Element:
     """<failure>/<error>: the failed gates' lines and the failed tests' messages, or the cell's error with
     SGLang's own line."""
     lines = [describe_gate(gate) for gate in gates if not gate.passed]

@@ -23,6 +23,7 @@ from typing import Iterator
 
 from ground.errors import BadInput, InfraError
 from ground.records import CellResult, RunResults, Status
+from reports.baseline import Baseline
 from matrices.quarantine import Quarantine, apply as apply_quarantine
 from reports.history import history_path, record as record_history
 from reports.junit import render_junit
@@ -45,7 +46,7 @@ class ResultsWriter:
 
     run_dir: Path
     results: RunResults
-    baseline: object = None
+    baseline: Baseline | None = None
     selected: tuple[CellResult, ...] = ()  # every cell the run will try, in order, before it ran
     quarantine: Quarantine = field(default_factory=Quarantine)  # cells that run and report but do not gate
     today: dt.date = field(default_factory=dt.date.today)

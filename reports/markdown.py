@@ -14,10 +14,11 @@ from datetime import datetime
 from typing import Mapping
 
 from ground.records import DECIDED_BY_RESOLVER, QUARANTINE_EXPIRED, QUARANTINED, CellResult, RunResults, Status
+from ground.sglang.settings import summary_items
 from reports.baseline import Baseline
 from reports.gates import describe_gate, explain, levels_line
 from ground.suites import SUITE_DEFAULTS
-from reports.metrics import SPEED_DETAIL, SPEED_LINE, format_value, label
+from reports.metrics import SPEED_DETAIL, SPEED_LINE, STDERR_OF, format_value, label
 from reports.results import error_headline, rejection_message
 
 OVERVIEW_METRICS = ("accept_length", "output_throughput_tok_s", "ttft_ms_mean", "tpot_ms_mean", "gpqa_accuracy")
@@ -27,12 +28,6 @@ QUALITY_ROWS = {
     "accept_length": ("accept", "Accept length"),
     "accept_rate": ("accept", "Accept rate"),
     "parity_mismatches": ("parity", "Mismatches"),
-}
-# How a cell's config reads in its one-line summary: key -> (format, values not worth showing)
-CONFIG_SUMMARY = {
-    "device": ("{}", ()), "tp": ("tp {}", ()), "dp": ("dp {}", (1,)), "cp": ("cp {}", (1,)), "pp": ("pp {}", (1,)),
-    "nnodes": ("{} nodes", (1,)), "enable_dp_attention": ("dp-attention", (False,)),
-    "moe_a2a_backend": ("a2a {}", ("none",)), "speculative_algorithm": ("{}", ()),
 }
 PROBLEM_WIDTH = 140  # characters of an error shown in a table cell
 DETAILED_PASSING_CELLS = 200  # up to this many cells in a run, every cell gets its own section
@@ -79,14 +74,14 @@ TIME_ROWS = 20  # a long run lists its slowest cells (results.json times every o
 
 def _time_section(results: RunResults) -> str:
     """Where the run's time went, slowest cells first: each cell's queue, boot and measure seconds and its total."""
-    timed = sorted((c for c in results.cells if c.timing is not None and c.timing.seconds is not None),
-                   key=lambda c: -(c.timing.seconds or 0.0))
+    timed = sorted(((c, c.timing) for c in results.cells if c.timing is not None and c.timing.seconds is not None),
+                   key=lambda pair: -(pair[1].seconds or 0.0))
     if not timed:
         return ""
-    rows = [[f"`{c.id}`", c.timing.started_at or "?", *(_secs(v) for v in (
-        c.timing.queue_seconds, c.boot_seconds, c.timing.measure_seconds, c.timing.seconds))] for c in timed]
+    rows = [[f"`{c.id}`", timing.started_at or "?", *(_secs(v) for v in (
+        timing.queue_seconds, c.boot_seconds, timing.measure_seconds, timing.seconds))] for c, timing in timed]
     title = "Time" if len(rows) <= TIME_ROWS else f"Time (the {TIME_ROWS} slowest cells; results.json times every one)"
-    total = sum(c.timing.seconds or 0.0 for c in timed)
+    total = sum(timing.seconds or 0.0 for _, timing in timed)
     note = f"Cell time added up: {total:.1f} s over {len(timed)} cell(s)."
     return f"{_section(title, ['Cell', 'Started', 'Queue', 'Boot', 'Measure', 'Total'], rows[:TIME_ROWS])}\n\n{note}"
 
@@ -196,7 +191,7 @@ def _verdict_line(results: RunResults) -> str:
 
 def _time_span(started: str | None, finished: str | None) -> str:
     try:
-        seconds = int((datetime.fromisoformat(finished) - datetime.fromisoformat(started)).total_seconds())
+        seconds = int((datetime.fromisoformat(finished or "") - datetime.fromisoformat(started or "")).total_seconds())
     except (TypeError, ValueError):
         return f"{started or '?'} → {finished or 'unfinished'}"
     return f"{started} → {finished} ({seconds // 60}m {seconds % 60:02d}s)"
@@ -333,8 +328,7 @@ def _cell_section(cell: CellResult, baseline: Baseline | None, version: str | No
 def _config_line(cell: CellResult) -> str:
     config = cell.config
     items = [f"`{config['model']}`"] if config.get("model") else []
-    items += [fmt.format(config[key]) for key, (fmt, hidden) in CONFIG_SUMMARY.items()
-              if config.get(key) is not None and config[key] not in hidden]
+    items += summary_items(config)  # each setting as its row says (ground/sglang/settings.py)
     time_spent = time_line(cell)
     if time_spent:
         items.append(time_spent)
@@ -386,8 +380,9 @@ def _sample_size(metric: str, metrics: Mapping) -> str:
 
 def _quality_value(metric: str, metrics: Mapping) -> str:
     value = format_value(metric, metrics[metric])
-    if metric == "gpqa_accuracy" and metrics.get("gpqa_stderr") is not None:
-        value += f" ± {format_value('gpqa_stderr', metrics['gpqa_stderr'])}"
+    stderr = STDERR_OF.get(metric)  # its standard error's metric (reports.metrics), when it has one
+    if stderr and metrics.get(stderr) is not None:
+        value += f" ± {format_value(stderr, metrics[stderr])}"
     return value
 
 

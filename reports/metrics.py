@@ -133,5 +133,5 @@ def noise_band(name: str, old_metrics: Mapping, new_metrics: Mapping) -> float:
     if metric.stderr:
         se_old, se_new = old_metrics.get(metric.stderr), new_metrics.get(metric.stderr)
         se_old, se_new = (se_new if se_old is None else se_old), (se_old if se_new is None else se_new)
-        return 0.0 if se_old is None else NOISE_STDERRS * math.hypot(se_old, se_new)
+        return 0.0 if se_old is None or se_new is None else NOISE_STDERRS * math.hypot(se_old, se_new)
     return metric.noise * abs(old_metrics[name])

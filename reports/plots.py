@@ -11,6 +11,7 @@ import base64
 import io
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 from ground.records import CellResult, RunResults
 from reports.change_points import change_points
@@ -29,7 +30,10 @@ class Chart:
     title: str
     xlabel: str
     metrics: tuple[str, ...]  # one bar per metric per cell
-    stderr_of: dict | None = None  # metric -> its stderr metric: drawn as ±2 SE error bars
+    error_bars: bool = False  # ±2 standard errors, for metrics that have one (reports.metrics: Metric.stderr)
+
+    def stderr_metric(self, metric: str) -> str | None:
+        return METRICS[metric].stderr if self.error_bars else None
 
 
 CHARTS = (
@@ -38,7 +42,7 @@ CHARTS = (
     Chart("Time to first token", "ms", ("ttft_ms_mean", "ttft_ms_median", "ttft_ms_p99")),
     Chart("Time per output token", "ms", ("tpot_ms_mean", "tpot_ms_median", "tpot_ms_p99")),
     Chart("GPQA accuracy", "accuracy (error bars: ±2 standard errors)", ("gpqa_accuracy",),
-          stderr_of={"gpqa_accuracy": "gpqa_stderr"}),
+          error_bars=True),
 )
 RATIO_METRICS = ("accept_length", "output_throughput_tok_s", "ttft_ms_median", "tpot_ms_median", "gpqa_accuracy")
 
@@ -119,8 +123,8 @@ OFF_SCALE = 3.0  # a gate beyond this many times the largest measured value is w
 def _keep_values_readable(axes, chart: Chart, cells: list[CellResult]) -> None:
     """A generous absolute limit (TTFT <= 2000 ms for a 10 ms TTFT) drawn to scale would flatten every bar to a
     sliver: the axis then ends a little past the measured values and the far gate is named at the right edge."""
-    measured = [float(c.metrics[m]) + 2 * float(c.metrics.get((chart.stderr_of or {}).get(m) or "") or 0.0)
-                for c in cells for m in chart.metrics if c.metrics.get(m) is not None]
+    measured = [value + 2 * float(c.metrics.get(chart.stderr_metric(m) or "") or 0.0)
+                for c in cells for m in chart.metrics if (value := c.metrics.get(m)) is not None]
     if not measured or max(measured) <= 0:
         return
     limit = max(measured) * 1.3
@@ -134,7 +138,7 @@ def _keep_values_readable(axes, chart: Chart, cells: list[CellResult]) -> None:
               fontsize=8, color=GATE_COLOR)
 
 
-def _gate_ticks(axes, metric: str, cells: list[CellResult], ys: list[float]) -> None:
+def _gate_ticks(axes, metric: str, cells: list[CellResult], ys: Sequence[float]) -> None:
     for y, cell in zip(ys, cells):
         for gate in cell.gates:
             if gate.metric == metric:
@@ -147,7 +151,7 @@ def _has_label(axes, text: str) -> bool:
 
 
 def _error_bars(chart: Chart, metric: str, cells: list[CellResult]) -> list[float] | None:
-    stderr_metric = (chart.stderr_of or {}).get(metric)
+    stderr_metric = chart.stderr_metric(metric)
     if not stderr_metric:
         return None
     return [2 * (c.metrics.get(stderr_metric) or 0.0) for c in cells]

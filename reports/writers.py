@@ -40,7 +40,7 @@ MAX_REGRESSION_LOOKUPS = 200  # failed gates whose last good / first bad run is 
 def _from_history(path: Path, results: RunResults) -> tuple[dict, dict]:
     """(cell -> metric -> points up to this run, (cell, metric) -> (last good, first bad)) for ``results``."""
     until = results.started_at
-    stderr_metrics = [METRICS[m].stderr for m in TREND_METRICS if METRICS[m].stderr]
+    stderr_metrics = [stderr for m in TREND_METRICS if (stderr := METRICS[m].stderr)]
     trends = {cell.id: {metric: history.series(path, cell.id, metric, until)
                         for metric in (*TREND_METRICS, *stderr_metrics)}
               for cell in results.cells[:MAX_TREND_CELLS] if cell.metrics}

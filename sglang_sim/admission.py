@@ -359,7 +359,7 @@ STAGES: tuple[Stage, ...] = (
                        + ", ".join(repr(mode) for mode in RAGGED_VERIFY_MODES)),
     )),
     Stage("speculative_hook.py:_handle_dspark", _algorithm("DSPARK"), rules=(
-        Rule(lambda v: not v.args.device.startswith(("cuda", "npu", "xpu")),
+        Rule(lambda v: not (v.args.device or "cuda").startswith(("cuda", "npu", "xpu")),
              _msg("DSpark speculative decoding only supports CUDA, NPU or XPU device.")),
         Rule(lambda v: v.attn_dp and not v.args.enable_dp_lm_head,
              _msg("DSpark with dp attention requires --enable-dp-lm-head.")),
@@ -386,20 +386,20 @@ STAGES: tuple[Stage, ...] = (
         Rule(lambda v: v.args.speculative_dspark_block_size is not None and v.args.speculative_dspark_block_size <= 0,
              lambda v: "DSpark requires --speculative-dspark-block-size to be positive, "
                        f"got {v.args.speculative_dspark_block_size}."),
-        Rule(lambda v: _dspark_gamma(v) is not None and v.args.speculative_num_draft_tokens is not None
-             and v.args.speculative_num_draft_tokens != _dspark_gamma(v) + 1,
+        Rule(lambda v: (gamma := _dspark_gamma(v)) is not None and v.args.speculative_num_draft_tokens is not None
+             and v.args.speculative_num_draft_tokens != gamma + 1,
              lambda v: "DSpark speculative_num_draft_tokens must equal gamma + 1 "
-                       f"(= {_dspark_gamma(v) + 1} for gamma={_dspark_gamma(v)}), but got "
+                       f"(= {(_dspark_gamma(v) or 0) + 1} for gamma={_dspark_gamma(v)}), but got "
                        f"speculative_num_draft_tokens={v.args.speculative_num_draft_tokens}."),
-        Rule(lambda v: _dspark_num_draft_tokens(v) < 2,
+        Rule(lambda v: (_dspark_num_draft_tokens(v) or 0) < 2,
              lambda v: "DSpark speculative_num_draft_tokens must be >= 2 (= gamma + 1), "
                        f"got {_dspark_num_draft_tokens(v)}."),
     ), resolve=_resolve_dspark),
     Stage("speculative_hook.py:_handle_dflash", _algorithm("DFLASH"), rules=(
-        Rule(lambda v: not (v.args.device.startswith("cuda") or v.args.device in ("npu", "xpu")),
+        Rule(lambda v: not ((v.args.device or "cuda").startswith("cuda") or v.args.device in ("npu", "xpu")),
              lambda v: f"DFLASH speculative decoding is not supported by {_platform_class(v)} "
                        f"on device {v.args.device!r}."),
-        Rule(lambda v: v.attn_dp and v.args.device != "npu" and not v.args.device.startswith("cuda"),
+        Rule(lambda v: v.attn_dp and v.args.device != "npu" and not (v.args.device or "cuda").startswith("cuda"),
              _msg("DFLASH with dp attention requires CUDA or NPU.")),
         Rule(lambda v: v.attn_dp and v.args.device != "npu" and not v.args.enable_dp_lm_head,
              _msg("DFLASH with dp attention requires --enable-dp-lm-head.")),

@@ -137,7 +137,7 @@ USAGE = (f"%(prog)s --model-path PATH [SGLang {SGLANG_VERSION} launch_server fla
 def argument_parser() -> argparse.ArgumentParser:
     parser = load_flags(SGLANG_VERSION).argument_parser(prog="sglang serve")
     parser.usage = USAGE  # one line: SGLang's own usage lists every flag (hundreds of lines)
-    parser.error = lambda message: _short_error(parser, message)  # type: ignore[method-assign]
+    parser.error = lambda message: _short_error(parser, message)  # type: ignore[method-assign, assignment, return-value]
     return parser
 
 

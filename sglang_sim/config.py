@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping, cast
 
 from packaging.version import InvalidVersion, Version
 
@@ -195,7 +195,7 @@ class Regression:
 
     since: Version
     faults: Faults
-    settings: Mapping[str, object]
+    settings: Mapping[str, Any]
 
     def applies_to(self, version: Version | None) -> bool:
         return (version or Version(DEFAULT_VERSION)) >= self.since
@@ -220,7 +220,7 @@ def _regression(env: str, text: str) -> Regression | None:
             settings[name] = SETTING_EFFECTS[name](f"{env} {name}", value)
         else:
             fault_text.append(effect)
-    return Regression(_version(env, since.strip()), _faults(env, ",".join(fault_text)), settings)
+    return Regression(cast(Version, _version(env, since.strip())), _faults(env, ",".join(fault_text)), settings)
 
 
 def _faults(env: str, text: str) -> Faults:
@@ -305,7 +305,7 @@ class SimConfig:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> "SimConfig":
-        values = {name: knob.parse(knob.env, environ.get(knob.env, knob.default).strip())
+        values: dict[str, Any] = {name: knob.parse(knob.env, environ.get(knob.env, knob.default).strip())
                   for name, knob in KNOBS.items()}
         config = cls(**values)
         return config.regression.applied(config) if config.regression else config

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable, NamedTuple
+from typing import Any, AsyncGenerator, AsyncIterator, Callable, NamedTuple
 
 from sglang_sim.admission import SglangEnv
 from sglang_sim.args import ServerArgs
@@ -120,7 +120,7 @@ class Generation:
 
     def meta_info(self) -> dict:
         """SGLang's meta_info: latency and spec fields arrive with the finished state only."""
-        info = {"id": self.rid, "finish_reason": self.finish_reason, "prompt_tokens": self.prompt_tokens,
+        info: dict[str, Any] = {"id": self.rid, "finish_reason": self.finish_reason, "prompt_tokens": self.prompt_tokens,
                 "weight_version": "default", "num_retractions": 0, "reasoning_tokens": 0,
                 "completion_tokens": self.completion_tokens, "cached_tokens": 0, "dp_rank": self.reported_dp_rank}
         if self.finish_reason is not None:
@@ -173,7 +173,7 @@ class Engine:
         reported_dp_rank = rank.dp_rank if self.args.dp_size > 1 else None
         return Generation(uuid.uuid4().hex, rank.dp_rank, reported_dp_rank, job.prompt_tokens, spec)
 
-    async def run(self, gen: Generation, job: Job) -> AsyncIterator[list[str]]:
+    async def run(self, gen: Generation, job: Job) -> AsyncGenerator[list[str], None]:
         """Yield the tokens of each step (prefill first); ``gen`` holds the totals."""
         rank = self.ranks[gen.dp_rank]
         admitted = False
@@ -189,7 +189,7 @@ class Engine:
             if not admitted:  # the client left while the request was still queued
                 rank.queued -= 1
 
-    async def _running(self, gen: Generation, job: Job, rank: RankState) -> AsyncIterator[list[str]]:
+    async def _running(self, gen: Generation, job: Job, rank: RankState) -> AsyncGenerator[list[str], None]:
         if rank.running == 0:  # an idle rank's log window starts with its next request
             rank.window_started = time.perf_counter()
         rank.running += 1
@@ -244,7 +244,8 @@ class Engine:
         accepted = draw_accepted(accept_rng, self.alpha, self.shape.max_accept)
         tokens = self._take(gen, source, accepted + 1, job.max_new_tokens)
         correct = len(tokens) - 1  # drafts past a stop or max_tokens are never sent: not counted
-        gen.spec.record_step(correct)
+        if gen.spec is not None:  # always, with a speculative shape
+            gen.spec.record_step(correct)
         rank.total_accept_tokens += len(tokens)
         rank.total_forward_ct += 1
         rank.window_accept_tokens += len(tokens)

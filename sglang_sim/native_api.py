@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import dataclasses
 import json
 import logging
@@ -80,7 +82,10 @@ async def flush_cache(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = _state(request).metrics.render()
+    metrics = _state(request).metrics
+    if metrics is None:  # SGLang serves /metrics only with --enable-metrics
+        raise web.HTTPNotFound()
+    body = metrics.render()
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 
@@ -109,7 +114,7 @@ def _generate_jobs(state: ServerState, body: dict) -> tuple[list[Job], bool]:
 
 
 def _output(gen: Generation, index: int | None) -> dict:
-    out = {"text": gen.text, "output_ids": gen.output_ids(),
+    out: dict[str, Any] = {"text": gen.text, "output_ids": gen.output_ids(),
            "meta_info": gen.meta_info()}
     if index is not None:
         out["index"] = index

@@ -100,7 +100,7 @@ class ChatReturns:
 
     def sglext_ids(self, choices: Choices) -> dict:
         """sglext's input_ids (the prompt all choices share) and output_ids, as far as asked for."""
-        ids = {}
+        ids: dict[str, Any] = {}
         if self.input_ids_in_sglext:
             ids["input_ids"] = encode(choices.jobs[0].ask.prompt)
         if self.output_ids_in_sglext:
@@ -245,7 +245,7 @@ class ReasoningSplit:
     def split(self, tokens: list[str]) -> tuple[str, str]:
         if not self.active:
             return "", "".join(tokens)
-        reasoning, content = [], []
+        reasoning, content = [], []  # type: list[str], list[str]
         for token in tokens:
             if token == THINK_START:
                 self.inside = True

@@ -7,7 +7,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Awaitable, Callable
+from typing import AsyncIterator, Awaitable, Callable, ClassVar
 
 from aiohttp import web
 
@@ -35,7 +35,7 @@ class _StreamBroken(Exception):
 
 @dataclass
 class ServerState:
-    KEY = web.AppKey("sglang_sim_state", object)
+    KEY: ClassVar["web.AppKey[ServerState]"] = web.AppKey("sglang_sim_state")
 
     args: ServerArgs
     config: SimConfig
@@ -69,7 +69,8 @@ class ServerState:
             nonlocal sent
             if self.config.faults.malformed_stream and sent == MALFORMED_STREAM_AFTER_EVENTS:
                 await response.write(event[: len(event) // 2])
-                request.transport.close()
+                if request.transport is not None:
+                    request.transport.close()
                 raise _StreamBroken()
             await response.write(event)
             sent += 1

@@ -8,6 +8,8 @@ Per-request statistics follow SGLang's definitions (tokenizer_manager._calculate
 
 from __future__ import annotations
 
+from typing import Any
+
 import random
 from dataclasses import dataclass, field
 
@@ -70,7 +72,7 @@ class SpecStats:
         if self.verify_ct == 0:
             return {}
         proposed = self.verify_ct * self.shape.drafts_per_step
-        fields = {}
+        fields: dict[str, Any] = {}
         if proposed:  # SGLang only reports the rates when drafts were proposed
             fields = {
                 "spec_accept_rate": self.correct_drafts / proposed,

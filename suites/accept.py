@@ -70,7 +70,8 @@ def take_snapshot(server: Server) -> ServerSnapshot:
         speculative_algorithm=(info or {}).get("speculative_algorithm"),
         rank_accept_lengths=tuple(state.get("avg_spec_accept_length") for state in states),
         metrics_served=samples is not None,
-        counters={name: samples[name] for name in (GENERATION_TOKENS, VERIFY_CALLS) if name in (samples or {})},
+        counters={name: value for name in (GENERATION_TOKENS, VERIFY_CALLS)
+                  if (value := (samples or {}).get(name)) is not None},
     )
 
 
@@ -115,14 +116,14 @@ def with_spec(requests: Sequence[RequestSpec]) -> list[RequestSpec]:
 
 def per_request_metrics(requests: Sequence[RequestSpec]) -> dict[str, float | None]:
     measured = with_spec(requests)
-    verify = sum(r.spec_verify_ct for r in measured)
+    verify = sum(r.spec_verify_ct or 0 for r in measured)
     proposed = sum(r.spec_num_proposed_drafts or 0 for r in measured)
     return {
         "accept_length": sum(r.completion_tokens for r in measured) / verify if verify else None,
         "accept_rate": sum(r.spec_num_correct_drafts or 0 for r in measured) / proposed if proposed else None,
         # this boot's per-request standard errors (paired bootstrap over requests), for the statistical gates
         "accept_length_stderr": ratio_stderr([r.completion_tokens for r in measured],
-                                             [r.spec_verify_ct for r in measured]) if verify else None,
+                                             [r.spec_verify_ct or 0 for r in measured]) if verify else None,
         "accept_rate_stderr": ratio_stderr([r.spec_num_correct_drafts or 0 for r in measured],
                                            [r.spec_num_proposed_drafts or 0 for r in measured]) if proposed else None,
     }
@@ -205,7 +206,8 @@ def _tokens_by_rank(requests: Sequence[RequestSpec], ranks: int) -> dict[int, in
         return None
     totals: dict[int, int] = {}
     for r in measured:
-        totals[r.dp_rank] = totals.get(r.dp_rank, 0) + r.completion_tokens - 1
+        if r.dp_rank is not None:  # every one (checked above)
+            totals[r.dp_rank] = totals.get(r.dp_rank, 0) + r.completion_tokens - 1
     return totals
 
 
@@ -213,7 +215,7 @@ def disagreements(requests: Sequence[RequestSpec], figures: Sequence[dict], tole
     """Messages for exact server-side figures further than ``tolerance`` (relative) from ours,
     each compared with the per-request figure computed the way that source counts."""
     measured = with_spec(requests)
-    verify = sum(r.spec_verify_ct for r in measured)
+    verify = sum(r.spec_verify_ct or 0 for r in measured)
     if not verify:
         return []
     tokens = sum(r.completion_tokens for r in measured)

@@ -63,6 +63,8 @@ def _greedy(client: openai.OpenAI, model: str, prompt: str, max_tokens: int) -> 
 
 def compare(prompt_index: int, prompt: str, tested: Output, reference: Output) -> dict:
     """One record: whether the outputs match and, if not, where they first differ."""
+    ours: Sequence[int] | str
+    theirs: Sequence[int] | str
     if tested.token_ids is not None and reference.token_ids is not None:
         unit, ours, theirs = "token", tested.token_ids, reference.token_ids
     else:

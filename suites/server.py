@@ -19,7 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from suites.config import SuiteConfig
 from suites.progress import ProgressFile
 
-Item, Answer = TypeVar("Item"), TypeVar("Answer")
+Item = TypeVar("Item")
+Answer = TypeVar("Answer")
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,8 @@ class NotTheServer(Exception):
 def connect(config: SuiteConfig) -> Server:
     """The Server for ``config``, once ``/v1/models`` proved it an OpenAI-compatible server (its first model is the
     model, unless --model names one). Raises NotTheServer saying what was found instead."""
+    if config.base_url is None:
+        raise NotTheServer("no server to test: pass --base-url http://HOST:PORT")
     models = _served_models(config)
     if not models and not config.model:
         raise NotTheServer(f"{config.base_url}/v1/models lists no model; pass --model NAME")
@@ -128,8 +131,8 @@ def _served_models(config: SuiteConfig) -> list[str]:
     except ValueError:
         listing = None
     if not isinstance(listing, dict) or not isinstance(listing.get("data"), list):
-        found = ", ".join(part for part in (response.headers.get("Server"), response.headers.get("Content-Type"))
-                          if part) or "no Server header"
+        served_by = ", ".join(part for part in (response.headers.get("Server"), response.headers.get("Content-Type"))
+                              if part) or "no Server header"
         raise NotTheServer(f"{config.base_url} answers, but not as an OpenAI-compatible SGLang server: GET {url} gave "
-                           f"HTTP {response.status_code} ({found}), not a model list; check --base-url")
+                           f"HTTP {response.status_code} ({served_by}), not a model list; check --base-url")
     return [str(entry["id"]) for entry in listing["data"] if isinstance(entry, dict) and "id" in entry]

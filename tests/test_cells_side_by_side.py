@@ -173,6 +173,7 @@ def test_cells_side_by_side_on_kubernetes_and_the_pod_quota_sets_how_many(tmp_pa
     fails alone, nothing is left; and a namespace's pod quota is what the k8s launcher offers as its capacity."""
     from kubernetes import client
 
+    from launchers.k8s.options import K8sOptions
     from launchers.contract import LaunchContext
     from launchers.k8s import lifecycle as k8s, spec as k8s_spec
     from tests.k8s_cluster import require_k8s
@@ -186,7 +187,7 @@ def test_cells_side_by_side_on_kubernetes_and_the_pod_quota_sets_how_many(tmp_pa
     assert [cells[c]["status"] for c in (*HEALTHY, CRASHING)] == ["passed", "passed", "error"]
     assert "crash_first_prefill" in cells[CRASHING]["sglang_error"]
     assert max(_at(c["started_at"]) for c in cells.values()) < min(_at(c["finished_at"]) for c in cells.values())
-    launcher = k8s.build(LaunchContext(run_id=run.results()["run_id"], run_dir=run.out), cluster)
+    launcher = k8s.build(LaunchContext(run_id=run.results()["run_id"], run_dir=run.out), K8sOptions(**cluster))
     selector = f"{k8s_spec.LABEL_RUN}={k8s_spec.label_value(run.results()['run_id'])}"
     assert launcher.api.core.list_namespaced_pod(cluster["namespace"], label_selector=selector).items == []
     assert launcher.capacity().max_parallel == 1  # no pod quota: one at a time unless --max-parallel

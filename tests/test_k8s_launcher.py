@@ -20,6 +20,7 @@ import pytest
 
 from ground.errors import BadInput, InfraError
 from launchers.k8s import lifecycle as k8s, spec as k8s_spec
+from launchers.k8s.options import K8sOptions
 from launchers.contract import LaunchContext, LaunchFailed
 from launchers.plan_types import LaunchPlan
 from tests.sim_plans import FAST_SIM, make_plan
@@ -38,7 +39,7 @@ def launcher_for(cluster: dict, tmp_path: Path, faults: str = "", **settings) ->
     env = {**os.environ, **FAST_SIM, "DSPARK_SIM_FAULTS": faults, "HF_TOKEN": "hf_k8s_secret"}
     context = LaunchContext(run_id=f"k8s-{uuid.uuid4().hex[:8]}", run_dir=tmp_path / "run", server="sim",
                             boot_timeout_s=40.0, caller_env=env)
-    launcher = k8s.build(context, cluster)
+    launcher = k8s.build(context, K8sOptions(**cluster))
     if settings:
         import dataclasses
         launcher = k8s.K8sLauncher(dataclasses.replace(launcher.settings, **settings))

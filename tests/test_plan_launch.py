@@ -9,11 +9,11 @@ import pytest
 
 from dspark_ci.cli import main
 from ground.sglang.flags import load_flags
-from launchers.plan import FLAG_RULES, PLACEMENT_KEYS, plan_launch
+from ground.sglang.settings import SETTINGS
+from launchers.plan import plan_launch
 from launchers.plan_types import SGLANG_ENTRYPOINT, Placement
 from matrices import load_cells
 from matrices.quarantine import DEFAULT_NAME as QUARANTINE_NAME
-from matrices.schema import CONFIG_KEYS
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = sorted(str(p.relative_to(REPO)) for p in (REPO / "matrices").glob("*.yaml")
@@ -37,10 +37,11 @@ def test_every_argv_uses_only_sglang_0_5_23_flags(cell):
         parser.parse_args(list(rank.argv[3:]))  # values and choices too (exits on error)
 
 
-def test_every_config_key_reaches_sglang_or_is_placement():
-    """A config key without a flag rule would be silently dropped from the command line."""
-    covered = {key for rule in FLAG_RULES for key in rule.keys} | set(PLACEMENT_KEYS)
-    assert set(CONFIG_KEYS) <= covered
+def test_every_setting_reaches_sglang_or_is_placement():
+    """A setting without a flag rule would be silently dropped from the command line: only placement and naming
+    settings, and the two another row's rule renders (dp's, cp's), have none."""
+    flagless = {s.key for s in SETTINGS if s.flag is None}
+    assert flagless == {"model_slug", "hardware", "nnodes", "gpus_per_node", "enable_dp_attention", "cp_strategy"}
 
 
 EVERYTHING = """\

@@ -23,6 +23,7 @@ import pytest
 import requests
 
 from ground.errors import BadInput, InfraError
+from launchers import catalog
 from launchers.contract import LaunchContext, LaunchFailed, LaunchTimeout, group_failed
 from launchers.ledger import Ledger
 from launchers.plan_types import LaunchPlan
@@ -229,11 +230,12 @@ CHILD = textwrap.dedent("""
     from pathlib import Path
     from launchers.contract import LaunchContext
     from launchers.slurm import lifecycle
+    from launchers.slurm.options import SlurmOptions
     run_dir, marker = Path(sys.argv[1]), sys.argv[2]
     env = {**os.environ, "DSPARK_SIM_FAULTS": "hang_boot", "DSPARK_SIM_BOOT_SECONDS": "0.2"}
     context = LaunchContext(run_id="r" + marker, run_dir=run_dir, server="sim", boot_timeout_s=600, caller_env=env)
-    launcher = lifecycle.build(context, {"slurm_partition": os.environ.get("DSPARK_SLURM_PARTITION"),
-                                     "slurm_queue_timeout": 60})
+    launcher = lifecycle.build(context, SlurmOptions(partition=os.environ.get("DSPARK_SLURM_PARTITION"),
+                                                     queue_timeout_s=60))
     from tests.sim_plans import make_plan
     with launcher.launch(make_plan(launcher.placement(2), 2, marker), run_dir / "logs"):
         time.sleep(600)
@@ -280,16 +282,24 @@ def test_a_killed_run_leaves_a_job_that_remove_started_cancels(cluster, tmp_path
 
 
 def test_build_reads_the_catalog_options():
+    """The --slurm-* values as the command line gives them (text, by argparse dest), the partition's environment
+    variable when the flag is not given, and the server's queue-timeout default, all through the options record."""
     context = LaunchContext(run_id="r1", run_dir=Path("/tmp/unused"), server="sim", boot_timeout_s=42,
-                            caller_env={"SLURM_CONF": "/x"})
-    launcher = lifecycle.build(context, {"slurm_partition": "gpu", "slurm_account": "acct", "slurm_time": "01:00:00",
-                                     "slurm_extra": ["--qos=high"], "slurm_gpus": "gres",
-                                     "slurm_container": None, "slurm_queue_timeout": None})
+                            caller_env={"SLURM_CONF": "/x", "DSPARK_SLURM_PARTITION": "from-env"})
+    kind = catalog.get("slurm")
+    launcher = kind.build(context, {"slurm_partition": "gpu", "slurm_account": "acct", "slurm_time": "01:00:00",
+                                    "slurm_extra": ["--qos=high"], "slurm_gpus": "gres",
+                                    "slurm_container": None, "slurm_queue_timeout": None})
     s = launcher.settings
     assert (s.partition, s.account, s.time, s.extra, s.gpus) == ("gpu", "acct", "01:00:00", ("--qos=high",), "gres")
     assert (s.boot_timeout_s, s.queue_timeout_s, s.run_id) == (42, 600.0, "r1")
+    s = kind.build(replace(context, server="sglang"), {"slurm_queue_timeout": "90"}).settings
+    assert (s.partition, s.queue_timeout_s, s.gpus) == ("from-env", 90.0, "gpus-per-node")
+    assert kind.build(replace(context, server="sglang"), {}).settings.queue_timeout_s == 3600.0
     with pytest.raises(BadInput, match="--slurm-container"):
-        lifecycle.build(context, {"slurm_container": "docker:img"})
+        kind.build(context, {"slurm_container": "docker:img"})
+    with pytest.raises(BadInput, match="--slurm-queue-timeout"):
+        kind.build(context, {"slurm_queue_timeout": "-1"})
 
 
 def test_the_script_expands_node_rank_inside_each_task(tmp_path):

@@ -18,7 +18,7 @@ from pathlib import Path
 from ci.nightly.matrix_outputs import read_plan
 from ci.tool import run_tool
 from ground.errors import BadInput
-from ground.records import CellResult, RunResults, Status
+from ground.records import CellResult, Expect, RunResults, Status
 from reports.results import load_results, write_results
 
 MISSING_ERROR = ("no results.json from this cell's run job: the job was cancelled, its runner was lost, or it "
@@ -66,7 +66,7 @@ def cell_durations(runs: list[tuple[Path, RunResults]]) -> dict[str, float]:
 
 
 def _missing_cell(cell_id: str) -> CellResult:
-    return CellResult(id=cell_id, config={}, expect={}, status=Status.ERROR, error=MISSING_ERROR)
+    return CellResult(id=cell_id, config={}, expect=Expect(), status=Status.ERROR, error=MISSING_ERROR)
 
 
 def planned_cells(path: Path) -> list[str]:

@@ -26,6 +26,7 @@ from pathlib import Path
 from ci.nightly.matrix_outputs import github_outputs, read_plan
 from ci.tool import run_tool
 from ground.errors import BadInput
+from ground.records import REJECT
 
 DEFAULT_RUNNERS = 2
 RESOLVER_RUNNER = "ubuntu-latest"  # expected rejections SGLang's resolver decides: one CPU job, no GPU runner
@@ -50,7 +51,7 @@ class Shard:
 
 def estimate_seconds(entry: dict) -> float:
     """A cell's time when no nightly has measured it yet (from the plan entry's expectation and nodes)."""
-    base = REJECT_SECONDS if entry.get("expect") == "reject" else SERVE_SECONDS
+    base = REJECT_SECONDS if entry.get("expect") == REJECT else SERVE_SECONDS
     return base + MULTI_NODE_EXTRA * max(0, int(entry.get("nnodes") or 1) - 1)
 
 

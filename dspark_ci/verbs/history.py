@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from dspark_ci.tables import text_table
 from ground.errors import BadInput
@@ -94,7 +95,7 @@ def _trends(path: Path, args: argparse.Namespace) -> int:
     if not cells:
         raise BadInput(f"--cell {args.cell}", "no recorded cell matches", "list the runs with `dspark-ci history`")
     metrics = args.metric or list(TREND_METRICS)
-    output = {}
+    output: dict[str, dict[str, Any]] = {}
     for cell_id in cells:
         full = {metric: history.series(path, cell_id, metric) for metric in metrics}
         comparable = {metric: history.same_setup_tail(points) for metric, points in full.items()}

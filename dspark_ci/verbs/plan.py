@@ -100,13 +100,12 @@ def render_github(cells: list[Cell], plans: dict[str, LaunchPlan], decided: froz
 
 def _layout(c: Cell) -> str:
     cfg = c.config
-    dp = f"attn{cfg['dp']}" if cfg["enable_dp_attention"] else str(cfg["dp"])
-    return f"{cfg['tp']}/{dp}/{cfg['cp']}/{cfg['pp']}"
+    dp = f"attn{cfg.dp}" if cfg.enable_dp_attention else str(cfg.dp)
+    return f"{cfg.tp}/{dp}/{cfg.cp}/{cfg.pp}"
 
 
 def _spec(c: Cell) -> str:
-    algorithm = c.config.get("speculative_algorithm")
-    block = c.config.get("speculative_block_size")
+    algorithm, block = c.config.speculative_algorithm, c.config.speculative_block_size
     return f"{algorithm}({block})" if algorithm and block else (algorithm or "-")
 
 
@@ -116,7 +115,7 @@ TABLE_COLUMNS: dict[str, Callable[[Cell], str]] = {
     "runner": lambda c: c.runner,
     "expect": lambda c: c.expect.outcome,
     "tp/dp/cp/pp": _layout,
-    "a2a": lambda c: c.config["moe_a2a_backend"],
+    "a2a": lambda c: c.config.moe_a2a_backend,
     "spec": _spec,
     "nodes": lambda c: str(c.nnodes),
 }
@@ -131,7 +130,7 @@ def render_k8s(cells: list[Cell], plans: dict[str, LaunchPlan], extra: str | Non
     patches = k8s_spec.load_patches(extra)
     objects = [obj for cell in cells for obj in k8s_spec.manifests(
         plans[cell.id], name=k8s_spec.object_name(cell.id), namespace=None,
-        hardware=cell.config.get("hardware"), patches=patches)]
+        hardware=cell.config.hardware, patches=patches)]
     return k8s_spec.to_yaml(objects).rstrip("\n")
 
 

@@ -41,11 +41,11 @@ def disagreement(verdict: CellVerdict) -> str | None:
     """Why SGLang and the cell's expectation differ, naming both sides; None when they agree."""
     expect = verdict.cell.expect
     rank, result = verdict.deciding
-    if expect.outcome == "serve" and result.verdict == "rejected":
+    if not expect.rejects and result.verdict == "rejected":
         return f"expected serve; SGLang rejects: rank {rank}: {result.line}"
-    if expect.outcome == "reject" and result.verdict == "admitted":
+    if expect.rejects and result.verdict == "admitted":
         return f"expected reject /{expect.message}/; SGLang admits every rank"
-    if expect.outcome == "reject" and result.verdict == "rejected" and expect.message \
+    if expect.rejects and result.verdict == "rejected" and expect.message \
             and not re.search(expect.message, result.line):
         return f"expected reject /{expect.message}/; SGLang rejects with: rank {rank}: {result.line}"
     return None
@@ -75,7 +75,7 @@ def _header(resolver: Resolver) -> str:
 
 def report(resolver: Resolver, verdicts: list[CellVerdict]) -> int:
     print(_header(resolver))
-    agree, disagree, hardware = [], [], []
+    agree, disagree, hardware = [], [], []  # type: list[CellVerdict], list[CellVerdict], list[CellVerdict]
     for verdict in verdicts:
         _, result = verdict.deciding
         if result.verdict == "hardware":

@@ -41,8 +41,8 @@ def run(args: argparse.Namespace) -> int:
     if not run_dir.is_dir():
         raise BadInput(f"RUN_DIR {args.run_dir}", "no such directory",
                        "give a directory written by `dspark-ci run --out DIR`")
-    cells = {cell_dir.name: _recorded(cell_dir) for cell_dir in sorted((run_dir / "logs").glob("*/"))}
-    cells = {name: found for name, found in cells.items() if found is not None}
+    recorded = {cell_dir.name: _recorded(cell_dir) for cell_dir in sorted((run_dir / "logs").glob("*/"))}
+    cells = {name: found for name, found in recorded.items() if found is not None}
     if not cells:
         raise BadInput(f"RUN_DIR {args.run_dir}", "no GPQA samples recorded in logs/*/",
                        "rescore a run whose cells ran the gpqa suite")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import platform
 import signal
@@ -12,12 +11,13 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import Any, Callable, TextIO
 
 from packaging.version import InvalidVersion, Version
 
 from ground.errors import BadInput
 from launchers import catalog
+from launchers.options import seconds
 from matrices.quarantine import Quarantine, default_path, load_quarantine
 from launchers.contract import SERVERS, LaunchContext
 from dspark_ci import progress
@@ -88,11 +88,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cells in flight at once, longest first (default: what the launcher has room for: the "
                         "Slurm partition's nodes, the Kubernetes namespace's pod quota; 1 for local and docker)")
     for kind in catalog.ALL_LAUNCHERS:
-        for option in kind.options:
-            parser.add_argument(option.flag, metavar=option.metavar, choices=option.choices, default=option.default,
-                                type=positive_seconds if option.seconds else None,
-                                action="append" if option.repeatable else "store",
-                                help=f"{option.help} ({kind.name} launcher)")
+        for spec in kind.declared:  # checked when the launcher is built (launchers.options.from_values): exit 2
+            option = spec.option
+            default = "" if spec.default in (None, ()) else f"; default {spec.default}"
+            checked: dict[str, Any] = {"type": argparse_type(option.parse)} if option.parse else {}
+            parser.add_argument(option.flag, dest=spec.dest, metavar=option.metavar, choices=option.choices,
+                                action="append" if option.repeatable else "store", **checked,
+                                help=f"{option.help} ({kind.name} launcher{default})")
 
 
 def non_negative_count(text: str) -> int:
@@ -105,15 +107,18 @@ def non_negative_count(text: str) -> int:
     return count
 
 
-def positive_seconds(text: str) -> float:
-    """A number of seconds > 0 (argparse turns the error into exit 2 before anything is launched)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds (e.g. 120)")
-    return value
+def argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An option's check as argparse's ``type``: a refused value is exit 2, the flag named, before anything runs."""
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+    convert.__name__ = parse.__name__  # argparse names the type in its message
+    return convert
+
+
+positive_seconds = argparse_type(seconds)
 
 
 def positive_count(text: str) -> int:
@@ -172,10 +177,9 @@ RERUN_FLAGS = (("--launcher", "launcher"), ("--suites", "suites"), ("--baseline"
 
 def rerun_options(args: argparse.Namespace) -> tuple[str, ...]:
     """Every option given to this run that differs from its default, as command-line words."""
-    flags = RERUN_FLAGS + tuple((o.flag, o.dest) for kind in catalog.ALL_LAUNCHERS for o in kind.options)
+    flags = RERUN_FLAGS + tuple((s.option.flag, s.dest) for kind in catalog.ALL_LAUNCHERS for s in kind.declared)
     defaults = {"launcher": "local", "server": "sim", "sglang_version": DEFAULT_VERSION, "rejections": "launch",
                 "max_boots": 4, "retries": 0}
-    defaults.update({o.dest: o.default for kind in catalog.ALL_LAUNCHERS for o in kind.options})
     words: list[str] = []
     for flag, dest in flags:
         value = getattr(args, dest, None)
@@ -204,7 +208,7 @@ def run_verb(args: argparse.Namespace, stream: TextIO | None = None) -> int:
     kind = catalog.get(args.launcher)
     context = LaunchContext(run_id=run_id, run_dir=options.run_dir, server=args.server, boot_timeout_s=boot_timeout,
                             caller_env=caller_env)
-    launcher = kind.build(context, {option.dest: getattr(args, option.dest) for option in kind.options})
+    launcher = kind.build(context, {spec.dest: getattr(args, spec.dest) for spec in kind.declared})
     defaults = _gpqa_dataset(caller_env["DSPARK_SIM_GPQA_PATH"]) if args.server == "sim" else (lambda o: o)
     verbosity = progress.QUIET if args.quiet else progress.VERBOSE if args.verbose else progress.NORMAL
     return pipeline.run(options, launcher, suite_defaults=defaults, progress=progress.Progress(stream=stream or sys.stderr, verbosity=verbosity))

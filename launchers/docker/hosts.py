@@ -34,7 +34,7 @@ import docker.errors
 import requests
 
 from ground.errors import BadInput, InfraError
-from ground.yaml_lines import config_file_words, load_yaml
+from ground.yaml_lines import YamlList, YamlMap, config_file_words, load_yaml
 from launchers.plan_types import Placement
 
 HOSTS_ENV = "DSPARK_DOCKER_HOSTS"
@@ -116,13 +116,13 @@ HOSTS_FILE = config_file_words("hosts inventory", "check --hosts (see docs/DOCKE
 def _from_file(path: str) -> Inventory:
     document = load_yaml(path, HOSTS_FILE)
     entries = document.get("hosts") if isinstance(document, dict) else None
-    if not isinstance(entries, list) or not entries:
+    if not isinstance(entries, YamlList) or not entries:
         raise BadInput(f"{path}:{getattr(document, 'line', 1) or 1}", "a hosts inventory needs a non-empty `hosts:` list",
                        "write `hosts:` followed by `- url: unix:///var/run/docker.sock` entries")
     hosts = []
     for index, entry in enumerate(entries):
         where = f"{path}:{entries.line_of(index)}"
-        if not isinstance(entry, dict) or "url" not in entry:
+        if not isinstance(entry, YamlMap) or "url" not in entry:
             raise BadInput(where, "each host needs a `url`", "e.g. `- url: ssh://user@node-1`")
         for key in entry:
             if key not in _HOST_KEYS:

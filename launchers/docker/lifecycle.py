@@ -46,6 +46,7 @@ from launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, Capacity, La
                                 group_failed)
 from launchers.docker.spec import (LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, SIM_IMAGE, DockerSettings, container_env,
                                    container_spec, files_to_copy, image_for)
+from launchers.docker.options import DockerOptions
 from launchers.docker.hosts import DockerHost, Inventory, clients, connect, load_inventory
 from launchers.ledger import Ledger
 from launchers.processes import free_port, port_is_free, signals_deferred, sigterm_as_interrupt
@@ -59,12 +60,12 @@ SETTLE_S = 0.5  # after seeing one rank exit, let every engine catch up before n
 REMOTE_PORT_TRIES = 20
 LOG_RECONNECT_S = 1.0  # pause before following a container's log again after its stream ended
 
-def build(context: LaunchContext, options: Mapping[str, Any]) -> "DockerLauncher":
-    """The catalog's constructor (launchers.catalog): --hosts, --pull and --image arrive in ``options``."""
+def build(context: LaunchContext, options: DockerOptions) -> "DockerLauncher":
+    """The catalog's constructor (launchers.catalog): --hosts, --pull and --image, checked, in ``options``."""
     return DockerLauncher(DockerSettings(
-        server=context.server, image=options.get("image"), pull=options.get("pull") or "missing",
-        boot_timeout_s=context.boot_timeout_s, inventory=load_inventory(options.get("hosts"), context.caller_env),
-        caller_env=dict(context.caller_env), run_id=context.run_id, ledger=Ledger(context.run_id, context.run_dir)))
+        server=context.server, image=options.image, pull=options.pull, boot_timeout_s=context.boot_timeout_s,
+        inventory=load_inventory(options.hosts, context.caller_env), caller_env=dict(context.caller_env),
+        run_id=context.run_id, ledger=Ledger(context.run_id, context.run_dir)))
 
 
 class HostLeases:
@@ -113,7 +114,7 @@ def _plan_key(plan: LaunchPlan) -> tuple[str, int]:
 class DockerLauncher:
     name = "docker"
 
-    def __init__(self, settings: DockerSettings = None):
+    def __init__(self, settings: DockerSettings | None = None):
         self.settings = settings or DockerSettings()
         # Each run starts its remote ports at its own offset (0..9990): concurrent runs rarely even try the same.
         start = int(hashlib.sha256(self.settings.run_id.encode()).hexdigest(), 16) % 1000 * 10
@@ -259,7 +260,7 @@ class _RankContainer:
 class _Rank:
     command: RankCommand
     host: DockerHost
-    container: object  # docker.models.containers.Container
+    container: Any  # docker.models.containers.Container (the SDK is untyped)
     log: "_LogPump"
 
 
@@ -372,12 +373,6 @@ def _dispose(container, stop_timeout_s: int, log: "_LogPump | None") -> None:
               "(`dspark-ci cleanup` removes it later)", file=sys.stderr)
 
 
-def leftovers(client: docker.DockerClient, run_id: str | None = None) -> list:
-    """Every container a launch created on this engine (of one run, or of any), running or not."""
-    return client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}" if run_id else LABEL_RUN},
-                                  ignore_removed=True)
-
-
 def remove_leftover(container) -> None:
     """Remove a container at once (its run is gone: there is nobody to stop it gracefully for)."""
     with contextlib.suppress(docker.errors.NotFound):
@@ -438,7 +433,7 @@ class _LogPump:
 
     def __init__(self, container, path: Path, header: str, secrets: list[str]):
         self.container, self.path, self.header, self.secrets = container, path, header, secrets
-        self._stream = None
+        self._stream: Any = None
         self._lock = threading.Lock()
         self._finished = False
         path.write_text(header)

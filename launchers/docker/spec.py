@@ -25,7 +25,6 @@ from launchers.plan_types import LaunchPlan, RankCommand
 from launchers.materialize import resolve_env, server_argv
 
 SIM_IMAGE = "dspark-ci/sglang-sim:latest"
-PULL_POLICIES = ("never", "missing", "always")
 
 # Labels on everything we create: how teardown and `dspark-ci cleanup` find it.
 LABEL_RUN, LABEL_CELL, LABEL_RANK, LABEL_LAUNCH = "dspark-ci.run", "dspark-ci.cell", "dspark-ci.rank", "dspark-ci.launch"
@@ -53,8 +52,6 @@ class DockerSettings:
     dist_port: int = 20000
 
     def __post_init__(self):
-        if self.pull not in PULL_POLICIES:
-            raise BadInput("--pull", f"unknown pull policy {self.pull!r}", f"choose from {', '.join(PULL_POLICIES)}")
         if self.server not in SERVERS:
             raise BadInput("--server", f"unknown server {self.server!r}", f"choose from {', '.join(SERVERS)}")
 

@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ground.errors import BadInput, InfraError
 from launchers.k8s import spec as k8s_spec
+from launchers.k8s.options import K8sOptions
 from launchers.contract import (LOG_LINES_KEPT, Capacity, LOG_LINES_SEARCHED, LaunchContext, LaunchTimeout,
                                 RankExit, group_failed)
 from launchers.ledger import Ledger
@@ -43,7 +44,6 @@ from launchers.processes import signals_deferred, sigterm_as_interrupt
 from launchers.materialize import redact, secret_values
 from launchers.wait import Deadline, NotReady, OurServer, wait_until_ready
 
-REACH_MODES = ("pod-ip", "proxy")
 DEFAULT_PENDING_TIMEOUT_S = {"sim": 120.0, "sglang": 1800.0}
 # Waiting reasons that never resolve on their own (kubelet's names).
 STUCK_REASONS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull",
@@ -75,22 +75,15 @@ class K8sSettings:
     forward_env_prefixes: tuple[str, ...] = ("DSPARK_SIM_",)
     progress: Callable[[str], None] | None = _stderr_progress
 
-    def __post_init__(self):
-        if self.reach not in REACH_MODES:
-            raise BadInput("--k8s-reach", f"unknown mode {self.reach!r}", f"choose {' or '.join(REACH_MODES)}")
 
-
-def build(context: LaunchContext, options: Mapping[str, Any]) -> "K8sLauncher":
-    """The catalog's constructor (launchers.catalog): --kubeconfig, --namespace, --k8s-extra, --k8s-reach arrive in ``options``."""
-    env = dict(context.caller_env)
+def build(context: LaunchContext, options: K8sOptions) -> "K8sLauncher":
+    """The catalog's constructor (launchers.catalog): --kubeconfig, --namespace, --k8s-extra, --k8s-reach, checked,
+    in ``options``."""
     return K8sLauncher(K8sSettings(
-        server=context.server, kubeconfig=options.get("kubeconfig") or None,
-        namespace=options.get("namespace") or env.get("DSPARK_K8S_NAMESPACE") or None,
-        patches=tuple(k8s_spec.load_patches(options.get("k8s_extra"))),
-        reach=options.get("k8s_reach") or "pod-ip",
-        boot_timeout_s=context.boot_timeout_s,
-        pending_timeout_s=DEFAULT_PENDING_TIMEOUT_S.get(context.server, 600.0),
-        run_id=context.run_id, ledger=Ledger(context.run_id, context.run_dir), caller_env=env))
+        server=context.server, kubeconfig=options.kubeconfig, namespace=options.namespace,
+        patches=tuple(k8s_spec.load_patches(options.extra)), reach=options.reach,
+        boot_timeout_s=context.boot_timeout_s, pending_timeout_s=DEFAULT_PENDING_TIMEOUT_S.get(context.server, 600.0),
+        run_id=context.run_id, ledger=Ledger(context.run_id, context.run_dir), caller_env=dict(context.caller_env)))
 
 
 # --- the API ---------------------------------------------------------------------------------------------

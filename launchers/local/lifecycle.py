@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import psutil
 
@@ -24,6 +24,7 @@ from ground.errors import InfraError
 from launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, LaunchContext, LaunchFailed, RankExit, culprit,
                                 group_failed)
 from launchers.ledger import Ledger
+from launchers.local.options import LocalOptions
 from launchers.logs import rank_log_path, tail
 from launchers.plan_types import LaunchPlan, Placement, RankCommand
 from launchers.processes import (descendants, die_with_parent, free_port, kill_group, run_env, signal_group,
@@ -46,7 +47,7 @@ class LocalSettings:
     ledger: Ledger | None = None  # where every started process is recorded first (None: not recorded)
 
 
-def build(context: LaunchContext, options: Mapping[str, Any]) -> "LocalLauncher":
+def build(context: LaunchContext, options: LocalOptions) -> "LocalLauncher":
     """The catalog's constructor (launchers.catalog): the local launcher takes no options of its own."""
     return LocalLauncher(LocalSettings(server=context.server, boot_timeout_s=context.boot_timeout_s,
                                        caller_env=dict(context.caller_env),

@@ -17,6 +17,7 @@ from ground.errors import InfraError
 WAITING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"})
 RUNNING_STATES = frozenset({"RUNNING"})
 ENDING_STATES = frozenset({"COMPLETING", "STAGE_OUT", "SIGNALING", "SUSPENDED", "STOPPED", "RESIZING"})
+NODES_OUT_OF_SERVICE = ("down", "drain", "drng", "fail", "maint", "unk", "no_resp", "futr", "inval")  # sinfo %t states
 GONE = "GONE"  # scontrol no longer knows the job (purged after MinJobAge)
 
 _GPU_GRES = re.compile(r"(?:^|,)gpu(?::[^:,()]+)?:(\d+)")

@@ -12,7 +12,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 from urllib.parse import urlparse
 
 
@@ -26,36 +26,27 @@ from launchers.plan_types import LaunchPlan, Placement
 from launchers.processes import free_port, signals_deferred, sigterm_as_interrupt
 from launchers.materialize import redact
 from launchers.wait import Deadline, OurServer, wait_until_ready
-from launchers.slurm.commands import (RUNNING_STATES, WAITING_STATES, cancel, checked_output, conf_hint, gpus_of,
+from launchers.slurm.commands import (NODES_OUT_OF_SERVICE, RUNNING_STATES, WAITING_STATES, cancel, checked_output, conf_hint, gpus_of,
                                       hostnames, is_over, job_info, key_values, last_line, node_address, slurm,
                                       wait_gone)
 from launchers.slurm.script import gpus_per_node, render_job
-from launchers.slurm.settings import DEFAULT_QUEUE_TIMEOUT_S, SlurmSettings
+from launchers.slurm.options import SlurmOptions
+from launchers.slurm.settings import SlurmSettings
 
 SETTLE_S = 0.5  # after one task's exit marker, let the tasks dying of losing it write theirs
 MARKER_GRACE_S = 3.0  # a job seen ended: how long its exit markers may lag (shared file systems)
 INFO_MAX_AGE_S = 1.0  # Deployment.check() runs every second: one scontrol call per second at most
 JOB_END_WAIT_S = 10.0  # a job ended from outside: how long to wait for its final state (CANCELLED, TIMEOUT...)
-NODES_OUT_OF_SERVICE = ("down", "drain", "drng", "fail", "maint", "unk", "no_resp", "futr", "inval")  # sinfo %t states
 _EXIT_MARKER = re.compile(r"rank (\d+) exited (-?\d+) at ([0-9.]+)( after SIGTERM)?")
 
 
-def build(context: LaunchContext, options: Mapping[str, Any]) -> "SlurmLauncher":
-    """The catalog's constructor (launchers.catalog): the --slurm-* options arrive in ``options``."""
-    env = dict(context.caller_env)
-    queue_timeout = options.get("slurm_queue_timeout") or DEFAULT_QUEUE_TIMEOUT_S.get(context.server, 600.0)
-    try:
-        queue_timeout = float(queue_timeout)  # the CLI gives the option as text
-    except (TypeError, ValueError):
-        raise BadInput("--slurm-queue-timeout", f"{queue_timeout!r} is not a number of seconds", "e.g. 600") from None
+def build(context: LaunchContext, options: SlurmOptions) -> "SlurmLauncher":
+    """The catalog's constructor (launchers.catalog): the --slurm-* options, checked, in ``options``."""
     return SlurmLauncher(SlurmSettings(
-        server=context.server,
-        partition=options.get("slurm_partition") or env.get("DSPARK_SLURM_PARTITION") or None,
-        account=options.get("slurm_account"), time=options.get("slurm_time"),
-        extra=tuple(options.get("slurm_extra") or ()), gpus=options.get("slurm_gpus") or "gpus-per-node",
-        container=options.get("slurm_container"), queue_timeout_s=queue_timeout,
-        boot_timeout_s=context.boot_timeout_s, caller_env=env, run_id=context.run_id,
-        ledger=Ledger(context.run_id, context.run_dir)))
+        server=context.server, partition=options.partition, account=options.account, time=options.time,
+        extra=options.extra, gpus=options.gpus, container=options.container,
+        queue_timeout_s=options.queue_timeout_for(context.server), boot_timeout_s=context.boot_timeout_s,
+        caller_env=dict(context.caller_env), run_id=context.run_id, ledger=Ledger(context.run_id, context.run_dir)))
 
 
 class QueueTimeout(LaunchTimeout):

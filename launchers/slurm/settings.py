@@ -1,4 +1,5 @@
-"""The Slurm launcher's settings (``SlurmSettings``), checked when they are made."""
+"""The Slurm launcher's settings (``SlurmSettings``): its options (``launchers/slurm/options.py``) and what the run
+and the cluster decide."""
 
 from __future__ import annotations
 
@@ -11,10 +12,8 @@ from typing import Callable, Mapping
 from ground.errors import BadInput
 from ground.run_id import new_run_id
 from launchers.ledger import Ledger
+from launchers.slurm.options import DEFAULT_QUEUE_TIMEOUT_S
 
-GPU_MODES = ("gpus-per-node", "gres")
-CONTAINER_KINDS = ("pyxis", "apptainer")
-DEFAULT_QUEUE_TIMEOUT_S = {"sim": 600.0, "sglang": 3600.0}
 
 
 def _stderr_progress(message: str) -> None:
@@ -45,22 +44,9 @@ class SlurmSettings:
     progress: Callable[[str], None] | None = _stderr_progress  # pending reasons while the job waits
 
     def __post_init__(self):
+        # The --slurm-* values are checked once, as options (launchers/slurm/options.py); the server by the CLI.
         if self.server not in DEFAULT_QUEUE_TIMEOUT_S:
             raise BadInput("--server", f"unknown server {self.server!r}", "choose sim or sglang")
-        if self.gpus not in GPU_MODES:
-            raise BadInput("--slurm-gpus", f"unknown GPU request style {self.gpus!r}",
-                           f"choose {' or '.join(GPU_MODES)}")
-        if self.container is not None:
-            kind, _, image = self.container.partition(":")
-            if kind not in CONTAINER_KINDS or not image:
-                raise BadInput("--slurm-container", f"{self.container!r} is not KIND:IMAGE",
-                               "write pyxis:IMAGE (srun --container-image) or apptainer:IMAGE (apptainer exec)")
-        for arg in self.extra:
-            if not arg.startswith("-") or "\n" in arg:
-                raise BadInput("--slurm-extra", f"{arg!r} is not an sbatch option",
-                               "give one option per --slurm-extra, e.g. --slurm-extra=--qos=high")
-        if self.queue_timeout_s <= 0:
-            raise BadInput("--slurm-queue-timeout", f"{self.queue_timeout_s:g} is not a positive number of seconds")
 
     @property
     def container_kind(self) -> str | None:

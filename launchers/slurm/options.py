@@ -1,0 +1,51 @@
+"""The Slurm launcher's options (``--slurm-*``), declared once (``launchers.options``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from launchers.options import option, seconds
+
+GPU_MODES = ("gpus-per-node", "gres")
+CONTAINER_KINDS = ("pyxis", "apptainer")
+# How long a job may stay PENDING by default: a simulated cell on a test cluster, or a real one behind a busy queue.
+DEFAULT_QUEUE_TIMEOUT_S = {"sim": 600.0, "sglang": 3600.0}
+
+
+def container(text: str) -> str:
+    kind, _, image = text.partition(":")
+    if kind not in CONTAINER_KINDS or not image:
+        raise ValueError(f"{text!r} is not KIND:IMAGE: write pyxis:IMAGE (srun --container-image) or "
+                         "apptainer:IMAGE (apptainer exec)")
+    return text
+
+
+def sbatch_option(text: str) -> str:
+    if not text.startswith("-") or "\n" in text:
+        raise ValueError(f"{text!r} is not an sbatch option: give one option per --slurm-extra, "
+                         "e.g. --slurm-extra=--qos=high")
+    return text
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    partition: str | None = option(None, "--slurm-partition", "Slurm partition (default $DSPARK_SLURM_PARTITION, "
+                                   "else the cluster's default)", env="DSPARK_SLURM_PARTITION", metavar="PARTITION")
+    account: str | None = option(None, "--slurm-account", "account charged for the jobs (sbatch --account)",
+                                 metavar="ACCOUNT")
+    time: str | None = option(None, "--slurm-time", "time limit of each job (sbatch --time), e.g. 02:00:00",
+                              metavar="TIME")
+    extra: tuple[str, ...] = option((), "--slurm-extra", "one more sbatch option, e.g. --slurm-extra=--qos=high "
+                                    "(repeatable)", metavar="ARG", repeatable=True, parse=sbatch_option)
+    gpus: str = option("gpus-per-node", "--slurm-gpus", "how GPUs per node are requested: --gpus-per-node=N or "
+                       "--gres=gpu:N", choices=GPU_MODES)
+    container: str | None = option(None, "--slurm-container", "run each rank in a container: pyxis:IMAGE or "
+                                   "apptainer:IMAGE (default: plain processes)", metavar="KIND:IMAGE",
+                                   parse=container, example="pyxis:lmsysorg/sglang:v0.5.23")
+    queue_timeout_s: float | None = option(
+        None, "--slurm-queue-timeout", "seconds a job may stay pending before the cell fails (default "
+        + ", ".join(f"{s:g} with --server {server}" for server, s in DEFAULT_QUEUE_TIMEOUT_S.items())
+        + "); the boot timeout starts when it runs", metavar="SECONDS", parse=seconds, example="600")
+
+    def queue_timeout_for(self, server: str) -> float:
+        return self.queue_timeout_s or DEFAULT_QUEUE_TIMEOUT_S[server]
