@@ -255,10 +255,19 @@ def run(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         code = run_verb(args)
-    finally:
+    except KeyboardInterrupt:  # torn down, the final files written: the run exits 130 (dspark_ci/cli.py)
+        _ignore_signals_until_exit()
+        raise
+    except BaseException:
         signal.signal(signal.SIGTERM, previous)
-    # The final files are on disk: the run has finished and the process only exits now. A Ctrl-C or SIGTERM from
-    # here on has nothing to stop, and must not turn a finished run's exit code into 130.
+        raise
+    _ignore_signals_until_exit()
+    return code
+
+
+def _ignore_signals_until_exit() -> None:
+    """The final files are on disk: the run has finished (or was interrupted and torn down) and the process only
+    exits now. A Ctrl-C or SIGTERM from here on has nothing to stop, and must neither turn a finished run's exit code
+    into 130 nor kill an interrupted one by the signal (exit -15 instead of 130, as a second SIGTERM did)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    return code
