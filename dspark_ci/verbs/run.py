@@ -88,7 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "`bash .ci/sglang-resolver.sh`)")
     parser.add_argument("--quarantine", metavar="FILE",
                         help="cells that run and are reported but do not gate until their expiry (default: "
-                        "quarantine.yaml beside the first matrix, if there is one; matrices/quarantine.py)")
+                        "../baselines/quarantine.yaml from the first matrix, as matrices name their baselines; "
+                        "matrices/quarantine.py)")
     parser.add_argument("--max-parallel", type=positive_count, default=None, metavar="N",
                         help="cells in flight at once, longest first (default: what the launcher has room for: the "
                         "Slurm partition's nodes, the Kubernetes namespace's pod quota; 1 for local and docker)")
