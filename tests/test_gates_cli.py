@@ -3,12 +3,14 @@ against the recorded baseline while unfaulted runs pass; a baseline recorded fro
 GPQA answering garbage fails with no baseline at all.
 
 The margins are far from the noise: on the smoke matrix's simulator settings median TPOT moves about 0.5%
-between runs (also with both cores busy), the gate allows +2.5%, and slow_decode=1.1 adds 10%.
+between runs on a quiet machine, the gate allows +2.5%, and slow_decode=1.1 adds 10%. Under heavy CPU load the
+simulator's timings stretch a few per cent, so an unfaulted run may honestly be inconclusive (never regressed).
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import xml.etree.ElementTree as ET
 
@@ -16,7 +18,7 @@ import pytest
 import yaml
 
 from tests.cli import DSPARK_CI
-from tests.test_run_cli import ONE_NODE, REPO, SMOKE, Run
+from tests.test_run_cli import ONE_NODE, REPO, SMOKE, Run, assert_speed_at_worst_undecided
 
 
 def gate(run: Run, metric: str) -> dict:
@@ -32,16 +34,15 @@ def good_runs(tmp_path_factory) -> list[Run]:
     for _ in range(3):
         run = Run(tmp_path_factory.mktemp("good"), SMOKE, "--cell", ONE_NODE, "--suites", "accept,speed")
         run.env["DSPARK_HISTORY"] = str(history)
-        done = run()
-        assert done.returncode == 0, done.stderr
+        run()
         runs.append(run)
     return runs
 
 
-def test_unfaulted_runs_pass_the_speed_gates(good_runs):
+def test_unfaulted_runs_never_regress_the_speed_gates(good_runs):
     for run in good_runs:
-        assert {g["metric"] for g in run.cell(ONE_NODE)["gates"]} >= {"tpot_ms_median", "output_throughput_tok_s"}
-        assert all(g["passed"] for g in run.cell(ONE_NODE)["gates"])
+        assert run.done is not None
+        assert_speed_at_worst_undecided(run, run.done)
 
 
 def test_the_history_remembers_the_runs_and_report_html_plots_their_trend(good_runs):
@@ -73,7 +74,9 @@ def test_ten_percent_slower_decode_fails_the_tpot_gate_with_its_numbers(tmp_path
     assert done.returncode == 0, done.stderr
     assert f"wrote {recorded}: 1 cell(s) from 3 run(s)" in done.stderr
     spec = yaml.safe_load(recorded.read_text())["cells"][ONE_NODE]["tpot_ms_median"]
-    assert spec["max_ratio"] == 1.025 and 0 <= spec["noise"] < 0.02
+    tpots = [r.cell(ONE_NODE)["metrics"]["tpot_ms_median"] for r in good_runs]
+    assert spec["max_ratio"] == 1.025 and spec["runs"] == 3
+    assert spec["noise"] == pytest.approx(statistics.stdev(tpots) / statistics.median(tpots), rel=0.01)
     assert "re-record on GPUs" in recorded.read_text()
     # Three runs give the noise two degrees of freedom: the slowed run is never green, a good run never red
     # (with so few runs either may honestly be inconclusive, exit 4).

@@ -32,11 +32,12 @@ class Run:
         self.tag = uuid.uuid4().hex
         self.env = {**os.environ, "CI": "true", "DSPARK_TEST_RUN": self.tag, "DSPARK_SIM_FAULTS": faults}
         self.argv = [sys.executable, "-m", "dspark_ci", "run", *args, "--out", str(self.out)]
+        self.done: subprocess.CompletedProcess | None = None  # the last finished run
 
     def __call__(self, timeout: float = 240) -> subprocess.CompletedProcess:
-        done = subprocess.run(self.argv, env=self.env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+        self.done = subprocess.run(self.argv, env=self.env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
         self.assert_nothing_left()
-        return done
+        return self.done
 
     def start(self) -> subprocess.Popen:
         return subprocess.Popen(self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -52,19 +53,45 @@ class Run:
         assert_no_process_with_env("DSPARK_TEST_RUN", self.tag)
 
 
+# The simulator's speed is wall-clock time on a shared machine: under CPU load its TPOT and throughput drift a few
+# per cent from baselines/smoke.yaml (recorded on a quieter machine), and the statistical gates rightly say
+# "inconclusive" (exit 4) instead of guessing. Whether a slowdown is caught is test_gates_cli's business (against
+# the shipped baseline and one recorded in the test on this machine); here only an undecided speed verdict may
+# stand between the run and green.
+TIMING = {"tpot_ms_median", "output_throughput_tok_s"}
+
+
 def test_smoke_matrix_runs_end_to_end(tmp_path):
     run = Run(tmp_path, SMOKE)
     done = run()
-    assert done.returncode == 0, done.stderr
+    # The pipeline ran: every cell has its outcome, its files and logs, and measured what catches a broken server.
     statuses = {c["id"]: c["status"] for c in run.results()["cells"]}
-    assert statuses == {ONE_NODE: "passed", TWO_NODES: "passed", REJECTED: "rejected_as_expected"}
+    assert statuses.pop(ONE_NODE) in ("passed", "inconclusive"), done.stderr
+    assert statuses == {TWO_NODES: "passed", REJECTED: "rejected_as_expected"}, done.stderr
     for name in ("results.json", "junit.xml", "report.md", "report.html"):
         assert (run.out / name).stat().st_size > 0
     assert (run.out / "logs" / TWO_NODES / "1.log").exists()
     assert "ready to roll" in (run.out / "logs" / ONE_NODE / "0.log").read_text()
     measured = run.cell(ONE_NODE)["metrics"]
     assert measured["accept_length"] > 2 and measured["output_throughput_tok_s"] > 0
-    assert f"{ONE_NODE}: PASSED" in done.stderr
+    assert_speed_at_worst_undecided(run, done)
+
+
+def assert_speed_at_worst_undecided(run: Run, done: subprocess.CompletedProcess, cell_id: str = ONE_NODE) -> None:
+    """No gate of an unfaulted cell regressed; one that did not pass is a speed gate whose interval straddles its
+    tolerance, and the run says so with exit 4 (green, exit 0, only when every gate passed)."""
+    gates = run.cell(cell_id)["gates"]
+    assert {g["metric"] for g in gates} >= {"accept_length"} | TIMING
+    undecided = [g for g in gates if not g["passed"]]
+    assert all(g["metric"] in TIMING and g["verdict"] == "inconclusive" for g in undecided), undecided
+    for gate in undecided:
+        low, high = gate["interval"]
+        assert min(low, high) < gate["tolerance"] < max(low, high)
+    status = "INCONCLUSIVE" if undecided else "PASSED"
+    assert f"{cell_id}: {status}" in done.stderr
+    assert done.returncode == (4 if undecided else 0), done.stderr
+    if undecided:
+        assert "a statistical gate could not decide (not a regression" in done.stderr
 
 
 @pytest.mark.parametrize(
