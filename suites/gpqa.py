@@ -221,11 +221,11 @@ def ask(client: openai.OpenAI, model: str, example: Example, settings: GpqaSetti
     top_p = extra_body.pop("top_p", openai.NOT_GIVEN)
     if settings.chat_template_kwargs:
         extra_body["chat_template_kwargs"] = dict(settings.chat_template_kwargs)
+    limit: dict[str, Any] = {} if settings.max_tokens is None else {"max_tokens": settings.max_tokens}  # none: unsent
     try:
         response = client.chat.completions.create(
             model=model, messages=[{"role": "user", "content": prompt}], temperature=settings.temperature,
-            max_tokens=openai.NOT_GIVEN if settings.max_tokens is None else settings.max_tokens, top_p=top_p,
-            extra_body=extra_body or None)
+            top_p=top_p, extra_body=extra_body or None, **limit)
     except openai.OpenAIError as err:
         return _scored(example, correct, content="", reasoning="", finish=None, tokens=None, error=str(err),
                        scorer=settings.scorer)
