@@ -9,24 +9,7 @@ cd "$(dirname "$0")/.."
 python=$(bash .ci/sglang-resolver.sh "${1:-.cache/sglang-venv}")
 extra=.ci/sglang-bench-serving.txt
 # Complete when every requirement of the file is installed at a version it allows (no resolver run: ~0.2 s).
-if "$python" - "$extra" <<'PY'
-import importlib.metadata as metadata
-import sys
-from packaging.requirements import Requirement
-
-for line in open(sys.argv[1]):
-    line = line.split("#", 1)[0].strip()
-    if not line:
-        continue
-    requirement = Requirement(line)
-    try:
-        version = metadata.version(requirement.name)
-    except metadata.PackageNotFoundError:
-        sys.exit(1)
-    if not requirement.specifier.contains(version, prereleases=True):
-        sys.exit(1)
-PY
-then
+if "$python" .ci/requirements-met.py "$extra"; then
   echo "$python"; exit 0
 fi
 "$python" -m pip install -q --disable-pip-version-check -r "$extra" >&2

@@ -64,7 +64,7 @@ from typing import Any, Mapping, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ground.sglang.resolver import DEFAULT_VENV_PYTHON  # noqa: E402
-from sglang_sim.tokenizer import PIECE_PATTERN  # noqa: E402
+from sglang_sim.tokenizer import PIECE_PATTERN, onig_pattern  # noqa: E402
 
 CHILD = Path(__file__).resolve().parent / "sglang_bench_serving_child.py"
 BACKEND = "sglang-oai-chat"
@@ -165,19 +165,6 @@ def find_python() -> str | None:
         if candidate and Path(candidate).exists():
             return candidate
     return None
-
-
-def onig_pattern(pattern: str) -> str:
-    r"""``pattern`` with ``\s``/``\S`` spelled out as Python's ``re`` has them: the tokenizers library's
-    regex engine (Oniguruma) leaves out U+001C..U+001F, which Python counts as whitespace."""
-    spaces = [code for code in range(sys.maxunicode + 1) if re.match(r"\s", chr(code))]
-    ranges, start = [], spaces[0]
-    for previous, code in zip(spaces, spaces[1:] + [-1]):
-        if code != previous + 1:
-            ranges.append(f"\\x{{{start:x}}}" + (f"-\\x{{{previous:x}}}" if previous != start else ""))
-            start = code
-    space_class = "".join(ranges)
-    return pattern.replace(r"\s", f"[{space_class}]").replace(r"\S", f"[^{space_class}]")
 
 
 def build_tokenizer(python: str, directory: Path) -> Path:

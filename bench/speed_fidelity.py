@@ -11,6 +11,10 @@ measured requests (at least 8). The tools:
     suite-openai    the same with speed.client=openai (the official client reads the streams; --tools)
     bench_serving   `python -m sglang.benchmark.serving` of sglang 0.5.23 run from its own venv
                     (bench/sglang_bench_serving.py; --bench-serving PYTHON, default $DSPARK_SGLANG_PYTHON)
+    suite-frontend  the suite against SGLang 0.5.23's own front end in front of the same engine
+                    (--server sglang-frontend; the venv of .ci/sglang-frontend.sh, --bench-serving PYTHON): the
+                    truth is still the engine's emissions, so its excess over "suite" is what SGLang's own
+                    HTTP server, TokenizerManager, IPC and DetokenizerManager add
 The truth is the server's side of the same measured requests (by response id for the suite; the
 last-parsed requests for bench_serving, whose warm-up ends before they start):
     TPOT  = (last − first emission) / (completion tokens − 1)      TTFT = first emission − arrival
@@ -132,7 +136,7 @@ class Simulator:
 
 
 @contextlib.contextmanager
-def fresh_simulator(workload: Workload, concurrency: int) -> Iterator[Simulator]:
+def fresh_simulator(workload: Workload, concurrency: int, frontend_python: str | None = None) -> Iterator[Simulator]:
     """A new simulator of the DSpark cell. SGLang caps a DSpark server at 48 running requests unless told
     otherwise (the simulator follows its admission rules): the cap is raised to the concurrency, as anyone
     measuring that many streams would, so TTFT is not the queue's."""
@@ -142,7 +146,8 @@ def fresh_simulator(workload: Workload, concurrency: int) -> Iterator[Simulator]
                "DSPARK_SIM_PREFILL_MS_PER_TOKEN": str(workload.prefill_ms_per_token),
                "DSPARK_SIM_EMISSION_LOG": str(log)}
         args = [*SPECULATIVE_ARGS, "--max-running-requests", str(max(concurrency, 48))]
-        with running_simulator(env, args, model=MODEL) as url:
+        with running_simulator(env, args, model=MODEL, frontend_python=frontend_python,
+                               boot_timeout=600 if frontend_python else 60) as url:
             yield Simulator(url, log)
 
 
@@ -210,7 +215,7 @@ def make_bench_serving(python: str) -> Callable:
 
 def measure(tool: str, run: Callable, workload: Workload, sent: Traffic, concurrency: int) -> Repeat:
     load = os.getloadavg()[0]
-    with fresh_simulator(workload, concurrency) as sim:
+    with fresh_simulator(workload, concurrency, FRONTEND_PYTHON.get(tool)) as sim:
         measured = run(sim, workload, sent, concurrency)
     ours = measured.ours
     repeat = Repeat(tool, concurrency, ours, server_samples(measured.truth).stats(),
@@ -224,7 +229,9 @@ def measure(tool: str, run: Callable, workload: Workload, sent: Traffic, concurr
 # tool name -> its runner, made from the command line
 TOOLS: dict[str, Callable] = {"suite": lambda args: make_suite("aiohttp"),
                               "suite-openai": lambda args: make_suite("openai"),
-                              "bench_serving": lambda args: make_bench_serving(args.bench_serving)}
+                              "bench_serving": lambda args: make_bench_serving(args.bench_serving),
+                              "suite-frontend": lambda args: make_suite("aiohttp")}
+FRONTEND_PYTHON: dict[str, str] = {}  # tool -> the Python running SGLang's own front end for it (set by main)
 
 
 # ---------------------------------------------------------------- repeats
@@ -339,9 +346,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="kept repeats per tool and concurrency (>= 3)")
     parser.add_argument("--concurrencies", type=int, nargs="+", default=[1, 64, 256])
     parser.add_argument("--tools", nargs="+", default=["suite", "bench_serving"], choices=list(TOOLS),
-                        help="suite-openai: the suite with speed.client=openai (the official client reads the streams)")
+                        help="suite-openai: the suite with speed.client=openai (the official client reads the streams); "
+                        "suite-frontend: the suite through SGLang's own front end in front of the same engine")
     parser.add_argument("--bench-serving", metavar="PYTHON", default=os.environ.get("DSPARK_SGLANG_PYTHON"),
-                        help="the python of a venv with sglang 0.5.23 (.ci/sglang-bench-serving.sh makes one)")
+                        help="the python of a venv with sglang 0.5.23 (.ci/sglang-bench-serving.sh makes one; "
+                        ".ci/sglang-frontend.sh adds what suite-frontend needs)")
     parser.add_argument("--step-ms", type=float, default=20.0)
     parser.add_argument("--prefill-ms-per-token", type=float, default=0.5)
     parser.add_argument("--input-len", type=int, default=256)
@@ -349,9 +358,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.repeats < 3:
         parser.error("--repeats: at least 3 (a figure is min / median / max over repeats)")
-    if "bench_serving" in args.tools and not args.bench_serving:
-        parser.error("--bench-serving PYTHON (or DSPARK_SGLANG_PYTHON) is needed for the bench_serving tool; "
-                     "make one with bash .ci/sglang-bench-serving.sh, or pass --tools suite")
+    needing_venv = [tool for tool in ("bench_serving", "suite-frontend") if tool in args.tools]
+    if needing_venv and not args.bench_serving:
+        parser.error(f"--bench-serving PYTHON (or DSPARK_SGLANG_PYTHON) is needed for {', '.join(needing_venv)}; "
+                     "make one with bash .ci/sglang-bench-serving.sh and .ci/sglang-frontend.sh, or pass --tools suite")
+    if "suite-frontend" in args.tools:
+        FRONTEND_PYTHON["suite-frontend"] = args.bench_serving
     workload = Workload(args.input_len, args.output_len, args.step_ms, args.prefill_ms_per_token)
     tools = {tool: TOOLS[tool](args) for tool in args.tools}
     started = time.monotonic()

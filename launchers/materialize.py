@@ -4,19 +4,36 @@ from __future__ import annotations
 
 import re
 import sys
+from pathlib import Path
 from typing import Mapping
 
+import sglang_sim
+from ground.sglang.resolver import DEFAULT_VENV_PYTHON
 from launchers.plan_types import SGLANG_ENTRYPOINT, RankCommand
+
+# Run as a script by the SGLang venv's Python, which does not have this tree installed (it puts it on its path).
+FRONTEND_ENTRY = Path(sglang_sim.__file__).resolve().parent / "frontend" / "__main__.py"
 
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def server_argv(rank: RankCommand, server: str, python: str = sys.executable) -> list[str]:
-    """SGLang's argv, or the same flags handed to the simulated server."""
+    """SGLang's argv, or the same flags handed to the simulated server (``python`` runs it: for
+    sglang-frontend, the SGLang venv's, ``frontend_python``)."""
     argv = list(rank.argv)
-    if server == "sim" and tuple(argv[: len(SGLANG_ENTRYPOINT)]) == SGLANG_ENTRYPOINT:
-        return [python, "-m", "sglang_sim", *argv[len(SGLANG_ENTRYPOINT):]]
+    if tuple(argv[: len(SGLANG_ENTRYPOINT)]) != SGLANG_ENTRYPOINT:
+        return argv
+    flags = argv[len(SGLANG_ENTRYPOINT):]
+    if server == "sim":
+        return [python, "-m", "sglang_sim", *flags]
+    if server == "sglang-frontend":
+        return [python, str(FRONTEND_ENTRY), *flags]
     return argv
+
+
+def frontend_python(caller_env: Mapping[str, str]) -> str:
+    """The Python of the venv `.ci/sglang-frontend.sh` builds: $DSPARK_SGLANG_PYTHON, else the repo's."""
+    return caller_env.get("DSPARK_SGLANG_PYTHON") or str(DEFAULT_VENV_PYTHON)
 
 
 def resolve_env(planned: Mapping[str, str], caller_env: Mapping[str, str]) -> dict[str, str]:

@@ -24,7 +24,9 @@ from ground.yaml_lines import YamlList, YamlMap, config_file_words, load_yaml
 
 QUARANTINE_FILE = config_file_words("quarantine file", "pass an existing file with --quarantine, or none")
 FIELDS = ("cell", "reason", "link", "expires")
-DEFAULT_NAME = "quarantine.yaml"  # beside the (first) matrix
+# Where the nightly's quarantine lives relative to the first matrix, as the matrices name their baselines
+# (`baseline: ../baselines/...`): not in matrices/ itself, where `matrices/*.yaml` would take it for a matrix.
+DEFAULT_PATH = Path("..") / "baselines" / "quarantine.yaml"
 
 
 @dataclass(frozen=True)
@@ -52,8 +54,8 @@ class Quarantine:
 
 
 def default_path(matrices: list[str] | tuple[str, ...]) -> Path | None:
-    """``quarantine.yaml`` beside the first matrix, when there is one."""
-    candidate = Path(matrices[0]).parent / DEFAULT_NAME if matrices else None
+    """``../baselines/quarantine.yaml`` from the first matrix, when there is one."""
+    candidate = Path(matrices[0]).parent / DEFAULT_PATH if matrices else None
     return candidate if candidate is not None and candidate.is_file() else None
 
 
@@ -63,7 +65,7 @@ def load_quarantine(path: Path | str) -> Quarantine:
         return Quarantine((), str(path))
     if not isinstance(document, YamlMap) or set(document) - {"quarantine"}:
         raise BadInput(f"{path}:{getattr(document, 'line', 1)}", "expected one key, quarantine: a list of entries",
-                       "see matrices/quarantine.yaml for the shape")
+                       "see baselines/quarantine.yaml for the shape")
     items = document.get("quarantine") or YamlList()
     if not isinstance(items, YamlList):
         raise BadInput(f"{path}:{document.line_of('quarantine')}", "quarantine: is not a list", "give a list of entries")

@@ -15,6 +15,7 @@ from typing import Mapping
 
 from ground.records import DECIDED_BY_RESOLVER, QUARANTINE_EXPIRED, QUARANTINED, CellResult, RunResults, Status
 from ground.sglang.settings import summary_items
+from launchers.contract import SIMULATED_SERVERS
 from reports.baseline import Baseline
 from reports.gates import describe_gate, explain, levels_line
 from ground.suites import SUITE_DEFAULTS
@@ -100,7 +101,7 @@ def _gpqa_subset(results: RunResults, cell: CellResult) -> str:
     dataset = (cell.suites.get("gpqa") or {}).get("dataset")
     if dataset:
         return str(dataset).rstrip("/").rsplit("/", 1)[-1]
-    return "synthetic (simulator)" if results.environment.get("server") == "sim" else "gpqa_diamond"
+    return "synthetic (simulator)" if results.environment.get("server") in SIMULATED_SERVERS else "gpqa_diamond"
 
 
 def _accuracy_row(cell: CellResult, subset: str) -> list[str]:

@@ -96,6 +96,19 @@ class ServerArgs:
         return self.served_model_name or self.model_path
 
     @property
+    def launch_command(self) -> str:
+        """/server_info's launch_command: the flags as given (server_args.launch_command), the API key hidden."""
+        words = []
+        for name, value in (*((f.name, getattr(self, f.name)) for f in dataclasses.fields(self)
+                              if f.name != "other_flags"), *self.other_flags.items()):
+            spec = FIELD_TYPES.get(name)
+            if value is None or value is False or (spec is not None and value == spec[1] and name != "model_path"):
+                continue
+            flag = "--" + name.replace("_", "-")
+            words += [flag] if value is True else [flag, "<redacted>" if name == "api_key" else str(value)]
+        return " ".join(words)
+
+    @property
     def platform_is_npu(self) -> bool:
         return (self.device or "").startswith("npu")
 

@@ -127,7 +127,25 @@ class Generation:
             info["e2e_latency"] = (self.finished_at or time.monotonic()) - self.arrived.monotonic
             if self.spec is not None:
                 info.update(self.spec.meta_info(self.completion_tokens))
+            info.update(self.timestamps())
         return info
+
+    def timestamps(self) -> dict:
+        """The time fields SGLang 0.5.23 adds to a finished request's meta_info (req_time_stats.py:
+        SchedulerReqTimeStats and APIServerReqTimeStats.convert_to_output_meta_info), on the wall clock. Here
+        the request is scheduled, and its response sent, the moment it arrives and its last token is out."""
+        wall = lambda monotonic: self.arrived.wall + (monotonic - self.arrived.monotonic)  # noqa: E731
+        first = self.first_token or self.arrived
+        finished = self.finished_at or time.monotonic()
+        stamps = {"storage_prefetch_wait": 0.0, "storage_staging_wait": 0.0, "forward_entry_time": self.arrived.wall,
+                  "prefill_finished_time": first.wall, "queue_time": 0.0, "request_received_ts": self.arrived.wall}
+        if self.first_token is not None:
+            stamps["first_token_latency"] = self.first_token.monotonic - self.arrived.monotonic
+        stamps.update(api_server_dispatch_finish_ts=self.arrived.wall, request_finished_ts=wall(finished))
+        if self.completion_tokens > 1 and finished > first.monotonic:
+            stamps["decode_throughput"] = (self.completion_tokens - 1) / (finished - first.monotonic)
+        stamps["response_sent_to_client_ts"] = wall(finished)
+        return stamps
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import sys
+from typing import Callable
 
 from aiohttp import web
 
@@ -37,7 +38,9 @@ logger = logging.getLogger("sglang_sim")
 SHUTDOWN_GRACE_SECONDS = 1.0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, serve_rank0: "ServeRank0 | None" = None) -> int:
+    """``serve_rank0``: what node rank 0 runs once the launch is admitted (default: the simulator's own HTTP
+    server; ``sglang_sim.frontend``: SGLang's own front end in front of this engine)."""
     argv = sys.argv[1:] if argv is None else argv
     args = parse_server_args(argv)  # argparse exits 2 by itself
     try:
@@ -71,14 +74,18 @@ def main(argv: list[str] | None = None) -> int:
     except Rejected as rejection:
         print_lines(rejection_traceback(rejection.hook, rejection.line))
         return 1
-    return _serve(resolved, config, env, architecture, answer_key)
+    if resolved.node_rank != 0:
+        return _run(_serve_other_rank(resolved, config))
+    return (serve_rank0 or _serve)(resolved, config, env, architecture, answer_key)
+
+
+# (admitted args, config, SGLang's environment, architecture, GPQA answer key) -> exit code
+ServeRank0 = Callable[[ServerArgs, SimConfig, SglangEnv, str, GpqaAnswerKey], int]
 
 
 def _serve(args: ServerArgs, config: SimConfig, env: SglangEnv, architecture: str,
            answer_key: GpqaAnswerKey) -> int:
-    """Serve as the node rank says. Rank 0 owns the emission log: exit 2 when it cannot be appended to."""
-    if args.node_rank != 0:
-        return _run(_serve_other_rank(args, config))
+    """Serve node rank 0. It owns the emission log: exit 2 when it cannot be appended to."""
     try:
         emission_log = EmissionLog.open(config.emission_log) if config.emission_log is not None else None
     except OSError as err:

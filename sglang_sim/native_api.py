@@ -47,12 +47,51 @@ async def model_info(request: web.Request) -> web.Response:
     })
 
 
+# ServerArgs fields of SGLang 0.5.23 that no command-line flag sets, as /server_info reports them resolved
+# (server_args.resolved_dict(); seen on 0.5.23's own front end, tests/test_frontend_conformance.py).
+UNFLAGGED_FIELDS = {
+    "_radix_eviction_policy_explicitly_set": False, "_speculative_draft_quantization_explicitly_set": False,
+    "_swa_full_tokens_ratio_explicitly_set": True, "aux_hidden_state_capture": None,
+    "custom_sigquit_handler": None, "enable_cp_tp_group_sharing": False, "grpc_worker_threads": 4,
+    "speculative_boundary_reduction": "rs+rsv", "stat_loggers": None, "uses_mamba_radix_cache": False,
+    "watermark_context_window": 4, "watermark_default_enabled": False, "watermark_enforce_all": False,
+    "watermark_key": "<redacted>", "watermark_key_b": "<redacted>", "watermark_max_probability": 1.0,
+    "watermark_mixing_probability": 0.5,
+}
+NOT_A_FIELD = ("config",)  # --config names a file of flags: parsed away, never a ServerArgs field
+MAX_TOTAL_NUM_TOKENS = 1 << 24  # the KV pool the simulated scheduler reports (it never runs out)
+SCHEDULER_PHASES = ("prefill", "decode", "target_verify", "draft_prefill", "draft_decode", "draft_extend")
+
+
+def startup_times(boot_seconds: float) -> dict:
+    """SGLang's startup_time record (engine._set_startup_time): the scheduler's phases, which the simulator
+    spends no time in, and the whole boot as the tokenizer's."""
+    return {"load_weight": 0.0, "kv_cache_allocation": 0.0, "scheduler_e2e": 0.0,
+            "cuda_graph": {phase: 0.0 for phase in SCHEDULER_PHASES}, "tokenizer_e2e": boot_seconds}
+
+
+def _scheduler_state(state: ServerState) -> dict:
+    """What every internal_states entry adds to the server args (internal_state.SchedulerInternalStateController)."""
+    memory = {"weight": 0.0, "kvcache": 0.0, "startup_available": 0.0, "token_capacity": MAX_TOTAL_NUM_TOKENS,
+              "token_capacity_swa": None, "graph": {phase: 0.0 for phase in SCHEDULER_PHASES}}
+    times = startup_times(state.config.boot_seconds)
+    times.pop("tokenizer_e2e")
+    return {"startup_time": times, "memory_usage": memory}
+
+
 async def server_info(request: web.Request) -> web.Response:
     state = _state(request)
-    server_args = state.args.to_dict()
-    return json_response({**server_args, "startup_time": state.startup_time,
-                          "internal_states": state.engine.internal_states(server_args),
-                          "version": str(state.config.version or SGLANG_VERSION), "frontend": "python"})
+    server_args = {name: value for name, value in state.args.to_dict().items() if name not in NOT_A_FIELD}
+    server_args.update(UNFLAGGED_FIELDS)
+    scheduler_info = {"status": "ready", "max_total_num_tokens": MAX_TOTAL_NUM_TOKENS,
+                      "max_req_input_len": state.context_length - 1, "hicache_object_layout": None}
+    # SGLang drops the signal handler from each entry (not serialisable over its IPC).
+    internal_states = [{**{k: v for k, v in entry.items() if k != "custom_sigquit_handler"}, **_scheduler_state(state)}
+                       for entry in state.engine.internal_states(server_args)]
+    return json_response({**server_args, "launch_command": state.args.launch_command, **scheduler_info,
+                          "kv_events": None, "startup_time": startup_times(state.config.boot_seconds),
+                          "internal_states": internal_states, "version": str(state.config.version or SGLANG_VERSION),
+                          "frontend": "python"})
 
 
 async def deprecated(request: web.Request, name: str, handler) -> web.Response:

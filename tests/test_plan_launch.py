@@ -13,11 +13,9 @@ from ground.sglang.settings import SETTINGS
 from launchers.plan import plan_launch
 from launchers.plan_types import SGLANG_ENTRYPOINT, Placement
 from matrices import load_cells
-from matrices.quarantine import DEFAULT_NAME as QUARANTINE_NAME
 
 REPO = Path(__file__).resolve().parent.parent
-SHIPPED = sorted(str(p.relative_to(REPO)) for p in (REPO / "matrices").glob("*.yaml")
-                 if p.name != QUARANTINE_NAME)  # the quarantine file sits beside the matrices; it is not one
+SHIPPED = sorted(str(p.relative_to(REPO)) for p in (REPO / "matrices").glob("*.yaml"))
 SGLANG_0_5_23 = load_flags("0.5.23")
 
 

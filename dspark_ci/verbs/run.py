@@ -19,13 +19,16 @@ from ground.errors import BadInput
 from launchers import catalog
 from launchers.options import seconds
 from matrices.quarantine import Quarantine, default_path, load_quarantine
-from launchers.contract import SERVERS, LaunchContext
+from launchers.contract import SERVERS, SIMULATED_SERVERS, LaunchContext
 from dspark_ci import progress
 from dspark_ci import run as pipeline
 from dspark_ci.evidence import Sampling
 from ground.run_id import new_run_id
 from ground.sglang.release import DEFAULT_VERSION
+from sglang_sim.frontend.launch import VOCABULARY_ENV
+from suites.prompts import PROMPTS
 from suites.runner import SYNTHETIC_GPQA
+from suites.speed import WORDS as SPEED_WORDS
 from ground.suites import KNOWN_SUITES
 
 
@@ -66,7 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="exit 0 when the worst outcome is an inconclusive statistical gate (default: exit 4); "
                         "never for release qualification, which demands conclusive passes")
     parser.add_argument("--server", choices=SERVERS, default=os.environ.get("DSPARK_SERVER", "sim"),
-                        help="server under test: the embedded simulated SGLang server (default) or real SGLang")
+                        help="server under test: the embedded simulated SGLang server (default), real SGLang, or "
+                        "SGLang 0.5.23's own front end in front of the simulated engine (sglang-frontend: "
+                        "`bash .ci/sglang-frontend.sh`, --launcher local)")
     parser.add_argument("--sglang-version", default=DEFAULT_VERSION,
                         help="SGLang version under test, matched against each expectation's version spec")
     shown = parser.add_mutually_exclusive_group()
@@ -75,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     shown.add_argument("--verbose", "-v", action="store_true",
                        help="every stage and every suite's progress as a plain line, even on a terminal")
     parser.add_argument("--boot-timeout", type=positive_seconds, default=None, metavar="SECONDS",
-                        help="how long rank 0 may take to become healthy (default 60 for the simulator, 1800 for SGLang)")
+                        help="how long rank 0 may take to become healthy (default 60 for the simulator, 600 for sglang-frontend, 1800 for SGLang)")
     parser.add_argument("--rejections", choices=("launch", "resolver"), default="launch",
                         help="how expected rejections are decided: launch each one (default: release qualification), "
                         "or let SGLang's own resolver decide on this CPU those it can tell from the arguments alone "
@@ -83,7 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "`bash .ci/sglang-resolver.sh`)")
     parser.add_argument("--quarantine", metavar="FILE",
                         help="cells that run and are reported but do not gate until their expiry (default: "
-                        "quarantine.yaml beside the first matrix, if there is one; matrices/quarantine.py)")
+                        "../baselines/quarantine.yaml from the first matrix, as matrices name their baselines; "
+                        "matrices/quarantine.py)")
     parser.add_argument("--max-parallel", type=positive_count, default=None, metavar="N",
                         help="cells in flight at once, longest first (default: what the launcher has room for: the "
                         "Slurm partition's nodes, the Kubernetes namespace's pod quota; 1 for local and docker)")
@@ -145,9 +151,11 @@ def _suites(text: str | None) -> tuple[str, ...] | None:
 
 def _caller_env(server: str, sglang_version: str) -> dict:
     env = dict(os.environ)
-    if server == "sim":
+    if server in SIMULATED_SERVERS:
         env.setdefault("DSPARK_SIM_GPQA_PATH", str(SYNTHETIC_GPQA))
         env.setdefault("DSPARK_SIM_VERSION", sglang_version)  # the simulator is the version under test
+    if server == "sglang-frontend":  # the suites' prompts reach the simulated engine as the simulator reads them
+        env.setdefault(VOCABULARY_ENV, "\n".join((*PROMPTS, " ".join(SPEED_WORDS))))
     return env
 
 
@@ -190,9 +198,18 @@ def rerun_options(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(words)
 
 
+# Default --boot-timeout per server: SGLang's front end on a busy 2-core CPU takes 60-100 s to start
+# (each of its spawned processes imports sglang).
+BOOT_TIMEOUT_S = {"sim": 60.0, "sglang": 1800.0, "sglang-frontend": 600.0}
+
+
 def run_verb(args: argparse.Namespace, stream: TextIO | None = None) -> int:
     """One run; its progress goes to ``stream`` (default stderr; bisect keeps each run's in a file)."""
-    boot_timeout = args.boot_timeout or (60.0 if args.server == "sim" else 1800.0)
+    if args.server == "sglang-frontend" and args.launcher != "local":
+        raise BadInput(f"--server sglang-frontend --launcher {args.launcher}",
+                       "SGLang's front end in front of the simulator runs as local processes only",
+                       "use --launcher local, or --server sim / sglang with this launcher")
+    boot_timeout = args.boot_timeout or BOOT_TIMEOUT_S[args.server]
     # One id names the run directory and labels every container, so `dspark-ci cleanup --run ID` finds them.
     run_id = new_run_id()
     options = pipeline.RunOptions(matrices=tuple(args.matrices), run_id=run_id, cell_ids=tuple(args.cell),
@@ -209,7 +226,8 @@ def run_verb(args: argparse.Namespace, stream: TextIO | None = None) -> int:
     context = LaunchContext(run_id=run_id, run_dir=options.run_dir, server=args.server, boot_timeout_s=boot_timeout,
                             caller_env=caller_env)
     launcher = kind.build(context, {spec.dest: getattr(args, spec.dest) for spec in kind.declared})
-    defaults = _gpqa_dataset(caller_env["DSPARK_SIM_GPQA_PATH"]) if args.server == "sim" else (lambda o: o)
+    simulated = args.server in SIMULATED_SERVERS
+    defaults = _gpqa_dataset(caller_env["DSPARK_SIM_GPQA_PATH"]) if simulated else (lambda o: o)
     verbosity = progress.QUIET if args.quiet else progress.VERBOSE if args.verbose else progress.NORMAL
     return pipeline.run(options, launcher, suite_defaults=defaults, progress=progress.Progress(stream=stream or sys.stderr, verbosity=verbosity))
 

@@ -29,16 +29,23 @@ from launchers.logs import rank_log_path, tail
 from launchers.plan_types import LaunchPlan, Placement, RankCommand
 from launchers.processes import (descendants, die_with_parent, free_port, kill_group, run_env, signal_group,
                                  signals_deferred, started_at, stop_all)
-from launchers.materialize import redact, resolve_env, secret_values, server_argv
+from launchers.materialize import frontend_python, redact, resolve_env, secret_values, server_argv
 from launchers.wait import Deadline, OurServer, wait_until_ready
 
 
+# server -> (modules its Python must import, how to get them)
+PREFLIGHT_MODULES = {
+    "sglang": (("sglang",), "`pip install sglang==0.5.23`, or run the simulated server (--server sim) or "
+                            "containers (--launcher docker)"),
+    "sglang-frontend": (("sglang", "fastapi", "uvicorn"), "build its venv with `bash .ci/sglang-frontend.sh` "
+                                                          "(prints the Python to set as DSPARK_SGLANG_PYTHON)"),
+}
 SETTLE_S = 0.3  # after seeing one rank exit, let the ranks that die of losing it be seen too
 
 
 @dataclass(frozen=True)
 class LocalSettings:
-    server: str = "sim"  # "sim" (the embedded simulated server) or "sglang" (python3 -m sglang.launch_server)
+    server: str = "sim"  # "sim", "sglang" (python3 -m sglang.launch_server) or "sglang-frontend"
     boot_timeout_s: float = 600.0
     poll_s: float = 0.5
     stop_grace_s: float = 10.0
@@ -49,8 +56,9 @@ class LocalSettings:
 
 def build(context: LaunchContext, options: LocalOptions) -> "LocalLauncher":
     """The catalog's constructor (launchers.catalog): the local launcher takes no options of its own."""
+    python = frontend_python(context.caller_env) if context.server == "sglang-frontend" else sys.executable
     return LocalLauncher(LocalSettings(server=context.server, boot_timeout_s=context.boot_timeout_s,
-                                       caller_env=dict(context.caller_env),
+                                       python=python, caller_env=dict(context.caller_env),
                                        ledger=Ledger(context.run_id, context.run_dir)))
 
 
@@ -101,18 +109,20 @@ class LocalLauncher:
         self.settings = settings
 
     def preflight(self, plans: Sequence[LaunchPlan]) -> None:
-        """Real SGLang must be importable by the `python3` the plans name, before anything starts."""
-        if self.settings.server != "sglang" or not plans:
+        """What the server needs must be importable by the Python that runs it, before anything starts."""
+        if self.settings.server not in PREFLIGHT_MODULES or not plans:
             return
-        python = plans[0].ranks[0].argv[0]
-        probe = [python, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('sglang') is None)"]
+        python = self.settings.python if self.settings.server == "sglang-frontend" else plans[0].ranks[0].argv[0]
+        modules, fix = PREFLIGHT_MODULES[self.settings.server]
+        probe = [python, "-c", "import importlib.util as u, sys; "
+                 f"sys.exit(any(u.find_spec(m) is None for m in {modules!r}))"]
         try:
             found = subprocess.run(probe, capture_output=True, timeout=60, env=dict(self.settings.caller_env))
         except (OSError, subprocess.TimeoutExpired) as err:
-            raise InfraError(f"cannot run {python} to look for SGLang ({err})") from None
+            raise InfraError(f"cannot run {python} to look for {', '.join(modules)} ({err}): {fix}") from None
         if found.returncode != 0:
-            raise InfraError(f"SGLang is not installed for {python} on this machine: `pip install sglang==0.5.23`, "
-                             "or run the simulated server (--server sim) or containers (--launcher docker)")
+            raise InfraError(f"SGLang is not installed for {python} on this machine ({', '.join(modules)} must "
+                             f"import): {fix}")
 
     def placement(self, nnodes: int) -> Placement:
         """Node rank r on 127.0.0.(r+1), all on one free port, like separate machines."""
