@@ -18,11 +18,11 @@ import pytest
 import yaml
 
 from tests.cli import DSPARK_CI
-from tests.test_run_cli import ONE_NODE, REPO, SMOKE, Run, assert_speed_at_worst_undecided
+from tests.test_run_cli import ONE_NODE, REPO, SMOKE, TIMING, Run, assert_speed_at_worst_undecided
 
 
 def gate(run: Run, metric: str) -> dict:
-    return next(g for g in run.cell(ONE_NODE)["gates"] if g["metric"] == metric)
+    return _gate(run.cell(ONE_NODE)["gates"], metric)
 
 
 @pytest.fixture(scope="module")
@@ -81,26 +81,34 @@ def test_ten_percent_slower_decode_fails_the_tpot_gate_with_its_numbers(tmp_path
     # Three runs give the noise two degrees of freedom: the slowed run is never green, a good run never red; with
     # so few runs (or noise stretched by a loaded machine) either may honestly be inconclusive, exit 4, but only
     # when its interval straddles the tolerance: the verdict follows from the numbers the user is shown.
-    slowed, slowed_code = _regated_tpot(run.out, recorded)
-    assert slowed["effect"] > 0.05 and _verdict_of_interval(slowed) == slowed["verdict"]
-    assert (slowed["verdict"], slowed_code) in (("regressed", 1), ("inconclusive", 4))
-    good, good_code = _regated_tpot(good_runs[0].out, recorded)
-    assert _verdict_of_interval(good) == good["verdict"]
-    assert (good["verdict"], good_code) in (("passed", 0), ("inconclusive", 4))
+    slowed, slowed_code = _regated(run.out, recorded)
+    tpot = _gate(slowed, "tpot_ms_median")
+    assert tpot["effect"] > 0.05 and tpot["verdict"] in ("regressed", "inconclusive")
+    good, good_code = _regated(good_runs[0].out, recorded)
+    assert "regressed" not in {gate["verdict"] for gate in good}
+    for gates, code in ((slowed, slowed_code), (good, good_code)):
+        assert all(_verdict_of_interval(_gate(gates, metric)) == _gate(gates, metric)["verdict"] for metric in TIMING)
+        verdicts = {gate["verdict"] for gate in gates}
+        assert code == (1 if "regressed" in verdicts else 4 if "inconclusive" in verdicts else 0)
 
 
-def _regated_tpot(run_dir, baseline) -> tuple[dict, int]:
-    """(TPOT's gate, the exit code) of `dspark-ci report RUN --baseline FILE`."""
+def _regated(run_dir, baseline) -> tuple[list[dict], int]:
+    """(the gates, the exit code) of `dspark-ci report RUN --baseline FILE`."""
     regated = subprocess.run([*DSPARK_CI, "report", str(run_dir), "--baseline", str(baseline), "--format", "json"],
                              capture_output=True, text=True, cwd=REPO)
-    gates = json.loads(regated.stdout)["cells"][0]["gates"]
-    return next(g for g in gates if g["metric"] == "tpot_ms_median"), regated.returncode
+    return json.loads(regated.stdout)["cells"][0]["gates"], regated.returncode
+
+
+def _gate(gates: list[dict], metric: str) -> dict:
+    return next(g for g in gates if g["metric"] == metric)
 
 
 def _verdict_of_interval(gate: dict) -> str:
-    """A slowdown's verdict as its interval reads against the tolerance (TPOT: higher is worse)."""
-    low, high = gate["interval"]
-    return "regressed" if low > gate["tolerance"] else "passed" if high < gate["tolerance"] else "inconclusive"
+    """A ratio gate's verdict as its interval reads against the tolerance (beyond it, within it, or across it)."""
+    low, high = sorted(gate["interval"])
+    worse = (lambda x: x > gate["tolerance"]) if gate["tolerance"] > 0 else (lambda x: x < gate["tolerance"])
+    return "regressed" if worse(low) and worse(high) else "passed" if not (worse(low) or worse(high)) else \
+        "inconclusive"
 
 
 def test_garbage_answers_fail_gpqa_with_no_baseline(tmp_path):
