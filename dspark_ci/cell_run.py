@@ -21,7 +21,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from ground.errors import BadInput, DsparkError, ExitCode, InfraError
 from ground.identity import CellIdentity, cell_identity
 from ground.records import CellResult, CellTiming, GateResult, Status
-from ground.suites import DEFAULT_SUITES, SPECULATIVE_SUITES, suite_of
+from ground.suites import ALWAYS_SUITES, DEFAULT_SUITES, SPECULATIVE_SUITES, suite_of
 from launchers.contract import LaunchFailed, Launcher, LaunchTimeout
 from launchers.ledger import Ledger
 from launchers.plan import plan_launch
@@ -122,12 +122,13 @@ def _run_cell(cell: Cell, ctx: CellContext, result: CellResult, clock: CellClock
         return result.finished(Status.SKIPPED, f"expectation written for SGLang {cell.expect.sglang}, "
                                                f"testing {ctx.sglang_version}", ExitCode.OK)
     logs_dir = ctx.run_dir / "logs" / cell.id
-    names = _suite_names(cell, ctx)
+    names = suite_names(cell, ctx.suites)
     first = _boot_and_measure(cell, ctx, result, clock, logs_dir, names)
 
     def measure(attempt: int, suites: tuple[str, ...]) -> CellResult:
         ctx.stage(f"{cell.id}: more evidence, boot {attempt}")
-        return _boot_and_measure(cell, ctx, result, clock, logs_dir / f"boot-{attempt}", suites)
+        # every boot is a new server: the sanity check runs again beside the suites still undecided
+        return _boot_and_measure(cell, ctx, result, clock, logs_dir / f"boot-{attempt}", with_always_suites(suites))
 
     return more_evidence(first, names, ctx.sampling, measure, lambda pooled, suites: _judge(pooled, suites, ctx))
 
@@ -168,7 +169,8 @@ def identify(cell: Cell, ctx: CellContext) -> CellIdentity:
     """The cell's identity as this run measures it: the argv as `dspark-ci plan` prints it (free ports and
     addresses differ from launch to launch, not the measurement), the suites with their resolved options."""
     plan = plan_launch(cell, Placement.template(cell.nnodes))
-    options = ctx.suite_defaults({n: dict(cell.suites.get(n, {})) for n in _suite_names(cell, ctx)})
+    measuring = [n for n in suite_names(cell, ctx.suites) if n not in ALWAYS_SUITES]  # the sanity check measures nothing
+    options = ctx.suite_defaults({n: dict(cell.suites.get(n, {})) for n in measuring})
     dataset = options.get("gpqa", {}).pop("dataset", None)
     image = cell.image if ctx.server != "sim" and ctx.launcher.name != "local" else None
     return cell_identity(server=f"{ctx.server} via {ctx.launcher.name}", build=" image ".join(filter(None, [ctx.build, image])),
@@ -242,11 +244,17 @@ def expectation_applies(cell: Cell, version: str) -> bool:
         return True  # validated where the matrix is loaded
 
 
-def _suite_names(cell: Cell, ctx: CellContext) -> tuple[str, ...]:
-    names = ctx.suites or tuple(cell.suites) or DEFAULT_SUITES
+def suite_names(cell: Cell, selected: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The suites a serving cell runs: ``selected`` (--suites), else its own, else the defaults; always the
+    sanity check first."""
+    names = selected or tuple(cell.suites) or DEFAULT_SUITES
     if not cell.speculative:  # speculation-only measurements mean nothing on a plain deployment
         names = tuple(n for n in names if n not in SPECULATIVE_SUITES)
-    return names
+    return with_always_suites(names)
+
+
+def with_always_suites(names: tuple[str, ...]) -> tuple[str, ...]:
+    return ALWAYS_SUITES + tuple(n for n in names if n not in ALWAYS_SUITES)
 
 
 def _launch_reference(cell: Cell, names, ctx: CellContext, stack: contextlib.ExitStack, logs_dir: Path):

@@ -111,6 +111,9 @@ def ids(cells: list[Cell]) -> list[str]:
 def select_cells(cells: list[Cell], wanted: tuple[str, ...]) -> list[Cell]:
     if not wanted:
         return cells
+    twice = next((w for index, w in enumerate(wanted) if w in wanted[:index]), None)
+    if twice is not None:
+        raise BadInput(f"--cell {twice}", "given twice (a cell runs once per run)", "give each --cell once")
     by_id = {cell.id: cell for cell in cells}
     unknown = [w for w in wanted if w not in by_id]
     if unknown:
@@ -146,9 +149,11 @@ class Baselines:
 
 
 def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict], dict] = lambda o: o,
-        progress: Progress | None = None) -> ExitCode:
+        progress: Progress | None = None, check_cells: Callable[[list[Cell]], None] = lambda cells: None) -> ExitCode:
+    """``check_cells`` raises BadInput for what the selected cells need and cannot have (dspark_ci.input_checks)."""
     progress = progress or Progress()
     cells = select_cells(load_cells(list(options.matrices)), options.cell_ids)
+    check_cells(cells)
     baselines = Baselines.load(cells, options.baseline, options.sampling.looks)
     run_dir = options.run_dir
     progress.stage(f"preflight: {len(cells)} cell(s), {options.launcher} launcher")

@@ -11,8 +11,10 @@ import json
 from types import MappingProxyType
 from typing import Any, Mapping
 
-KNOWN_SUITES = ("gpqa", "accept", "speed", "parity")
+KNOWN_SUITES = ("sanity", "gpqa", "accept", "speed", "parity")
 DEFAULT_SUITES = ("accept", "speed")
+# Run on every serving cell whatever suites it selects (suites/sanity.py): no selection leaves a broken server green.
+ALWAYS_SUITES = ("sanity",)
 # Speculation-only measurements: they mean nothing on a deployment without a draft model.
 SPECULATIVE_SUITES = ("accept", "parity")
 
@@ -45,6 +47,12 @@ def suite_of(metric: str) -> str | None:
 # Every option a suite reads, with its default. A value's type is the default's type
 # (None-valued defaults list their accepted types in OPTION_TYPES).
 SUITE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "sanity": {
+        "num_requests": 4,
+        "max_tokens": 48,
+        "concurrency": 4,
+        "min_accept_length": 1.2,  # the collapse floor, as accept's; only where the server reports spec statistics
+    },
     "gpqa": {
         "num_questions": None,  # subsample (simple-evals `num_examples`); None = every question
         "repeats": 1,  # simple-evals `n_repeats`
@@ -82,8 +90,18 @@ SUITE_DEFAULTS: dict[str, dict[str, Any]] = {
     },
 }
 
+# What `sgl-eval run gpqa` does when not told otherwise (sgl-eval 0.1.x: sgl_eval/evals/_registry.py gpqa row
+# `thinking: True` -> chat_template_kwargs {"thinking": True}, `default_n_repeats: 8`; GenConfig temperature 0.0,
+# max_tokens None (none sent); cli.py --num-threads 64). With `scorer: sgl-eval`, every gpqa option the cell leaves
+# unset takes these, so our figure and the CLI's are the same measurement; one it sets is recorded as a difference.
+SGL_EVAL_CLI_DEFAULTS: Mapping[str, Any] = MappingProxyType({
+    "thinking": True, "chat_template_kwargs": MappingProxyType({"thinking": True}), "repeats": 8,
+    "max_tokens": None, "temperature": 0.0, "concurrency": 64,
+})
+
 OPTION_TYPES: dict[tuple[str, str], tuple[type, ...]] = {
     ("gpqa", "num_questions"): (int, type(None)),
+    ("gpqa", "max_tokens"): (int, type(None)),  # None: no max_tokens sent (the server's context decides)
     ("gpqa", "dataset"): (str, type(None)),
     ("gpqa", "chat_template_kwargs"): (dict, type(None)),
 }
@@ -94,11 +112,49 @@ ALLOWED_VALUES: dict[tuple[str, str], tuple[str, ...]] = {
     ("speed", "client"): ("aiohttp", "openai"),
 }
 
-# Counts and sizes: zero or less is a mistake, not a request for nothing.
-POSITIVE_OPTIONS = frozenset(
-    {"num_questions", "repeats", "concurrency", "max_tokens", "num_requests", "input_len", "output_len",
-     "workers", "num_prompts"}
-)
+# Counts and sizes, by option name: (least, most). Zero or less is a mistake, not a request for nothing; past the
+# upper bound a value is a typo (1e9 requests, a million streams) that would run for days or exhaust the machine.
+# Token bounds: 1 Mi tokens is past any served context; concurrency: past SGLang's default --max-running-requests.
+MAX_TOKENS_BOUND = 1 << 20
+OPTION_RANGES: dict[str, tuple[float, float]] = {
+    "num_questions": (1, 100_000), "repeats": (1, 64), "concurrency": (1, 4096), "max_tokens": (1, MAX_TOKENS_BOUND),
+    "num_requests": (1, 100_000), "input_len": (1, MAX_TOKENS_BOUND), "output_len": (1, MAX_TOKENS_BOUND),
+    "warmup_requests": (0, 10_000), "workers": (1, 64), "num_prompts": (1, 10_000), "max_mismatches": (0, 10_000),
+    "temperature": (0.0, 2.0), "min_accept_length": (0.0, 1024.0), "disagreement_tolerance": (0.0, 1.0),
+}
+
+
+def effective_options(suite: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    """A suite's full option set: its defaults, the scorer's CLI defaults for what ``given`` leaves unset
+    (``scorer: sgl-eval``), then ``given``."""
+    options = dict(SUITE_DEFAULTS[suite])
+    if suite == "gpqa" and given.get("scorer") == "sgl-eval":
+        # the CLI's chat_template_kwargs is its `thinking`: a cell that sets thinking decides both
+        unset = {key for key in SGL_EVAL_CLI_DEFAULTS if key not in given}
+        if "thinking" in given:
+            unset.discard("chat_template_kwargs")
+        options.update({key: SGL_EVAL_CLI_DEFAULTS[key] for key in unset})
+    options.update(given)
+    return options
+
+
+def scorer_cli_differences(options: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """For ``scorer: sgl-eval``: each gpqa option whose value differs from what `sgl-eval run gpqa` sends
+    (option -> {"ours", "sgl_eval"}), so a figure that differs from the CLI's says why. Empty otherwise."""
+    if options.get("scorer") != "sgl-eval":
+        return {}
+    differences = {}
+    for key, cli in SGL_EVAL_CLI_DEFAULTS.items():
+        ours = options.get(key)
+        if key == "chat_template_kwargs" and ours is None:
+            continue  # follows `thinking`, compared there
+        if _plain(ours) != _plain(cli):
+            differences[key] = {"ours": _plain(ours), "sgl_eval": _plain(cli)}
+    return differences
+
+
+def _plain(value: Any) -> Any:
+    return dict(value) if isinstance(value, Mapping) else value
 
 
 def option_problem(suite: str, key: str, value: Any) -> str | None:
@@ -113,8 +169,14 @@ def option_problem(suite: str, key: str, value: Any) -> str | None:
     if isinstance(value, bool) and bool not in expected or not isinstance(value, expected):
         names = " or ".join("null" if t is type(None) else t.__name__ for t in expected)
         return f"{suite}.{key} must be {names}, got {json.dumps(value)}"
-    if key in POSITIVE_OPTIONS and isinstance(value, (int, float)) and value <= 0:
-        return f"{suite}.{key} must be at least 1, got {value}"
+    bounds = OPTION_RANGES.get(key)
+    if bounds is not None and isinstance(value, (int, float)) and not bounds[0] <= value <= bounds[1]:
+        least, most = bounds
+        if value != value:
+            return f"{suite}.{key} must be a number, got nan"
+        if value >= least:  # too large
+            return f"{suite}.{key} must be at most {most:,}, got {value:,}"
+        return f"{suite}.{key} must be at least {least:g}, got {value:g}"
     allowed = ALLOWED_VALUES.get((suite, key))
     if allowed and value not in allowed:
         return f"{suite}.{key} must be one of {', '.join(allowed)}, got {value!r}"

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,14 +56,106 @@ def config_file_words(noun: str, missing_fix: str) -> FileWords:
 
 # --- reading and syntax: shared by both views -----------------------------------------------------
 
+# A matrix, baseline or inventory is written by hand: the largest shipped is 7 kB (the pure-Python reader that keeps
+# line numbers takes about 1 s per 200 kB on a busy core). Past these bounds a file is
+# refused before it is read or built, so a wrong path (/dev/zero, a FIFO, a log) or a YAML alias bomb costs
+# milliseconds, not minutes.
+MAX_FILE_BYTES = 256 * 1024
+MAX_EXPANDED_NODES = 200_000  # scalars, lists and mappings, every alias counted as often as it is used
+_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+# What YAML forbids in a document (PyYAML's Reader.NON_PRINTABLE): control characters other than tab and newlines.
+_NOT_PRINTABLE = yaml.reader.Reader.NON_PRINTABLE
+_CONTROL_NAMES = {0: "NUL", 7: "BEL", 8: "BS", 0x0B: "VT", 0x0C: "FF", 0x1B: "ESC", 0x7F: "DEL"}
+
+
 def _read(path: Path | str, words: FileWords) -> str:
-    """The file's text; ``path`` is named as given in messages."""
+    """The file's text; ``path`` is named as given in messages. Only a regular file of at most MAX_FILE_BYTES,
+    checked before a byte is read; UTF-8 without control characters (refused with their line and column)."""
     try:
-        return Path(path).read_text(encoding="utf-8")
+        info = os.stat(path)
     except FileNotFoundError:
         raise BadInput(str(path), *words.missing) from None
-    except (OSError, UnicodeDecodeError) as err:
+    except OSError as err:
         raise BadInput(str(path), *_fill(words.unreadable, error=err, error_type=err.__class__.__name__)) from None
+    kind = next((name for test, name in _FILE_KINDS if test(info.st_mode)), None)
+    if kind is not None:
+        raise BadInput(str(path), f"is {kind}, not a file", "pass the path of a YAML file")
+    if info.st_size > MAX_FILE_BYTES:
+        raise _too_large(path, info.st_size)
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as err:
+        raise BadInput(str(path), *_fill(words.unreadable, error=err, error_type=err.__class__.__name__)) from None
+    if len(data) > MAX_FILE_BYTES:  # it grew since the stat
+        raise _too_large(path, len(data))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[:err.start].count(b"\n") + 1
+        raise BadInput(f"{path}:{line}", f"not UTF-8 (byte 0x{data[err.start]:02x})",
+                       "save the file as UTF-8 text") from None
+    _check_printable(path, text)
+    return text
+
+
+def read_bounded(path: Path | str, words: FileWords) -> str:
+    """A YAML file's text under the same bounds as every reader here (a regular file, at most MAX_FILE_BYTES,
+    printable UTF-8), for readers that parse it their own way (the --k8s-extra patches)."""
+    return _read(path, words)
+
+
+def _too_large(path: Path | str, size: int) -> BadInput:
+    return BadInput(str(path), f"is {size / 1024:,.0f} KiB; a YAML input is at most {MAX_FILE_BYTES // 1024} KiB",
+                    "check the path; a matrix is a few kB: use axes and include instead of writing every cell out")
+
+
+def _check_printable(path: Path | str, text: str) -> None:
+    found = _NOT_PRINTABLE.search(text)
+    if found is None:
+        return
+    code = ord(found.group())
+    line = text.count("\n", 0, found.start()) + 1
+    column = found.start() - (text.rfind("\n", 0, found.start()) + 1) + 1
+    name = f"U+{code:04X}" + (f" ({_CONTROL_NAMES[code]})" if code in _CONTROL_NAMES else "")
+    raise BadInput(f"{path}:{line}", f"control character {name} at column {column}; YAML allows only printable text",
+                   "remove it; an editor that shows invisible characters finds it")
+
+
+def _check_expansion(path: Path | str, root: yaml.Node | None) -> None:
+    """Refuse a document whose aliases expand past MAX_EXPANDED_NODES (a "billion laughs" bomb) or into themselves,
+    before anything is built from it: the readers after this one copy and walk every expanded value."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_nodes:
+            raise BadInput(f"{path}:{node.start_mark.line + 1}", "this alias refers to itself (a recursive anchor)",
+                           "repeat the values instead of nesting the anchor inside itself")
+        open_nodes.add(key)
+        children: list = []
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        elif isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        total = 1
+        for child in children:
+            total += size(child)
+            if total > MAX_EXPANDED_NODES:
+                raise BadInput(f"{path}:{node.start_mark.line + 1}",
+                               f"the aliases here expand to more than {MAX_EXPANDED_NODES:,} values",
+                               "a matrix that large is a mistake or an alias bomb: write the values out, or nest "
+                               "fewer aliases (*name)")
+        open_nodes.discard(key)
+        sizes[key] = total
+        return total
+
+    if root is not None:
+        size(root)
 
 
 @contextlib.contextmanager
@@ -103,7 +197,9 @@ def compose_file(path: Path | str, words: FileWords) -> yaml.Node | None:
     stream = io.StringIO(_read(path, words))
     stream.name = str(path)  # marks (node.start_mark.name) carry the file, so later complaints can name it
     with _yaml_errors(path, words):
-        return yaml.compose(stream, Loader=yaml.SafeLoader)
+        root = yaml.compose(stream, Loader=yaml.SafeLoader)
+    _check_expansion(path, root)
+    return root
 
 
 def where(path: Path, node: yaml.Node) -> str:
@@ -231,6 +327,8 @@ def load_yaml(path: Path | str, words: FileWords):
     loader.source = str(path)
     try:
         with _yaml_errors(path, words):
-            return loader.get_single_data()
+            root = loader.get_single_node()
+            _check_expansion(path, root)
+            return None if root is None else loader.construct_document(root)
     finally:
         loader.dispose()

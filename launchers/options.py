@@ -85,6 +85,9 @@ def from_values(record: type[Record], given: Mapping[str, Any], env: Mapping[str
     return record(**values)
 
 
+MAX_SECONDS = 7 * 24 * 3600.0
+
+
 def seconds(text: str) -> float:
     """A positive, finite number of seconds."""
     try:
@@ -93,4 +96,6 @@ def seconds(text: str) -> float:
         raise ValueError(f"{text!r} is not a number of seconds") from None
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{text} is not a positive number of seconds")
+    if value > MAX_SECONDS:  # a typo that would wait for ever
+        raise ValueError(f"{text} seconds is more than a week (at most {MAX_SECONDS:g})")
     return value

@@ -61,4 +61,5 @@ def plan_launch(cell: Cell, placement: Placement, flags: FlagSet | None = None) 
         ranks.append(RankCommand(node_rank=rank, argv=tuple(argv), env=env))
     base_url = f"http://{_connect_host(placement)}:{placement.port}"
     return LaunchPlan(cell_id=cell.id, ranks=tuple(ranks), health_url=f"{base_url}/health",
-                      base_url=base_url, image=cell.image, gpus_per_node=cell.config.gpus_per_node)
+                      base_url=base_url, image=cell.image, gpus_per_node=cell.config.gpus_per_node,
+                      hardware=cell.config.get("hardware"))

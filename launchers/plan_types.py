@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
-from ground.sglang.release import SGLANG_ENTRYPOINT
+from ground.sglang.release import SGLANG_ENTRYPOINT, accelerator, release_image
 
 __all__ = ["SGLANG_ENTRYPOINT", "LaunchPlan", "Placement", "RankCommand"]
 
@@ -52,13 +52,24 @@ class LaunchPlan:
     ranks: tuple[RankCommand, ...]
     health_url: str  # rank 0's /health, the only rank whose health means anything
     base_url: str  # rank 0's API root, e.g. http://127.0.0.1:30000
-    image: str | None = None
+    image: str | None = None  # the cell's own `image:`; None: the release image for its device and hardware
     gpus_per_node: int | None = None  # what a scheduler must allocate per node (Slurm --gpus-per-node)
+    hardware: str | None = None  # e.g. h200, mi355: decides the accelerator behind `--device cuda`
 
     @property
     def device(self) -> str:
         """The device the plan runs on (rank 0's ``--device``)."""
         return device_of(self.ranks[0].argv) if self.ranks else "cuda"
+
+    @property
+    def accelerator(self) -> str:
+        """``nvidia``, ``amd`` (ROCm), ``ascend``, ...: which devices a container or job must be given."""
+        return accelerator(self.device, self.hardware)
+
+    @property
+    def image_to_run(self) -> str | None:
+        """The image to run in: the cell's own, else SGLang's release image for its device and hardware."""
+        return self.image or release_image(self.device, self.hardware)
 
     def to_dict(self) -> list[dict]:
         return [r.to_dict() for r in self.ranks]

@@ -14,12 +14,13 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from ground.sglang.release import BLOCK_SIZE_FLAGS
+from ground.sglang.release import AMD, BLOCK_SIZE_FLAGS, ROCM_IMAGES, accelerator, release_image
 from ground.sglang.settings import CellConfig
 from matrices.cell import SERVE, Cell, Expect
 from matrices.expand import CODE_DEFAULTS, effective
 from matrices.ids import cell_id
 from matrices.schema import CONFIG_KEYS, Fragment, MatrixSpec, Where
+from matrices.values import SGLANG_VERSION
 
 # Which flag carries a speculative algorithm's block size (sglang/srt/arg_groups/fields/spec.py).
 BLOCK_SIZE_ALGORITHMS = tuple(BLOCK_SIZE_FLAGS)
@@ -113,6 +114,24 @@ def _runner(config: Mapping[str, Any], fragment: Fragment, path: str) -> str:
     return f"{config['nnodes']}x{label}" if config["nnodes"] > 1 else label
 
 
+def _check_image(config: Mapping[str, Any], fragment: Fragment, path: str) -> None:
+    """A cell runs in its own `image:` or in SGLang's release image for its device and hardware; with neither, a
+    container launcher would start it in an image for other hardware (a CUDA build on an AMD node): refused here."""
+    if fragment.values.get("image") is not None:
+        return
+    device, hardware = config["device"], config.get("hardware")
+    if release_image(device, hardware) is not None:
+        return
+    line = fragment.lines.get("hardware", fragment.lines.get("device", fragment.line))
+    if accelerator(device, hardware) == AMD:
+        known = ", ".join(sorted(ROCM_IMAGES))
+        problem = (f"hardware {hardware} is AMD (ROCm) and SGLang {SGLANG_VERSION} publishes no ROCm image for it "
+                   f"(release images exist for {known})")
+    else:
+        problem = f"SGLang {SGLANG_VERSION} publishes no image for device {device}"
+    raise Where(path, line).error(problem, "set `image:` on the cell to an SGLang build for that hardware")
+
+
 def _config(fragment: Fragment, spec: MatrixSpec) -> dict:
     values = effective(fragment)
     values.pop("env")
@@ -143,8 +162,10 @@ def build_cell(fragment: Fragment, spec: MatrixSpec) -> Cell:
     identity = fragment.values.get("id") or cell_id(config, env, spec.id_prefix, fragment.values.get("id_suffix"))
     expect: Expect = fragment.values.get("expect", Expect(SERVE))
     expect = dataclasses.replace(expect, sglang=expect.sglang or spec.sglang)
+    runner = _runner(config, fragment, spec.path)
+    _check_image(config, fragment, spec.path)
     return Cell(
-        id=identity, matrix=spec.path, config=CellConfig.from_dict(config), runner=_runner(config, fragment, spec.path),
+        id=identity, matrix=spec.path, config=CellConfig.from_dict(config), runner=runner,
         expect=expect, env=env, extra_args=fragment.values.get("extra_args", ()),
         suites=fragment.values.get("suites", {}), baseline=_beside(spec.path, fragment.values.get("baseline")),
         image=fragment.values.get("image"), line=fragment.line,

@@ -35,7 +35,7 @@ from ground.sglang.release import DEVICES
 from ground.sglang.settings import SETTINGS, Setting
 from ground.yaml_lines import YamlList, YamlMap
 from matrices.values import (Parser, Where, arg_list, boolean, check_keys, env_map, expect_spec,
-                             int_at_least, one_of, optional, slug, suite_map, text, version_spec)
+                             int_between, one_of, optional, slug, suite_map, text, version_spec)
 
 
 @dataclass(frozen=True)
@@ -46,13 +46,27 @@ class Key:
     help: str  # what the key is (its SGLang flag, when it has one), shown when a typo is corrected
 
 
-_SCALAR: Mapping[type, Parser] = {str: text, int: int_at_least(0), bool: boolean}
+# Upper bounds of the counts a cell sets: past them a value is a typo (2**64 GPUs) that would plan and even run green
+# on the simulator. tp/dp/cp/pp are bounded by the layout rules too (ranks <= nnodes * gpus_per_node).
+MAX_NODES, MAX_GPUS_PER_NODE = 1024, 128
+MAX_PARALLEL = MAX_NODES * MAX_GPUS_PER_NODE
+MAX_SPECULATIVE = 1024  # block size, steps, top-k, draft tokens
+MAX_INTEGER: Mapping[str, int] = MappingProxyType({
+    "nnodes": MAX_NODES, "gpus_per_node": MAX_GPUS_PER_NODE,
+    **dict.fromkeys(("tp", "dp", "cp", "pp"), MAX_PARALLEL),
+    **dict.fromkeys(("speculative_block_size", "speculative_num_steps", "speculative_eagle_topk",
+                     "speculative_num_draft_tokens"), MAX_SPECULATIVE),
+})
+MAX_OTHER_INTEGER = 2**31 - 1
+
+_SCALAR: Mapping[type, Parser] = {str: text, int: int_between(0, MAX_OTHER_INTEGER), bool: boolean}
 
 
 def _parser(s: Setting) -> Parser:
     """How a matrix value of one SGLang setting is checked, from its row (ground/sglang/settings.py)."""
     parse = (one_of(s.choices) if s.choices else slug if s.slug
-             else int_at_least(s.minimum) if s.minimum is not None else _SCALAR[s.type])
+             else int_between(s.minimum, MAX_INTEGER.get(s.key, MAX_OTHER_INTEGER)) if s.minimum is not None
+             else _SCALAR[s.type])
     return optional(parse) if s.nullable else parse
 
 

@@ -90,10 +90,12 @@ def _fail(where: Where, key: str, expected: str, value, example: str) -> BadInpu
     return where.error(f"{key} must be {expected}, got {value!r}", f"write it like `{example}`")
 
 
-def int_at_least(minimum: int) -> Parser:
+def int_between(minimum: int, maximum: int) -> Parser:
     def parse(value, where, key, example):
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise _fail(where, key, f"an integer >= {minimum}", value, example)
+        if value > maximum:
+            raise _fail(where, key, f"at most {maximum:,} (no deployment is larger)", value, example)
         return value
     return parse
 

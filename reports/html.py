@@ -8,6 +8,7 @@ summary.
 from __future__ import annotations
 
 import html
+import re
 from importlib import resources
 from string import Template
 from typing import Mapping
@@ -36,8 +37,26 @@ def render_html(results: RunResults, baseline: Baseline | None = None, compariso
     )
 
 
+# report.md marks statuses with emoji, which a browser without an emoji font (a bare CI runner, a headless
+# browser, many Linux desktops) draws as empty boxes. The page draws each as a coloured badge of ASCII text instead:
+# emoji -> (CSS class, badge text, what it means for a screen reader).
+STATUS_MARKS: Mapping[str, tuple[str, str, str]] = {
+    "✅": ("ok", "OK", "passed"), "❌": ("bad", "FAIL", "failed"), "💥": ("bad", "ERROR", "error"),
+    "❔": ("unsure", "?", "inconclusive"), "⚠": ("warn", "!", "warning"), "⏭": ("skip", "SKIP", "skipped"),
+    "🟢": ("ok", "+", "better"), "🔴": ("bad", "-", "worse"),
+}
+# Any other pictograph (one added to report.md later): a neutral badge rather than a box.
+_PICTOGRAPH = re.compile("([\u2600-\u27bf\u2b00-\u2bff\u23e9-\u23ff\U0001f000-\U0001faff])\ufe0f?")
+
+
+def status_mark(emoji: str) -> str:
+    css, text, meaning = STATUS_MARKS.get(emoji, ("other", "*", "note"))
+    return f'<span class="mark {css}" role="img" aria-label="{meaning}">{text}</span>'
+
+
 def _markdown_to_html(text: str) -> str:
-    return MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
+    rendered = MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
+    return _PICTOGRAPH.sub(lambda found: status_mark(found.group(1)), rendered)
 
 
 def _figure(title: str, png_base64: str) -> str:

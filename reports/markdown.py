@@ -367,7 +367,9 @@ def _quality_table(cell: CellResult, metrics: Mapping) -> str:
 def _scored_by(cell: CellResult, metric: str, name: str) -> str:
     """The metric's label, naming the GPQA scorer that produced the figure when the run recorded one."""
     if metric == "gpqa_accuracy" and cell.gpqa and cell.gpqa.get("scorer"):
-        return f"{name} (scorer {cell.gpqa['scorer']})"
+        differs = cell.gpqa.get("cli_differences") or {}
+        unlike = f"; sent unlike its CLI: {', '.join(differs)}" if differs else ""
+        return f"{name} (scorer {cell.gpqa['scorer']}{unlike})"
     return name
 
 

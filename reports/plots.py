@@ -109,7 +109,8 @@ def _metric_figure(chart: Chart, cells: list[CellResult], title: str):
     axes.set_title(title)
     axes.set_xlabel(chart.xlabel)
     axes.margins(x=0.15)
-    if METRICS[chart.metrics[0]].fraction:
+    if METRICS[chart.metrics[0]].fraction:  # an accuracy or a rate: the axis ends where the quantity does
+        axes.set_xlim(0, 1)
         axes.xaxis.set_major_formatter(lambda x, _: f"{x:.0%}")
     handles, _ = axes.get_legend_handles_labels()
     if handles:
@@ -123,6 +124,8 @@ OFF_SCALE = 3.0  # a gate beyond this many times the largest measured value is w
 def _keep_values_readable(axes, chart: Chart, cells: list[CellResult]) -> None:
     """A generous absolute limit (TTFT <= 2000 ms for a 10 ms TTFT) drawn to scale would flatten every bar to a
     sliver: the axis then ends a little past the measured values and the far gate is named at the right edge."""
+    if METRICS[chart.metrics[0]].fraction:  # drawn on [0, 100 %] whatever the gates
+        return
     measured = [value + 2 * float(c.metrics.get(chart.stderr_metric(m) or "") or 0.0)
                 for c in cells for m in chart.metrics if (value := c.metrics.get(m)) is not None]
     if not measured or max(measured) <= 0:
@@ -150,11 +153,17 @@ def _has_label(axes, text: str) -> bool:
     return text in axes.get_legend_handles_labels()[1]
 
 
-def _error_bars(chart: Chart, metric: str, cells: list[CellResult]) -> list[float] | None:
+def _error_bars(chart: Chart, metric: str, cells: list[CellResult]) -> list[list[float]] | None:
+    """±2 SE as (below, above) per bar; a fraction's bars stop at 0 and 100 % (what an accuracy can be)."""
     stderr_metric = chart.stderr_metric(metric)
     if not stderr_metric:
         return None
-    return [2 * (c.metrics.get(stderr_metric) or 0.0) for c in cells]
+    spans = [2 * (c.metrics.get(stderr_metric) or 0.0) for c in cells]
+    if not METRICS[metric].fraction:
+        return [spans, spans]
+    values = [_number(c.metrics.get(metric)) for c in cells]
+    return [[0.0 if math.isnan(v) else min(s, v) for s, v in zip(spans, values)],
+            [0.0 if math.isnan(v) else min(s, 1.0 - v) for s, v in zip(spans, values)]]
 
 
 def _bar_text(metric: str, cell: CellResult) -> str:

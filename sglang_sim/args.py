@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
-import re
 import sys
 import textwrap
 from dataclasses import dataclass, field
@@ -155,16 +153,9 @@ def argument_parser() -> argparse.ArgumentParser:
 
 
 def _short_error(parser: argparse.ArgumentParser, message: str) -> None:
-    """argparse's error, with the closest known flag for each unknown one (exit 2, as SGLang's parser)."""
-    known = [spelling for action in parser._actions for spelling in action.option_strings]
-    if message.startswith("unrecognized arguments:"):
-        hints = []
-        for word in re.findall(r"(?<!\S)(--?[\w-]+)", message.split(":", 1)[1]):
-            close = difflib.get_close_matches(word.split("=")[0], known, n=1, cutoff=0.6)
-            if close:
-                hints.append(f"{word} -> {close[0]}")
-        if hints:
-            message += f" (did you mean: {', '.join(hints)}?)"
+    """argparse's error line exactly as SGLang's parser prints it (``sglang serve: error: ...``, exit 2), after a
+    one-line usage instead of its 36 kB one. No "did you mean": real SGLang gives none, and a launcher's log must
+    read as SGLang's would; the hint for a mistyped flag belongs to ``dspark-ci plan`` (matrices' extra_args)."""
     parser.print_usage(sys.stderr)
     parser.exit(2, f"{parser.prog}: error: {message}\n")
 

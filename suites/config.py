@@ -9,12 +9,14 @@ are input errors (``SuiteInputError``), reported once by conftest.py as a pytest
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from ground.suites import SUITE_DEFAULTS, option_problem
+from ground.suites import SUITE_DEFAULTS, effective_options, option_problem
 
 
 class SuiteInputError(Exception):
@@ -50,21 +52,29 @@ def normalize_base_url(url: str) -> str:
 
 
 def merge_options(from_file: Mapping[str, Any] | None, from_flags: list[str], where_file: str) -> dict:
-    """Defaults, then the options file, then ``SUITE.KEY=VALUE`` flags. Raises SuiteInputError."""
-    merged = {suite: dict(defaults) for suite, defaults in SUITE_DEFAULTS.items()}
+    """Defaults (a scorer's own for what is left unset: ground.suites.effective_options), then the options file,
+    then ``SUITE.KEY=VALUE`` flags. Raises SuiteInputError."""
+    given: dict[str, dict[str, Any]] = {suite: {} for suite in SUITE_DEFAULTS}
     for suite, options in (from_file or {}).items():
         if not isinstance(options, Mapping):
             raise SuiteInputError(f"{where_file}: suite '{suite}' must map option names to values")
         for key, value in options.items():
-            _set_option(merged, suite, key, value, where_file)
+            _set_option(given, suite, key, value, where_file)
     for flag in from_flags:
         suite, key, value = _parse_flag(flag)
-        _set_option(merged, suite, key, value, f"--suite-option {flag}")
-    return merged
+        _set_option(given, suite, key, value, f"--suite-option {flag}")
+    return {suite: effective_options(suite, options) for suite, options in given.items()}
+
+
+MAX_OPTIONS_FILE_BYTES = 1 << 20  # suite options are a few hundred bytes; past this it is another file
 
 
 def load_options_file(path: str) -> dict:
     try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_OPTIONS_FILE_BYTES:
+            raise SuiteInputError(f"--suite-options {path}: not a JSON file of at most {MAX_OPTIONS_FILE_BYTES} "
+                                  f"bytes")
         data = json.loads(Path(path).read_text())
     except OSError as err:
         raise SuiteInputError(f"--suite-options {path}: cannot read it ({err.strerror})") from None

@@ -100,7 +100,7 @@ class Example:
 
 @dataclass(frozen=True)
 class GpqaSettings:
-    max_tokens: int
+    max_tokens: int | None  # None: none sent (sgl-eval's default), the server's context decides
     temperature: float
     scorer: str
     concurrency: int
@@ -221,10 +221,11 @@ def ask(client: openai.OpenAI, model: str, example: Example, settings: GpqaSetti
     top_p = extra_body.pop("top_p", openai.NOT_GIVEN)
     if settings.chat_template_kwargs:
         extra_body["chat_template_kwargs"] = dict(settings.chat_template_kwargs)
+    limit: dict[str, Any] = {} if settings.max_tokens is None else {"max_tokens": settings.max_tokens}  # none: unsent
     try:
         response = client.chat.completions.create(
             model=model, messages=[{"role": "user", "content": prompt}], temperature=settings.temperature,
-            max_tokens=settings.max_tokens, top_p=top_p, extra_body=extra_body or None)
+            top_p=top_p, extra_body=extra_body or None, **limit)
     except openai.OpenAIError as err:
         return _scored(example, correct, content="", reasoning="", finish=None, tokens=None, error=str(err),
                        scorer=settings.scorer)

@@ -22,7 +22,7 @@ import requests
 
 import suites as suites_package
 from ground.errors import DsparkError, InfraError
-from ground.suites import SUITE_DEFAULTS
+from ground.suites import effective_options
 from launchers.contract import Deployment, LaunchFailed
 from launchers.ledger import Ledger
 from launchers.processes import die_with_parent, group_members, kill_group, run_env, signal_group, started_at
@@ -37,6 +37,7 @@ SYNTHETIC_GPQA = SUITES_DIR / "data" / "gpqa_synthetic.csv"
 # may generate: far above any healthy server (a 4 tok/s decode), so only a server that stopped answering hits it.
 REQUEST_BASE_S = 60.0
 REQUEST_PER_TOKEN_S = 0.25
+UNCAPPED_TOKENS = 65536  # a request without max_tokens: as long as a long thinking trace
 
 
 @dataclass(frozen=True)
@@ -83,12 +84,15 @@ class SuiteRequest:
 
     @property
     def request_timeout_s(self) -> float:
-        """Per request: derived from the most tokens any selected suite asks for (never an hour by default)."""
-        tokens = max((int(self.options.get(n, {}).get(key) or 0) for n in self.names
-                      for key in ("max_tokens", "output_len")), default=0)
-        tokens = tokens or max(SUITE_DEFAULTS[n].get("max_tokens", SUITE_DEFAULTS[n].get("output_len", 0))
-                               for n in self.names)
-        return REQUEST_BASE_S + REQUEST_PER_TOKEN_S * tokens
+        """Per request: derived from the most tokens any selected suite asks for (never an hour by default); a
+        suite that sends no max_tokens (sgl-eval's GPQA) may generate UNCAPPED_TOKENS."""
+        budgets = []
+        for name in self.names:
+            options = effective_options(name, self.options.get(name, {}))
+            for key in ("max_tokens", "output_len"):
+                if key in options:
+                    budgets.append(UNCAPPED_TOKENS if options[key] is None else int(options[key]))
+        return REQUEST_BASE_S + REQUEST_PER_TOKEN_S * max(budgets, default=0)
 
 
 def run_suites(request: SuiteRequest, watched: Sequence[Deployment] = (), watch: Watch = Watch()) -> SuiteOutcome:
@@ -247,7 +251,7 @@ def gpqa_note(records: Mapping[str, list]) -> dict | None:
     summary = summaries[-1]
     return {"scorer": summary.get("scorer", "sglang"), "partial": bool(summary.get("partial")),
             "samples": summary.get("samples"), "planned_samples": summary.get("planned_samples"),
-            "accuracy": summary.get("accuracy"),
+            "accuracy": summary.get("accuracy"), "cli_differences": sorted(summary.get("cli_differences") or {}),
             # a partial figure is never gated, so neither are its questions
             **({"per_question": summary["per_question"]} if summary.get("per_question") and not summary.get("partial")
                else {})}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from ground.suites import scorer_cli_differences
 from suites import sgl_eval_scorer
 from suites.config import SuiteInputError
 from suites.gpqa import (
@@ -40,6 +41,7 @@ def gpqa_results(request, suite_config, suite_output):
     finally:
         stream.close()
 
+    differences = scorer_cli_differences(options)
     num_questions = len(examples) // options["repeats"]
     metrics, summary = summarize(results, num_questions, options["repeats"], settings.scorer)
     if not interrupted:
@@ -54,7 +56,13 @@ def gpqa_results(request, suite_config, suite_output):
         "sgl_eval_sampling": sgl_eval_scorer.sampling() if scorer_version else None,
         "temperature": settings.temperature, "max_tokens": settings.max_tokens,
         "chat_template_kwargs": settings.chat_template_kwargs, "model": server.model,
+        "cli_differences": differences,
     }])
+    if differences:
+        said = ", ".join(f"{key} {_shown(d['ours'])} (sgl-eval: {_shown(d['sgl_eval'])})"
+                         for key, d in differences.items())
+        suite_output.warn(f"gpqa: scored as sgl-eval, but sent unlike `sgl-eval run gpqa`: {said}; the CLI's figure "
+                          "for this server may differ")
     if interrupted:
         figure = f"{metrics['gpqa_accuracy']:.1%}" if results else "no figure"
         suite_output.warn(f"gpqa: interrupted after {len(results)} of {len(examples)} samples; {figure} is "
@@ -74,3 +82,7 @@ def gpqa_results(request, suite_config, suite_output):
 def test_gpqa(gpqa_results):
     failed = [r for r in gpqa_results if r.error is not None]
     assert not failed, f"{len(failed)} of {len(gpqa_results)} GPQA requests failed; first: {failed[0].error}"
+
+
+def _shown(value) -> str:
+    return "none" if value is None else str(value)

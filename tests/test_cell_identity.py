@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli import DSPARK_CI
+from tests.test_run_cli import assert_speed_at_worst_undecided
 
 REPO = Path(__file__).resolve().parent.parent
 CELL = "dsv4-flash-tp8-a2a-none-dspark-b7-cuda"
@@ -29,8 +30,9 @@ def env(tmp_path) -> dict:
 def run_cell(env: dict, out: Path, **sim: str) -> dict:
     done = cli({**env, **sim}, "run", "matrices/smoke.yaml", "--cell", CELL, "--suites", "speed", "--out", str(out),
                "--quiet")
-    assert done.returncode == 0, done.stdout + done.stderr
-    return json.loads((out / "results.json").read_text())["cells"][0]["identity"]
+    cell = json.loads((out / "results.json").read_text())["cells"][0]
+    assert_speed_at_worst_undecided(cell, done)  # the simulator's speed on a loaded machine (test_run_cli)
+    return cell["identity"]
 
 
 def test_identity_is_stable_across_launches_and_names_what_changed(env, tmp_path):

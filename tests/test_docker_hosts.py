@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from ground.errors import BadInput
+from ground.sglang.release import accelerator
 from launchers.docker.lifecycle import DockerLauncher
-from launchers.docker.spec import LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, DockerSettings, container_spec
+from launchers.docker.spec import (LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, DockerSettings, container_spec,
+                                   device_environment)
 from launchers.docker.hosts import load_inventory
 from tests.cli import DSPARK_CI
 from launchers.plan_types import SGLANG_ENTRYPOINT, LaunchPlan, RankCommand
@@ -101,12 +103,13 @@ def test_an_unreachable_engine_exits_3_naming_it_before_anything_starts():
 LABELS = {LABEL_RUN: "r1", LABEL_CELL: "cell-a", LABEL_LAUNCH: "abcd1234"}
 
 
-def spec_for(tmp_path, server: str, device: str, gpus_line: str = "") -> dict:
+def spec_for(tmp_path, server: str, device: str, gpus_line: str = "", hardware: str | None = None) -> dict:
     path = tmp_path / "hosts.yaml"
     path.write_text(f"hosts:\n  - url: ssh://ci@node-1\n{gpus_line}")
     host = load_inventory(str(path), {}).hosts[0]
     command = RankCommand(0, [*SGLANG_ENTRYPOINT, "--model-path", "m", "--device", device])
-    return container_spec(command, host, "img", LABELS, DockerSettings(server=server, inventory=load_inventory(None, {})), device)
+    settings = DockerSettings(server=server, inventory=load_inventory(None, {}))
+    return container_spec(command, host, "img", LABELS, settings, accelerator(device, hardware))
 
 
 def test_simulator_containers_get_no_devices_and_run_the_simulator(tmp_path):
@@ -139,6 +142,22 @@ def test_npu_containers_mount_the_ascend_devices_and_driver(tmp_path):
     assert "device_requests" not in spec
 
 
+@pytest.mark.parametrize("gpus_line", ["", "    gpus: [2, 3]\n"], ids=["all-gpus", "gpu-ids"])
+def test_amd_containers_get_kfd_dri_and_the_video_group_not_an_nvidia_request(tmp_path, gpus_line):
+    # SGLang's AMD docs (docs/platforms/amd_gpu.md): --device=/dev/kfd --device=/dev/dri --group-add video ...
+    spec = spec_for(tmp_path, "sglang", "cuda", gpus_line, hardware="mi355")
+    assert [d.split(":")[0] for d in spec["devices"]] == ["/dev/kfd", "/dev/dri"]
+    assert spec["group_add"] == ["video"] and "seccomp=unconfined" in spec["security_opt"]
+    assert "device_requests" not in spec and "environment" not in spec
+    host = load_inventory(None, {}).hosts[0]
+    assert device_environment(host, "amd", "sglang") == {}  # every GPU of the node
+    path = tmp_path / "hosts.yaml"
+    if gpus_line:
+        narrowed = load_inventory(str(path), {}).hosts[0]
+        assert device_environment(narrowed, "amd", "sglang") == {"ROCR_VISIBLE_DEVICES": "2,3"}
+        assert device_environment(narrowed, "amd", "sim") == {}
+
+
 @pytest.mark.parametrize("server, image_setting, plan_image, expected", [
     ("sim", None, "lmsysorg/sglang:v0.5.23", "dspark-ci/sglang-sim:latest"),
     ("sglang", None, "my/sglang:dev", "my/sglang:dev"),
@@ -148,6 +167,18 @@ def test_npu_containers_mount_the_ascend_devices_and_driver(tmp_path):
 def test_image_choice(server, image_setting, plan_image, expected):
     launcher = DockerLauncher(DockerSettings(server=server, image=image_setting, inventory=load_inventory(None, {})))
     plan = LaunchPlan("c", (RankCommand(0, list(SGLANG_ENTRYPOINT)),), "http://h/health", "http://h", image=plan_image)
+    assert launcher.image_for(plan) == expected
+
+
+@pytest.mark.parametrize("hardware, expected", [
+    ("h200", "lmsysorg/sglang:v0.5.23"),
+    ("mi355", "lmsysorg/sglang:v0.5.23-rocm700-mi35x"),  # docker/rocm.Dockerfile: gfx950 -> -rocm700-mi35x
+    ("mi300x", "lmsysorg/sglang:v0.5.23-rocm700-mi30x"),  # gfx942 -> -rocm700-mi30x
+])
+def test_amd_hardware_runs_the_rocm_release_image(hardware, expected):
+    launcher = DockerLauncher(DockerSettings(server="sglang", inventory=load_inventory(None, {})))
+    plan = LaunchPlan("c", (RankCommand(0, [*SGLANG_ENTRYPOINT, "--device", "cuda"]),), "http://h/health", "http://h",
+                      hardware=hardware)
     assert launcher.image_for(plan) == expected
 
 

@@ -42,7 +42,7 @@ def good_runs(tmp_path_factory) -> list[Run]:
 def test_unfaulted_runs_never_regress_the_speed_gates(good_runs):
     for run in good_runs:
         assert run.done is not None
-        assert_speed_at_worst_undecided(run, run.done)
+        assert_speed_at_worst_undecided(run.cell(ONE_NODE), run.done)
 
 
 def test_the_history_remembers_the_runs_and_report_html_plots_their_trend(good_runs):

@@ -54,7 +54,9 @@ def test_the_sgl_eval_cli_and_our_suite_score_every_sample_alike(tmp_path):
                               capture_output=True, text=True, timeout=300, cwd=tmp_path)
         assert done.returncode == 0, done.stdout + done.stderr
         code, ours, log = run_suite(tmp_path, "gpqa", url, "--gpqa-dataset", str(SYNTHETIC_GPQA),
-                                    "--suite-option", "gpqa.scorer=sgl-eval", "--suite-option", "gpqa.repeats=2")
+                                    "--suite-option", "gpqa.scorer=sgl-eval", "--suite-option", "gpqa.repeats=2",
+                                    # what the CLI was told above (its defaults are ours otherwise)
+                                    "--suite-option", "gpqa.thinking=false", "--suite-option", "gpqa.max_tokens=2048")
     assert code == 0, log
     [run_dir] = (tmp_path / "sgl-eval").iterdir()
     theirs = {}
@@ -104,7 +106,7 @@ def test_too_few_max_tokens_warns_about_the_no_answer_rate_with_the_hint(tmp_pat
 
 
 def test_rescore_prints_the_figure_as_run_and_rescored_and_the_report_names_the_scorer(tmp_path):
-    options = "num_questions: 20, scorer: sgl-eval" if HAVE_SGL_EVAL else "num_questions: 20, scorer: sglang"
+    options = "num_questions: 20, repeats: 1, scorer: sgl-eval" if HAVE_SGL_EVAL else "num_questions: 20, scorer: sglang"
     scorer = "sgl-eval" if HAVE_SGL_EVAL else "sglang"
     run = Run(tmp_path, smoke_matrix(tmp_path, options), "--cell", ONE_NODE, "--suites", "gpqa")
     done = run()
@@ -113,8 +115,8 @@ def test_rescore_prints_the_figure_as_run_and_rescored_and_the_report_names_the_
     assert cell["gpqa"]["scorer"] == scorer and cell["gpqa"]["partial"] is False
     # The progress line follows the samples as they are scored (in CI: plain lines).
     accuracy = f"{cell['metrics']['gpqa_accuracy']:.1%}"
-    assert f"measuring (gpqa) · gpqa 20/20 requests, accuracy {accuracy}" in done.stderr
-    assert f"Accuracy (scorer {scorer})" in (run.out / "report.md").read_text()
+    assert f"measuring (sanity, gpqa) · gpqa 20/20 requests, accuracy {accuracy}" in done.stderr
+    assert f"Accuracy (scorer {scorer}" in (run.out / "report.md").read_text()
     assert len((run.out / "logs" / ONE_NODE / "gpqa-samples.jsonl").read_text().splitlines()) == 20
 
     rescored = subprocess.run([*DSPARK_CI, "rescore", str(run.out), "--scorer", "simple-evals"],

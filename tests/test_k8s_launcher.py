@@ -24,6 +24,7 @@ from launchers.k8s.options import K8sOptions
 from launchers.contract import LaunchContext, LaunchFailed
 from launchers.plan_types import LaunchPlan
 from tests.sim_plans import FAST_SIM, make_plan
+from tests.test_run_cli import assert_speed_at_worst_undecided
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -142,9 +143,12 @@ def test_the_smoke_matrix_runs_green_through_the_cli_on_k8s(cluster, tmp_path):
     done = subprocess.run([*DSPARK_CI, "run", "matrices/smoke.yaml", "--launcher", "k8s", "--out", str(out),
                            "--kubeconfig", cluster["kubeconfig"], "--namespace", cluster["namespace"]],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
-    assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
-    assert sorted(c["status"] for c in results["cells"]) == ["passed", "passed", "rejected_as_expected"]
+    statuses = {c["id"]: c["status"] for c in results["cells"]}
+    one_node = next(c for c in results["cells"] if c["config"]["nnodes"] == 1 and c["expect"]["outcome"] == "serve")
+    assert statuses.pop(one_node["id"]) in ("passed", "inconclusive"), done.stderr[-3000:]
+    assert sorted(statuses.values()) == ["passed", "rejected_as_expected"], done.stderr[-3000:]
+    assert_speed_at_worst_undecided(one_node, done)  # the simulator's speed on a loaded machine (test_run_cli)
     two_nodes = next(c["id"] for c in results["cells"] if c["config"]["nnodes"] == 2)
     rank1 = (out / "logs" / two_nodes / "1.log").read_text()
     assert "Node rank 1 joined rank 0" in rank1 and "-0-1 of LeaderWorkerSet" in rank1

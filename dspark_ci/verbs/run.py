@@ -23,6 +23,7 @@ from launchers.contract import SERVERS, SIMULATED_SERVERS, LaunchContext
 from dspark_ci import progress
 from dspark_ci import run as pipeline
 from dspark_ci.evidence import Sampling
+from dspark_ci.input_checks import check_before_launch
 from ground.run_id import new_run_id
 from ground.sglang.release import DEFAULT_VERSION
 from sglang_sim.frontend.launch import VOCABULARY_ENV
@@ -113,6 +114,10 @@ def non_negative_count(text: str) -> int:
     return count
 
 
+# Upper bounds of the run's own numbers: past them a value is a typo that would wait for ever.
+MAX_COUNT = 10_000  # cells in flight, boots: never more than a matrix's cells (matrices/README.md)
+
+
 def argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     """An option's check as argparse's ``type``: a refused value is exit 2, the flag named, before anything runs."""
     def convert(text: str) -> Any:
@@ -135,18 +140,39 @@ def positive_count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (e.g. 4)") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} is not a positive number of cells (e.g. 4)")
+    if value > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"{text} is more than {MAX_COUNT:,} (a matrix's most cells)")
     return value
 
 
 def _suites(text: str | None) -> tuple[str, ...] | None:
-    if not text:
+    if text is None:
         return None
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     unknown = [n for n in names if n not in KNOWN_SUITES]
-    if unknown or not names:
-        raise BadInput(f"--suites {text}", f"unknown suite {unknown[0] if unknown else '(none)'}",
-                       f"choose from {', '.join(KNOWN_SUITES)}")
+    if not names:
+        raise BadInput(f"--suites {text!r}", "names no suite",
+                       f"give a comma-separated list from {', '.join(KNOWN_SUITES)}, or leave --suites out for each "
+                       "cell's own")
+    if unknown:
+        raise BadInput(f"--suites {text}", f"unknown suite {unknown[0]}", f"choose from {', '.join(KNOWN_SUITES)}")
+    twice = next((n for index, n in enumerate(names) if n in names[:index]), None)
+    if twice:
+        raise BadInput(f"--suites {text}", f"names {twice} twice", "name each suite once")
     return names
+
+
+def _check_launcher_options(args: argparse.Namespace) -> None:
+    """An option of another launcher than the one chosen would be ignored: refuse it instead (a --hosts file
+    given to the local launcher is a run the user did not mean)."""
+    for kind in catalog.ALL_LAUNCHERS:
+        if kind.name == args.launcher:
+            continue
+        for spec in kind.declared:
+            if getattr(args, spec.dest, None) not in (None, [], (), spec.default):
+                flag = spec.option.flag
+                raise BadInput(flag, f"is an option of the {kind.name} launcher, and this run uses "
+                               f"--launcher {args.launcher}", f"add --launcher {kind.name}, or drop {flag}")
 
 
 def _caller_env(server: str, sglang_version: str) -> dict:
@@ -205,6 +231,7 @@ BOOT_TIMEOUT_S = {"sim": 60.0, "sglang": 1800.0, "sglang-frontend": 600.0}
 
 def run_verb(args: argparse.Namespace, stream: TextIO | None = None) -> int:
     """One run; its progress goes to ``stream`` (default stderr; bisect keeps each run's in a file)."""
+    _check_launcher_options(args)
     if args.server == "sglang-frontend" and args.launcher != "local":
         raise BadInput(f"--server sglang-frontend --launcher {args.launcher}",
                        "SGLang's front end in front of the simulator runs as local processes only",
@@ -229,7 +256,13 @@ def run_verb(args: argparse.Namespace, stream: TextIO | None = None) -> int:
     simulated = args.server in SIMULATED_SERVERS
     defaults = _gpqa_dataset(caller_env["DSPARK_SIM_GPQA_PATH"]) if simulated else (lambda o: o)
     verbosity = progress.QUIET if args.quiet else progress.VERBOSE if args.verbose else progress.NORMAL
-    return pipeline.run(options, launcher, suite_defaults=defaults, progress=progress.Progress(stream=stream or sys.stderr, verbosity=verbosity))
+
+    def check_cells(cells) -> None:
+        check_before_launch(cells, options.suites, args.server, caller_env, defaults)
+
+    return pipeline.run(options, launcher, suite_defaults=defaults,
+                        progress=progress.Progress(stream=stream or sys.stderr, verbosity=verbosity),
+                        check_cells=check_cells)
 
 
 def _quarantine(args: argparse.Namespace) -> Quarantine:

@@ -35,6 +35,34 @@ DEVICE_IMAGES: Mapping[str, str] = MappingProxyType({
     "npu": f"quay.io/ascend/sglang:v{DEFAULT_VERSION}-cann8.5.0-a3",
 })
 
+# Whose accelerator a cell runs on. SGLang says `--device cuda` on NVIDIA and on AMD (ROCm) alike, so the cell's
+# hardware decides: AMD Instinct names (mi300x, mi325x, mi355, ...) are ROCm; everything else follows the device.
+NVIDIA, AMD, ASCEND = "nvidia", "amd", "ascend"
+_AMD_HARDWARE = re.compile(r"^mi\d", re.IGNORECASE)
+_DEVICE_ACCELERATOR: Mapping[str, str] = MappingProxyType({"cuda": NVIDIA, "npu": ASCEND})
+
+# SGLang's ROCm release images, one per GPU family (docker/rocm.Dockerfile: GPU_ARCH gfx942 is tagged
+# -rocm700-mi30x, gfx950 -rocm700-mi35x; docs/platforms/amd_gpu.md runs them with /dev/kfd, /dev/dri, video).
+ROCM_IMAGES: Mapping[str, str] = MappingProxyType({
+    **{name: f"lmsysorg/sglang:v{DEFAULT_VERSION}-rocm700-mi30x" for name in ("mi300", "mi300x", "mi308x", "mi325",
+                                                                            "mi325x")},
+    **{name: f"lmsysorg/sglang:v{DEFAULT_VERSION}-rocm700-mi35x" for name in ("mi350", "mi350x", "mi355", "mi355x")},
+})
+
+
+def accelerator(device: str, hardware: str | None) -> str:
+    """``nvidia``, ``amd``, ``ascend``, or the device itself (xpu, cpu, ...)."""
+    if device == "cuda" and hardware and _AMD_HARDWARE.match(hardware):
+        return AMD
+    return _DEVICE_ACCELERATOR.get(device, device)
+
+
+def release_image(device: str, hardware: str | None) -> str | None:
+    """SGLang's released image for this device and hardware; None when the release publishes none for it."""
+    if accelerator(device, hardware) == AMD:
+        return ROCM_IMAGES.get((hardware or "").lower())
+    return DEVICE_IMAGES.get(device)
+
 # SGLang prints the exception that stopped it as "<Type>: <message>" on one line; these are the ones it dies
 # of (admission ValueErrors, the CP-v2 AssertionError, NotImplementedError for unsupported combinations,
 # NCCL RuntimeErrors, OOM, missing kernels) plus OSError for a port already in use.

@@ -139,7 +139,7 @@ def _host(url: str, address, gpus, labels, where: str, index: int) -> DockerHost
         raise BadInput(where, f"{url!r} is not a Docker engine URL",
                        "use unix:///path/docker.sock, tcp://host:2375 or ssh://user@host")
     if gpus is not None and not _valid_gpus(gpus):
-        raise BadInput(where, f"gpus must be a count or a list of device ids, got {gpus!r}", "e.g. `gpus: [0, 1]`")
+        raise BadInput(where, f"gpus must be a count or a list of device ids, each below {MAX_GPUS}, got {gpus!r}", "e.g. `gpus: [0, 1]`")
     if not isinstance(labels, dict):
         raise BadInput(where, "labels must be a mapping", "e.g. `labels: {rack: a}`")
     # A local engine shares this machine's network: give each listed one its own loopback address.
@@ -149,12 +149,16 @@ def _host(url: str, address, gpus, labels, where: str, index: int) -> DockerHost
                       labels={str(k): str(v) for k, v in labels.items()}, where=where)
 
 
+MAX_GPUS = 128  # per host, as a matrix's gpus_per_node (matrices/schema.py)
+
+
 def _valid_gpus(gpus) -> bool:
     if isinstance(gpus, bool):
         return False
     if isinstance(gpus, int):
-        return gpus >= 0
-    return isinstance(gpus, list) and all(isinstance(g, int) and not isinstance(g, bool) for g in gpus)
+        return 0 <= gpus <= MAX_GPUS
+    return isinstance(gpus, list) and len(gpus) <= MAX_GPUS and all(
+        isinstance(g, int) and not isinstance(g, bool) and 0 <= g < MAX_GPUS for g in gpus)
 
 
 def connect(url: str, timeout_s: float = 30.0) -> docker.DockerClient:

@@ -45,7 +45,7 @@ from ground.errors import InfraError
 from launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, Capacity, LaunchContext, RankExit, culprit,
                                 group_failed)
 from launchers.docker.spec import (LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, SIM_IMAGE, DockerSettings, container_env,
-                                   container_spec, files_to_copy, image_for)
+                                   container_spec, device_environment, files_to_copy, image_for)
 from launchers.docker.options import DockerOptions
 from launchers.docker.hosts import DockerHost, Inventory, clients, connect, load_inventory
 from launchers.ledger import Ledger
@@ -182,7 +182,7 @@ class DockerLauncher:
                     ensure_image(client, url, image, self.settings.pull)
                 started = time.monotonic()
                 for command, host in zip(plan.ranks, hosts):
-                    group.start(self._rank_container(command, host, image, labels, plan.device, logs_dir))
+                    group.start(self._rank_container(command, host, image, labels, plan.accelerator, logs_dir))
                 deployment = DockerDeployment(plan.cell_id, plan.base_url, group)
                 wait_until_ready(OurServer(plan), Deadline(self.settings.boot_timeout_s, self.settings.poll_s),
                                  deployment.check, cell_id=plan.cell_id, last_lines=group.rank0_tail)
@@ -194,10 +194,12 @@ class DockerLauncher:
                     self._leases.release(plan)
 
     def _rank_container(self, command: RankCommand, host: DockerHost, image: str, labels: Mapping[str, str],
-                        device: str, logs_dir: Path) -> "_RankContainer":
+                        accelerator: str, logs_dir: Path) -> "_RankContainer":
         s = self.settings
-        env = container_env(command, s.caller_env, s.forward_env_prefixes)
-        return _RankContainer(command=command, host=host, spec=container_spec(command, host, image, labels, s, device),
+        env = {**device_environment(host, accelerator, s.server),
+               **container_env(command, s.caller_env, s.forward_env_prefixes)}
+        return _RankContainer(command=command, host=host,
+                              spec=container_spec(command, host, image, labels, s, accelerator),
                               env=env, secrets=secret_values(command.env, s.caller_env),
                               files=files_to_copy(env, s.forward_env_prefixes),
                               log_path=rank_log_path(logs_dir, command.node_rank))

@@ -17,7 +17,7 @@ from docker.types import DeviceRequest
 
 from ground.errors import BadInput
 from ground.run_id import new_run_id
-from ground.sglang.release import DEVICE_IMAGES
+from ground.sglang.release import AMD, ASCEND, NVIDIA
 from launchers.contract import SERVERS
 from launchers.docker.hosts import DockerHost, Inventory, load_inventory
 from launchers.ledger import Ledger
@@ -35,7 +35,6 @@ HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
 class DockerSettings:
     server: str = "sim"  # "sim": the simulator image; "sglang": real SGLang images with devices
     image: str | None = None  # one image for every cell (overrides everything below)
-    device_images: Mapping[str, str] = field(default_factory=lambda: dict(DEVICE_IMAGES))
     sim_image: str = SIM_IMAGE
     pull: str = "missing"  # never | missing | always
     boot_timeout_s: float = 600.0
@@ -77,12 +76,31 @@ def _npu_access(host: DockerHost) -> dict:
             "volumes": {path: {"bind": path, "mode": "ro"} for path in ASCEND_DRIVER_MOUNTS}}
 
 
-DEVICE_ACCESS: dict[str, Callable[[DockerHost], dict]] = {"cuda": _cuda_access, "npu": _npu_access}
+ROCM_DEVICES = ("/dev/kfd", "/dev/dri")  # the compute interface, and every GPU's render node
+
+
+def _rocm_access(host: DockerHost) -> dict:
+    """What SGLang's AMD docs (docs/platforms/amd_gpu.md) give a ROCm container: /dev/kfd and /dev/dri, the video
+    group that owns them, and the seccomp/ptrace options ROCm needs; no NVIDIA device request. An inventory's
+    device ids narrow the visible GPUs the ROCm way (ROCR_VISIBLE_DEVICES)."""
+    access: dict = {"devices": [f"{d}:{d}:rwm" for d in ROCM_DEVICES], "group_add": ["video"],
+                    "cap_add": ["SYS_PTRACE"], "security_opt": ["seccomp=unconfined"]}
+    if isinstance(host.gpus, tuple):
+        access["environment"] = {"ROCR_VISIBLE_DEVICES": ",".join(str(g) for g in host.gpus)}
+    elif isinstance(host.gpus, int):
+        access["environment"] = {"ROCR_VISIBLE_DEVICES": ",".join(str(g) for g in range(host.gpus))}
+    return access
+
+
+# accelerator (ground.sglang.release.accelerator) -> how a container gets its devices
+DEVICE_ACCESS: dict[str, Callable[[DockerHost], dict]] = {NVIDIA: _cuda_access, AMD: _rocm_access,
+                                                         ASCEND: _npu_access}
 
 
 def container_spec(command: RankCommand, host: DockerHost, image: str, labels: Mapping[str, str],
-                   settings: DockerSettings, device: str) -> dict:
-    """Keyword arguments for ``client.containers.create`` for one node rank (no secrets resolved here)."""
+                   settings: DockerSettings, accelerator: str) -> dict:
+    """Keyword arguments for ``client.containers.create`` for one node rank (no secrets resolved here; the
+    environment is the caller's, see ``container_env``, plus what ``device_environment`` adds)."""
     volumes: dict[str, dict[str, str]] = {}
     spec: dict[str, Any] = {
         "image": image,
@@ -97,8 +115,9 @@ def container_spec(command: RankCommand, host: DockerHost, image: str, labels: M
         "volumes": volumes,
     }
     if settings.server == "sglang":  # the simulator needs no devices and downloads nothing
-        access = DEVICE_ACCESS.get(device, lambda _host: {})(host)
+        access = DEVICE_ACCESS.get(accelerator, lambda _host: {})(host)
         volumes.update(access.pop("volumes", {}))
+        access.pop("environment", None)
         spec.update(access)
         if settings.hf_cache:
             volumes[settings.hf_cache] = {"bind": HF_CACHE_IN_CONTAINER, "mode": "rw"}
@@ -109,6 +128,13 @@ def container_name(labels: Mapping[str, str], node_rank: int) -> str:
     """Readable in `docker ps`, unique per engine: cell, rank, and this launch's token."""
     cell = re.sub(r"[^A-Za-z0-9_.-]", "-", labels[LABEL_CELL])[:120]
     return f"dspark-{cell}-r{node_rank}-{labels[LABEL_LAUNCH]}"
+
+
+def device_environment(host: DockerHost, accelerator: str, server: str) -> dict[str, str]:
+    """Variables that pick the visible devices (ROCm narrows GPUs by environment, not by device request)."""
+    if server != "sglang":
+        return {}
+    return dict(DEVICE_ACCESS.get(accelerator, lambda _host: {})(host).get("environment", {}))
 
 
 def container_env(command: RankCommand, caller_env: Mapping[str, str], prefixes: tuple[str, ...]) -> dict[str, str]:
@@ -125,13 +151,14 @@ def files_to_copy(env: Mapping[str, str], prefixes: tuple[str, ...]) -> list[Pat
 
 
 def image_for(settings: DockerSettings, plan: LaunchPlan) -> str:
-    """The image a plan runs in: --image, else the simulator's, else the cell's or its device's release image."""
+    """The image a plan runs in: --image, else the simulator's, else the cell's, else SGLang's release image for
+    its device and hardware (ROCm images for AMD hardware)."""
     if settings.image:
         return settings.image
     if settings.server == "sim":
         return settings.sim_image
-    device = plan.device
-    image = plan.image or settings.device_images.get(device)
+    image = plan.image_to_run
     if not image:
-        raise BadInput(plan.cell_id, f"no container image for device {device!r}", "set `image:` in the matrix")
+        raise BadInput(plan.cell_id, f"no container image for device {plan.device!r} on {plan.hardware or 'its hardware'}",
+                       "set `image:` in the matrix")
     return image

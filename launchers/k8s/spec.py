@@ -31,7 +31,8 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from ground.errors import BadInput
-from ground.sglang.release import DEVICE_IMAGES
+from ground.sglang.release import AMD, ASCEND, NVIDIA, accelerator, release_image
+from ground.yaml_lines import config_file_words, read_bounded
 from launchers.plan_types import LaunchPlan, Placement, device_of
 from launchers.materialize import server_argv
 
@@ -46,7 +47,7 @@ PORT, DIST_PORT = 30000, 20000
 DEFAULT_SECRET = "dspark-ci-secrets"  # `kubectl create secret generic dspark-ci-secrets --from-literal=HF_TOKEN=...`
 SIM_IMAGE = "dspark-ci/sglang-sim:latest"
 
-ACCELERATORS: Mapping[str, str] = {"cuda": "nvidia.com/gpu", "npu": "huawei.com/Ascend910"}
+ACCELERATORS: Mapping[str, str] = {NVIDIA: "nvidia.com/gpu", AMD: "amd.com/gpu", ASCEND: "huawei.com/Ascend910"}
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
@@ -87,9 +88,7 @@ def object_name(cell_id: str, token: str | None = None) -> str:
 
 def accelerator_resource(device: str, hardware: str | None = None) -> str | None:
     """The extended resource a pod asks for: AMD GPUs (SGLang's --device cuda on ROCm) by hardware name."""
-    if device == "cuda" and hardware and hardware.lower().startswith("mi"):
-        return "amd.com/gpu"
-    return ACCELERATORS.get(device)
+    return ACCELERATORS.get(accelerator(device, hardware))
 
 
 def _templated(argv: list[str]) -> list[str]:
@@ -139,9 +138,11 @@ def manifests(plan: LaunchPlan, *, name: str, namespace: str | None = "default",
     """[LeaderWorkerSet, Service] for one cell's plan, with the user's patches merged in."""
     argv = list(plan.ranks[0].argv)
     device = device_of(argv)
-    image = image or plan.image or DEVICE_IMAGES.get(device)
+    hardware = hardware or plan.hardware
+    image = image or plan.image or release_image(device, hardware)
     if not image:
-        raise BadInput(plan.cell_id, f"no container image for device {device!r}", "set `image:` in the matrix")
+        raise BadInput(plan.cell_id, f"no container image for device {device!r} on {hardware or 'its hardware'}",
+                       "set `image:` in the matrix")
     labels = {LABEL_CELL: label_value(plan.cell_id)}
     if run_id:
         labels[LABEL_RUN] = label_value(run_id)
@@ -228,6 +229,7 @@ def merge(base: Any, patch: Any, key: str | None = None) -> Any:
 
 
 PATCH_KINDS = (LWS_KIND, "Service", "Pod")
+PATCH_FILE = config_file_words("--k8s-extra patch file", "give an existing YAML file")
 
 
 def load_patches(path: str | Path | None) -> list[dict]:
@@ -235,10 +237,9 @@ def load_patches(path: str | Path | None) -> list[dict]:
     if not path:
         return []
     where = str(path)
+    text = read_bounded(path, PATCH_FILE)  # a FIFO, /dev/zero or a huge file: refused before it is read
     try:
-        docs = [d for d in yaml.safe_load_all(Path(path).read_text()) if d is not None]
-    except OSError as err:
-        raise BadInput("--k8s-extra", f"cannot read {where}: {err.strerror}", "give an existing YAML file") from None
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = f"{where}:{mark.line + 1}" if mark else where

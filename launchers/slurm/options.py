@@ -13,10 +13,10 @@ DEFAULT_QUEUE_TIMEOUT_S = {"sim": 600.0, "sglang": 3600.0}
 
 
 def container(text: str) -> str:
-    kind, _, image = text.partition(":")
-    if kind not in CONTAINER_KINDS or not image:
-        raise ValueError(f"{text!r} is not KIND:IMAGE: write pyxis:IMAGE (srun --container-image) or "
-                         "apptainer:IMAGE (apptainer exec)")
+    kind, sep, image = text.partition(":")
+    if kind not in CONTAINER_KINDS or (sep and not image):
+        raise ValueError(f"{text!r} is not KIND or KIND:IMAGE: write pyxis:IMAGE (srun --container-image) or "
+                         "apptainer:IMAGE (apptainer exec), or pyxis / apptainer alone for each cell's own image")
     return text
 
 
@@ -40,7 +40,8 @@ class SlurmOptions:
     gpus: str = option("gpus-per-node", "--slurm-gpus", "how GPUs per node are requested: --gpus-per-node=N or "
                        "--gres=gpu:N", choices=GPU_MODES)
     container: str | None = option(None, "--slurm-container", "run each rank in a container: pyxis:IMAGE or "
-                                   "apptainer:IMAGE (default: plain processes)", metavar="KIND:IMAGE",
+                                   "apptainer:IMAGE, or pyxis / apptainer alone for each cell's own image (default: "
+                                   "plain processes)", metavar="KIND[:IMAGE]",
                                    parse=container, example="pyxis:lmsysorg/sglang:v0.5.23")
     queue_timeout_s: float | None = option(
         None, "--slurm-queue-timeout", "seconds a job may stay pending before the cell fails (default "

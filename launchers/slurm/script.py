@@ -7,12 +7,22 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
-
+from ground.sglang.release import AMD, NVIDIA
 from launchers.plan_types import LaunchPlan
 from launchers.materialize import resolve_env, secret_values, server_argv
 from launchers.slurm.settings import SlurmSettings
+
+# How a container reaches the node's accelerators: apptainer's GPU flag per vendor (--nv binds NVIDIA's driver,
+# --rocm AMD's); pyxis/enroot bind device files, which ROCm needs mounted (SGLang's AMD docs: /dev/kfd, /dev/dri).
+APPTAINER_GPU_FLAGS: Mapping[str, tuple[str, ...]] = {NVIDIA: ("--nv",), AMD: ("--rocm",)}
+PYXIS_DEVICE_MOUNTS: Mapping[str, tuple[str, ...]] = {AMD: ("/dev/kfd:/dev/kfd", "/dev/dri:/dev/dri")}
+
+
+def apptainer_reference(image: str) -> str:
+    """apptainer pulls registry images by URI; a bare `repo:tag` is Docker Hub's, a path (.sif) is used as is."""
+    return image if "://" in image or image.endswith(".sif") or image.startswith("/") else f"docker://{image}"
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # holds the sglang_sim package (--server sim)
 
@@ -172,8 +182,9 @@ def render_job(plan: LaunchPlan, logs_dir: Path, settings: SlurmSettings, launch
     lines += ['    *) dspark_exit "$rank" 97 "dspark-ci: no command for node rank $rank" ;;', "    esac"]
     if container == "apptainer":
         binds = ",".join([str(logs_dir), *s.container_mounts])
-        image = shlex.quote(s.container_image or '')
-        lines.append(f'    set -- apptainer exec --nv --bind {shlex.quote(binds)} {image} "$@"')
+        image = shlex.quote(apptainer_reference(s.image_for(plan)))
+        gpu = " ".join(APPTAINER_GPU_FLAGS.get(plan.accelerator, ()))
+        lines.append(f'    set -- apptainer exec {gpu + " " if gpu else ""}--bind {shlex.quote(binds)} {image} "$@"')
     lines += [
         "    # Slurm stopping the step (scancel, time limit, another task's bad exit) is not this rank's own failure:",
         "    # the marker says so. The server gets the signal itself (same process group); bash notes it afterwards.",
@@ -189,7 +200,7 @@ def render_job(plan: LaunchPlan, logs_dir: Path, settings: SlurmSettings, launch
     srun = ["srun", "--kill-on-bad-exit=1", f"--nodes={nnodes}", "--ntasks-per-node=1", "--export=ALL",
             '--output="$DSPARK_LOGS/%n.log"']
     if container == "pyxis":
-        mounts = ",".join([f"{logs_dir}:{logs_dir}", *s.container_mounts])
-        srun += [f"--container-image={shlex.quote(s.container_image or '')}", f"--container-mounts={shlex.quote(mounts)}"]
+        mounts = ",".join([f"{logs_dir}:{logs_dir}", *s.container_mounts, *PYXIS_DEVICE_MOUNTS.get(plan.accelerator, ())])
+        srun += [f"--container-image={shlex.quote(s.image_for(plan))}", f"--container-mounts={shlex.quote(mounts)}"]
     lines.append(" ".join(srun) + " bash -c 'dspark_task'")
     return JobSpec(name=name, comment=comment, script="\n".join(lines) + "\n", env=job_env, secrets=secrets)

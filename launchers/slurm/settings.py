@@ -12,6 +12,7 @@ from typing import Callable, Mapping
 from ground.errors import BadInput
 from ground.run_id import new_run_id
 from launchers.ledger import Ledger
+from launchers.plan_types import LaunchPlan
 from launchers.slurm.options import DEFAULT_QUEUE_TIMEOUT_S
 
 
@@ -54,5 +55,16 @@ class SlurmSettings:
 
     @property
     def container_image(self) -> str | None:
-        return self.container.partition(":")[2] if self.container else None
+        """The one image every cell runs in (KIND:IMAGE); None: each cell's own (KIND alone)."""
+        return (self.container.partition(":")[2] or None) if self.container else None
+
+    def image_for(self, plan: LaunchPlan) -> str:
+        """The image a cell's ranks run in: --slurm-container's, else the cell's, else SGLang's release image for its
+        device and hardware (a ROCm image for AMD hardware)."""
+        image = self.container_image or plan.image_to_run
+        if not image:
+            raise BadInput(plan.cell_id, f"no container image for device {plan.device!r} on "
+                           f"{plan.hardware or 'its hardware'}", "set `image:` in the matrix, or --slurm-container "
+                           "KIND:IMAGE")
+        return image
 

@@ -1,0 +1,80 @@
+"""The always-on sanity check: whatever suites a cell selects, a server that streams garbage, breaks its streams off
+or decodes slowly is never green (issue 27 item 1). End to end through `dspark-ci run`, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from suites.sanity import parse_stream, reply_problems, text_problem
+from tests.cli import DSPARK_CI
+
+REPO = Path(__file__).resolve().parent.parent
+SMOKE = str(REPO / "matrices" / "smoke.yaml")
+TWO_NODES = "dsv4-flash-2node-tp16-a2a-none-dspark-b7-cuda"
+
+
+def run_cell(tmp_path: Path, faults: str, *args: str) -> tuple[int, dict, str]:
+    out = tmp_path / "run"
+    env = {**os.environ, "CI": "true", "DSPARK_SIM_FAULTS": faults, "DSPARK_STATE_DIR": str(tmp_path / "state"),
+           "DSPARK_HISTORY": str(tmp_path / "state" / "history.sqlite")}
+    done = subprocess.run([*DSPARK_CI, "run", SMOKE, "--cell", TWO_NODES, "--out", str(out), *args], env=env,
+                          cwd=REPO, capture_output=True, text=True, timeout=240)
+    cell = json.loads((out / "results.json").read_text())["cells"][0]
+    return done.returncode, cell, done.stderr
+
+
+@pytest.mark.parametrize("faults, says", [
+    ("garbage_output", "have no vowel"),
+    ("malformed_stream", "the stream broke off"),
+    ("accept_collapse", "below the collapse floor"),
+], ids=["garbage", "malformed-stream", "accept-collapse"])
+def test_a_suite_that_reads_no_stream_still_catches_a_broken_server(tmp_path, faults, says):
+    # gpqa alone neither streams nor measures speculation: only the sanity check can see these faults.
+    code, cell, stderr = run_cell(tmp_path, faults, "--suites", "gpqa")
+    assert code == 1, stderr
+    assert cell["status"] == "failed"
+    assert "sanity" in cell["error"] and says in cell["error"], cell["error"]
+
+
+def test_the_two_node_cell_is_gated_on_speed(tmp_path):
+    code, cell, stderr = run_cell(tmp_path, "slow_decode=1.5")
+    assert code == 1, stderr
+    failed = {gate["metric"] for gate in cell["gates"] if not gate["passed"]}
+    assert {"tpot_ms_median", "output_throughput_tok_s"} <= failed
+
+
+def test_a_healthy_server_passes_the_sanity_check_beside_its_suites(tmp_path):
+    code, cell, stderr = run_cell(tmp_path, "", "--suites", "accept")
+    assert code == 0, stderr
+    outcomes = {test["nodeid"].split("::")[-1]: test["outcome"] for test in cell["tests"]}
+    assert outcomes["test_streams_parse_text_is_text_usage_adds_up"] == "passed"
+    assert outcomes["test_drafts_are_accepted"] == "passed"
+
+
+def test_a_stream_cut_mid_event_or_without_done_is_broken():
+    head = b'data: {"choices": [{"delta": {"content": "Hello there"}}]}'
+    assert "not JSON (cut off?)" in parse_stream([head, b"", b'data: {"choices": [{"del']).problems[0]
+    assert parse_stream([head, b""]).problems == ("the stream ended without `data: [DONE]`",)
+
+
+@pytest.mark.parametrize("text, says", [
+    ("The answer is\x07 four.", "control characters U+0007"),
+    ("Caf\ufffd is open today", "replacement characters"),
+    ("xkcd brr tsk pfft hmm grr shh zzz", "have no vowel"),
+    ("ab" * 100, "one short pattern repeated"),
+    ("   ", "no text"),
+])
+def test_text_that_is_not_text_is_named(text, says):
+    assert says in text_problem(text)
+
+
+def test_usage_that_does_not_add_up_is_named():
+    lines = [b'data: {"choices": [{"delta": {"content": "Four, the sum of two and two."}, "finish_reason": "stop"}]}',
+             b'data: {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 8, "total_tokens": 18}}',
+             b"data: [DONE]"]
+    assert reply_problems(parse_stream(lines), 32) == ["usage does not add up: 9 prompt + 8 completion != 18 total tokens"]
