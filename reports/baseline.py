@@ -25,7 +25,6 @@ import difflib
 import fnmatch
 import json
 import math
-import numbers
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -80,13 +79,29 @@ class MetricSpec:
     max_drop: float | None = None  # GPQA's tolerance: the drop (absolute) a statistical gate still passes
     per_question: Mapping[str, float] | None = None  # GPQA question id -> mean score, for the paired test
 
-    def ratio(self, key: str) -> float | None:
+    def ratio(self, key: str) -> float:
         """The ratio gate actually applied: the stated ``min_ratio``/``max_ratio``, widened to
         NOISE_RUN_SDS measured run-to-run standard deviations when the measured noise is larger."""
-        stated = getattr(self, key)
-        if stated is None or not self.noise:
+        stated: float | None = getattr(self, key)
+        if stated is None:
+            raise ValueError(f"{self.where}: {self.metric}: no {key} to apply")
+        if not self.noise:
             return stated
         return min(stated, 1 - NOISE_RUN_SDS * self.noise) if key == "min_ratio" else max(stated, 1 + NOISE_RUN_SDS * self.noise)
+
+    @property
+    def reference(self) -> float:
+        """``value``, which validation requires of every gate measured against it (ratios, max_drop_stderr)."""
+        if self.value is None:
+            raise ValueError(f"{self.where}: {self.metric}: this gate needs the reference `value`")
+        return self.value
+
+    @property
+    def reference_stderr(self) -> float:
+        """``stderr``, which validation requires of max_drop_stderr."""
+        if self.stderr is None:
+            raise ValueError(f"{self.where}: {self.metric}: this gate needs the baseline's `stderr`")
+        return self.stderr
 
 
 @dataclass(frozen=True)
@@ -180,16 +195,17 @@ def _entry(path: Path, pattern: str, key_node: yaml.Node, node: yaml.Node) -> Ba
 
 
 def _metric_spec(path: Path, metric: str, key_node: yaml.Node, node: yaml.Node) -> MetricSpec:
-    fields = {}
+    fields: dict[str, float] = {}
+    per_question = None
     for key, key_node, value_node in mapping_items(path, node, metric):
         if key == PER_QUESTION_KEY and metric in STDERR_OF:
-            fields[key] = _per_question(path, value_node)
+            per_question = _per_question(path, value_node)
             continue
         if key not in SPEC_KEYS:
             raise BadInput(where(path, key_node), f"unknown key {key!r} for {metric}",
                            f"allowed: {', '.join(SPEC_KEYS)}")
         fields[key] = _number(path, metric, key, value_node)
-    spec = MetricSpec(metric=metric, where=where(path, key_node), **fields)
+    spec = MetricSpec(metric=metric, where=where(path, key_node), per_question=per_question, **fields)
     _check_spec(spec)
     return spec
 
@@ -212,7 +228,8 @@ def _per_question(path: Path, node: yaml.Node) -> Mapping[str, float]:
 
 def _number(path: Path, metric: str, key: str, node: yaml.Node) -> float:
     value = scalar(node)
-    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value):
+    # YAML numbers load as int or float (bool is an int: `true` is not a number here).
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
         raise BadInput(where(path, node), f"{metric}.{key} must be a number, not {describe(node)}")
     lowest, inclusive = SPEC_KEYS[key]
     if value < lowest or (value == lowest and not inclusive):
@@ -251,14 +268,14 @@ def _spec_problems(spec: MetricSpec):
         yield "max_drop is GPQA's statistical tolerance beside max_drop_stderr", "add max_drop_stderr: 2"
     if "noise" in given and not given & {"min_ratio", "max_ratio"}:
         yield "noise widens a ratio gate, and there is none", "add min_ratio or max_ratio (or remove noise)"
-    if "noise" in given and spec.noise >= 1 / NOISE_RUN_SDS:
+    if spec.noise is not None and spec.noise >= 1 / NOISE_RUN_SDS:
         yield (f"noise {spec.noise:g} is a fraction of the value ({spec.noise:.0%} run-to-run)",
                "write e.g. 0.004 for 0.4%, or re-measure: a metric this noisy cannot gate anything")
     if "stderr" in given and spec.metric not in STDERR_OF:
         yield "stderr is only known for " + ", ".join(STDERR_OF), "remove stderr"
     if "max_drop_stderr" in given and "stderr" not in given:
         yield "max_drop_stderr needs the baseline's `stderr`", f"add stderr: (the baseline run's {STDERR_OF.get(spec.metric, 'stderr')})"
-    if "min" in given and "max" in given and spec.min > spec.max:
+    if spec.min is not None and spec.max is not None and spec.min > spec.max:
         yield f"min {spec.min:g} is above max {spec.max:g}", "swap them"
 
 
@@ -271,7 +288,7 @@ def _noise_warnings(spec: MetricSpec):
                f"{NOISE_STDERRS:g} standard errors: expect failures from sampling noise alone")
     floors = [spec.min] if spec.min is not None else []
     if spec.min_ratio is not None:
-        floors.append(spec.value * spec.min_ratio)
+        floors.append(spec.reference * spec.min_ratio)
     if not floors:
         return
     if spec.stderr is None or spec.value is None:

@@ -56,7 +56,8 @@ def propose(runs: Sequence[tuple[str, RunResults]], description: str | None = No
     for where, results in runs:
         _check_good(where, results)
     gated = _gated_cells(runs)
-    cells: dict[str, dict[str, dict[str, Any]]] = {cell_id: _cell_specs(measured)
+    too_noisy: list[str] = []  # "cell: metric (noise)" left ungated: the loader refuses a gate this noisy
+    cells: dict[str, dict[str, dict[str, Any]]] = {cell_id: _cell_specs(cell_id, measured, too_noisy)
                                                    for cell_id, measured in gated.items()}
     records: dict[str, dict[str, float]] = {}
     for cell_id, measured in gated.items():
@@ -65,7 +66,7 @@ def propose(runs: Sequence[tuple[str, RunResults]], description: str | None = No
             name = f"{per_question_stem}.{cell_id}.gpqa.json"
             records[name] = questions
             cells[cell_id]["gpqa_accuracy"]["per_question"] = name
-    header = _header(runs, gated)
+    header = _header(runs, gated, too_noisy)
     body = {"schema": SCHEMA,
             "description": description or f"Recorded by dspark-ci baseline record from {len(runs)} run(s)",
             "source": ", ".join(results.run_id or where for where, results in runs),
@@ -125,7 +126,7 @@ def _check_same_identity(cell_id: str, cells: list[CellResult], wheres: list[str
                        "record a baseline from repeats of one setup on one build")
 
 
-def _cell_specs(cells: list[CellResult]) -> dict[str, dict[str, Any]]:
+def _cell_specs(cell_id: str, cells: list[CellResult], too_noisy: list[str]) -> dict[str, dict[str, Any]]:
     specs: dict[str, dict[str, Any]] = {}
     for metric, gate in RECORDED_GATES.items():
         found = [cell.metrics.get(metric) for cell in cells]
@@ -140,6 +141,9 @@ def _cell_specs(cells: list[CellResult]) -> dict[str, dict[str, Any]]:
             spec = {"value": _round(statistics.median(values))}
             if len(values) > 1 and spec["value"]:
                 spec.update(_noise(cells, metric, values))
+            if spec.get("noise", 0.0) >= 1 / NOISE_RUN_SDS:  # what reports.baseline refuses to read back
+                too_noisy.append(f"{cell_id}: {metric} (noise {spec['noise']:.0%} run to run)")
+                continue
         if spec is not None:
             specs[metric] = {**spec, **gate}
     return specs
@@ -170,7 +174,8 @@ def _round(value: float) -> float:
     return float(f"{value:.{DIGITS}g}")
 
 
-def _header(runs: Sequence[tuple[str, RunResults]], gated: dict[str, list[CellResult]]) -> str:
+def _header(runs: Sequence[tuple[str, RunResults]], gated: dict[str, list[CellResult]],
+            too_noisy: Sequence[str] = ()) -> str:
     """Comment lines a reviewer reads first: where the numbers come from and what to check."""
     lines = ["Baseline proposal written by `dspark-ci baseline record`: review it before committing."]
     for where, results in runs:
@@ -187,6 +192,9 @@ def _header(runs: Sequence[tuple[str, RunResults]], gated: dict[str, list[CellRe
     else:
         lines.append("noise: run-to-run standard deviation over the runs as a fraction of the value; a ratio "
                      f"gate is never tighter than {NOISE_RUN_SDS:g} of them.")
+    if too_noisy:
+        lines.append(f"Not gated, too noisy to gate anything (run-to-run noise of {1 / NOISE_RUN_SDS:.0%} or more; "
+                     "re-record on a quieter machine): " + "; ".join(too_noisy))
     if any(results.environment.get("server") != "sglang" for _, results in runs):
         lines.append("Measured on the simulated SGLang server (or a run that did not record its server): "
                      "re-record on GPUs with --server sglang before gating real hardware.")

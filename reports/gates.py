@@ -157,14 +157,15 @@ def _chance_floor(metrics: Mapping) -> list[Limit]:
 
 def _spec_limits(spec: MetricSpec, metrics: Mapping) -> list[Limit]:
     """(metric, op, threshold, basis, statistical spec) for each limit a baseline spec sets."""
-    name, where, limits = spec.metric, spec.where, []
+    name, where = spec.metric, spec.where
+    limits: list[Limit] = []
     reference = format_value(name, spec.value)
     statistical = set(_statistical_keys(spec))
     if spec.min is not None:
         limits.append((name, ">=", spec.min, f"min ({where})", None))
     if spec.min_ratio is not None:
         ratio = spec.ratio("min_ratio")
-        limits.append((name, ">=", spec.value * ratio, f"{reference} × {ratio:g}{_widened(spec, 'min_ratio')} ({where})",
+        limits.append((name, ">=", spec.reference * ratio, f"{reference} × {ratio:g}{_widened(spec, 'min_ratio')} ({where})",
                        (spec, "min_ratio") if "min_ratio" in statistical else None))
     if spec.max_drop_stderr is not None:
         limits.append((name, ">=", noise_floor(spec, metrics.get(STDERR_OF[name])),
@@ -174,7 +175,7 @@ def _spec_limits(spec: MetricSpec, metrics: Mapping) -> list[Limit]:
         limits.append((name, "<=", spec.max, f"max ({where})", None))
     if spec.max_ratio is not None:
         ratio = spec.ratio("max_ratio")
-        limits.append((name, "<=", spec.value * ratio, f"{reference} × {ratio:g}{_widened(spec, 'max_ratio')} ({where})",
+        limits.append((name, "<=", spec.reference * ratio, f"{reference} × {ratio:g}{_widened(spec, 'max_ratio')} ({where})",
                        (spec, "max_ratio") if "max_ratio" in statistical else None))
     return limits
 
@@ -188,7 +189,7 @@ def _statistic(spec_key: tuple[MetricSpec, str], evidence: Evidence, levels: sta
     if not values:
         return None
     better = LOWER if key == "max_ratio" else HIGHER
-    reference = stats.BootReference(spec.value, int(spec.runs or DEFAULT_RUNS), spec.noise or 0.0,
+    reference = stats.BootReference(spec.reference, int(spec.runs or DEFAULT_RUNS), spec.noise or 0.0,
                                     spec.request_noise or 0.0)
     return stats.compare_boots(values, reference, better, getattr(spec, key) - 1, levels)
 
@@ -204,7 +205,8 @@ def _gpqa_statistic(spec: MetricSpec, evidence: Evidence, levels: stats.Levels) 
     if value is None:
         return None
     questions = int(boot.get("gpqa_num_questions") or 0)
-    return stats.compare_estimates(value, spec.stderr if se_now is None else se_now, spec.value, spec.stderr, better,
+    se_base = spec.reference_stderr
+    return stats.compare_estimates(value, se_base if se_now is None else se_now, spec.reference, se_base, better,
                                    tolerance, levels, questions, f"{questions} questions")
 
 
@@ -220,8 +222,11 @@ def noise_floor(spec: MetricSpec, stderr_now: float | None) -> float:
 
     Without a measured stderr the new run is assumed as noisy as the baseline (same question count).
     """
-    se_now = spec.stderr if stderr_now is None else stderr_now
-    return spec.value - spec.max_drop_stderr * math.sqrt(spec.stderr ** 2 + se_now ** 2)
+    if spec.max_drop_stderr is None:
+        raise ValueError(f"{spec.where}: {spec.metric}: no max_drop_stderr to apply")
+    se_base = spec.reference_stderr
+    se_now = se_base if stderr_now is None else stderr_now
+    return spec.reference - spec.max_drop_stderr * math.sqrt(se_base ** 2 + se_now ** 2)
 
 
 _OPS = {">=": lambda value, threshold: value >= threshold, "<=": lambda value, threshold: value <= threshold}

@@ -100,27 +100,61 @@ class RequestTiming:
 
     @property
     def ok(self) -> bool:
-        return self.error is None and self.ttft is not None and self.completion_tokens is not None
+        return self.finished() is not None
+
+    def finished(self) -> FinishedRequest | None:
+        """This request as one that streamed to its end with its usage, or None if it did not."""
+        if self.error is not None or self.ttft is None or self.e2e is None or self.completion_tokens is None:
+            return None
+        return FinishedRequest(self.start, self.ttft, self.e2e, self.itl, self.completion_tokens, self.prompt_tokens,
+                               self.itl_tokens)
 
     @property
     def tpot(self) -> float | None:
-        if not self.ok or self.completion_tokens <= 1:
+        finished = self.finished()
+        return None if finished is None else finished.tpot
+
+    def token_itl(self) -> list[float] | None:
+        return per_token_itl(self.itl, self.itl_tokens)
+
+
+@dataclass(frozen=True)
+class FinishedRequest:
+    """A request that streamed to its end with its usage (``RequestTiming.finished``): every figure is known."""
+
+    start: float
+    ttft: float
+    e2e: float
+    itl: tuple[float, ...]
+    completion_tokens: int
+    prompt_tokens: int | None
+    itl_tokens: tuple[int, ...] | None
+
+    @property
+    def tpot(self) -> float | None:
+        """None for a single output token: there is no time per output token after the first."""
+        if self.completion_tokens <= 1:
             return None
         return (self.e2e - self.ttft) / (self.completion_tokens - 1)
 
     def token_itl(self) -> list[float] | None:
-        """Per-token ITL as bench_serving 0.5.23 computes it: each chunk gap / the chunk's tokens, once per token.
-        A chunk without new tokens (a step split into reasoning and content) passes its gap on to the next."""
-        if self.itl_tokens is None:
-            return None
-        values: list[float] = []
-        pending = 0.0
-        for gap, tokens in zip(self.itl, self.itl_tokens):
-            pending += gap
-            if tokens > 0:
-                values.extend([pending / tokens] * tokens)
-                pending = 0.0
-        return values
+        return per_token_itl(self.itl, self.itl_tokens)
+
+
+def per_token_itl(itl: Sequence[float], itl_tokens: Sequence[int] | None) -> list[float] | None:
+    """Per-token ITL as bench_serving 0.5.23 computes it: each chunk gap / the chunk's tokens, once per token.
+    A chunk without new tokens (a step split into reasoning and content) passes its gap on to the next.
+    None when the server gave no per-chunk usage."""
+    if itl_tokens is None:
+        return None
+    values: list[float] = []
+    pending = 0.0
+    for gap, tokens in zip(itl, itl_tokens):
+        pending += gap
+        if tokens > 0:
+            values.extend([pending / tokens] * tokens)
+            pending = 0.0
+    return values
 
 
 @dataclass(frozen=True)
@@ -156,6 +190,8 @@ def calibrate(server: Server) -> tuple[float, float]:
         response = client.chat.completions.create(
             model=server.model, messages=[{"role": "user", "content": random_text(random.Random(words), words)}],
             max_tokens=1, temperature=0.0)
+        if response.usage is None:
+            raise RuntimeError(f"{server.api_base}: the calibration response has no usage (prompt_tokens)")
         measured.append(response.usage.prompt_tokens)
     slope = (measured[1] - measured[0]) / (CALIBRATION_WORDS[1] - CALIBRATION_WORDS[0])
     return measured[0] - slope * CALIBRATION_WORDS[0], slope
@@ -180,7 +216,9 @@ def run_worker(job: WorkerJob, barrier=None) -> WorkerResult:
 
 
 async def _run_worker(job: WorkerJob, barrier) -> WorkerResult:
-    client_class = {"aiohttp": AiohttpStreams, "openai": OpenAIStreams}[job.client]
+    client_classes: dict[str, type[AiohttpStreams] | type[OpenAIStreams]] = {"aiohttp": AiohttpStreams,
+                                                                              "openai": OpenAIStreams}
+    client_class = client_classes[job.client]
     async with client_class.open(job) as client:
         await _run_phase(client, job, job.warmup_prompts)
         if barrier is not None:
@@ -192,7 +230,8 @@ async def _run_worker(job: WorkerJob, barrier) -> WorkerResult:
         probe = asyncio.create_task(_probe_loop_lag(lag))
         timings = await _run_phase(client, job, job.prompts)
         probe.cancel()
-        in_window = None if opened_before is None else client.connections_opened - opened_before
+        opened_after = client.connections_opened  # None for both when the client cannot tell
+        in_window = None if opened_before is None or opened_after is None else opened_after - opened_before
     return WorkerResult(timings=tuple(timings), loop_lag_ms=tuple(lag), connections_warmed=warmed,
                         connections_opened_in_window=in_window)
 
@@ -220,15 +259,19 @@ async def _run_phase(client: "AiohttpStreams | OpenAIStreams", job: WorkerJob,
 class _RequestClock:
     """One request's timestamps, as bench_serving takes them."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.start_wall, self.start = time.monotonic(), time.perf_counter()
-        self.ttft = self.last = self.ttfb = self.end = None
+        self.ttft: float | None = None  # seconds from the send
+        self.ttfb: float | None = None
+        self.last: float | None = None  # perf_counter() of the latest content chunk
+        self.end: float | None = None
         self.itl: list[float] = []
         self.itl_tokens: list[int] | None = []
         self.tokens_seen = 0
         self.chunks = 0
-        self.completion_tokens = self.prompt_tokens = None
-        self.response_id = None
+        self.completion_tokens: int | None = None
+        self.prompt_tokens: int | None = None
+        self.response_id: str | None = None
 
     def headers_arrived(self) -> None:
         self.ttfb = time.perf_counter() - self.start
@@ -244,7 +287,7 @@ class _RequestClock:
         tokens = None if tokens_so_far is None else tokens_so_far - self.tokens_seen
         if tokens_so_far is not None:
             self.tokens_seen = tokens_so_far
-        if self.ttft is None:
+        if self.last is None:  # the first content chunk (both are set here only)
             self.ttft = now - self.start
         else:
             self.itl.append(now - self.last)
@@ -302,6 +345,12 @@ class AiohttpStreams:
             client._session = session
             yield client
 
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("AiohttpStreams is used inside `AiohttpStreams.open(job)` only")
+        return self._session
+
     async def _count_connection(self, session, context, params) -> None:
         self.connections_opened += 1
 
@@ -310,7 +359,7 @@ class AiohttpStreams:
         before = self.connections_opened
 
         async def touch() -> None:
-            async with self._session.get(self._models_url, headers=self._headers) as response:
+            async with self.session.get(self._models_url, headers=self._headers) as response:
                 await response.read()
 
         await asyncio.gather(*(touch() for _ in range(count)), return_exceptions=True)
@@ -322,7 +371,7 @@ class AiohttpStreams:
     async def stream(self, job: WorkerJob, body: bytes) -> RequestTiming:
         clock = _RequestClock()
         try:
-            async with self._session.post(self._url, data=body, headers=self._headers) as response:
+            async with self.session.post(self._url, data=body, headers=self._headers) as response:
                 clock.headers_arrived()
                 if response.status != 200:
                     return clock.result(f"HTTP {response.status}: {(await response.text())[:300]}")
@@ -473,12 +522,13 @@ def server_reports_accept_length(server: Server) -> bool:
 def speed_metrics(timings: Sequence[RequestTiming], per_token_itl: bool) -> dict[str, float | None]:
     """The speed metrics of the successful requests; ``per_token_itl``: bench_serving would print per-token
     ITL (``server_reports_accept_length``), so ``itl_ms_*`` is ``itl_token_ms_*`` when it can be computed."""
-    done = [t for t in timings if t.ok]
+    done = [finished for finished in (t.finished() for t in timings) if finished is not None]
     if not done:
         return {}
     chunk_itl_ms = [gap * 1000 for t in done for gap in t.itl]
-    token_itls = [t.token_itl() for t in done]
-    token_itl_ms = None if None in token_itls else [gap * 1000 for values in token_itls for gap in values]
+    token_itls = [values for values in (t.token_itl() for t in done) if values is not None]
+    # Per-token ITL only when every request has it (one request without per-chunk usage: none).
+    token_itl_ms = [gap * 1000 for values in token_itls for gap in values] if len(token_itls) == len(done) else None
     wall = max(t.start + t.e2e for t in done) - min(t.start for t in done)
     metrics = {
         **distribution("ttft_ms", [t.ttft * 1000 for t in done]),
@@ -495,7 +545,7 @@ def speed_metrics(timings: Sequence[RequestTiming], per_token_itl: bool) -> dict
     return {name: value for name, value in metrics.items() if value is not None}
 
 
-def request_stderrs(done: Sequence[RequestTiming]) -> dict[str, float | None]:
+def request_stderrs(done: Sequence[FinishedRequest]) -> dict[str, float | None]:
     """This boot's per-request standard errors of median TPOT and of throughput (bootstrap over requests): the
     per-request part of their noise, which the statistical gates keep apart from the per-boot part. Throughput's
     relative error is taken as that of Σ tokens / Σ latency over the requests (the wall time is one number)."""
