@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from ground.errors import InfraError
+from ground.sglang.resolver import locate
 from ground.state import STATE_DIR_ENV, state_dir
 from reports.history import HISTORY_ENV, history_path
 
@@ -28,3 +30,13 @@ def own_state(tmp_path_factory) -> Path:
         patch.setenv(STATE_DIR_ENV, str(root))
         patch.setenv(HISTORY_ENV, str(root / "history.sqlite"))
         yield root
+
+
+@pytest.fixture(scope="session")
+def sglang_python():
+    """The interpreter of SGLang's resolver venv (preflight, resolver-decided rejections); skipped without it."""
+    try:
+        return locate("local").python
+    except InfraError as err:
+        pytest.skip(f"SGLang's resolver is not installed here: {err}")
+

@@ -9,10 +9,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-import pytest
 
-from ground.errors import InfraError
-from ground.sglang.resolver import locate
 from tests.cli import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent
@@ -23,14 +20,6 @@ DSPARK_DP = {"model": "deepseek-ai/DeepSeek-V4-Flash", "model_slug": "dsv4-flash
 def preflight(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([*DSPARK_CI, "preflight", *args], capture_output=True, text=True, cwd=REPO,
                           timeout=300, env=env)
-
-
-@pytest.fixture(scope="module")
-def sglang_python():
-    try:
-        return locate("local").python
-    except InfraError as err:
-        pytest.skip(f"SGLang's resolver is not installed here: {err}")
 
 
 def test_nightly_agrees_with_every_judged_cell_and_lists_the_hardware_bound_apart(sglang_python):

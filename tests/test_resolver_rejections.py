@@ -10,10 +10,7 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
 
-from ground.errors import InfraError
-from ground.sglang.resolver import locate
 from tests.cli import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,14 +28,6 @@ defaults: {model: deepseek-ai/DeepSeek-V4-Flash, model_slug: dsv4-flash, device:
 include:
   - {dp: 2, enable_dp_attention: true, expect: {outcome: reject, message: 'some other refusal'}}
 """
-
-
-@pytest.fixture(scope="module")
-def sglang_python():
-    try:
-        return locate("local").python
-    except InfraError as err:
-        pytest.skip(f"SGLang's resolver is not installed here: {err}")
 
 
 def run(tmp_path: Path, sglang_python: str, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
