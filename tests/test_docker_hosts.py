@@ -198,6 +198,22 @@ def test_two_runs_on_the_same_remote_engines_get_different_ports(tmp_path):
     assert first.bind_hosts == ("127.0.0.1", "127.0.0.2") == second.bind_hosts
 
 
+def test_cells_placed_at_the_same_moment_get_hosts_of_their_own(tmp_path):
+    """Two cells side by side on a two-host inventory each get a host, even when both are placed before either
+    launches (seen in CI: two cells placed at once both took the first host); a torn-down cell's host is free."""
+    from launchers.docker.lifecycle import HostLeases
+
+    inventory = load_inventory(None, {"DSPARK_DOCKER_HOSTS": "ssh://a=127.0.0.1 ssh://b=127.0.0.2"})
+    leases = HostLeases(inventory)
+    first, second = leases.take(1), leases.take(1)  # neither placed yet
+    assert {first[0].address, second[0].address} == {"127.0.0.1", "127.0.0.2"}
+    placement = remote_launcher(tmp_path, "run-d").placement(1)
+    leases.placed(placement, first)
+    plan = LaunchPlan(cell_id="c", ranks=(), health_url="", base_url=f"http://{placement.leader_addr}:{placement.port}")
+    leases.release(plan)
+    assert leases.take(1) == first
+
+
 def test_a_port_something_listens_on_is_skipped(tmp_path):
     import socket
 

@@ -80,18 +80,27 @@ class HostLeases:
         self._held: dict[tuple[str, int], list[int]] = {}
 
     def take(self, nnodes: int) -> tuple[DockerHost, ...]:
+        """The least busy hosts, counted busy at once (two cells placed at the same moment never both get the
+        first host); ``placed`` then names them by the plan, or ``give_back`` returns them if placing failed."""
         if self._inventory.local_nodes_on_loopback or nnodes > len(self._inventory.hosts):
             return self._inventory.hosts_for(nnodes)  # the one local engine, or a message naming the shortfall
         with self._lock:
             chosen = sorted(range(len(self._busy)), key=lambda i: (self._busy[i], i))[:nnodes]
+            for i in chosen:
+                self._busy[i] += 1
             return tuple(self._inventory.hosts[i] for i in chosen)
 
     def placed(self, placement: Placement, hosts: tuple[DockerHost, ...]) -> None:
-        indices = [self._inventory.hosts.index(h) for h in hosts if h in self._inventory.hosts]
         with self._lock:
-            for i in indices:
-                self._busy[i] += 1
-            self._held[(placement.leader_addr, placement.port)] = indices
+            self._held[(placement.leader_addr, placement.port)] = self._indices(hosts)
+
+    def give_back(self, hosts: tuple[DockerHost, ...]) -> None:
+        with self._lock:
+            for i in self._indices(hosts):
+                self._busy[i] -= 1
+
+    def _indices(self, hosts: tuple[DockerHost, ...]) -> list[int]:
+        return [self._inventory.hosts.index(h) for h in hosts if h in self._inventory.hosts]
 
     def hosts_of(self, plan: LaunchPlan) -> tuple[DockerHost, ...] | None:
         with self._lock:
@@ -133,10 +142,14 @@ class DockerLauncher:
     def placement(self, nnodes: int) -> Placement:
         """Node rank r on the r-th least busy host of the inventory (cells side by side get hosts of their own)."""
         hosts = self._leases.take(nnodes)
-        if all(host.is_local for host in hosts):  # containers share this machine's ports
-            port, dist_port = free_port(), free_port()
-        else:
-            port, dist_port = self._remote_ports(hosts)
+        try:
+            if all(host.is_local for host in hosts):  # containers share this machine's ports
+                port, dist_port = free_port(), free_port()
+            else:
+                port, dist_port = self._remote_ports(hosts)
+        except BaseException:
+            self._leases.give_back(hosts)
+            raise
         placement = Placement(bind_hosts=tuple(h.address for h in hosts), leader_addr=hosts[0].address, port=port,
                               dist_port=dist_port)
         self._leases.placed(placement, hosts)
