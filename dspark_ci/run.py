@@ -46,6 +46,7 @@ from reports.history import cell_seconds, history_path
 from reports.markdown import rerun_command
 from suites.runner import gpqa_note, written_outcome
 from reports.live_results import ResultsWriter, cannot_write, now
+from reports.results import quarantine_line
 
 
 
@@ -189,9 +190,10 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
         if rerun:
             progress.done(f"run the cells that did not pass again: {rerun}")
     code, reason = verdict(writer.results, len(cells), options.accept_inconclusive)
-    for cell in writer.results.cells:
-        if cell.quarantined and cell.status.failing:
-            progress.done(f"{cell.id}: {cell.status.text}, quarantined: not gating ({cell.warnings[-1]})")
+    for cell in writer.results.cells:  # a failure the quarantine let through, or one it no longer covers
+        if cell.status.failing and (cell.quarantined or cell.quarantine_expired):
+            held = ", quarantined: not gating" if cell.quarantined else ""
+            progress.done(f"{cell.id}: {cell.status.text}{held} ({quarantine_line(cell)})")
     if reason:
         progress.done(reason)
     return code if reported else max(code, ExitCode.FELL_SHORT)

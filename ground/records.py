@@ -8,7 +8,9 @@ Everything else passes the records themselves.
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
+import fnmatch
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -152,6 +154,35 @@ class CellTiming:
 
 
 @dataclass(frozen=True)
+class QuarantineEntry:
+    """One entry of a quarantine file (matrices/quarantine.py): a cell glob, why, the ticket tracking it, and the last
+    day it holds. A cell's result carries the entry that matched it (results.json key ``quarantine``), so every report
+    names the ticket and the expiry; its label (``quarantined`` or ``quarantine_expired``) says whether it held."""
+
+    cell: str  # glob over cell ids
+    reason: str
+    link: str  # the ticket
+    expires: dt.date  # the last day it holds
+    where: str  # file:line of the entry
+
+    def active(self, today: dt.date) -> bool:
+        return today <= self.expires
+
+    def matches(self, cell_id: str) -> bool:
+        return fnmatch.fnmatchcase(cell_id, self.cell)
+
+    def to_dict(self) -> dict:
+        return {"cell": self.cell, "reason": self.reason, "link": self.link, "expires": self.expires.isoformat(),
+                "where": self.where}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "QuarantineEntry | None":
+        if not data:
+            return None
+        return cls(data["cell"], data["reason"], data["link"], dt.date.fromisoformat(data["expires"]), data["where"])
+
+
+@dataclass(frozen=True)
 class CellResult:
     """One cell's outcome. ``exit_code`` is what it contributes to the run's exit code (not serialized:
     read back from results.json it follows the status; results.json's ``infrastructure: true`` reads back as 3)."""
@@ -182,6 +213,7 @@ class CellResult:
     labels: tuple[str, ...] = ()
     timing: CellTiming | None = None  # None: not run (or read from a file written before cells were timed)
     decided_by: str | None = None  # DECIDED_BY_RESOLVER: decided without a launch; None: launched (or not run)
+    quarantine: QuarantineEntry | None = None  # the quarantine entry that matched it (held or expired: see labels)
     exit_code: ExitCode | None = field(default=None, compare=False)
 
     def __post_init__(self):
@@ -200,8 +232,9 @@ class CellResult:
         object.__setattr__(self, "boots", tuple(_frozen(boot) for boot in self.boots))
         object.__setattr__(self, "labels", tuple(self.labels))
         if self.exit_code is None:
+            undecided = self.status is Status.INCONCLUSIVE and not self.quarantined
             object.__setattr__(self, "exit_code", ExitCode.FELL_SHORT if self.gating else
-                               ExitCode.INCONCLUSIVE if self.status is Status.INCONCLUSIVE else ExitCode.OK)
+                               ExitCode.INCONCLUSIVE if undecided else ExitCode.OK)
 
     def finished(self, status: Status, error: str | None = None, exit_code: ExitCode | None = None,
                  **changes: Any) -> "CellResult":
@@ -242,11 +275,19 @@ class CellResult:
             data.update(self.timing.to_dict())
         if self.decided_by is not None:
             data["decided_by"] = self.decided_by
+        if self.quarantine is not None:
+            data["quarantine"] = self.quarantine.to_dict()
         return data
 
     @property
     def quarantined(self) -> bool:
+        """Its quarantine entry held: it ran and is reported, but does not gate."""
         return QUARANTINED in self.labels
+
+    @property
+    def quarantine_expired(self) -> bool:
+        """It matched a quarantine entry past its expiry: it gates again."""
+        return QUARANTINE_EXPIRED in self.labels
 
     @property
     def gating(self) -> bool:
@@ -271,6 +312,7 @@ class CellResult:
                    boots=tuple(data.get("boots") or ()), labels=tuple(data.get("labels") or ()),
                    timing=CellTiming.from_dict(data), decided_by=data.get("decided_by"),
                    identity=CellIdentity.from_dict(data.get("identity")),
+                   quarantine=QuarantineEntry.from_dict(data.get("quarantine")),
                    exit_code=ExitCode.INFRA if data.get("infrastructure") else None)
 
 

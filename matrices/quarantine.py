@@ -14,12 +14,11 @@ A bad entry is exit 2 naming ``file:line`` before anything is launched.
 from __future__ import annotations
 
 import datetime as dt
-import fnmatch
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ground.errors import BadInput, ExitCode
-from ground.records import QUARANTINE_EXPIRED, QUARANTINED, CellResult, Status
+from ground.records import QUARANTINE_EXPIRED, QUARANTINED, CellResult, QuarantineEntry, Status
 from ground.yaml_lines import YamlList, YamlMap, config_file_words, load_yaml
 
 QUARANTINE_FILE = config_file_words("quarantine file", "pass an existing file with --quarantine, or none")
@@ -30,26 +29,11 @@ DEFAULT_PATH = Path("..") / "baselines" / "quarantine.yaml"
 
 
 @dataclass(frozen=True)
-class Entry:
-    cell: str  # glob over cell ids
-    reason: str
-    link: str
-    expires: dt.date  # the last day it holds
-    where: str  # file:line
-
-    def active(self, today: dt.date) -> bool:
-        return today <= self.expires
-
-    def matches(self, cell_id: str) -> bool:
-        return fnmatch.fnmatchcase(cell_id, self.cell)
-
-
-@dataclass(frozen=True)
 class Quarantine:
-    entries: tuple[Entry, ...] = ()
+    entries: tuple[QuarantineEntry, ...] = ()
     path: str | None = None
 
-    def entry_for(self, cell_id: str) -> Entry | None:
+    def entry_for(self, cell_id: str) -> QuarantineEntry | None:
         return next((entry for entry in self.entries if entry.matches(cell_id)), None)
 
 
@@ -72,7 +56,7 @@ def load_quarantine(path: Path | str) -> Quarantine:
     return Quarantine(tuple(_entry(path, item, items.line_of(i)) for i, item in enumerate(items)), str(path))
 
 
-def _entry(path: Path | str, item, line: int) -> Entry:
+def _entry(path: Path | str, item, line: int) -> QuarantineEntry:
     where = f"{path}:{line}"
     if not isinstance(item, YamlMap):
         raise BadInput(where, "an entry is not a mapping", f"give {', '.join(FIELDS)}")
@@ -95,20 +79,18 @@ def _entry(path: Path | str, item, line: int) -> Entry:
     link = str(item["link"])
     if not link.startswith(("https://", "http://")):
         raise BadInput(f"{path}:{item.line_of('link')}", f"link: {link!r} is not a URL", "link the issue that tracks it")
-    return Entry(str(item["cell"]), str(item["reason"]), link, expires, where)
+    return QuarantineEntry(str(item["cell"]), str(item["reason"]), link, expires, where)
 
 
 def apply(quarantine: Quarantine, result: CellResult, today: dt.date) -> CellResult:
-    """``result`` as the quarantine has it: labelled ``quarantined`` and not gating while its entry holds (it still
-    ran, and its outcome is reported as it is); once the entry has expired it gates again, and says so."""
+    """``result`` as the quarantine has it, carrying the entry that matched it (its ticket and expiry reach every
+    report): labelled ``quarantined`` and not gating while the entry holds (it still ran, and its outcome is reported
+    as it is); once the entry has expired, labelled ``quarantine_expired``: it gates again."""
     entry = quarantine.entry_for(result.id)
     if entry is None:
         return result
     if not entry.active(today):
-        note = (f"quarantine expired on {entry.expires} ({entry.where}): this cell gates again "
-                f"({entry.reason}; {entry.link})")
-        return replace(result, labels=(*result.labels, QUARANTINE_EXPIRED), warnings=(*result.warnings, note))
-    note = f"quarantined until {entry.expires} ({entry.where}), not gating: {entry.reason}; {entry.link}"
+        return replace(result, labels=(*result.labels, QUARANTINE_EXPIRED), quarantine=entry)
     not_gating = result.status.failing or result.status is Status.INCONCLUSIVE
-    return replace(result, labels=(*result.labels, QUARANTINED), warnings=(*result.warnings, note),
+    return replace(result, labels=(*result.labels, QUARANTINED), quarantine=entry,
                    exit_code=ExitCode.OK if not_gating else result.exit_code)

@@ -44,6 +44,7 @@ STATUS_MARKS: Mapping[str, tuple[str, str, str]] = {
     "✅": ("ok", "OK", "passed"), "❌": ("bad", "FAIL", "failed"), "💥": ("bad", "ERROR", "error"),
     "❔": ("unsure", "?", "inconclusive"), "⚠": ("warn", "!", "warning"), "⏭": ("skip", "SKIP", "skipped"),
     "🟢": ("ok", "+", "better"), "🔴": ("bad", "-", "worse"),
+    "🔒": ("skip", "QUARANTINED", "quarantined"), "⏰": ("warn", "EXPIRED", "quarantine expired"),
 }
 # Any other pictograph (one added to report.md later): a neutral badge rather than a box.
 _PICTOGRAPH = re.compile("([\u2600-\u27bf\u2b00-\u2bff\u23e9-\u23ff\U0001f000-\U0001faff])\ufe0f?")

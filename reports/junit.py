@@ -9,6 +9,11 @@ the GitHub test reporters follow).
   has one testcase, ``launch``, with ``<error>`` and SGLang's own error line; a skipped cell one
   ``<skipped>`` testcase; an expected rejection one testcase, ``expected rejection``, passing with what
   SGLang said in ``<system-out>``.
+- A quarantined cell (matrices/quarantine.py) still shows what happened: while its entry holds, a failure or error
+  is written as ``<skipped type="quarantined">`` (the way pytest writes an xfail), its message naming the
+  expiry, the ticket and what failed, its text the whole failure, so it counts neither as a failure nor as an
+  error; once the entry has expired, the failure stays a failure and its message says the quarantine expired.
+  The testsuite's properties carry the entry (``quarantine.reason``, ``.link``, ``.expires``, ``.entry``, ``.state``).
 - Text from logs (an ANSI-coloured error line, a NUL) is made XML-safe first: colour sequences are dropped and
   any other character XML 1.0 cannot carry is written as ``\\xNN``, so the file always parses.
 """
@@ -24,7 +29,7 @@ from ground.records import DECIDED_BY_RESOLVER, CellResult, GateResult, RunResul
 from ground.suites import suite_of
 from reports.gates import describe_gate
 from reports.metrics import in_table_order
-from reports.results import error_headline, rejection_message
+from reports.results import error_headline, quarantine_line, rejection_message
 
 LAUNCH_CASE = "launch"  # the testcase of a cell whose suites never ran
 REJECTION_CASE = "expected rejection"
@@ -84,10 +89,10 @@ def _testsuite(cell: CellResult) -> ET.Element:
                                      "skipped": str(counts["skipped"]),
                                      "time": _seconds(_cell_seconds(cell, cases))})
     metrics = {name: value for name, value in cell.metrics.items() if value is not None}
-    timing = _timing_properties(cell)
-    if metrics or timing:
+    facts = {**_timing_properties(cell), **_quarantine_properties(cell)}
+    if metrics or facts:
         properties = ET.SubElement(suite, "properties")
-        for name, value in timing.items():
+        for name, value in facts.items():
             ET.SubElement(properties, "property", {"name": name, "value": value})
         for name in in_table_order(metrics):
             ET.SubElement(properties, "property", {"name": xml_text(name), "value": repr(metrics[name])})
@@ -111,7 +116,48 @@ def _timing_properties(cell: CellResult) -> dict[str, str]:
             for name in order if timing.get(name) is not None}
 
 
+def _quarantine_properties(cell: CellResult) -> dict[str, str]:
+    entry = cell.quarantine
+    if entry is None:
+        return {}
+    state = "held: not gating" if cell.quarantined else "expired: gates again"
+    return {"quarantine.state": state, "quarantine.expires": entry.expires.isoformat(),
+            "quarantine.link": xml_text(entry.link), "quarantine.reason": xml_text(entry.reason),
+            "quarantine.entry": xml_text(entry.where)}
+
+
 def _testcases(cell: CellResult) -> Iterable[ET.Element]:
+    cases = _outcome_cases(cell)
+    if cell.quarantined:
+        return (_held(case, quarantine_line(cell)) for case in cases)
+    if cell.quarantine_expired:
+        return (_expired(case, quarantine_line(cell)) for case in cases)
+    return cases
+
+
+QUARANTINED_TYPE = "quarantined"  # the <skipped type=...> of a quarantined cell's failure
+
+
+def _held(case: ET.Element, line: str) -> ET.Element:
+    """A quarantined cell's testcase: a failure or error becomes <skipped type="quarantined">, still saying what
+    failed and why, so it counts as neither."""
+    for problem in [child for child in case if child.tag in ("failure", "error")]:
+        case.remove(problem)
+        what = "failed" if problem.tag == "failure" else "error"
+        skipped = ET.SubElement(case, "skipped", {"type": QUARANTINED_TYPE,
+                                                  "message": xml_text(f"{line} ({what}: {problem.get('message')})")})
+        skipped.text = xml_text(f"{line}\n{what}:\n{problem.text or ''}")
+    return case
+
+
+def _expired(case: ET.Element, line: str) -> ET.Element:
+    """An expired quarantine's testcase: its failure stays one, its message saying the quarantine no longer holds."""
+    for problem in [child for child in case if child.tag in ("failure", "error")]:
+        problem.set("message", xml_text(f"{line}: {problem.get('message')}"))
+    return case
+
+
+def _outcome_cases(cell: CellResult) -> Iterable[ET.Element]:
     if cell.expect.rejects or cell.status is Status.REJECTED_AS_EXPECTED:
         yield _rejection_case(cell)
     elif cell.status is Status.SKIPPED:

@@ -20,7 +20,7 @@ from reports.baseline import Baseline
 from reports.gates import describe_gate, explain, levels_line
 from ground.suites import SUITE_DEFAULTS
 from reports.metrics import SPEED_DETAIL, SPEED_LINE, STDERR_OF, format_value, label
-from reports.results import error_headline, rejection_message
+from reports.results import error_headline, quarantine_line, rejection_message
 
 OVERVIEW_METRICS = ("accept_length", "output_throughput_tok_s", "ttft_ms_mean", "tpot_ms_mean", "gpqa_accuracy")
 # Quality rows of a cell's first table: metric -> (dataset, metric label)
@@ -39,7 +39,8 @@ def step_summary(results: RunResults, regressions: Mapping | None = None) -> str
     history, ``regressions``: (cell id, metric) -> (last good run id, first bad run id)), errors."""
     parts = [_heading(results), _verdict_line(results), _matrices_line(results), _environment_line(results),
              _overview(results),
-             _failed_gates(results, regressions or {}), _errors(results), _rerun(results)]
+             _failed_gates(results, regressions or {}), _quarantine_section(results), _errors(results),
+             _rerun(results)]
     return "\n\n".join(part for part in parts if part) + "\n"
 
 
@@ -186,6 +187,9 @@ def _verdict_line(results: RunResults) -> str:
     elif not results.complete:
         verdict += (" (not finished: written while the run was going; if it is not running any more, it was killed "
                     "before it finished)")
+    held = sum(_held(cell) for cell in cells)
+    if held:
+        counts += f" ({held} of them quarantined: not gating)"
     when = _time_span(results.started_at, results.finished_at)
     return f"{verdict}: {len(cells)} cells: {counts} · launcher `{results.launcher or '?'}` · {when}"
 
@@ -241,22 +245,49 @@ def _label_text(cell: CellResult) -> str:
 
 def _problem(cell: CellResult) -> str:
     """Why a cell did not pass, in one short line ("" when it passed)."""
-    if cell.status in (Status.PASSED, Status.REJECTED_AS_EXPECTED):
-        return ""
-    failed = [describe_gate(g) for g in sorted(cell.gates, key=lambda g: g.inconclusive) if not g.passed]
-    text = "; ".join(failed) if failed else error_headline(cell).removeprefix(f"{cell.id}: ")
+    text = "; ".join(_problem_lines(cell))
     return text if len(text) <= PROBLEM_WIDTH else text[:PROBLEM_WIDTH - 1] + "…"
 
 
+def _held(cell: CellResult) -> bool:
+    """A failing or undecided outcome that the quarantine keeps from gating."""
+    return cell.quarantined and (cell.status.failing or cell.status is Status.INCONCLUSIVE)
+
+
+def _problem_lines(cell: CellResult) -> list[str]:
+    """Why a cell did not pass: its failed (then undecided) gates, else its error's headline; [] when it passed."""
+    if cell.status in (Status.PASSED, Status.REJECTED_AS_EXPECTED):
+        return []
+    failed = [describe_gate(g) for g in sorted(cell.gates, key=lambda g: g.inconclusive) if not g.passed]
+    headline = error_headline(cell).removeprefix(f"{cell.id}: ")
+    return failed or ([headline] if headline else [])
+
+
 def _failed_gates(results: RunResults, regressions: Mapping) -> str:
+    """The gates that decide the run (a quarantined cell's are listed under Quarantined)."""
+    gating = [cell for cell in results.cells if not cell.quarantined]
     lines = [f"- `{cell.id}`: {describe_gate(gate)}{_since(regressions.get((cell.id, gate.metric)))}"
-             for cell in results.cells for gate in cell.gates if not gate.passed and not gate.inconclusive]
-    undecided = [f"- `{cell.id}`: {describe_gate(gate)}" for cell in results.cells for gate in cell.gates
+             for cell in gating for gate in cell.gates if not gate.passed and not gate.inconclusive]
+    undecided = [f"- `{cell.id}`: {describe_gate(gate)}" for cell in gating for gate in cell.gates
                  if gate.inconclusive]
     parts = ["## ❌ Failed gates\n\n" + "\n".join(lines)] if lines else []
     if undecided:
         parts.append("## ❔ Inconclusive gates (neither green nor red: the interval straddles the tolerance)\n\n"
                      + "\n".join(undecided))
+    return "\n\n".join(parts)
+
+
+def _quarantine_section(results: RunResults) -> str:
+    """Every cell the quarantine file named: those it kept from gating (what they did, the ticket, the expiry) and
+    those whose entry has expired, which gate again."""
+    held = [f"- `{cell.id}`: {status_text(cell.status)}, {quarantine_line(cell)}"
+            + "".join(f"\n  - {' '.join(line.split())}" for line in _problem_lines(cell))
+            for cell in results.cells if cell.quarantined]
+    expired = [f"- `{cell.id}`: {status_text(cell.status)}. {quarantine_line(cell)}"
+               for cell in results.cells if cell.quarantine_expired]
+    parts = ["## 🔒 Quarantined (ran and reported, not gating)\n\n" + "\n".join(held)] if held else []
+    if expired:
+        parts.append("## ⏰ Quarantine expired (these cells gate again)\n\n" + "\n".join(expired))
     return "\n\n".join(parts)
 
 
@@ -270,7 +301,8 @@ def _since(regression: tuple | None) -> str:
 
 
 def _errors(results: RunResults) -> str:
-    blocks = [f"### `{cell.id}` ({cell.status.value})\n\n{_code_block(cell.error)}"
+    blocks = [f"### `{cell.id}` ({cell.status.value}{', quarantined: not gating' if cell.quarantined else ''})"
+              f"\n\n{_code_block(cell.error)}"
               for cell in results.cells if cell.status.failing and cell.error]
     return "## 💥 Errors\n\n" + "\n\n".join(blocks) if blocks else ""
 
@@ -320,10 +352,15 @@ def _cell_section(cell: CellResult, baseline: Baseline | None, version: str | No
     if cell.decided_by == DECIDED_BY_RESOLVER:
         parts.append(f"Decided by {resolver_name(version)}, not launched.")
     parts += [_quality_table(cell, metrics), _speed_tables(metrics), _gates_table(cell, metrics, baseline)]
-    parts.append("\n".join(f"- ⚠️ {' '.join(str(w).split())}" for w in cell.warnings))
+    parts.append("\n".join(f"- ⚠️ {' '.join(str(w).split())}" for w in (*_quarantine_note(cell), *cell.warnings)))
     if (cell.status.failing or cell.status is Status.SKIPPED) and cell.error:
         parts.append(_code_block(cell.error))
     return "\n\n".join(part for part in parts if part)
+
+
+def _quarantine_note(cell: CellResult) -> tuple[str, ...]:
+    line = quarantine_line(cell)
+    return (line,) if line else ()
 
 
 def _config_line(cell: CellResult) -> str:

@@ -7,6 +7,7 @@ with a traceback: a missing, half-written or foreign file becomes one ``BadInput
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import numbers
@@ -129,7 +130,20 @@ def _cell_problem(cell) -> str | None:
     gates = cell.get("gates", [])
     if not isinstance(gates, list) or not all(_is_gate(gate) for gate in gates):
         return '"gates" must be a list of {"metric", "op", "threshold", "value", "passed"}'
+    if cell.get("quarantine") is not None and not _is_quarantine_entry(cell["quarantine"]):
+        return '"quarantine" must be {"cell", "reason", "link", "expires": "YYYY-MM-DD", "where"}'
     return None
+
+
+def _is_quarantine_entry(entry) -> bool:
+    keys = ("cell", "reason", "link", "expires", "where")
+    if not isinstance(entry, dict) or not all(isinstance(entry.get(key), str) for key in keys):
+        return False
+    try:
+        dt.date.fromisoformat(entry["expires"])
+    except ValueError:
+        return False
+    return True
 
 
 def _is_number(value) -> bool:
@@ -156,3 +170,19 @@ def rejection_message(cell: CellResult) -> str:
     if cell.status is not Status.REJECTED_AS_EXPECTED:
         return ""
     return cell.sglang_error or cell.error or ""
+
+
+def quarantine_line(cell: CellResult) -> str:
+    """What the quarantine file said of a cell, in one line with its ticket and expiry ("" for a cell no entry
+    matched): held, it does not gate; expired, it gates again."""
+    entry = cell.quarantine
+    if cell.quarantine_expired:
+        if entry is None:  # a results.json written before the entry travelled with the cell
+            return "quarantine expired: this cell gates again"
+        return (f"quarantine expired on {entry.expires} ({entry.where}): this cell gates again "
+                f"({entry.reason}; {entry.link})")
+    if not cell.quarantined:
+        return ""
+    if entry is None:
+        return "quarantined, not gating"
+    return f"quarantined until {entry.expires} ({entry.where}), not gating: {entry.reason}; {entry.link}"
