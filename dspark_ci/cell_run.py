@@ -136,7 +136,7 @@ def _run_cell(cell: Cell, ctx: CellContext, result: CellResult, clock: CellClock
 def _boot_and_measure(cell: Cell, ctx: CellContext, result: CellResult, clock: CellClock, logs_dir: Path,
                       names: tuple[str, ...]) -> CellResult:
     """One boot of the cell: launch, measure ``names``, tear down, judge."""
-    plan = plan_launch(cell, ctx.launcher.placement(cell.nnodes))
+    plan = plan_launch(cell, ctx.launcher.placement(cell.nnodes, cell.config.gpus_per_node))
     ctx.stage(f"{cell.id}: launching {len(plan.ranks)} rank(s)")
     try:
         with contextlib.ExitStack() as stack:
@@ -263,7 +263,7 @@ def _launch_reference(cell: Cell, names, ctx: CellContext, stack: contextlib.Exi
         return None
     reference = without_speculation(cell)
     ctx.stage(f"{cell.id}: launching the non-speculative reference")
-    plan = plan_launch(reference, ctx.launcher.placement(reference.nnodes))
+    plan = plan_launch(reference, ctx.launcher.placement(reference.nnodes, reference.config.gpus_per_node))
     return stack.enter_context(ctx.launcher.launch(plan, logs_dir / "reference"))
 
 

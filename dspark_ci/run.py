@@ -95,8 +95,9 @@ def run_capacity(launcher: Launcher, max_parallel: int | None) -> Capacity:
                                                       "unless --max-parallel says otherwise")
     if max_parallel is None:
         return own
-    return Capacity(max_parallel, own.nodes, f"--max-parallel {max_parallel}"
-                    + (f", within {own.nodes} nodes" if own.nodes is not None else ""))
+    within = (f", within {sum(own.host_gpus)} GPUs" if own.host_gpus else
+              f", within {own.nodes} nodes" if own.nodes is not None else "")
+    return Capacity(max_parallel, own.nodes, f"--max-parallel {max_parallel}{within}", own.host_gpus)
 
 
 def _reporting_as(ctx: CellContext, cell: Cell, progress: Progress) -> CellContext:

@@ -24,7 +24,7 @@ from typing import Callable, Mapping, Sequence
 from ci.nightly.shards import estimate_seconds
 from ground.records import CellResult
 from launchers import interrupts
-from launchers.contract import Capacity
+from launchers.contract import Capacity, Need
 from launchers.processes import signals_deferred
 from matrices.cell import Cell
 
@@ -84,7 +84,7 @@ class Scheduler:
         try:
             while waiting or flying:
                 for cell in list(waiting):
-                    if self.capacity.fits(cell.nnodes, [c.nnodes for c, _ in flying.values()]):
+                    if self.capacity.fits(need_of(cell), [need_of(c) for c, _ in flying.values()]):
                         waiting.remove(cell)
                         flying[cell.id] = (cell, self._start(cell))
                 cell, outcome = self._next_done()
@@ -140,3 +140,8 @@ class Scheduler:
         ended = {c.id for c, _ in finished} | {c.id for c in cut_short}
         cut_short += [cell for cell, _ in flying.values() if cell.id not in ended]  # still tearing down
         return Interrupted(finished, cut_short, waiting)
+
+
+def need_of(cell: Cell) -> Need:
+    """What a cell holds while in flight: its nodes and each node's accelerators."""
+    return Need(cell.nnodes, cell.config.gpus_per_node)

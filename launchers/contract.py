@@ -141,30 +141,77 @@ class Deployment(Protocol):
 
 
 @dataclass(frozen=True)
+class Need:
+    """What one cell in flight holds: its nodes, and the accelerators each node takes (None: not counted)."""
+
+    nnodes: int
+    gpus_per_node: int | None = None
+
+
+@dataclass(frozen=True)
 class Capacity:
     """How many cells may be in flight at once and how many nodes they may hold together (None: no node limit);
     ``why`` says where the numbers come from. A launcher may offer ``capacity() -> Capacity`` (called after its
-    preflight); one that does not runs one cell at a time unless the user states --max-parallel."""
+    preflight); one that does not runs one cell at a time unless the user states --max-parallel.
+
+    ``host_gpus``, when a launcher places by accelerators (a Docker inventory giving every host's ``gpus:``), is
+    each host's count: a cell's nodes then need ``gpus_per_node`` free on distinct hosts, packed best fit (the
+    fullest host that still has room first), as ``launchers/docker`` leases them; a host with 8 GPUs holds two
+    4-GPU cells side by side."""
 
     max_parallel: int
     nodes: int | None = None
     why: str = ""
+    host_gpus: tuple[int, ...] = ()
 
-    def fits(self, nnodes: int, in_flight: Sequence[int]) -> bool:
-        """A cell of ``nnodes`` nodes may start beside cells holding ``in_flight`` nodes each."""
-        if len(in_flight) >= self.max_parallel:
+    def fits(self, need: Need | int, in_flight: Sequence[Need | int]) -> bool:
+        """A cell needing ``need`` (or that many nodes) may start beside the cells ``in_flight``."""
+        wanted, flying = _need(need), [_need(other) for other in in_flight]
+        if len(flying) >= self.max_parallel:
             return False
-        if self.nodes is None or not in_flight:  # a cell larger than the fleet still runs, alone
+        if not flying:  # a cell larger than the fleet still runs, alone
             return True
-        return sum(in_flight) + nnodes <= self.nodes
+        if self.host_gpus:
+            free = list(self.host_gpus)
+            for other in flying:
+                take_gpus(free, self.host_gpus, other)
+            return take_gpus(free, self.host_gpus, wanted) is not None
+        return self.nodes is None or sum(other.nnodes for other in flying) + wanted.nnodes <= self.nodes
+
+
+def _need(need: Need | int) -> Need:
+    return need if isinstance(need, Need) else Need(need)
+
+
+def gpus_wanted(need: Need, host_total: int) -> int:
+    """What one node takes from a host of ``host_total`` accelerators: its count, at most the whole host (a node
+    asking for more than a host has gets the whole host, as it did before hosts were counted)."""
+    return min(need.gpus_per_node if need.gpus_per_node is not None else host_total, host_total)
+
+
+def best_fit(free: Sequence[int], totals: Sequence[int], need: Need) -> list[int] | None:
+    """The hosts (indices) that take ``need``'s nodes, one node each: among hosts with room, the fullest first
+    (ties: inventory order), so big cells keep whole hosts; None when fewer than ``need.nnodes`` have room."""
+    roomy = [i for i in range(len(free)) if free[i] >= gpus_wanted(need, totals[i])]
+    chosen = sorted(roomy, key=lambda i: (free[i], i))[:need.nnodes]
+    return chosen if len(chosen) == need.nnodes else None
+
+
+def take_gpus(free: list[int], totals: Sequence[int], need: Need) -> list[int] | None:
+    """Take ``need`` out of ``free`` (each host's free count, changed in place) as ``best_fit`` chooses."""
+    chosen = best_fit(free, totals, need)
+    for i in chosen or ():
+        free[i] -= gpus_wanted(need, totals[i])
+    return chosen
 
 
 @runtime_checkable
 class Launcher(Protocol):
     name: str  # its row in launchers.catalog
 
-    def placement(self, nnodes: int) -> Placement:
-        """Where the nodes of a cell with ``nnodes`` nodes will bind (ports free on the target)."""
+    def placement(self, nnodes: int, gpus_per_node: int | None = None) -> Placement:
+        """Where the nodes of a cell with ``nnodes`` nodes (``gpus_per_node`` accelerators each) will bind (ports
+        free on the target)."""
 
     def preflight(self, plans: Sequence[LaunchPlan]) -> None:
         """Before any launch: raise InfraError (exit 3) or BadInput (exit 2) if the plans cannot run here."""

@@ -119,6 +119,27 @@ def test_sigterm_twice_tears_down_every_cell_in_flight_and_records_each(tmp_path
     assert all(cells[c]["status"] == "error" and "interrupted" in cells[c]["error"] for c in HEALTHY)
 
 
+def test_two_4_gpu_docker_cells_share_an_8_gpu_host_and_the_third_waits_for_its_gpus(tmp_path):
+    """An inventory of one engine that says it has 8 GPUs: two cells of 4 GPUs each run on it side by side, the
+    third starts when one of them has given its GPUs back."""
+    from tests.docker_engines import ENGINE1, require_engine
+
+    require_engine(ENGINE1)
+    run = SideBySide(tmp_path)
+    run.matrix.write_text(run.matrix.read_text().replace("gpus_per_node: 8\n  tp: 8", "gpus_per_node: 4\n  tp: 4"))
+    (tmp_path / "hosts.yaml").write_text(f"hosts:\n  - url: {ENGINE1}\n    address: 127.0.0.1\n    gpus: 8\n")
+    argv = [arg for arg in run.argv if arg not in ("--max-parallel", "3")]  # the inventory decides
+    done = subprocess.run([*argv, "--launcher", "docker", "--hosts", str(tmp_path / "hosts.yaml")], env=run.env,
+                          capture_output=True, text=True, timeout=400, cwd=REPO)
+    assert done.returncode == 1, done.stderr[-3000:]  # the b5 cell crashes, alone
+    assert "(8 GPUs on 1 Docker host(s)" in done.stderr
+    cells = run.cells()
+    assert sorted(cell["status"] for cell in cells.values()) == ["error", "passed", "passed"]
+    first, second, third = sorted(cells.values(), key=lambda c: _at(c["started_at"]))
+    assert _at(second["started_at"]) < _at(first["finished_at"])  # side by side on the one host
+    assert _at(third["started_at"]) >= min(_at(first["finished_at"]), _at(second["finished_at"])) - 0.5
+
+
 def test_cells_start_longest_first_within_the_nodes_there_are():
     cells = load_cells([str(REPO / "matrices" / "smoke.yaml")])
     by_id = {cell.id: cell for cell in cells}

@@ -262,3 +262,50 @@ def _epoch(text: str) -> float:
     from datetime import datetime, timezone
 
     return datetime.fromisoformat(text).replace(tzinfo=timezone.utc).timestamp()
+
+
+def gpu_launcher(tmp_path, run_id: str, *gpus_lines: str) -> DockerLauncher:
+    """Remote engines (never dialled for placement) on loopback addresses, each with its `gpus:` line."""
+    path = tmp_path / f"hosts-{run_id}.yaml"
+    path.write_text("hosts:\n" + "".join(f"  - url: ssh://ci@node-{i + 1}\n    address: 127.0.0.{i + 1}\n{line}"
+                                         for i, line in enumerate(gpus_lines)))
+    return DockerLauncher(DockerSettings(run_id=run_id, inventory=load_inventory(str(path), {})))
+
+
+def leased_gpus(launcher: DockerLauncher, placement) -> list[tuple[str, tuple[int, ...]]]:
+    plan = LaunchPlan(cell_id="c", ranks=(), health_url="", base_url=f"http://{placement.leader_addr}:{placement.port}")
+    return [(host.address, host.gpus) for host in launcher._leases.hosts_of(plan)]
+
+
+def test_an_8_gpu_host_holds_two_4_gpu_cells_side_by_side_each_with_gpus_of_its_own(tmp_path):
+    from launchers.contract import Need
+
+    launcher = gpu_launcher(tmp_path, "run-g", "    gpus: 8\n", "    gpus: [4, 5, 6, 7]\n")
+    capacity = launcher.capacity()
+    assert capacity.host_gpus == (8, 4) and "12 GPUs on 2 Docker host(s)" in capacity.why
+    four = Need(1, 4)
+    assert capacity.fits(four, [four]) and capacity.fits(four, [four, four])  # 12 GPUs: three 4-GPU cells
+    assert not capacity.fits(four, [four, four, four])
+    assert capacity.fits(Need(1, 8), [four])  # packed: the first 4-GPU cell took the 4-GPU host whole
+    assert not capacity.fits(Need(1, 8), [four, four])
+    assert not capacity.fits(Need(2, 4), [Need(1, 8), four])  # a 2-node cell needs room on two hosts
+
+    first, second, third = (launcher.placement(1, 4) for _ in range(3))
+    leases = [leased_gpus(launcher, p) for p in (first, second, third)]
+    assert leases[0] == [("127.0.0.2", (4, 5, 6, 7))]  # the fullest host with room first
+    assert leases[1] == [("127.0.0.1", (0, 1, 2, 3))] and leases[2] == [("127.0.0.1", (4, 5, 6, 7))]
+    spec = container_spec(RankCommand(0, [*SGLANG_ENTRYPOINT, "--device", "cuda"]), launcher._leases.hosts_of(
+        LaunchPlan("c", (), "", f"http://{third.leader_addr}:{third.port}"))[0], "img", LABELS,
+        DockerSettings(server="sglang"), "nvidia")
+    assert spec["device_requests"][0]["DeviceIDs"] == ["4", "5", "6", "7"]  # the container sees its own GPUs only
+    launcher._leases.release(LaunchPlan("c", (), "", f"http://{second.leader_addr}:{second.port}"))
+    assert leased_gpus(launcher, launcher.placement(1, 4)) == [("127.0.0.1", (0, 1, 2, 3))]  # given back, reused
+
+
+def test_an_inventory_without_gpu_counts_still_counts_hosts(tmp_path):
+    launcher = gpu_launcher(tmp_path, "run-h", "    gpus: 8\n", "")  # one host does not say: hosts are the unit
+    capacity = launcher.capacity()
+    assert (capacity.max_parallel, capacity.nodes, capacity.host_gpus) == (2, 2, ())
+    first, second = launcher.placement(1, 4), launcher.placement(1, 4)
+    assert {first.leader_addr, second.leader_addr} == {"127.0.0.1", "127.0.0.2"}  # a host each, as before
+    assert leased_gpus(launcher, first)[0][1] in (8, None)  # the host as listed: all its GPUs

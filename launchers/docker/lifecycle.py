@@ -31,7 +31,7 @@ import time
 import uuid
 from datetime import datetime, timezone
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 from urllib.parse import urlparse
@@ -42,8 +42,8 @@ import requests
 from docker.utils import parse_repository_tag
 
 from ground.errors import InfraError
-from launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, Capacity, LaunchContext, RankExit, culprit,
-                                group_failed)
+from launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, Capacity, LaunchContext, Need, RankExit,
+                                best_fit, culprit, group_failed, gpus_wanted)
 from launchers.docker.spec import (LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, SIM_IMAGE, DockerSettings, container_env,
                                    container_spec, device_environment, files_to_copy, image_for)
 from launchers.docker.options import DockerOptions
@@ -69,48 +69,91 @@ def build(context: LaunchContext, options: DockerOptions) -> "DockerLauncher":
 
 
 class HostLeases:
-    """Which inventory hosts the cells in flight hold: a new cell's nodes go to the least busy hosts (with the run's
-    capacity at most one cell per host; a parity reference shares its cell's hosts), and are given back when the
-    cell's containers are torn down. Plans are known by their leader address and port (unique within a run)."""
+    """Which inventory hosts, and which of their GPUs, the cells in flight hold; given back when a cell's containers
+    are torn down. Plans are known by their leader address and port (unique within a run).
+
+    When the inventory gives every host's GPUs (``gpus:`` ids or a count), a node takes ``gpus_per_node`` of them,
+    on the fullest host that still has room (``launchers.contract.best_fit``, as the run's capacity packs), and its
+    container is given exactly those device ids: a host with 8 GPUs holds two 4-GPU cells side by side. Otherwise
+    a host is one slot: a new cell's nodes go to the least busy hosts (with the run's capacity, at most one cell
+    per host). When nothing has room (a parity reference beside its cell, or cells that ended out of order left
+    the room scattered), the least used devices are shared, as every cell shared a host before hosts were counted."""
 
     def __init__(self, inventory: Inventory):
         self._inventory = inventory
         self._lock = threading.Lock()
-        self._busy = [0] * len(inventory.hosts)
-        self._held: dict[tuple[str, int], list[int]] = {}
+        devices = [_device_ids(host) for host in inventory.hosts]
+        self._counted = not inventory.local_nodes_on_loopback and all(ids is not None for ids in devices)
+        # cells holding each device of each host; an uncounted host is one slot (device 0)
+        self._users = [dict.fromkeys(ids if self._counted and ids is not None else (0,), 0) for ids in devices]
+        self._held: dict[tuple[str, int], tuple[DockerHost, ...]] = {}
 
-    def take(self, nnodes: int) -> tuple[DockerHost, ...]:
-        """The least busy hosts, counted busy at once (two cells placed at the same moment never both get the
-        first host); ``placed`` then names them by the plan, or ``give_back`` returns them if placing failed."""
+    @property
+    def host_gpus(self) -> tuple[int, ...]:
+        """Each host's GPU count when the inventory gives them all, else ()."""
+        return tuple(len(users) for users in self._users) if self._counted else ()
+
+    def take(self, nnodes: int, gpus_per_node: int | None = None) -> tuple[DockerHost, ...]:
+        """Hosts for a cell's nodes (narrowed to the GPUs leased on each), counted busy at once (two cells placed at
+        the same moment never both get the same devices); ``placed`` then names them by the plan, or ``give_back``
+        returns them if placing failed."""
         if self._inventory.local_nodes_on_loopback or nnodes > len(self._inventory.hosts):
             return self._inventory.hosts_for(nnodes)  # the one local engine, or a message naming the shortfall
+        need = Need(nnodes, gpus_per_node if self._counted else 1)
         with self._lock:
-            chosen = sorted(range(len(self._busy)), key=lambda i: (self._busy[i], i))[:nnodes]
-            for i in chosen:
-                self._busy[i] += 1
-            return tuple(self._inventory.hosts[i] for i in chosen)
+            free = [sum(users == 0 for users in host.values()) for host in self._users]
+            totals = [len(host) for host in self._users]
+            chosen = best_fit(free, totals, need)
+            if chosen is None:
+                chosen = sorted(range(len(free)), key=lambda i: (sum(self._users[i].values()), i))[:nnodes]
+                if self._counted:
+                    print(f"dspark-ci: warning: no {nnodes} Docker host(s) with {need.gpus_per_node} free GPU(s): "
+                          f"sharing the least used GPUs of {', '.join(self._inventory.hosts[i].address for i in chosen)}",
+                          file=sys.stderr)
+            return tuple(self._lease(i, gpus_wanted(need, totals[i])) for i in chosen)
+
+    def _lease(self, index: int, count: int) -> DockerHost:
+        users = self._users[index]
+        ids = sorted(users, key=lambda device: (users[device], device))[:count]
+        for device in ids:
+            users[device] += 1
+        host = self._inventory.hosts[index]
+        return replace(host, gpus=tuple(ids)) if self._counted else host
 
     def placed(self, placement: Placement, hosts: tuple[DockerHost, ...]) -> None:
         with self._lock:
-            self._held[(placement.leader_addr, placement.port)] = self._indices(hosts)
+            self._held[(placement.leader_addr, placement.port)] = hosts
 
     def give_back(self, hosts: tuple[DockerHost, ...]) -> None:
+        if self._inventory.local_nodes_on_loopback:
+            return  # nothing was counted
         with self._lock:
-            for i in self._indices(hosts):
-                self._busy[i] -= 1
+            for host in hosts:
+                index = self._index(host)
+                users = self._users[index] if index is not None else {}
+                for device in host.gpus if self._counted and isinstance(host.gpus, tuple) else (0,):
+                    if device in users:
+                        users[device] = max(0, users[device] - 1)
 
-    def _indices(self, hosts: tuple[DockerHost, ...]) -> list[int]:
-        return [self._inventory.hosts.index(h) for h in hosts if h in self._inventory.hosts]
+    def _index(self, host: DockerHost) -> int | None:
+        return next((i for i, listed in enumerate(self._inventory.hosts)
+                     if (listed.url, listed.address) == (host.url, host.address)), None)
 
     def hosts_of(self, plan: LaunchPlan) -> tuple[DockerHost, ...] | None:
         with self._lock:
-            indices = self._held.get(_plan_key(plan))
-        return tuple(self._inventory.hosts[i] for i in indices) if indices else None
+            return self._held.get(_plan_key(plan))
 
     def release(self, plan: LaunchPlan) -> None:
         with self._lock:
-            for i in self._held.pop(_plan_key(plan), []):
-                self._busy[i] -= 1
+            hosts = self._held.pop(_plan_key(plan), ())
+        self.give_back(hosts)
+
+
+def _device_ids(host: DockerHost) -> tuple[int, ...] | None:
+    """A host's GPU ids from the inventory (``gpus: [0, 1]`` or ``gpus: 8``); None when it does not say."""
+    if isinstance(host.gpus, tuple):
+        return host.gpus
+    return tuple(range(host.gpus)) if isinstance(host.gpus, int) else None
 
 
 def _plan_key(plan: LaunchPlan) -> tuple[str, int]:
@@ -131,17 +174,23 @@ class DockerLauncher:
         self._leases = HostLeases(self.settings.inventory)
 
     def capacity(self) -> Capacity:
-        """As many cells side by side as the inventory lists hosts (each host serves one node of one cell at a time:
-        its GPUs go to that container); with no inventory, the one local engine runs one cell at a time."""
+        """With every host's GPUs in the inventory, as many cells side by side as their GPUs fit (a node takes its
+        ``gpus_per_node`` on one host: two 4-GPU cells share an 8-GPU host); without them, as many as the inventory
+        lists hosts (a host serves one node of one cell at a time: its GPUs go to that container); with no
+        inventory, the one local engine runs one cell at a time."""
         inventory = self.settings.inventory
         if inventory.local_nodes_on_loopback:
             return Capacity(1, None, "no Docker hosts inventory (--hosts): the local engine runs one cell at a time")
+        gpus = self._leases.host_gpus
+        if gpus:
+            return Capacity(max(1, sum(gpus)), None, f"{sum(gpus)} GPUs on {len(gpus)} Docker host(s) in "
+                            f"{inventory.source}, each node taking its gpus_per_node on one host", host_gpus=gpus)
         return Capacity(len(inventory.hosts), len(inventory.hosts),
                         f"{len(inventory.hosts)} Docker host(s) in {inventory.source}")
 
-    def placement(self, nnodes: int) -> Placement:
-        """Node rank r on the r-th least busy host of the inventory (cells side by side get hosts of their own)."""
-        hosts = self._leases.take(nnodes)
+    def placement(self, nnodes: int, gpus_per_node: int | None = None) -> Placement:
+        """Node rank r on the r-th host the leases give (cells side by side get hosts, or GPUs, of their own)."""
+        hosts = self._leases.take(nnodes, gpus_per_node)
         try:
             if all(host.is_local for host in hosts):  # containers share this machine's ports
                 port, dist_port = free_port(), free_port()

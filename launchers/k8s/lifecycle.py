@@ -159,7 +159,7 @@ class K8sLauncher:
             self._api = connect(self.settings.kubeconfig, self.settings.namespace)
         return self._api
 
-    def placement(self, nnodes: int) -> Placement:
+    def placement(self, nnodes: int, gpus_per_node: int | None = None) -> Placement:
         """Every pod binds its own IP; rank 0 is LWS's leader address; the same ports in every pod."""
         return k8s_spec.placement_for(nnodes)
 

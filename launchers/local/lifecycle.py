@@ -124,7 +124,7 @@ class LocalLauncher:
             raise InfraError(f"SGLang is not installed for {python} on this machine ({', '.join(modules)} must "
                              f"import): {fix}")
 
-    def placement(self, nnodes: int) -> Placement:
+    def placement(self, nnodes: int, gpus_per_node: int | None = None) -> Placement:
         """Node rank r on 127.0.0.(r+1), all on one free port, like separate machines."""
         return Placement.loopback(nnodes, port=free_port(), dist_port=free_port())
 

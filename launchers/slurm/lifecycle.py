@@ -65,7 +65,7 @@ class SlurmLauncher:
     def __init__(self, settings: SlurmSettings | None = None):
         self.settings = settings or SlurmSettings()
 
-    def placement(self, nnodes: int) -> Placement:
+    def placement(self, nnodes: int, gpus_per_node: int | None = None) -> Placement:
         """Nodes are only known once the job runs, so --host, --node-rank and --dist-init-addr are placeholders
         the script replaces (each task binds its own NodeAddr; the leader is the job's first node). Ports: free
         on this machine (right for a cluster on this machine), or drawn from ``port_range``; either way each
