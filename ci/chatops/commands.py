@@ -1,6 +1,8 @@
 """ChatOps commands: the first line of a PR comment, read with a strict allow-list.
 
-Only four commands exist; anything else is refused. Test specs of ``/rerun-test`` may hold only
+The grammar of each command (``no_arguments``, ``test_arguments``, ``bisect_arguments``); which commands exist,
+with their grammar, permission and handler, is one row each in ``ci.chatops.handle.COMMANDS``. Anything else is
+refused. Test specs of ``/rerun-test`` may hold only
 characters a file name, a ``::Class.test`` selector or a ``*``/``?`` wildcard needs: a test
 command ends up in a shell on a GPU runner, so a spec that could mean anything else never gets
 past this module.
@@ -11,21 +13,13 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
+from typing import Sequence
 
 TAG_RUN_CI_LABEL = "/tag-run-ci-label"
 TAG_AND_RERUN_CI = "/tag-and-rerun-ci"
 RERUN_FAILED_CI = "/rerun-failed-ci"
 RERUN_TEST = "/rerun-test"
 BISECT = "/bisect"
-
-# command -> does it take arguments?
-COMMANDS = {
-    TAG_RUN_CI_LABEL: False,
-    TAG_AND_RERUN_CI: False,
-    RERUN_FAILED_CI: False,
-    RERUN_TEST: True,
-    BISECT: True,
-}
 
 # The one cap on what a comment can start: test files and matrix cells together (and so also the specs,
 # globs included, that name them). Each one is a GPU job; more in one comment is a paste accident.
@@ -70,10 +64,10 @@ class NotACommand(CommentRejected):
     """The first line is not one of our commands. ``suggestion``: the command it nearly is, or None
     (then nothing is replied: a bot must not answer, let alone echo, every comment starting with /)."""
 
-    def __init__(self, suggestion: str | None):
+    def __init__(self, suggestion: str | None, names: Sequence[str] = ()):
         self.suggestion = suggestion
         text = (f"not a command; did you mean {suggestion}? The first line must be one of "
-                + ", ".join(COMMANDS)) if suggestion else "not a command (no reply)"
+                + ", ".join(names)) if suggestion else "not a command (no reply)"
         super().__init__([(None, text)])
 
 
@@ -105,7 +99,7 @@ class BisectRequest:
 
 @dataclass(frozen=True)
 class Command:
-    name: str  # one of COMMANDS
+    name: str  # one of ci.chatops.handle.COMMANDS
     specs: tuple[TestSpec, ...] = ()
     trials: int | None = None  # /rerun-test cell:... --trials N
     bisect: BisectRequest | None = None
@@ -116,23 +110,30 @@ def first_line(comment: str) -> str:
     return stripped.splitlines()[0].strip() if stripped else ""
 
 
-def split_command(comment: str) -> tuple[str, list[str]]:
-    """The command name and its arguments (unchecked); raises NotACommand for anything else."""
+def split_command(comment: str, names: Sequence[str]) -> tuple[str, list[str]]:
+    """The command name (one of ``names``) and its arguments (unchecked); raises NotACommand for anything else."""
     tokens = first_line(comment).split()
-    if not tokens or tokens[0] not in COMMANDS:
+    if not tokens or tokens[0] not in names:
         word = tokens[0][:40] if tokens else ""
-        near = difflib.get_close_matches(word.lower(), COMMANDS, n=1, cutoff=0.75) if word.startswith("/") else []
-        raise NotACommand(near[0] if near else None)
+        near = difflib.get_close_matches(word.lower(), names, n=1, cutoff=0.75) if word.startswith("/") else []
+        raise NotACommand(near[0] if near else None, names)
     return tokens[0], tokens[1:]
 
 
-def parse_arguments(name: str, args: list[str]) -> Command:
-    if not COMMANDS[name]:
-        if args:
-            raise CommentRejected([(None, f"{name} takes no arguments")], name)
-        return Command(name)
-    if name == BISECT:
-        return Command(name, bisect=_bisect_request(args))
+def no_arguments(name: str, args: list[str]) -> Command:
+    """The grammar of a command that takes nothing after its name."""
+    if args:
+        raise CommentRejected([(None, f"{name} takes no arguments")], name)
+    return Command(name)
+
+
+def bisect_arguments(name: str, args: list[str]) -> Command:
+    """``CELL METRIC GOOD..BAD``."""
+    return Command(name, bisect=_bisect_request(name, args))
+
+
+def test_arguments(name: str, args: list[str]) -> Command:
+    """Test files and matrix cells (``cell:ID``), at most MAX_SPECS, and ``--trials N`` for cells."""
     args, trials = _trials(name, args)
     if not args:
         raise CommentRejected([(None, f"{name} needs at least one test, e.g. "
@@ -166,9 +167,9 @@ def _trials(name: str, args: list[str]) -> tuple[list[str], int | None]:
     return args[:at] + args[at + 2:], int(value)
 
 
-def _bisect_request(args: list[str]) -> BisectRequest:
+def _bisect_request(name: str, args: list[str]) -> BisectRequest:
     if len(args) != 3 or args[2].count("..") != 1:
-        raise CommentRejected([(None, f"usage: {BISECT_USAGE}")], BISECT)
+        raise CommentRejected([(None, f"usage: {BISECT_USAGE}")], name)
     cell, metric, span = args
     good, bad = span.split("..")
     refusals: list[tuple[str | None, str]] = []
@@ -182,7 +183,7 @@ def _bisect_request(args: list[str]) -> BisectRequest:
         if not _BUILD.fullmatch(build):
             refusals.append((build or "(empty)", "a build is a version, tag or commit: letters, digits, . _ -"))
     if refusals:
-        raise CommentRejected(refusals, BISECT)
+        raise CommentRejected(refusals, name)
     return BisectRequest(cell, metric, good, bad)
 
 

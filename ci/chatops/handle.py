@@ -19,11 +19,12 @@ from difflib import get_close_matches
 from pathlib import Path
 from typing import Callable, Mapping, Protocol
 
-from ci.chatops import commands
-from ci.chatops.commands import MAX_STARTS, CommentRejected, NotACommand, parse_arguments, split_command
+from ci.chatops import commands, permissions
+from ci.chatops.commands import (MAX_STARTS, Command, CommentRejected, NotACommand, bisect_arguments, no_arguments,
+                                 split_command, test_arguments)
 from ci.chatops.event import CommentEvent
 from ci.chatops.github import ACCEPTED_MARKER, GitHub, PullHead
-from ci.chatops.permissions import RERUN_COMMANDS, Commenter, UserPermissions, refusal
+from ci.chatops.permissions import Commenter, Permission, UserPermissions, refusal
 from ci.chatops.reply import REFUSED, group_by_runner, render_groups, render_refusals
 from ci.chatops.rerun_status import update_status
 from ci.chatops.resolve_test_paths import Deadline, ResolvedTest, TreeRefused, resolve_specs, scan_tree
@@ -118,27 +119,28 @@ def handle(event: CommentEvent, config: ChatOpsConfig, context: Context) -> Outc
     if event.ignored:  # edited, deleted, or a bot's: never a command, and nothing is said
         return Outcome("", plan, ExitCode.BAD_INPUT, f"ignored: {event.ignored}")
     try:
-        name, args = split_command(event.body)
+        name, args = split_command(event.body, tuple(COMMANDS))
     except NotACommand as err:
         # Never echo the comment: a did-you-mean names only our own command; anything else gets silence.
         return Outcome(render_refusals(err.refusals) if err.suggestion else "", plan, ExitCode.BAD_INPUT, str(err))
     plan["command"] = name
+    row = COMMANDS[name]
     user = config.users.get(event.user, UserPermissions())
     cooldown = user.cooldown_interval_minutes or 0
     now = config.now()
     commenter = Commenter(
         event.user, context.permission(event.user), event.pr_author == event.user,
         last_accepted=context.last_accepted(event.user, now - timedelta(minutes=cooldown))
-        if name in RERUN_COMMANDS and cooldown > 0 else None,
+        if row.permission.cooldown and cooldown > 0 else None,
         now=now)
-    why_not = refusal(name, commenter, config.users)
+    why_not = refusal(row.permission, commenter, config.users)
     if why_not:
         return _refused(event, plan, name, why_not)
     try:
-        command = parse_arguments(name, args)
+        command = row.parse(name, args)
     except CommentRejected as err:
         return _rejected(plan, err.refusals, str(err))
-    outcome = _HANDLERS[command.name](command, event, config, context, plan)
+    outcome = row.run(command, event, config, context, plan)
     if outcome.accepted:  # cooldowns count from this marker
         outcome = Outcome(outcome.reply + ACCEPTED_MARKER.format(login=event.user) + "\n", outcome.plan,
                           outcome.exit_code, outcome.problem, True)
@@ -309,14 +311,27 @@ def _tag_and_rerun(command, event: CommentEvent, config: ChatOpsConfig, context:
     return Outcome(tagged.reply + "\n" + rerun.reply, plan, ExitCode.OK, accepted=True)
 
 
-# command -> what it does; a new command also needs a row in commands.COMMANDS and permissions._CHECKS.
-_HANDLERS = {
-    commands.RERUN_TEST: _rerun_test,
-    commands.TAG_RUN_CI_LABEL: _tag,
-    commands.RERUN_FAILED_CI: _rerun_failed,
-    commands.TAG_AND_RERUN_CI: _tag_and_rerun,
-    commands.BISECT: _bisect,
-}
+Handler = Callable[[Command, CommentEvent, ChatOpsConfig, Context, dict], Outcome]
+
+
+@dataclass(frozen=True)
+class ChatOpsCommand:
+    """One command, whole: adding a command is adding one of these to COMMANDS."""
+
+    name: str  # what the comment's first line starts with
+    parse: Callable[[str, list[str]], Command]  # its grammar (ci.chatops.commands), after the permission check
+    permission: Permission  # who may run it (ci.chatops.permissions)
+    run: Handler  # what it does: the reply and the plan
+
+
+# In this order in the "must be one of" message.
+COMMANDS: Mapping[str, ChatOpsCommand] = {row.name: row for row in (
+    ChatOpsCommand(commands.TAG_RUN_CI_LABEL, no_arguments, permissions.TAG_RUN_CI, _tag),
+    ChatOpsCommand(commands.TAG_AND_RERUN_CI, no_arguments, permissions.TAG_AND_RERUN, _tag_and_rerun),
+    ChatOpsCommand(commands.RERUN_FAILED_CI, no_arguments, permissions.RERUN_FAILED, _rerun_failed),
+    ChatOpsCommand(commands.RERUN_TEST, test_arguments, permissions.GPU_RUNNERS, _rerun_test),
+    ChatOpsCommand(commands.BISECT, bisect_arguments, permissions.GPU_RUNNERS, _bisect),
+)}
 
 
 def _text(value) -> str:

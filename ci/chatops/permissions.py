@@ -21,14 +21,12 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
-from ci.chatops.commands import BISECT, RERUN_FAILED_CI, RERUN_TEST, TAG_AND_RERUN_CI, TAG_RUN_CI_LABEL
 from ground.errors import BadInput
 
 DEFAULT_PERMISSIONS = Path(__file__).with_name("permissions.json")
 WRITE_PERMISSIONS = frozenset({"admin", "write"})
-RERUN_COMMANDS = frozenset({RERUN_FAILED_CI, TAG_AND_RERUN_CI, RERUN_TEST, BISECT})
 
 # key -> (accepted types, how to say it)
 _FIELDS = {
@@ -91,11 +89,11 @@ def _valid(value, types: tuple[type, ...]) -> bool:
     return isinstance(value, types) and not (isinstance(value, int) and value < 0)
 
 
-def refusal(command: str, commenter: Commenter, users: Mapping[str, UserPermissions]) -> str | None:
-    """Why ``commenter`` may not run ``command`` (None: allowed)."""
+def refusal(permission: "Permission", commenter: Commenter, users: Mapping[str, UserPermissions]) -> str | None:
+    """Why ``commenter`` may not run a command that needs ``permission`` (None: allowed)."""
     user = users.get(commenter.login, UserPermissions())
-    reasons = [reason for check in _CHECKS[command] if (reason := check(user, commenter))]
-    if not reasons and command in RERUN_COMMANDS:
+    reasons = [reason for check in permission.checks if (reason := check(user, commenter))]
+    if not reasons and permission.cooldown:
         reasons = [reason] if (reason := _cooldown(user, commenter)) else []
     return " ".join(reasons) or None
 
@@ -133,11 +131,20 @@ def _can_rerun_test(user: UserPermissions, commenter: Commenter) -> str | None:
             "the CI permissions file. Being the PR's author is not enough.")
 
 
-# command -> the checks it must pass (all of them)
-_CHECKS = {
-    TAG_RUN_CI_LABEL: (_can_tag,),
-    RERUN_FAILED_CI: (_can_rerun_failed,),
-    TAG_AND_RERUN_CI: (_can_tag, _can_rerun_failed),
-    RERUN_TEST: (_can_rerun_test,),
-    BISECT: (_can_rerun_test,),  # it re-runs cells on self-hosted GPU runners: the same rule as /rerun-test
-}
+Check = Callable[[UserPermissions, Commenter], "str | None"]  # why not, or None
+
+
+@dataclass(frozen=True)
+class Permission:
+    """What a command needs (one field of its row in ``ci.chatops.handle.COMMANDS``): every check passed, and,
+    for a command that reruns something, the commenter's cooldown over."""
+
+    checks: tuple[Check, ...]
+    cooldown: bool  # a rerun: a user without write access waits cooldown_interval_minutes between two
+
+
+TAG_RUN_CI = Permission((_can_tag,), cooldown=False)
+RERUN_FAILED = Permission((_can_rerun_failed,), cooldown=True)
+TAG_AND_RERUN = Permission((_can_tag, _can_rerun_failed), cooldown=True)
+# PR code on self-hosted GPU runners (/rerun-test, and /bisect, which re-runs cells on the same runners)
+GPU_RUNNERS = Permission((_can_rerun_test,), cooldown=True)
