@@ -295,7 +295,7 @@ def verdict(results: RunResults, selected: int, accept_inconclusive: bool = Fals
     cells = results.cells
     if len(cells) < selected:
         return ExitCode.FELL_SHORT, f"only {len(cells)} of {selected} selected cells have a recorded outcome"
-    worst = worst_exit(cell.exit_code for cell in cells if cell.exit_code != ExitCode.INCONCLUSIVE)
+    worst = worst_exit(cell.run_exit_code for cell in cells if cell.run_exit_code != ExitCode.INCONCLUSIVE)
     if worst != ExitCode.OK:
         failing = sum(cell.status.failing for cell in cells)
         return worst, f"{failing} of {len(cells)} cells did not pass"
@@ -304,7 +304,7 @@ def verdict(results: RunResults, selected: int, accept_inconclusive: bool = Fals
                                      "for another SGLang release than --sglang-version)")
     if not cells:
         return ExitCode.FELL_SHORT, "nothing was measured: no cell was selected"
-    undecided = sum(cell.status is Status.INCONCLUSIVE for cell in cells)
+    undecided = sum(cell.run_exit_code == ExitCode.INCONCLUSIVE for cell in cells)  # not a quarantined one
     if undecided and not accept_inconclusive:
         return ExitCode.INCONCLUSIVE, (f"{undecided} of {len(cells)} cells are inconclusive: a statistical gate could "
                                        "not decide (not a regression; --accept-inconclusive exits 0 for this)")

@@ -184,8 +184,9 @@ class QuarantineEntry:
 
 @dataclass(frozen=True)
 class CellResult:
-    """One cell's outcome. ``exit_code`` is what it contributes to the run's exit code (not serialized:
-    read back from results.json it follows the status; results.json's ``infrastructure: true`` reads back as 3)."""
+    """One cell's outcome. ``exit_code`` is the cell's own (not serialized: read back from results.json it follows
+    the status; results.json's ``infrastructure: true`` reads back as 3); ``run_exit_code`` is what it contributes to
+    the run's (its own, unless a quarantine entry holds it)."""
 
     id: str
     config: Mapping[str, Any]
@@ -232,9 +233,8 @@ class CellResult:
         object.__setattr__(self, "boots", tuple(_frozen(boot) for boot in self.boots))
         object.__setattr__(self, "labels", tuple(self.labels))
         if self.exit_code is None:
-            undecided = self.status is Status.INCONCLUSIVE and not self.quarantined
-            object.__setattr__(self, "exit_code", ExitCode.FELL_SHORT if self.gating else
-                               ExitCode.INCONCLUSIVE if undecided else ExitCode.OK)
+            object.__setattr__(self, "exit_code", ExitCode.FELL_SHORT if self.status.failing else
+                               ExitCode.INCONCLUSIVE if self.status is Status.INCONCLUSIVE else ExitCode.OK)
 
     def finished(self, status: Status, error: str | None = None, exit_code: ExitCode | None = None,
                  **changes: Any) -> "CellResult":
@@ -293,6 +293,12 @@ class CellResult:
     def gating(self) -> bool:
         """It makes the run red: a failing status, and not quarantined."""
         return self.status.failing and not self.quarantined
+
+    @property
+    def run_exit_code(self) -> ExitCode:
+        """What it contributes to the run's exit code: its own, but nothing (0) while its quarantine holds, whether
+        it failed (an infrastructure failure included: ``infrastructure`` still says so) or stayed inconclusive."""
+        return ExitCode.OK if self.quarantined or self.exit_code is None else self.exit_code
 
     @property
     def infrastructure(self) -> bool:

@@ -17,8 +17,8 @@ import datetime as dt
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ground.errors import BadInput, ExitCode
-from ground.records import QUARANTINE_EXPIRED, QUARANTINED, CellResult, QuarantineEntry, Status
+from ground.errors import BadInput
+from ground.records import QUARANTINE_EXPIRED, QUARANTINED, CellResult, QuarantineEntry
 from ground.yaml_lines import YamlList, YamlMap, config_file_words, load_yaml
 
 QUARANTINE_FILE = config_file_words("quarantine file", "pass an existing file with --quarantine, or none")
@@ -91,6 +91,4 @@ def apply(quarantine: Quarantine, result: CellResult, today: dt.date) -> CellRes
         return result
     if not entry.active(today):
         return replace(result, labels=(*result.labels, QUARANTINE_EXPIRED), quarantine=entry)
-    not_gating = result.status.failing or result.status is Status.INCONCLUSIVE
-    return replace(result, labels=(*result.labels, QUARANTINED), quarantine=entry,
-                   exit_code=ExitCode.OK if not_gating else result.exit_code)
+    return replace(result, labels=(*result.labels, QUARANTINED), quarantine=entry)  # CellResult.run_exit_code: 0

@@ -179,7 +179,7 @@ def _heading(results: RunResults) -> str:
 def _verdict_line(results: RunResults) -> str:
     cells = results.cells
     counts = ", ".join(f"{sum(c.status is s for c in cells)} {s.text}" for s in Status)
-    undecided = any(cell.status is Status.INCONCLUSIVE for cell in cells)
+    undecided = any(cell.status is Status.INCONCLUSIVE and not cell.quarantined for cell in cells)
     verdict = ("❌ **FAILED**" if results.failed or not results.complete else "❔ **INCONCLUSIVE**" if undecided
                else "✅ **PASSED**")
     if results.interrupted:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ground.errors import ExitCode
 from tests.cli import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent
@@ -97,8 +98,8 @@ def test_a_bad_entry_is_exit_2_with_its_line_before_anything_is_launched(tmp_pat
 
 def quarantined_run(tmp_path: Path, today: dt.date) -> Path:
     """A run directory as `run` leaves it: one quarantined cell that never came up (a launch timeout), one
-    quarantined cell that passed, one cell whose entry expired yesterday and that passed."""
-    from ground.errors import ExitCode
+    quarantined cell that passed, one that stayed inconclusive, one cell whose entry expired yesterday and that
+    passed."""
     from ground.records import CellResult, Expect, RunResults, Status
     from matrices.quarantine import Quarantine, QuarantineEntry, apply
     from reports.results import write_results
@@ -111,6 +112,7 @@ def quarantined_run(tmp_path: Path, today: dt.date) -> Path:
     cells = [CellResult("boots-tp8", {}, Expect(), status=Status.ERROR, exit_code=ExitCode.INFRA,
                         error="launch timeout: rank 0 not healthy after 600 s"),
              CellResult("boots-tp4", {}, Expect(), status=Status.PASSED),
+             CellResult("boots-tp2", {}, Expect(), status=Status.INCONCLUSIVE),
              CellResult("old-tp2", {}, Expect(), status=Status.PASSED)]
     results = RunResults("r1", "2026-01-01T00:00:00+00:00", "2026-01-01T00:01:00+00:00", "local", ("m.yaml",),
                          tuple(apply(quarantine, cell, today) for cell in cells))
@@ -128,8 +130,15 @@ def report(run_dir: Path) -> subprocess.CompletedProcess:
 def test_a_quarantined_error_is_shown_with_its_ticket_but_counts_as_no_error_and_reads_back(tmp_path):
     today = dt.date.today()
     run_dir = quarantined_run(tmp_path, today)
+    from dspark_ci.run import verdict
+    from reports.results import load_results
+
+    results = load_results(run_dir / "results.json")
+    assert verdict(results, 4) == (ExitCode.OK, None)  # neither its error nor its undecided gate holds the run
+    assert json.loads((run_dir / "results.json").read_text())["cells"][0]["infrastructure"] is True  # still known
     rendered = report(run_dir)  # read back from results.json: the entry travelled with the cell
     assert rendered.returncode == 0, rendered.stderr
+    assert "✅ **PASSED**" in rendered.stdout
     junit = ET.parse(run_dir / "junit.xml").getroot()
     assert junit.get("errors") == "0" and junit.get("failures") == "0"
     (launch,) = [case for case in junit.iter("testcase") if case.get("classname") == "boots-tp8"]
@@ -140,6 +149,7 @@ def test_a_quarantined_error_is_shown_with_its_ticket_but_counts_as_no_error_and
     quarantined = summary.split("## 🔒 Quarantined (ran and reported, not gating)")[1].split("\n## ")[0]
     assert "`boots-tp8`: 💥 error, quarantined until" in quarantined and "launch timeout" in quarantined
     assert "`boots-tp4`: ✅ passed, quarantined until" in quarantined  # passing: a candidate to lift
+    assert "`boots-tp2`: ❔ inconclusive, quarantined until" in quarantined
     expired = summary.split("## ⏰ Quarantine expired (these cells gate again)")[1]
     assert f"`old-tp2`: ✅ passed. quarantine expired on {today - dt.timedelta(days=1)} (q.yaml:6)" in expired
 

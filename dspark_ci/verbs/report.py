@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":  # a query: the run directory is not touched
         comparison = compare_runs(results, other) if other is not None else None
         print(json.dumps(comparison if comparison is not None else results.to_dict(), indent=2))
-        return worst(cell.exit_code for cell in results.cells)
+        return worst(cell.run_exit_code for cell in results.cells)
     rendered = render_reports(results, baseline, compare_to=other,
                               history=history_file if history_file.is_file() else None)
     try:
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
               f"{' (' + ', '.join(why) + ')' if why else ''}; results.json is unchanged (--format json writes "
               "nothing)", file=sys.stderr)
     print(_stdout_text(args.format, results, other, rendered), end="")
-    return worst(cell.exit_code for cell in results.cells)  # 1 failed, 4 inconclusive (never above a failure), 0
+    return worst(cell.run_exit_code for cell in results.cells)  # 1 failed, 4 inconclusive (never above a failure), 0
 
 
 def _run_dir(path: str, argument: str) -> Path:
