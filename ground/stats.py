@@ -19,12 +19,15 @@ Regressed wins when both hold (a narrow interval around a real shift between the
 [better bound at 1 − alpha, worse bound at 1 − beta]. Why two lines: testing "beyond the tolerance" at the family's
 alpha (the design before) needs about 20 boots to see a 5 % regression under 2 % run-to-run noise, so it was
 almost always inconclusive; significance against no change plus a material effect catches it in a few
-(``bench/gate_power.py``, BENCHMARKS.md).
+(``bench/gate_power.py``, BENCHMARKS.md). A bisect step asks another question, nearer which end, and reads the
+whole interval against half-way on both sides (``surely_past``).
+
 Distributions come from scipy (t, normal, binomial, bootstrap); nothing here re-derives them. Everything is
 plain floats in and a frozen record out, so the bisect, the gates and the power benchmark share one decision.
 
 The API, smallest first:
-- ``decide(effect, low, high, tolerance, detect, better)``: the three-way rule on an effect and its interval;
+- ``decide(effect, low, high, tolerance, detect, better, surely_past=0)``: the three-way rule on an effect and
+  its interval;
 - ``compare_samples(new, base, better, tolerance, levels)``: two samples of a metric (e.g. per-boot values of
   two commits) → ``Verdict`` (Welch t on log values: the effect is relative);
 - ``compare_boots(new_boots, reference, ...)``: per-boot values against a recorded baseline summary
