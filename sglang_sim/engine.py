@@ -40,6 +40,7 @@ class RankState:
     slots: asyncio.Semaphore | None = None  # --max-running-requests; the rest wait in the queue
     running: int = 0
     queued: int = 0
+    used_tokens: int = 0  # the KV its running requests hold: their prompts and the tokens generated so far
     total_accept_tokens: int = 0  # accepted + bonus, summed over verify steps (cumulative)
     total_forward_ct: int = 0  # verify steps, per request (SGLang adds the batch size)
     window_accept_tokens: int = 0  # the same since the last log window
@@ -85,6 +86,7 @@ class Generation:
     tokens: list[str] = field(default_factory=list)
     finish_reason: dict | None = None
     arrived: Instant = field(default_factory=Instant.now)
+    admitted: float | None = None  # time.monotonic() when its rank took it from the queue
     first_token: Instant | None = None  # when the engine handed the first token to the HTTP layer
     last_token: Instant | None = None  # ... and the last one (so far)
     # Each emission (the prefill token, then each decode or verify step's tokens): when it was handed
@@ -167,7 +169,7 @@ class Engine:
         self.args, self.config, self.env, self.shape, self.persona = args, config, env, shape, persona
         cap = args.max_running_requests  # per DP rank's scheduler; None: as many as memory allows (unbounded here)
         self.ranks = [RankState(rank, asyncio.Semaphore(cap) if cap else None)
-                      for rank in range(max(1, args.dp_size * args.attn_dp_size))]
+                      for rank in range(args.num_dp_ranks)]
         self._next_rank = itertools.cycle(self.ranks)
         self._on_prefill = on_prefill  # where the crash_first_prefill fault strikes
         self._sample_counter = itertools.count()
@@ -196,31 +198,39 @@ class Engine:
         rank = self.ranks[gen.dp_rank]
         admitted = False
         rank.queued += 1
+        self._scheduler_changed(rank)
         try:
             async with rank.slots or contextlib.nullcontext():
                 rank.queued -= 1
                 admitted = True
+                gen.admitted = time.monotonic()
                 async with contextlib.aclosing(self._running(gen, job, rank)) as steps:
                     async for step in steps:
                         yield step
         finally:
             if not admitted:  # the client left while the request was still queued
                 rank.queued -= 1
+                self._scheduler_changed(rank)
 
     async def _running(self, gen: Generation, job: Job, rank: RankState) -> AsyncGenerator[list[str], None]:
         if rank.running == 0:  # an idle rank's log window starts with its next request
             rank.window_started = time.perf_counter()
         rank.running += 1
-        self._running_changed(rank)
+        held = gen.prompt_tokens
+        rank.used_tokens += held
+        self._scheduler_changed(rank)
         try:
             async for step in self._steps(gen, job, rank):
+                rank.used_tokens += len(step)
+                held += len(step)
                 yield step
         finally:
             rank.running -= 1
+            rank.used_tokens -= held
             gen.finished_at = time.monotonic()
             if gen.finish_reason is None:
                 gen.finish_reason = {"type": "abort", "message": "client disconnected"}
-            self._running_changed(rank)
+            self._scheduler_changed(rank)
             if rank.running == 0:
                 self._publish_window(rank)
             if self.metrics is not None:
@@ -291,9 +301,9 @@ class Engine:
                 gen.finish_reason = {"type": "length", "length": max_new_tokens}
         return taken
 
-    def _running_changed(self, rank: RankState) -> None:
+    def _scheduler_changed(self, rank: RankState) -> None:
         if self.metrics is not None:
-            self.metrics.running_changed(rank.dp_rank, rank.running)
+            self.metrics.scheduler_changed(rank)
 
     def _publish_window(self, rank: RankState) -> None:
         """What SGLang does every decode_log_interval batches: log a line, set the spec gauges."""
@@ -318,12 +328,14 @@ class Engine:
                         f"#queue-req: {rank.queued}")
         rank.window_accept_tokens = rank.window_correct_drafts = rank.window_forward_ct = rank.window_generated = 0
         rank.window_started = now
+        self._scheduler_changed(rank)
 
     def internal_states(self, server_args: dict) -> list[dict]:
-        """/server_info's internal_states: one entry per DP rank."""
+        """/server_info's internal_states: one entry per DP rank, in rank order (SGLang's entries do not name
+        their rank)."""
         states = []
         for rank in self.ranks:
-            state = {**server_args, "dp_rank": rank.dp_rank, "world_size": self.args.tp_size * self.args.pp_size
+            state = {**server_args, "world_size": self.args.tp_size * self.args.pp_size
                      * self.args.dp_size, "effective_max_running_requests_per_dp": self.args.max_running_requests,
                      "last_gen_throughput": rank.last_gen_throughput, "num_running_reqs": rank.running,
                      "num_queue_reqs": rank.queued}

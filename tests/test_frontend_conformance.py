@@ -4,9 +4,10 @@ Two servers with the same argv and the same simulated engine: the embedded simul
 and SGLang's own front end in front of it (``--server sglang-frontend``: SGLang's FastAPI app, TokenizerManager,
 OpenAI serving layer and DetokenizerManager). The same requests go to both; what comes back is compared by
 shape: keys and value types (recursively), the sequence of streamed chunk kinds, finish reasons, usage
-arithmetic and token counts, ``/server_info`` keys (and ``internal_states[0]``'s), ``/metrics`` families and
-label sets. Every remaining difference is listed in ``KNOWN_DIFFERENCES`` with why (sglang_sim/README.md has the
-same list); a listed one that no longer shows up fails too, so the list only shrinks as the simulator catches up.
+arithmetic and token counts, ``/server_info`` keys (and ``internal_states[0]``'s), ``/metrics`` families with
+their types and label sets. Every remaining difference is listed in ``KNOWN_DIFFERENCES`` with why
+(sglang_sim/README.md has the same list); a listed one that no longer shows up fails too, so the list only shrinks
+as the simulator catches up.
 Skipped, with the command, where the front-end venv is not installed (``bash .ci/sglang-frontend.sh``).
 """
 
@@ -35,35 +36,7 @@ CHAT = {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}], "temp
 
 # Why each remaining difference stays, -> (where, what) as ``differences`` reports them (where: a request, or
 # "server_info", "internal_states", "metrics"). sglang_sim/README.md "Differences from SGLang's own front end".
-KNOWN_GROUPS: dict[str, tuple[tuple[str, str], ...]] = {
-    "the simulator labels each DP rank's entry (SGLang 0.5.23's entries carry no rank, one per DP rank in order)":
-        (("internal_states", "dp_rank"),),
-    "scheduler internals the simulator does not model: KV, SWA and Mamba pools, PD-disaggregation queues, DP "
-    "attention balance, routing keys, CUDA graphs, per-stage latencies and the scheduler process's own time":
-        tuple(("metrics", f"sglang:{name}") for name in (
-            "cache_hit_rate", "decode_sum_seq_lens", "dp_attention_pairs", "dp_attention_steps",
-            "dp_attention_sync_wait_seconds", "dp_attention_token_imbalance_ratio", "dp_attention_tokens",
-            "full_token_usage", "fwd_occupancy", "gen_throughput", "is_cuda_graph", "kv_available_tokens",
-            "kv_evictable_tokens", "kv_used_tokens", "mamba_available_tokens", "mamba_evictable_tokens",
-            "mamba_usage", "mamba_used_tokens", "new_token_ratio", "num_decode_deferred_kv_release_reqs",
-            "num_decode_host_receive_queue_reqs", "num_decode_prealloc_queue_reqs", "num_decode_transfer_queue_reqs",
-            "num_grammar_queue_reqs", "num_paused_reqs", "num_prefill_bootstrap_queue_reqs",
-            "num_prefill_inflight_queue_reqs", "num_queue_reqs", "num_retracted_reqs",
-            "num_unique_running_routing_keys", "num_used_tokens", "pending_prealloc_token_usage",
-            "per_stage_req_latency_seconds", "prealloc_full_token_usage", "prealloc_swa_token_usage",
-            "prefill_effective_tokens", "queue_time_seconds", "routing_key_all_req_count",
-            "routing_key_running_req_count", "scheduler_idle_seconds", "scheduler_process_cpu_seconds",
-            "scheduler_stage_seconds", "spec_block_accept_length", "spec_cap_length", "spec_num_draft_tokens",
-            "spec_num_steps", "swa_available_tokens", "swa_evictable_tokens", "swa_token_usage", "swa_used_tokens",
-            "token_usage", "utilization")),
-    "the HTTP server's and tokenizer's own families (FastAPI middleware, per-token latency, startup, token "
-    "histograms): no suite reads them; the simulator keeps the request counters and latencies they do read":
-        tuple(("metrics", f"sglang:{name}") for name in (
-            "generation_tokens_histogram", "http_requests", "http_requests_active", "http_responses",
-            "inter_token_latency_seconds", "process_cpu_seconds", "prompt_tokens_histogram",
-            "request_time_per_output_token_seconds", "routing_keys_active", "startup_cuda_graph_time_seconds",
-            "startup_time_seconds", "uncached_prompt_tokens_histogram")),
-}
+KNOWN_GROUPS: dict[str, tuple[tuple[str, str], ...]] = {}
 KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {key: why for why, keys in KNOWN_GROUPS.items() for key in keys}
 
 
@@ -135,11 +108,11 @@ def exchange(base_url: str) -> dict[str, Any]:
     }
 
 
-def metric_labels(text: str) -> dict[str, set[str]]:
-    """Family -> its label names (over every sample)."""
-    families: dict[str, set[str]] = {}
+def metric_labels(text: str) -> dict[str, tuple[str, set[str]]]:
+    """Family -> its type and label names (over every sample)."""
+    families: dict[str, tuple[str, set[str]]] = {}
     for family in text_string_to_metric_families(text):
-        labels = families.setdefault(family.name, set())
+        _, labels = families.setdefault(family.name, (family.type, set()))
         for sample in family.samples:
             labels.update(name for name in sample.labels if name not in ("le", "quantile"))
     return families
@@ -167,8 +140,9 @@ def differences(ours: dict, theirs: dict) -> dict[tuple[str, str], str]:
         if family not in metrics[0] or family not in metrics[1]:
             found[("metrics", family)] = "missing in the simulator" if family in metrics[1] else "only in the simulator"
         elif metrics[0][family] != metrics[1][family]:
-            found[("metrics", family)] = f"labels: simulator {sorted(metrics[0][family])}, SGLang " \
-                                         f"{sorted(metrics[1][family])}"
+            (ours_type, ours_labels), (their_type, their_labels) = metrics[0][family], metrics[1][family]
+            found[("metrics", family)] = f"{ours_type} labelled {sorted(ours_labels)} in the simulator, " \
+                                         f"{their_type} labelled {sorted(their_labels)} by SGLang"
     return found
 
 
@@ -219,3 +193,32 @@ def test_every_difference_from_sglang_is_known_and_explained(both):
         f"  {where}: {what}: {line}" if not line.startswith(what) else f"  {where}: {line}"
         for (where, what), line in sorted(unexplained.items()))
     assert not gone, f"listed differences no longer seen (remove them from KNOWN_DIFFERENCES): {gone}"
+
+
+DP_ARGS = ("--device", "cuda", "--tp-size", "4", "--dp-size", "2", "--enable-dp-attention", "--enable-dp-lm-head",
+           "--speculative-algorithm", "DSPARK", "--speculative-dspark-block-size", "3")
+
+
+def dp_internal_states(base_url: str) -> list[dict]:
+    """/server_info's internal_states after four requests (spread over the DP ranks round-robin)."""
+    for index in range(4):
+        requests.post(base_url + "/generate", timeout=60, json={
+            "text": f"{PROMPT} {index}", "sampling_params": {"max_new_tokens": 40, "ignore_eos": True}}
+        ).raise_for_status()
+    return requests.get(base_url + "/server_info", timeout=60).json()["internal_states"]
+
+
+def test_an_attention_dp_cell_reports_one_internal_state_per_dp_rank_on_both(tmp_path):
+    python = frontend_venv()
+    if python is None:
+        pytest.skip(FRONTEND_MISSING)
+    with running_simulator(ENV, DP_ARGS, model=MODEL, log_path=tmp_path / "sim.log") as simulator:
+        ours = dp_internal_states(simulator)
+    with running_simulator(ENV, DP_ARGS, model=MODEL, log_path=tmp_path / "frontend.log", boot_timeout=600,
+                           frontend_python=python) as frontend:
+        theirs = dp_internal_states(frontend)
+    assert len(ours) == len(theirs) == 2, "one entry per DP rank"
+    # The same seed, prompts and round-robin: each rank's accept length is the same figure on both.
+    assert [state["avg_spec_accept_length"] for state in ours] == \
+           [state["avg_spec_accept_length"] for state in theirs]
+    assert len({state["avg_spec_accept_length"] for state in theirs}) == 2, "each rank reports its own figures"

@@ -430,8 +430,8 @@ def test_server_info_accept_length_is_absent_until_the_first_step_then_cumulativ
         served[meta["dp_rank"]][1] += meta["spec_verify_ct"]
     info = requests.get(server.url("/get_server_info"), timeout=5).json()
     assert info["version"] == "0.5.23" and info["dp_size"] == 2
-    for state in info["internal_states"]:
-        tokens, steps = served[state["dp_rank"]]
+    for rank, state in enumerate(info["internal_states"]):  # in DP rank order, as SGLang's
+        tokens, steps = served[rank]
         assert steps > 0  # requests are spread over the ranks
         assert state["avg_spec_accept_length"] == pytest.approx(tokens / steps)
 
