@@ -57,7 +57,7 @@ class ServerMetrics:
         extra = {"buckets": family.buckets} if family.kind == "histogram" else {}
         return METRIC_KINDS[family.kind](family.name, family.help, labels, registry=self.registry, **extra)
 
-    def _series(self, name: str, dp_rank: int = 0, **labels: str) -> Any:
+    def _series(self, name: str, dp_rank: int = 0, /, **labels: str) -> Any:
         """One series of a family: its identity labels filled in (the DP rank's for a scheduler's family)."""
         metric = self._metrics[name]
         names = metric._labelnames
