@@ -24,6 +24,7 @@ from sglang_sim.config import SimConfig
 from sglang_sim.emission_log import EmissionLog
 from sglang_sim.metrics import ServerMetrics
 from sglang_sim.noise import BootNoise
+from sglang_sim.reasoning import ReasoningCount
 from sglang_sim.speculation import SpecShape, SpecStats, draw_accepted
 from sglang_sim.textgen import Ask, Persona, reply_tokens
 from sglang_sim.tokenizer import EOS_TOKEN_ID, token_id
@@ -94,11 +95,13 @@ class Generation:
     emission_monotonic: list[float] = field(default_factory=list, repr=False)
     emission_tokens: list[int] = field(default_factory=list, repr=False)
     finished_at: float | None = None  # time.monotonic()
+    reasoning: ReasoningCount = field(default_factory=lambda: ReasoningCount(False))
     _output_ids: list[int] = field(default_factory=list, repr=False)
 
     def emitted(self, tokens: list[str]) -> None:
         """Note a step handed to the HTTP layer now (which writes it in the same event-loop turn)."""
         now = Instant.now()
+        self.reasoning.add(tokens)
         if self.first_token is None:
             self.first_token = now
         self.last_token = now
@@ -123,7 +126,7 @@ class Generation:
     def meta_info(self) -> dict:
         """SGLang's meta_info: latency and spec fields arrive with the finished state only."""
         info: dict[str, Any] = {"id": self.rid, "finish_reason": self.finish_reason, "prompt_tokens": self.prompt_tokens,
-                "weight_version": "default", "num_retractions": 0, "reasoning_tokens": 0,
+                "weight_version": "default", "num_retractions": 0, "reasoning_tokens": self.reasoning.tokens,
                 "completion_tokens": self.completion_tokens, "cached_tokens": 0, "dp_rank": self.reported_dp_rank}
         if self.finish_reason is not None:
             info["e2e_latency"] = (self.finished_at or time.monotonic()) - self.arrived.monotonic
@@ -156,6 +159,9 @@ class Job:
     prompt_tokens: int
     max_new_tokens: int
     streaming: bool
+    # SGLang's require_reasoning: its reasoning parser splits this request's thinking off, and the scheduler
+    # counts its reasoning tokens (sglang_sim.reasoning)
+    require_reasoning: bool = False
     # The server's startup request (native_api.warm_up). /metrics counts it as SGLang's tokenizer does; it
     # is not a client's, so neither crash_first_prefill ("healthy until the first real request") nor the
     # emission log sees it, and its few steps never reach a published decode window (below).
@@ -191,7 +197,8 @@ class Engine:
         rank = next(self._next_rank)
         spec = SpecStats(self.shape) if self.shape is not None else None
         reported_dp_rank = rank.dp_rank if self.args.dp_size > 1 else None
-        return Generation(uuid.uuid4().hex, rank.dp_rank, reported_dp_rank, job.prompt_tokens, spec)
+        return Generation(uuid.uuid4().hex, rank.dp_rank, reported_dp_rank, job.prompt_tokens, spec,
+                          reasoning=ReasoningCount(job.require_reasoning))
 
     async def run(self, gen: Generation, job: Job) -> AsyncGenerator[list[str], None]:
         """Yield the tokens of each step (prefill first); ``gen`` holds the totals."""

@@ -26,13 +26,15 @@ from tests.simulator_process import FRONTEND_MISSING, frontend_venv, running_sim
 
 MODEL = "deepseek-ai/DeepSeek-V4-Flash"
 ARGS = ("--device", "cuda", "--tp-size", "8", "--speculative-algorithm", "DSPARK", "--speculative-dspark-block-size", "3",
-        "--enable-metrics")
+        "--enable-metrics", "--reasoning-parser", "deepseek-v4")
 ENV = {"DSPARK_SIM_DECODE_STEP_MS": "2", "DSPARK_SIM_PREFILL_MS_PER_TOKEN": "0", "DSPARK_SIM_SEED": "0",
        "DSPARK_SIM_GPQA_PATH": str(SYNTHETIC_GPQA)}
 # Words the simulator's own prose uses: in the front end's vocabulary, so both engines read the same prompt.
 PROMPT = "Consider the energy of the system and compute the rate"
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}], "temperature": 0,
         "return_spec_tokens_details": True}
+# deepseek-v4's parser: the model reasons when the request says thinking=True (its reasoning_default).
+THINKING = {**CHAT, "chat_template_kwargs": {"thinking": True}, "max_tokens": 4000}
 
 # Why each remaining difference stays, -> (where, what) as ``differences`` reports them (where: a request, or
 # "server_info", "internal_states", "metrics"). sglang_sim/README.md "Differences from SGLang's own front end".
@@ -96,8 +98,12 @@ def exchange(base_url: str) -> dict[str, Any]:
     post = lambda path, body: requests.post(base_url + path, json=body, timeout=60).json()  # noqa: E731
     streamed = stream_events(base_url, "/v1/chat/completions", {
         **CHAT, "max_tokens": 12, "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+    thinking_stream = stream_events(base_url, "/v1/chat/completions", {
+        **THINKING, "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
     return {
         "chat": post("/v1/chat/completions", {**CHAT, "max_tokens": 12}),
+        "chat_thinking": post("/v1/chat/completions", THINKING),
+        "chat_thinking_stream": thinking_stream,
         "chat_natural_stop": post("/v1/chat/completions", {**CHAT, "max_tokens": 4000}),
         "chat_stream": streamed,
         "generate": post("/generate", {"text": PROMPT, "sampling_params": {"max_new_tokens": 12, "temperature": 0}}),
@@ -121,14 +127,15 @@ def metric_labels(text: str) -> dict[str, tuple[str, set[str]]]:
 def differences(ours: dict, theirs: dict) -> dict[tuple[str, str], str]:
     """(where, what) -> the difference, over everything ``exchange`` brought back."""
     found: dict[tuple[str, str], str] = {}
-    for name in ("chat", "chat_natural_stop", "generate", "completions"):
+    for name in ("chat", "chat_natural_stop", "chat_thinking", "generate", "completions"):
         for line in diff_shapes(shape(ours[name]), shape(theirs[name])):
             found[(name, line.split(":")[0])] = line
     for line in diff_shapes(shape(ours["chat_stream"][1]), shape(theirs["chat_stream"][1])):
         found[("chat_stream content chunk", line.split(":")[0])] = line
-    kinds = [collapsed([chunk_kind(c) for c in side["chat_stream"]]) for side in (ours, theirs)]
-    if kinds[0] != kinds[1]:
-        found[("chat_stream", "chunk sequence")] = f"simulator {kinds[0]}, SGLang {kinds[1]}"
+    for name in ("chat_stream", "chat_thinking_stream"):
+        kinds = [collapsed([chunk_kind(c) for c in side[name]]) for side in (ours, theirs)]
+        if kinds[0] != kinds[1]:
+            found[(name, "chunk sequence")] = f"simulator {kinds[0]}, SGLang {kinds[1]}"
     info = [side["server_info"] for side in (ours, theirs)]
     for key in sorted(set(info[0]) ^ set(info[1])):
         found[("server_info", key)] = "missing in the simulator" if key in info[1] else "only in the simulator"
@@ -183,6 +190,27 @@ def test_continuous_usage_grows_by_each_chunk_on_both(both):
         assert counts == sorted(counts) and counts, "continuous usage must grow chunk by chunk"
         final = [c["usage"] for c in chunks if c.get("usage") and not c.get("choices")]
         assert final and final[-1]["completion_tokens"] == 12
+
+
+def streamed_text(chunks: list[dict], field: str) -> str:
+    return "".join((c["choices"][0]["delta"].get(field) or "") for c in chunks if c.get("choices"))
+
+
+def test_reasoning_content_and_reasoning_tokens_agree_streamed_and_not(both):
+    ours, theirs = both["simulator"], both["sglang"]
+    message = [side["chat_thinking"]["choices"][0]["message"] for side in (ours, theirs)]
+    assert message[0]["reasoning_content"] and "<think>" not in message[0]["content"], \
+        "the simulated model thinks, and the parser takes its thinking out of the content"
+    assert message[0]["reasoning_content"] == message[1]["reasoning_content"]
+    assert message[0]["content"] == message[1]["content"]
+    usage = [side["chat_thinking"]["usage"] for side in (ours, theirs)]
+    assert usage[0] == usage[1] and usage[0]["reasoning_tokens"] > 0, "reasoning tokens counted up to </think>"
+    assert usage[0]["completion_tokens_details"] == {"reasoning_tokens": usage[0]["reasoning_tokens"]}
+    for side, reply in ((ours, message[0]), (theirs, message[1])):
+        chunks = side["chat_thinking_stream"]
+        assert streamed_text(chunks, "reasoning_content") == reply["reasoning_content"]
+        assert streamed_text(chunks, "content") == reply["content"]
+        assert chunks[-1]["usage"]["reasoning_tokens"] == usage[0]["reasoning_tokens"]
 
 
 def test_every_difference_from_sglang_is_known_and_explained(both):

@@ -26,7 +26,7 @@ HELLO = [{"role": "user", "content": "Tell me about speculative decoding."}]
 
 @pytest.fixture(scope="module")
 def spec_server(module_sim):
-    return module_sim([*SPEC_ARGS, "--enable-metrics", "--reasoning-parser", "deepseek-r1"])
+    return module_sim([*SPEC_ARGS, "--enable-metrics", "--reasoning-parser", "deepseek-v4"])
 
 
 @pytest.fixture(scope="module")
@@ -328,6 +328,23 @@ def test_thinking_goes_to_reasoning_content_with_a_reasoning_parser(spec_server)
              (chunk.choices[0].delta.content or (chunk.choices[0].delta.model_extra or {}).get("reasoning_content"))]
     assert kinds[0] == "reasoning" and kinds[-1] == "content"
     assert kinds == sorted(kinds, key=lambda kind: kind == "content")  # all reasoning before any content
+
+
+@pytest.mark.parametrize("parser, kwargs, thinks", [
+    ("deepseek-r1", None, True),  # reasoning_default "always"
+    ("qwen3", None, True), ("qwen3", {"enable_thinking": False}, False),  # "enable_thinking": on unless turned off
+    ("deepseek-v4", {"enable_thinking": True}, False), ("deepseek-v4", {"thinking": True}, True),  # explicit
+])
+def test_a_reasoning_parser_decides_when_the_model_thinks_as_sglangs_does(sim, parser, kwargs, thinks):
+    server = sim(["--reasoning-parser", parser])
+    reply = client(server).chat.completions.create(
+        model="m", messages=HELLO, temperature=0, max_tokens=2000,
+        extra_body={"chat_template_kwargs": kwargs} if kwargs else None)
+    reasoning = reply.choices[0].message.model_extra["reasoning_content"]
+    assert bool(reasoning) == thinks and "<think>" not in reply.choices[0].message.content
+    # SGLang's scheduler counts a reasoning request's tokens up to and including </think>
+    assert (reply.usage.model_extra["reasoning_tokens"] > 0) == thinks
+    assert reply.usage.model_extra["reasoning_tokens"] < reply.usage.completion_tokens
 
 
 def test_thinking_stays_inline_without_a_reasoning_parser(plain_server):

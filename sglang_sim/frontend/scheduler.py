@@ -166,8 +166,10 @@ class StandIn:
         # SamplingParams.normalize turns temperature 0 into temperature 1 with top_k 1: greedy either way.
         greedy = params.top_k == 1 or (params.temperature is not None and params.temperature < GREEDY_BELOW)
         temperature = 0.0 if greedy else 1.0
-        ask = Ask(prompt, question_of(prompt), self.engine.sample_key(temperature), False, bool(params.ignore_eos))
-        return Job(ask, len(prompt_ids), int(limit), bool(req.stream), warmup=internal)
+        # SGLang's chat layer decided whether the model reasons (its reasoning parser's rule): it thinks then.
+        thinking = bool(req.require_reasoning)
+        ask = Ask(prompt, question_of(prompt), self.engine.sample_key(temperature), thinking, bool(params.ignore_eos))
+        return Job(ask, len(prompt_ids), int(limit), bool(req.stream), require_reasoning=thinking, warmup=internal)
 
     def _time_stats(self, req) -> Any:
         """SchedulerReqTimeStats as Req.__init__ makes it from the TokenizerManager's (meta_info's timestamps)."""
@@ -321,7 +323,8 @@ def token_output(io, running: Running, finish: dict | None = None) -> Any:
         read_offsets=[read_offset], output_ids=[array("i", running.output_ids[running.sent_output:])],
         skip_special_tokens=[params.skip_special_tokens],
         spaces_between_special_tokens=[params.spaces_between_special_tokens],
-        no_stop_trim=[params.no_stop_trim], prompt_tokens=[len(running.prompt_ids)], reasoning_tokens=[0],
+        no_stop_trim=[params.no_stop_trim], prompt_tokens=[len(running.prompt_ids)],
+        reasoning_tokens=[gen.reasoning.tokens],
         completion_tokens=[gen.completion_tokens], cached_tokens=[0],
         input_token_logprobs_val=[], input_token_logprobs_idx=[], output_token_logprobs_val=[],
         output_token_logprobs_idx=[], input_top_logprobs_val=[], input_top_logprobs_idx=[],
