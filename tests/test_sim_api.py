@@ -520,6 +520,36 @@ def test_metrics_verify_calls_agree_with_the_steps_streamed(sim):
     assert generated == 30 + 20  # so generated / verify_calls is the per-request accept length definition
 
 
+def test_metrics_show_a_request_in_flight_then_what_it_cost(sim):
+    # SGLang's scheduler gauges (running requests, KV tokens held), its HTTP middleware's counters by route and
+    # its tokenizer's latency histograms, as SGLang 0.5.23's front end sends them.
+    server = sim([*SPEC_ARGS, "--enable-metrics", "--skip-server-warmup"], env={"DSPARK_SIM_DECODE_STEP_MS": "40"})
+    gauge = (("engine_type", "unified"), ("moe_ep_rank", "0"), ("pp_rank", "0"), ("tp_rank", "0"))
+    route = (("endpoint", "/v1/chat/completions"), ("method", "POST"))
+    stream = client(server).chat.completions.create(model="m", messages=HELLO, max_tokens=20, stream=True,
+                                                    stream_options={"include_usage": True},
+                                                    extra_body={"ignore_eos": True})
+    chunks = [next(stream)]
+    during = _metric_samples(server)
+    chunks += list(stream)
+    prompt_tokens = chunks[-1].usage.prompt_tokens
+    assert during[("sglang:num_running_reqs", gauge)] == 1
+    assert during[("sglang:num_used_tokens", gauge)] >= prompt_tokens
+    assert during[("sglang:token_usage", gauge)] == during[("sglang:num_used_tokens", gauge)] / (1 << 24)
+    assert during[("sglang:http_requests_active", route)] == 1
+    after = _metric_samples(server)
+    assert after[("sglang:num_running_reqs", gauge)] == 0 and after[("sglang:num_used_tokens", gauge)] == 0
+    assert after[("sglang:http_responses_total", route + (("status_code", "200"),))] == 1
+    assert after[("sglang:http_requests_active", route)] == 0
+    unified = (("engine_type", "unified"),)
+    assert after[("sglang:inter_token_latency_seconds_count", unified)] == 20 - 1  # each token after the first
+    assert after[("sglang:generation_tokens_histogram_sum", unified)] == 20
+    assert after[("sglang:prompt_tokens_histogram_sum", unified)] == prompt_tokens
+    per_token = ("sglang:request_time_per_output_token_seconds_sum", unified + (("is_streaming", "true"),))
+    assert 0.04 / 3 < after[per_token] < 0.04 * 2  # a 40 ms step yields one to three tokens
+    assert after[("sglang:queue_time_seconds_count", gauge)] == 1
+
+
 def test_metrics_have_no_verify_calls_without_speculation(sim):
     server = sim(["--enable-metrics"])
     client(server).chat.completions.create(model="m", messages=HELLO, max_tokens=5, extra_body={"ignore_eos": True})
