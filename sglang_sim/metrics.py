@@ -12,6 +12,7 @@ so ``sglang:prompt_tokens`` here is ``sglang:prompt_tokens_total`` on the wire, 
 
 from __future__ import annotations
 
+import bisect
 import os
 import time
 from typing import Any, Mapping
@@ -123,14 +124,16 @@ class ServerMetrics:
                 (finished - gen.first_token.monotonic) / (gen.completion_tokens - 1))
 
     def _inter_token_latencies(self, gen) -> None:
-        """observe_inter_token_latency per step after the first: the step's interval spread over its tokens."""
+        """observe_inter_token_latency per step after the first: the step's interval spread over its tokens, one
+        observation per token, added at once as SGLang does (the sum by the interval, one bucket by the count)."""
         latency = self._series("sglang:inter_token_latency_seconds")
         times, counts = gen.emission_monotonic, gen.emission_tokens
         for step in range(1, len(times)):
             if counts[step] > 0:
                 interval = times[step] - times[step - 1]
-                for _ in range(counts[step]):
-                    latency.observe(interval / counts[step])
+                latency._sum.inc(interval)
+                bucket = bisect.bisect_left(latency._upper_bounds, interval / counts[step])
+                latency._buckets[bucket].inc(counts[step])
 
     # --- the HTTP server's (http_request_metrics.py: by the route's path) ---------------------------
 
