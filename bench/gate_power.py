@@ -49,24 +49,26 @@ import numpy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from dspark_ci import evidence  # noqa: E402
 from ground import stats  # noqa: E402
 from ground.records import CellResult, Status  # noqa: E402
 from reports.baseline import load_baseline  # noqa: E402
+from reports.baseline_proposal import RECORDED_GATES  # noqa: E402
 from reports.gates import _OPS, evaluate, family_levels, status_of  # noqa: E402
 from sglang_sim.noise import question_probability  # noqa: E402
 
 SERVING_CELLS = 12  # of the nightly's 21 (the others are expected rejections)
-BASELINE_RUNS = 10
-LOOKS = stats.look_boots(8)  # boots after each look (1, 2, 4, 8: `run --max-boots 8`)
+BASELINE_RUNS = 30  # `baseline record` from 30 good runs (e.g. a month of green nights); --baseline-runs
+MAX_BOOTS = evidence.MAX_BOOTS  # `run --max-boots` by default (12: looks after 1, 2, 4, 8, 12 boots); --max-boots
 SPEED_BOOT, SPEED_REQUEST = 0.018, 0.0087  # √(1.8² + 0.87²) = 2.0 % run-to-run
 ACCEPT_BOOT, ACCEPT_REQUEST = 0.008, 0.006  # 1 % run-to-run
 GPQA_QUESTIONS, GPQA_REPEATS, GPQA_ACCURACY, GPQA_CONCENTRATION = 198, 8, 0.70, 0.5
-# metric: (baseline value, better, gate written as `baseline record` writes it, noise per boot, per request)
+# metric: (baseline value, better, noise per boot, per request); gates as `baseline record` writes them
 METRICS = {
-    "tpot_ms_median": (6.8, stats.LOWER, "max_ratio: 1.025", SPEED_BOOT, SPEED_REQUEST),
-    "output_throughput_tok_s": (530.0, stats.HIGHER, "min_ratio: 0.97", SPEED_BOOT, SPEED_REQUEST),
-    "accept_length": (3.25, stats.HIGHER, "min_ratio: 0.98", ACCEPT_BOOT, ACCEPT_REQUEST),
-    "accept_rate": (0.316, stats.HIGHER, "min_ratio: 0.98", ACCEPT_BOOT, ACCEPT_REQUEST),
+    "tpot_ms_median": (6.8, stats.LOWER, SPEED_BOOT, SPEED_REQUEST),
+    "output_throughput_tok_s": (530.0, stats.HIGHER, SPEED_BOOT, SPEED_REQUEST),
+    "accept_length": (3.25, stats.HIGHER, ACCEPT_BOOT, ACCEPT_REQUEST),
+    "accept_rate": (0.316, stats.HIGHER, ACCEPT_BOOT, ACCEPT_REQUEST),
 }
 STDERR_NAME = {"tpot_ms_median": "tpot_ms_median_stderr", "output_throughput_tok_s": "output_throughput_tok_s_stderr",
                "accept_length": "accept_length_stderr", "accept_rate": "accept_rate_stderr"}
@@ -122,7 +124,7 @@ class Model:
         ``planted``: metric -> how much worse (a fraction; GPQA: points)."""
         metrics: dict = {}
         drop = planted.get("gpqa_accuracy", 0.0)
-        for name, (value, better, _, per_boot, per_request) in METRICS.items():
+        for name, (value, better, per_boot, per_request) in METRICS.items():
             worse = 1 + planted.get(name, 0.0) if better == stats.LOWER else 1 - planted.get(name, 0.0)
             metrics[name] = value * worse * math.exp(rng.gauss(0, per_boot) + rng.gauss(0, per_request))
             metrics[STDERR_NAME[name]] = metrics[name] * per_request
@@ -147,22 +149,26 @@ def pooled(boots: list[dict]) -> CellResult:
                    gpqa={"per_question": questions})
 
 
-def record_baseline(rng: random.Random, model: Model, directory: Path):
-    """A baseline file as `dspark-ci baseline record` writes it from BASELINE_RUNS good boots."""
-    boots = [model.boot(rng, {}) for _ in range(BASELINE_RUNS)]
+def _gate(metric: str) -> str:
+    return ", ".join(f"{key}: {value:g}" for key, value in RECORDED_GATES[metric].items())
+
+
+def record_baseline(rng: random.Random, model: Model, directory: Path, runs: int):
+    """A baseline file as `dspark-ci baseline record` writes it from ``runs`` good boots."""
+    boots = [model.boot(rng, {}) for _ in range(runs)]
     lines = ["schema: 1", "cells:", "  cell:"]
-    for name, (_, _, gate, _, _) in METRICS.items():
+    for name in METRICS:
         values = [b["metrics"][name] for b in boots]
         median = statistics.median(values)
         request = statistics.fmean(b["metrics"][STDERR_NAME[name]] / b["metrics"][name] for b in boots)
-        lines.append(f"    {name}: {{value: {median:.6g}, {gate}, noise: {statistics.stdev(values) / median:.6g}, "
-                     f"runs: {BASELINE_RUNS}, request_noise: {request:.6g}}}")
+        lines.append(f"    {name}: {{value: {median:.6g}, {_gate(name)}, noise: {statistics.stdev(values) / median:.6g}, "
+                     f"runs: {runs}, request_noise: {request:.6g}}}")
     questions = pooled(boots).gpqa["per_question"]
     (directory / "q.json").write_text(json.dumps({q: r / n for q, (r, n) in questions.items()}))
     accuracy = statistics.fmean(b["metrics"]["gpqa_accuracy"] for b in boots)
     stderr = statistics.fmean(b["metrics"]["gpqa_stderr"] for b in boots)
-    lines.append(f"    gpqa_accuracy: {{value: {accuracy:.6g}, stderr: {stderr:.6g}, max_drop_stderr: 2, "
-                 f"max_drop: 0.02, per_question: q.json}}")
+    lines.append(f"    gpqa_accuracy: {{value: {accuracy:.6g}, stderr: {stderr:.6g}, {_gate('gpqa_accuracy')}, "
+                 "per_question: q.json}")
     path = directory / "baseline.yaml"
     path.write_text("\n".join(lines) + "\n")
     return load_baseline(path)
@@ -178,13 +184,13 @@ def today_failed(cell: CellResult, baseline) -> dict[str, bool]:
     return failed
 
 
-def cell_night(rng: random.Random, model: Model, baseline, levels, planted: dict):
+def cell_night(rng: random.Random, model: Model, baseline, levels, planted: dict, max_boots: int):
     """(statistical verdict per metric, today's failure per metric, cell status, boots spent, GPQA boots spent):
     looks after 1, 2, 4, 8 boots while a gate is undecided, GPQA measured again only while its gate is."""
     boots = [model.boot(rng, planted)]
     today = today_failed(pooled(boots), baseline)
     verdicts: dict[str, str] = {}
-    for wanted in LOOKS:
+    for wanted in stats.look_boots(max_boots):
         gpqa_undecided = verdicts.get("gpqa_accuracy", stats.INCONCLUSIVE) == stats.INCONCLUSIVE
         while len(boots) < wanted:
             boots.append(model.boot(rng, planted, gpqa=gpqa_undecided))
@@ -207,7 +213,7 @@ def scenarios():
         yield "gpqa_accuracy", drop
 
 
-def run(nights: int, seed: int) -> Totals:
+def run(nights: int, seed: int, baseline_runs: int = BASELINE_RUNS, max_boots: int = MAX_BOOTS) -> Totals:
     """Clean nights: every serving cell clean (the nightly's false-red rate). Planted: one cell-night per night with
     one metric regressed (its detection rate), each through the sequential looks."""
     rng = random.Random(seed)
@@ -219,10 +225,11 @@ def run(nights: int, seed: int) -> Totals:
                 cells = SERVING_CELLS if regressed is None else 1
                 red_night = today_red_night = False
                 for model in models[:cells]:
-                    baseline = record_baseline(rng, model, Path(tmp))
-                    levels = family_levels([CELL] * SERVING_CELLS, baseline, looks=len(LOOKS))
+                    baseline = record_baseline(rng, model, Path(tmp), baseline_runs)
+                    levels = family_levels([CELL] * SERVING_CELLS, baseline, max_boots=max_boots)
                     planted = {regressed: level} if regressed else {}
-                    verdicts, today, status, boots, gpqa_boots = cell_night(rng, model, baseline, levels, planted)
+                    verdicts, today, status, boots, gpqa_boots = cell_night(rng, model, baseline, levels, planted,
+                                                                            max_boots)
                     totals.boots.append((regressed, level, boots, gpqa_boots))
                     for metric, verdict in verdicts.items():
                         if regressed is None or metric == regressed:
@@ -256,15 +263,17 @@ def figures(totals: Totals) -> dict[str, dict[str, float]]:
     return rows
 
 
-def figures_of_seed(nights: int, seed: int) -> dict[str, dict[str, float]]:
-    return figures(run(nights, seed))
+def figures_of_seed(nights: int, seed: int, baseline_runs: int, max_boots: int) -> dict[str, dict[str, float]]:
+    return figures(run(nights, seed, baseline_runs, max_boots))
 
 
-def report(repeats: list[dict[str, dict[str, float]]], nights: int, seconds: float) -> str:
+def report(repeats: list[dict[str, dict[str, float]]], nights: int, baseline_runs: int, max_boots: int,
+           seconds: float) -> str:
     """One line per figure: the value (one repeat) or min / median / max over the repeats."""
     lines = [f"{len(repeats)} repeat(s) of {nights} nights per scenario ({seconds:.0f} s): clean nights of "
-             f"{SERVING_CELLS} serving cells, one cell-night per night for each planted regression; statistical gates "
-             f"at {stats.Levels.family(SERVING_CELLS * 5, looks=len(LOOKS)).describe()}; today's gates (one boot) in "
+             f"{SERVING_CELLS} serving cells, one cell-night per night for each planted regression, baselines from "
+             f"{baseline_runs} boots; statistical gates "
+             f"at {stats.Levels.family(SERVING_CELLS * 5, max_boots=max_boots).describe()}; today's gates (one boot) in "
              f"the last column. Rates: red = regressed, caught = not passed (regressed or inconclusive), green = "
              f"passed. Samples: per cell (today's: 1 boot, {GPQA_REPEATS} GPQA repeats).",
              "" if len(repeats) == 1 else "each figure: min / median / max over the repeats"]
@@ -307,13 +316,18 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=1, help="independent repeats (seeds SEED, SEED+1, ...)")
     parser.add_argument("--jobs", type=int, default=1, help="repeats run at once, one process each")
+    parser.add_argument("--baseline-runs", type=int, default=BASELINE_RUNS,
+                        help=f"good boots each baseline is recorded from (default {BASELINE_RUNS})")
+    parser.add_argument("--max-boots", type=int, default=MAX_BOOTS,
+                        help=f"the sequential budget per cell, as `run --max-boots` (default {MAX_BOOTS})")
     parser.add_argument("--e2e", type=int, default=0, metavar="N", help="also N end-to-end nights on the simulator")
     args = parser.parse_args()
     started = time.monotonic()
     seeds = [args.seed + k for k in range(args.repeats)]
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        repeats = list(pool.map(figures_of_seed, [args.nights] * len(seeds), seeds))
-    print(report(repeats, args.nights, time.monotonic() - started))
+        repeats = list(pool.map(figures_of_seed, [args.nights] * len(seeds), seeds, [args.baseline_runs] * len(seeds),
+                                [args.max_boots] * len(seeds)))
+    print(report(repeats, args.nights, args.baseline_runs, args.max_boots, time.monotonic() - started))
     if args.e2e:
         with tempfile.TemporaryDirectory() as tmp:
             print(e2e(args.e2e, Path(tmp)))

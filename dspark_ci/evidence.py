@@ -5,7 +5,8 @@
   undecided, until every gate decides or the budget runs out: looks after 1, 2, 4, ... boots
   (``ground.stats.look_boots``), at most ``Sampling.max_boots``. Every boot's figures are kept (``CellResult.boots``)
   and gated together; the statistical gates' levels are split over the planned looks (``Levels.family(...,
-  looks)``), so the extra looks never inflate the false-red or false-pass rates.
+  max_boots)``, alpha in proportion to each look's boots), so the extra looks never inflate the false-red or
+  false-pass rates.
 - **Retries.** A cell that failed (a crash, a failed suite test, a regressed gate) is run again up to
   ``Sampling.retries`` times. A retry adds evidence, never re-rolls a verdict: its boots are pooled with the
   first attempt's, and a cell that failed and then passed stays failed, labelled ``flaky`` (report.md, results.json
@@ -24,16 +25,15 @@ from ground.stats import look_boots
 from ground.suites import suite_of
 
 FLAKY = "flaky"
+# `run --max-boots` by default: a clean cell under 2 % run-to-run noise stops after 3-4 boots on average and a 5 %
+# regression is red in about 6, within this budget (bench/gate_power.py, BENCHMARKS.md)
+MAX_BOOTS = 12
 
 
 @dataclass(frozen=True)
 class Sampling:
     max_boots: int = 1  # boots a cell may use when its gates are inconclusive (1: no sequential looks)
     retries: int = 0  # extra attempts for a cell that failed
-
-    @property
-    def looks(self) -> int:
-        return len(look_boots(self.max_boots))
 
 
 # measure(attempt number, suites) -> that boot's judged result; judge(pooled result, suites) -> re-gated result

@@ -82,7 +82,8 @@ class GateResult:
         if self.statistic is not None:
             stat = self.statistic
             data.update(effect=stat.effect, interval=[stat.low, stat.high], tolerance=stat.tolerance,
-                        scale=stat.scale, test=stat.test, alpha=stat.alpha, beta=stat.beta, samples=stat.samples)
+                        scale=stat.scale, test=stat.test, alpha=stat.alpha, beta=stat.beta, samples=stat.samples,
+                        detect=stat.detection)
         return data
 
     @classmethod
@@ -91,7 +92,7 @@ class GateResult:
         if data.get("test") is not None and data.get("interval") is not None:  # written since issue 22
             low, high = data["interval"]
             statistic = Verdict(data["verdict"], data["effect"], low, high, data["tolerance"], data["scale"],
-                                data["test"], data["alpha"], data["beta"], data.get("samples") or 0)
+                                data["test"], data["alpha"], data["beta"], data.get("samples") or 0, data.get("detect"))
         return cls(data["metric"], data["op"], data["threshold"], data.get("value"), data["passed"], statistic)
 
 

@@ -3,26 +3,28 @@
 Every comparison answers with a ``Verdict`` record: ``passed``, ``regressed`` or ``inconclusive``, the effect
 (the change of the new measurement against the reference), its interval, the tolerance and the test used.
 
-The decision is non-inferiority style, on the effect in the metric's *worse* direction:
+The decision reads the effect in the metric's *worse* direction against two lines, as Mozilla's Perfherder does
+(a t-test and a magnitude threshold) with a detection line added so a pass means something:
 
-- ``regressed`` when the whole interval lies beyond the tolerance (its better end is worse than the
-  tolerance at one-sided level ``alpha``: a false red happens at most ``alpha`` of the time for a metric that
-  really is within tolerance);
-- ``passed`` when the whole interval lies within the tolerance (its worse end, at one-sided level ``beta``, is
-  inside it: a regression right at the tolerance passes at most ``beta`` of the time);
+- ``regressed`` when the change is both *real* and *material*: the interval's better end, at one-sided level
+  ``alpha``, lies on the worse side of no change at all (an unchanged metric turns red at most ``alpha`` of the
+  time: that is what the run's family-wise false-red rate is split into), and the effect itself is beyond the
+  stated ``tolerance`` (a real but smaller shift is not a regression; a shift right at the tolerance is red at
+  most half the time);
+- ``passed`` when the interval's worse end, at one-sided level ``beta``, is inside the ``detect`` line (by default
+  ``DETECT_FACTOR`` × the tolerance: a regression that large passes at most ``beta`` of the time);
 - ``inconclusive`` otherwise: the data cannot tell, and the verdict says so instead of flipping a coin.
 
-The interval is therefore [better bound at 1 − alpha, worse bound at 1 − beta] (coverage 1 − alpha − beta).
-Sequential looks (more boots, more requests, more GPQA repeats when a first look is inconclusive) split both
-levels evenly over the planned looks (``Levels.per_look``): Bonferroni over looks, valid whatever the
-dependence between them, so repeated looks never inflate the error rates. A whole run's false-red rate is split
-over its gates the same way (``Levels.family``).
-
+Regressed wins when both hold (a narrow interval around a real shift between the two lines). The interval is
+[better bound at 1 − alpha, worse bound at 1 − beta]. Why two lines: testing "beyond the tolerance" at the family's
+alpha (the design before) needs about 20 boots to see a 5 % regression under 2 % run-to-run noise, so it was
+almost always inconclusive; significance against no change plus a material effect catches it in a few
+(``bench/gate_power.py``, BENCHMARKS.md).
 Distributions come from scipy (t, normal, binomial, bootstrap); nothing here re-derives them. Everything is
 plain floats in and a frozen record out, so the bisect, the gates and the power benchmark share one decision.
 
 The API, smallest first:
-- ``decide(effect_low, effect_high, tolerance, better)``: the three-way rule on an interval;
+- ``decide(effect, low, high, tolerance, detect, better)``: the three-way rule on an effect and its interval;
 - ``compare_samples(new, base, better, tolerance, levels)``: two samples of a metric (e.g. per-boot values of
   two commits) → ``Verdict`` (Welch t on log values: the effect is relative);
 - ``compare_boots(new_boots, reference, ...)``: per-boot values against a recorded baseline summary
@@ -40,7 +42,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 
@@ -51,7 +53,9 @@ RELATIVE, ABSOLUTE = "relative", "absolute"  # the effect's scale: new/base − 
 
 # Stated defaults (printed in every report that uses them):
 RUN_FALSE_RED = 0.01  # a whole run (every cell × gated metric) is red by luck at most 1 % of the time
-GATE_FALSE_PASS = 0.05  # a regression right at the tolerance passes a gate at most 5 % of the time
+GATE_FALSE_PASS = 0.02  # a regression right at the detection line passes a gate at most 2 % of the time
+MEDIAN_VARIANCE = math.pi / 2  # var(median of k normal values) / var(their mean), for large k
+DETECT_FACTOR = 2.0  # the detection line (what a pass rules out) as a multiple of the tolerance
 MAX_LOOKS = 4  # one measurement and up to three more when inconclusive (sequential sampling budget)
 
 
@@ -75,21 +79,41 @@ def look_boots(max_boots: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class Levels:
-    """The error levels of one look at one gate: ``alpha`` (false red), ``beta`` (false pass)."""
+    """The error levels of one look at one gate: ``alpha`` (false red: an unchanged metric turns red), ``beta``
+    (false pass: a regression at the detection line passes)."""
 
     alpha: float
     beta: float = GATE_FALSE_PASS
     looks: int = 1  # planned looks these levels are already split over
+    # (boots, alpha) of each planned look when a gate's alpha is spent in proportion to the boots each look rests on
+    # (``family(..., max_boots=N)``); empty: ``alpha`` at every look
+    plan: tuple[tuple[int, float], ...] = ()
 
     @classmethod
     def family(cls, gates: int, run_false_red: float = RUN_FALSE_RED, beta: float = GATE_FALSE_PASS,
-               looks: int = 1) -> "Levels":
-        """Per-gate, per-look levels for a run of ``gates`` gates with ``looks`` planned looks each: Bonferroni
-        over gates (the run's false-red rate) and over looks (both rates)."""
-        gates = max(1, gates)
-        return cls(alpha=run_false_red / gates / looks, beta=beta / looks, looks=looks)
+               looks: int = 1, max_boots: int | None = None) -> "Levels":
+        """Per-gate, per-look levels for a run of ``gates`` gates: Bonferroni over gates (the run's false-red rate),
+        and over the looks: ``looks`` equal shares, or with ``max_boots`` the sequential looks of
+        ``look_boots(max_boots)``, each look's share of alpha in proportion to its boots (1, 2, 4, 8 of 15: most of
+        it where the evidence is, so a small regression seen at the last look is not lost to the early ones; a
+        loud one is red at the first look anyway). Beta is split equally (a clean cell may stop early)."""
+        gate_alpha = run_false_red / max(1, gates)
+        if max_boots is None or max_boots <= 1:
+            return cls(alpha=gate_alpha / looks, beta=beta / looks, looks=looks)
+        boots = look_boots(max_boots)
+        plan = tuple((n, gate_alpha * n / sum(boots)) for n in boots)
+        return cls(alpha=plan[0][1], beta=beta / len(boots), looks=len(boots), plan=plan)
+
+    def at_boots(self, boots: int) -> "Levels":
+        """The levels of the look that ``boots`` boots make (the last look's beyond the plan)."""
+        if not self.plan:
+            return self
+        return replace(self, alpha=next((a for n, a in self.plan if boots <= n), self.plan[-1][1]))
 
     def describe(self) -> str:
+        if self.plan:
+            shares = ", ".join(f"{a:.2g} at {n} boot{'s' * (n > 1)}" for n, a in self.plan)
+            return f"α = {shares} (false red), β = {self.beta:.2g} (false pass) per look ({self.looks} planned)"
         looks = f" per look ({self.looks} planned)" if self.looks > 1 else ""
         return f"α = {self.alpha:.2g} (false red), β = {self.beta:.2g} (false pass){looks}"
 
@@ -109,25 +133,34 @@ class Verdict:
     alpha: float
     beta: float
     samples: int  # new samples the decision rests on (boots, questions, ...)
+    detect: float | None = None  # the signed detection line a pass rules out; None (files before it): the tolerance
+
+    @property
+    def detection(self) -> float:
+        return self.tolerance if self.detect is None else self.detect
 
     @property
     def conclusive(self) -> bool:
         return self.verdict != INCONCLUSIVE
 
     def describe(self) -> str:
-        """"+5.1% [+3.9%, +6.3%] vs tolerance +2.5%: regressed (Welch t on log values, 3 boots)"."""
+        """"+5.1% [+3.9%, +6.3%] vs tolerance +2.5%, detect +5.0%: regressed (Welch t on log values, 3 boots)"."""
         unit = (lambda v: f"{v:+.1%}") if self.scale == RELATIVE else (lambda v: f"{v * 100:+.1f} pt")
-        return (f"{unit(self.effect)} [{unit(self.low)}, {unit(self.high)}] vs tolerance {unit(self.tolerance)}: "
-                f"{self.verdict} ({self.test})")
+        lines = f"tolerance {unit(self.tolerance)}"
+        if self.detection != self.tolerance:
+            lines += f", detect {unit(self.detection)}"
+        return f"{unit(self.effect)} [{unit(self.low)}, {unit(self.high)}] vs {lines}: {self.verdict} ({self.test})"
 
 
-def decide(low: float, high: float, tolerance: float, better: str) -> str:
-    """The three-way rule: the interval [low, high] of the signed effect against the signed ``tolerance``."""
-    worse_end, better_end = (high, low) if better == LOWER else (-low, -high)
-    limit = tolerance if better == LOWER else -tolerance
-    if better_end > limit:
+def decide(effect: float, low: float, high: float, tolerance: float, detect: float, better: str) -> str:
+    """The three-way rule: ``effect`` and its interval [low, high] against the signed ``tolerance`` (red needs the
+    better end past no change and the effect past the tolerance) and the signed ``detect`` line (green needs the
+    worse end inside it)."""
+    sign = 1.0 if better == LOWER else -1.0  # worse-direction values are positive
+    worse_end, better_end = (high, low) if better == LOWER else (low, high)
+    if sign * better_end > 0 and sign * effect > sign * tolerance:
         return REGRESSED
-    if worse_end <= limit:
+    if sign * worse_end <= sign * detect:
         return PASSED
     return INCONCLUSIVE
 
@@ -149,12 +182,15 @@ def _quantile(p: float, df: float | None) -> float:
 
 
 def _verdict(effect: float, se: float, df: float | None, tolerance: float, better: str, levels: Levels,
-             scale: str, test: str, samples: int) -> Verdict:
+             scale: str, test: str, samples: int, detect: float | None = None) -> Verdict:
+    """The verdict on ``effect`` (log ratio when relative) with standard error ``se``; ``tolerance`` and
+    ``detect`` (default ``DETECT_FACTOR`` × the tolerance) on the shown scale."""
+    detect = DETECT_FACTOR * tolerance if detect is None else detect
     low, high = _interval(effect, se, df, levels, better)
     if scale == RELATIVE:  # computed on log values; shown as ratios − 1
-        effect, low, high, tolerance = (math.expm1(v) for v in (effect, low, high, math.log1p(tolerance)))
-    return Verdict(decide(low, high, tolerance, better), effect, low, high, tolerance, scale, test,
-                   levels.alpha, levels.beta, samples)
+        effect, low, high = (math.expm1(v) for v in (effect, low, high))
+    return Verdict(decide(effect, low, high, tolerance, detect, better), effect, low, high, tolerance, scale, test,
+                   levels.alpha, levels.beta, samples, detect)
 
 
 @dataclass(frozen=True)
@@ -170,13 +206,14 @@ class BootReference:
 
 
 def compare_boots(new_boots: Sequence[float], reference: BootReference, better: str, tolerance: float,
-                  levels: Levels) -> Verdict:
+                  levels: Levels, detect: float | None = None) -> Verdict:
     """Per-boot values of a run (each a whole boot's figure, e.g. median TPOT) against a recorded baseline.
 
     On log values, so the effect is relative. One boot's figure varies by the run-to-run noise: the baseline's
     (over its runs), pooled with the new boots' own spread when there are several, so a machine noisier today
-    than when the baseline was recorded widens the interval as its boots come in. The baseline mean's own
-    error (noise² / runs) is added. Student t with the pooled degrees of freedom.
+    than when the baseline was recorded widens the interval as its boots come in. The baseline value's own
+    error is added: it is the median of its runs (``baseline record``), whose variance is π/2 times the mean's
+    (noise² / runs) for normal values. Student t with the pooled degrees of freedom.
 
     A boot's per-request standard error is not added: the suites send the same prompts every boot, so the
     spread between requests (which the bootstrap measures, ``request_noise``) is mostly not run-to-run noise:
@@ -188,14 +225,14 @@ def compare_boots(new_boots: Sequence[float], reference: BootReference, better: 
     if n > 1:  # the new boots' spread is evidence about the run-to-run noise too
         total_var = (df * total_var + (n - 1) * statistics.variance(logs)) / (df + n - 1)
         df += n - 1
-    se = math.sqrt(total_var / n + reference.noise ** 2 / k)
+    se = math.sqrt(total_var / n + MEDIAN_VARIANCE * reference.noise ** 2 / k)
     effect = statistics.fmean(logs) - math.log(reference.value)
     test = f"t on log values, {n} boot(s) vs {k} baseline run(s)"
-    return _verdict(effect, se, max(df, 1), tolerance, better, levels, RELATIVE, test, n)
+    return _verdict(effect, se, max(df, 1), tolerance, better, levels, RELATIVE, test, n, detect)
 
 
 def compare_samples(new: Sequence[float], base: Sequence[float], better: str, tolerance: float,
-                    levels: Levels) -> Verdict:
+                    levels: Levels, detect: float | None = None) -> Verdict:
     """Two samples of one metric (e.g. per-boot throughput at two commits): Welch's t on log values, the
     effect relative. Each side needs two values or more."""
     new_logs, base_logs = [math.log(v) for v in new], [math.log(v) for v in base]
@@ -207,11 +244,11 @@ def compare_samples(new: Sequence[float], base: Sequence[float], better: str, to
           if se > 0 else math.inf)  # Welch–Satterthwaite
     effect = statistics.fmean(new_logs) - statistics.fmean(base_logs)
     test = f"Welch t on log values, {len(new_logs)} vs {len(base_logs)} samples"
-    return _verdict(effect, se, df, tolerance, better, levels, RELATIVE, test, len(new_logs))
+    return _verdict(effect, se, df, tolerance, better, levels, RELATIVE, test, len(new_logs), detect)
 
 
 def compare_paired(new_by_unit: Mapping[str, Sequence[float]], base_by_unit: Mapping[str, float], better: str,
-                   tolerance: float, levels: Levels, unit: str = "questions") -> Verdict:
+                   tolerance: float, levels: Levels, unit: str = "questions", detect: float | None = None) -> Verdict:
     """Paired over the units both sides measured (GPQA: questions; each side's repeats averaged within a
     question, so the question is the unit and repeats are clustered). Effect: mean of the per-unit
     differences (absolute), Student t over units; the between-unit variance cancels."""
@@ -223,16 +260,16 @@ def compare_paired(new_by_unit: Mapping[str, Sequence[float]], base_by_unit: Map
     se = float(_scipy().sem(differences))
     test = f"paired t over {len(common)} {unit} (clustered, {repeats:g} repeat(s) each)"
     return _verdict(statistics.fmean(differences), se, len(common) - 1, tolerance, better, levels, ABSOLUTE, test,
-                    len(common))
+                    len(common), detect)
 
 
 def compare_estimates(new: float, new_se: float, base: float, base_se: float, better: str, tolerance: float,
-                      levels: Levels, samples: int, what: str = "") -> Verdict:
+                      levels: Levels, samples: int, what: str = "", detect: float | None = None) -> Verdict:
     """Two independent estimates with standard errors (e.g. GPQA accuracy against a baseline that kept no
     per-question record): normal interval of the absolute difference."""
     se = math.hypot(new_se, base_se)
     test = f"unpaired normal interval{' over ' + what if what else ''} (no per-unit baseline record)"
-    return _verdict(new - base, se, None, tolerance, better, levels, ABSOLUTE, test, samples)
+    return _verdict(new - base, se, None, tolerance, better, levels, ABSOLUTE, test, samples, detect)
 
 
 @functools.lru_cache(maxsize=256)

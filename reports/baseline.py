@@ -14,6 +14,8 @@ Format (documented for users in baselines/README.md)::
         # issue 22: runs behind `noise`, its per-request part, GPQA's tolerance and per-question record
         output_throughput_tok_s: {value: 528, min_ratio: 0.97, noise: 0.01, runs: 8, request_noise: 0.002}
         gpqa_accuracy: {value: 0.7, stderr: 0.03, max_drop_stderr: 2, max_drop: 0.02, per_question: smoke.gpqa.json}
+        # the regression a statistical gate's pass rules out (default: twice the tolerance)
+        output_throughput_tok_s: {value: 528, min_ratio: 0.97, detect: 0.05, noise: 0.01, runs: 20}
 
 Every mistake is a ``BadInput`` with ``file:line``. Gates that sampling noise alone would trip
 are accepted but reported in ``Baseline.warnings``.
@@ -45,7 +47,8 @@ GATE_KEYS = ("min", "max", "min_ratio", "max_ratio", "max_drop_stderr")
 # key -> (lowest allowed value, whether the lowest is allowed itself)
 SPEC_KEYS = {"value": (-math.inf, True), "stderr": (0.0, True), "min": (-math.inf, True), "max": (-math.inf, True),
              "min_ratio": (0.0, False), "max_ratio": (0.0, False), "max_drop_stderr": (0.0, False),
-             "noise": (0.0, True), "runs": (1.0, True), "request_noise": (0.0, True), "max_drop": (0.0, True)}
+             "noise": (0.0, True), "runs": (1.0, True), "request_noise": (0.0, True), "max_drop": (0.0, True),
+             "detect": (0.0, False)}
 # Not a number: a JSON file beside the baseline, {question id: mean score} (`baseline record` writes it).
 PER_QUESTION_KEY = "per_question"
 FRACTION_KEYS = ("value", "stderr", "min", "max")  # keys that carry the metric's own unit
@@ -77,6 +80,9 @@ class MetricSpec:
     runs: float | None = None  # how many boots `noise` and `value` come from
     request_noise: float | None = None  # the part of `noise` one boot's per-request sampling explains (a fraction)
     max_drop: float | None = None  # GPQA's tolerance: the drop (absolute) a statistical gate still passes
+    # The regression a statistical gate's pass rules out (a fraction of the value; GPQA: absolute); None: twice the
+    # tolerance (ground.stats.DETECT_FACTOR)
+    detect: float | None = None
     per_question: Mapping[str, float] | None = None  # GPQA question id -> mean score, for the paired test
 
     def ratio(self, key: str) -> float:
@@ -88,6 +94,14 @@ class MetricSpec:
         if not self.noise:
             return stated
         return min(stated, 1 - NOISE_RUN_SDS * self.noise) if key == "min_ratio" else max(stated, 1 + NOISE_RUN_SDS * self.noise)
+
+    @property
+    def tolerance(self) -> float:
+        """The stated tolerance as an unsigned size of regression: 1 − min_ratio, max_ratio − 1, or max_drop."""
+        for key, size in (("min_ratio", lambda r: 1 - r), ("max_ratio", lambda r: r - 1)):
+            if getattr(self, key) is not None:
+                return size(getattr(self, key))
+        return self.max_drop if self.max_drop is not None else 0.0
 
     @property
     def reference(self) -> float:
@@ -266,6 +280,12 @@ def _spec_problems(spec: MetricSpec):
         yield "runs and request_noise describe `noise`, and there is none", "add noise (or remove them)"
     if "max_drop" in given and "max_drop_stderr" not in given:
         yield "max_drop is GPQA's statistical tolerance beside max_drop_stderr", "add max_drop_stderr: 2"
+    if "detect" in given and not ("noise" in given or "max_drop_stderr" in given):
+        yield ("detect is what a statistical gate's pass rules out, and this gate is a fixed limit",
+               "add the run-to-run noise (`baseline record` from several runs) or remove detect")
+    if spec.detect is not None and spec.detect < spec.tolerance:
+        yield (f"detect {spec.detect:g} is below the tolerance {spec.tolerance:g}: a pass would rule out less than "
+               "what is red", f"write detect: {2 * spec.tolerance:g} or more (or remove it)")
     if "noise" in given and not given & {"min_ratio", "max_ratio"}:
         yield "noise widens a ratio gate, and there is none", "add min_ratio or max_ratio (or remove noise)"
     if spec.noise is not None and spec.noise >= 1 / NOISE_RUN_SDS:

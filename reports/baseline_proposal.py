@@ -23,11 +23,13 @@ from reports.baseline import NOISE_RUN_SDS, SCHEMA
 from reports.metrics import REQUEST_STDERR_OF, STDERR_OF
 
 # metric -> its gate in a recorded baseline. Tolerances are the ones gates in the wild use
-# (FIELD_NOTES.md): throughput -3%, median TTFT/TPOT +2.5%, accept length at 95% of the baseline.
+# (FIELD_NOTES.md): throughput -3%, median TTFT/TPOT +2.5%, accept length at 98% of the baseline. The detection line
+# (what a pass rules out) is twice the tolerance unless written: throughput's would be 6 %, and a 5 % loss must
+# not pass (issue 22).
 RECORDED_GATES: dict[str, dict[str, float]] = {
     "accept_length": {"min_ratio": 0.98},
     "accept_rate": {"min_ratio": 0.98},
-    "output_throughput_tok_s": {"min_ratio": 0.97},
+    "output_throughput_tok_s": {"min_ratio": 0.97, "detect": 0.05},
     "tpot_ms_median": {"max_ratio": 1.025},
     "ttft_ms_median": {"max_ratio": 1.025},
     "gpqa_accuracy": {"max_drop_stderr": 2, "max_drop": 0.02},

@@ -46,6 +46,7 @@ def evaluate(cell: CellResult, metrics: Mapping, baseline: Baseline | None,
     if levels is None:
         levels = family_levels([cell], baseline)
     evidence = Evidence.of(cell, metrics)
+    levels = levels.at_boots(len(evidence.boots))
     gates = []
     for metric, op, threshold, _, spec in _limits(cell, metrics, baseline):
         statistic = _statistic(spec, evidence, levels) if spec is not None else None
@@ -53,10 +54,10 @@ def evaluate(cell: CellResult, metrics: Mapping, baseline: Baseline | None,
     return tuple(gates)
 
 
-def family_levels(cells, baseline: Baseline | None, looks: int = 1) -> stats.Levels:
+def family_levels(cells, baseline: Baseline | None, max_boots: int = 1) -> stats.Levels:
     """Per-gate levels for a run of ``cells`` gated against one baseline: the run's false-red rate
-    (``stats.RUN_FALSE_RED``) split over every statistical gate, and over the planned looks."""
-    return stats.Levels.family(sum(statistical_gates(cell, baseline) for cell in cells), looks=looks)
+    (``stats.RUN_FALSE_RED``) split over every statistical gate, and over the looks of ``max_boots``."""
+    return stats.Levels.family(sum(statistical_gates(cell, baseline) for cell in cells), max_boots=max_boots)
 
 
 def statistical_gates(cell: CellResult, baseline: Baseline | None) -> int:
@@ -191,7 +192,13 @@ def _statistic(spec_key: tuple[MetricSpec, str], evidence: Evidence, levels: sta
     better = LOWER if key == "max_ratio" else HIGHER
     reference = stats.BootReference(spec.reference, int(spec.runs or DEFAULT_RUNS), spec.noise or 0.0,
                                     spec.request_noise or 0.0)
-    return stats.compare_boots(values, reference, better, getattr(spec, key) - 1, levels)
+    tolerance = getattr(spec, key) - 1
+    return stats.compare_boots(values, reference, better, tolerance, levels, _detect(spec, tolerance))
+
+
+def _detect(spec: MetricSpec, tolerance: float) -> float | None:
+    """The spec's detection line, signed like ``tolerance`` (None: the default multiple of the tolerance)."""
+    return None if spec.detect is None else math.copysign(spec.detect, tolerance)
 
 
 def _gpqa_statistic(spec: MetricSpec, evidence: Evidence, levels: stats.Levels) -> stats.Verdict | None:
@@ -200,14 +207,15 @@ def _gpqa_statistic(spec: MetricSpec, evidence: Evidence, levels: stats.Levels) 
     better = METRICS[spec.metric].better
     boot = evidence.boots[-1]
     if spec.per_question and len(set(spec.per_question) & set(evidence.gpqa_questions)) > 1:
-        return stats.compare_paired(evidence.gpqa_questions, spec.per_question, better, tolerance, levels)
+        return stats.compare_paired(evidence.gpqa_questions, spec.per_question, better, tolerance, levels,
+                                    detect=_detect(spec, tolerance))
     value, se_now = boot.get(spec.metric), boot.get(STDERR_OF[spec.metric])
     if value is None:
         return None
     questions = int(boot.get("gpqa_num_questions") or 0)
     se_base = spec.reference_stderr
     return stats.compare_estimates(value, se_base if se_now is None else se_now, spec.reference, se_base, better,
-                                   tolerance, levels, questions, f"{questions} questions")
+                                   tolerance, levels, questions, f"{questions} questions", _detect(spec, tolerance))
 
 
 def _widened(spec: MetricSpec, key: str) -> str:
@@ -247,7 +255,8 @@ def regate(results: RunResults, baseline: Baseline) -> RunResults:
     test failed, an expected rejection did not happen) stays failed.
     """
     cells = []
-    levels = family_levels(results.cells, baseline)
+    # the looks the run may have taken: as many as its most sampled cell's boots allow
+    levels = family_levels(results.cells, baseline, max(len(cell.boots) for cell in results.cells) if results.cells else 1)
     for cell in results.cells:
         if cell.status in (Status.PASSED, Status.FAILED, Status.INCONCLUSIVE):
             gates = evaluate(cell, cell.metrics, baseline, levels)

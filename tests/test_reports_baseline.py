@@ -62,6 +62,11 @@ def report_with_baseline(tmp_path, run_dir, text: str, capsys) -> tuple[int, str
     pytest.param(HEAD + "    accept_length: {min: 3, max: 2}\n", 4, "min 3 is above max 2", id="min-above-max"),
     pytest.param(HEAD + "    accept_length: {min: 1}\n    accept_length: {min: 2}\n", 5,
                  "'accept_length' appears twice", id="duplicate-metric"),
+    pytest.param(HEAD + "    output_throughput_tok_s: {value: 500, min_ratio: 0.97, noise: 0.01, detect: 0.02}\n", 4,
+                 "detect 0.02 is below the tolerance 0.03", id="detect-below-tolerance"),
+    pytest.param(HEAD + "    output_throughput_tok_s: {value: 500, min_ratio: 0.97, detect: 0.05}\n", 4,
+                 "detect is what a statistical gate's pass rules out, and this gate is a fixed limit",
+                 id="detect-on-a-fixed-limit"),
     pytest.param(HEAD + "    accept_length:\n      value: 3\n      min_ratio: true\n", 6,
                  "accept_length.min_ratio must be a number, not true/false", id="bool-not-number"),
 ])

@@ -22,7 +22,7 @@ from matrices.quarantine import Quarantine, default_path, load_quarantine
 from launchers.contract import SERVERS, SIMULATED_SERVERS, LaunchContext
 from dspark_ci import progress
 from dspark_ci import run as pipeline
-from dspark_ci.evidence import Sampling
+from dspark_ci.evidence import MAX_BOOTS, Sampling
 from dspark_ci.input_checks import check_before_launch
 from ground.run_id import new_run_id
 from ground.sglang.release import DEFAULT_VERSION
@@ -60,9 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write into an --out directory that already holds files (the run files in it are "
                         "replaced, other files are left as they are)")
     parser.add_argument("--baseline", metavar="FILE", help="baseline file for every cell (default: each cell's own)")
-    parser.add_argument("--max-boots", type=positive_count, default=4, metavar="N",
+    parser.add_argument("--max-boots", type=positive_count, default=MAX_BOOTS, metavar="N",
                         help="boots a cell may use when a statistical gate is inconclusive: looks after 1, 2, 4, ... "
-                        "boots, only the undecided suites again (default 4; 1: never boot again)")
+                        f"boots, only the undecided suites again (default {MAX_BOOTS}; 1: never boot again)")
     parser.add_argument("--retries", type=non_negative_count, default=0, metavar="N",
                         help="run a failed cell again up to N times; a cell that fails then passes stays failed, "
                         "labelled flaky (default 0)")
@@ -213,7 +213,7 @@ def rerun_options(args: argparse.Namespace) -> tuple[str, ...]:
     """Every option given to this run that differs from its default, as command-line words."""
     flags = RERUN_FLAGS + tuple((s.option.flag, s.dest) for kind in catalog.ALL_LAUNCHERS for s in kind.declared)
     defaults = {"launcher": "local", "server": "sim", "sglang_version": DEFAULT_VERSION, "rejections": "launch",
-                "max_boots": 4, "retries": 0}
+                "max_boots": MAX_BOOTS, "retries": 0}
     words: list[str] = []
     for flag, dest in flags:
         value = getattr(args, dest, None)
