@@ -7,9 +7,9 @@ effect with its interval against a tolerance, passed | regressed | inconclusive)
 is measured ``LOOKS[0]`` times, then more (``LOOKS``) while the verdict is inconclusive, with the step's error
 budget split over the planned looks so that looking again never inflates it (``Levels``). A build is compared with
 the good end and every build conclusively judged good since (one change in the range: they share its level);
-its tolerance and detection line are both half the regression between that pool and the bad end's (with the builds
-judged bad), so "regressed" means "really worse than the good end, and nearer the bad end" and "passed" "surely
-nearer the good end". A step still inconclusive after the last look follows the nearer end
+its tolerance is half the regression between that pool and the bad end's (with the builds judged bad), and the
+interval is read against it on both sides (``surely_past`` and ``detect``), so "regressed" means "surely nearer the
+bad end" and "passed" "surely nearer the good end". A step still inconclusive after the last look follows the nearer end
 by the point estimate and says so (its error is not bounded; the confirmation A/B is what then stands).
 
 A failure (not a metric) is chased as pass/fail: a build is bad when one of ``FAILURE_TRIES`` runs fails for
@@ -308,7 +308,7 @@ def _judge_metric(evidence: Evidence, index: int, chase: Chase, regression: floa
                 return evidence.judged(index, SKIPPED, how="not measured on any retry (infrastructure failures, or "
                                                            "the run ended before the metric was measured)")
         verdict = stats.compare_samples(evidence.values[index], evidence.pooled(evidence.good), chase.better,
-                                        tolerance, levels(len(LOOKS)), detect=tolerance)  # good or bad: one line
+                                        tolerance, levels(len(LOOKS)), detect=tolerance, surely_past=tolerance)
         if verdict.conclusive:
             judged = BAD if verdict.verdict == stats.REGRESSED else GOOD
             (evidence.good if judged == GOOD else evidence.bad).append(index)

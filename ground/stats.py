@@ -19,12 +19,15 @@ Regressed wins when both hold (a narrow interval around a real shift between the
 [better bound at 1 − alpha, worse bound at 1 − beta]. Why two lines: testing "beyond the tolerance" at the family's
 alpha (the design before) needs about 20 boots to see a 5 % regression under 2 % run-to-run noise, so it was
 almost always inconclusive; significance against no change plus a material effect catches it in a few
-(``bench/gate_power.py``, BENCHMARKS.md).
+(``bench/gate_power.py``, BENCHMARKS.md). A bisect step asks another question, nearer which end, and reads the
+whole interval against half-way on both sides (``surely_past``).
+
 Distributions come from scipy (t, normal, binomial, bootstrap); nothing here re-derives them. Everything is
 plain floats in and a frozen record out, so the bisect, the gates and the power benchmark share one decision.
 
 The API, smallest first:
-- ``decide(effect, low, high, tolerance, detect, better)``: the three-way rule on an effect and its interval;
+- ``decide(effect, low, high, tolerance, detect, better, surely_past=0)``: the three-way rule on an effect and
+  its interval;
 - ``compare_samples(new, base, better, tolerance, levels)``: two samples of a metric (e.g. per-boot values of
   two commits) → ``Verdict`` (Welch t on log values: the effect is relative);
 - ``compare_boots(new_boots, reference, ...)``: per-boot values against a recorded baseline summary
@@ -152,13 +155,14 @@ class Verdict:
         return f"{unit(self.effect)} [{unit(self.low)}, {unit(self.high)}] vs {lines}: {self.verdict} ({self.test})"
 
 
-def decide(effect: float, low: float, high: float, tolerance: float, detect: float, better: str) -> str:
+def decide(effect: float, low: float, high: float, tolerance: float, detect: float, better: str,
+           surely_past: float = 0.0) -> str:
     """The three-way rule: ``effect`` and its interval [low, high] against the signed ``tolerance`` (red needs the
-    better end past no change and the effect past the tolerance) and the signed ``detect`` line (green needs the
-    worse end inside it)."""
+    better end past ``surely_past``, by default no change, and the effect past the tolerance) and the signed
+    ``detect`` line (green needs the worse end inside it)."""
     sign = 1.0 if better == LOWER else -1.0  # worse-direction values are positive
     worse_end, better_end = (high, low) if better == LOWER else (low, high)
-    if sign * better_end > 0 and sign * effect > sign * tolerance:
+    if sign * better_end > sign * surely_past and sign * effect > sign * tolerance:
         return REGRESSED
     if sign * worse_end <= sign * detect:
         return PASSED
@@ -182,15 +186,15 @@ def _quantile(p: float, df: float | None) -> float:
 
 
 def _verdict(effect: float, se: float, df: float | None, tolerance: float, better: str, levels: Levels,
-             scale: str, test: str, samples: int, detect: float | None = None) -> Verdict:
-    """The verdict on ``effect`` (log ratio when relative) with standard error ``se``; ``tolerance`` and
-    ``detect`` (default ``DETECT_FACTOR`` × the tolerance) on the shown scale."""
+             scale: str, test: str, samples: int, detect: float | None = None, surely_past: float = 0.0) -> Verdict:
+    """The verdict on ``effect`` (log ratio when relative) with standard error ``se``; ``tolerance``, ``detect``
+    (default ``DETECT_FACTOR`` × the tolerance) and ``surely_past`` (``decide``) on the shown scale."""
     detect = DETECT_FACTOR * tolerance if detect is None else detect
     low, high = _interval(effect, se, df, levels, better)
     if scale == RELATIVE:  # computed on log values; shown as ratios − 1
         effect, low, high = (math.expm1(v) for v in (effect, low, high))
-    return Verdict(decide(effect, low, high, tolerance, detect, better), effect, low, high, tolerance, scale, test,
-                   levels.alpha, levels.beta, samples, detect)
+    return Verdict(decide(effect, low, high, tolerance, detect, better, surely_past), effect, low, high, tolerance,
+                   scale, test, levels.alpha, levels.beta, samples, detect)
 
 
 @dataclass(frozen=True)
@@ -232,9 +236,10 @@ def compare_boots(new_boots: Sequence[float], reference: BootReference, better: 
 
 
 def compare_samples(new: Sequence[float], base: Sequence[float], better: str, tolerance: float,
-                    levels: Levels, detect: float | None = None) -> Verdict:
+                    levels: Levels, detect: float | None = None, surely_past: float = 0.0) -> Verdict:
     """Two samples of one metric (e.g. per-boot throughput at two commits): Welch's t on log values, the
-    effect relative. Each side needs two values or more."""
+    effect relative. Each side needs two values or more. A bisect step, which asks "nearer which end?", passes
+    ``detect`` and ``surely_past`` equal to the tolerance: red only when the whole interval is past it."""
     new_logs, base_logs = [math.log(v) for v in new], [math.log(v) for v in base]
     if len(new_logs) < 2 or len(base_logs) < 2:
         raise ValueError("compare_samples needs at least two values on each side")
@@ -244,7 +249,7 @@ def compare_samples(new: Sequence[float], base: Sequence[float], better: str, to
           if se > 0 else math.inf)  # Welch–Satterthwaite
     effect = statistics.fmean(new_logs) - statistics.fmean(base_logs)
     test = f"Welch t on log values, {len(new_logs)} vs {len(base_logs)} samples"
-    return _verdict(effect, se, df, tolerance, better, levels, RELATIVE, test, len(new_logs), detect)
+    return _verdict(effect, se, df, tolerance, better, levels, RELATIVE, test, len(new_logs), detect, surely_past)
 
 
 def compare_paired(new_by_unit: Mapping[str, Sequence[float]], base_by_unit: Mapping[str, float], better: str,

@@ -37,6 +37,7 @@ RECORDED_GATES: dict[str, dict[str, float]] = {
     "speculative_speedup": {"min_ratio": 0.95},
 }
 DIGITS = 4  # significant digits kept in recorded values
+RECOMMENDED_RUNS = 30  # runs a baseline should be recorded from for the gates' stated power (BENCHMARKS.md)
 # Cells whose measurements a baseline may be recorded from: passed, or undecided against an older baseline.
 MEASURED = (Status.PASSED, Status.INCONCLUSIVE)
 
@@ -194,6 +195,10 @@ def _header(runs: Sequence[tuple[str, RunResults]], gated: dict[str, list[CellRe
     else:
         lines.append("noise: run-to-run standard deviation over the runs as a fraction of the value; a ratio "
                      f"gate is never tighter than {NOISE_RUN_SDS:g} of them.")
+        if len(runs) < RECOMMENDED_RUNS:
+            lines.append(f"{len(runs)} runs: the statistical gates' power grows with them; from {RECOMMENDED_RUNS} "
+                         "(a month of green nights) a 5 % speed regression under 2 % run-to-run noise is red >= 95 % "
+                         "of the time, from 10 about 60 % (bench/gate_power.py --baseline-runs N).")
     if too_noisy:
         lines.append(f"Not gated, too noisy to gate anything (run-to-run noise of {1 / NOISE_RUN_SDS:.0%} or more; "
                      "re-record on a quieter machine): " + "; ".join(too_noisy))

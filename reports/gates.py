@@ -304,5 +304,7 @@ def levels_line(results: RunResults) -> str | None:
         return None
     alpha, beta = max(s.alpha for s in statistical), max(s.beta for s in statistical)
     return (f"Statistical gates: a run is red by luck at most {stats.RUN_FALSE_RED:.0%} of the time (family-wise, "
-            f"split over its statistical gates and planned looks: α = {alpha:.2g} per gate and look); a regression "
-            f"right at a tolerance passes at most β = {beta:.2g} per look. Inconclusive is neither green nor red.")
+            f"split over its statistical gates and planned looks: α = {alpha:.2g} per gate and look at most); red "
+            f"needs a real change (the interval past no change) beyond the tolerance, green the detection line ruled "
+            f"out (a regression that large passes at most β = {beta:.2g} per look). Inconclusive is neither green "
+            "nor red.")

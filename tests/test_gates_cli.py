@@ -80,7 +80,7 @@ def test_ten_percent_slower_decode_fails_the_tpot_gate_with_its_numbers(tmp_path
     assert "re-record on GPUs" in recorded.read_text()
     # Three runs give the noise two degrees of freedom: the slowed run is never green, a good run never red; with
     # so few runs (or noise stretched by a loaded machine) either may honestly be inconclusive, exit 4, but only
-    # when its interval straddles the tolerance: the verdict follows from the numbers the user is shown.
+    # when its numbers say so: the verdict follows from the numbers the user is shown.
     slowed, slowed_code = _regated(run.out, recorded)
     tpot = _gate(slowed, "tpot_ms_median")
     assert tpot["effect"] > 0.05 and tpot["verdict"] in ("regressed", "inconclusive")
@@ -104,11 +104,14 @@ def _gate(gates: list[dict], metric: str) -> dict:
 
 
 def _verdict_of_interval(gate: dict) -> str:
-    """A ratio gate's verdict as its interval reads against the tolerance (beyond it, within it, or across it)."""
-    low, high = sorted(gate["interval"])
-    worse = (lambda x: x > gate["tolerance"]) if gate["tolerance"] > 0 else (lambda x: x < gate["tolerance"])
-    return "regressed" if worse(low) and worse(high) else "passed" if not (worse(low) or worse(high)) else \
-        "inconclusive"
+    """A ratio gate's verdict as results.json's numbers read (baselines/README.md): regressed when the interval is
+    wholly past no change and the effect past the tolerance, passed when the interval's worse end is inside the
+    detection line, inconclusive otherwise."""
+    sign = 1 if gate["tolerance"] > 0 else -1  # worse-direction values positive
+    worse_end, better_end = sorted((sign * v for v in gate["interval"]), reverse=True)
+    if better_end > 0 and sign * gate["effect"] > sign * gate["tolerance"]:
+        return "regressed"
+    return "passed" if worse_end <= sign * gate["detect"] else "inconclusive"
 
 
 def test_garbage_answers_fail_gpqa_with_no_baseline(tmp_path):

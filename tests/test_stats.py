@@ -25,6 +25,9 @@ def test_red_needs_a_real_change_beyond_the_tolerance_and_green_needs_the_detect
     assert decide(-0.05, -0.08, -0.01, -0.03, -0.06, HIGHER) == REGRESSED
     assert decide(-0.01, -0.04, 0.02, -0.03, -0.06, HIGHER) == PASSED
     assert decide(-0.05, -0.09, 0.0, -0.03, -0.06, HIGHER) == INCONCLUSIVE
+    # a bisect step (nearer which end of a 5 % regression?): the whole interval past half-way, on either side
+    assert decide(0.04, 0.01, 0.06, 0.025, 0.025, LOWER, surely_past=0.025) == INCONCLUSIVE
+    assert decide(0.045, 0.03, 0.06, 0.025, 0.025, LOWER, surely_past=0.025) == REGRESSED
 
 
 def _boot_night(rng, effect, reference, boots, sigma, levels=LEVELS):

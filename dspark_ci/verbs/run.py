@@ -41,8 +41,9 @@ EXIT_CODES = """exit codes: 0 every selected cell has an outcome and passed (or 
 count only beside measured ones); 1 a gate failed, a cell crashed, errored, was never reached, a rejection was not
 the expected one, or nothing was measured (every cell skipped); 2 bad input (matrix, flag, baseline: the message names
 file:line and the fix; nothing is launched); 3 infrastructure trouble (launch timeout, Docker engine, disk);
-4 nothing fell short but a statistical gate was inconclusive (its interval straddles the tolerance: neither green
-nor red; --accept-inconclusive makes that 0, which a release qualification must not pass).
+4 nothing fell short but a statistical gate was inconclusive (no real regression beyond its tolerance shown, its
+detection line not ruled out: neither green nor red; --accept-inconclusive makes that 0, which a release
+qualification must not pass).
 Ctrl-C or SIGTERM: everything started is torn down, results.json keeps what was measured, exit 130."""
 
 
