@@ -94,6 +94,11 @@ class ServerArgs:
         return self.served_model_name or self.model_path
 
     @property
+    def num_dp_ranks(self) -> int:
+        """Scheduler DP ranks: DP replicas times attention-DP groups (each answers /server_info's internal state)."""
+        return max(1, self.dp_size * self.attn_dp_size)
+
+    @property
     def launch_command(self) -> str:
         """/server_info's launch_command: the flags as given (server_args.launch_command), the API key hidden."""
         words = []

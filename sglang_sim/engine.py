@@ -24,6 +24,7 @@ from sglang_sim.config import SimConfig
 from sglang_sim.emission_log import EmissionLog
 from sglang_sim.metrics import ServerMetrics
 from sglang_sim.noise import BootNoise
+from sglang_sim.reasoning import ReasoningCount
 from sglang_sim.speculation import SpecShape, SpecStats, draw_accepted
 from sglang_sim.textgen import Ask, Persona, reply_tokens
 from sglang_sim.tokenizer import EOS_TOKEN_ID, token_id
@@ -40,6 +41,7 @@ class RankState:
     slots: asyncio.Semaphore | None = None  # --max-running-requests; the rest wait in the queue
     running: int = 0
     queued: int = 0
+    used_tokens: int = 0  # the KV its running requests hold: their prompts and the tokens generated so far
     total_accept_tokens: int = 0  # accepted + bonus, summed over verify steps (cumulative)
     total_forward_ct: int = 0  # verify steps, per request (SGLang adds the batch size)
     window_accept_tokens: int = 0  # the same since the last log window
@@ -85,6 +87,7 @@ class Generation:
     tokens: list[str] = field(default_factory=list)
     finish_reason: dict | None = None
     arrived: Instant = field(default_factory=Instant.now)
+    admitted: float | None = None  # time.monotonic() when its rank took it from the queue
     first_token: Instant | None = None  # when the engine handed the first token to the HTTP layer
     last_token: Instant | None = None  # ... and the last one (so far)
     # Each emission (the prefill token, then each decode or verify step's tokens): when it was handed
@@ -92,11 +95,13 @@ class Generation:
     emission_monotonic: list[float] = field(default_factory=list, repr=False)
     emission_tokens: list[int] = field(default_factory=list, repr=False)
     finished_at: float | None = None  # time.monotonic()
+    reasoning: ReasoningCount = field(default_factory=lambda: ReasoningCount(False))
     _output_ids: list[int] = field(default_factory=list, repr=False)
 
     def emitted(self, tokens: list[str]) -> None:
         """Note a step handed to the HTTP layer now (which writes it in the same event-loop turn)."""
         now = Instant.now()
+        self.reasoning.add(tokens)
         if self.first_token is None:
             self.first_token = now
         self.last_token = now
@@ -121,7 +126,7 @@ class Generation:
     def meta_info(self) -> dict:
         """SGLang's meta_info: latency and spec fields arrive with the finished state only."""
         info: dict[str, Any] = {"id": self.rid, "finish_reason": self.finish_reason, "prompt_tokens": self.prompt_tokens,
-                "weight_version": "default", "num_retractions": 0, "reasoning_tokens": 0,
+                "weight_version": "default", "num_retractions": 0, "reasoning_tokens": self.reasoning.tokens,
                 "completion_tokens": self.completion_tokens, "cached_tokens": 0, "dp_rank": self.reported_dp_rank}
         if self.finish_reason is not None:
             info["e2e_latency"] = (self.finished_at or time.monotonic()) - self.arrived.monotonic
@@ -154,6 +159,9 @@ class Job:
     prompt_tokens: int
     max_new_tokens: int
     streaming: bool
+    # SGLang's require_reasoning: its reasoning parser splits this request's thinking off, and the scheduler
+    # counts its reasoning tokens (sglang_sim.reasoning)
+    require_reasoning: bool = False
     # The server's startup request (native_api.warm_up). /metrics counts it as SGLang's tokenizer does; it
     # is not a client's, so neither crash_first_prefill ("healthy until the first real request") nor the
     # emission log sees it, and its few steps never reach a published decode window (below).
@@ -167,7 +175,7 @@ class Engine:
         self.args, self.config, self.env, self.shape, self.persona = args, config, env, shape, persona
         cap = args.max_running_requests  # per DP rank's scheduler; None: as many as memory allows (unbounded here)
         self.ranks = [RankState(rank, asyncio.Semaphore(cap) if cap else None)
-                      for rank in range(max(1, args.dp_size * args.attn_dp_size))]
+                      for rank in range(args.num_dp_ranks)]
         self._next_rank = itertools.cycle(self.ranks)
         self._on_prefill = on_prefill  # where the crash_first_prefill fault strikes
         self._sample_counter = itertools.count()
@@ -189,38 +197,47 @@ class Engine:
         rank = next(self._next_rank)
         spec = SpecStats(self.shape) if self.shape is not None else None
         reported_dp_rank = rank.dp_rank if self.args.dp_size > 1 else None
-        return Generation(uuid.uuid4().hex, rank.dp_rank, reported_dp_rank, job.prompt_tokens, spec)
+        return Generation(uuid.uuid4().hex, rank.dp_rank, reported_dp_rank, job.prompt_tokens, spec,
+                          reasoning=ReasoningCount(job.require_reasoning))
 
     async def run(self, gen: Generation, job: Job) -> AsyncGenerator[list[str], None]:
         """Yield the tokens of each step (prefill first); ``gen`` holds the totals."""
         rank = self.ranks[gen.dp_rank]
         admitted = False
         rank.queued += 1
+        self._scheduler_changed(rank)
         try:
             async with rank.slots or contextlib.nullcontext():
                 rank.queued -= 1
                 admitted = True
+                gen.admitted = time.monotonic()
                 async with contextlib.aclosing(self._running(gen, job, rank)) as steps:
                     async for step in steps:
                         yield step
         finally:
             if not admitted:  # the client left while the request was still queued
                 rank.queued -= 1
+                self._scheduler_changed(rank)
 
     async def _running(self, gen: Generation, job: Job, rank: RankState) -> AsyncGenerator[list[str], None]:
         if rank.running == 0:  # an idle rank's log window starts with its next request
             rank.window_started = time.perf_counter()
         rank.running += 1
-        self._running_changed(rank)
+        held = gen.prompt_tokens
+        rank.used_tokens += held
+        self._scheduler_changed(rank)
         try:
             async for step in self._steps(gen, job, rank):
+                rank.used_tokens += len(step)
+                held += len(step)
                 yield step
         finally:
             rank.running -= 1
+            rank.used_tokens -= held
             gen.finished_at = time.monotonic()
             if gen.finish_reason is None:
                 gen.finish_reason = {"type": "abort", "message": "client disconnected"}
-            self._running_changed(rank)
+            self._scheduler_changed(rank)
             if rank.running == 0:
                 self._publish_window(rank)
             if self.metrics is not None:
@@ -291,9 +308,9 @@ class Engine:
                 gen.finish_reason = {"type": "length", "length": max_new_tokens}
         return taken
 
-    def _running_changed(self, rank: RankState) -> None:
+    def _scheduler_changed(self, rank: RankState) -> None:
         if self.metrics is not None:
-            self.metrics.running_changed(rank.dp_rank, rank.running)
+            self.metrics.scheduler_changed(rank)
 
     def _publish_window(self, rank: RankState) -> None:
         """What SGLang does every decode_log_interval batches: log a line, set the spec gauges."""
@@ -318,12 +335,14 @@ class Engine:
                         f"#queue-req: {rank.queued}")
         rank.window_accept_tokens = rank.window_correct_drafts = rank.window_forward_ct = rank.window_generated = 0
         rank.window_started = now
+        self._scheduler_changed(rank)
 
     def internal_states(self, server_args: dict) -> list[dict]:
-        """/server_info's internal_states: one entry per DP rank."""
+        """/server_info's internal_states: one entry per DP rank, in rank order (SGLang's entries do not name
+        their rank)."""
         states = []
         for rank in self.ranks:
-            state = {**server_args, "dp_rank": rank.dp_rank, "world_size": self.args.tp_size * self.args.pp_size
+            state = {**server_args, "world_size": self.args.tp_size * self.args.pp_size
                      * self.args.dp_size, "effective_max_running_requests_per_dp": self.args.max_running_requests,
                      "last_gen_throughput": rank.last_gen_throughput, "num_running_reqs": rank.running,
                      "num_queue_reqs": rank.queued}

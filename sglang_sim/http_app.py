@@ -7,6 +7,7 @@ import secrets
 from aiohttp import web
 
 from sglang_sim import native_api, openai_api
+from sglang_sim.metrics import ServerMetrics
 from sglang_sim.server_state import ServerState, json_response
 
 # (methods, path, handler); generation endpoints are 503 until the server is up
@@ -41,8 +42,30 @@ def _api_key_middleware(api_key: str):
     return check
 
 
+def _http_metrics_middleware(metrics: ServerMetrics):
+    """SGLang's add_http_request_metrics_middleware: every request counted by its route's path (the raw path when
+    no route matches), the active ones gauged, each response counted by its status (an aborted one is not)."""
+    @web.middleware
+    async def count(request: web.Request, handler):
+        route = request.match_info.route.resource
+        endpoint = route.canonical if route is not None else request.path
+        metrics.http_started(endpoint, request.method)
+        status = None
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as err:
+            status = err.status
+            raise
+        finally:
+            metrics.http_finished(endpoint, request.method, status)
+    return count
+
+
 def api_app(state: ServerState) -> web.Application:
-    middlewares = [_api_key_middleware(state.args.api_key)] if state.args.api_key else []
+    middlewares = [_http_metrics_middleware(state.metrics)] if state.metrics is not None else []
+    middlewares += [_api_key_middleware(state.args.api_key)] if state.args.api_key else []
     app = web.Application(middlewares=middlewares, client_max_size=64 * 1024 * 1024)
     app[ServerState.KEY] = state
     routes = ROUTES + ((METRICS_ROUTE,) if state.args.enable_metrics else ())

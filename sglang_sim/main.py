@@ -174,8 +174,9 @@ async def _serve_rank0(args: ServerArgs, config: SimConfig, env: SglangEnv, arch
     stop = _stop_on_signals()
     _arm_rank_exit(config, 0)
     shape = SpecShape.of(args)
-    num_dp_ranks = max(1, args.dp_size * args.attn_dp_size)
-    metrics = ServerMetrics(args, num_dp_ranks) if args.enable_metrics else None
+    num_dp_ranks = args.num_dp_ranks
+    metrics = (ServerMetrics(args, num_dp_ranks, native_api.startup_times(config.boot_seconds))
+               if args.enable_metrics else None)
     noise = BootNoise.of(config)
     persona = Persona(config.seed, config.gpqa_accuracy, answer_key, garbage=config.faults.garbage_output,
                       concentration=config.gpqa_concentration, nonce=noise.nonce)

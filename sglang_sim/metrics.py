@@ -1,92 +1,155 @@
-"""``/metrics`` in Prometheus text, with SGLang's metric names and labels (observability/metrics_collector.py).
+"""``/metrics`` in Prometheus text: every family SGLang 0.5.23's own front end sends, with its names, types,
+labels and buckets (``sglang_sim.metric_families``, taken from the real front end).
 
-One registry per server (no process-global state). Counters move when a request finishes, by
-the tokens it really produced; the spec gauges hold the last logging window, as in SGLang.
-prometheus_client drops a counter name's ``_total`` and adds it back on exposition, so
-``sglang:prompt_tokens`` here is ``sglang:prompt_tokens_total`` on the wire, as SGLang's.
+One registry per server (no process-global state). What the simulator knows is measured: requests running and
+queued, tokens held (KV use), generation throughput and the spec gauges per logging window, each finished
+request's tokens, verify calls, TTFT, inter-token latency, time per output token, queue and prefill time, the
+HTTP requests by endpoint, this process's CPU time, the boot time. What it does not model (SWA and Mamba pools,
+PD-disaggregation queues, DP-attention balance, CUDA graphs, prefix cache, grammar, routing keys) is sent as an
+idle SGLang sends it: zero. prometheus_client drops a counter name's ``_total`` and adds it back on exposition,
+so ``sglang:prompt_tokens`` here is ``sglang:prompt_tokens_total`` on the wire, as SGLang's.
 """
 
 from __future__ import annotations
 
+import bisect
+import os
+import time
+from typing import Any, Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from sglang_sim.args import ServerArgs
+from sglang_sim.metric_families import Family, load
 
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                15.0, 20.0, 25.0, 30.0, 60.0, 120.0)
-E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 150.0,
-               200.0, 300.0, 400.0, 600.0, 1200.0, 1800.0, 2400.0)
+METRIC_KINDS = {"counter": Counter, "gauge": Gauge, "histogram": Histogram}
+MAX_TOTAL_NUM_TOKENS = 1 << 24  # the KV pool the simulated scheduler reports (it never runs out)
+CPU_COMPONENT = "tokenizer"  # one process plays tokenizer and scheduler: its CPU time is counted once, as the tokenizer's
+
+
+def kv_gauges(used: int) -> dict[str, float]:
+    """SchedulerStats' KV figures for ``used`` tokens held by running requests (one full-attention pool, no
+    prefix cache: nothing evictable)."""
+    return {"num_used_tokens": used, "kv_used_tokens": used, "decode_sum_seq_lens": used,
+            "kv_available_tokens": MAX_TOTAL_NUM_TOKENS - used, "token_usage": used / MAX_TOTAL_NUM_TOKENS,
+            "full_token_usage": used / MAX_TOTAL_NUM_TOKENS}
 
 
 class ServerMetrics:
-    def __init__(self, args: ServerArgs, num_dp_ranks: int):
+    def __init__(self, args: ServerArgs, num_dp_ranks: int, startup_time: Mapping[str, Any] | None = None):
         self.registry = CollectorRegistry()
         engine_type = {"prefill": "prefill", "decode": "decode"}.get(args.disaggregation_mode, "unified")
-        self._labels = {"model_name": args.model_name, "engine_type": engine_type}
+        self._identity = {"model_name": args.model_name, "engine_type": engine_type, "tp_rank": "0", "pp_rank": "0",
+                          "moe_ep_rank": "0", "pid": str(os.getpid())}
         self._with_dp_rank = num_dp_ranks > 1
-        scheduler_labels = [*self._labels, "tp_rank", "pp_rank", "moe_ep_rank"] + (["dp_rank"] if self._with_dp_rank
-                                                                                    else [])
-        request_labels = [*self._labels, "is_streaming"]
-        registry = self.registry
-        self.num_running_reqs = Gauge("sglang:num_running_reqs", "The number of running requests.",
-                                      scheduler_labels, registry=registry, multiprocess_mode="mostrecent")
-        self.spec_accept_length = Gauge(
-            "sglang:spec_accept_length",
-            "Mean acceptance length of speculative decoding (accepted drafts + bonus token per forward).",
-            scheduler_labels, registry=registry, multiprocess_mode="mostrecent")
-        self.spec_accept_rate = Gauge(
-            "sglang:spec_accept_rate",
-            "Speculative acceptance rate (`accepted drafts / proposed drafts` in batch).",
-            scheduler_labels, registry=registry, multiprocess_mode="mostrecent")
-        self.prompt_tokens = Counter("sglang:prompt_tokens", "Number of prefill tokens processed.",
-                                     request_labels, registry=registry)
-        self.generation_tokens = Counter("sglang:generation_tokens", "Number of generation tokens processed.",
-                                         request_labels, registry=registry)
-        # SGLang 0.5.23: TokenizerMetricsCollector.__init__ (observability/metrics_collector.py); no
-        # is_streaming label, and observe_one_finished_request adds each finished request's spec_verify_ct.
-        self.spec_verify_calls = Counter("sglang:spec_verify_calls",
-                                         "Number of speculative decoding verification calls.",
-                                         list(self._labels), registry=registry)
-        self.num_requests = Counter("sglang:num_requests", "Number of requests processed.",
-                                    request_labels, registry=registry)
-        self.time_to_first_token = Histogram("sglang:time_to_first_token_seconds",
-                                             "Histogram of time to first token in seconds.", request_labels,
-                                             buckets=TTFT_BUCKETS, registry=registry)
-        self.e2e_request_latency = Histogram("sglang:e2e_request_latency_seconds",
-                                             "Histogram of End-to-end request latency in seconds",
-                                             request_labels, buckets=E2E_BUCKETS, registry=registry)
-        for rank in range(num_dp_ranks):
-            self.num_running_reqs.labels(**self._scheduler(rank)).set(0)
+        self._families = {family.name: family for family in load()}
+        self._metrics = {family.name: self._declare(family) for family in self._families.values()}
+        self._cpu_seconds = time.process_time()
+        for family in self._families.values():  # the series SGLang sends from the start: the schedulers' and
+            if family.per_scheduler or family.series or not family.labels:  # the fixed ones; others once moved
+                for rank in range(num_dp_ranks) if family.per_scheduler else (0,):
+                    for series in family.series or ((),):
+                        self._series(family.name, rank, **dict(series))
+        if startup_time is not None:
+            self._startup(startup_time)
 
-    def _scheduler(self, dp_rank: int) -> dict:
-        labels = {**self._labels, "tp_rank": "0", "pp_rank": "0", "moe_ep_rank": "0"}
-        if self._with_dp_rank:
-            labels["dp_rank"] = str(dp_rank)
-        return labels
+    def _declare(self, family: Family) -> Any:
+        labels = list(family.labels) + (["dp_rank"] if family.per_scheduler and self._with_dp_rank else [])
+        extra = {"buckets": family.buckets} if family.kind == "histogram" else {}
+        return METRIC_KINDS[family.kind](family.name, family.help, labels, registry=self.registry, **extra)
 
-    def _request(self, streaming: bool) -> dict:
-        return {**self._labels, "is_streaming": "true" if streaming else "false"}
+    def _series(self, name: str, dp_rank: int = 0, /, **labels: str) -> Any:
+        """One series of a family: its identity labels filled in (the DP rank's for a scheduler's family)."""
+        metric = self._metrics[name]
+        names = metric._labelnames
+        if not names:
+            return metric
+        identity = {**self._identity, "dp_rank": str(dp_rank)}
+        return metric.labels(**{key: identity[key] for key in names if key not in labels}, **labels)
 
-    def running_changed(self, dp_rank: int, running: int) -> None:
-        self.num_running_reqs.labels(**self._scheduler(dp_rank)).set(running)
+    def _startup(self, startup_time: Mapping[str, Any]) -> None:
+        """TokenizerMetricsCollector.emit_startup_time."""
+        for phase in ("load_weight", "kv_cache_allocation", "scheduler_e2e", "tokenizer_e2e"):
+            self._series("sglang:startup_time_seconds", phase=phase).set(float(startup_time[phase]))
+        for phase, seconds in startup_time["cuda_graph"].items():
+            self._series("sglang:startup_cuda_graph_time_seconds", phase=phase).set(float(seconds))
+
+    # --- the scheduler's, per DP rank (SchedulerMetricsCollector.log_stats) ---------------------------
+
+    def scheduler_changed(self, rank) -> None:
+        """A rank's requests or tokens changed, or its log window closed: the gauges SGLang logs per batch."""
+        values = {"num_running_reqs": rank.running, "num_queue_reqs": rank.queued,
+                  "gen_throughput": rank.last_gen_throughput, **kv_gauges(rank.used_tokens)}
+        for name, value in values.items():
+            self._series(f"sglang:{name}", rank.dp_rank).set(value)
 
     def spec_window(self, dp_rank: int, accept_length: float, accept_rate: float) -> None:
-        self.spec_accept_length.labels(**self._scheduler(dp_rank)).set(accept_length)
-        self.spec_accept_rate.labels(**self._scheduler(dp_rank)).set(accept_rate)
+        self._series("sglang:spec_accept_length", dp_rank).set(accept_length)
+        self._series("sglang:spec_accept_rate", dp_rank).set(accept_rate)
+
+    def _scheduled(self, gen) -> None:
+        """SchedulerReqTimeStats' observations of one request: its queue wait and its prefill."""
+        admitted = gen.admitted if gen.admitted is not None else gen.arrived.monotonic
+        first = gen.first_token.monotonic if gen.first_token is not None else admitted
+        self._series("sglang:queue_time_seconds", gen.dp_rank).observe(admitted - gen.arrived.monotonic)
+        stage = "sglang:per_stage_req_latency_seconds"
+        self._series(stage, gen.dp_rank, stage="request_process").observe(0.0)
+        self._series(stage, gen.dp_rank, stage="prefill_forward").observe(max(first - admitted, 0.0))
+        self._series("sglang:prefill_effective_tokens", gen.dp_rank, mode="input").inc(gen.prompt_tokens)
+
+    # --- the tokenizer's (TokenizerMetricsCollector) -------------------------------------------------
 
     def request_finished(self, gen, streaming: bool) -> None:
-        labels = self._request(streaming)
-        self.num_requests.labels(**labels).inc()
-        self.prompt_tokens.labels(**labels).inc(gen.prompt_tokens)
-        self.generation_tokens.labels(**labels).inc(gen.completion_tokens)
-        if gen.spec is not None and gen.spec.verify_ct > 0:  # as SGLang: only when the request verified
-            self.spec_verify_calls.labels(**self._labels).inc(gen.spec.verify_ct)
-        started = gen.arrived.monotonic
         if gen.first_token is not None:
-            self.time_to_first_token.labels(**labels).observe(gen.first_token.monotonic - started)
-        self.e2e_request_latency.labels(**labels).observe((gen.finished_at or started) - started)
+            self._scheduled(gen)
+        labels = {"is_streaming": "true" if streaming else "false"}
+        self._series("sglang:num_requests", **labels).inc()
+        self._series("sglang:prompt_tokens", **labels).inc(gen.prompt_tokens)
+        self._series("sglang:generation_tokens", **labels).inc(gen.completion_tokens)
+        if gen.spec is not None and gen.spec.verify_ct > 0:  # as SGLang: only when the request verified
+            self._series("sglang:spec_verify_calls").inc(gen.spec.verify_ct)
+        started = gen.arrived.monotonic
+        finished = gen.finished_at or started
+        self._series("sglang:e2e_request_latency_seconds", **labels).observe(finished - started)
+        for name, tokens in (("prompt_tokens_histogram", gen.prompt_tokens),
+                             ("uncached_prompt_tokens_histogram", gen.prompt_tokens),  # no prefix cache here
+                             ("generation_tokens_histogram", gen.completion_tokens)):
+            self._series(f"sglang:{name}").observe(tokens)
+        if gen.first_token is None:
+            return
+        self._series("sglang:time_to_first_token_seconds", **labels).observe(gen.first_token.monotonic - started)
+        self._inter_token_latencies(gen)
+        if gen.completion_tokens > 1 and finished > gen.first_token.monotonic:  # get_time_per_output_token
+            self._series("sglang:request_time_per_output_token_seconds", **labels).observe(
+                (finished - gen.first_token.monotonic) / (gen.completion_tokens - 1))
+
+    def _inter_token_latencies(self, gen) -> None:
+        """observe_inter_token_latency per step after the first: the step's interval spread over its tokens, one
+        observation per token, added at once as SGLang does (the sum by the interval, one bucket by the count)."""
+        latency = self._series("sglang:inter_token_latency_seconds")
+        times, counts = gen.emission_monotonic, gen.emission_tokens
+        for step in range(1, len(times)):
+            if counts[step] > 0:
+                interval = times[step] - times[step - 1]
+                latency._sum.inc(interval)
+                bucket = bisect.bisect_left(latency._upper_bounds, interval / counts[step])
+                latency._buckets[bucket].inc(counts[step])
+
+    # --- the HTTP server's (http_request_metrics.py: by the route's path) ---------------------------
+
+    def http_started(self, endpoint: str, method: str) -> None:
+        self._series("sglang:http_requests", endpoint=endpoint, method=method).inc()
+        self._series("sglang:http_requests_active", endpoint=endpoint, method=method).inc()
+
+    def http_finished(self, endpoint: str, method: str, status: int | None) -> None:
+        if status is not None:
+            self._series("sglang:http_responses", endpoint=endpoint, method=method, status_code=str(status)).inc()
+        self._series("sglang:http_requests_active", endpoint=endpoint, method=method).dec()
 
     def render(self) -> bytes:
+        now = time.process_time()
+        self._series("sglang:process_cpu_seconds", component=CPU_COMPONENT).inc(max(now - self._cpu_seconds, 0.0))
+        self._cpu_seconds = now
         return generate_latest(_AsMultiprocess(self.registry))
 
 

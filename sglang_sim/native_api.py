@@ -13,6 +13,7 @@ from aiohttp import web
 from sglang_sim.args import SGLANG_VERSION
 from sglang_sim.choices import Choices
 from sglang_sim.engine import Generation, Job
+from sglang_sim.metrics import MAX_TOTAL_NUM_TOKENS
 from sglang_sim.openai_api import BadRequest, error_response
 from sglang_sim.server_state import ServerState, json_response, sse_event
 from sglang_sim.textgen import Ask
@@ -59,7 +60,6 @@ UNFLAGGED_FIELDS = {
     "watermark_mixing_probability": 0.5,
 }
 NOT_A_FIELD = ("config",)  # --config names a file of flags: parsed away, never a ServerArgs field
-MAX_TOTAL_NUM_TOKENS = 1 << 24  # the KV pool the simulated scheduler reports (it never runs out)
 SCHEDULER_PHASES = ("prefill", "decode", "target_verify", "draft_prefill", "draft_decode", "draft_extend")
 
 

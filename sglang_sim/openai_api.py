@@ -17,6 +17,7 @@ from aiohttp import web
 from sglang_sim.args import ServerArgs
 from sglang_sim.choices import Choices
 from sglang_sim.engine import Generation, Job
+from sglang_sim.reasoning import ReasoningCount, reasoning_requested, separates_reasoning
 from sglang_sim.server_state import ServerState, json_response, sse_event
 from sglang_sim.textgen import Ask
 from sglang_sim.tokenizer import THINK_END, THINK_START, count_tokens, encode, token_id
@@ -162,24 +163,26 @@ def render_chat(messages: Any) -> tuple[str, str]:
     return "".join(turns) + "<|assistant|>\n", last_user
 
 
-def _jobs(state: ServerState, prompt: str, question: str, sampling: Sampling, thinking: bool) -> list[Job]:
+def _jobs(state: ServerState, prompt: str, question: str, sampling: Sampling, thinking: bool,
+          require_reasoning: bool = False) -> list[Job]:
     prompt_tokens = count_tokens(prompt)
     limit = state.max_new_tokens(prompt_tokens, sampling.max_tokens)
     return [Job(Ask(prompt, question, state.engine.sample_key(sampling.temperature), thinking, sampling.ignore_eos),
-                prompt_tokens, limit, sampling.stream)
+                prompt_tokens, limit, sampling.stream, require_reasoning=require_reasoning)
             for _ in range(sampling.n)]
 
 
-def token_usage(prompt: int, completion: int, prompt_details: dict | None = None) -> dict:
-    """UsageProcessor.calculate_token_usage(...).model_dump(): UsageInfo in its field order (the simulator
-    reports no reasoning tokens, so completion_tokens_details stays None)."""
+def token_usage(prompt: int, completion: int, prompt_details: dict | None = None, reasoning: int = 0) -> dict:
+    """UsageProcessor.calculate_token_usage(...).model_dump(): UsageInfo in its field order."""
     return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
-            "prompt_tokens_details": prompt_details, "reasoning_tokens": 0, "completion_tokens_details": None}
+            "prompt_tokens_details": prompt_details, "reasoning_tokens": reasoning,
+            "completion_tokens_details": {"reasoning_tokens": reasoning} if reasoning else None}
 
 
 def usage_of(generations: list[Generation], n: int) -> dict:
     prompt = sum(gen.prompt_tokens for index, gen in enumerate(generations) if index % n == 0)
-    return token_usage(prompt, sum(gen.completion_tokens for gen in generations))
+    return token_usage(prompt, sum(gen.completion_tokens for gen in generations),
+                       reasoning=sum(gen.reasoning.tokens for gen in generations))
 
 
 class ContinuousUsage:
@@ -193,14 +196,16 @@ class ContinuousUsage:
         self.active = sampling.continuous_usage
         self._prompts = [gen.prompt_tokens for gen in choices.generations]
         self._sent = [0] * len(self._prompts)
+        self._reasoning = [ReasoningCount(job.require_reasoning) for job in choices.jobs]
         self._prompt_details = prompt_details
 
     def step(self, index: int, tokens: list[str]) -> dict | None:
         """Count a step's tokens; the usage its chunks carry (None when not asked for)."""
         self._sent[index] += len(tokens)
+        reasoning = self._reasoning[index].add(tokens)
         if not self.active:
             return None
-        return token_usage(self._prompts[index], self._sent[index], self._prompt_details)
+        return token_usage(self._prompts[index], self._sent[index], self._prompt_details, reasoning)
 
 
 def sglext_of(generations: list[Generation], sampling: Sampling, ids: dict | None = None) -> dict | None:
@@ -267,11 +272,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         returns = ChatReturns.parse(body, request.headers, state.args, sampling.stream)
     except BadRequest as err:
         return error_response(str(err), err_type=err.err_type)
-    kwargs = body.get("chat_template_kwargs") or {}
-    thinking = bool(kwargs.get("thinking") or kwargs.get("enable_thinking"))
-    separate = bool(state.args.reasoning_parser) and body.get("separate_reasoning", True) is not False
-    choices = Choices(state.engine, _jobs(state, prompt, question, sampling, thinking))
-    splits = [ReasoningSplit(separate and thinking) for _ in choices.jobs]
+    parser = state.args.reasoning_parser
+    thinking = reasoning_requested(parser, body.get("chat_template_kwargs"))
+    parsed = thinking and separates_reasoning(parser)  # SGLang's require_reasoning
+    choices = Choices(state.engine, _jobs(state, prompt, question, sampling, thinking, require_reasoning=parsed))
+    splits = [ReasoningSplit(parsed and body.get("separate_reasoning", True) is not False) for _ in choices.jobs]
     if sampling.stream:
         return await _chat_stream(request, state, choices, sampling, splits, returns)
     generations = await choices.run_to_end()

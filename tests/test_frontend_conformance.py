@@ -4,9 +4,10 @@ Two servers with the same argv and the same simulated engine: the embedded simul
 and SGLang's own front end in front of it (``--server sglang-frontend``: SGLang's FastAPI app, TokenizerManager,
 OpenAI serving layer and DetokenizerManager). The same requests go to both; what comes back is compared by
 shape: keys and value types (recursively), the sequence of streamed chunk kinds, finish reasons, usage
-arithmetic and token counts, ``/server_info`` keys (and ``internal_states[0]``'s), ``/metrics`` families and
-label sets. Every remaining difference is listed in ``KNOWN_DIFFERENCES`` with why (sglang_sim/README.md has the
-same list); a listed one that no longer shows up fails too, so the list only shrinks as the simulator catches up.
+arithmetic and token counts, ``/server_info`` keys (and ``internal_states[0]``'s), ``/metrics`` families with
+their types and label sets. Every remaining difference is listed in ``KNOWN_DIFFERENCES`` with why
+(sglang_sim/README.md has the same list); a listed one that no longer shows up fails too, so the list only shrinks
+as the simulator catches up.
 Skipped, with the command, where the front-end venv is not installed (``bash .ci/sglang-frontend.sh``).
 """
 
@@ -25,45 +26,19 @@ from tests.simulator_process import FRONTEND_MISSING, frontend_venv, running_sim
 
 MODEL = "deepseek-ai/DeepSeek-V4-Flash"
 ARGS = ("--device", "cuda", "--tp-size", "8", "--speculative-algorithm", "DSPARK", "--speculative-dspark-block-size", "3",
-        "--enable-metrics")
+        "--enable-metrics", "--reasoning-parser", "deepseek-v4")
 ENV = {"DSPARK_SIM_DECODE_STEP_MS": "2", "DSPARK_SIM_PREFILL_MS_PER_TOKEN": "0", "DSPARK_SIM_SEED": "0",
        "DSPARK_SIM_GPQA_PATH": str(SYNTHETIC_GPQA)}
 # Words the simulator's own prose uses: in the front end's vocabulary, so both engines read the same prompt.
 PROMPT = "Consider the energy of the system and compute the rate"
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}], "temperature": 0,
         "return_spec_tokens_details": True}
+# deepseek-v4's parser: the model reasons when the request says thinking=True (its reasoning_default).
+THINKING = {**CHAT, "chat_template_kwargs": {"thinking": True}, "max_tokens": 4000}
 
 # Why each remaining difference stays, -> (where, what) as ``differences`` reports them (where: a request, or
 # "server_info", "internal_states", "metrics"). sglang_sim/README.md "Differences from SGLang's own front end".
-KNOWN_GROUPS: dict[str, tuple[tuple[str, str], ...]] = {
-    "the simulator labels each DP rank's entry (SGLang 0.5.23's entries carry no rank, one per DP rank in order)":
-        (("internal_states", "dp_rank"),),
-    "scheduler internals the simulator does not model: KV, SWA and Mamba pools, PD-disaggregation queues, DP "
-    "attention balance, routing keys, CUDA graphs, per-stage latencies and the scheduler process's own time":
-        tuple(("metrics", f"sglang:{name}") for name in (
-            "cache_hit_rate", "decode_sum_seq_lens", "dp_attention_pairs", "dp_attention_steps",
-            "dp_attention_sync_wait_seconds", "dp_attention_token_imbalance_ratio", "dp_attention_tokens",
-            "full_token_usage", "fwd_occupancy", "gen_throughput", "is_cuda_graph", "kv_available_tokens",
-            "kv_evictable_tokens", "kv_used_tokens", "mamba_available_tokens", "mamba_evictable_tokens",
-            "mamba_usage", "mamba_used_tokens", "new_token_ratio", "num_decode_deferred_kv_release_reqs",
-            "num_decode_host_receive_queue_reqs", "num_decode_prealloc_queue_reqs", "num_decode_transfer_queue_reqs",
-            "num_grammar_queue_reqs", "num_paused_reqs", "num_prefill_bootstrap_queue_reqs",
-            "num_prefill_inflight_queue_reqs", "num_queue_reqs", "num_retracted_reqs",
-            "num_unique_running_routing_keys", "num_used_tokens", "pending_prealloc_token_usage",
-            "per_stage_req_latency_seconds", "prealloc_full_token_usage", "prealloc_swa_token_usage",
-            "prefill_effective_tokens", "queue_time_seconds", "routing_key_all_req_count",
-            "routing_key_running_req_count", "scheduler_idle_seconds", "scheduler_process_cpu_seconds",
-            "scheduler_stage_seconds", "spec_block_accept_length", "spec_cap_length", "spec_num_draft_tokens",
-            "spec_num_steps", "swa_available_tokens", "swa_evictable_tokens", "swa_token_usage", "swa_used_tokens",
-            "token_usage", "utilization")),
-    "the HTTP server's and tokenizer's own families (FastAPI middleware, per-token latency, startup, token "
-    "histograms): no suite reads them; the simulator keeps the request counters and latencies they do read":
-        tuple(("metrics", f"sglang:{name}") for name in (
-            "generation_tokens_histogram", "http_requests", "http_requests_active", "http_responses",
-            "inter_token_latency_seconds", "process_cpu_seconds", "prompt_tokens_histogram",
-            "request_time_per_output_token_seconds", "routing_keys_active", "startup_cuda_graph_time_seconds",
-            "startup_time_seconds", "uncached_prompt_tokens_histogram")),
-}
+KNOWN_GROUPS: dict[str, tuple[tuple[str, str], ...]] = {}
 KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {key: why for why, keys in KNOWN_GROUPS.items() for key in keys}
 
 
@@ -123,8 +98,12 @@ def exchange(base_url: str) -> dict[str, Any]:
     post = lambda path, body: requests.post(base_url + path, json=body, timeout=60).json()  # noqa: E731
     streamed = stream_events(base_url, "/v1/chat/completions", {
         **CHAT, "max_tokens": 12, "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+    thinking_stream = stream_events(base_url, "/v1/chat/completions", {
+        **THINKING, "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
     return {
         "chat": post("/v1/chat/completions", {**CHAT, "max_tokens": 12}),
+        "chat_thinking": post("/v1/chat/completions", THINKING),
+        "chat_thinking_stream": thinking_stream,
         "chat_natural_stop": post("/v1/chat/completions", {**CHAT, "max_tokens": 4000}),
         "chat_stream": streamed,
         "generate": post("/generate", {"text": PROMPT, "sampling_params": {"max_new_tokens": 12, "temperature": 0}}),
@@ -135,11 +114,11 @@ def exchange(base_url: str) -> dict[str, Any]:
     }
 
 
-def metric_labels(text: str) -> dict[str, set[str]]:
-    """Family -> its label names (over every sample)."""
-    families: dict[str, set[str]] = {}
+def metric_labels(text: str) -> dict[str, tuple[str, set[str]]]:
+    """Family -> its type and label names (over every sample)."""
+    families: dict[str, tuple[str, set[str]]] = {}
     for family in text_string_to_metric_families(text):
-        labels = families.setdefault(family.name, set())
+        _, labels = families.setdefault(family.name, (family.type, set()))
         for sample in family.samples:
             labels.update(name for name in sample.labels if name not in ("le", "quantile"))
     return families
@@ -148,14 +127,15 @@ def metric_labels(text: str) -> dict[str, set[str]]:
 def differences(ours: dict, theirs: dict) -> dict[tuple[str, str], str]:
     """(where, what) -> the difference, over everything ``exchange`` brought back."""
     found: dict[tuple[str, str], str] = {}
-    for name in ("chat", "chat_natural_stop", "generate", "completions"):
+    for name in ("chat", "chat_natural_stop", "chat_thinking", "generate", "completions"):
         for line in diff_shapes(shape(ours[name]), shape(theirs[name])):
             found[(name, line.split(":")[0])] = line
     for line in diff_shapes(shape(ours["chat_stream"][1]), shape(theirs["chat_stream"][1])):
         found[("chat_stream content chunk", line.split(":")[0])] = line
-    kinds = [collapsed([chunk_kind(c) for c in side["chat_stream"]]) for side in (ours, theirs)]
-    if kinds[0] != kinds[1]:
-        found[("chat_stream", "chunk sequence")] = f"simulator {kinds[0]}, SGLang {kinds[1]}"
+    for name in ("chat_stream", "chat_thinking_stream"):
+        kinds = [collapsed([chunk_kind(c) for c in side[name]]) for side in (ours, theirs)]
+        if kinds[0] != kinds[1]:
+            found[(name, "chunk sequence")] = f"simulator {kinds[0]}, SGLang {kinds[1]}"
     info = [side["server_info"] for side in (ours, theirs)]
     for key in sorted(set(info[0]) ^ set(info[1])):
         found[("server_info", key)] = "missing in the simulator" if key in info[1] else "only in the simulator"
@@ -167,8 +147,9 @@ def differences(ours: dict, theirs: dict) -> dict[tuple[str, str], str]:
         if family not in metrics[0] or family not in metrics[1]:
             found[("metrics", family)] = "missing in the simulator" if family in metrics[1] else "only in the simulator"
         elif metrics[0][family] != metrics[1][family]:
-            found[("metrics", family)] = f"labels: simulator {sorted(metrics[0][family])}, SGLang " \
-                                         f"{sorted(metrics[1][family])}"
+            (ours_type, ours_labels), (their_type, their_labels) = metrics[0][family], metrics[1][family]
+            found[("metrics", family)] = f"{ours_type} labelled {sorted(ours_labels)} in the simulator, " \
+                                         f"{their_type} labelled {sorted(their_labels)} by SGLang"
     return found
 
 
@@ -211,6 +192,27 @@ def test_continuous_usage_grows_by_each_chunk_on_both(both):
         assert final and final[-1]["completion_tokens"] == 12
 
 
+def streamed_text(chunks: list[dict], field: str) -> str:
+    return "".join((c["choices"][0]["delta"].get(field) or "") for c in chunks if c.get("choices"))
+
+
+def test_reasoning_content_and_reasoning_tokens_agree_streamed_and_not(both):
+    ours, theirs = both["simulator"], both["sglang"]
+    message = [side["chat_thinking"]["choices"][0]["message"] for side in (ours, theirs)]
+    assert message[0]["reasoning_content"] and "<think>" not in message[0]["content"], \
+        "the simulated model thinks, and the parser takes its thinking out of the content"
+    assert message[0]["reasoning_content"] == message[1]["reasoning_content"]
+    assert message[0]["content"] == message[1]["content"]
+    usage = [side["chat_thinking"]["usage"] for side in (ours, theirs)]
+    assert usage[0] == usage[1] and usage[0]["reasoning_tokens"] > 0, "reasoning tokens counted up to </think>"
+    assert usage[0]["completion_tokens_details"] == {"reasoning_tokens": usage[0]["reasoning_tokens"]}
+    for side, reply in ((ours, message[0]), (theirs, message[1])):
+        chunks = side["chat_thinking_stream"]
+        assert streamed_text(chunks, "reasoning_content") == reply["reasoning_content"]
+        assert streamed_text(chunks, "content") == reply["content"]
+        assert chunks[-1]["usage"]["reasoning_tokens"] == usage[0]["reasoning_tokens"]
+
+
 def test_every_difference_from_sglang_is_known_and_explained(both):
     found = differences(both["simulator"], both["sglang"])
     unexplained = {key: line for key, line in found.items() if key not in KNOWN_DIFFERENCES}
@@ -219,3 +221,32 @@ def test_every_difference_from_sglang_is_known_and_explained(both):
         f"  {where}: {what}: {line}" if not line.startswith(what) else f"  {where}: {line}"
         for (where, what), line in sorted(unexplained.items()))
     assert not gone, f"listed differences no longer seen (remove them from KNOWN_DIFFERENCES): {gone}"
+
+
+DP_ARGS = ("--device", "cuda", "--tp-size", "4", "--dp-size", "2", "--enable-dp-attention", "--enable-dp-lm-head",
+           "--speculative-algorithm", "DSPARK", "--speculative-dspark-block-size", "3")
+
+
+def dp_internal_states(base_url: str) -> list[dict]:
+    """/server_info's internal_states after four requests (spread over the DP ranks round-robin)."""
+    for index in range(4):
+        requests.post(base_url + "/generate", timeout=60, json={
+            "text": f"{PROMPT} {index}", "sampling_params": {"max_new_tokens": 40, "ignore_eos": True}}
+        ).raise_for_status()
+    return requests.get(base_url + "/server_info", timeout=60).json()["internal_states"]
+
+
+def test_an_attention_dp_cell_reports_one_internal_state_per_dp_rank_on_both(tmp_path):
+    python = frontend_venv()
+    if python is None:
+        pytest.skip(FRONTEND_MISSING)
+    with running_simulator(ENV, DP_ARGS, model=MODEL, log_path=tmp_path / "sim.log") as simulator:
+        ours = dp_internal_states(simulator)
+    with running_simulator(ENV, DP_ARGS, model=MODEL, log_path=tmp_path / "frontend.log", boot_timeout=600,
+                           frontend_python=python) as frontend:
+        theirs = dp_internal_states(frontend)
+    assert len(ours) == len(theirs) == 2, "one entry per DP rank"
+    # The same seed, prompts and round-robin: each rank's accept length is the same figure on both.
+    assert [state["avg_spec_accept_length"] for state in ours] == \
+           [state["avg_spec_accept_length"] for state in theirs]
+    assert len({state["avg_spec_accept_length"] for state in theirs}) == 2, "each rank reports its own figures"

@@ -26,7 +26,7 @@ HELLO = [{"role": "user", "content": "Tell me about speculative decoding."}]
 
 @pytest.fixture(scope="module")
 def spec_server(module_sim):
-    return module_sim([*SPEC_ARGS, "--enable-metrics", "--reasoning-parser", "deepseek-r1"])
+    return module_sim([*SPEC_ARGS, "--enable-metrics", "--reasoning-parser", "deepseek-v4"])
 
 
 @pytest.fixture(scope="module")
@@ -330,6 +330,23 @@ def test_thinking_goes_to_reasoning_content_with_a_reasoning_parser(spec_server)
     assert kinds == sorted(kinds, key=lambda kind: kind == "content")  # all reasoning before any content
 
 
+@pytest.mark.parametrize("parser, kwargs, thinks", [
+    ("deepseek-r1", None, True),  # reasoning_default "always"
+    ("qwen3", None, True), ("qwen3", {"enable_thinking": False}, False),  # "enable_thinking": on unless turned off
+    ("deepseek-v4", {"enable_thinking": True}, False), ("deepseek-v4", {"thinking": True}, True),  # explicit
+])
+def test_a_reasoning_parser_decides_when_the_model_thinks_as_sglangs_does(sim, parser, kwargs, thinks):
+    server = sim(["--reasoning-parser", parser])
+    reply = client(server).chat.completions.create(
+        model="m", messages=HELLO, temperature=0, max_tokens=2000,
+        extra_body={"chat_template_kwargs": kwargs} if kwargs else None)
+    reasoning = reply.choices[0].message.model_extra["reasoning_content"]
+    assert bool(reasoning) == thinks and "<think>" not in reply.choices[0].message.content
+    # SGLang's scheduler counts a reasoning request's tokens up to and including </think>
+    assert (reply.usage.model_extra["reasoning_tokens"] > 0) == thinks
+    assert reply.usage.model_extra["reasoning_tokens"] < reply.usage.completion_tokens
+
+
 def test_thinking_stays_inline_without_a_reasoning_parser(plain_server):
     reply = client(plain_server).chat.completions.create(
         model="m", messages=HELLO, temperature=0, max_tokens=2000,
@@ -430,8 +447,8 @@ def test_server_info_accept_length_is_absent_until_the_first_step_then_cumulativ
         served[meta["dp_rank"]][1] += meta["spec_verify_ct"]
     info = requests.get(server.url("/get_server_info"), timeout=5).json()
     assert info["version"] == "0.5.23" and info["dp_size"] == 2
-    for state in info["internal_states"]:
-        tokens, steps = served[state["dp_rank"]]
+    for rank, state in enumerate(info["internal_states"]):  # in DP rank order, as SGLang's
+        tokens, steps = served[rank]
         assert steps > 0  # requests are spread over the ranks
         assert state["avg_spec_accept_length"] == pytest.approx(tokens / steps)
 
@@ -501,6 +518,36 @@ def test_metrics_verify_calls_agree_with_the_steps_streamed(sim):
     assert verify_calls == spec_details(whole)["spec_verify_ct"] + streamed_verify_ct
     generated = sum(value for (name, _), value in samples.items() if name == "sglang:generation_tokens_total")
     assert generated == 30 + 20  # so generated / verify_calls is the per-request accept length definition
+
+
+def test_metrics_show_a_request_in_flight_then_what_it_cost(sim):
+    # SGLang's scheduler gauges (running requests, KV tokens held), its HTTP middleware's counters by route and
+    # its tokenizer's latency histograms, as SGLang 0.5.23's front end sends them.
+    server = sim([*SPEC_ARGS, "--enable-metrics", "--skip-server-warmup"], env={"DSPARK_SIM_DECODE_STEP_MS": "40"})
+    gauge = (("engine_type", "unified"), ("moe_ep_rank", "0"), ("pp_rank", "0"), ("tp_rank", "0"))
+    route = (("endpoint", "/v1/chat/completions"), ("method", "POST"))
+    stream = client(server).chat.completions.create(model="m", messages=HELLO, max_tokens=20, stream=True,
+                                                    stream_options={"include_usage": True},
+                                                    extra_body={"ignore_eos": True})
+    chunks = [next(stream)]
+    during = _metric_samples(server)
+    chunks += list(stream)
+    prompt_tokens = chunks[-1].usage.prompt_tokens
+    assert during[("sglang:num_running_reqs", gauge)] == 1
+    assert during[("sglang:num_used_tokens", gauge)] >= prompt_tokens
+    assert during[("sglang:token_usage", gauge)] == during[("sglang:num_used_tokens", gauge)] / (1 << 24)
+    assert during[("sglang:http_requests_active", route)] == 1
+    after = _metric_samples(server)
+    assert after[("sglang:num_running_reqs", gauge)] == 0 and after[("sglang:num_used_tokens", gauge)] == 0
+    assert after[("sglang:http_responses_total", route + (("status_code", "200"),))] == 1
+    assert after[("sglang:http_requests_active", route)] == 0
+    unified = (("engine_type", "unified"),)
+    assert after[("sglang:inter_token_latency_seconds_count", unified)] == 20 - 1  # each token after the first
+    assert after[("sglang:generation_tokens_histogram_sum", unified)] == 20
+    assert after[("sglang:prompt_tokens_histogram_sum", unified)] == prompt_tokens
+    per_token = ("sglang:request_time_per_output_token_seconds_sum", unified + (("is_streaming", "true"),))
+    assert 0.04 / 3 < after[per_token] < 0.04 * 2  # a 40 ms step yields one to three tokens
+    assert after[("sglang:queue_time_seconds_count", gauge)] == 1
 
 
 def test_metrics_have_no_verify_calls_without_speculation(sim):

@@ -49,7 +49,7 @@ def spec_server(tmp_path_factory):
     env = {**FAST, "DSPARK_SIM_ACCEPT_PROB": str(ALPHA), "DSPARK_SIM_GPQA_PATH": str(SYNTHETIC_GPQA),
            "DSPARK_SIM_GPQA_ACCURACY": str(GPQA_ACCURACY)}
     log = tmp_path_factory.mktemp("sim") / "spec.log"
-    with running_simulator(env, [*SPECULATIVE_ARGS, "--reasoning-parser", "deepseek-r1"], log_path=log) as url:
+    with running_simulator(env, [*SPECULATIVE_ARGS, "--reasoning-parser", "deepseek-v4"], log_path=log) as url:
         yield url
 
 

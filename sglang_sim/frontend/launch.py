@@ -138,6 +138,13 @@ class ReportedArgs:
         return getattr(self._server_args, name)
 
 
+def wait_for_every_dp_rank(manager, args: ServerArgs) -> None:
+    """/server_info's internal_states: SGLang's TokenizerManager waits for one GetInternalStateReqOutput per
+    scheduler DP rank (its communicator's fan-out is the DP rank count); the front end launches one scheduler,
+    which answers for each of the cell's DP ranks (``scheduler.StandIn.internal_states``)."""
+    manager.get_internal_state_communicator.set_fan_out(args.num_dp_ranks)
+
+
 # What the front end really serves with, whatever the cell's resolution says.
 FRONTEND_OWN_FIELDS = ("host", "port", "random_seed", "nccl_port")
 
@@ -213,6 +220,7 @@ def serve(args: ServerArgs, config: SimConfig, env: SglangEnv, architecture: str
     def tokenizer_manager(server_args, port_args):
         manager, templates = init_tokenizer_manager(server_args, port_args)
         manager.server_args = ReportedArgs(manager.server_args, cell, args.launch_command)
+        wait_for_every_dp_rank(manager, args)
         return manager, templates
 
     logger.info(f"[sglang_sim frontend] SGLang's own front end: launch_server {' '.join(argv)}")

@@ -47,6 +47,7 @@ from sglang_sim.failures import SCHEDULER_FRAMES, print_lines, traceback_tail
 from sglang_sim.frontend.launch import MODEL_DIR_ENV, admitted
 from sglang_sim.frontend.vocab import Vocabulary
 from sglang_sim.gpqa import GpqaAnswerKey
+from sglang_sim.metrics import MAX_TOTAL_NUM_TOKENS, kv_gauges
 from sglang_sim.noise import BootNoise
 from sglang_sim.native_api import WARMUP_MAX_NEW_TOKENS, WARMUP_PROMPT
 from sglang_sim.speculation import SpecShape
@@ -131,7 +132,7 @@ class StandIn:
 
     def init_info(self) -> dict:
         """Scheduler.get_init_info: what the TokenizerManager waits for before serving."""
-        return {"status": "ready", "max_total_num_tokens": 1 << 24, "max_req_input_len": self.context_length - 1,
+        return {"status": "ready", "max_total_num_tokens": MAX_TOTAL_NUM_TOKENS, "max_req_input_len": self.context_length - 1,
                 "startup_time": self.startup_time, "hicache_object_layout": None}
 
     # --- faults, as the simulator's rank 0 has them (sglang_sim.main) ----------------------------
@@ -165,8 +166,10 @@ class StandIn:
         # SamplingParams.normalize turns temperature 0 into temperature 1 with top_k 1: greedy either way.
         greedy = params.top_k == 1 or (params.temperature is not None and params.temperature < GREEDY_BELOW)
         temperature = 0.0 if greedy else 1.0
-        ask = Ask(prompt, question_of(prompt), self.engine.sample_key(temperature), False, bool(params.ignore_eos))
-        return Job(ask, len(prompt_ids), int(limit), bool(req.stream), warmup=internal)
+        # SGLang's chat layer decided whether the model reasons (its reasoning parser's rule): it thinks then.
+        thinking = bool(req.require_reasoning)
+        ask = Ask(prompt, question_of(prompt), self.engine.sample_key(temperature), thinking, bool(params.ignore_eos))
+        return Job(ask, len(prompt_ids), int(limit), bool(req.stream), require_reasoning=thinking, warmup=internal)
 
     def _time_stats(self, req) -> Any:
         """SchedulerReqTimeStats as Req.__init__ makes it from the TokenizerManager's (meta_info's timestamps)."""
@@ -228,17 +231,18 @@ class StandIn:
 
     # --- control requests ------------------------------------------------------------------------
 
-    def internal_state(self) -> Any:
-        """GetInternalStateReqOutput from SGLang's own controller, over this scheduler's figures (one entry:
-        the front end runs one scheduler; the engine's DP ranks are summed)."""
+    def internal_states(self) -> list[Any]:
+        """One GetInternalStateReqOutput per DP rank of the engine, in rank order, each from SGLang's own
+        controller over that rank's figures: what SGLang's DP schedulers answer (the TokenizerManager waits for
+        as many, ``launch.wait_for_every_dp_rank``)."""
+        return [self._internal_state(rank) for rank in self.engine.ranks]
+
+    def _internal_state(self, rank) -> Any:
         from sglang.srt.managers.scheduler_components.internal_state import SchedulerInternalStateController
 
-        ranks = self.engine.ranks
-        forward = sum(rank.total_forward_ct for rank in ranks)
-        accepted = sum(rank.total_accept_tokens for rank in ranks)
-        records = [record for rank in ranks for record in rank.dspark_records]
         shape = self.shape
         algorithm = shape.algorithm if shape is not None else None
+        records = list(rank.dspark_records)
         draft_worker = SimpleNamespace(graph_memory_usage={}, dump_info_records=lambda: {
             "mode": self.engine.env.ragged_verify_mode, "gamma": shape.drafts_per_step,
             "verify_num_draft_tokens": shape.num_draft_tokens, "components": ["core"],
@@ -246,27 +250,26 @@ class StandIn:
         dspark = draft_worker is not None
         scheduler = SimpleNamespace(
             startup_time=self.startup_time, max_running_requests=self.args.max_running_requests,
-            metrics_reporter=SimpleNamespace(last_gen_throughput=sum(r.last_gen_throughput for r in ranks),
-                                             spec_total_num_forward_ct=forward,
-                                             spec_total_num_accept_tokens=accepted),
+            metrics_reporter=SimpleNamespace(last_gen_throughput=rank.last_gen_throughput,
+                                             spec_total_num_forward_ct=rank.total_forward_ct,
+                                             spec_total_num_accept_tokens=rank.total_accept_tokens),
             draft_worker=draft_worker,
             tp_worker=SimpleNamespace(model_runner=SimpleNamespace(weight_load_mem_usage=0.0),
                                       graph_memory_usage={}, get_decode_cuda_graph_bs=lambda: []),
             token_to_kv_pool_allocator=SimpleNamespace(get_kvcache=lambda: SimpleNamespace(mem_usage=0.0)),
-            startup_available_gpu_memory_gb=0.0, max_total_num_tokens=1 << 24, swa_tokens_per_layer=None,
+            startup_available_gpu_memory_gb=0.0, max_total_num_tokens=MAX_TOTAL_NUM_TOKENS, swa_tokens_per_layer=None,
             spec_algorithm=SimpleNamespace(is_none=lambda: self.shape is None, is_dspark=lambda: dspark,
                                            is_dflash=lambda: algorithm == "DFLASH"),
             rust_server=None)
         output = SchedulerInternalStateController(scheduler, record_step_time=False).get_internal_state(
             self.io.GetInternalStateReq())
-        state = output.internal_state
-        state.update(num_running_reqs=sum(r.running for r in ranks), num_queue_reqs=sum(r.queued for r in ranks))
+        output.internal_state.update(num_running_reqs=rank.running, num_queue_reqs=rank.queued)
         return output
 
     def control_reply(self, request) -> Any:
         io = self.io
         replies = {
-            io.GetInternalStateReq: self.internal_state,
+            io.GetInternalStateReq: self.internal_states,
             io.FlushCacheReqInput: lambda: io.FlushCacheReqOutput(success=not self.running),
             io.SetInternalStateReq: lambda: io.SetInternalStateReqOutput(updated=False),
             io.FreezeGCReq: lambda: None,
@@ -288,10 +291,10 @@ class StandIn:
             await self.abort(request)
         else:
             reply = self.control_reply(request)
-            if reply is not None:
-                if getattr(reply, "http_worker_ipc", None) is None and hasattr(reply, "http_worker_ipc"):
-                    reply.http_worker_ipc = getattr(request, "http_worker_ipc", None)
-                await io.async_sock_send(self.send_to_tokenizer, reply)
+            for each in reply if isinstance(reply, list) else [reply] if reply is not None else []:
+                if getattr(each, "http_worker_ipc", None) is None and hasattr(each, "http_worker_ipc"):
+                    each.http_worker_ipc = getattr(request, "http_worker_ipc", None)
+                await io.async_sock_send(self.send_to_tokenizer, each)
 
     async def serve(self, pipe_writer) -> int:
         # Node ranks >= 1 have joined already (launch.gather_node_ranks, before SGLang started this process).
@@ -320,7 +323,8 @@ def token_output(io, running: Running, finish: dict | None = None) -> Any:
         read_offsets=[read_offset], output_ids=[array("i", running.output_ids[running.sent_output:])],
         skip_special_tokens=[params.skip_special_tokens],
         spaces_between_special_tokens=[params.spaces_between_special_tokens],
-        no_stop_trim=[params.no_stop_trim], prompt_tokens=[len(running.prompt_ids)], reasoning_tokens=[0],
+        no_stop_trim=[params.no_stop_trim], prompt_tokens=[len(running.prompt_ids)],
+        reasoning_tokens=[gen.reasoning.tokens],
         completion_tokens=[gen.completion_tokens], cached_tokens=[0],
         input_token_logprobs_val=[], input_token_logprobs_idx=[], output_token_logprobs_val=[],
         output_token_logprobs_idx=[], input_top_logprobs_val=[], input_top_logprobs_idx=[],
@@ -367,9 +371,9 @@ class SchedulerGauges:
         self.collector.log_stats(SchedulerStats(
             num_running_reqs=QueueCount(total=running), num_queue_reqs=QueueCount(total=queued),
             gen_throughput=sum(r.last_gen_throughput for r in ranks), spec_accept_length=self.spec[0],
-            spec_accept_rate=self.spec[1]))
+            spec_accept_rate=self.spec[1], **kv_gauges(sum(r.used_tokens for r in ranks))))
 
-    def running_changed(self, dp_rank: int, running: int) -> None:
+    def scheduler_changed(self, rank) -> None:
         self._log()
 
     def spec_window(self, dp_rank: int, accept_length: float, accept_rate: float) -> None:
