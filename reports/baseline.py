@@ -35,6 +35,7 @@ from typing import Mapping
 import yaml
 
 from ground.errors import BadInput
+from ground.stats import DETECT_FACTOR
 from ground.yaml_lines import FileWords, compose_file, describe, mapping_items, scalar, where
 from reports.metrics import HIGHER, LOWER, METRICS, NEUTRAL, NOISE_STDERRS, STDERR_OF
 
@@ -42,6 +43,7 @@ SCHEMA = 1
 # A ratio gate is never tighter than this many run-to-run standard deviations (the baseline's `noise`):
 # three leave about one false alarm in 700 runs for a normally distributed metric.
 NOISE_RUN_SDS = 3.0
+DEFAULT_GPQA_DROP = 0.02  # GPQA's tolerance (absolute) when the baseline states no `max_drop`
 TOP_LEVEL_KEYS = ("schema", "description", "source", "cells")
 GATE_KEYS = ("min", "max", "min_ratio", "max_ratio", "max_drop_stderr")
 # key -> (lowest allowed value, whether the lowest is allowed itself)
@@ -101,7 +103,12 @@ class MetricSpec:
         for key, size in (("min_ratio", lambda r: 1 - r), ("max_ratio", lambda r: r - 1)):
             if getattr(self, key) is not None:
                 return size(getattr(self, key))
-        return self.max_drop if self.max_drop is not None else 0.0
+        return self.drop_tolerance
+
+    @property
+    def drop_tolerance(self) -> float:
+        """GPQA's statistical tolerance: ``max_drop``, or DEFAULT_GPQA_DROP when the baseline states none."""
+        return self.max_drop if self.max_drop is not None else DEFAULT_GPQA_DROP
 
     @property
     def reference(self) -> float:
@@ -285,7 +292,7 @@ def _spec_problems(spec: MetricSpec):
                "add the run-to-run noise (`baseline record` from several runs) or remove detect")
     if spec.detect is not None and spec.detect < spec.tolerance:
         yield (f"detect {spec.detect:g} is below the tolerance {spec.tolerance:g}: a pass would rule out less than "
-               "what is red", f"write detect: {2 * spec.tolerance:g} or more (or remove it)")
+               "what is red", f"write detect: {DETECT_FACTOR * spec.tolerance:g} or more (or remove it)")
     if "noise" in given and not given & {"min_ratio", "max_ratio"}:
         yield "noise widens a ratio gate, and there is none", "add min_ratio or max_ratio (or remove noise)"
     if spec.noise is not None and spec.noise >= 1 / NOISE_RUN_SDS:

@@ -36,7 +36,6 @@ GPQA_CHANCE = 0.25  # four choices
 CHANCE_FALSE_PASS = 0.01  # a guesser passes the chance floor at most this often (exact binomial)
 GATE_PRECISION = 6  # decimals kept in thresholds (ratios make long floats)
 DEFAULT_RUNS = 3  # boots behind a baseline's `noise` when it does not say (`baseline record` needs three)
-DEFAULT_GPQA_DROP = 0.02  # GPQA's tolerance (absolute) when the baseline states no `max_drop`
 
 
 def evaluate(cell: CellResult, metrics: Mapping, baseline: Baseline | None,
@@ -203,7 +202,7 @@ def _detect(spec: MetricSpec, tolerance: float) -> float | None:
 
 def _gpqa_statistic(spec: MetricSpec, evidence: Evidence, levels: stats.Levels) -> stats.Verdict | None:
     """Paired over questions when both sides kept them; else the two accuracies and their standard errors."""
-    tolerance = -(spec.max_drop if spec.max_drop is not None else DEFAULT_GPQA_DROP)
+    tolerance = -spec.drop_tolerance
     better = METRICS[spec.metric].better
     boot = evidence.boots[-1]
     if spec.per_question and len(set(spec.per_question) & set(evidence.gpqa_questions)) > 1:
