@@ -297,7 +297,8 @@ def e2e(nights: int, out: Path) -> str:
         verdicts, boots = [], []
         for night in range(nights):
             run_dir = out / f"e2e-{fault or 'clean'}-{night}"
-            env = {**os.environ, "DSPARK_SIM_FAULTS": fault, "DSPARK_STATE_DIR": str(out / "state")}
+            env = {**os.environ, "DSPARK_SIM_FAULTS": fault, "DSPARK_STATE_DIR": str(out / "state"),
+                   "DSPARK_HISTORY": str(out / "state" / "history.sqlite")}  # never the user's, even if they set it
             subprocess.run([sys.executable, "-m", "dspark_ci", "run", "matrices/smoke.yaml", "--cell",
                             "dsv4-flash-tp8-a2a-none-dspark-b7-cuda", "--suites", "speed", "--out", str(run_dir),
                             "-q"], cwd=repo, env=env, capture_output=True)
