@@ -255,11 +255,12 @@ class LwsStandIn:
             if spec.image.startswith("unpullable/"):
                 log.write_text("")
                 self.containers[name] = _Container(None, log)
+                # the kubelet's event first, as a real pull fails (ErrImagePull) before it backs off
+                self._event(name, "Failed", f'Failed to pull image "{spec.image}": not found', "kubelet")
                 self._status(name, {"phase": "Pending", "podIP": ip, "hostIP": "127.0.0.1", "containerStatuses": [{
                     "name": spec.name, "image": spec.image, "imageID": "", "ready": False, "restartCount": 0,
                     "state": {"waiting": {"reason": "ImagePullBackOff",
                                           "message": f'Back-off pulling image "{spec.image}"'}}}]})
-                self._event(name, "Failed", f'Failed to pull image "{spec.image}": not found', "kubelet")
                 return
             env = self._env(pod, spec, ip)
             argv = [expand(a, env) for a in [*(spec.command or []), *(spec.args or [])]]

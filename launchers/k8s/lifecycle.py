@@ -442,6 +442,9 @@ class _Group:
                 if waiting and waiting.reason in STUCK_REASONS:
                     rank = self.rank_of(pod)
                     events = self.warnings(pod.metadata.name)
+                    if not events:  # the kubelet's event may be listed a moment after the status it explains
+                        time.sleep(SETTLE_S)
+                        events = self.warnings(pod.metadata.name)
                     raise PodStuck(cell_id=self.plan.cell_id, reason="exited", node_rank=rank,
                                    last_lines=self.log_tail(rank, LOG_LINES_KEPT),
                                    hint=f"{waiting.reason}" + (f" ({waiting.message})" if waiting.message else "")
