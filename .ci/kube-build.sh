@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build a real kube-apiserver (v1.20.2) from Debian 12's `kubernetes` SOURCE package, once per machine, and
-# install Debian's etcd, for the Kubernetes launcher tests (level 2/3, see docs/K8S.md and ../shared/CLUSTERS.md).
+# install Debian's etcd, for the Kubernetes launcher tests (level 2/3, see docs/K8S.md).
 # Idempotent: every step leaves a stamp under the cache; a finished build is reused (prints its path, exits 0).
 #
 #   cache:   /var/cache/dspark-kube/           (DSPARK_KUBE_CACHE)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bring up a small real Kubernetes API server on loopback for the k8s launcher tests: Debian's etcd and the
 # kube-apiserver .ci/kube-build.sh builds (from Debian 12's kubernetes source package), token auth, the LWS CRD
-# (../shared/k8s/lws-crd-k8s120.yaml: the LWS project's CRD made acceptable to 1.20) installed.
+# (launchers/k8s/crd/lws-crd-k8s120.yaml: the LWS project's CRD made acceptable to 1.20) installed.
 # No controller-manager, scheduler or kubelet: tests/lws_standin.py plays the LWS controller and a kubelet.
 # Idempotent: an API server that answers with our token is reused. Builds the binary when it is missing.
 #
@@ -17,7 +17,7 @@ state=${DSPARK_KUBE_STATE_DIR:-/var/lib/dspark-kube}
 logs=${DSPARK_KUBE_LOG_DIR:-/var/log/dspark-ci/kube}
 run=${DSPARK_KUBE_RUN_DIR:-/run/dspark-kube}
 port=16443 etcd_port=23790
-crd=${DSPARK_LWS_CRD_120:-$(cd .. && pwd)/shared/k8s/lws-crd-k8s120.yaml}
+crd=${DSPARK_LWS_CRD_120:-$PWD/launchers/k8s/crd/lws-crd-k8s120.yaml}
 kubeconfig=$conf/kubeconfig
 say() { echo "kube-up: $*" >&2; }
 mkdir -p "$conf" "$state" "$logs" "$run"

@@ -15,7 +15,7 @@ HIGHER, LOWER, NEUTRAL = "higher", "lower", "neutral"  # which direction is bett
 NOISE_STDERRS = 2.0  # a change (or a gate) within this many combined standard errors is sampling noise
 
 # Relative noise bands (fraction of the old value), from what CI gates in the wild tolerate
-# (/work/shared/FIELD_NOTES.md):
+# (vLLM's benchmark gates: throughput -3 %, median TTFT/ITL +2.5 %):
 THROUGHPUT_NOISE = 0.03  # vLLM's throughput gate: -3%
 MEDIAN_NOISE = 0.025  # vLLM's median TTFT/ITL gate: +2.5%; also means over every token (TPOT, ITL)
 MEAN_TTFT_NOISE = 0.05  # a mean over a few dozen requests moves with one queued prefill: twice the median's

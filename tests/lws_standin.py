@@ -1,6 +1,6 @@
 """A TEST STAND-IN for the LeaderWorkerSet controller, the garbage collector and a kubelet: not Kubernetes.
 
-No LWS controller, scheduler or kubelet can run on the test machine (../shared/CLUSTERS.md), so pods of an LWS
+No LWS controller, scheduler or kubelet can run on the test machine (docs/K8S.md), so pods of an LWS
 never appear on their own. This stand-in, talking only through the real API server, does what they would for the
 LWS objects of ONE namespace:
 

@@ -1,13 +1,12 @@
 """Kubernetes manifests (launchers/k8s/spec.py), level 1: offline, against the real LWS CRD's schema.
 
-The CRD is the LWS project's own (../shared/k8s/lws-crd.yaml); its openAPIV3Schema is what an API server with LWS
+The CRD is the LWS project's own, vendored at launchers/k8s/crd/lws-crd.yaml; its openAPIV3Schema is what an API server with LWS
 installed validates against. Pure data: no cluster needed.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,14 +20,12 @@ from launchers.plan import plan_launch
 from matrices import load_cells
 
 REPO = Path(__file__).resolve().parent.parent
-CRD = Path(os.environ.get("DSPARK_LWS_CRD", REPO.parent / "shared" / "k8s" / "lws-crd.yaml"))
+CRD = REPO / "launchers" / "k8s" / "crd" / "lws-crd.yaml"
 MATRICES = [REPO / "matrices" / "nightly.yaml", REPO / "matrices" / "smoke.yaml"]
 
 
 @functools.lru_cache(maxsize=1)
 def lws_schema() -> dict:
-    if not CRD.is_file():
-        pytest.skip(f"the LWS CRD is not at {CRD} (set DSPARK_LWS_CRD)")
     crd = yaml.safe_load(CRD.read_text())
     version = next(v for v in crd["spec"]["versions"] if v["name"] == k8s_spec.LWS_VERSION)
     return version["schema"]["openAPIV3Schema"]
