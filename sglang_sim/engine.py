@@ -25,7 +25,7 @@ from sglang_sim.emission_log import EmissionLog
 from sglang_sim.metrics import ServerMetrics
 from sglang_sim.noise import BootNoise
 from sglang_sim.reasoning import ReasoningCount
-from sglang_sim.speculation import SpecShape, SpecStats, draw_accepted
+from sglang_sim.speculation import AcceptModel, SpecShape, SpecStats, draw_accepted, prompt_category
 from sglang_sim.textgen import Ask, Persona, reply_tokens
 from sglang_sim.tokenizer import EOS_TOKEN_ID, token_id
 
@@ -166,6 +166,7 @@ class Job:
     # is not a client's, so neither crash_first_prefill ("healthy until the first real request") nor the
     # emission log sees it, and its few steps never reach a published decode window (below).
     warmup: bool = False
+    temperature: float = 0.0  # the acceptance model reads it: drafts match a sampled target less often
 
 
 class Engine:
@@ -184,14 +185,24 @@ class Engine:
         self.noise = noise or BootNoise.of(config)
         self.step_seconds = config.decode_step_ms * config.faults.slow_decode * self.noise.step_factor / 1000
         self.alpha = 0.0 if config.faults.accept_collapse else self.noise.alpha(config.accept_prob)
+        self.accept_model = AcceptModel(self.alpha, config.accept_decay, config.faults.position_regression,
+                                        shape.max_accept if shape is not None else 0, config.category_accept)
+        self._served = itertools.count()  # client requests past prefill, in order (fault accept_drift counts them)
 
     @property
     def reports_dp_rank(self) -> bool:
         return len(self.ranks) > 1
 
-    def sample_key(self, temperature: float) -> str:
-        """Greedy samples share one key (same text every time); sampled ones get a fresh key."""
-        return "greedy" if temperature == 0 else f"sample-{next(self._sample_counter)}"
+    def sample_key(self, temperature: float, top_k: int | None = None) -> str:
+        """Greedy samples share one key (same text every time), and so does top_k=1 (only the argmax is left to
+        sample); sampled ones get a fresh key. Fault lossy_sampling: a speculative server's draft sampler ignores
+        the temperature, and every second sample comes out as the greedy text."""
+        count = next(self._sample_counter)
+        if temperature == 0 or top_k == 1:
+            return "greedy"
+        if self.config.faults.lossy_sampling and self.shape is not None and count % 2 == 0:
+            return "greedy"
+        return f"sample-{count}"
 
     def start(self, job: Job) -> Generation:
         rank = next(self._next_rank)
@@ -257,6 +268,10 @@ class Engine:
         await _sleep_until(clock)
         if not job.warmup:
             self._on_prefill()
+        drift_from = self.config.faults.accept_drift
+        drifted = not job.warmup and drift_from is not None and next(self._served) >= drift_from
+        alphas = self.accept_model.alphas(prompt_category(job.ask.prompt, job.prompt_tokens), job.temperature > 0,
+                                          drifted)
         # SGLang adds a window's steps to the scheduler's figures (/server_info, the spec gauges) only when
         # it logs the window, every decode_log_interval batches: the warmup's few steps never close one,
         # so they go to a window of their own that is never published.
@@ -267,16 +282,17 @@ class Engine:
         while gen.finish_reason is None:
             clock += step_seconds
             await _sleep_until(clock)
-            tokens = self._verify_step(gen, job, stats, source, accept_rng)
+            tokens = self._verify_step(gen, job, stats, source, accept_rng, alphas)
             gen.emitted(tokens)
             yield tokens
 
-    def _verify_step(self, gen: Generation, job: Job, rank: RankState, source, accept_rng) -> list[str]:
+    def _verify_step(self, gen: Generation, job: Job, rank: RankState, source, accept_rng,
+                     alphas: tuple[float, ...]) -> list[str]:
         if self.shape is None:
             tokens = self._take(gen, source, 1, job.max_new_tokens)
             rank.window_generated += len(tokens)
             return tokens
-        accepted = draw_accepted(accept_rng, self.alpha, self.shape.max_accept)
+        accepted = draw_accepted(accept_rng, alphas, self.shape.max_accept)
         tokens = self._take(gen, source, accepted + 1, job.max_new_tokens)
         correct = len(tokens) - 1  # drafts past a stop or max_tokens are never sent: not counted
         if gen.spec is not None:  # always, with a speculative shape
