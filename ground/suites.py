@@ -22,6 +22,12 @@ SPECULATIVE_SUITES = ("accept", "parity")
 METRIC_SUITE: Mapping[str, str] = MappingProxyType({
     "gpqa_accuracy": "gpqa", "gpqa_stderr": "gpqa", "gpqa_num_questions": "gpqa", "gpqa_repeats": "gpqa",
     "accept_length": "accept", "accept_rate": "accept",
+    # per draft position k: accepted / proposed over verify steps, and its per-request stderr (suites/accept_detail.py)
+    **{f"accept_rate_pos{k}{suffix}": "accept" for k in range(1, 9) for suffix in ("", "_stderr")},
+    # at the sampled setting (accept.sampled_temperature), and the losslessness figures: the share of samples whose
+    # first accept.lossless_tokens tokens equal the greedy text, on this server and on the non-speculative reference
+    "accept_length_sampled": "accept",
+    **{f"sampled_greedy_share{side}{suffix}": "accept" for side in ("", "_reference") for suffix in ("", "_stderr")},
     # mean / median / p90 / p99 of TTFT, TPOT and ITL, as bench_serving prints them; ITL three ways (suites/speed.py)
     **{f"{quantity}_ms_{stat}": "speed" for quantity in ("ttft", "tpot", "itl", "itl_chunk", "itl_token")
        for stat in ("mean", "median", "p90", "p99")},
@@ -71,6 +77,12 @@ SUITE_DEFAULTS: dict[str, dict[str, Any]] = {
         "concurrency": 8,
         "min_accept_length": 1.2,  # the collapse floor: below this, drafts are (nearly) never accepted
         "disagreement_tolerance": 0.05,  # relative gap between per-request and server-side figures
+        "workload": "builtin",  # "builtin" | "mtbench" (the 80 questions, fetched once) | a question.jsonl path
+        "sampled_temperature": 0.7,  # the sampled setting the suite also measures (0: greedy only)
+        "sampled_top_p": 0.95,
+        "lossless_prompts": 8,  # prompts sampled on both servers for the losslessness gate (needs a reference)
+        "lossless_samples": 8,  # samples per prompt and server
+        "lossless_tokens": 8,  # tokens compared with the greedy continuation
     },
     "speed": {
         "num_requests": 64,
@@ -120,7 +132,9 @@ OPTION_RANGES: dict[str, tuple[float, float]] = {
     "num_questions": (1, 100_000), "repeats": (1, 64), "concurrency": (1, 4096), "max_tokens": (1, MAX_TOKENS_BOUND),
     "num_requests": (1, 100_000), "input_len": (1, MAX_TOKENS_BOUND), "output_len": (1, MAX_TOKENS_BOUND),
     "warmup_requests": (0, 10_000), "workers": (1, 64), "num_prompts": (1, 10_000), "max_mismatches": (0, 10_000),
-    "temperature": (0.0, 2.0), "min_accept_length": (0.0, 1024.0), "disagreement_tolerance": (0.0, 1.0),
+    "temperature": (0.0, 2.0), "sampled_temperature": (0.0, 2.0), "sampled_top_p": (0.0, 1.0),
+    "lossless_prompts": (1, 10_000), "lossless_samples": (1, 10_000), "lossless_tokens": (1, 4096),
+    "min_accept_length": (0.0, 1024.0), "disagreement_tolerance": (0.0, 1.0),
 }
 
 
