@@ -134,10 +134,11 @@ def _floor_statistic(metric: str, metrics: Mapping, levels: stats.Levels) -> sta
     """The statistical decision of a floor that has one (losslessness: two binomial shares), else None."""
     if metric != "sampled_greedy_share":
         return None
-    new, new_se = metrics.get(metric), metrics.get(f"{metric}_stderr")
-    base, base_se = metrics.get(f"{metric}_reference"), metrics.get(f"{metric}_reference_stderr")
-    if None in (new, new_se, base, base_se):
+    names = (metric, f"{metric}_stderr", f"{metric}_reference", f"{metric}_reference_stderr")
+    figures = [float(value) for name in names if (value := metrics.get(name)) is not None]
+    if len(figures) < len(names):
         return None
+    new, new_se, base, base_se = figures
     return stats.compare_estimates(new, new_se, base, base_se, LOWER, LOSSLESS_TOLERANCE, levels, 0,
                                    "samples, speculative vs reference", LOSSLESS_DETECT)
 

@@ -269,7 +269,7 @@ KNOBS: dict[str, Knob] = {
     "accept_decay": Knob("DSPARK_SIM_ACCEPT_DECAY", "1",
                          "factor on alpha per draft position deeper into the block (alpha_k = alpha·decay^(k-1))",
                          _probability),
-    "category_accept": Knob("DSPARK_SIM_CATEGORY_ACCEPT", "code=1.2,math=1.1,long_context=0.8",
+    "category_accept": Knob("DSPARK_SIM_CATEGORY_ACCEPT", "code=1.1,math=1.05,long_context=0.8",
                             "factor on alpha per prompt category (sglang_sim/speculation.py: code and math by marker "
                             "words, long_context by length); empty: every category alike", _category_factors),
     "boot_seconds": Knob("DSPARK_SIM_BOOT_SECONDS", "2",
@@ -324,7 +324,7 @@ class SimConfig:
     accept_prob: float = 0.7
     accept_decay: float = 1.0
     category_accept: Mapping[str, float] = field(default_factory=lambda: MappingProxyType(
-        {"code": 1.2, "math": 1.1, "long_context": 0.8}))
+        {"code": 1.1, "math": 1.05, "long_context": 0.8}))
     boot_seconds: float = 2.0
     prefill_ms_per_token: float = 0.05
     decode_step_ms: float = 20.0

@@ -53,7 +53,7 @@ CATEGORY_WORDS: dict[str, tuple[str, ...]] = {
 LONG_CONTEXT_TOKENS = 2048  # prompts at least this long are long context, whatever they ask
 SAMPLED_ACCEPT = 0.85  # factor on alpha at temperature > 0
 DRIFT_ACCEPT = 0.6  # fault accept_drift: the factor on alpha after the step (an EPLB rebalance gone wrong)
-LATE_POSITION_FACTOR = 0.5  # fault position_regression=K: alpha at positions >= K halves
+LATE_POSITION_FACTOR = 0.5  # fault position_regression=K: accepted / proposed at positions >= K halves
 
 
 def prompt_category(prompt: str, prompt_tokens: int) -> str:
@@ -70,7 +70,7 @@ class AcceptModel:
 
     alpha: float
     decay: float = 1.0  # alpha_k = alpha * decay^(k-1)
-    late_from: int | None = None  # fault position_regression: alpha_k halves from this position on
+    late_from: int | None = None  # fault position_regression: accepted/proposed halves from this position on
     max_accept: int = 1
     category_factors: Mapping[str, float] = field(default_factory=dict)  # category -> factor on alpha
 
@@ -82,12 +82,13 @@ class AcceptModel:
 
 
 def _late_halved(base: list[float], late_from: int) -> tuple[float, ...]:
-    """alpha_k halved from position ``late_from`` on, the earlier positions raised by one common factor so the
-    expected accept length stays what it was: a draft that trades depth for its first tokens, which a mean
-    accept-length gate cannot see."""
+    """Accepted / proposed halved at every position from ``late_from`` on (alpha at that position halved: the
+    positions after it are reached half as often), the earlier positions raised by one common factor so the expected
+    accept length stays what it was, as far as alpha <= 0.99 allows: a draft that trades depth for its first
+    tokens, which a mean accept-length gate cannot see."""
     if late_from > len(base) or not any(base):
         return tuple(base)
-    late = [a * LATE_POSITION_FACTOR for a in base[late_from - 1:]]
+    late = [base[late_from - 1] * LATE_POSITION_FACTOR, *base[late_from:]]
     target = expected_length(base)
     low, high = 1.0, 1.0 / max(min(base[:late_from - 1] or [1.0]), 1e-9)
     for _ in range(60):  # bisection on the early factor: the expected length grows with it

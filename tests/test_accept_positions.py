@@ -9,7 +9,7 @@ import pytest
 
 from reports.gates import evaluate
 from ground.records import CellResult
-from tests.simulator_process import SPECULATIVE_ARGS, running_simulator
+from tests.simulator_process import running_simulator
 from tests.suite_runs import REPO, run_suite
 
 FAST = {"DSPARK_SIM_DECODE_STEP_MS": "1", "DSPARK_SIM_PREFILL_MS_PER_TOKEN": "0"}
