@@ -209,6 +209,9 @@ class CellResult:
     # Acceptance per draft position and category, its source, drift and losslessness counts (results.json key
     # "acceptance", optional: CONTRACT.md), from the accept suite's accept_detail record.
     acceptance: Mapping[str, Any] | None = None
+    # Where speculation pays: the speedup per (concurrency, input length) and the boundaries (results.json key
+    # "envelope", optional: CONTRACT.md), from the speed suite's sweep.
+    envelope: Mapping[str, Any] | None = None
     # What makes this measurement comparable with another of the same cell (results.json key "identity",
     # optional: files written before it still read).
     identity: CellIdentity | None = None
@@ -236,6 +239,8 @@ class CellResult:
             object.__setattr__(self, "gpqa", _frozen(self.gpqa))
         if self.acceptance is not None:
             object.__setattr__(self, "acceptance", _frozen(self.acceptance))
+        if self.envelope is not None:
+            object.__setattr__(self, "envelope", _frozen(self.envelope))
         object.__setattr__(self, "boots", tuple(_frozen(boot) for boot in self.boots))
         object.__setattr__(self, "labels", tuple(self.labels))
         if self.exit_code is None:
@@ -271,6 +276,8 @@ class CellResult:
             data["gpqa"] = dict(self.gpqa)
         if self.acceptance is not None:
             data["acceptance"] = dict(self.acceptance)
+        if self.envelope is not None:
+            data["envelope"] = dict(self.envelope)
         if self.identity is not None:
             data["identity"] = self.identity.to_dict()
         if self.infrastructure:
@@ -323,7 +330,7 @@ class CellResult:
                    warnings=tuple(data.get("warnings") or ()), tests=None if tests is None else tuple(tests),
                    # "detail": what results.json called SGLang's rejection line before records existed
                    sglang_error=data.get("sglang_error") or data.get("detail"), gpqa=data.get("gpqa"),
-                   acceptance=data.get("acceptance"),
+                   acceptance=data.get("acceptance"), envelope=data.get("envelope"),
                    boots=tuple(data.get("boots") or ()), labels=tuple(data.get("labels") or ()),
                    timing=CellTiming.from_dict(data), decided_by=data.get("decided_by"),
                    identity=CellIdentity.from_dict(data.get("identity")),

@@ -41,6 +41,8 @@ METRIC_SUITE: Mapping[str, str] = MappingProxyType({
     "tpot_ms_median_stderr": "speed", "output_throughput_tok_s_stderr": "speed",
     # median TPOT without speculation / with it, on the same requests ("speculation must pay", issue 22)
     "speculative_speedup": "speed",
+    # the concurrency where that speedup falls to 1, at the sweep's shortest input length (suites/envelope.py)
+    "speculation_boundary_concurrency": "speed",
 })
 METRIC_NAMES = frozenset(METRIC_SUITE)
 
@@ -93,6 +95,11 @@ SUITE_DEFAULTS: dict[str, dict[str, Any]] = {
         "workers": 1,  # client processes sharing the concurrency (see BENCHMARKS.md)
         "ignore_eos": True,
         "client": "aiohttp",  # "aiohttp" | "openai": what reads the streams (BENCHMARKS.md: why aiohttp)
+        # Where speculation pays (needs the non-speculative reference): empty = no sweep
+        "sweep_concurrency": [],
+        "sweep_input_len": [256],
+        "sweep_min_requests": 4,  # requests per point at least (a point at concurrency c sends max(c, this))
+        "sweep_output_len": 32,
     },
     "parity": {
         "num_prompts": 8,
@@ -112,6 +119,8 @@ SGL_EVAL_CLI_DEFAULTS: Mapping[str, Any] = MappingProxyType({
 })
 
 OPTION_TYPES: dict[tuple[str, str], tuple[type, ...]] = {
+    ("speed", "sweep_concurrency"): (list,),
+    ("speed", "sweep_input_len"): (list,),
     ("gpqa", "num_questions"): (int, type(None)),
     ("gpqa", "max_tokens"): (int, type(None)),  # None: no max_tokens sent (the server's context decides)
     ("gpqa", "dataset"): (str, type(None)),
@@ -133,6 +142,7 @@ OPTION_RANGES: dict[str, tuple[float, float]] = {
     "num_requests": (1, 100_000), "input_len": (1, MAX_TOKENS_BOUND), "output_len": (1, MAX_TOKENS_BOUND),
     "warmup_requests": (0, 10_000), "workers": (1, 64), "num_prompts": (1, 10_000), "max_mismatches": (0, 10_000),
     "temperature": (0.0, 2.0), "sampled_temperature": (0.0, 2.0), "sampled_top_p": (0.0, 1.0),
+    "sweep_min_requests": (1, 10_000), "sweep_output_len": (2, MAX_TOKENS_BOUND),
     "lossless_prompts": (1, 10_000), "lossless_samples": (1, 10_000), "lossless_tokens": (1, 4096),
     "min_accept_length": (0.0, 1024.0), "disagreement_tolerance": (0.0, 1.0),
 }
@@ -183,6 +193,9 @@ def option_problem(suite: str, key: str, value: Any) -> str | None:
     if isinstance(value, bool) and bool not in expected or not isinstance(value, expected):
         names = " or ".join("null" if t is type(None) else t.__name__ for t in expected)
         return f"{suite}.{key} must be {names}, got {json.dumps(value)}"
+    if isinstance(value, list) and not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_TOKENS_BOUND
+                                           for v in value):
+        return f"{suite}.{key} must be a list of whole numbers from 1 to {MAX_TOKENS_BOUND:,}, got {json.dumps(value)}"
     bounds = OPTION_RANGES.get(key)
     if bounds is not None and isinstance(value, (int, float)) and not bounds[0] <= value <= bounds[1]:
         least, most = bounds

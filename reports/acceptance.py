@@ -104,3 +104,51 @@ def acceptance_chart(cell: CellResult):
     axes.set_ylim(0, 1)
     axes.legend(fontsize="small")
     return figure
+
+
+def envelope_section(cell: CellResult) -> str:
+    """Where speculation pays: the speedup at each (input length, concurrency) and the boundary per input length."""
+    envelope = cell.envelope
+    if not envelope:
+        return ""
+    points = list(envelope.get("points") or [])
+    concurrencies = sorted({p["concurrency"] for p in points})
+    rows = []
+    for length, found in sorted((envelope.get("boundaries") or {}).items(), key=lambda item: int(item[0])):
+        by_c = {p["concurrency"]: p for p in points if p["input_len"] == int(length)}
+        value = found.get("concurrency")
+        edge = "—" if value is None else f"≥ {value:.0f} (every point pays)" if found.get("censored") else f"{value:.0f}"
+        rows.append([length, *[_speedup(by_c.get(c)) for c in concurrencies], edge])
+    return (f"**Where speculation pays** (speedup = median TPOT without speculation / with it, on "
+            f"{envelope.get('dataset')}; accept figures on random text are not draft quality):\n\n"
+            + _table(["Input tokens", *[f"c={c}" for c in concurrencies], "Pays up to concurrency"], rows))
+
+
+def _speedup(point: Mapping | None) -> str:
+    if not point or point.get("speedup") is None:
+        return "—"
+    stderr = point.get("speedup_stderr")
+    return f"{point['speedup']:.2f}" + (f" ± {stderr:.2f}" if stderr is not None else "")
+
+
+def envelope_chart(cell: CellResult):
+    """A figure: speedup against concurrency (log), one line per input length, the line where it falls to 1."""
+    envelope = cell.envelope or {}
+    points = [p for p in envelope.get("points") or [] if p.get("speedup") is not None]
+    if not points:
+        return None
+    from matplotlib.figure import Figure  # only when a page is drawn
+
+    figure = Figure(figsize=(7, 3.5), dpi=100, layout="constrained")
+    axes = figure.add_subplot()
+    for length in sorted({p["input_len"] for p in points}):
+        row = sorted((p for p in points if p["input_len"] == length), key=lambda p: p["concurrency"])
+        axes.errorbar([p["concurrency"] for p in row], [p["speedup"] for p in row],
+                      yerr=[2 * (p.get("speedup_stderr") or 0) for p in row], marker="o", capsize=3,
+                      label=f"{length} input tokens")
+    axes.axhline(1.0, color="#d50000", linestyle="--", label="speculation stops paying")
+    axes.set_xscale("log", base=2)
+    axes.set_xlabel("concurrency")
+    axes.set_ylabel("speedup over no speculation")
+    axes.legend(fontsize="small")
+    return figure

@@ -95,6 +95,9 @@ METRICS: dict[str, Metric] = {
     "client_ttfb_ms_p99": Metric(NEUTRAL, "P99 TTFB (ms)", ".1f", "speed"),
     # Median TPOT of the same deployment without speculation / with it, same requests: speculation must pay.
     "speculative_speedup": Metric(HIGHER, "Speculative speedup", ".2f", "quality", noise=THROUGHPUT_NOISE),
+    # The concurrency where the speedup falls to 1 (suites/envelope.py): gated by a baseline, never inward.
+    "speculation_boundary_concurrency": Metric(HIGHER, "Speculation pays up to concurrency", ".0f", "quality",
+                                               noise=P90_NOISE),
     # Greedy outputs with and without speculation must match token for token: every mismatch counts.
     "parity_mismatches": Metric(LOWER, "Parity mismatches", ".0f", "quality"),
 }

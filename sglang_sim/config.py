@@ -37,6 +37,7 @@ class Faults:
     position_regression: int | None = None  # draft positions >= this accept half as often; earlier ones make up
     accept_drift: int | None = None  # after this many requests, every draft is accepted less often (EPLB-like)
     lossy_sampling: bool = False  # at temperature > 0 speculation skews samples toward the greedy text
+    envelope_shift: float = 1.0  # verify steps' cost per running request past the knee, times this
 
     @property
     def names(self) -> list[str]:
@@ -100,6 +101,7 @@ FAULT_PARSERS: dict[str, Callable[[str | None], dict]] = {
     "position_regression": _count_fault("position_regression", 2),
     "accept_drift": _count_fault("accept_drift", 0),
     "lossy_sampling": _flag("lossy_sampling"),
+    "envelope_shift": lambda value: {"envelope_shift": _number("envelope_shift", value or "", minimum=1.0)},
 }
 
 
@@ -121,6 +123,8 @@ FAULT_HELP: dict[str, tuple[str, str]] = {
                                                      "so the mean accept length stays (a per-position regression)"),
     "accept_drift": ("accept_drift=N", "after N requests every draft position accepts 0.6 times as often (an "
                                        "EPLB-like step down mid-run)"),
+    "envelope_shift": ("envelope_shift=FACTOR", "a verify step's cost per running request past 8 grows FACTOR times "
+                                                "faster: speculation stops paying at a lower concurrency"),
     "lossy_sampling": ("lossy_sampling", "at temperature > 0, half the samples of a speculative server follow the "
                                          "greedy text (a draft sampler ignoring temperature); greedy output stays exact"),
 }
@@ -272,6 +276,12 @@ KNOBS: dict[str, Knob] = {
     "category_accept": Knob("DSPARK_SIM_CATEGORY_ACCEPT", "code=1.1,math=1.05,long_context=0.8",
                             "factor on alpha per prompt category (sglang_sim/speculation.py: code and math by marker "
                             "words, long_context by length); empty: every category alike", _category_factors),
+    "spec_batch_cost": Knob("DSPARK_SIM_SPEC_BATCH_COST", "0.024",
+                            "a verify step's extra time, as a fraction of a decode step, per running request past 8 "
+                            "(speculation stops paying near concurrency 96 at alpha 0.7, gamma 7)", _non_negative),
+    "spec_context_cost": Knob("DSPARK_SIM_SPEC_CONTEXT_COST", "0.15",
+                              "a verify step's extra time, as a fraction of a decode step, per 1024 context tokens "
+                              "past 2048", _non_negative),
     "boot_seconds": Knob("DSPARK_SIM_BOOT_SECONDS", "2",
                          "seconds from start until /health answers 200", _non_negative),
     "prefill_ms_per_token": Knob("DSPARK_SIM_PREFILL_MS_PER_TOKEN", "0.05",
@@ -325,6 +335,8 @@ class SimConfig:
     accept_decay: float = 1.0
     category_accept: Mapping[str, float] = field(default_factory=lambda: MappingProxyType(
         {"code": 1.1, "math": 1.05, "long_context": 0.8}))
+    spec_batch_cost: float = 0.024
+    spec_context_cost: float = 0.15
     boot_seconds: float = 2.0
     prefill_ms_per_token: float = 0.05
     decode_step_ms: float = 20.0

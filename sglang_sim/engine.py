@@ -31,6 +31,8 @@ from sglang_sim.tokenizer import EOS_TOKEN_ID, token_id
 
 logger = logging.getLogger("sglang_sim")
 DSPARK_RECORDS_KEPT = 1000
+SPEC_BATCH_KNEE = 8  # running requests per rank up to which a verify step costs what a decode step does
+SPEC_CONTEXT_KNEE = 2048  # context tokens up to which the same holds
 
 
 @dataclass
@@ -280,11 +282,22 @@ class Engine:
         gen.emitted(first)  # the handler writes what we yield at once
         yield first
         while gen.finish_reason is None:
-            clock += step_seconds
+            clock += step_seconds * self._verify_cost(rank, gen)
             await _sleep_until(clock)
             tokens = self._verify_step(gen, job, stats, source, accept_rng, alphas)
             gen.emitted(tokens)
             yield tokens
+
+    def _verify_cost(self, rank: RankState, gen: Generation) -> float:
+        """A verify step's time over a plain decode step's: verifying a block of drafts is nearly free while decoding
+        is memory-bound, and costs more once the batch (running requests past SPEC_BATCH_KNEE) or the context (past
+        SPEC_CONTEXT_KNEE tokens) makes it compute-bound; so past some concurrency and input length speculation stops
+        paying (vllm#47808, #47602). 1 without speculation."""
+        if self.shape is None:
+            return 1.0
+        batch = max(0, rank.running - SPEC_BATCH_KNEE) * self.config.spec_batch_cost * self.config.faults.envelope_shift
+        context = max(0, gen.prompt_tokens + len(gen.tokens) - SPEC_CONTEXT_KNEE) / 1024 * self.config.spec_context_cost
+        return 1.0 + batch + context
 
     def _verify_step(self, gen: Generation, job: Job, rank: RankState, source, accept_rng,
                      alphas: tuple[float, ...]) -> list[str]:
