@@ -276,9 +276,9 @@ KNOBS: dict[str, Knob] = {
     "category_accept": Knob("DSPARK_SIM_CATEGORY_ACCEPT", "code=1.1,math=1.05,long_context=0.8",
                             "factor on alpha per prompt category (sglang_sim/speculation.py: code and math by marker "
                             "words, long_context by length); empty: every category alike", _category_factors),
-    "spec_batch_cost": Knob("DSPARK_SIM_SPEC_BATCH_COST", "0.024",
+    "spec_batch_cost": Knob("DSPARK_SIM_SPEC_BATCH_COST", "0.05",
                             "a verify step's extra time, as a fraction of a decode step, per running request past 8 "
-                            "(speculation stops paying near concurrency 96 at alpha 0.7, gamma 7)", _non_negative),
+                            "(at alpha 0.7, gamma 7 speculation stops paying near 50 running requests)", _non_negative),
     "spec_context_cost": Knob("DSPARK_SIM_SPEC_CONTEXT_COST", "0.15",
                               "a verify step's extra time, as a fraction of a decode step, per 1024 context tokens "
                               "past 2048", _non_negative),
@@ -335,7 +335,7 @@ class SimConfig:
     accept_decay: float = 1.0
     category_accept: Mapping[str, float] = field(default_factory=lambda: MappingProxyType(
         {"code": 1.1, "math": 1.05, "long_context": 0.8}))
-    spec_batch_cost: float = 0.024
+    spec_batch_cost: float = 0.05
     spec_context_cost: float = 0.15
     boot_seconds: float = 2.0
     prefill_ms_per_token: float = 0.05

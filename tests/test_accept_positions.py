@@ -76,3 +76,29 @@ def test_lossy_sampling_is_red_while_greedy_parity_holds(tmp_path, fault, verdic
     cell = CellResult(id="c", config={"speculative_algorithm": "DSPARK"}, expect={}, metrics=output["metrics"])
     [gate] = [g for g in evaluate(cell, output["metrics"], None) if g.metric == "sampled_greedy_share"]
     assert gate.verdict == verdict, gate
+
+
+def sweep(tmp_path, env, concurrencies, input_lens="[256]"):
+    tmp_path.mkdir()
+    options = ["speed.num_requests=4", "speed.concurrency=2", "speed.output_len=16", "speed.warmup_requests=0",
+               f"speed.sweep_concurrency={concurrencies}", f"speed.sweep_input_len={input_lens}",
+               "speed.sweep_output_len=16"]
+    flags = [arg for option in options for arg in ("--suite-option", option)]
+    # long steps, few tokens: every stream of a point is open at once (a client ramps 128 streams up slowly)
+    sim_env = {"DSPARK_SIM_DECODE_STEP_MS": "100", "DSPARK_SIM_PREFILL_MS_PER_TOKEN": "0", **env}
+    with running_simulator(sim_env, DSPARK7, log_path=tmp_path / "sim.log") as url, \
+            running_simulator(sim_env, [], log_path=tmp_path / "reference.log") as reference:
+        code, output, log = run_suite(tmp_path, "speed", url, "--reference-url", reference, *flags)
+    assert code == 0, log
+    [envelope] = output["records"]["speed_envelope"]
+    return output["metrics"], envelope
+
+
+def test_speculation_pays_up_to_a_boundary_that_a_planted_shift_moves_inward(tmp_path):
+    metrics, envelope = sweep(tmp_path / "clean", {}, "[1, 8, 32, 128]", "[256, 4096]")
+    speedups = {(p["concurrency"], p["input_len"]): p["speedup"] for p in envelope["points"]}
+    assert speedups[1, 256] > 2 and speedups[128, 256] < 1  # pays when idle, not at 128 streams
+    assert speedups[8, 4096] < speedups[8, 256]  # less on long inputs
+    assert 32 < metrics["speculation_boundary_concurrency"] < 128  # pays at 32, not at 128
+    shifted, _ = sweep(tmp_path / "shifted", {"DSPARK_SIM_FAULTS": "envelope_shift=4"}, "[8, 32]")
+    assert 8 < shifted["speculation_boundary_concurrency"] < 32  # stops paying above 8 instead
