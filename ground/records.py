@@ -34,7 +34,7 @@ class Status(str, enum.Enum):
     REJECTED_AS_EXPECTED = "rejected_as_expected"
     ERROR = "error"  # no measurement to judge: a crash, an infrastructure failure, a cell never reached
     SKIPPED = "skipped"  # its expectation was written for another SGLang release
-    # measured, nothing fell short, but a statistical gate could not decide (issue 22): neither green nor red
+    # measured, nothing fell short, but a statistical gate could not decide: neither green nor red
     INCONCLUSIVE = "inconclusive"
 
     @property
@@ -57,7 +57,7 @@ _ICONS = {Status.PASSED: "✅", Status.FAILED: "❌", Status.REJECTED_AS_EXPECTE
 
 @dataclass(frozen=True)
 class GateResult:
-    """One gate. ``passed`` is what CONTRACT.md schema 1 always had; ``statistic`` (issue 22) is the statistical
+    """One gate. ``passed`` is what CONTRACT.md schema 1 always had; ``statistic`` is the statistical
     decision behind it when there is one (effect, interval, test), and ``verdict`` the three-way outcome:
     a gate that is ``inconclusive`` has ``passed`` False but is not a regression."""
 
@@ -91,7 +91,7 @@ class GateResult:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "GateResult":
         statistic = None
-        if data.get("test") is not None and data.get("interval") is not None:  # written since issue 22
+        if data.get("test") is not None and data.get("interval") is not None:  # statistical gates only
             low, high = data["interval"]
             statistic = Verdict(data["verdict"], data["effect"], low, high, data["tolerance"], data["scale"],
                                 data["test"], data["alpha"], data["beta"], data.get("samples") or 0, data.get("detect"))
@@ -209,7 +209,7 @@ class CellResult:
     # What makes this measurement comparable with another of the same cell (results.json key "identity",
     # optional: files written before it still read).
     identity: CellIdentity | None = None
-    # Issue 22: each boot's metrics when the cell was measured on several (results.json key "boots"; `metrics`
+    # Each boot's metrics when the cell was measured on several (results.json key "boots"; `metrics`
     # then holds their pooled figures), and labels such as "flaky" (key "labels").
     boots: tuple[Mapping[str, float | None], ...] = ()
     labels: tuple[str, ...] = ()

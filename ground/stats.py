@@ -1,4 +1,4 @@
-"""Statistical verdicts: does a measurement show a regression beyond a stated tolerance? (issue 22)
+"""Statistical verdicts: does a measurement show a regression beyond a stated tolerance?
 
 Every comparison answers with a ``Verdict`` record: ``passed``, ``regressed`` or ``inconclusive``, the effect
 (the change of the new measurement against the reference), its interval, the tolerance and the test used.
