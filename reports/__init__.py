@@ -2,7 +2,7 @@
 
 Public surface (docs/ARCHITECTURE.md "Reports"):
 - ``reports.results``: ``write_results(path, results)``, ``load_results(path)``
-- ``reports.baseline``: ``load_baseline(path) -> Baseline``
+- ``reports.baseline_file``: ``load_baseline(path) -> Baseline``
 - ``reports.gates``: ``evaluate(cell, metrics, baseline) -> list[gate dict]``
 - ``reports.write_reports(run_dir, results, baseline=None)`` and ``reports.step_summary(results)``
 """

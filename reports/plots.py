@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ground.records import CellResult, RunResults
-from reports.history import same_setup_tail
+from reports.history_db import same_setup_tail
 from reports.metrics import METRICS, format_value, label
 
 BAR_HEIGHT_IN = 0.28  # inches per bar
@@ -206,7 +206,7 @@ def _mark_change_points(axes, metric: str, points: list) -> None:
 def trend_charts(trends: dict[str, dict[str, list]]) -> list[tuple[str, str]]:
     """(title, base64 PNG) per cell with at least two recorded runs of a trend metric: one panel per metric,
     one point per run (oldest left), GPQA with ±2 SE error bars clipped to [0, 100 %].
-    ``trends``: cell id -> metric -> points with ``run_id`` and ``value`` (``reports.history.series``)."""
+    ``trends``: cell id -> metric -> points with ``run_id`` and ``value`` (``reports.history_db.series``)."""
     charts = []
     for cell_id, by_metric in list(trends.items())[:MAX_TREND_CELLS]:
         shown = [m for m in TREND_METRICS if len(by_metric.get(m) or ()) >= 2]

@@ -16,7 +16,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from suites.config import SuiteConfig
-from suites.progress import ProgressFile
+from suites.progress_file import ProgressFile
 
 if TYPE_CHECKING:
     import openai
@@ -33,7 +33,7 @@ class Server:
     model: str
     api_key: str
     request_timeout: float
-    progress_path: Path | None = None  # where ask_each reports requests done (suites.progress)
+    progress_path: Path | None = None  # where ask_each reports requests done (suites.progress_file)
 
     @property
     def api_base(self) -> str:
@@ -49,7 +49,7 @@ class Server:
     def ask_each(self, ask: Callable[[openai.OpenAI, Item], Answer], items: Iterable[Item], concurrency: int,
                  max_retries: int = 0, label: str = "requests") -> list[Answer]:
         """``ask(client, item)`` for every item, ``concurrency`` at a time on one client; answers in item order.
-        How many are done is reported under ``label`` (suites.progress). Ctrl-C stops the requests and goes on."""
+        How many are done is reported under ``label`` (suites.progress_file). Ctrl-C stops the requests and goes on."""
         answers, interrupted = self.ask_until_interrupted(ask, items, concurrency, max_retries, label)
         if interrupted:
             raise KeyboardInterrupt

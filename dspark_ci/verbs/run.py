@@ -17,11 +17,11 @@ from packaging.version import InvalidVersion, Version
 
 from ground.errors import BadInput
 from launchers import catalog
-from launchers.options import seconds
+from launchers.optionset import seconds
 from matrices.quarantine import Quarantine, default_path, load_quarantine
 from launchers.contract import SERVERS, SIMULATED_SERVERS, LaunchContext
 from dspark_ci import progress
-from dspark_ci import run as pipeline
+from dspark_ci import pipeline
 from dspark_ci.evidence import MAX_BOOTS, Sampling
 from dspark_ci.input_checks import check_before_launch
 from ground.run_id import new_run_id
@@ -95,7 +95,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cells in flight at once, longest first (default: what the launcher has room for: the "
                         "Slurm partition's nodes, the Kubernetes namespace's pod quota; 1 for local and docker)")
     for kind in catalog.ALL_LAUNCHERS:
-        for spec in kind.declared:  # checked when the launcher is built (launchers.options.from_values): exit 2
+        for spec in kind.declared:  # checked when the launcher is built (launchers.optionset.from_values): exit 2
             option = spec.option
             default = "" if spec.default in (None, ()) else f"; default {spec.default}"
             checked: dict[str, Any] = {"type": argparse_type(option.parse)} if option.parse else {}
