@@ -24,7 +24,7 @@ from ground.records import CellResult, CellTiming, GateResult, Status
 from ground.suites import ALWAYS_SUITES, DEFAULT_SUITES, SPECULATIVE_SUITES, suite_of
 from launchers.contract import LaunchFailed, Launcher, LaunchTimeout
 from launchers.ledger import Ledger
-from launchers.plan import plan_launch
+from launchers.launch_plan import plan_launch
 from launchers.plan_types import Placement
 from dspark_ci.evidence import Sampling, more_evidence
 from matrices.cell import Cell

@@ -24,9 +24,9 @@ from typing import Iterator
 
 from ground.errors import BadInput, InfraError
 from ground.records import CellResult, RunResults, Status
-from reports.baseline import Baseline
+from reports.baseline_file import Baseline
 from matrices.quarantine import Quarantine, apply as apply_quarantine
-from reports.history import history_path, record as record_history
+from reports.history_db import history_path, record as record_history
 from reports.junit import render_junit
 from reports.markdown import render_markdown, step_summary
 from reports.results import write_results, write_text_atomically
@@ -150,7 +150,7 @@ class ResultsWriter:
         return tuple(sorted(cells, key=lambda c: position.get(c.id, len(position))))
 
     def _remember(self, results: RunResults) -> Path | None:
-        """Record the run in the run history (reports.history); a history that cannot be written costs the
+        """Record the run in the run history (reports.history_db); a history that cannot be written costs the
         trends, never the run."""
         path = history_path()
         try:

@@ -15,7 +15,7 @@ import pytest
 from ground.errors import InfraError
 from ground.sglang.resolver import locate
 from ground.state import STATE_DIR_ENV, state_dir
-from reports.history import HISTORY_ENV, history_path
+from reports.history_db import HISTORY_ENV, history_path
 
 USER_STATE_DIR: Path = state_dir(os.environ)
 USER_HISTORY: Path = history_path(os.environ)

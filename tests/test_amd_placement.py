@@ -18,7 +18,7 @@ from launchers.docker.spec import SIM_IMAGE, DockerSettings, container_spec
 from launchers.slurm.lifecycle import SlurmLauncher
 from launchers.slurm.script import render_job
 from launchers.slurm.settings import SlurmSettings
-from tests.cli import DSPARK_CI
+from tests.cli_under_test import DSPARK_CI
 from tests.docker_engines import ENGINE1, containers_of, inventory, new_run_id, require_engine
 from tests.sim_plans import make_plan
 

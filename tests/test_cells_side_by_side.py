@@ -17,11 +17,11 @@ from xml.etree import ElementTree
 
 import pytest
 
-from dspark_ci.scheduler import longest_first
+from dspark_ci.cell_queue import longest_first
 from launchers.contract import Capacity
 from matrices import load_cells
-from reports.history import cell_seconds
-from tests.cli import DSPARK_CI
+from reports.history_db import cell_seconds
+from tests.cli_under_test import DSPARK_CI
 from tests.process_table import assert_no_process_with_env
 
 REPO = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from suites.sanity import parse_stream, reply_problems, text_problem
-from tests.cli import DSPARK_CI
+from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = str(REPO / "matrices" / "smoke.yaml")
