@@ -63,7 +63,9 @@ class VerdictRun(Run):
                               timeout=60, cwd=REPO)
 
 
-def wait_for(condition, what: str, timeout: float = 60.0):
+def wait_for(condition, what: str, timeout: float = 300.0):
+    """Poll for an observable event. The deadline only stops a hung test: it is no bound on the product, so it
+    leaves a loaded 2-core machine (launch and boot then take tens of seconds) ample room."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = condition()
