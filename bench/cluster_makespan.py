@@ -181,7 +181,10 @@ def main() -> int:
     on_fleet.add_argument("--matrix", default="matrices/nightly.yaml")
     on_fleet.add_argument("--nodes", type=int, default=64)
     on_fleet.add_argument("--job-overhead-minutes", type=float, default=4.0)
+    sub.add_parser("smoke", help="CI's check that the bench still runs: the fleet simulation of the nightly, 8 nodes")
     args = parser.parse_args()
+    if args.what == "smoke":
+        return fleet(argparse.Namespace(matrix="matrices/nightly.yaml", nodes=8, job_overhead_minutes=4.0))
     return slurm(args) if args.what == "slurm" else fleet(args)
 
 
