@@ -52,7 +52,7 @@ def _install_on_hosted() -> list[Step]:
 # --- nightly ------------------------------------------------------------------------------------
 
 def _resolver_setup(name: str, **conditions) -> tuple[Step, ...]:
-    """SGLang 0.5.23's resolver environment on a CPU (cached; ~80 s cold), exported as DSPARK_SGLANG_PYTHON."""
+    """SGLang's resolver environment on a CPU (cached; ~80 s cold), exported as DSPARK_SGLANG_PYTHON."""
     cache = Step("Cache SGLang's resolver environment", uses=CACHE, with_={
         "path": ".cache/sglang-venv", "key": "sglang-resolver-${{ hashFiles('.ci/sglang-resolver.txt') }}"},
         **conditions)

@@ -71,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "never for release qualification, which demands conclusive passes")
     parser.add_argument("--server", choices=SERVERS, default=os.environ.get("DSPARK_SERVER", "sim"),
                         help="server under test: the embedded simulated SGLang server (default), real SGLang, or "
-                        "SGLang 0.5.23's own front end in front of the simulated engine (sglang-frontend: "
+                        f"SGLang {DEFAULT_VERSION}'s own front end in front of the simulated engine (sglang-frontend: "
                         "`bash .ci/sglang-frontend.sh`, --launcher local)")
     parser.add_argument("--sglang-version", default=DEFAULT_VERSION,
                         help="SGLang version under test, matched against each expectation's version spec")
@@ -200,7 +200,7 @@ def _version(text: str) -> str:
     try:
         Version(text)
     except InvalidVersion:
-        raise BadInput(f"--sglang-version {text}", "not a version number", "e.g. --sglang-version 0.5.23") from None
+        raise BadInput(f"--sglang-version {text}", "not a version number", f"e.g. --sglang-version {DEFAULT_VERSION}") from None
     return text
 
 
