@@ -17,7 +17,7 @@ from ground.records import DECIDED_BY_RESOLVER, QUARANTINE_EXPIRED, QUARANTINED,
 from ground.sglang.settings import summary_items
 from launchers.contract import SIMULATED_SERVERS
 from reports.acceptance import acceptance_section, envelope_section
-from reports.baseline import Baseline
+from reports.baseline_file import Baseline
 from reports.gates import describe_gate, explain, levels_line
 from ground.suites import SUITE_DEFAULTS
 from reports.metrics import SPEED_DETAIL, SPEED_LINE, STDERR_OF, format_value, label
@@ -132,7 +132,7 @@ def _all_gates(results: RunResults) -> str:
     return f"{section}\n\n{levels}" if section and levels else section
 
 
-# A gate's verdict as the reports show it (issue 22: inconclusive is neither green nor red).
+# A gate's verdict as the reports show it (inconclusive is neither green nor red).
 VERDICT_TEXT = {"passed": "✅ pass", "regressed": "❌ regressed", "inconclusive": "❔ inconclusive"}
 
 
