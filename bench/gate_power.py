@@ -387,12 +387,15 @@ def position_night(rng: random.Random, baseline, planted: bool) -> tuple[str, st
 
 def acceptance_power(nights: int, seed: int) -> str:
     rng = random.Random(seed)
-    lines = [f"Losslessness gate ({LOSSLESS_PROMPTS}×{LOSSLESS_SAMPLES} samples per server, {nights} nights):"]
-    for p0 in LOSSLESS_P0:
-        clean = [lossless_night(rng, p0, False, LOSSLESS_PROMPTS * LOSSLESS_SAMPLES) for _ in range(nights)]
-        lossy = [lossless_night(rng, p0, True, LOSSLESS_PROMPTS * LOSSLESS_SAMPLES) for _ in range(nights)]
-        lines.append(f"  p0={p0:.1f}: lossy_sampling red {lossy.count(stats.REGRESSED) / nights:.1%}; clean red "
-                     f"{clean.count(stats.REGRESSED) / nights:.1%}, green {clean.count(stats.PASSED) / nights:.1%}")
+    lines = [f"Losslessness gate ({nights} nights; the accept suite's default is "
+             f"{LOSSLESS_PROMPTS}×{LOSSLESS_SAMPLES} samples per server):"]
+    for samples in (LOSSLESS_PROMPTS * LOSSLESS_SAMPLES, 4 * LOSSLESS_PROMPTS * LOSSLESS_SAMPLES):
+        for p0 in LOSSLESS_P0:
+            clean = [lossless_night(rng, p0, False, samples) for _ in range(nights)]
+            lossy = [lossless_night(rng, p0, True, samples) for _ in range(nights)]
+            lines.append(f"  {samples} samples, p0={p0:.1f}: lossy_sampling red {lossy.count(stats.REGRESSED) / nights:.1%}"
+                         f"; clean red {clean.count(stats.REGRESSED) / nights:.1%}, green "
+                         f"{clean.count(stats.PASSED) / nights:.1%}")
     with tempfile.TemporaryDirectory() as tmp:
         baseline = load_baseline(position_baseline(rng, Path(tmp)))
         clean_nights = [position_night(rng, baseline, False) for _ in range(nights)]
