@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dspark_ci import cell_run, pipeline  # noqa: E402
 from dspark_ci.progress import Progress  # noqa: E402
+from launchers.contract import Capacity  # noqa: E402
 from launchers.plan_types import Placement  # noqa: E402
 from suites.runner import SuiteOutcome  # noqa: E402
 
@@ -65,6 +66,9 @@ class InstantLauncher:
 
     def preflight(self, plans) -> None:
         pass
+
+    def capacity(self) -> Capacity:
+        return Capacity(1, None, "the instant launcher runs one cell at a time")
 
     @contextlib.contextmanager
     def launch(self, plan, logs_dir):

@@ -88,11 +88,8 @@ class RunOptions:
 
 def run_capacity(launcher: Launcher, max_parallel: int | None) -> Capacity:
     """How many cells run side by side: --max-parallel when given (still within the launcher's nodes), else the
-    launcher's own capacity; a launcher that offers none (local: cells would share this CPU and disturb each
-    other's timings) runs one at a time."""
-    offered = getattr(launcher, "capacity", None)
-    own = offered() if offered else Capacity(1, None, f"the {launcher.name} launcher runs one cell at a time "
-                                                      "unless --max-parallel says otherwise")
+    launcher's own capacity (``Launcher.capacity``: local says one at a time)."""
+    own = launcher.capacity()
     if max_parallel is None:
         return own
     within = (f", within {sum(own.host_gpus)} GPUs" if own.host_gpus else
