@@ -25,7 +25,7 @@ from reports.metrics import REQUEST_STDERR_OF, STDERR_OF
 # metric -> its gate in a recorded baseline. Tolerances are the ones gates in the wild use
 # (FIELD_NOTES.md): throughput -3%, median TTFT/TPOT +2.5%, accept length at 98% of the baseline. The detection line
 # (what a pass rules out) is twice the tolerance unless written: throughput's would be 6 %, and a 5 % loss must
-# not pass (issue 22).
+# not pass.
 RECORDED_GATES: dict[str, dict[str, float]] = {
     "accept_length": {"min_ratio": 0.98},
     "accept_rate": {"min_ratio": 0.98},

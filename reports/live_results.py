@@ -4,7 +4,8 @@ rewrite is cheap, at most every ``REWRITE_EVERY_S`` once it is not (always at th
 older than a few seconds and a 10k-cell run stays linear. Until the run finishes, what is on disk lists every
 selected cell without an outcome as an error ("no outcome yet") and the run as not finished: a run killed with
 SIGKILL, even after its last cell, leaves reports that say FAILED, never a green one. The final set (results.json,
-report.html, junit.xml, report.md) is rendered, staged and renamed together last (issue 27)."""
+report.html, junit.xml, report.md) is rendered, staged and renamed together last, so no half-written set says
+PASSED."""
 
 from __future__ import annotations
 

@@ -131,7 +131,7 @@ def _all_gates(results: RunResults) -> str:
     return f"{section}\n\n{levels}" if section and levels else section
 
 
-# A gate's verdict as the reports show it (issue 22: inconclusive is neither green nor red).
+# A gate's verdict as the reports show it (inconclusive is neither green nor red).
 VERDICT_TEXT = {"passed": "✅ pass", "regressed": "❌ regressed", "inconclusive": "❔ inconclusive"}
 
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ground.records import CellResult, RunResults
-from reports.change_points import change_points
 from reports.history_db import same_setup_tail
 from reports.metrics import METRICS, format_value, label
 
@@ -188,6 +187,8 @@ MAX_TREND_CELLS = 20  # trend figures are one per cell: past this, a page of the
 def _mark_change_points(axes, metric: str, points: list) -> None:
     """A dashed line where the level changed (over the runs of the newest setup), labelled with the run and the
     shift; a drift shades the runs it took."""
+    from reports.change_points import change_points  # on use, with numpy: only report.html's trends draw them
+
     comparable, _ = same_setup_tail(points)
     offset = len(points) - len(comparable)
     where = {p.run_id: offset + i for i, p in enumerate(comparable)}

@@ -10,7 +10,6 @@ from ground.records import RunResults
 from reports import history_db
 from reports.baseline_file import Baseline
 from reports.compare import compare_markdown, compare_runs
-from reports.html import render_html
 from reports.junit import render_junit
 from reports.markdown import render_markdown
 from reports.metrics import METRICS
@@ -24,6 +23,10 @@ def render_reports(results: RunResults, baseline: Baseline | None = None,
     run's results), report.md and report.html end with the comparison. With ``history`` (a run history
     database, ``reports.history_db``), report.html gains trend plots per cell and failed gates name the
     last good and first bad run."""
+    # On use: report.html's stack (markdown-it, the plots, numpy) is needed once, at the end of a run, and must
+    # not delay its first launch.
+    from reports.html import render_html
+
     comparison = compare_runs(results, compare_to) if compare_to is not None else None
     comparison_md = compare_markdown(comparison) if comparison is not None else None
     trends, regressions = _from_history(history, results) if history is not None else ({}, {})

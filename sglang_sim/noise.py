@@ -1,4 +1,4 @@
-"""The simulator's noise model (issue 22): what makes two boots, and two requests, of one server differ.
+"""The simulator's noise model: what makes two boots, and two requests, of one server differ.
 
 Off by default (every knob 0): the simulator is then as deterministic as it always was. Turned on by
 ``DSPARK_SIM_*`` settings (``sim_config.py``):

@@ -10,14 +10,16 @@ import re
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 
-import openai
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from suites.config import SuiteConfig
 from suites.progress_file import ProgressFile
+
+if TYPE_CHECKING:
+    import openai
 
 Item = TypeVar("Item")
 Answer = TypeVar("Answer")
@@ -39,6 +41,8 @@ class Server:
 
     def client(self, max_retries: int = 0) -> openai.OpenAI:
         # No retries by default: a measurement must see the failure, not hide it behind a second try.
+        import openai  # on use: the speed suite's aiohttp client and the run itself never pay its 1.5 s import
+
         return openai.OpenAI(base_url=self.api_base, api_key=self.api_key, timeout=self.request_timeout,
                              max_retries=max_retries)
 

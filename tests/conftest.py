@@ -1,5 +1,5 @@
 """Every test, and every process a test starts, keeps its state (run index, run history) in a directory of
-this session: `python3 -m pytest tests` never adds a run to the user's history or index (issue 27).
+this session: `python3 -m pytest tests` never adds a run to the user's history or index.
 
 The user's own locations, as they were before the session changed them, are ``USER_STATE_DIR`` and
 ``USER_HISTORY`` (tests/test_own_state.py proves a run started by a test leaves them alone).

@@ -1,4 +1,4 @@
-"""AMD (ROCm) cells placed as SGLang's AMD docs and Dockerfiles say (issue 27 item 8): SGLang takes `--device cuda`
+"""AMD (ROCm) cells placed as SGLang's AMD docs and Dockerfiles say: SGLang takes `--device cuda`
 on ROCm too, so the hardware decides. Docker gives /dev/kfd, /dev/dri and the video group, never an NVIDIA device
 request, and runs the ROCm release image; Slurm's containers get apptainer's --rocm or pyxis device mounts; a cell
 whose hardware has no image is refused when planned."""

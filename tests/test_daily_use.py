@@ -1,4 +1,4 @@
-"""Daily use, as a user types it (issue 15): no green run that tested nothing, errors by their real cause, input
+"""Daily use, as a user types it: no green run that tested nothing, errors by their real cause, input
 bounds, the simulator's own help, suites that say what answered. Every test goes through the command line."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The always-on sanity check: whatever suites a cell selects, a server that streams garbage, breaks its streams off
-or decodes slowly is never green (issue 27 item 1). End to end through `dspark-ci run`, as a user runs it."""
+or decodes slowly is never green. End to end through `dspark-ci run`, as a user runs it."""
 
 from __future__ import annotations
 

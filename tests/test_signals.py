@@ -1,6 +1,6 @@
 """dspark-ci started with SIGINT and SIGQUIT ignored, as a background job of a non-interactive shell starts it (many CI
 wrappers do): it still stops its pytest child at once on a frozen rank, keeping what the suites measured, and it
-still obeys SIGINT itself (issue 27)."""
+still obeys SIGINT itself."""
 
 from __future__ import annotations
 

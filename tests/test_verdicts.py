@@ -1,4 +1,4 @@
-"""Verdicts that cannot lie (issue 9), through the command line as a user meets them: an unexpected exception at
+"""Verdicts that cannot lie, through the command line as a user meets them: an unexpected exception at
 any stage, a stopped or dying rank while measuring, a rank-0 crash in a two-node cell, a SIGKILLed run and
 `cleanup`, concurrent runs. Each asserts what a user sees: exit code, results.json, report.md's verdict line,
 junit.xml's counts, the error naming the right rank and SGLang line, and nothing left in the process table.
