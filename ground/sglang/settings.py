@@ -243,6 +243,13 @@ class CellConfig(Mapping[str, Any]):
         int, "speculative_num_draft_tokens: 4", "--speculative-num-draft-tokens",
         value("--speculative-num-draft-tokens", 130), nullable=True, minimum=1, speculative=True,
         maximum=MAX_SPECULATIVE, resolved=("speculative_num_draft_tokens",))
+    speculative_draft_kv_cache_dtype: str | None = setting(
+        str, "speculative_draft_kv_cache_dtype: fp8_e4m3", "--speculative-draft-kv-cache-dtype (the draft model's "
+        "KV cache only; default: follows kv_cache_dtype)", value("--speculative-draft-kv-cache-dtype", 135),
+        nullable=True, choices=_choices("--speculative-draft-kv-cache-dtype"), speculative=True,
+        id=IdPart(105, lambda c: f"dkv-{c['speculative_draft_kv_cache_dtype']}"
+                  if c.get("speculative_draft_kv_cache_dtype") else ""),
+        resolved=("speculative_draft_kv_cache_dtype",))
     reasoning_parser: str | None = setting(str, "reasoning_parser: deepseek-v4", "--reasoning-parser",
                                            value("--reasoning-parser", 140), nullable=True)
     kv_cache_dtype: str | None = setting(str, "kv_cache_dtype: fp8_e4m3", "--kv-cache-dtype",
