@@ -32,7 +32,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from ground.sglang.release import DEFAULT_VERSION, DEVICE_IMAGES, DEVICES
-from ground.sglang.settings import SETTINGS, Setting
+from ground.sglang.settings import MAXIMUM, SETTINGS, Setting
 from ground.yaml_lines import YamlList, YamlMap
 from matrices.values import (Parser, Where, arg_list, boolean, check_keys, env_map, expect_spec,
                              int_between, one_of, optional, slug, suite_map, text, version_spec)
@@ -46,17 +46,8 @@ class Key:
     help: str  # what the key is (its SGLang flag, when it has one), shown when a typo is corrected
 
 
-# Upper bounds of the counts a cell sets: past them a value is a typo (2**64 GPUs) that would plan and even run green
-# on the simulator. tp/dp/cp/pp are bounded by the layout rules too (ranks <= nnodes * gpus_per_node).
-MAX_NODES, MAX_GPUS_PER_NODE = 1024, 128
-MAX_PARALLEL = MAX_NODES * MAX_GPUS_PER_NODE
-MAX_SPECULATIVE = 1024  # block size, steps, top-k, draft tokens
-MAX_INTEGER: Mapping[str, int] = MappingProxyType({
-    "nnodes": MAX_NODES, "gpus_per_node": MAX_GPUS_PER_NODE,
-    **dict.fromkeys(("tp", "dp", "cp", "pp"), MAX_PARALLEL),
-    **dict.fromkeys(("speculative_block_size", "speculative_num_steps", "speculative_eagle_topk",
-                     "speculative_num_draft_tokens"), MAX_SPECULATIVE),
-})
+# Upper bounds of the counts a cell sets are on their rows (``maximum``, ground/sglang/settings.py).
+MAX_INTEGER: Mapping[str, int] = MappingProxyType(dict(MAXIMUM))
 MAX_OTHER_INTEGER = 2**31 - 1
 
 _SCALAR: Mapping[type, Parser] = {str: text, int: int_between(0, MAX_OTHER_INTEGER), bool: boolean}

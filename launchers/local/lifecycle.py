@@ -21,7 +21,7 @@ from typing import Iterator, Mapping, Sequence
 import psutil
 
 from ground.errors import InfraError
-from launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, LaunchContext, LaunchFailed, RankExit, culprit,
+from launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, Capacity, LaunchContext, LaunchFailed, RankExit, culprit,
                                 group_failed)
 from launchers.ledger import Ledger
 from launchers.local.options import LocalOptions
@@ -108,6 +108,11 @@ class LocalLauncher:
 
     def __init__(self, settings: LocalSettings = LocalSettings()):
         self.settings = settings
+
+    def capacity(self) -> Capacity:
+        """One cell at a time: cells side by side would share this CPU and disturb each other's timings."""
+        return Capacity(1, None, f"the {self.name} launcher runs one cell at a time unless --max-parallel says "
+                                 "otherwise")
 
     def preflight(self, plans: Sequence[LaunchPlan]) -> None:
         """What the server needs must be importable by the Python that runs it, before anything starts."""
