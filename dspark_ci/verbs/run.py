@@ -73,7 +73,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server", choices=SERVERS, default=os.environ.get("DSPARK_SERVER", "sim"),
                         help="server under test: the embedded simulated SGLang server (default), real SGLang, or "
                         "SGLang 0.5.23's own front end in front of the simulated engine (sglang-frontend: "
-                        "`bash .ci/sglang-frontend.sh`, --launcher local)")
+                        "`bash .ci/sglang-frontend.sh`, --launcher local), or SGLang 0.5.23's real engine on this "
+                        "CPU serving a tiny Llama (sglang-engine: `bash .ci/sglang-engine.sh`)")
     parser.add_argument("--sglang-version", default=DEFAULT_VERSION,
                         help="SGLang version under test, matched against each expectation's version spec")
     shown = parser.add_mutually_exclusive_group()
@@ -82,7 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     shown.add_argument("--verbose", "-v", action="store_true",
                        help="every stage and every suite's progress as a plain line, even on a terminal")
     parser.add_argument("--boot-timeout", type=positive_seconds, default=None, metavar="SECONDS",
-                        help="how long rank 0 may take to become healthy (default 60 for the simulator, 600 for sglang-frontend, 1800 for SGLang)")
+                        help="how long rank 0 may take to become healthy (default 60 for the simulator, 600 for sglang-frontend and sglang-engine, 1800 for SGLang)")
     parser.add_argument("--rejections", choices=("launch", "resolver"), default="launch",
                         help="how expected rejections are decided: launch each one (default: release qualification), "
                         "or let SGLang's own resolver decide on this CPU those it can tell from the arguments alone "
@@ -227,7 +228,7 @@ def rerun_options(args: argparse.Namespace) -> tuple[str, ...]:
 
 # Default --boot-timeout per server: SGLang's front end on a busy 2-core CPU takes 60-100 s to start
 # (each of its spawned processes imports sglang).
-BOOT_TIMEOUT_S = {"sim": 60.0, "sglang": 1800.0, "sglang-frontend": 600.0}
+BOOT_TIMEOUT_S = {"sim": 60.0, "sglang": 1800.0, "sglang-frontend": 600.0, "sglang-engine": 600.0}
 
 
 def run_verb(args: argparse.Namespace, stream: TextIO | None = None) -> int:

@@ -29,7 +29,7 @@ from launchers.logs import rank_log_path, tail
 from launchers.plan_types import LaunchPlan, Placement, RankCommand
 from launchers.processes import (descendants, die_with_parent, free_port, kill_group, run_env, signal_group,
                                  signals_deferred, started_at, stop_all)
-from launchers.materialize import frontend_python, redact, resolve_env, secret_values, server_argv
+from launchers.materialize import SGLANG_VENV_SERVERS, redact, resolve_env, secret_values, server_argv, server_python
 from launchers.wait import Deadline, OurServer, wait_until_ready
 
 
@@ -39,13 +39,16 @@ PREFLIGHT_MODULES = {
                             "containers (--launcher docker)"),
     "sglang-frontend": (("sglang", "fastapi", "uvicorn"), "build its venv with `bash .ci/sglang-frontend.sh` "
                                                           "(prints the Python to set as DSPARK_SGLANG_PYTHON)"),
+    "sglang-engine": (("sglang", "fastapi", "safetensors", "ninja"),
+                      "build its venv with `bash .ci/sglang-engine.sh` (prints the Python to set as "
+                      "DSPARK_SGLANG_ENGINE_PYTHON)"),
 }
 SETTLE_S = 0.3  # after seeing one rank exit, let the ranks that die of losing it be seen too
 
 
 @dataclass(frozen=True)
 class LocalSettings:
-    server: str = "sim"  # "sim", "sglang" (python3 -m sglang.launch_server) or "sglang-frontend"
+    server: str = "sim"  # one of launchers.contract.SERVERS
     boot_timeout_s: float = 600.0
     poll_s: float = 0.5
     stop_grace_s: float = 10.0
@@ -56,7 +59,7 @@ class LocalSettings:
 
 def build(context: LaunchContext, options: LocalOptions) -> "LocalLauncher":
     """The catalog's constructor (launchers.catalog): the local launcher takes no options of its own."""
-    python = frontend_python(context.caller_env) if context.server == "sglang-frontend" else sys.executable
+    python = server_python(context.server, context.caller_env)
     return LocalLauncher(LocalSettings(server=context.server, boot_timeout_s=context.boot_timeout_s,
                                        python=python, caller_env=dict(context.caller_env),
                                        ledger=Ledger(context.run_id, context.run_dir)))
@@ -112,7 +115,7 @@ class LocalLauncher:
         """What the server needs must be importable by the Python that runs it, before anything starts."""
         if self.settings.server not in PREFLIGHT_MODULES or not plans:
             return
-        python = self.settings.python if self.settings.server == "sglang-frontend" else plans[0].ranks[0].argv[0]
+        python = self.settings.python if self.settings.server in SGLANG_VENV_SERVERS else plans[0].ranks[0].argv[0]
         modules, fix = PREFLIGHT_MODULES[self.settings.server]
         probe = [python, "-c", "import importlib.util as u, sys; "
                  f"sys.exit(any(u.find_spec(m) is None for m in {modules!r}))"]
