@@ -24,7 +24,7 @@ from launchers.ledger import Ledger
 from launchers.logs import rank_log_path, tail
 from launchers.plan_types import LaunchPlan, Placement
 from launchers.processes import free_port, signals_deferred, sigterm_as_interrupt
-from launchers.materialize import redact
+from launchers.materialize import redact, server_python
 from launchers.wait import Deadline, OurServer, wait_until_ready
 from launchers.slurm.commands import (NODES_OUT_OF_SERVICE, RUNNING_STATES, WAITING_STATES, cancel, checked_output, conf_hint, gpus_of,
                                       hostnames, is_over, job_info, key_values, last_line, node_address, slurm,
@@ -46,7 +46,8 @@ def build(context: LaunchContext, options: SlurmOptions) -> "SlurmLauncher":
         server=context.server, partition=options.partition, account=options.account, time=options.time,
         extra=options.extra, gpus=options.gpus, container=options.container,
         queue_timeout_s=options.queue_timeout_for(context.server), boot_timeout_s=context.boot_timeout_s,
-        caller_env=dict(context.caller_env), run_id=context.run_id, ledger=Ledger(context.run_id, context.run_dir)))
+        caller_env=dict(context.caller_env), run_id=context.run_id, ledger=Ledger(context.run_id, context.run_dir),
+        python=server_python(context.server, context.caller_env)))
 
 
 class QueueTimeout(LaunchTimeout):

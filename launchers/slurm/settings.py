@@ -47,7 +47,7 @@ class SlurmSettings:
     def __post_init__(self):
         # The --slurm-* values are checked once, as options (launchers/slurm/options.py); the server by the CLI.
         if self.server not in DEFAULT_QUEUE_TIMEOUT_S:
-            raise BadInput("--server", f"unknown server {self.server!r}", "choose sim or sglang")
+            raise BadInput("--server", f"unknown server {self.server!r}", f"choose from {', '.join(DEFAULT_QUEUE_TIMEOUT_S)}")
 
     @property
     def container_kind(self) -> str | None:

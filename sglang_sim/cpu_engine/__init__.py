@@ -49,10 +49,16 @@ REPLACED_FLAGS = ("--model-path", "--tokenizer-path", "--device", "--attention-b
 ADDED_SWITCHES = ("--skip-server-warmup", "--enable-metrics")
 
 
-def attention_backend() -> str:
-    """intel_amx (verify and draft decode with a tree mask) once the CPU kernels' boot tells the platform it has
-    AMX; without that boot SGLang would replace it by torch_native anyway, which serves without speculation only."""
-    return "intel_amx" if KERNELS_BOOT.is_dir() else "torch_native"
+# Attention ops IntelAMXAttnBackend calls (layers/attention/intel_amx_backend.py).
+AMX_ATTENTION_OPS = ("decode_attention_cpu", "extend_attention_cpu")
+
+
+def attention_backend(kernel_ops: Sequence[str]) -> str:
+    """intel_amx (verify and draft decode with a tree mask: what speculation needs) when the CPU kernels serve
+    its attention ops (``kernel_ops``: the names torch.ops.sgl_kernel holds); else torch_native, which serves
+    without speculation only. One backend for every cell of a run, so a speculative cell and its non-speculative
+    reference compute attention alike (greedy parity is exact, not within rounding)."""
+    return "intel_amx" if set(AMX_ATTENTION_OPS) <= set(kernel_ops) else "torch_native"
 
 
 def flag_value(argv: Sequence[str], flag: str) -> str | None:
@@ -86,12 +92,12 @@ def refusal(argv: Sequence[str]) -> str | None:
     return None
 
 
-def engine_argv(argv: Sequence[str], target: Path, draft: Path) -> list[str]:
+def engine_argv(argv: Sequence[str], target: Path, draft: Path, kernel_ops: Sequence[str] = ()) -> list[str]:
     """The cell's launch_server flags (without the entry point) as this CPU runs them."""
     served = flag_value(argv, "--served-model-name") or flag_value(argv, "--model-path") or "default"
     mapped = [*_without(argv, REPLACED_FLAGS), "--model-path", str(target), "--served-model-name", served,
               "--device", "cpu", "--dtype", "bfloat16", "--load-format", "safetensors",
-              "--attention-backend", attention_backend(), "--mem-fraction-static", MEM_FRACTION_STATIC,
+              "--attention-backend", attention_backend(kernel_ops), "--mem-fraction-static", MEM_FRACTION_STATIC,
               "--max-total-tokens", MAX_TOTAL_TOKENS]
     if (flag_value(argv, "--speculative-algorithm") or "").upper() in DRAFT_ALGORITHMS:
         mapped += ["--speculative-draft-model-path", str(draft), "--speculative-draft-load-format", "safetensors"]

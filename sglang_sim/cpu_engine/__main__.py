@@ -13,6 +13,17 @@ import sys
 from pathlib import Path
 
 
+def _kernel_ops(boot: Path) -> list[str]:
+    """The ops the CPU kernels register as torch.ops.sgl_kernel.* (importing them is what registers them)."""
+    if not (boot / "sgl_kernel").is_dir():
+        return []
+    sys.path.insert(0, str(boot))
+    import sgl_kernel  # noqa: F401
+    import torch
+
+    return [name for name in dir(torch.ops.sgl_kernel) if not name.startswith("_")]
+
+
 def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run by path from a Python without this tree
     from sglang_sim import cpu_engine
@@ -26,7 +37,8 @@ def main() -> int:
     cache = cpu_engine.cache_root(os.environ)
     target = checkpoint.ensure(cpu_engine.MODEL_DIR / "target", cache)
     draft = checkpoint.ensure(cpu_engine.MODEL_DIR / "draft", cache, target_source=cpu_engine.MODEL_DIR / "target")
-    command = [sys.executable, "-m", "sglang.launch_server", *cpu_engine.engine_argv(argv, target, draft)]
+    command = [sys.executable, "-m", "sglang.launch_server",
+               *cpu_engine.engine_argv(argv, target, draft, _kernel_ops(cpu_engine.KERNELS_BOOT))]
     env = cpu_engine.engine_env(os.environ, argv)
     env[cpu_engine.ORIGINAL_ARGV_ENV] = json.dumps(argv)
     print(f"[dspark-ci sglang-engine] {' '.join(command)}", file=sys.stderr, flush=True)
