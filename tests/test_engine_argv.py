@@ -11,7 +11,7 @@ from launchers.docker.spec import DockerSettings, engine_volumes, image_for
 from launchers.materialize import server_argv, server_python
 from launchers.plan_types import RankCommand
 from sglang_sim.cpu_engine import (ENTRY, MODEL_DIR, engine_argv, engine_env, flag_value, refusal,
-                                   threads_bind)
+                                   threads_bind, workdir)
 from tests.test_run_cli import SMOKE, Run
 
 CELL = ["--model-path", "dspark-ci/tiny-llama", "--device", "cuda", "--tp-size", "2", "--moe-a2a-backend", "none",
@@ -22,7 +22,7 @@ CELL = ["--model-path", "dspark-ci/tiny-llama", "--device", "cuda", "--tp-size",
 def test_serving_and_speculative_flags_are_kept_and_the_hardware_is_the_cpus():
     argv = engine_argv(CELL, Path("/m/target"), Path("/m/draft"))
     for flag, value in (("--tp-size", "2"), ("--speculative-algorithm", "NGRAM"), ("--port", "30000"),
-                        ("--speculative-num-draft-tokens", "4"), ("--model-path", "/m/target"),
+                        ("--speculative-num-draft-tokens", "4"), ("--model-path", "dspark-ci/tiny-llama"),
                         ("--served-model-name", "dspark-ci/tiny-llama"), ("--device", "cpu"), ("--dtype", "bfloat16"),
                         ("--load-format", "safetensors"), ("--mem-fraction-static", "0.3"),
                         ("--max-total-tokens", "4096")):
@@ -81,3 +81,11 @@ def test_intel_amx_only_once_the_cpu_kernels_serve_its_attention():
                       "--attention-backend") == "torch_native"
     ops = ["decode_attention_cpu", "extend_attention_cpu", "assign_req_to_token_pool_cpu"]
     assert flag_value(engine_argv(CELL, Path("/t"), Path("/d"), ops), "--attention-backend") == "intel_amx"
+
+
+def test_the_cells_model_path_leads_to_the_tiny_llama(tmp_path):
+    target = tmp_path / "target-123"
+    target.mkdir()
+    root = workdir(["--model-path", "dspark-ci/tiny-llama"], target)
+    assert (root / "dspark-ci" / "tiny-llama").resolve() == target.resolve()
+    assert flag_value(engine_argv(["--model-path", "/abs/model"], target, target), "--model-path") == str(target)

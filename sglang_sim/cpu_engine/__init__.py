@@ -92,10 +92,39 @@ def refusal(argv: Sequence[str]) -> str | None:
     return None
 
 
+def model_path(argv: Sequence[str], target: Path) -> str:
+    """The --model-path SGLang is given: the cell's own when it is a relative path (a Hub id), which ``workdir``
+    makes lead to ``target``, so /server_info and /model_info report the cell's model as a real launch would (and
+    the launcher knows the server for its own); else ``target`` itself."""
+    given = flag_value(argv, "--model-path")
+    return given if given and _relative(given) else str(target)
+
+
+def _relative(path: str) -> bool:
+    parts = Path(path).parts
+    return bool(parts) and not Path(path).is_absolute() and ".." not in parts
+
+
+def workdir(argv: Sequence[str], target: Path) -> Path:
+    """A directory beside ``target`` in which the cell's relative --model-path leads to it (a symbolic link)."""
+    root = target.parent / f"serve-{target.name}"
+    given = flag_value(argv, "--model-path")
+    if given and _relative(given):
+        link = root / given
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.is_symlink():
+            try:
+                link.symlink_to(target, target_is_directory=True)
+            except FileExistsError:  # another rank made it at the same moment
+                pass
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
 def engine_argv(argv: Sequence[str], target: Path, draft: Path, kernel_ops: Sequence[str] = ()) -> list[str]:
-    """The cell's launch_server flags (without the entry point) as this CPU runs them."""
+    """The cell's launch_server flags (without the entry point) as this CPU runs them, from ``workdir``."""
     served = flag_value(argv, "--served-model-name") or flag_value(argv, "--model-path") or "default"
-    mapped = [*_without(argv, REPLACED_FLAGS), "--model-path", str(target), "--served-model-name", served,
+    mapped = [*_without(argv, REPLACED_FLAGS), "--model-path", model_path(argv, target), "--served-model-name", served,
               "--device", "cpu", "--dtype", "bfloat16", "--load-format", "safetensors",
               "--attention-backend", attention_backend(kernel_ops), "--mem-fraction-static", MEM_FRACTION_STATIC,
               "--max-total-tokens", MAX_TOTAL_TOKENS]

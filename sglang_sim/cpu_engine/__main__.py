@@ -41,7 +41,8 @@ def main() -> int:
                *cpu_engine.engine_argv(argv, target, draft, _kernel_ops(cpu_engine.KERNELS_BOOT))]
     env = cpu_engine.engine_env(os.environ, argv)
     env[cpu_engine.ORIGINAL_ARGV_ENV] = json.dumps(argv)
-    print(f"[dspark-ci sglang-engine] {' '.join(command)}", file=sys.stderr, flush=True)
+    os.chdir(cpu_engine.workdir(argv, target))
+    print(f"[dspark-ci sglang-engine] in {os.getcwd()}: {' '.join(command)}", file=sys.stderr, flush=True)
     os.execve(sys.executable, command, env)
     return 0  # not reached
 
