@@ -132,12 +132,23 @@ def _container_python(settings: DockerSettings) -> str:
 
 def engine_volumes(settings: DockerSettings) -> dict[str, dict[str, str]]:
     """SGLang's real engine on the CPU (--server sglang-engine) runs in the simulator's Debian image from this
-    machine's SGLang venv and this checkout, bind-mounted read-only at the same paths: no image to build or pull
-    (the venv's interpreter is the image's own python3.11, which the venv links to)."""
+    machine's SGLang venv, the Python installation it links to and this checkout, bind-mounted read-only at the
+    same paths: no image to build or pull, no network."""
     if settings.server != "sglang-engine":
         return {}
     venv = Path(server_python(settings.server, settings.caller_env)).parent.parent
-    return {str(path): {"bind": str(path), "mode": "ro"} for path in (venv, REPO)}
+    return {str(path): {"bind": str(path), "mode": "ro"} for path in (venv, *_base_python(venv), REPO)}
+
+
+def _base_python(venv: Path) -> list[Path]:
+    """The installation the venv's interpreter links to (pyvenv.cfg ``home``), unless the image has it (/usr)."""
+    try:
+        lines = (venv / "pyvenv.cfg").read_text().splitlines()
+    except OSError:
+        return []
+    home = next((line.split("=", 1)[1].strip() for line in lines if line.split("=", 1)[0].strip() == "home"), "")
+    prefix = Path(home).parent if home else None
+    return [prefix] if prefix and prefix != Path("/usr") and prefix.is_dir() else []
 
 
 def container_name(labels: Mapping[str, str], node_rank: int) -> str:

@@ -21,6 +21,7 @@ from typing import Iterator, Mapping, Sequence
 import psutil
 
 from ground.errors import InfraError
+from ground.sglang.release import sglang_error_line
 from launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, LaunchContext, LaunchFailed, RankExit, culprit,
                                 group_failed)
 from launchers.ledger import Ledger
@@ -44,6 +45,8 @@ PREFLIGHT_MODULES = {
                       "DSPARK_SGLANG_ENGINE_PYTHON)"),
 }
 SETTLE_S = 0.3  # after seeing one rank exit, let the ranks that die of losing it be seen too
+PEER_NOTICE_S = 10.0  # a rank that died silently: how long its peers get to say they lost it
+PEER_LINES_SEARCHED = 200  # SGLang follows the error with crash diagnostics
 
 
 @dataclass(frozen=True)
@@ -93,13 +96,26 @@ class LocalDeployment:
             exits = [RankExit(r.command.node_rank, r.process.returncode, r.exited_at,
                               tail(r.log_path, LOG_LINES_SEARCHED)) for r in self._ranks if r.exited_at is not None]
             blamed = culprit(exits)
-            raise group_failed(self.cell_id, exits, [f"full log: {self._ranks[blamed.node_rank].log_path}"])
+            noticed = [] if blamed.sglang_error else self._peers_noticed(blamed.node_rank)
+            raise group_failed(self.cell_id, exits, [*noticed, f"full log: {self._ranks[blamed.node_rank].log_path}"])
         stopped = next((r for r in self._ranks if _is_stopped(r.process.pid)), None)
         if stopped:
             raise LaunchFailed(cell_id=self.cell_id, reason="unresponsive", node_rank=stopped.command.node_rank,
                                last_lines=tail(stopped.log_path, LOG_LINES_KEPT),
                                hint=f"process {stopped.process.pid} is stopped (SIGSTOP or a debugger); "
                                     f"full log: {stopped.log_path}")
+
+    def _peers_noticed(self, lost: int) -> list[str]:
+        """A rank killed outright (SIGKILL, the OOM killer) writes nothing: what its peers said of losing it (a
+        gloo/NCCL read error a moment later), waited for up to PEER_NOTICE_S."""
+        deadline = time.monotonic() + PEER_NOTICE_S
+        while True:
+            said = [f"node rank {r.command.node_rank} then said: {line}" for r in self._ranks
+                    if r.command.node_rank != lost
+                    for line in [sglang_error_line(tail(r.log_path, PEER_LINES_SEARCHED))] if line]
+            if said or time.monotonic() >= deadline:
+                return said
+            time.sleep(SETTLE_S)
 
     def rank0_log_tail(self) -> list[str]:
         return tail(self._ranks[0].log_path, LOG_LINES_KEPT) if self._ranks else []

@@ -154,6 +154,9 @@ def engine_env(environ: Mapping[str, str], argv: Sequence[str]) -> dict[str, str
     boot = KERNELS_BOOT if KERNELS_BOOT.is_dir() else FRONTEND_BOOT
     paths = [str(boot), str(REPO), *filter(None, environ.get("PYTHONPATH", "").split(os.pathsep))]
     env = {**environ, "SGLANG_USE_CPU_ENGINE": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(paths)}
+    address = flag_value(argv, "--dist-init-addr") or "127.0.0.1"
+    if address.startswith("127.") and "GLOO_SOCKET_IFNAME" not in environ:
+        env["GLOO_SOCKET_IFNAME"] = "lo"  # the ranks' collectives stay on loopback, whatever the host name resolves to
     bind = threads_bind(argv, len(os.sched_getaffinity(0)))
     if bind is not None and "SGLANG_CPU_OMP_THREADS_BIND" not in environ:
         env["SGLANG_CPU_OMP_THREADS_BIND"] = bind
