@@ -9,7 +9,7 @@ from typing import Callable
 
 import torch
 
-from sglang_sim.cpu_kernels import memory, speculative
+from sglang_sim.cpu_kernels import attention, memory, speculative
 
 # op name -> (implementation, the arguments it writes in place)
 OPS: dict[str, tuple[Callable[..., object], tuple[str, ...]]] = {
@@ -23,6 +23,9 @@ OPS: dict[str, tuple[Callable[..., object], tuple[str, ...]]] = {
     "build_tree_kernel_efficient_cpu": (speculative.build_tree_kernel_efficient, (
         "tree_mask", "positions", "retrive_index", "retrive_next_token", "retrive_next_sibling")),
     "verify_tree_greedy_cpu": (speculative.verify_tree_greedy, ("predicts", "accept_index", "accept_token_num")),
+    "decode_attention_cpu": (attention.decode_attention, ("k_buffer", "v_buffer", "output")),
+    "extend_attention_cpu": (attention.extend_attention, ("o_extend",)),
+    "build_draft_decode_metadata_cpu": (attention.build_draft_decode_metadata, ()),
     "reconstruct_indices_from_tree_mask": (speculative.reconstruct_indices_from_tree_mask, (
         "positions", "retrieve_index", "retrieve_next_token", "retrieve_next_sibling")),
 }
