@@ -29,6 +29,7 @@ MODEL_DIR = PACKAGE / "model"  # target/ and draft/: config.json and tokenizer f
 # process of the server (SGLang spawns its scheduler and detokenizer as fresh interpreters).
 KERNELS_BOOT = REPO / "sglang_sim" / "cpu_kernels" / "boot"
 FRONTEND_BOOT = REPO / "sglang_sim" / "frontend" / "boot"  # the torchvision stub alone
+LOGGING_CONFIG = PACKAGE / "logging.json"
 ENGINE_PYTHON_ENV = "DSPARK_SGLANG_ENGINE_PYTHON"
 CACHE_ENV = "DSPARK_CPU_ENGINE_CACHE"  # where the checkpoints are written once (default ~/.cache/dspark-ci)
 ORIGINAL_ARGV_ENV = "DSPARK_ENGINE_CELL_ARGV"  # the cell's own argv, for the record (JSON)
@@ -154,6 +155,9 @@ def engine_env(environ: Mapping[str, str], argv: Sequence[str]) -> dict[str, str
     boot = KERNELS_BOOT if KERNELS_BOOT.is_dir() else FRONTEND_BOOT
     paths = [str(boot), str(REPO), *filter(None, environ.get("PYTHONPATH", "").split(os.pathsep))]
     env = {**environ, "SGLANG_USE_CPU_ENGINE": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(paths)}
+    # Every log line names the SGLang module that wrote it (sglang.srt.managers.scheduler,
+    # sglang.srt.model_executor.model_runner, ...): a rank log shows which of SGLang's own parts ran.
+    env.setdefault("SGLANG_LOGGING_CONFIG_PATH", str(LOGGING_CONFIG))
     address = flag_value(argv, "--dist-init-addr") or "127.0.0.1"
     if address.startswith("127.") and "GLOO_SOCKET_IFNAME" not in environ:
         env["GLOO_SOCKET_IFNAME"] = "lo"  # the ranks' collectives stay on loopback, whatever the host name resolves to
