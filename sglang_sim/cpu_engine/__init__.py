@@ -158,6 +158,9 @@ def engine_env(environ: Mapping[str, str], argv: Sequence[str]) -> dict[str, str
     # Every log line names the SGLang module that wrote it (sglang.srt.managers.scheduler,
     # sglang.srt.model_executor.model_runner, ...): a rank log shows which of SGLang's own parts ran.
     env.setdefault("SGLANG_LOGGING_CONFIG_PATH", str(LOGGING_CONFIG))
+    # torch.compile'd helpers (vocab_parallel_embedding's get_masked_input_and_mask at tp > 1) run eagerly: the same
+    # results without a C++ compiler in the container, nor minutes of inductor builds on two cores.
+    env.setdefault("TORCH_COMPILE_DISABLE", "1")
     address = flag_value(argv, "--dist-init-addr") or "127.0.0.1"
     if address.startswith("127.") and "GLOO_SOCKET_IFNAME" not in environ:
         env["GLOO_SOCKET_IFNAME"] = "lo"  # the ranks' collectives stay on loopback, whatever the host name resolves to
