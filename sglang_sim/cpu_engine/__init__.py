@@ -39,8 +39,11 @@ ORIGINAL_ARGV_ENV = "DSPARK_ENGINE_CELL_ARGV"  # the cell's own argv, for the re
 CPU_SPECULATIVE_ALGORITHMS = ("NGRAM", "STANDALONE", "EAGLE", "EAGLE3")
 DRAFT_ALGORITHMS = ("STANDALONE", "EAGLE", "EAGLE3")  # they load --speculative-draft-model-path: model/draft
 
-# Memory: 0.3 of the machine held the KV pool of a 4096-token cap; 0.05 left "no memory for the KV cache".
-MEM_FRACTION_STATIC = "0.3"
+# Memory: SGLang sizes the KV pool from the machine's available memory before and after loading the weights; on a
+# shared machine other processes move it meanwhile, and 0.3 then failed ("Loaded weights leave no GPU memory for
+# the KV cache ... Raise --mem-fraction-static above 0.317"); 0.05 always failed. The 4096-token cap keeps the pool
+# small whatever the fraction allows.
+MEM_FRACTION_STATIC = "0.6"
 MAX_TOTAL_TOKENS = "4096"
 # The cell's value flags the CPU decides (each dropped with its value, then set below).
 REPLACED_FLAGS = ("--model-path", "--tokenizer-path", "--device", "--attention-backend", "--load-format", "--dtype",
