@@ -24,7 +24,7 @@ def test_serving_and_speculative_flags_are_kept_and_the_hardware_is_the_cpus():
     for flag, value in (("--tp-size", "2"), ("--speculative-algorithm", "NGRAM"), ("--port", "30000"),
                         ("--speculative-num-draft-tokens", "4"), ("--model-path", "dspark-ci/tiny-llama"),
                         ("--served-model-name", "dspark-ci/tiny-llama"), ("--device", "cpu"), ("--dtype", "bfloat16"),
-                        ("--load-format", "safetensors"), ("--mem-fraction-static", "0.3"),
+                        ("--load-format", "safetensors"), ("--mem-fraction-static", "0.6"),
                         ("--max-total-tokens", "4096")):
         assert flag_value(argv, flag) == value, (flag, argv)
     assert argv.count("--device") == 1 and argv.count("--mem-fraction-static") == 1

@@ -45,7 +45,9 @@ def _pid_of(out: Path, cell_id: str, rank: int) -> int:
     raise AssertionError(f"node rank {rank} of {cell_id} is not in the ledger")
 
 
-def test_killing_node_rank_1_mid_measurement_turns_the_cell_red_naming_it_with_sglangs_line(tmp_path):
+def _signal_rank_1_mid_measurement(tmp_path: Path, signum: int) -> tuple[Run, str, float | None]:
+    """Run the two-node cell's speed suite, send ``signum`` to node rank 1 once it measures; the run's output and
+    how long after the signal the cell's verdict (ERROR) was printed."""
     run = Run(tmp_path, MATRIX, "--server", "sglang-engine", "--cell", TWO_NODES, "--suites", "speed", "-v")
     process = run.start()
     assert process.stdout is not None
@@ -56,18 +58,30 @@ def test_killing_node_rank_1_mid_measurement_turns_the_cell_red_naming_it_with_s
             break
     else:
         raise AssertionError("".join(lines))
-    os.kill(_pid_of(run.out, TWO_NODES, 1), signal.SIGKILL)
-    killed = time.monotonic()
+    os.kill(_pid_of(run.out, TWO_NODES, 1), signum)
+    sent = time.monotonic()
     verdict_after = None
     for line in process.stdout:
         lines.append(line)
-        if verdict_after is None and f"{TWO_NODES}:" in line and "ERROR" in line.upper():
-            verdict_after = time.monotonic() - killed
+        if verdict_after is None and f"{TWO_NODES}: ERROR" in line:
+            verdict_after = time.monotonic() - sent
     process.wait(timeout=BOOTS_S)
     run.assert_nothing_left()
+    return run, "".join(lines), verdict_after
+
+
+def test_killing_node_rank_1_mid_measurement_turns_the_cell_red_naming_it_with_sglangs_line(tmp_path):
+    run, text, verdict_after = _signal_rank_1_mid_measurement(tmp_path, signal.SIGKILL)
     cell = run.cell(TWO_NODES)
-    text = "".join(lines)
     assert cell["status"] == "error", text
-    assert "node rank 1" in cell["error"], cell["error"]
+    assert "node rank 1 exited with code -9" in cell["error"], cell["error"]
     assert "Connection reset by peer" in cell["error"] or "Scheduler hit an exception" in cell["error"], cell["error"]
     assert verdict_after is not None and verdict_after < 30, text
+
+
+def test_a_stopped_node_rank_1_is_caught(tmp_path):
+    run, text, verdict_after = _signal_rank_1_mid_measurement(tmp_path, signal.SIGSTOP)
+    cell = run.cell(TWO_NODES)
+    assert cell["status"] == "error", text
+    assert "node rank 1 stopped answering" in cell["error"] and "stopped (SIGSTOP" in cell["error"], cell["error"]
+    assert verdict_after is not None, text

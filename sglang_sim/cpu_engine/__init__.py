@@ -29,6 +29,7 @@ MODEL_DIR = PACKAGE / "model"  # target/ and draft/: config.json and tokenizer f
 # process of the server (SGLang spawns its scheduler and detokenizer as fresh interpreters).
 KERNELS_BOOT = REPO / "sglang_sim" / "cpu_kernels" / "boot"
 FRONTEND_BOOT = REPO / "sglang_sim" / "frontend" / "boot"  # the torchvision stub alone
+LOGGING_CONFIG = PACKAGE / "logging.json"
 ENGINE_PYTHON_ENV = "DSPARK_SGLANG_ENGINE_PYTHON"
 CACHE_ENV = "DSPARK_CPU_ENGINE_CACHE"  # where the checkpoints are written once (default ~/.cache/dspark-ci)
 ORIGINAL_ARGV_ENV = "DSPARK_ENGINE_CELL_ARGV"  # the cell's own argv, for the record (JSON)
@@ -38,8 +39,11 @@ ORIGINAL_ARGV_ENV = "DSPARK_ENGINE_CELL_ARGV"  # the cell's own argv, for the re
 CPU_SPECULATIVE_ALGORITHMS = ("NGRAM", "STANDALONE", "EAGLE", "EAGLE3")
 DRAFT_ALGORITHMS = ("STANDALONE", "EAGLE", "EAGLE3")  # they load --speculative-draft-model-path: model/draft
 
-# Memory: 0.3 of the machine held the KV pool of a 4096-token cap; 0.05 left "no memory for the KV cache".
-MEM_FRACTION_STATIC = "0.3"
+# Memory: SGLang sizes the KV pool from the machine's available memory before and after loading the weights; on a
+# shared machine other processes move it meanwhile, and 0.3 then failed ("Loaded weights leave no GPU memory for
+# the KV cache ... Raise --mem-fraction-static above 0.317"); 0.05 always failed. The 4096-token cap keeps the pool
+# small whatever the fraction allows.
+MEM_FRACTION_STATIC = "0.6"
 MAX_TOTAL_TOKENS = "4096"
 # The cell's value flags the CPU decides (each dropped with its value, then set below).
 REPLACED_FLAGS = ("--model-path", "--tokenizer-path", "--device", "--attention-backend", "--load-format", "--dtype",
@@ -154,6 +158,12 @@ def engine_env(environ: Mapping[str, str], argv: Sequence[str]) -> dict[str, str
     boot = KERNELS_BOOT if KERNELS_BOOT.is_dir() else FRONTEND_BOOT
     paths = [str(boot), str(REPO), *filter(None, environ.get("PYTHONPATH", "").split(os.pathsep))]
     env = {**environ, "SGLANG_USE_CPU_ENGINE": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(paths)}
+    # Every log line names the SGLang module that wrote it (sglang.srt.managers.scheduler,
+    # sglang.srt.model_executor.model_runner, ...): a rank log shows which of SGLang's own parts ran.
+    env.setdefault("SGLANG_LOGGING_CONFIG_PATH", str(LOGGING_CONFIG))
+    # torch.compile'd helpers (vocab_parallel_embedding's get_masked_input_and_mask at tp > 1) run eagerly: the same
+    # results without a C++ compiler in the container, nor minutes of inductor builds on two cores.
+    env.setdefault("TORCH_COMPILE_DISABLE", "1")
     address = flag_value(argv, "--dist-init-addr") or "127.0.0.1"
     if address.startswith("127.") and "GLOO_SOCKET_IFNAME" not in environ:
         env["GLOO_SOCKET_IFNAME"] = "lo"  # the ranks' collectives stay on loopback, whatever the host name resolves to
