@@ -31,13 +31,17 @@ import argparse
 import contextlib
 import os
 import platform
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
+
+import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -332,6 +336,128 @@ def verdicts(repeats: Sequence[Repeat], concurrency: int) -> list[str]:
     return lines
 
 
+# ---------------------------------------------------------------- SGLang's real engine (--engine PYTHON)
+# One engine boot per repeat (--server sglang-engine's wrapper: the tiny Llama on this CPU); the suite, then
+# bench_serving, send the same calibrated prompts, without warm-up, each between two reads of the engine's own
+# /metrics histograms: the truth is SGLang's per-request timestamps (TokenizerManager's time_stats) as its
+# TTFT and time-per-output-token histograms sum them (mean = delta sum / delta count).
+
+ENGINE_MODEL = "dspark-ci/tiny-llama"
+ENGINE_HISTOGRAMS = {"ttft_mean": "sglang:time_to_first_token_seconds",
+                     "tpot_mean": "sglang:request_time_per_output_token_seconds"}
+
+
+@contextlib.contextmanager
+def running_engine(python: str, log: Path) -> Iterator[str]:
+    from launchers.materialize import ENGINE_ENTRY
+    from launchers.processes import free_port
+
+    port = free_port()
+    argv = [python, str(ENGINE_ENTRY), "--model-path", ENGINE_MODEL, "--host", "127.0.0.1", "--port", str(port),
+            "--enable-metrics"]
+    with log.open("wb") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 900
+            while not _healthy(url):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"the engine did not come up (log: {log})")
+                time.sleep(1)
+            yield url
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return requests.get(f"{url}/health", timeout=5).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def histogram_totals(url: str) -> dict[str, tuple[float, float]]:
+    """(sum, count) of each ENGINE_HISTOGRAMS family, over its label sets."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    totals = {name: [0.0, 0.0] for name in ENGINE_HISTOGRAMS.values()}
+    for family in text_string_to_metric_families(requests.get(f"{url}/metrics", timeout=30).text):
+        for sample in family.samples:
+            for name in totals:
+                if sample.name == name + "_sum":
+                    totals[name][0] += sample.value
+                elif sample.name == name + "_count":
+                    totals[name][1] += sample.value
+    return {name: (total[0], total[1]) for name, total in totals.items()}
+
+
+def server_means(before: dict, after: dict) -> dict[str, float]:
+    means = {}
+    for key, name in ENGINE_HISTOGRAMS.items():
+        count = after[name][1] - before[name][1]
+        means[key] = (after[name][0] - before[name][0]) / count * 1000 if count else float("nan")
+    return means
+
+
+def engine_tools(url: str, workload: Workload, prompts: tuple[str, ...], concurrency: int,
+                 bench_python: str | None, scratch: Path) -> dict[str, tuple[dict, dict]]:
+    """Each tool's mean TTFT and TPOT (ms) beside the engine's own for the same requests."""
+    from bench.sglang_bench_serving import run_bench_serving
+    from sglang_sim.cpu_engine import MODEL_DIR
+
+    server = Server(base_url=url, model=ENGINE_MODEL, api_key="EMPTY", request_timeout=1800)
+    measured = {}
+    before = histogram_totals(url)
+    settings = SpeedSettings(num_requests=len(prompts), concurrency=concurrency, input_len=workload.input_len,
+                             output_len=workload.output_len, warmup_requests=0, workers=1, ignore_eos=True,
+                             client="aiohttp")
+    timings = [t for r in run_measurement(server, settings, prompts, ()) for t in r.timings if t.ok]
+    measured["suite"] = ({"ttft_mean": statistics.fmean(t.ttft * 1000 for t in timings if t.ttft is not None),
+                          "tpot_mean": statistics.fmean(t.tpot * 1000 for t in timings if t.tpot is not None)},
+                         server_means(before, histogram_totals(url)))
+    if bench_python:
+        tokenizer = scratch / "bench" / "tokenizer"
+        tokenizer.mkdir(parents=True, exist_ok=True)
+        for name in ("tokenizer.json", "tokenizer_config.json"):  # count tokens as the engine does
+            (tokenizer / name).write_bytes((MODEL_DIR / "target" / name).read_bytes())
+        before = histogram_totals(url)
+        result = run_bench_serving(bench_python, url, ENGINE_MODEL, prompts, workload.output_len, concurrency, 0,
+                                   scratch / "bench", print_requests=False)
+        measured["bench_serving"] = ({"ttft_mean": result.metrics.mean_ttft_ms,
+                                      "tpot_mean": result.metrics.mean_tpot_ms},
+                                     server_means(before, histogram_totals(url)))
+    return measured
+
+
+def engine_main(args, workload: Workload) -> None:
+    rows: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for repeat in range(args.repeats):
+        with tempfile.TemporaryDirectory(prefix="speed-fidelity-engine-") as scratch:
+            load = os.getloadavg()[0]
+            with running_engine(args.engine, Path(scratch) / "engine.log") as url:
+                overhead, per_word = calibrate(Server(base_url=url, model=ENGINE_MODEL, api_key="EMPTY",
+                                                      request_timeout=600))
+                prompts = build_prompts(max(8, 2 * args.concurrencies[0]), workload.input_len, overhead, per_word,
+                                        seed=1)
+                measured = engine_tools(url, workload, prompts, args.concurrencies[0], args.bench_serving,
+                                        Path(scratch))
+        for tool, (ours, truth) in measured.items():
+            for key in ENGINE_HISTOGRAMS:
+                rows.setdefault((tool, key), []).append((ours[key], truth[key]))
+            print(f"  repeat {repeat + 1} {tool}: load {load:.2f}, TTFT {ours['ttft_mean']:.1f} ms vs engine "
+                  f"{truth['ttft_mean']:.1f}, TPOT {ours['tpot_mean']:.2f} ms vs engine {truth['tpot_mean']:.2f}",
+                  file=sys.stderr, flush=True)
+    table = [[tool, key, spread([o for o, _ in pairs], ".2f"), spread([t for _, t in pairs], ".2f"),
+              spread([o / t for o, t in pairs], ".3f")] for (tool, key), pairs in rows.items()]
+    print(markdown_table(["tool", "quantity", "tool ms", "engine's own ms", "tool / engine"], table))
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -352,6 +478,9 @@ def main() -> None:
     parser.add_argument("--bench-serving", metavar="PYTHON", default=os.environ.get("DSPARK_SGLANG_PYTHON"),
                         help=f"the python of a venv with sglang {DEFAULT_VERSION} (.ci/sglang-bench-serving.sh makes one; "
                         ".ci/sglang-frontend.sh adds what suite-frontend needs)")
+    parser.add_argument("--engine", metavar="PYTHON", help="measure against SGLang 0.5.23's real engine on this CPU "
+                        "(the venv of .ci/sglang-engine.sh) instead of the simulator: suite and bench_serving vs the "
+                        "engine's own TTFT and TPOT histograms; the first --concurrencies value")
     parser.add_argument("--step-ms", type=float, default=20.0)
     parser.add_argument("--prefill-ms-per-token", type=float, default=0.5)
     parser.add_argument("--input-len", type=int, default=256)
@@ -366,6 +495,14 @@ def main() -> None:
     if "suite-frontend" in args.tools:
         FRONTEND_PYTHON["suite-frontend"] = args.bench_serving
     workload = Workload(args.input_len, args.output_len, args.step_ms, args.prefill_ms_per_token)
+    if args.engine:
+        print(f"command: python {' '.join(sys.argv)}\nmachine: {machine()}\n"
+              f"load average at start: {' '.join(f'{v:.2f}' for v in os.getloadavg())}\n"
+              f"workload: SGLang 0.5.23's real engine (--server sglang-engine, tiny Llama on this CPU), "
+              f"{args.input_len} prompt tokens, {args.output_len} output tokens (ignore_eos), concurrency "
+              f"{args.concurrencies[0]}; min / median / max over {args.repeats} repeats, one engine boot each\n")
+        engine_main(args, workload)
+        return
     tools = {tool: TOOLS[tool](args) for tool in args.tools}
     started = time.monotonic()
     print(f"command: python {' '.join(sys.argv)}\nmachine: {machine()}\n"

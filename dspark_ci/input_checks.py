@@ -16,6 +16,7 @@ from ground.errors import BadInput
 from ground.suites import SUITE_DEFAULTS
 from matrices.cell import REJECT, Cell
 from sglang_sim.sim_config import SimConfig, SimConfigError
+from sglang_sim.cpu_engine import refusal as engine_refusal
 from suites import sgl_eval_scorer
 from suites.config import SuiteInputError
 from suites.datasets import resolve_local
@@ -31,12 +32,23 @@ def check_before_launch(cells: list[Cell], selected: tuple[str, ...] | None, ser
         where = f"{cell.matrix}:{cell.line}" if cell.line else cell.matrix
         if server == "sim":
             _check_simulator(cell, caller_env, where)
+        if server == "sglang-engine":
+            _check_engine(cell, where)
         if cell.expect.outcome == REJECT:
             continue
         names = suite_names(cell, selected)
         options = suite_defaults({name: {**SUITE_DEFAULTS[name], **cell.suites.get(name, {})} for name in names})
         if "gpqa" in options:
             _check_gpqa(options["gpqa"], where, cell.id)
+
+
+def _check_engine(cell: Cell, where: str) -> None:
+    """SGLang's real engine on this CPU serves only what SGLang 0.5.23 has a CPU branch for."""
+    algorithm = dict(cell.config).get("speculative_algorithm")
+    reason = engine_refusal(("--speculative-algorithm", str(algorithm)) if algorithm else ())
+    if reason:
+        raise BadInput(where, f"cell {cell.id}: {reason}",
+                       "leave the cell out (--cell), or run it on a GPU (--server sglang) or the simulator")
 
 
 def _check_gpqa(options: Mapping, where: str, cell_id: str) -> None:

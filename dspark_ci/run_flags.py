@@ -105,7 +105,8 @@ RUN_FLAGS: tuple[RunFlag, ...] = (
             argparse={"action": "store_true"}),
     RunFlag("--server", "server under test: the embedded simulated SGLang server (default), real SGLang, or SGLang "
             f"{DEFAULT_VERSION}'s own front end in front of the simulated engine (sglang-frontend: `bash "
-            ".ci/sglang-frontend.sh`, --launcher local)", default="sim", env="DSPARK_SERVER", example="sglang",
+            ".ci/sglang-frontend.sh`, --launcher local), or SGLang's real engine on this CPU serving a tiny Llama "
+            "(sglang-engine: `bash .ci/sglang-engine.sh`)", default="sim", env="DSPARK_SERVER", example="sglang",
             argparse={"choices": SERVERS}),
     RunFlag("--sglang-version", "SGLang version under test, matched against each expectation's version spec",
             default=DEFAULT_VERSION, example="0.5.22"),
@@ -114,7 +115,7 @@ RUN_FLAGS: tuple[RunFlag, ...] = (
     RunFlag("--verbose", "every stage and every suite's progress as a plain line, even on a terminal", default=False,
             rerun=False, also=("-v",), exclusive="shown", argparse={"action": "store_true"}),
     RunFlag("--boot-timeout", "how long rank 0 may take to become healthy (default 60 for the simulator, 600 for "
-            "sglang-frontend, 1800 for SGLang)", example="90", argparse={"type": positive_seconds,
+            "sglang-frontend and sglang-engine, 1800 for SGLang)", example="90", argparse={"type": positive_seconds,
                                                                        "metavar": "SECONDS"}),
     RunFlag("--rejections", "how expected rejections are decided: launch each one (default: release qualification), "
             "or let SGLang's own resolver decide on this CPU those it can tell from the arguments alone (nothing "

@@ -13,13 +13,15 @@ from launchers.plan_types import SGLANG_ENTRYPOINT, RankCommand
 
 # Run as a script by the SGLang venv's Python, which does not have this tree installed (it puts it on its path).
 FRONTEND_ENTRY = Path(sglang_sim.__file__).resolve().parent / "frontend" / "__main__.py"
+ENGINE_ENTRY = Path(sglang_sim.__file__).resolve().parent / "cpu_engine" / "__main__.py"
+SGLANG_VENV_SERVERS = ("sglang-frontend", "sglang-engine")  # run by the SGLang venv's Python (server_python)
 
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def server_argv(rank: RankCommand, server: str, python: str = sys.executable) -> list[str]:
     """SGLang's argv, or the same flags handed to the simulated server (``python`` runs it: for
-    sglang-frontend, the SGLang venv's, ``frontend_python``)."""
+    sglang-frontend and sglang-engine, the SGLang venv's, ``server_python``)."""
     argv = list(rank.argv)
     if tuple(argv[: len(SGLANG_ENTRYPOINT)]) != SGLANG_ENTRYPOINT:
         return argv
@@ -28,12 +30,22 @@ def server_argv(rank: RankCommand, server: str, python: str = sys.executable) ->
         return [python, "-m", "sglang_sim", *flags]
     if server == "sglang-frontend":
         return [python, str(FRONTEND_ENTRY), *flags]
+    if server == "sglang-engine":
+        return [python, str(ENGINE_ENTRY), *flags]
     return argv
 
 
 def frontend_python(caller_env: Mapping[str, str]) -> str:
     """The Python of the venv `.ci/sglang-frontend.sh` builds: $DSPARK_SGLANG_PYTHON, else the repo's."""
     return caller_env.get("DSPARK_SGLANG_PYTHON") or str(DEFAULT_VENV_PYTHON)
+
+
+def server_python(server: str, caller_env: Mapping[str, str]) -> str:
+    """The Python that runs ``server``: the engine's venv (`.ci/sglang-engine.sh`, $DSPARK_SGLANG_ENGINE_PYTHON,
+    else the front end's), the front end's, or this one."""
+    if server == "sglang-engine" and caller_env.get("DSPARK_SGLANG_ENGINE_PYTHON"):
+        return caller_env["DSPARK_SGLANG_ENGINE_PYTHON"]
+    return frontend_python(caller_env) if server in SGLANG_VENV_SERVERS else sys.executable
 
 
 def resolve_env(planned: Mapping[str, str], caller_env: Mapping[str, str]) -> dict[str, str]:

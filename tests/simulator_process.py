@@ -27,12 +27,14 @@ SPECULATIVE_ARGS = ("--speculative-algorithm", "DSPARK", "--speculative-draft-mo
 @contextmanager
 def running_simulator(env: Mapping[str, str] | None = None, args: Sequence[str] = (), *,
                       model: str = "sim/model", log_path: Path | None = None,
-                      boot_timeout: float = 60.0, frontend_python: str | None = None) -> Iterator[str]:
+                      boot_timeout: float = 60.0, frontend_python: str | None = None,
+                      entry: Path = FRONTEND_ENTRY) -> Iterator[str]:
     """Yield the base URL ("http://127.0.0.1:PORT") of a healthy simulator; stop it afterwards (its whole
     process group). ``frontend_python``: SGLang's own front end in front of it, run by that venv's Python
-    (``--server sglang-frontend``; expect a minute or two of boot)."""
+    (``--server sglang-frontend``; expect a minute or two of boot); ``entry``: what that Python runs (the engine's
+    wrapper for ``--server sglang-engine``)."""
     port = free_port()
-    command = [frontend_python, str(FRONTEND_ENTRY)] if frontend_python else [sys.executable, "-m", "sglang_sim"]
+    command = [frontend_python, str(entry)] if frontend_python else [sys.executable, "-m", "sglang_sim"]
     argv = [*command, "--model-path", model, "--host", "127.0.0.1", "--port", str(port), *args]
     full_env = {**os.environ, "DSPARK_SIM_BOOT_SECONDS": "0", **(env or {})}
     log = open(log_path, "wb") if log_path else subprocess.DEVNULL

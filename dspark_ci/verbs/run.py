@@ -134,7 +134,7 @@ def rerun_options(args: argparse.Namespace) -> tuple[str, ...]:
 
 # Default --boot-timeout per server: SGLang's front end on a busy 2-core CPU takes 60-100 s to start
 # (each of its spawned processes imports sglang).
-BOOT_TIMEOUT_S = {"sim": 60.0, "sglang": 1800.0, "sglang-frontend": 600.0}
+BOOT_TIMEOUT_S = {"sim": 60.0, "sglang": 1800.0, "sglang-frontend": 600.0, "sglang-engine": 600.0}
 
 
 def run_verb(args: argparse.Namespace, stream: TextIO | None = None) -> int:

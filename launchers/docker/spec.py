@@ -22,9 +22,10 @@ from launchers.contract import SERVERS
 from launchers.docker.hosts import DockerHost, Inventory, load_inventory
 from launchers.ledger import Ledger
 from launchers.plan_types import LaunchPlan, RankCommand
-from launchers.materialize import resolve_env, server_argv
+from launchers.materialize import resolve_env, server_argv, server_python
 
 SIM_IMAGE = "dspark-ci/sglang-sim:latest"
+REPO = Path(__file__).resolve().parents[2]
 
 # Labels on everything we create: how teardown and `dspark-ci cleanup` find it.
 LABEL_RUN, LABEL_CELL, LABEL_RANK, LABEL_LAUNCH = "dspark-ci.run", "dspark-ci.cell", "dspark-ci.rank", "dspark-ci.launch"
@@ -104,7 +105,7 @@ def container_spec(command: RankCommand, host: DockerHost, image: str, labels: M
     volumes: dict[str, dict[str, str]] = {}
     spec: dict[str, Any] = {
         "image": image,
-        "command": server_argv(command, settings.server, python="python3"),
+        "command": server_argv(command, settings.server, python=_container_python(settings)),
         "name": container_name(labels, command.node_rank),
         "labels": {**labels, LABEL_RANK: str(command.node_rank)},
         "network_mode": "host",  # ranks reach each other and we reach rank 0 as on bare nodes
@@ -121,7 +122,33 @@ def container_spec(command: RankCommand, host: DockerHost, image: str, labels: M
         spec.update(access)
         if settings.hf_cache:
             volumes[settings.hf_cache] = {"bind": HF_CACHE_IN_CONTAINER, "mode": "rw"}
+    volumes.update(engine_volumes(settings))
     return spec
+
+
+def _container_python(settings: DockerSettings) -> str:
+    return server_python(settings.server, settings.caller_env) if settings.server == "sglang-engine" else "python3"
+
+
+def engine_volumes(settings: DockerSettings) -> dict[str, dict[str, str]]:
+    """SGLang's real engine on the CPU (--server sglang-engine) runs in the simulator's Debian image from this
+    machine's SGLang venv, the Python installation it links to and this checkout, bind-mounted read-only at the
+    same paths: no image to build or pull, no network."""
+    if settings.server != "sglang-engine":
+        return {}
+    venv = Path(server_python(settings.server, settings.caller_env)).parent.parent
+    return {str(path): {"bind": str(path), "mode": "ro"} for path in (venv, *_base_python(venv), REPO)}
+
+
+def _base_python(venv: Path) -> list[Path]:
+    """The installation the venv's interpreter links to (pyvenv.cfg ``home``), unless the image has it (/usr)."""
+    try:
+        lines = (venv / "pyvenv.cfg").read_text().splitlines()
+    except OSError:
+        return []
+    home = next((line.split("=", 1)[1].strip() for line in lines if line.split("=", 1)[0].strip() == "home"), "")
+    prefix = Path(home).parent if home else None
+    return [prefix] if prefix and prefix != Path("/usr") and prefix.is_dir() else []
 
 
 def container_name(labels: Mapping[str, str], node_rank: int) -> str:
@@ -155,7 +182,7 @@ def image_for(settings: DockerSettings, plan: LaunchPlan) -> str:
     its device and hardware (ROCm images for AMD hardware)."""
     if settings.image:
         return settings.image
-    if settings.server == "sim":
+    if settings.server in ("sim", "sglang-engine"):
         return settings.sim_image
     image = plan.image_to_run
     if not image:

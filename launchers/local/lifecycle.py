@@ -21,6 +21,7 @@ from typing import Iterator, Mapping, Sequence
 import psutil
 
 from ground.errors import InfraError
+from ground.sglang.release import sglang_error_line
 from launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, Capacity, LaunchContext, LaunchFailed, RankExit, culprit,
                                 group_failed)
 from launchers.ledger import Ledger
@@ -29,7 +30,7 @@ from launchers.logs import rank_log_path, tail
 from launchers.plan_types import LaunchPlan, Placement, RankCommand
 from launchers.processes import (descendants, die_with_parent, free_port, kill_group, run_env, signal_group,
                                  signals_deferred, started_at, stop_all)
-from launchers.materialize import frontend_python, redact, resolve_env, secret_values, server_argv
+from launchers.materialize import SGLANG_VENV_SERVERS, redact, resolve_env, secret_values, server_argv, server_python
 from launchers.readiness import Deadline, OurServer, wait_until_ready
 from ground.sglang.release import DEFAULT_VERSION
 
@@ -40,13 +41,18 @@ PREFLIGHT_MODULES = {
                             "containers (--launcher docker)"),
     "sglang-frontend": (("sglang", "fastapi", "uvicorn"), "build its venv with `bash .ci/sglang-frontend.sh` "
                                                           "(prints the Python to set as DSPARK_SGLANG_PYTHON)"),
+    "sglang-engine": (("sglang", "fastapi", "safetensors", "ninja"),
+                      "build its venv with `bash .ci/sglang-engine.sh` (prints the Python to set as "
+                      "DSPARK_SGLANG_ENGINE_PYTHON)"),
 }
 SETTLE_S = 0.3  # after seeing one rank exit, let the ranks that die of losing it be seen too
+PEER_NOTICE_S = 10.0  # a rank that died silently: how long its peers get to say they lost it
+PEER_LINES_SEARCHED = 200  # SGLang follows the error with crash diagnostics
 
 
 @dataclass(frozen=True)
 class LocalSettings:
-    server: str = "sim"  # "sim", "sglang" (python3 -m sglang.launch_server) or "sglang-frontend"
+    server: str = "sim"  # one of launchers.contract.SERVERS
     boot_timeout_s: float = 600.0
     poll_s: float = 0.5
     stop_grace_s: float = 10.0
@@ -57,7 +63,7 @@ class LocalSettings:
 
 def build(context: LaunchContext, options: LocalOptions) -> "LocalLauncher":
     """The catalog's constructor (launchers.catalog): the local launcher takes no options of its own."""
-    python = frontend_python(context.caller_env) if context.server == "sglang-frontend" else sys.executable
+    python = server_python(context.server, context.caller_env)
     return LocalLauncher(LocalSettings(server=context.server, boot_timeout_s=context.boot_timeout_s,
                                        python=python, caller_env=dict(context.caller_env),
                                        ledger=Ledger(context.run_id, context.run_dir)))
@@ -91,13 +97,26 @@ class LocalDeployment:
             exits = [RankExit(r.command.node_rank, r.process.returncode, r.exited_at,
                               tail(r.log_path, LOG_LINES_SEARCHED)) for r in self._ranks if r.exited_at is not None]
             blamed = culprit(exits)
-            raise group_failed(self.cell_id, exits, [f"full log: {self._ranks[blamed.node_rank].log_path}"])
+            noticed = [] if blamed.sglang_error else self._peers_noticed(blamed.node_rank)
+            raise group_failed(self.cell_id, exits, [*noticed, f"full log: {self._ranks[blamed.node_rank].log_path}"])
         stopped = next((r for r in self._ranks if _is_stopped(r.process.pid)), None)
         if stopped:
             raise LaunchFailed(cell_id=self.cell_id, reason="unresponsive", node_rank=stopped.command.node_rank,
                                last_lines=tail(stopped.log_path, LOG_LINES_KEPT),
                                hint=f"process {stopped.process.pid} is stopped (SIGSTOP or a debugger); "
                                     f"full log: {stopped.log_path}")
+
+    def _peers_noticed(self, lost: int) -> list[str]:
+        """A rank killed outright (SIGKILL, the OOM killer) writes nothing: what its peers said of losing it (a
+        gloo/NCCL read error a moment later), waited for up to PEER_NOTICE_S."""
+        deadline = time.monotonic() + PEER_NOTICE_S
+        while True:
+            said = [f"node rank {r.command.node_rank} then said: {line}" for r in self._ranks
+                    if r.command.node_rank != lost
+                    for line in [sglang_error_line(tail(r.log_path, PEER_LINES_SEARCHED))] if line]
+            if said or time.monotonic() >= deadline:
+                return said
+            time.sleep(SETTLE_S)
 
     def rank0_log_tail(self) -> list[str]:
         return tail(self._ranks[0].log_path, LOG_LINES_KEPT) if self._ranks else []
@@ -118,7 +137,7 @@ class LocalLauncher:
         """What the server needs must be importable by the Python that runs it, before anything starts."""
         if self.settings.server not in PREFLIGHT_MODULES or not plans:
             return
-        python = self.settings.python if self.settings.server == "sglang-frontend" else plans[0].ranks[0].argv[0]
+        python = self.settings.python if self.settings.server in SGLANG_VENV_SERVERS else plans[0].ranks[0].argv[0]
         modules, fix = PREFLIGHT_MODULES[self.settings.server]
         probe = [python, "-c", "import importlib.util as u, sys; "
                  f"sys.exit(any(u.find_spec(m) is None for m in {modules!r}))"]

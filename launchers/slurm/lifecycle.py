@@ -63,7 +63,8 @@ class SlurmLauncher:
         """The user's options as declared (one record), the run's context, and what no user sets."""
         # The --slurm-* values are checked once, as options (launchers/slurm/options.py); the server by the CLI.
         if context.server not in DEFAULT_QUEUE_TIMEOUT_S:
-            raise BadInput("--server", f"unknown server {context.server!r}", "choose sim or sglang")
+            raise BadInput("--server", f"unknown server {context.server!r}",
+                           f"choose from {', '.join(DEFAULT_QUEUE_TIMEOUT_S)}")
         self.options, self.context, self.tuning = options, context, tuning
         self.ledger = Ledger(context.run_id, context.run_dir)  # where every job is recorded, before sbatch
 

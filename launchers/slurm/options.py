@@ -11,7 +11,7 @@ from launchers.plan_types import LaunchPlan
 GPU_MODES = ("gpus-per-node", "gres")
 CONTAINER_KINDS = ("pyxis", "apptainer")
 # How long a job may stay PENDING by default: a simulated cell on a test cluster, or a real one behind a busy queue.
-DEFAULT_QUEUE_TIMEOUT_S = {"sim": 600.0, "sglang": 3600.0}
+DEFAULT_QUEUE_TIMEOUT_S = {"sim": 600.0, "sglang": 3600.0, "sglang-engine": 600.0}
 
 
 def container(text: str) -> str:

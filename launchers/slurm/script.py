@@ -11,7 +11,7 @@ from typing import Mapping, Sequence
 
 from ground.sglang.release import AMD, NVIDIA
 from launchers.plan_types import LaunchPlan
-from launchers.materialize import resolve_env, secret_values, server_argv
+from launchers.materialize import resolve_env, secret_values, server_argv, server_python
 from launchers.contract import LaunchContext
 from launchers.slurm.options import SlurmOptions
 from launchers.slurm.tuning import SlurmTuning
@@ -92,7 +92,9 @@ def render_job(plan: LaunchPlan, logs_dir: Path, options: SlurmOptions, context:
     name, comment = job_name(c.run_id, plan.cell_id), job_comment(c.run_id, plan.cell_id, launch)
     nnodes = len(plan.ranks)
     container = o.container_kind
-    python = t.python if container is None else "python3"
+    # slurmd's PATH is not ours: an absolute interpreter (the engine's venv for --server sglang-engine)
+    python = (t.python if c.server != "sglang-engine" else server_python(c.server, c.caller_env)) \
+        if container is None else "python3"
     planned_env: dict[str, str] = {}
     for command in plan.ranks:
         planned_env.update(command.env)

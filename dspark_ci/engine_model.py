@@ -1,0 +1,56 @@
+"""Writes the model directories shipped in ``sglang_sim/cpu_engine/model/`` (``python -m dspark_ci.engine_model``,
+in the SGLang venv: it needs ``tokenizers``): the tiny Llama's config, its draft's, and a WordLevel tokenizer that splits text
+as the simulator's tokenizer does (``sglang_sim.frontend.vocab``) and holds the words the suites send (their
+prompts, the speed suite's words, GPQA's instruction and answer format). Any other piece is [UNK]: counted as
+one token, its text lost, which a model of random weights does not mind. Run again after changing anything here;
+the checkpoint cache is keyed by these files' bytes."""
+
+from __future__ import annotations
+
+import json
+import string
+from pathlib import Path
+from typing import Iterator
+
+from sglang_sim.cpu_engine import MODEL_DIR
+from sglang_sim.frontend.vocab import GPQA_TEXTS, Vocabulary, write_model_dir
+from sglang_sim.tokenizer import THINK_END, THINK_START, onig_pattern, tokenize
+
+# The probe's Llama: hidden 64, intermediate 128, 2 layers, 4 heads / 2 KV heads, bf16.
+TARGET_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "torch_dtype": "bfloat16",
+                 "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                 "num_key_value_heads": 2, "max_position_embeddings": 4096, "rms_norm_eps": 1e-05,
+                 "rope_theta": 10000.0, "bos_token_id": 0, "tie_word_embeddings": False, "hidden_act": "silu"}
+DRAFT_LAYERS = 1  # the STANDALONE draft: the target's first layer (checkpoint.py)
+
+
+def _pieces(texts: tuple[str, ...]) -> Iterator[str]:
+    yield from (THINK_START, THINK_END, *string.printable, *(" " + c for c in string.printable if not c.isspace()))
+    for text in texts:
+        for word in text.split():
+            for prefix in ("", " ", "\n"):
+                yield from tokenize(prefix + word)
+
+
+def vocabulary() -> Vocabulary:
+    from suites.prompts import PROMPTS
+    from suites.speed import WORDS
+
+    vocab = {"[UNK]": 0, "</s>": 1}
+    for piece in _pieces((*PROMPTS, " ".join(WORDS), *GPQA_TEXTS)):
+        if piece:
+            vocab.setdefault(piece, len(vocab))
+    return Vocabulary(vocab)
+
+
+def write(root: Path = MODEL_DIR) -> None:
+    words = vocabulary()
+    write_model_dir(root / "target", words, TARGET_CONFIG, onig_pattern())
+    target = json.loads((root / "target" / "config.json").read_text())
+    draft = {**target, "num_hidden_layers": DRAFT_LAYERS}
+    (root / "draft").mkdir(parents=True, exist_ok=True)
+    (root / "draft" / "config.json").write_text(json.dumps(draft, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    write()

@@ -1,0 +1,51 @@
+"""``PYTHON sglang_sim/cpu_engine/__main__.py [the cell's launch_server flags]`` with the SGLang venv's Python
+(``.ci/sglang-engine.sh``): SGLang 0.5.23's real ``launch_server`` on this CPU (``sglang_sim.cpu_engine``).
+
+Refuses (exit 2) a speculative algorithm without a CPU branch; otherwise writes the model's weights once, then
+replaces itself with ``python -m sglang.launch_server`` so that the process the launcher started, signals and
+watches is SGLang's own."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def _kernel_ops(boot: Path) -> list[str]:
+    """The ops the CPU kernels register as torch.ops.sgl_kernel.* (importing them is what registers them)."""
+    if not (boot / "sgl_kernel").is_dir():
+        return []
+    sys.path.insert(0, str(boot))
+    import sgl_kernel  # noqa: F401
+    import torch
+
+    return [name for name in dir(torch.ops.sgl_kernel) if not name.startswith("_")]
+
+
+def main() -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run by path from a Python without this tree
+    from sglang_sim import cpu_engine
+    from sglang_sim.cpu_engine import checkpoint
+
+    argv = sys.argv[1:]
+    reason = cpu_engine.refusal(argv)
+    if reason:
+        print(f"ValueError: {reason}", file=sys.stderr, flush=True)
+        return 2
+    cache = cpu_engine.cache_root(os.environ)
+    target = checkpoint.ensure(cpu_engine.MODEL_DIR / "target", cache)
+    draft = checkpoint.ensure(cpu_engine.MODEL_DIR / "draft", cache, target_source=cpu_engine.MODEL_DIR / "target")
+    command = [sys.executable, "-m", "sglang.launch_server",
+               *cpu_engine.engine_argv(argv, target, draft, _kernel_ops(cpu_engine.KERNELS_BOOT))]
+    env = cpu_engine.engine_env(os.environ, argv)
+    env[cpu_engine.ORIGINAL_ARGV_ENV] = json.dumps(argv)
+    os.chdir(cpu_engine.workdir(argv, target))
+    print(f"[dspark-ci sglang-engine] in {os.getcwd()}: {' '.join(command)}", file=sys.stderr, flush=True)
+    os.execve(sys.executable, command, env)
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())

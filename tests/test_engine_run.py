@@ -1,0 +1,87 @@
+"""`dspark-ci run --server sglang-engine`: SGLang 0.5.23's real engine on this CPU (matrices/cpu-engine.yaml), as a
+user meets it: speculation that is lossless and accepts more than one token per step by SGLang's own counters, and
+a node lost mid-measurement that turns the cell red naming that node, with SGLang's own line. Skipped, with the
+command, where the engine venv is not given (DSPARK_SGLANG_ENGINE_PYTHON=$(bash .ci/sglang-engine.sh))."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.test_run_cli import REPO, Run
+
+MATRIX = str(REPO / "matrices" / "cpu-engine.yaml")
+NGRAM = "tiny-llama-tp1-a2a-none-ngram-cpu"
+TWO_NODES = "tiny-llama-2node-tp2-a2a-none-cpu"
+ENGINE = os.environ.get("DSPARK_SGLANG_ENGINE_PYTHON")
+pytestmark = pytest.mark.skipif(not ENGINE or not Path(ENGINE).exists(),
+                                reason="SGLang's engine venv is not given: DSPARK_SGLANG_ENGINE_PYTHON=$(bash "
+                                       ".ci/sglang-engine.sh)")
+BOOTS_S = 900  # two engines boot in 20-200 s each on a busy 2-core machine
+
+
+def test_ngram_is_lossless_and_accepts_more_than_one_token_by_sglangs_counters(tmp_path):
+    run = Run(tmp_path, MATRIX, "--server", "sglang-engine", "--cell", NGRAM, "--suites", "accept,parity",
+              "--accept-inconclusive")
+    done = run(timeout=BOOTS_S)
+    cell = run.cell(NGRAM)
+    assert cell["status"] == "passed", done.stderr
+    assert cell["metrics"]["parity_mismatches"] == 0
+    assert cell["metrics"]["accept_length"] > 1
+    log = (run.out / "logs" / NGRAM / "0.log").read_text()
+    assert "sglang::scheduler" in log or "Scheduler" in log
+
+
+def _pid_of(out: Path, cell_id: str, rank: int) -> int:
+    for line in (out / "launched.jsonl").read_text().splitlines():
+        entry = json.loads(line)
+        if entry.get("cell") == cell_id and entry.get("rank") == rank:
+            return entry["pid"]
+    raise AssertionError(f"node rank {rank} of {cell_id} is not in the ledger")
+
+
+def _signal_rank_1_mid_measurement(tmp_path: Path, signum: int) -> tuple[Run, str, float | None]:
+    """Run the two-node cell's speed suite, send ``signum`` to node rank 1 once it measures; the run's output and
+    how long after the signal the cell's verdict (ERROR) was printed."""
+    run = Run(tmp_path, MATRIX, "--server", "sglang-engine", "--cell", TWO_NODES, "--suites", "speed", "-v")
+    process = run.start()
+    assert process.stdout is not None
+    lines: list[str] = []
+    for line in process.stdout:
+        lines.append(line)
+        if f"{TWO_NODES}: measuring" in line:
+            break
+    else:
+        raise AssertionError("".join(lines))
+    os.kill(_pid_of(run.out, TWO_NODES, 1), signum)
+    sent = time.monotonic()
+    verdict_after = None
+    for line in process.stdout:
+        lines.append(line)
+        if verdict_after is None and f"{TWO_NODES}: ERROR" in line:
+            verdict_after = time.monotonic() - sent
+    process.wait(timeout=BOOTS_S)
+    run.assert_nothing_left()
+    return run, "".join(lines), verdict_after
+
+
+def test_killing_node_rank_1_mid_measurement_turns_the_cell_red_naming_it_with_sglangs_line(tmp_path):
+    run, text, verdict_after = _signal_rank_1_mid_measurement(tmp_path, signal.SIGKILL)
+    cell = run.cell(TWO_NODES)
+    assert cell["status"] == "error", text
+    assert "node rank 1 exited with code -9" in cell["error"], cell["error"]
+    assert "Connection reset by peer" in cell["error"] or "Scheduler hit an exception" in cell["error"], cell["error"]
+    assert verdict_after is not None and verdict_after < 30, text
+
+
+def test_a_stopped_node_rank_1_is_caught(tmp_path):
+    run, text, verdict_after = _signal_rank_1_mid_measurement(tmp_path, signal.SIGSTOP)
+    cell = run.cell(TWO_NODES)
+    assert cell["status"] == "error", text
+    assert "node rank 1 stopped answering" in cell["error"] and "stopped (SIGSTOP" in cell["error"], cell["error"]
+    assert verdict_after is not None, text
