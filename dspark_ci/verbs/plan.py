@@ -14,6 +14,7 @@ from ground.records import DECIDED_BY_RESOLVER
 from ground.sglang.release import DEFAULT_VERSION
 from launchers.k8s import spec as k8s_spec
 from launchers.plan import plan_launch
+from launchers.pd.plan import PDPlan, plan_pd
 from launchers.plan_types import LaunchPlan, Placement
 from matrices import Cell, load_cells
 from dspark_ci.tables import text_table
@@ -66,13 +67,33 @@ def select(cells: list[Cell], patterns: list[str] | None) -> list[Cell]:
 
 
 def launch_plans(cells: list[Cell]) -> dict[str, LaunchPlan]:
-    """Every cell's plan on the printed template placement (also validates extra_args and flags)."""
-    return {cell.id: plan_launch(cell, Placement.template(cell.nnodes)) for cell in cells}
+    """Every colocated cell's plan on the printed template placement (also validates extra_args and flags)."""
+    return {cell.id: plan_launch(cell, Placement.template(cell.nnodes)) for cell in cells if not cell.disaggregated}
+
+
+def pd_plans(cells: list[Cell]) -> dict[str, PDPlan]:
+    """Every disaggregated cell's role instances and router, on the template placement."""
+    return {cell.id: plan_pd(cell) for cell in cells if cell.disaggregated}
 
 
 def render_json(cells: list[Cell], plans: dict[str, LaunchPlan]) -> str:
-    entries = [{**cell.to_dict(), "ranks": plans[cell.id].to_dict()} for cell in cells]
+    pd = pd_plans(cells)
+    entries = [{**cell.to_dict(), "ranks": plans[cell.id].to_dict()} if cell.id in plans
+               else {**cell.to_dict(), "ranks": [], "pd": pd[cell.id].to_dict()} for cell in cells]
     return json.dumps({"cells": entries}, indent=2)
+
+
+def render_pd_commands(cells: list[Cell]) -> str:
+    """Below the table: each disaggregated cell's exact command per role instance and node rank, and the router's."""
+    blocks = []
+    for cell_id, pd in pd_plans(cells).items():
+        lines = [f"{cell_id}:"]
+        for instance in pd.instances:
+            for rank in instance.plan.ranks:
+                lines.append(f"  {instance.label} node rank {rank.node_rank}: {' '.join(rank.argv)}")
+        lines.append(f"  router ({pd.router.base_url}): {' '.join(pd.router.argv)}")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
 
 
 def github_matrix(cells: list[Cell], decided: frozenset[str] = frozenset()) -> tuple[dict, str | None]:
@@ -99,7 +120,10 @@ def render_github(cells: list[Cell], plans: dict[str, LaunchPlan], decided: froz
 
 
 def _layout(c: Cell) -> str:
-    cfg = c.config
+    return _layout_of(c.config)
+
+
+def _layout_of(cfg) -> str:
     dp = f"attn{cfg.dp}" if cfg.enable_dp_attention else str(cfg.dp)
     return f"{cfg.tp}/{dp}/{cfg.cp}/{cfg.pp}"
 
@@ -118,12 +142,14 @@ TABLE_COLUMNS: dict[str, Callable[[Cell], str]] = {
     "a2a": lambda c: c.config.moe_a2a_backend,
     "spec": _spec,
     "nodes": lambda c: str(c.nnodes),
+    "roles": lambda c: " ".join(f"{r.name}×{r.count} {_layout_of(r.config)}" for r in c.roles) or "-",
 }
 
 
 def render_table(cells: list[Cell], plans: dict[str, LaunchPlan]) -> str:
     rows = [[column(c) for column in TABLE_COLUMNS.values()] for c in cells]
-    return text_table(list(TABLE_COLUMNS), rows) + f"\n{len(cells)} cells"
+    commands = render_pd_commands(cells)
+    return text_table(list(TABLE_COLUMNS), rows) + f"\n{len(cells)} cells" + (f"\n\n{commands}" if commands else "")
 
 
 def render_k8s(cells: list[Cell], plans: dict[str, LaunchPlan], extra: str | None = None) -> str:

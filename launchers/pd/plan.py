@@ -1,0 +1,94 @@
+"""A disaggregated cell -> ``PDPlan``: one ``LaunchPlan`` per role instance (prefill 0..n-1, decode 0..m-1), each
+the exact launch_server argv of every node rank (``--disaggregation-mode``, the prefill's
+``--disaggregation-bootstrap-port``, ...), plus sglang-router's command that joins them."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable
+
+from ground.sglang.router import ROUTER_ENTRYPOINT, router_args
+from ground.sglang.settings import DEFAULT_BOOTSTRAP_PORT
+from launchers.plan import plan_launch
+from launchers.plan_types import LaunchPlan, Placement
+from matrices.cell import Cell
+from matrices.roles import Role, RouterSpec
+
+ROUTER_PORT = 30000  # what `dspark-ci plan` shows: the router takes the serving port, roles their own
+TEMPLATE_ROLE_PORT = 30000
+
+
+@dataclass(frozen=True)
+class RoleInstance:
+    role: str  # "prefill" | "decode"
+    index: int  # instance of the role (0..count-1)
+    plan: LaunchPlan
+    bootstrap_port: int | None  # prefill: its bootstrap server; decode: None
+
+    @property
+    def label(self) -> str:
+        return f"{self.role} {self.index}"
+
+    def to_dict(self) -> dict:
+        return {"role": self.role, "index": self.index, "base_url": self.plan.base_url,
+                "bootstrap_port": self.bootstrap_port, "ranks": self.plan.to_dict()}
+
+
+@dataclass(frozen=True)
+class RouterCommand:
+    argv: tuple[str, ...]  # starts with ROUTER_ENTRYPOINT
+    base_url: str  # what the suites talk to
+
+    def to_dict(self) -> dict:
+        return {"argv": list(self.argv), "base_url": self.base_url}
+
+
+@dataclass(frozen=True)
+class PDPlan:
+    cell_id: str
+    instances: tuple[RoleInstance, ...]  # prefill instances first, then decode
+    router: RouterCommand
+
+    def of(self, role: str) -> tuple[RoleInstance, ...]:
+        return tuple(i for i in self.instances if i.role == role)
+
+    def to_dict(self) -> dict:
+        return {"instances": [i.to_dict() for i in self.instances], "router": self.router.to_dict()}
+
+
+# Where a role instance runs: (role, index, nnodes, gpus_per_node) -> Placement; and its bootstrap port.
+PlacementOf = Callable[[str, int, int, int], Placement]
+
+
+def template_placement(role: str, index: int, nnodes: int, gpus_per_node: int) -> Placement:
+    """What `dspark-ci plan` prints: each instance on its own nodes, its rank 0 named ${PREFILL0_ADDR}, ..."""
+    return Placement(bind_hosts=("0.0.0.0",) * nnodes, leader_addr=f"${{{role.upper()}{index}_ADDR}}",
+                     port=TEMPLATE_ROLE_PORT)
+
+
+def plan_pd(cell: Cell, placement_of: PlacementOf = template_placement,
+            bootstrap_port_of: Callable[[int], int] = lambda i: DEFAULT_BOOTSTRAP_PORT + i,
+            router_host: str = "0.0.0.0", router_port: int = ROUTER_PORT, router_url_host: str | None = None) -> PDPlan:
+    """The disaggregated cell's plan: every role instance's ranks, and the router over them."""
+    instances = [_instance(cell, role, index, placement_of, bootstrap_port_of)
+                 for role in cell.roles for index in range(role.count)]
+    prefills = [(i.plan.base_url, i.bootstrap_port or DEFAULT_BOOTSTRAP_PORT) for i in instances
+                if i.role == "prefill"]
+    decodes = [i.plan.base_url for i in instances if i.role == "decode"]
+    spec = cell.router or RouterSpec()
+    argv = (*ROUTER_ENTRYPOINT, *router_args(router_host, router_port, prefills, decodes, spec.prefill_policy,
+                                             spec.decode_policy))
+    url_host = router_url_host or ("${ROUTER_ADDR}" if router_host == "0.0.0.0" else router_host)
+    return PDPlan(cell.id, tuple(instances), RouterCommand(argv, f"http://{url_host}:{router_port}"))
+
+
+def _instance(cell: Cell, role: Role, index: int, placement_of: PlacementOf,
+              bootstrap_port_of: Callable[[int], int]) -> RoleInstance:
+    config = role.config
+    bootstrap = bootstrap_port_of(index) if role.name == "prefill" else None
+    if bootstrap is not None:
+        config = dataclasses.replace(config, disaggregation_bootstrap_port=bootstrap)
+    member = dataclasses.replace(cell, id=f"{cell.id}-{role.name}{index}", config=config, roles=(), router=None)
+    plan = plan_launch(member, placement_of(role.name, index, config.nnodes, config.gpus_per_node))
+    return RoleInstance(role.name, index, plan, bootstrap)
