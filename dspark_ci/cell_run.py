@@ -25,7 +25,9 @@ from ground.suites import ALWAYS_SUITES, DEFAULT_SUITES, SPECULATIVE_SUITES, sui
 from launchers.contract import LaunchFailed, Launcher, LaunchTimeout
 from launchers.ledger import Ledger
 from launchers.plan import plan_launch
+from launchers.pd.group import launch_pd
 from launchers.plan_types import Placement
+from dspark_ci.pd_accept import PD_BOOT_TIMEOUT_S, equivalence_gates, with_colocated_accept
 from dspark_ci.evidence import Sampling, more_evidence
 from matrices.cell import Cell
 from reports.gates import status_of
@@ -136,11 +138,9 @@ def _run_cell(cell: Cell, ctx: CellContext, result: CellResult, clock: CellClock
 def _boot_and_measure(cell: Cell, ctx: CellContext, result: CellResult, clock: CellClock, logs_dir: Path,
                       names: tuple[str, ...]) -> CellResult:
     """One boot of the cell: launch, measure ``names``, tear down, judge."""
-    plan = plan_launch(cell, ctx.launcher.placement(cell.nnodes, cell.config.gpus_per_node))
-    ctx.stage(f"{cell.id}: launching {len(plan.ranks)} rank(s)")
     try:
         with contextlib.ExitStack() as stack:
-            deployment = stack.enter_context(ctx.launcher.launch(plan, logs_dir))
+            deployment = _launch(cell, ctx, stack, logs_dir)
             if clock.ready is None:
                 clock.mark_ready()
             result = replace(result, boot_seconds=result.boot_seconds or round(deployment.boot_seconds, 3))
@@ -148,6 +148,7 @@ def _boot_and_measure(cell: Cell, ctx: CellContext, result: CellResult, clock: C
                 return result.finished(Status.FAILED, f"expected SGLang to reject this cell "
                                        f"(/{cell.expect.message}/) but it became healthy", ExitCode.FELL_SHORT)
             reference = _launch_reference(cell, names, ctx, stack, logs_dir)
+            colocated = _launch_colocated(cell, names, ctx, stack, logs_dir)
             ctx.stage(f"{cell.id}: measuring ({', '.join(names)})")
             outcome = run_suites(SuiteRequest(
                 base_url=deployment.base_url, names=names, model=cell.config.model,
@@ -156,6 +157,8 @@ def _boot_and_measure(cell: Cell, ctx: CellContext, result: CellResult, clock: C
                 ledger=ctx.ledger, cell_id=cell.id),
                 watched=[d for d in (deployment, reference) if d is not None], watch=ctx.watch)
             deployment.check()  # a rank that died while we measured invalidates the numbers
+            if colocated is not None and outcome.stopped_by is None:
+                outcome = with_colocated_accept(outcome, _measure_colocated(cell, colocated, ctx, logs_dir))
     except LaunchFailed as err:
         if isinstance(err, LaunchTimeout):
             raise
@@ -192,16 +195,16 @@ def _judge_measurement(result: CellResult, names: tuple[str, ...], outcome: Suit
                        ctx: CellContext) -> CellResult:
     measured = replace(result, metrics=outcome.metrics, warnings=tuple(outcome.warnings), tests=tuple(outcome.tests),
                        gpqa=gpqa_note(outcome.records))
-    return _judge(measured, names, ctx, outcome.stopped_by)
+    return _judge(measured, names, ctx, outcome.stopped_by, equivalence_gates(outcome.records))
 
 
 def _judge(measured: CellResult, names: tuple[str, ...], ctx: CellContext,
-           stopped_by: DsparkError | None = None) -> CellResult:
+           stopped_by: DsparkError | None = None, extra_gates: tuple[GateResult, ...] = ()) -> CellResult:
     """Gate what was measured (one boot, or several pooled) and decide the cell's status."""
     # A baseline gate on a suite this run did not select (--suites) is not applicable; one on a suite that ran
     # but did not produce its metric still fails.
     gates = ctx.gate(measured, measured.metrics)
-    applied = tuple(g for g in gates if suite_of(g.metric) in names)
+    applied = tuple(g for g in gates if suite_of(g.metric) in names) + extra_gates  # PD vs colocated
     warnings = tuple(dict.fromkeys(measured.warnings + tuple(sorted(
         {f"{suite_of(g.metric)} suite not run: gate on {g.metric} not applied"
          for g in gates if suite_of(g.metric) not in names}))))
@@ -257,6 +260,42 @@ def with_always_suites(names: tuple[str, ...]) -> tuple[str, ...]:
     return ALWAYS_SUITES + tuple(n for n in names if n not in ALWAYS_SUITES)
 
 
+def _launch(cell: Cell, ctx: CellContext, stack: contextlib.ExitStack, logs_dir: Path):
+    """The cell's deployment: its ranks, or for a disaggregated cell every role instance and the router."""
+    if cell.disaggregated:
+        ctx.stage(f"{cell.id}: launching {sum(r.count for r in cell.roles)} role instance(s) and the router")
+        return stack.enter_context(launch_pd(ctx.launcher, cell, logs_dir, ctx.forwarded_env, ctx.ledger,
+                                             PD_BOOT_TIMEOUT_S))
+    plan = plan_launch(cell, ctx.launcher.placement(cell.nnodes, cell.config.gpus_per_node))
+    ctx.stage(f"{cell.id}: launching {len(plan.ranks)} rank(s)")
+    return stack.enter_context(ctx.launcher.launch(plan, logs_dir))
+
+
+def _launch_colocated(cell: Cell, names, ctx: CellContext, stack: contextlib.ExitStack, logs_dir: Path):
+    """Acceptance under PD is judged against the same decode configuration served colocated, launched beside."""
+    if not cell.disaggregated or "accept" not in names:
+        return None
+    ctx.stage(f"{cell.id}: launching the colocated decode baseline")
+    base = colocated(cell)
+    plan = plan_launch(base, ctx.launcher.placement(base.nnodes, base.config.gpus_per_node))
+    return stack.enter_context(ctx.launcher.launch(plan, logs_dir / "colocated"))
+
+
+def _measure_colocated(cell: Cell, deployment, ctx: CellContext, logs_dir: Path) -> SuiteOutcome:
+    ctx.stage(f"{cell.id}: measuring acceptance on the colocated baseline")
+    options = ctx.suite_defaults({"accept": dict(cell.suites.get("accept", {}))})
+    return run_suites(SuiteRequest(base_url=deployment.base_url, names=("accept",), model=cell.config.model,
+                                   options=options, work_dir=logs_dir / "colocated-suites", on_progress=ctx.detail,
+                                   ledger=ctx.ledger, cell_id=f"{cell.id}-colocated"),
+                      watched=[deployment], watch=ctx.watch)
+
+
+def colocated(cell: Cell) -> Cell:
+    """A disaggregated cell's decode configuration, served colocated (no roles, no router)."""
+    return replace(cell, id=f"{cell.id}-colocated", config=cell.role("decode").config.colocated(), roles=(),
+                   router=None)
+
+
 def _launch_reference(cell: Cell, names, ctx: CellContext, stack: contextlib.ExitStack, logs_dir: Path):
     """Parity compares against the same deployment without speculation, launched beside it."""
     if "parity" not in names:
@@ -268,4 +307,7 @@ def _launch_reference(cell: Cell, names, ctx: CellContext, stack: contextlib.Exi
 
 
 def without_speculation(cell: Cell) -> Cell:
-    return replace(cell, id=f"{cell.id}-reference", config=cell.config.without_speculation())
+    """Parity's reference: the same deployment without speculation (for a disaggregated cell, its decode
+    configuration colocated: greedy text must hold through PD)."""
+    base = colocated(cell) if cell.disaggregated else cell
+    return replace(base, id=f"{cell.id}-reference", config=base.config.without_speculation())

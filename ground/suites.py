@@ -71,6 +71,9 @@ SUITE_DEFAULTS: dict[str, dict[str, Any]] = {
         "concurrency": 8,
         "min_accept_length": 1.2,  # the collapse floor: below this, drafts are (nearly) never accepted
         "disagreement_tolerance": 0.05,  # relative gap between per-request and server-side figures
+        # "chat" | "completions": sglang-router 0.3.2 drops return_spec_tokens_details from chat requests (kept
+        # for completions), so a disaggregated cell, measured through the router, asks completions
+        "api": "chat",
     },
     "speed": {
         "num_requests": 64,
@@ -110,6 +113,7 @@ ALLOWED_VALUES: dict[tuple[str, str], tuple[str, ...]] = {
     ("gpqa", "scorer"): ("simple-evals", "sglang", "sgl-eval"),
     ("gpqa", "extractor"): ("sglang", "openai"),
     ("speed", "client"): ("aiohttp", "openai"),
+    ("accept", "api"): ("chat", "completions"),
 }
 
 # Counts and sizes, by option name: (least, most). Zero or less is a mistake, not a request for nothing; past the

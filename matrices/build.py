@@ -170,7 +170,8 @@ def build_cell(fragment: Fragment, spec: MatrixSpec) -> Cell:
     return Cell(
         id=identity, matrix=spec.path, config=CellConfig.from_dict(config), runner=runner,
         expect=expect, env=env, extra_args=fragment.values.get("extra_args", ()),
-        suites=fragment.values.get("suites", {}), baseline=_beside(spec.path, fragment.values.get("baseline")),
+        suites=_pd_suites(fragment.values.get("suites", {})) if roles else fragment.values.get("suites", {}),
+        baseline=_beside(spec.path, fragment.values.get("baseline")),
         image=fragment.values.get("image"), line=fragment.line, roles=roles,
         router=fragment.values.get("router", RouterSpec()) if roles else None,
     )
@@ -190,3 +191,8 @@ def _roles(config: dict, fragment: Fragment, path: str):
         _check_layout(role_config, fragment, path)
         return _runner(role_config, Fragment({}, {}, fragment.line), path)
     return build_roles(config, fragment.values["roles"], finish)
+
+
+def _pd_suites(suites):
+    """Through sglang-router, acceptance is asked of completions unless the matrix says (ground/sglang/router.py)."""
+    return {name: ({"api": "completions", **options} if name == "accept" else options) for name, options in suites.items()}

@@ -33,6 +33,9 @@ class Faults:
     rank_exit: tuple[int, float] | None = None  # (node rank, seconds after start)
     malformed_stream: bool = False  # streamed responses break off mid-event
     crash_once: str | None = None  # crash_first_prefill unless this file exists; creates it (fails once, then serves)
+    pd_transfer_fail: bool = False  # a prefill's bootstrap server fails every transfer (decode answers 500)
+    pd_random_hidden: bool = False  # a prefill hands decode random hidden states (acceptance drops, text holds)
+    pd_prefill_stall: bool = False  # a prefill never finishes a routed request
 
     @property
     def names(self) -> list[str]:
@@ -85,6 +88,9 @@ FAULT_PARSERS: dict[str, Callable[[str | None], dict]] = {
     "rank_exit": _rank_exit,
     "malformed_stream": _flag("malformed_stream"),
     "crash_once": _crash_once,
+    "pd_transfer_fail": _flag("pd_transfer_fail"),
+    "pd_random_hidden": _flag("pd_random_hidden"),
+    "pd_prefill_stall": _flag("pd_prefill_stall"),
 }
 
 
@@ -102,6 +108,10 @@ FAULT_HELP: dict[str, tuple[str, str]] = {
     "malformed_stream": ("malformed_stream", "a streamed response breaks off mid-event"),
     "crash_once": ("crash_once=PATH", "as crash_first_prefill unless PATH exists, which it creates: the first boot "
                                       "crashes, later ones serve (a flaky cell)"),
+    "pd_transfer_fail": ("pd_transfer_fail", "PD prefill: every KV/hidden-state transfer fails (decode answers 500)"),
+    "pd_random_hidden": ("pd_random_hidden", "PD prefill: hands decode random hidden states (sglang#7242): "
+                                             "acceptance drops, text and health hold"),
+    "pd_prefill_stall": ("pd_prefill_stall", "PD prefill: never finishes a routed request"),
 }
 
 

@@ -63,6 +63,8 @@ class ServerSnapshot:
 
 def take_snapshot(server: Server) -> ServerSnapshot:
     info = server.get_json("/server_info") or server.get_json("/get_server_info")
+    if info is not None and "model_path" not in info and "internal_states" not in info:
+        info = None  # not a server's: sglang-router answers /get_server_info about itself (router_manager, ...)
     states = (info or {}).get("internal_states") or []
     samples = server.metrics_samples()
     return ServerSnapshot(
@@ -75,17 +77,22 @@ def take_snapshot(server: Server) -> ServerSnapshot:
     )
 
 
-def measure_requests(server: Server, num_requests: int, max_tokens: int, concurrency: int) -> list[RequestSpec]:
+def measure_requests(server: Server, num_requests: int, max_tokens: int, concurrency: int,
+                     api: str = "chat") -> list[RequestSpec]:
     prompt_indexes = [i % len(PROMPTS) for i in range(num_requests)]
-    return server.ask_each(lambda client, i: _one_request(client, server.model, i, max_tokens), prompt_indexes,
+    return server.ask_each(lambda client, i: _one_request(client, server.model, i, max_tokens, api), prompt_indexes,
                            concurrency, label="accept")
 
 
-def _one_request(client: openai.OpenAI, model: str, prompt_index: int, max_tokens: int) -> RequestSpec:
+def _one_request(client: openai.OpenAI, model: str, prompt_index: int, max_tokens: int,
+                 api: str = "chat") -> RequestSpec:
+    extra = {"return_spec_tokens_details": True, "return_meta_info": True}
     try:
-        response = client.chat.completions.create(
+        response: Any = (client.completions.create(model=model, prompt=PROMPTS[prompt_index], temperature=0.0,
+                                                   max_tokens=max_tokens, extra_body=extra) if api == "completions"
+                         else client.chat.completions.create(
             model=model, messages=[{"role": "user", "content": PROMPTS[prompt_index]}], temperature=0.0,
-            max_tokens=max_tokens, extra_body={"return_spec_tokens_details": True, "return_meta_info": True})
+            max_tokens=max_tokens, extra_body=extra))
     except openai.OpenAIError as err:
         return RequestSpec(prompt_index, 0, None, None, None, None, None, None, error=str(err))
     body = response.model_dump()

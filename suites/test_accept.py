@@ -22,7 +22,8 @@ def accept_run(server, suite_config, suite_output):
     before = take_snapshot(server)
     if before.has_server_info and before.speculative_algorithm is None:
         pytest.skip("the server runs without speculative decoding (/server_info speculative_algorithm is null)")
-    requests = measure_requests(server, options["num_requests"], options["max_tokens"], options["concurrency"])
+    requests = measure_requests(server, options["num_requests"], options["max_tokens"], options["concurrency"],
+                                options.get("api", "chat"))
     after = take_snapshot(server)
     if not with_spec(requests) and not before.has_server_info:
         pytest.skip("the server reports no speculative statistics (not a speculative deployment)")

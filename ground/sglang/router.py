@@ -25,9 +25,12 @@ ROLES = ("prefill", "decode")
 
 
 def router_args(host: str, port: int, prefills: list[tuple[str, int]], decodes: list[str],
-                prefill_policy: str, decode_policy: str) -> list[str]:
-    """launch_router's flags for one PD group: each prefill URL followed by its bootstrap port."""
+                prefill_policy: str, decode_policy: str, prometheus_port: int | None = None) -> list[str]:
+    """launch_router's flags for one PD group: each prefill URL followed by its bootstrap port. The router always
+    serves Prometheus metrics (default port 29000): two routers on one machine need their own ports."""
     argv = ["--host", host, "--port", str(port), "--pd-disaggregation"]
+    if prometheus_port is not None:
+        argv += ["--prometheus-host", host, "--prometheus-port", str(prometheus_port)]
     for url, bootstrap_port in prefills:
         argv += ["--prefill", url, str(bootstrap_port)]
     for url in decodes:

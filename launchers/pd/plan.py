@@ -69,7 +69,8 @@ def template_placement(role: str, index: int, nnodes: int, gpus_per_node: int) -
 
 def plan_pd(cell: Cell, placement_of: PlacementOf = template_placement,
             bootstrap_port_of: Callable[[int], int] = lambda i: DEFAULT_BOOTSTRAP_PORT + i,
-            router_host: str = "0.0.0.0", router_port: int = ROUTER_PORT, router_url_host: str | None = None) -> PDPlan:
+            router_host: str = "0.0.0.0", router_port: int = ROUTER_PORT, router_url_host: str | None = None,
+            prometheus_port: int | None = None) -> PDPlan:
     """The disaggregated cell's plan: every role instance's ranks, and the router over them."""
     instances = [_instance(cell, role, index, placement_of, bootstrap_port_of)
                  for role in cell.roles for index in range(role.count)]
@@ -78,7 +79,7 @@ def plan_pd(cell: Cell, placement_of: PlacementOf = template_placement,
     decodes = [i.plan.base_url for i in instances if i.role == "decode"]
     spec = cell.router or RouterSpec()
     argv = (*ROUTER_ENTRYPOINT, *router_args(router_host, router_port, prefills, decodes, spec.prefill_policy,
-                                             spec.decode_policy))
+                                             spec.decode_policy, prometheus_port))
     url_host = router_url_host or ("${ROUTER_ADDR}" if router_host == "0.0.0.0" else router_host)
     return PDPlan(cell.id, tuple(instances), RouterCommand(argv, f"http://{url_host}:{router_port}"))
 
