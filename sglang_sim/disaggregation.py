@@ -31,7 +31,7 @@ logger = logging.getLogger("sglang_sim")
 
 HIDDEN_OK: contextvars.ContextVar[bool] = contextvars.ContextVar("dspark_hidden_ok", default=True)
 # With the wrong hidden state the draft guesses: its acceptance falls to this share of the normal one.
-BLIND_DRAFT_SHARE = 0.2
+BLIND_DRAFT_SHARE = 0.5
 TRANSFER_WAIT_S = 60.0  # how long decode waits for a room's transfer (SGLang: its bootstrap/transfer timeouts)
 GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions", "/generate")
 ROLE_FAULTS_ENV = {"prefill": "DSPARK_SIM_PREFILL_FAULTS", "decode": "DSPARK_SIM_DECODE_FAULTS"}

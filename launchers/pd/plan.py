@@ -68,7 +68,7 @@ def template_placement(role: str, index: int, nnodes: int, gpus_per_node: int) -
 
 
 def plan_pd(cell: Cell, placement_of: PlacementOf = template_placement,
-            bootstrap_port_of: Callable[[int], int] = lambda i: DEFAULT_BOOTSTRAP_PORT + i,
+            bootstrap_port_of: Callable[[int], int] | None = None,
             router_host: str = "0.0.0.0", router_port: int = ROUTER_PORT, router_url_host: str | None = None,
             prometheus_port: int | None = None) -> PDPlan:
     """The disaggregated cell's plan: every role instance's ranks, and the router over them."""
@@ -85,9 +85,11 @@ def plan_pd(cell: Cell, placement_of: PlacementOf = template_placement,
 
 
 def _instance(cell: Cell, role: Role, index: int, placement_of: PlacementOf,
-              bootstrap_port_of: Callable[[int], int]) -> RoleInstance:
+              bootstrap_port_of: Callable[[int], int] | None) -> RoleInstance:
+    """Prefill instance i serves the cell's bootstrap port + i (on a template; a launcher gives free ones)."""
     config = role.config
-    bootstrap = bootstrap_port_of(index) if role.name == "prefill" else None
+    base_port = config.disaggregation_bootstrap_port or DEFAULT_BOOTSTRAP_PORT
+    bootstrap = None if role.name != "prefill" else (bootstrap_port_of or (lambda i: base_port + i))(index)
     if bootstrap is not None:
         config = dataclasses.replace(config, disaggregation_bootstrap_port=bootstrap)
     member = dataclasses.replace(cell, id=f"{cell.id}-{role.name}{index}", config=config, roles=(), router=None)
