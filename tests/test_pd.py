@@ -212,3 +212,16 @@ def test_run_decode_rank_killed_red_naming_the_decode_rank(tmp_path):
     assert done.returncode != 0 and cell["status"] in ("error", "failed")
     assert "decode rank 0 exited" in cell["error"], cell["error"]
     assert "rank_exit" in (cell.get("sglang_error") or "")
+
+
+def test_a_role_failure_is_named_by_its_role_and_rank_within_the_role():
+    from launchers.contract import LaunchFailed
+    from launchers.pd.group import as_role, blamed
+    plan = plan_pd(_cell(TWO_EACH))
+    second_decode = plan.of("decode")[1]
+    own = as_role(LaunchFailed(cell_id="x-decode1", reason="exited", node_rank=0, rank_exit_code=-9,
+                               sglang_error="RuntimeError: boom"), second_decode, "cell")
+    lost = as_role(LaunchFailed(cell_id="x-prefill0", reason="exited", node_rank=0, rank_exit_code=1,
+                                sglang_error="RuntimeError: NCCL communicator was aborted: node rank 1 disconnected"),
+                   plan.of("prefill")[0], "cell")
+    assert str(blamed([lost, own])).startswith("cell: decode rank 1 exited with code -9")

@@ -142,14 +142,17 @@ TABLE_COLUMNS: dict[str, Callable[[Cell], str]] = {
     "a2a": lambda c: c.config.moe_a2a_backend,
     "spec": _spec,
     "nodes": lambda c: str(c.nnodes),
-    "roles": lambda c: " ".join(f"{r.name}×{r.count} {_layout_of(r.config)}" for r in c.roles) or "-",
 }
+# Shown when a matrix has disaggregated cells.
+ROLES_COLUMN: dict[str, Callable[[Cell], str]] = {
+    "roles": lambda c: " ".join(f"{r.name}×{r.count} {_layout_of(r.config)}" for r in c.roles) or "-"}
 
 
 def render_table(cells: list[Cell], plans: dict[str, LaunchPlan]) -> str:
-    rows = [[column(c) for column in TABLE_COLUMNS.values()] for c in cells]
+    columns = {**TABLE_COLUMNS, **(ROLES_COLUMN if any(c.disaggregated for c in cells) else {})}
+    rows = [[column(c) for column in columns.values()] for c in cells]
     commands = render_pd_commands(cells)
-    return text_table(list(TABLE_COLUMNS), rows) + f"\n{len(cells)} cells" + (f"\n\n{commands}" if commands else "")
+    return text_table(list(columns), rows) + f"\n{len(cells)} cells" + (f"\n\n{commands}" if commands else "")
 
 
 def render_k8s(cells: list[Cell], plans: dict[str, LaunchPlan], extra: str | None = None) -> str:

@@ -95,3 +95,11 @@ def _instance(cell: Cell, role: Role, index: int, placement_of: PlacementOf,
     member = dataclasses.replace(cell, id=f"{cell.id}-{role.name}{index}", config=config, roles=(), router=None)
     plan = plan_launch(member, placement_of(role.name, index, config.nnodes, config.gpus_per_node))
     return RoleInstance(role.name, index, plan, bootstrap)
+
+
+def template_plans(cell: Cell) -> list[LaunchPlan]:
+    """Every launch of a cell as `dspark-ci plan` prints it: its own, or each role instance's (SGLang's resolver and
+    the launchers' preflight check every one)."""
+    if not cell.disaggregated:
+        return [plan_launch(cell, Placement.template(cell.nnodes))]
+    return [instance.plan for instance in plan_pd(cell).instances]
