@@ -10,7 +10,7 @@ from typing import Callable
 
 from ground.sglang.router import ROUTER_ENTRYPOINT, router_args
 from ground.sglang.settings import DEFAULT_BOOTSTRAP_PORT
-from launchers.plan import plan_launch
+from launchers.launch_plan import plan_launch
 from launchers.plan_types import LaunchPlan, Placement
 from matrices.cell import Cell
 from matrices.roles import Role, RouterSpec
