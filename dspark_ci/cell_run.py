@@ -26,7 +26,7 @@ from launchers.contract import LaunchFailed, Launcher, LaunchTimeout
 from launchers.ledger import Ledger
 from launchers.launch_plan import plan_launch
 from launchers.pd.group import launch_pd
-from launchers.plan_types import Placement
+from launchers.pd.plan import template_plans
 from dspark_ci.pd_accept import PD_BOOT_TIMEOUT_S, equivalence_gates, with_colocated_accept
 from dspark_ci.evidence import Sampling, more_evidence
 from matrices.cell import Cell
@@ -171,14 +171,14 @@ def _boot_and_measure(cell: Cell, ctx: CellContext, result: CellResult, clock: C
 def identify(cell: Cell, ctx: CellContext) -> CellIdentity:
     """The cell's identity as this run measures it: the argv as `dspark-ci plan` prints it (free ports and
     addresses differ from launch to launch, not the measurement), the suites with their resolved options."""
-    plan = plan_launch(cell, Placement.template(cell.nnodes))
+    ranks = [rank for plan in template_plans(cell) for rank in plan.ranks]  # every role instance's, for PD
     measuring = [n for n in suite_names(cell, ctx.suites) if n not in ALWAYS_SUITES]  # the sanity check measures nothing
     options = ctx.suite_defaults({n: dict(cell.suites.get(n, {})) for n in measuring})
     dataset = options.get("gpqa", {}).pop("dataset", None)
     image = cell.image if ctx.server != "sim" and ctx.launcher.name != "local" else None
     return cell_identity(server=f"{ctx.server} via {ctx.launcher.name}", build=" image ".join(filter(None, [ctx.build, image])),
-                         argv=[list(rank.argv) for rank in plan.ranks],
-                         env={**ctx.forwarded_env, **plan.ranks[0].env}, model=cell.config.get("model"),
+                         argv=[list(rank.argv) for rank in ranks],
+                         env={**ctx.forwarded_env, **ranks[0].env}, model=cell.config.get("model"),
                          suites=options, dataset=dataset, hardware=cell.runner)
 
 

@@ -165,7 +165,7 @@ def build_cell(fragment: Fragment, spec: MatrixSpec) -> Cell:
     identity = fragment.values.get("id") or cell_id(config, env, spec.id_prefix, suffix or None)
     expect: Expect = fragment.values.get("expect", Expect(SERVE))
     expect = dataclasses.replace(expect, sglang=expect.sglang or spec.sglang)
-    runner = _runner(config, fragment, spec.path) if not roles else roles[-1].runner  # the decode role's
+    runner = _runner(config, fragment, spec.path) if not roles else fragment.values.get("runner") or pd_runner(roles)
     _check_image(config, fragment, spec.path)
     return Cell(
         id=identity, matrix=spec.path, config=CellConfig.from_dict(config), runner=runner,
@@ -196,3 +196,14 @@ def _roles(config: dict, fragment: Fragment, path: str):
 def _pd_suites(suites):
     """Through sglang-router, acceptance is asked of completions unless the matrix says (ground/sglang/router.py)."""
     return {name: ({"api": "completions", **options} if name == "accept" else options) for name, options in suites.items()}
+
+
+def pd_runner(roles) -> str:
+    """A disaggregated cell's runner label: its nodes over every role instance, ``2x8-gpu-h200`` when the roles
+    run on the same kind of node, else each role's share joined (``1x8-gpu-h200+2x8-gpu-b200``)."""
+    def base(label: str) -> str:
+        return label.split("x", 1)[1] if label.split("x", 1)[0].isdigit() else label
+    shares = [(r.count * r.config.nnodes, base(r.runner)) for r in roles]
+    if len({label for _, label in shares}) == 1:
+        return f"{sum(n for n, _ in shares)}x{shares[0][1]}"
+    return "+".join(f"{n}x{label}" for n, label in shares)

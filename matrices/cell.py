@@ -41,7 +41,8 @@ class Cell:
 
     @property
     def nnodes(self) -> int:
-        return self.config.nnodes
+        """Nodes the cell holds: a disaggregated cell's over every role instance."""
+        return sum(r.count * r.config.nnodes for r in self.roles) if self.roles else self.config.nnodes
 
     @property
     def speculative(self) -> bool:

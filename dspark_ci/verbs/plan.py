@@ -100,7 +100,8 @@ def github_matrix(cells: list[Cell], decided: frozenset[str] = frozenset()) -> t
     """The strategy.matrix object, and a note for stderr when it had to be split. Cells in ``decided`` (expected
     rejections SGLang's resolver decides without a launch) say so: ``"decided_by": "resolver"``."""
     include = [{"cell": c.id, "runner": c.runner, "matrix": c.matrix, "expect": c.expect.outcome,
-                "nnodes": c.nnodes, **({"decided_by": DECIDED_BY_RESOLVER} if c.id in decided else {})}
+                "nnodes": c.nnodes, **({"decided_by": DECIDED_BY_RESOLVER} if c.id in decided else {}),
+                **({"roles": {r.name: {"runner": r.runner, "count": r.count} for r in c.roles}} if c.roles else {})}
                for c in cells]
     if len(include) <= GITHUB_MAX_JOBS:
         return {"include": include}, None

@@ -13,7 +13,7 @@ from typing import Iterator, Mapping
 from ground.sglang.release import is_peer_loss
 from launchers.contract import LaunchFailed, Launcher, Deployment
 from launchers.ledger import Ledger
-from launchers.pd.plan import PDPlan, RoleInstance, plan_pd
+from launchers.pd.plan import PDPlan, RoleInstance, plan_pd, router_command
 from launchers.pd.router import RouterProcess, local_router
 from launchers.processes import free_port
 from matrices.cell import Cell
@@ -63,12 +63,14 @@ def launch_pd(launcher: Launcher, cell: Cell, logs_dir: Path, env: Mapping[str, 
     """Start every prefill and decode instance, then the router; yield the group; tear all of it down."""
     started = time.monotonic()
     plan = plan_pd(cell, lambda role, index, nnodes, gpus: launcher.placement(nnodes, gpus),
-                   bootstrap_port_of=lambda index: free_port(), router_host="127.0.0.1", router_port=free_port(),
-                   prometheus_port=free_port())
+                   bootstrap_port_of=lambda index: free_port())
     with contextlib.ExitStack() as stack:
         members = [(instance, _launched(stack, launcher, instance, cell.id, logs_dir)) for instance in plan.instances]
-        router = stack.enter_context(local_router(plan.router, cell.id, logs_dir, env, ledger))
-        deployment = PDDeployment(cell.id, plan.router.base_url, members, router)
+        # the router joins the deployments where they answer (a Slurm job's node is known once it runs)
+        command = router_command(cell, plan.instances, {i.label: d.base_url for i, d in members}, "127.0.0.1",
+                                 free_port(), free_port())
+        router = stack.enter_context(local_router(command, cell.id, logs_dir, env, ledger))
+        deployment = PDDeployment(cell.id, command.base_url, members, router)
         router.wait_ready(cell.id, len(members), boot_timeout_s, deployment.check)
         deployment.boot_seconds = time.monotonic() - started
         yield deployment

@@ -74,14 +74,22 @@ def plan_pd(cell: Cell, placement_of: PlacementOf = template_placement,
     """The disaggregated cell's plan: every role instance's ranks, and the router over them."""
     instances = [_instance(cell, role, index, placement_of, bootstrap_port_of)
                  for role in cell.roles for index in range(role.count)]
-    prefills = [(i.plan.base_url, i.bootstrap_port or DEFAULT_BOOTSTRAP_PORT) for i in instances
-                if i.role == "prefill"]
-    decodes = [i.plan.base_url for i in instances if i.role == "decode"]
+    router = router_command(cell, instances, {i.label: i.plan.base_url for i in instances}, router_host,
+                            router_port, prometheus_port, router_url_host)
+    return PDPlan(cell.id, tuple(instances), router)
+
+
+def router_command(cell: Cell, instances, urls: dict[str, str], host: str, port: int,
+                   prometheus_port: int | None = None, url_host: str | None = None) -> RouterCommand:
+    """The router over the instances, each at ``urls[instance.label]`` (the plan's, or where a launcher's
+    deployment actually answers: a Slurm node is known once the job runs)."""
+    prefills = [(urls[i.label], i.bootstrap_port or DEFAULT_BOOTSTRAP_PORT) for i in instances if i.role == "prefill"]
+    decodes = [urls[i.label] for i in instances if i.role == "decode"]
     spec = cell.router or RouterSpec()
-    argv = (*ROUTER_ENTRYPOINT, *router_args(router_host, router_port, prefills, decodes, spec.prefill_policy,
-                                             spec.decode_policy, prometheus_port))
-    url_host = router_url_host or ("${ROUTER_ADDR}" if router_host == "0.0.0.0" else router_host)
-    return PDPlan(cell.id, tuple(instances), RouterCommand(argv, f"http://{url_host}:{router_port}"))
+    argv = (*ROUTER_ENTRYPOINT, *router_args(host, port, prefills, decodes, spec.prefill_policy, spec.decode_policy,
+                                             prometheus_port))
+    shown = url_host or ("${ROUTER_ADDR}" if host == "0.0.0.0" else host)
+    return RouterCommand(argv, f"http://{shown}:{port}")
 
 
 def _instance(cell: Cell, role: Role, index: int, placement_of: PlacementOf,
