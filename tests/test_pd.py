@@ -225,3 +225,21 @@ def test_a_role_failure_is_named_by_its_role_and_rank_within_the_role():
                                 sglang_error="RuntimeError: NCCL communicator was aborted: node rank 1 disconnected"),
                    plan.of("prefill")[0], "cell")
     assert str(blamed([lost, own])).startswith("cell: decode rank 1 exited with code -9")
+
+
+def test_the_nightly_plan_and_shards_place_a_pd_cell_on_all_its_nodes(tmp_path):
+    plan = subprocess.run([sys.executable, "-m", "dspark_ci", "plan", PD, "--format", "github"], capture_output=True,
+                          text=True, timeout=120, cwd=REPO)
+    assert plan.returncode == 0, plan.stderr
+    entries = json.loads(plan.stdout)["include"]
+    two = next(e for e in entries if e["cell"] == TWO_EACH)
+    assert two["runner"] == "4x8-gpu-h200" and two["nnodes"] == 4
+    assert two["roles"] == {"prefill": {"runner": "8-gpu-h200", "count": 2}, "decode": {"runner": "8-gpu-h200", "count": 2}}
+    (tmp_path / "plan.json").write_text(plan.stdout)
+    shards = subprocess.run([sys.executable, "-m", "ci.nightly.shards", str(tmp_path / "plan.json")],
+                            capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert shards.returncode == 0, shards.stderr
+    outputs = dict(line.split("=", 1) for line in shards.stdout.splitlines())
+    placed = {s["runner"]: s for s in json.loads(outputs["matrix"])["include"]}
+    assert TWO_EACH in placed["4x8-gpu-h200"]["cells"].split()
+    assert placed["4x8-gpu-h200"]["est_minutes"] > placed["2x8-gpu-h200"]["est_minutes"]  # more nodes, longer boot
