@@ -148,7 +148,6 @@ def _boot_and_measure(cell: Cell, ctx: CellContext, result: CellResult, clock: C
                 return result.finished(Status.FAILED, f"expected SGLang to reject this cell "
                                        f"(/{cell.expect.message}/) but it became healthy", ExitCode.FELL_SHORT)
             reference = _launch_reference(cell, names, ctx, stack, logs_dir)
-            colocated = _launch_colocated(cell, names, ctx, stack, logs_dir)
             ctx.stage(f"{cell.id}: measuring ({', '.join(names)})")
             outcome = run_suites(SuiteRequest(
                 base_url=deployment.base_url, names=names, model=cell.config.model,
@@ -157,8 +156,9 @@ def _boot_and_measure(cell: Cell, ctx: CellContext, result: CellResult, clock: C
                 ledger=ctx.ledger, cell_id=cell.id),
                 watched=[d for d in (deployment, reference) if d is not None], watch=ctx.watch)
             deployment.check()  # a rank that died while we measured invalidates the numbers
-            if colocated is not None and outcome.stopped_by is None:
-                outcome = with_colocated_accept(outcome, _measure_colocated(cell, colocated, ctx, logs_dir))
+        # after the PD group is gone, so the baseline never waits for nodes the group holds (a small cluster)
+        if cell.disaggregated and "accept" in names and outcome.stopped_by is None:
+            outcome = with_colocated_accept(outcome, _colocated_accept(cell, ctx, logs_dir))
     except LaunchFailed as err:
         if isinstance(err, LaunchTimeout):
             raise
@@ -271,14 +271,14 @@ def _launch(cell: Cell, ctx: CellContext, stack: contextlib.ExitStack, logs_dir:
     return stack.enter_context(ctx.launcher.launch(plan, logs_dir))
 
 
-def _launch_colocated(cell: Cell, names, ctx: CellContext, stack: contextlib.ExitStack, logs_dir: Path):
-    """Acceptance under PD is judged against the same decode configuration served colocated, launched beside."""
-    if not cell.disaggregated or "accept" not in names:
-        return None
+def _colocated_accept(cell: Cell, ctx: CellContext, logs_dir: Path) -> SuiteOutcome:
+    """Acceptance under PD is judged against the same decode configuration served colocated: booted once the PD
+    group is down, measured with the same accept options, torn down."""
     ctx.stage(f"{cell.id}: launching the colocated decode baseline")
     base = colocated(cell)
     plan = plan_launch(base, ctx.launcher.placement(base.nnodes, base.config.gpus_per_node))
-    return stack.enter_context(ctx.launcher.launch(plan, logs_dir / "colocated"))
+    with ctx.launcher.launch(plan, logs_dir / "colocated") as deployment:
+        return _measure_colocated(cell, deployment, ctx, logs_dir)
 
 
 def _measure_colocated(cell: Cell, deployment, ctx: CellContext, logs_dir: Path) -> SuiteOutcome:
