@@ -243,3 +243,19 @@ def test_the_nightly_plan_and_shards_place_a_pd_cell_on_all_its_nodes(tmp_path):
     placed = {s["runner"]: s for s in json.loads(outputs["matrix"])["include"]}
     assert TWO_EACH in placed["4x8-gpu-h200"]["cells"].split()
     assert placed["4x8-gpu-h200"]["est_minutes"] > placed["2x8-gpu-h200"]["est_minutes"]  # more nodes, longer boot
+
+
+def test_k8s_plan_has_a_leaderworkerset_per_role_instance_and_the_router():
+    import yaml
+    done = subprocess.run([sys.executable, "-m", "dspark_ci", "plan", PD, "--select", f"*{TWO_EACH[-20:]}",
+                           "--format", "k8s"], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    objects = list(yaml.safe_load_all(done.stdout))
+    assert [o["kind"] for o in objects].count("LeaderWorkerSet") == 4
+    [router] = [o for o in objects if o["kind"] == "Deployment"]
+    argv = router["spec"]["template"]["spec"]["containers"][0]["command"]
+    leaders = {o["metadata"]["name"] for o in objects if o["kind"] == "Service" and o["metadata"]["name"].endswith("-leader")}
+    urls = [argv[i + 1] for i, a in enumerate(argv) if a in ("--prefill", "--decode")]
+    assert len(urls) == 4 and {u.split("//")[1].split(":")[0] for u in urls} == leaders
+    assert argv[argv.index("--prefill") + 2] == "8998"  # each prefill URL followed by its bootstrap port
+    assert "&id" not in done.stdout  # plain YAML, no anchors

@@ -14,6 +14,7 @@ from ground.records import DECIDED_BY_RESOLVER
 from ground.sglang.release import DEFAULT_VERSION
 from launchers.k8s import spec as k8s_spec
 from launchers.launch_plan import plan_launch
+from launchers.pd.k8s import pd_manifests
 from launchers.pd.plan import PDPlan, plan_pd
 from launchers.plan_types import LaunchPlan, Placement
 from matrices import Cell, load_cells
@@ -158,9 +159,10 @@ def render_table(cells: list[Cell], plans: dict[str, LaunchPlan]) -> str:
 
 def render_k8s(cells: list[Cell], plans: dict[str, LaunchPlan], extra: str | None = None) -> str:
     patches = k8s_spec.load_patches(extra)
-    objects = [obj for cell in cells for obj in k8s_spec.manifests(
-        plans[cell.id], name=k8s_spec.object_name(cell.id), namespace=None,
-        hardware=cell.config.hardware, patches=patches)]
+    objects = [obj for cell in cells for obj in (pd_manifests(cell, None, patches) if cell.disaggregated else
+                                                 k8s_spec.manifests(plans[cell.id], name=k8s_spec.object_name(cell.id),
+                                                                    namespace=None, hardware=cell.config.hardware,
+                                                                    patches=patches))]
     return k8s_spec.to_yaml(objects).rstrip("\n")
 
 
