@@ -259,3 +259,37 @@ def test_k8s_plan_has_a_leaderworkerset_per_role_instance_and_the_router():
     assert len(urls) == 4 and {u.split("//")[1].split(":")[0] for u in urls} == leaders
     assert argv[argv.index("--prefill") + 2] == "8998"  # each prefill URL followed by its bootstrap port
     assert "&id" not in done.stdout  # plain YAML, no anchors
+
+
+def _require(variable: str, required: str, what: str) -> None:
+    if not os.environ.get(variable):
+        if os.environ.get(required) == "1":
+            pytest.fail(f"{variable} is not set ({required}=1): {what}")
+        pytest.skip(f"{variable} is not set: {what}")
+
+
+@needs_router
+def test_run_pd_cell_through_docker_puts_the_roles_on_two_engines(tmp_path):
+    _require("DSPARK_DOCKER_HOSTS", "DSPARK_REQUIRE_DOCKER", "an inventory of two Docker engines (.ci/run)")
+    tag = uuid.uuid4().hex
+    done = subprocess.run([sys.executable, "-m", "dspark_ci", "run", PD, "--cell", ONE_EACH, "--launcher", "docker",
+                           "--out", str(tmp_path / "run")], env={**os.environ, "CI": "true", "DSPARK_TEST_RUN": tag},
+                          capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ledger = [json.loads(line) for line in (tmp_path / "run" / "launched.jsonl").read_text().splitlines()]
+    engines = {e["cell"].rsplit("-", 1)[1]: e["engine"] for e in ledger if e.get("launcher") == "docker"
+               and e["cell"].endswith(("-prefill0", "-decode0"))}
+    assert len(set(engines.values())) == 2, engines  # prefill and decode each on its own engine
+
+
+@needs_router
+def test_run_pd_cell_through_slurm(tmp_path):
+    _require("SLURM_CONF", "DSPARK_REQUIRE_SLURM", "a Slurm cluster (.ci/run starts one)")
+    done = subprocess.run([sys.executable, "-m", "dspark_ci", "run", PD, "--cell", ONE_EACH, "--launcher", "slurm",
+                           "--out", str(tmp_path / "run")], env={**os.environ, "CI": "true"},
+                          capture_output=True, text=True, timeout=1200, cwd=REPO)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    cell = json.loads((tmp_path / "run" / "results.json").read_text())["cells"][0]
+    assert _gate(cell)["verdict"] == "passed"
+    logs = tmp_path / "run" / "logs" / ONE_EACH
+    assert list((logs / "prefill-0").glob("slurm-*.out")) and list((logs / "decode-0").glob("slurm-*.out"))
