@@ -145,6 +145,9 @@ class Disaggregation:
         return app
 
 
-def alpha_now(alpha: float) -> float:
-    """The draft's acceptance for the request being decoded: blind when the transferred hidden state was wrong."""
-    return alpha if HIDDEN_OK.get() else alpha * BLIND_DRAFT_SHARE
+def alpha_now(alphas: "float | tuple[float, ...]") -> "float | tuple[float, ...]":
+    """The draft's acceptance (per position) for the request being decoded: blind when the transferred hidden state
+    was wrong."""
+    if HIDDEN_OK.get():
+        return alphas
+    return tuple(a * BLIND_DRAFT_SHARE for a in alphas) if isinstance(alphas, tuple) else alphas * BLIND_DRAFT_SHARE
