@@ -85,6 +85,9 @@ SUITE_DEFAULTS: dict[str, dict[str, Any]] = {
         "lossless_prompts": 8,  # prompts sampled on both servers for the losslessness gate (needs a reference)
         "lossless_samples": 8,  # samples per prompt and server
         "lossless_tokens": 8,  # tokens compared with the greedy continuation
+        # "chat" | "completions": sglang-router 0.3.2 drops return_spec_tokens_details from chat requests (kept
+        # for completions), so a disaggregated cell, measured through the router, asks completions
+        "api": "chat",
     },
     "speed": {
         "num_requests": 64,
@@ -131,6 +134,7 @@ ALLOWED_VALUES: dict[tuple[str, str], tuple[str, ...]] = {
     ("gpqa", "scorer"): ("simple-evals", "sglang", "sgl-eval"),
     ("gpqa", "extractor"): ("sglang", "openai"),
     ("speed", "client"): ("aiohttp", "openai"),
+    ("accept", "api"): ("chat", "completions"),
 }
 
 # Counts and sizes, by option name: (least, most). Zero or less is a mistake, not a request for nothing; past the

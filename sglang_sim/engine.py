@@ -25,6 +25,7 @@ from sglang_sim.emission_log import EmissionLog
 from sglang_sim.prometheus import ServerMetrics
 from sglang_sim.noise import BootNoise
 from sglang_sim.reasoning import ReasoningCount
+from sglang_sim.disaggregation import alpha_now
 from sglang_sim.speculation import AcceptModel, SpecShape, SpecStats, draw_accepted, prompt_category
 from sglang_sim.textgen import Ask, Persona, reply_tokens
 from sglang_sim.tokenizer import EOS_TOKEN_ID, token_id
@@ -305,7 +306,7 @@ class Engine:
             tokens = self._take(gen, source, 1, job.max_new_tokens)
             rank.window_generated += len(tokens)
             return tokens
-        accepted = draw_accepted(accept_rng, alphas, self.shape.max_accept)
+        accepted = draw_accepted(accept_rng, alpha_now(alphas), self.shape.max_accept)
         tokens = self._take(gen, source, accepted + 1, job.max_new_tokens)
         correct = len(tokens) - 1  # drafts past a stop or max_tokens are never sent: not counted
         if gen.spec is not None:  # always, with a speculative shape

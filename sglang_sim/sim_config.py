@@ -38,6 +38,9 @@ class Faults:
     accept_drift: int | None = None  # after this many requests, every draft is accepted less often (EPLB-like)
     lossy_sampling: bool = False  # at temperature > 0 speculation skews samples toward the greedy text
     envelope_shift: float = 1.0  # verify steps' cost per running request past the knee, times this
+    pd_transfer_fail: bool = False  # a prefill's bootstrap server fails every transfer (decode answers 500)
+    pd_random_hidden: bool = False  # a prefill hands decode random hidden states (acceptance drops, text holds)
+    pd_prefill_stall: bool = False  # a prefill never finishes a routed request
 
     @property
     def names(self) -> list[str]:
@@ -102,6 +105,9 @@ FAULT_PARSERS: dict[str, Callable[[str | None], dict]] = {
     "accept_drift": _count_fault("accept_drift", 0),
     "lossy_sampling": _flag("lossy_sampling"),
     "envelope_shift": lambda value: {"envelope_shift": _number("envelope_shift", value or "", minimum=1.0)},
+    "pd_transfer_fail": _flag("pd_transfer_fail"),
+    "pd_random_hidden": _flag("pd_random_hidden"),
+    "pd_prefill_stall": _flag("pd_prefill_stall"),
 }
 
 
@@ -127,6 +133,10 @@ FAULT_HELP: dict[str, tuple[str, str]] = {
                                                 "faster: speculation stops paying at a lower concurrency"),
     "lossy_sampling": ("lossy_sampling", "at temperature > 0, half the samples of a speculative server follow the "
                                          "greedy text (a draft sampler ignoring temperature); greedy output stays exact"),
+    "pd_transfer_fail": ("pd_transfer_fail", "PD prefill: every KV/hidden-state transfer fails (decode answers 500)"),
+    "pd_random_hidden": ("pd_random_hidden", "PD prefill: hands decode random hidden states (sglang#7242): "
+                                             "acceptance drops, text and health hold"),
+    "pd_prefill_stall": ("pd_prefill_stall", "PD prefill: never finishes a routed request"),
 }
 
 

@@ -67,6 +67,8 @@ class ServerSnapshot:
 
 def take_snapshot(server: Server) -> ServerSnapshot:
     info = server.get_json("/server_info") or server.get_json("/get_server_info")
+    if info is not None and "model_path" not in info and "internal_states" not in info:
+        info = None  # not a server's: sglang-router answers /get_server_info about itself (router_manager, ...)
     states = (info or {}).get("internal_states") or []
     samples = server.metrics_samples()
     return ServerSnapshot(
@@ -92,21 +94,26 @@ GREEDY = Sampling()
 
 
 def measure_requests(server: Server, num_requests: int, max_tokens: int, concurrency: int,
-                     workload: Sequence[Prompt], sampling: Sampling = GREEDY) -> list[RequestSpec]:
+                     workload: Sequence[Prompt], sampling: Sampling = GREEDY, api: str = "chat") -> list[RequestSpec]:
     """``num_requests`` requests cycling through ``workload``, sent in order (``order``), ``concurrency`` at a time."""
     items = [(order, order % len(workload)) for order in range(num_requests)]
-    return server.ask_each(lambda client, item: _one_request(client, server.model, workload, item, max_tokens, sampling),
+    return server.ask_each(lambda client, item: _one_request(client, server.model, workload, item, max_tokens, sampling,
+                                                               api),
                            items, concurrency, label="accept")
 
 
 def _one_request(client: openai.OpenAI, model: str, workload: Sequence[Prompt], item: tuple[int, int],
-                 max_tokens: int, sampling: Sampling) -> RequestSpec:
+                 max_tokens: int, sampling: Sampling, api: str = "chat") -> RequestSpec:
     order, prompt_index = item
     prompt = workload[prompt_index]
     try:
-        response = client.chat.completions.create(
+        extra = {"return_spec_tokens_details": True, "return_meta_info": True}
+        # completions through sglang-router, which drops return_spec_tokens_details from chat (accept.api)
+        response: Any = (client.completions.create(model=model, prompt=prompt.text, max_tokens=max_tokens,
+                                                   extra_body=extra, **sampling.body()) if api == "completions"
+                         else client.chat.completions.create(
             model=model, messages=[{"role": "user", "content": prompt.text}], max_tokens=max_tokens,
-            extra_body={"return_spec_tokens_details": True, "return_meta_info": True}, **sampling.body())
+            extra_body=extra, **sampling.body()))
     except openai.OpenAIError as err:
         return RequestSpec(prompt_index, 0, None, None, None, None, None, None, error=str(err),
                            category=prompt.category, order=order, temperature=sampling.temperature)

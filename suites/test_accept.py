@@ -62,7 +62,7 @@ def accept_run(server, suite_config, suite_output, detail):
     except SuiteInputError as err:
         pytest.fail(str(err), pytrace=False)
     requests = measure_requests(server, options["num_requests"], options["max_tokens"], options["concurrency"],
-                                workload)
+                                workload, api=options.get("api", "chat"))
     after = take_snapshot(server)
     if not with_spec(requests) and not before.has_server_info:
         pytest.skip("the server reports no speculative statistics (not a speculative deployment)")
