@@ -25,8 +25,8 @@ from ground.suites import ALWAYS_SUITES, DEFAULT_SUITES, SPECULATIVE_SUITES, sui
 from launchers.contract import LaunchFailed, Launcher, LaunchTimeout
 from launchers.ledger import Ledger
 from launchers.launch_plan import plan_launch
-from launchers.pd.group import launch_pd
-from launchers.pd.plan import template_plans
+from launchers.pd.pd_group import launch_pd
+from launchers.pd.pd_plan import template_plans
 from dspark_ci.pd_accept import PD_BOOT_TIMEOUT_S, equivalence_gates, with_colocated_accept
 from dspark_ci.evidence import Sampling, more_evidence
 from matrices.cell import Cell

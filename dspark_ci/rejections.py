@@ -20,7 +20,7 @@ from ground.errors import ExitCode, InfraError
 from ground.records import DECIDED_BY_RESOLVER, CellResult, Status
 from ground.sglang.release import SGLANG_ENTRYPOINT
 from ground.sglang.resolver import Resolution, Resolver, locate, resolve
-from launchers.pd.plan import template_plans
+from launchers.pd.pd_plan import template_plans
 from matrices.cell import REJECT, Cell
 
 MODES = ("launch", "resolver")

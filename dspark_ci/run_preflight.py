@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ground.errors import InfraError
 from launchers.contract import Launcher
-from launchers.pd.plan import template_plans
+from launchers.pd.pd_plan import template_plans
 from matrices.cell import Cell
 
 MIN_FREE_DISK_MB = 200  # logs and reports of a run; real SGLang logs grow, but never this fast

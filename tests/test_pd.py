@@ -20,7 +20,7 @@ import requests
 from dspark_ci.pd_accept import equivalence
 from ground import stats
 from ground.errors import BadInput
-from launchers.pd.plan import plan_pd
+from launchers.pd.pd_plan import plan_pd
 from launchers.processes import free_port
 from matrices import load_cells
 from tests.process_table import assert_no_process_with_env
@@ -216,7 +216,7 @@ def test_run_decode_rank_killed_red_naming_the_decode_rank(tmp_path):
 
 def test_a_role_failure_is_named_by_its_role_and_rank_within_the_role():
     from launchers.contract import LaunchFailed
-    from launchers.pd.group import as_role, blamed
+    from launchers.pd.pd_group import as_role, blamed
     plan = plan_pd(_cell(TWO_EACH))
     second_decode = plan.of("decode")[1]
     own = as_role(LaunchFailed(cell_id="x-decode1", reason="exited", node_rank=0, rank_exit_code=-9,

@@ -15,7 +15,7 @@ from ground.sglang.release import DEFAULT_VERSION
 from launchers.k8s import spec as k8s_spec
 from launchers.launch_plan import plan_launch
 from launchers.pd.k8s import pd_manifests
-from launchers.pd.plan import PDPlan, plan_pd
+from launchers.pd.pd_plan import PDPlan, plan_pd
 from launchers.plan_types import LaunchPlan, Placement
 from matrices import Cell, load_cells
 from dspark_ci.tables import text_table

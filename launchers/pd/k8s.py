@@ -9,7 +9,7 @@ from typing import Sequence
 
 from ground.sglang.router import ROUTER_ENTRYPOINT
 from launchers.k8s import spec as k8s_spec
-from launchers.pd.plan import RoleInstance, plan_pd, router_command
+from launchers.pd.pd_plan import RoleInstance, plan_pd, router_command
 from matrices.cell import Cell
 
 ROUTER_PORT = 30000

@@ -13,8 +13,8 @@ from typing import Iterator, Mapping
 from ground.sglang.release import is_peer_loss
 from launchers.contract import LaunchFailed, Launcher, Deployment
 from launchers.ledger import Ledger
-from launchers.pd.plan import PDPlan, RoleInstance, plan_pd, router_command
-from launchers.pd.router import RouterProcess, local_router
+from launchers.pd.pd_plan import PDPlan, RoleInstance, plan_pd, router_command
+from launchers.pd.router_process import RouterProcess, local_router
 from launchers.processes import free_port
 from matrices.cell import Cell
 

@@ -18,7 +18,7 @@ from ground.sglang.router import ROUTER_ENTRYPOINT, ROUTER_PACKAGE, ROUTER_VERSI
 from launchers.contract import LOG_LINES_KEPT, LaunchFailed, LaunchTimeout
 from launchers.ledger import Ledger
 from launchers.logs import tail
-from launchers.pd.plan import RouterCommand
+from launchers.pd.pd_plan import RouterCommand
 from launchers.processes import die_with_parent, run_env, started_at, stop_all
 
 ROUTER_PYTHON_ENV = "DSPARK_ROUTER_PYTHON"  # the Python that has sglang-router (default: dspark-ci's own)
