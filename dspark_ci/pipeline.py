@@ -44,7 +44,8 @@ from ground.stats import Levels
 from reports.gates import evaluate, statistical_gates
 from reports.history_db import cell_seconds, history_path
 from reports.markdown import rerun_command
-from suites.runner import gpqa_note, written_outcome
+from suites.runner import gpqa_note, prestart as prestart_suites, written_outcome
+from suites.warm_worker import close_warm_workers
 from reports.live_results import ResultsWriter, cannot_write, now
 from reports.results import quarantine_line
 
@@ -161,6 +162,8 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
         preflight(decided.to_launch, launcher, run_dir)
     ledger = Ledger(options.run_id, run_dir)
     ledger.register(os.environ)
+    if decided.to_launch:
+        prestart_suites(ledger)  # the suites' interpreter warms up while the first cell boots
     writer = ResultsWriter(run_dir, RunResults(run_id=options.run_id, started_at=now(), finished_at=None,
                                                launcher=options.launcher, matrices=options.matrices,
                                                run_options=options.rerun_options, environment=options.environment),
@@ -176,6 +179,7 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
             _run_cells(decided.to_launch, len(cells), run_capacity(launcher, options.max_parallel), ctx, writer,
                        progress)
         finally:
+            close_warm_workers()  # the suites' warm pytest: it is the run's, and recorded in its ledger
             _release(ledger)
     except KeyboardInterrupt:  # at any moment, even after the last cell: the run is an interrupted one
         writer.interrupted()

@@ -104,7 +104,7 @@ RUN_FLAGS: tuple[RunFlag, ...] = (
             "exit 4); never for release qualification, which demands conclusive passes", default=False, rerun=False,
             argparse={"action": "store_true"}),
     RunFlag("--server", "server under test: the embedded simulated SGLang server (default), real SGLang, or SGLang "
-            "0.5.23's own front end in front of the simulated engine (sglang-frontend: `bash "
+            f"{DEFAULT_VERSION}'s own front end in front of the simulated engine (sglang-frontend: `bash "
             ".ci/sglang-frontend.sh`, --launcher local)", default="sim", env="DSPARK_SERVER", example="sglang",
             argparse={"choices": SERVERS}),
     RunFlag("--sglang-version", "SGLang version under test, matched against each expectation's version spec",

@@ -27,7 +27,7 @@ from ground.errors import DsparkError, InfraError
 from ground.sglang.release import is_peer_loss, sglang_error_line
 from launchers.plan_types import LaunchPlan, Placement
 
-# The simulated SGLang server (default), real SGLang, or SGLang 0.5.23's own front end (HTTP server, tokenizer,
+# The simulated SGLang server (default), real SGLang, or SGLang's own front end (HTTP server, tokenizer,
 # detokenizer) in front of the simulated engine (sglang_sim/frontend/, local launcher only).
 SERVERS = ("sim", "sglang", "sglang-frontend")
 SIMULATED_SERVERS = ("sim", "sglang-frontend")  # the engine is the simulator's: DSPARK_SIM_* decide what it does

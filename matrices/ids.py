@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping
 
 from ground.sglang.settings import ID_PARTS as SETTING_ID_PARTS
 
-# Environment variables that change what SGLang admits or runs, as (id tag, SGLang 0.5.23 default):
+# Environment variables that change what SGLang admits or runs, as (id tag, SGLang default):
 # the tag enters the id only when a cell sets a value other than the default.
 ID_ENV_TAGS: Mapping[str, tuple[str, str]] = {
     "SGLANG_RAGGED_VERIFY_MODE": ("rv", "static"),  # environ.py: EnvStr("static")

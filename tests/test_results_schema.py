@@ -14,7 +14,7 @@ import pytest
 from ground import results_schema
 from ground.records import READERS, SCHEMA, SCHEMA_VERSIONS, RunResults
 from reports.results import load_results
-from tests.cli import DSPARK_CI
+from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN_V1 = REPO / "tests" / "golden" / "reports" / "run_old" / "results.json"

@@ -16,6 +16,7 @@ from typing import Any, Callable, TextIO
 from packaging.version import InvalidVersion, Version
 
 from ground.errors import BadInput
+from ground.sglang.release import DEFAULT_VERSION
 from launchers import catalog
 from matrices.quarantine import Quarantine, default_path, load_quarantine
 from launchers.contract import SIMULATED_SERVERS, LaunchContext
@@ -114,7 +115,7 @@ def _version(text: str) -> str:
     try:
         Version(text)
     except InvalidVersion:
-        raise BadInput(f"--sglang-version {text}", "not a version number", "e.g. --sglang-version 0.5.23") from None
+        raise BadInput(f"--sglang-version {text}", "not a version number", f"e.g. --sglang-version {DEFAULT_VERSION}") from None
     return text
 
 

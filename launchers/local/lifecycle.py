@@ -31,11 +31,12 @@ from launchers.processes import (descendants, die_with_parent, free_port, kill_g
                                  signals_deferred, started_at, stop_all)
 from launchers.materialize import frontend_python, redact, resolve_env, secret_values, server_argv
 from launchers.readiness import Deadline, OurServer, wait_until_ready
+from ground.sglang.release import DEFAULT_VERSION
 
 
 # server -> (modules its Python must import, how to get them)
 PREFLIGHT_MODULES = {
-    "sglang": (("sglang",), "`pip install sglang==0.5.23`, or run the simulated server (--server sim) or "
+    "sglang": (("sglang",), f"`pip install sglang=={DEFAULT_VERSION}`, or run the simulated server (--server sim) or "
                             "containers (--launcher docker)"),
     "sglang-frontend": (("sglang", "fastapi", "uvicorn"), "build its venv with `bash .ci/sglang-frontend.sh` "
                                                           "(prints the Python to set as DSPARK_SGLANG_PYTHON)"),
