@@ -29,7 +29,7 @@ from launchers.plan_types import Placement
 from dspark_ci.evidence import Sampling, more_evidence
 from matrices.cell import Cell
 from reports.gates import status_of
-from suites.runner import SuiteOutcome, SuiteRequest, Watch, gpqa_note, run_suites
+from suites.runner import SuiteOutcome, SuiteRequest, Watch, acceptance_note, envelope_note, gpqa_note, run_suites
 
 ERROR_LOG = "dspark-ci-error.log"
 
@@ -191,7 +191,8 @@ def _judge_rejection(result: CellResult, cell: Cell, err: LaunchFailed) -> CellR
 def _judge_measurement(result: CellResult, names: tuple[str, ...], outcome: SuiteOutcome,
                        ctx: CellContext) -> CellResult:
     measured = replace(result, metrics=outcome.metrics, warnings=tuple(outcome.warnings), tests=tuple(outcome.tests),
-                       gpqa=gpqa_note(outcome.records))
+                       gpqa=gpqa_note(outcome.records), acceptance=acceptance_note(outcome.records),
+                       envelope=envelope_note(outcome.records))
     return _judge(measured, names, ctx, outcome.stopped_by)
 
 
@@ -258,8 +259,10 @@ def with_always_suites(names: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _launch_reference(cell: Cell, names, ctx: CellContext, stack: contextlib.ExitStack, logs_dir: Path):
-    """Parity compares against the same deployment without speculation, launched beside it."""
-    if "parity" not in names:
+    """Parity, the accept suite's sampled losslessness and the speed suite's sweep compare against the same deployment
+    without speculation, launched beside it."""
+    sweep = "speed" in names and (cell.suites.get("speed") or {}).get("sweep_concurrency")
+    if not ({"parity", "accept"} & set(names) or sweep):
         return None
     reference = without_speculation(cell)
     ctx.stage(f"{cell.id}: launching the non-speculative reference")

@@ -35,6 +35,10 @@ SPEEDUP_FLOOR = 1.0  # a speculative deployment no faster than the same one with
 GPQA_CHANCE = 0.25  # four choices
 CHANCE_FALSE_PASS = 0.01  # a guesser passes the chance floor at most this often (exact binomial)
 GATE_PRECISION = 6  # decimals kept in thresholds (ratios make long floats)
+# Losslessness at temperature > 0 (suites/accept_detail.py): the share of samples equal to the greedy text may exceed
+# the non-speculative reference's by this much (absolute) before it is a regression; a pass rules out LOSSLESS_DETECT.
+LOSSLESS_TOLERANCE = 0.05
+LOSSLESS_DETECT = 0.15
 DEFAULT_RUNS = 3  # boots behind a baseline's `noise` when it does not say (`baseline record` needs three)
 
 
@@ -48,7 +52,8 @@ def evaluate(cell: CellResult, metrics: Mapping, baseline: Baseline | None,
     levels = levels.at_boots(len(evidence.boots))
     gates = []
     for limit in _limits(cell, metrics, baseline):
-        statistic = _statistic(limit.statistical, evidence, levels) if limit.statistical is not None else None
+        statistic = (_statistic(limit.statistical, evidence, levels) if limit.statistical is not None
+                     else _floor_statistic(limit.metric, metrics, levels))
         gates.append(_gate(limit.metric, limit.op, limit.threshold, metrics.get(limit.metric), statistic))
     return tuple(gates)
 
@@ -122,7 +127,29 @@ def _limits(cell: CellResult, metrics: Mapping, baseline: Baseline | None) -> li
 
 
 def _floor_limits(cell: CellResult, metrics: Mapping) -> list[Limit]:
-    return _collapse_floor(cell, metrics) + _speedup_floor(metrics) + _chance_floor(metrics)
+    return _collapse_floor(cell, metrics) + _speedup_floor(metrics) + _chance_floor(metrics) + _lossless(metrics)
+
+
+def _lossless(metrics: Mapping) -> list[Limit]:
+    """Sampling stays lossless under speculation: the share of samples equal to the greedy text is the reference's."""
+    reference = metrics.get("sampled_greedy_share_reference")
+    if metrics.get("sampled_greedy_share") is None or reference is None:
+        return []
+    return [Limit("sampled_greedy_share", "<=", reference + LOSSLESS_TOLERANCE, "lossless sampling: the "
+                  f"non-speculative reference's share + {LOSSLESS_TOLERANCE:g}")]
+
+
+def _floor_statistic(metric: str, metrics: Mapping, levels: stats.Levels) -> stats.Verdict | None:
+    """The statistical decision of a floor that has one (losslessness: two binomial shares), else None."""
+    if metric != "sampled_greedy_share":
+        return None
+    names = (metric, f"{metric}_stderr", f"{metric}_reference", f"{metric}_reference_stderr")
+    figures = [float(value) for name in names if (value := metrics.get(name)) is not None]
+    if len(figures) < len(names):
+        return None
+    new, new_se, base, base_se = figures
+    return stats.compare_estimates(new, new_se, base, base_se, LOWER, LOSSLESS_TOLERANCE, levels, 0,
+                                   "samples, speculative vs reference", LOSSLESS_DETECT)
 
 
 def _speedup_floor(metrics: Mapping) -> list[Limit]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from ground.records import CellResult, RunResults
+from reports.acceptance import acceptance_chart, envelope_chart
 from reports.history_db import same_setup_tail
 from reports.metrics import METRICS, format_value, label
 
@@ -58,6 +59,11 @@ def run_charts(results: RunResults) -> list[tuple[str, str]]:
         if shown:
             title = chart.title if len(shown) == len(cells) else f"{chart.title} (first {len(shown)} of {len(cells)} cells)"
             charts.append((title, _png(_metric_figure(chart, shown, title))))
+    for cell in results.cells[:MAX_TREND_CELLS]:
+        for title, draw in (("Acceptance by draft position", acceptance_chart), ("Where speculation pays", envelope_chart)):
+            figure = draw(cell)
+            if figure is not None:
+                charts.append((f"{title}: {cell.id}", _png(figure)))
     return charts
 
 

@@ -147,8 +147,10 @@ def _generate_jobs(state: ServerState, body: dict) -> tuple[list[Job], bool]:
     jobs = []
     for prompt in prompts:
         prompt_tokens = count_tokens(prompt)
-        ask = Ask(prompt, prompt, state.engine.sample_key(temperature), False, bool(params.get("ignore_eos")))
-        jobs.append(Job(ask, prompt_tokens, int(state.max_new_tokens(prompt_tokens, max_new_tokens)), stream))
+        ask = Ask(prompt, prompt, state.engine.sample_key(temperature, params.get("top_k")), False,
+                  bool(params.get("ignore_eos")))
+        jobs.append(Job(ask, prompt_tokens, int(state.max_new_tokens(prompt_tokens, max_new_tokens)), stream,
+                        temperature=float(temperature or 0)))
     return jobs, batched
 
 

@@ -54,6 +54,7 @@ class Sampling:
     n: int
     max_tokens: int | None
     temperature: float
+    top_k: int | None  # 1 leaves only the argmax: greedy
     ignore_eos: bool
     stream: bool
     include_usage: bool  # the usage chunk at the end
@@ -130,7 +131,7 @@ def parse_sampling(body: dict, state: ServerState, default_max_tokens: int | Non
     # openai/utils.py should_include_usage: the server default only turns the final usage chunk on
     stream_options = body.get("stream_options") or {}
     return Sampling(model=body.get("model") or DEFAULT_MODEL_NAME, n=n, max_tokens=max_tokens,
-                    temperature=1.0 if temperature is None else temperature,
+                    temperature=1.0 if temperature is None else temperature, top_k=_number(body, "top_k", None, int),
                     ignore_eos=bool(body.get("ignore_eos", False)), stream=bool(body.get("stream", False)),
                     include_usage=bool(stream_options.get("include_usage"))
                     or state.args.stream_response_default_include_usage,
@@ -167,8 +168,10 @@ def _jobs(state: ServerState, prompt: str, question: str, sampling: Sampling, th
           require_reasoning: bool = False) -> list[Job]:
     prompt_tokens = count_tokens(prompt)
     limit = state.max_new_tokens(prompt_tokens, sampling.max_tokens)
-    return [Job(Ask(prompt, question, state.engine.sample_key(sampling.temperature), thinking, sampling.ignore_eos),
-                prompt_tokens, limit, sampling.stream, require_reasoning=require_reasoning)
+    return [Job(Ask(prompt, question, state.engine.sample_key(sampling.temperature, sampling.top_k), thinking,
+                    sampling.ignore_eos),
+                prompt_tokens, limit, sampling.stream, require_reasoning=require_reasoning,
+                temperature=sampling.temperature)
             for _ in range(sampling.n)]
 
 

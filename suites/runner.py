@@ -283,6 +283,19 @@ def gpqa_note(records: Mapping[str, list]) -> dict | None:
                else {})}
 
 
+def acceptance_note(records: Mapping[str, list]) -> dict | None:
+    """Acceptance per position and category, drift and losslessness (CellResult.acceptance), from the accept suite's
+    accept_detail record; None without one."""
+    details = records.get("accept_detail") or []
+    return dict(details[-1]) if details else None
+
+
+def envelope_note(records: Mapping[str, list]) -> dict | None:
+    """Where speculation pays (CellResult.envelope), from the speed suite's speed_envelope record; None without one."""
+    envelopes = records.get("speed_envelope") or []
+    return dict(envelopes[-1]) if envelopes else None
+
+
 def written_outcome(work_dir: Path) -> SuiteOutcome:
     """What the suites wrote in ``work_dir`` (e.g. before an interrupted run tore the cell down)."""
     return _outcome(work_dir / "suites.json", None, work_dir / "suites.log", None)
