@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"dspark-ci report: WARNING: {warning}", file=sys.stderr)
     if args.format == "json":  # a query: the run directory is not touched
         comparison = compare_runs(results, other) if other is not None else None
-        print(json.dumps(comparison if comparison is not None else results.to_dict(), indent=2))
+        print(json.dumps(comparison.to_dict() if comparison is not None else results.to_dict(), indent=2))
         return worst(cell.run_exit_code for cell in results.cells)
     rendered = render_reports(results, baseline, compare_to=other,
                               history=history_file if history_file.is_file() else None)
