@@ -1,4 +1,4 @@
-"""Prefill/decode disaggregation as SGLang 0.5.23 plays it behind sglang-router, on loopback.
+"""Prefill/decode disaggregation as the pinned SGLang release plays it behind sglang-router, on loopback.
 
 The router sends each request to one prefill and one decode server at once, with ``bootstrap_host``,
 ``bootstrap_port`` and ``bootstrap_room`` added to the body (ground/sglang/router.py). Here:

@@ -2,7 +2,7 @@
 
 Per position (vLLM's definition, AIPerf's and llama.cpp's alike): every verify step proposes one draft at each
 position k; position k is accepted when the step accepted at least k drafts. So, from the server's per-request
-``spec_correct_drafts_histogram`` (SGLang 0.5.23 meta_info and sglext: verify steps by how many drafts each
+``spec_correct_drafts_histogram`` (SGLang's meta_info and sglext: verify steps by how many drafts each
 accepted), summed over requests:
     accepted_k = Σ_{c >= k} histogram[c]        proposed_k = Σ_c histogram[c] (verify steps)
     accept_rate_pos{k} = accepted_k / proposed_k (non-increasing in k; conditional rates are their ratios)
