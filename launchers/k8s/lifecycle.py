@@ -40,6 +40,7 @@ from launchers.contract import (LOG_LINES_KEPT, Capacity, LOG_LINES_SEARCHED, La
 from launchers.ledger import Ledger
 from launchers.logs import rank_log_path, tail
 from launchers.plan_types import LaunchPlan, Placement
+from launchers import interrupts
 from launchers.processes import signals_deferred, sigterm_as_interrupt
 from launchers.materialize import redact, secret_values
 from launchers.wait import Deadline, NotReady, OurServer, wait_until_ready
@@ -400,6 +401,7 @@ class _Group:
                     "started" + (f"; events: {'; '.join(events)}" if events else "")
                     + f". `kubectl -n {self.api.namespace} describe pods -l {k8s_spec.LWS_NAME_LABEL}={self.name}`"
                     " says more"))
+            interrupts.check()  # a Ctrl-C or SIGTERM is a flag: acted on here
             time.sleep(s.poll_s)
 
     def warnings(self, pod_name: str, keep: int = 3) -> list[str]:
