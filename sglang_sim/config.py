@@ -33,6 +33,9 @@ class Faults:
     rank_exit: tuple[int, float] | None = None  # (node rank, seconds after start)
     malformed_stream: bool = False  # streamed responses break off mid-event
     crash_once: str | None = None  # crash_first_prefill unless this file exists; creates it (fails once, then serves)
+    nonstream_garbage: bool = False  # non-streamed replies carry random letters (streams stay right)
+    nonstream_empty: bool = False  # non-streamed replies carry no text (streams stay right)
+    usage_doubled: bool = False  # non-streamed usage counts twice the completion tokens
 
     @property
     def names(self) -> list[str]:
@@ -85,6 +88,9 @@ FAULT_PARSERS: dict[str, Callable[[str | None], dict]] = {
     "rank_exit": _rank_exit,
     "malformed_stream": _flag("malformed_stream"),
     "crash_once": _crash_once,
+    "nonstream_garbage": _flag("nonstream_garbage"),
+    "nonstream_empty": _flag("nonstream_empty"),
+    "usage_doubled": _flag("usage_doubled"),
 }
 
 
@@ -102,6 +108,10 @@ FAULT_HELP: dict[str, tuple[str, str]] = {
     "malformed_stream": ("malformed_stream", "a streamed response breaks off mid-event"),
     "crash_once": ("crash_once=PATH", "as crash_first_prefill unless PATH exists, which it creates: the first boot "
                                       "crashes, later ones serve (a flaky cell)"),
+    "nonstream_garbage": ("nonstream_garbage", "non-streamed replies (chat, completions, /generate) carry random "
+                                               "letters, streamed ones stay right"),
+    "nonstream_empty": ("nonstream_empty", "non-streamed replies carry no text, streamed ones stay right"),
+    "usage_doubled": ("usage_doubled", "non-streamed usage counts twice the completion tokens (and still adds up)"),
 }
 
 
@@ -134,9 +144,9 @@ def _number(name: str, text: str, minimum: float | None = None, maximum: float |
         value = float(text)
     except ValueError:
         raise SimConfigError(f"{name}={text!r}: expected a number") from None
-    if math.isnan(value) or (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+    if not math.isfinite(value) or (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         bounds = f"[{minimum if minimum is not None else '-inf'}, {maximum if maximum is not None else 'inf'}]"
-        raise SimConfigError(f"{name}={text!r}: expected a number in {bounds}")
+        raise SimConfigError(f"{name}={text!r}: expected a finite number in {bounds}")
     return value
 
 

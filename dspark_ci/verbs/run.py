@@ -281,7 +281,8 @@ def _environment(args: argparse.Namespace) -> dict:
 def run(args: argparse.Namespace) -> int:
     """Ctrl-C and SIGTERM are a flag the pipeline acts on (launchers.interrupts); its exit code is what its final
     files say: 130 exactly when results.json says ``interrupted``."""
-    interrupts.install()
+    if signal.getsignal(signal.SIGINT) is not interrupts.on_signal:  # installed by the CLI at start, else now
+        interrupts.install()
     try:
         code = run_verb(args)
     except KeyboardInterrupt:  # torn down, the final files written: the run exits 130 (dspark_ci/cli.py)
