@@ -1,6 +1,6 @@
 """How often bisect names the planted culprit, in how many steps, beside a one-run-per-step bisect.
 
-Fast path (default): the real search (``dspark_ci.bisect.bisect``: the gates' sequential verdict per step, the
+Fast path (default): the real search (``dspark_ci.bisection.bisect``: the gates' sequential verdict per step, the
 A/B confirmation, infrastructure retries) against a simulated measurement: 64 versions, a regression planted at
 one of them (uniform over 1..63, per seed), each run's median TPOT drawn with the noise model below, and some
 runs failing for infrastructure reasons. Beside it, the naive bisect community tools run: one run per build,
@@ -30,7 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from dspark_ci.bisect import FOUND, Chase, Sample, bisect  # noqa: E402
+from dspark_ci.bisection import FOUND, Chase, Sample, bisect  # noqa: E402
 from ground import stats  # noqa: E402
 
 VERSIONS = 64
@@ -127,7 +127,10 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--e2e", type=int, default=0, metavar="N", help="also N end-to-end bisects on the simulator")
     parser.add_argument("--e2e-versions", type=int, default=8)
+    parser.add_argument("--smoke", action="store_true", help="CI's check that the bench still runs: 5 seeds, once")
     args = parser.parse_args()
+    if args.smoke:
+        args.seeds, args.repeats, args.e2e = 5, 1, 0
     rows = []
     for repeat in range(args.repeats):
         started = time.monotonic()

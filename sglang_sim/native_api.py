@@ -14,7 +14,7 @@ from sglang_sim import reply_faults
 from sglang_sim.args import SGLANG_VERSION
 from sglang_sim.choices import Choices
 from sglang_sim.engine import Generation, Job
-from sglang_sim.metrics import MAX_TOTAL_NUM_TOKENS
+from sglang_sim.prometheus import MAX_TOTAL_NUM_TOKENS
 from sglang_sim.openai_api import BadRequest, error_response
 from sglang_sim.server_state import ServerState, json_response, sse_event
 from sglang_sim.textgen import Ask
@@ -49,8 +49,8 @@ async def model_info(request: web.Request) -> web.Response:
     })
 
 
-# ServerArgs fields of SGLang 0.5.23 that no command-line flag sets, as /server_info reports them resolved
-# (server_args.resolved_dict(); seen on 0.5.23's own front end, tests/test_frontend_conformance.py).
+# ServerArgs fields of SGLang that no command-line flag sets, as /server_info reports them resolved
+# (server_args.resolved_dict(); seen on the release's own front end, tests/test_frontend_conformance.py).
 UNFLAGGED_FIELDS = {
     "_radix_eviction_policy_explicitly_set": False, "_speculative_draft_quantization_explicitly_set": False,
     "_swa_full_tokens_ratio_explicitly_set": True, "aux_hidden_state_capture": None,

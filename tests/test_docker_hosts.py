@@ -17,7 +17,7 @@ from launchers.docker.lifecycle import DockerLauncher
 from launchers.docker.spec import (LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, DockerSettings, container_spec,
                                    device_environment)
 from launchers.docker.hosts import load_inventory
-from tests.cli import DSPARK_CI
+from tests.cli_under_test import DSPARK_CI
 from launchers.plan_types import SGLANG_ENTRYPOINT, LaunchPlan, RankCommand
 
 REPO = Path(__file__).resolve().parent.parent
@@ -248,10 +248,10 @@ class StreamDroppingContainer:
 
 
 def test_a_log_stream_that_ends_while_the_rank_runs_is_followed_again(tmp_path):
-    from launchers.docker.lifecycle import _LogPump
+    from launchers.docker.group import LogPump
 
     container = StreamDroppingContainer()
-    pump = _LogPump(container, tmp_path / "0.log", "# header\n", secrets=[])
+    pump = LogPump(container, tmp_path / "0.log", "# header\n", secrets=[])
     pump._pump()  # the thread's body, run here
     assert (tmp_path / "0.log").read_text() == "# header\nbooting\nstill loading\nready\nValueError: late\n"
     assert container.calls[0] is None  # from the start, then after each last line seen

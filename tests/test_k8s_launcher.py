@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from ground.errors import BadInput, InfraError
-from launchers.k8s import lifecycle as k8s, spec as k8s_spec
+from launchers.k8s import group as k8s_group, lifecycle as k8s, spec as k8s_spec
 from launchers.k8s.options import K8sOptions
 from launchers.contract import LaunchContext, LaunchFailed
 from launchers.plan_types import LaunchPlan
@@ -136,7 +136,7 @@ def test_an_unschedulable_group_times_out_on_pending_with_the_schedulers_reason(
 
 def test_the_smoke_matrix_runs_green_through_the_cli_on_k8s(cluster, tmp_path):
     """The issue's must-show: `dspark-ci run matrices/smoke.yaml --launcher k8s` against the test API server."""
-    from tests.cli import DSPARK_CI
+    from tests.cli_under_test import DSPARK_CI
 
     out = tmp_path / "run"
     env = {**os.environ, "DSPARK_STATE_DIR": str(tmp_path / "state"), "CI": "true"}
@@ -179,8 +179,8 @@ def test_what_a_killed_run_left_is_removed_by_cleanup_from_the_ledger(cluster, t
     launcher = launcher_for(cluster, tmp_path)
     run_id = launcher.settings.run_id
     (tmp_path / "logs").mkdir()
-    group = k8s._Group(make_plan(launcher.placement(2), 2, "k8s-killed"), tmp_path / "logs", launcher.settings,
-                       launcher.api)
+    group = k8s_group.Group(make_plan(launcher.placement(2), 2, "k8s-killed"), tmp_path / "logs", launcher.settings,
+                            launcher.api)
     group.create()
     group.wait_running()  # pods exist and run: the state a SIGKILL would leave behind
     entries = Ledger(run_id, tmp_path / "run").entries()
@@ -195,7 +195,7 @@ def test_sigterm_during_boot_deletes_the_group(cluster, tmp_path):
     """`dspark-ci run` stopped by SIGTERM while a cell boots: the LWS and its pods are gone when it exits."""
     import signal
 
-    from tests.cli import DSPARK_CI
+    from tests.cli_under_test import DSPARK_CI
 
     env = {**os.environ, "DSPARK_STATE_DIR": str(tmp_path / "state"), "CI": "true", "DSPARK_SIM_FAULTS": "hang_boot"}
     run = subprocess.Popen([*DSPARK_CI, "run", "matrices/smoke.yaml", "--launcher", "k8s", "--out",

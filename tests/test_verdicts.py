@@ -1,4 +1,4 @@
-"""Verdicts that cannot lie (issue 9), through the command line as a user meets them: an unexpected exception at
+"""Verdicts that cannot lie, through the command line as a user meets them: an unexpected exception at
 any stage, a stopped or dying rank while measuring, a rank-0 crash in a two-node cell, a SIGKILLed run and
 `cleanup`, concurrent runs. Each asserts what a user sees: exit code, results.json, report.md's verdict line,
 junit.xml's counts, the error naming the right rank and SGLang line, and nothing left in the process table.
@@ -17,17 +17,19 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.cli import DSPARK_CI
+from tests.cli_under_test import DSPARK_CI
 from tests.test_run_cli import ONE_NODE, REJECTED, REPO, SMOKE, TWO_NODES, Run
 
 RED = "❌ **FAILED**"
 GREEN = "✅ **PASSED**"
 # Rank liveness is checked every second while the suites run (suites.runner.Watch.poll_s); a stopped or dead
-# rank must end the whole run (suites stopped, ranks torn down, reports written) well within this.
-FAILS_WITHIN_S = 8.0
-# slow_decode=300 makes the smoke cells' accept suite take about 30 s when nothing goes wrong (measured: 11 s
-# at 100); the hang and exit tests must end far sooner than that.
-SLOW = "slow_decode=300"
+# rank must end the whole run (suites stopped, ranks torn down, reports written) at once, not when the suites
+# would have ended. The timing is the behaviour here, so it has a bound; the bound leaves room for a loaded
+# 2-core machine (start-up, teardown and reports then take seconds each) and stays far below SLOW's duration.
+FAILS_WITHIN_S = 30.0
+# slow_decode=1000 makes the smoke cells' accept suite take about 100 s when nothing goes wrong (measured: 11 s
+# at 100, about 30 s at 300); the hang and exit tests must end far sooner than that.
+SLOW = "slow_decode=1000"
 
 
 class VerdictRun(Run):
@@ -61,7 +63,9 @@ class VerdictRun(Run):
                               timeout=60, cwd=REPO)
 
 
-def wait_for(condition, what: str, timeout: float = 60.0):
+def wait_for(condition, what: str, timeout: float = 300.0):
+    """Poll for an observable event. The deadline only stops a hung test: it is no bound on the product, so it
+    leaves a loaded 2-core machine (launch and boot then take tens of seconds) ample room."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = condition()
@@ -112,7 +116,7 @@ from dspark_ci.cli import main
 
 stage, argv = sys.argv[1], sys.argv[2:]
 target = {"launch": "launchers.local.lifecycle.LocalLauncher.launch", "wait": "launchers.local.lifecycle.wait_until_ready",
-          "suite": "dspark_ci.cell_run.run_suites", "gate": "dspark_ci.run.evaluate",  # where each is looked up
+          "suite": "dspark_ci.cell_run.run_suites", "gate": "dspark_ci.pipeline.evaluate",  # where each is looked up
           "report": "reports.live_results.render_final_set"}[stage]
 original, calls = pkgutil.resolve_name(target), []
 
@@ -180,7 +184,7 @@ def freeze_while_measuring(run: VerdictRun, process: subprocess.Popen, cell_id: 
     stopped = None
     try:
         entry = wait_for(lambda: run.rank(cell_id, node_rank), "the rank to be launched")
-        wait_for(lambda: (run.out / "logs" / cell_id / "suites.progress").exists(), "the suites to measure")
+        wait_for(lambda: (run.out / "logs" / cell_id / "suites.progress_file").exists(), "the suites to measure")
         stopped = process_of(entry)
         stopped.suspend()
         at = time.monotonic()

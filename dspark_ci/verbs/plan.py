@@ -13,7 +13,7 @@ from ground.errors import BadInput
 from ground.records import DECIDED_BY_RESOLVER
 from ground.sglang.release import DEFAULT_VERSION
 from launchers.k8s import spec as k8s_spec
-from launchers.plan import plan_launch
+from launchers.launch_plan import plan_launch
 from launchers.plan_types import LaunchPlan, Placement
 from matrices import Cell, load_cells
 from dspark_ci.tables import text_table
@@ -24,7 +24,7 @@ EPILOG = f"""\
 formats:
   table   aligned columns for people (default)
   json    {{"cells": [CELL, ...]}}: each cell as in CONTRACT.md, with "ranks" (per-node argv and env
-          for SGLang 0.5.23, placed on a template: bind 0.0.0.0, leader ${{NODE0_ADDR}})
+          for SGLang {DEFAULT_VERSION}, placed on a template: bind 0.0.0.0, leader ${{NODE0_ADDR}})
   github  {{"include": [{{"cell": ID, "runner": LABEL, "matrix": PATH, "expect": OUTCOME,
           "nnodes": N[, "decided_by": "resolver"]}}, ...]}} for
           `strategy.matrix: ${{{{ fromJSON(needs.plan.outputs.matrix) }}}}`, on one line.

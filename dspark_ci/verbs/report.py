@@ -11,10 +11,10 @@ import contextlib
 from dataclasses import replace
 
 from ground.errors import BadInput, ExitCode, worst
-from reports.baseline import Baseline, load_baseline
+from reports.baseline_file import Baseline, load_baseline
 from reports.compare import compare_markdown, compare_runs, identity_warnings
 from reports.gates import regate
-from reports.history import history_path, run_dir_of
+from reports.history_db import history_path, run_dir_of
 from ground.records import CellResult, RunResults
 from reports.live_results import RESULTS_LINES
 from reports.results import load_results
