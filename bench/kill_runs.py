@@ -198,7 +198,7 @@ def one_trial(trial: Trial, sig: int, after_last_cell: bool, usual_s: float, rng
     if not exited_before:
         process.send_signal(sig)
     try:
-        code = process.wait(timeout=120)
+        code = process.wait(timeout=900)  # teardown and the final files on a loaded machine take minutes
     except subprocess.TimeoutExpired:
         process.kill()
         code = process.wait()

@@ -11,7 +11,7 @@ from ground.errors import ExitCode
 from ground.records import RunResults, Status
 from matrices import load_cells
 from reports.live_results import RESULTS_LINES, ResultsWriter
-from tests.cli import DSPARK_CI
+from tests.cli_under_test import DSPARK_CI
 from tests.test_run_cli import REJECTED, REPO, SMOKE
 
 
