@@ -31,7 +31,8 @@ from dspark_ci.pd_accept import PD_BOOT_TIMEOUT_S, equivalence_gates, with_coloc
 from dspark_ci.evidence import Sampling, more_evidence
 from matrices.cell import Cell
 from reports.gates import status_of
-from suites.runner import SuiteOutcome, SuiteRequest, Watch, acceptance_note, envelope_note, gpqa_note, run_suites
+from suites.runner import (SuiteOutcome, SuiteRequest, Watch, acceptance_note, envelope_note, gpqa_note, run_suites,
+                           written_outcome)
 
 ERROR_LOG = "dspark-ci-error.log"
 
@@ -164,8 +165,25 @@ def _boot_and_measure(cell: Cell, ctx: CellContext, result: CellResult, clock: C
             raise
         if cell.expect.rejects:
             return _judge_rejection(result, cell, err)
-        return result.finished(Status.ERROR, str(err), ExitCode.FELL_SHORT, sglang_error=err.sglang_error)
+        failed = result.finished(Status.ERROR, str(err), ExitCode.FELL_SHORT, sglang_error=err.sglang_error)
+        return kept_from_failed_cell(failed, written_outcome(logs_dir))
     return _judge_measurement(result, names, outcome, ctx)
+
+
+# A failing cell's label when its metrics are what its suites finished before it failed: kept (results.json,
+# results.jsonl, history), never gated (a rank that died may have skewed them).
+FAILED_CELL_METRICS = "metrics_from_failed_cell"
+
+
+def kept_from_failed_cell(failed: CellResult, outcome: SuiteOutcome) -> CellResult:
+    """``failed`` with the metrics its suites finished, marked FAILED_CELL_METRICS and without gates."""
+    metrics = {name: value for name, value in outcome.metrics.items() if value is not None}
+    if not metrics:
+        return failed
+    return replace(failed, metrics=metrics, gates=(), gpqa=failed.gpqa or gpqa_note(outcome.records),
+                   labels=tuple(dict.fromkeys((*failed.labels, FAILED_CELL_METRICS))),
+                   warnings=(*failed.warnings, f"{len(metrics)} metric(s) measured before the cell failed: kept, "
+                                               "not gated"))
 
 
 def identify(cell: Cell, ctx: CellContext) -> CellIdentity:
@@ -210,10 +228,11 @@ def _judge(measured: CellResult, names: tuple[str, ...], ctx: CellContext,
         {f"{suite_of(g.metric)} suite not run: gate on {g.metric} not applied"
          for g in gates if suite_of(g.metric) not in names}))))
     measured = replace(measured, gates=applied, warnings=warnings)
-    if stopped_by is not None:  # a rank died or hung while the suites ran: the numbers are void
+    if stopped_by is not None:  # a rank died or hung while the suites ran: the numbers are kept, not gated
         err = stopped_by
-        return measured.finished(Status.ERROR, str(err), _exit_code_of(err),
-                                 sglang_error=getattr(err, "sglang_error", None))
+        failed = replace(measured, metrics={}, gates=()).finished(Status.ERROR, str(err), _exit_code_of(err),
+                                                                 sglang_error=getattr(err, "sglang_error", None))
+        return kept_from_failed_cell(failed, SuiteOutcome(metrics=dict(measured.metrics)))
     if measured.failed_tests:  # failed gates are in `gates`; `error` is for everything else
         return measured.finished(Status.FAILED, "; ".join(measured.failed_tests), ExitCode.FELL_SHORT)
     return measured.finished(status_of(applied))  # passed, failed (a gate regressed) or inconclusive

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from aiohttp import web
 
+from sglang_sim import reply_faults
 from sglang_sim.args import ServerArgs
 from sglang_sim.choices import Choices
 from sglang_sim.engine import Generation, Job
@@ -288,6 +289,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     for index, gen in enumerate(generations):
         reasoning, content = splits[index].split(gen.tokens)
         finish, matched = _finish(gen)
+        content, reasoning = (reply_faults.text(state.config.faults, part) for part in (content, reasoning))
         choice = {"index": index, "message": {"role": "assistant", "content": content,
                                               "reasoning_content": reasoning or None},
                   "logprobs": None, "finish_reason": finish, "matched_stop": matched}
@@ -299,7 +301,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             choice["meta_info"] = gen.meta_info()
         response_choices.append(choice)
     payload = {"id": rid, "object": "chat.completion", "created": created, "model": sampling.model,
-               "choices": response_choices, "usage": usage_of(generations, sampling.n),
+               "choices": response_choices,
+               "usage": reply_faults.usage(state.config.faults, usage_of(generations, sampling.n)),
                "metadata": {"weight_version": "default"}}
     sglext = sglext_of(generations, sampling, returns.sglext_ids(choices))
     if sglext is not None:
@@ -372,13 +375,15 @@ async def completions(request: web.Request) -> web.StreamResponse:
     response_choices = []
     for index, gen in enumerate(generations):
         finish, matched = _finish(gen)
-        choice = {"index": index, "text": gen.text, "logprobs": None, "finish_reason": finish,
+        choice = {"index": index, "text": reply_faults.text(state.config.faults, gen.text), "logprobs": None,
+                  "finish_reason": finish,
                   "matched_stop": matched}
         if token_ids:
             choice.update(token_ids=gen.output_ids(), prompt_token_ids=encode(jobs[index].ask.prompt))
         response_choices.append(choice)
     payload = {"id": generations[0].rid, "object": "text_completion", "created": int(time.time()),
-               "model": sampling.model, "choices": response_choices, "usage": usage_of(generations, sampling.n),
+               "model": sampling.model, "choices": response_choices,
+               "usage": reply_faults.usage(state.config.faults, usage_of(generations, sampling.n)),
                "metadata": {"weight_version": "default"}}
     sglext = sglext_of(generations, sampling)
     if sglext is not None:

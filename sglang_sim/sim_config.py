@@ -41,6 +41,9 @@ class Faults:
     pd_transfer_fail: bool = False  # a prefill's bootstrap server fails every transfer (decode answers 500)
     pd_random_hidden: bool = False  # a prefill hands decode random hidden states (acceptance drops, text holds)
     pd_prefill_stall: bool = False  # a prefill never finishes a routed request
+    nonstream_garbage: bool = False  # non-streamed replies carry random letters (streams stay right)
+    nonstream_empty: bool = False  # non-streamed replies carry no text (streams stay right)
+    usage_doubled: bool = False  # non-streamed usage counts twice the completion tokens
 
     @property
     def names(self) -> list[str]:
@@ -108,6 +111,9 @@ FAULT_PARSERS: dict[str, Callable[[str | None], dict]] = {
     "pd_transfer_fail": _flag("pd_transfer_fail"),
     "pd_random_hidden": _flag("pd_random_hidden"),
     "pd_prefill_stall": _flag("pd_prefill_stall"),
+    "nonstream_garbage": _flag("nonstream_garbage"),
+    "nonstream_empty": _flag("nonstream_empty"),
+    "usage_doubled": _flag("usage_doubled"),
 }
 
 
@@ -137,6 +143,10 @@ FAULT_HELP: dict[str, tuple[str, str]] = {
     "pd_random_hidden": ("pd_random_hidden", "PD prefill: hands decode random hidden states (sglang#7242): "
                                              "acceptance drops, text and health hold"),
     "pd_prefill_stall": ("pd_prefill_stall", "PD prefill: never finishes a routed request"),
+    "nonstream_garbage": ("nonstream_garbage", "non-streamed replies (chat, completions, /generate) carry random "
+                                               "letters, streamed ones stay right"),
+    "nonstream_empty": ("nonstream_empty", "non-streamed replies carry no text, streamed ones stay right"),
+    "usage_doubled": ("usage_doubled", "non-streamed usage counts twice the completion tokens (and still adds up)"),
 }
 
 
@@ -169,9 +179,9 @@ def _number(name: str, text: str, minimum: float | None = None, maximum: float |
         value = float(text)
     except ValueError:
         raise SimConfigError(f"{name}={text!r}: expected a number") from None
-    if math.isnan(value) or (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+    if not math.isfinite(value) or (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         bounds = f"[{minimum if minimum is not None else '-inf'}, {maximum if maximum is not None else 'inf'}]"
-        raise SimConfigError(f"{name}={text!r}: expected a number in {bounds}")
+        raise SimConfigError(f"{name}={text!r}: expected a finite number in {bounds}")
     return value
 
 

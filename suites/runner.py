@@ -23,6 +23,7 @@ import requests
 import suites as suites_package
 from ground.errors import DsparkError, InfraError
 from ground.suites import effective_options
+from launchers import interrupts
 from launchers.contract import Deployment, LaunchFailed
 from launchers.ledger import Ledger
 from launchers.processes import die_with_parent, group_members, kill_group, run_env, signal_group, started_at
@@ -197,6 +198,7 @@ def _watch(process: subprocess.Popen | WarmChild, watched: Sequence[Deployment],
                                              f"{watch.unresponsive_after_s:g} s while the suites ran; the suites "
                                              "were stopped")
             every_poll()
+            interrupts.check()  # a Ctrl-C Python dropped still stops the suites
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=watch.poll_s)
         return None
