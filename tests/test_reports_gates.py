@@ -72,7 +72,8 @@ def test_gpqa_paired_over_questions_when_the_baseline_kept_them(tmp_path):
     for per_question, verdict in ((same, "passed"), (worse, "regressed")):
         cell = replace(PLAIN, gpqa={"per_question": per_question})
         gate = only_gate(evaluate(cell, {"gpqa_accuracy": 0.6, "gpqa_stderr": 0.06}, baseline))
-        assert gate["verdict"] == verdict and "paired t over 60 questions" in gate["test"]
+        # one answer per question: the exact test over the discordant questions, named in the gate
+        assert gate["verdict"] == verdict and "McNemar exact test" in gate["test"] and "of 60 questions" in gate["test"]
 
 
 @pytest.mark.parametrize("cell, metrics, expected", [
