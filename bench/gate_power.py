@@ -349,7 +349,10 @@ def main() -> int:
     parser.add_argument("--shipped", action="store_true",
                         help="also the shipped baselines and their cells as they are (bench/gate_power_shipped.py)")
     parser.add_argument("--smoke", action="store_true", help="a few seconds: 2 nights, 1 repeat (CI)")
+    parser.add_argument("--beta-spending", choices=sorted(stats.BETA_SPENDING), default=stats.BETA_SCHEDULE,
+                        help=f"how β is spread over the looks (ground.stats.BETA_SPENDING; default {stats.BETA_SCHEDULE})")
     args = parser.parse_args()
+    stats.BETA_SCHEDULE = args.beta_spending  # before the worker processes fork: they inherit it
     if args.smoke:
         args.nights, args.repeats, args.jobs = 2, 1, 1
     started = time.monotonic()

@@ -69,6 +69,12 @@ RESOLUTION = 5e-4
 DEFAULT_DRIFT = 0.005
 # Fewer discordant units than this, or binary differences: GPQA's paired comparison is the exact sign test, not t
 MIN_T_DISCORDANT = 30
+# How a gate's false-pass rate β is spread over its planned looks (weights per look, from the looks' boots).
+# "equal": the same share at every look. "front": most at the first look (weights 1/boots): a clean cell, which
+# needs its worse end inside the detection line, passes at one boot more often, while a regression that passes
+# early does so at most β in all; alpha stays where the evidence is (in proportion to the boots).
+BETA_SPENDING = {"equal": lambda boots: [1.0] * len(boots), "front": lambda boots: [1.0 / n for n in boots]}
+BETA_SCHEDULE = "equal"
 MAX_LOOKS = 4  # one measurement and up to three more when inconclusive (sequential sampling budget)
 
 
@@ -107,6 +113,7 @@ class Levels:
     # (boots, alpha) of each planned look when a gate's alpha is spent in proportion to the boots each look rests on
     # (``family(..., max_boots=N)``); empty: ``alpha`` at every look
     plan: tuple[tuple[int, float], ...] = ()
+    beta_plan: tuple[tuple[int, float], ...] = ()  # (boots, beta) per planned look; empty: ``beta`` at every look
 
     @classmethod
     def family(cls, gates: int, run_false_red: float = RUN_FALSE_RED, beta: float = GATE_FALSE_PASS,
@@ -121,7 +128,9 @@ class Levels:
         if len(boots) == 1:
             return cls(alpha=gate_alpha / looks, beta=beta / looks, looks=looks)
         plan = tuple((n, gate_alpha * n / sum(boots)) for n in boots)
-        return cls(alpha=plan[0][1], beta=beta / len(boots), looks=len(boots), plan=plan)
+        weights = BETA_SPENDING[BETA_SCHEDULE](boots)
+        beta_plan = tuple((n, beta * w / sum(weights)) for n, w in zip(boots, weights))
+        return cls(alpha=plan[0][1], beta=beta_plan[0][1], looks=len(boots), plan=plan, beta_plan=beta_plan)
 
     def at_boots(self, boots: int) -> "Levels":
         """The levels of the look that ``boots`` boots make. Every planned boot count is one look with its own
@@ -129,19 +138,22 @@ class Levels:
         decision ever spends more than one look's share, and none spends the same share twice."""
         if not self.plan:
             return self
-        shares = dict(self.plan)
-        return replace(self, alpha=shares.get(boots, min(shares.values())))
+        shares, betas = dict(self.plan), dict(self.beta_plan)
+        beta = betas.get(boots, min(betas.values())) if betas else self.beta
+        return replace(self, alpha=shares.get(boots, min(shares.values())), beta=beta)
 
     def single_look(self) -> "Levels":
         """The gate's whole share at one look, for a gate that more boots cannot inform (answers fixed per
         question: a later boot repeats them), decided so before any live data is seen."""
         alpha = sum(a for _, a in self.plan) if self.plan else self.alpha * self.looks
-        return Levels(alpha=alpha, beta=self.beta * self.looks, looks=1)
+        beta = sum(b for _, b in self.beta_plan) if self.beta_plan else self.beta * self.looks
+        return Levels(alpha=alpha, beta=beta, looks=1)
 
     def describe(self) -> str:
         if self.plan:
             shares = ", ".join(f"{a:.2g} at {n} boot{'s' * (n > 1)}" for n, a in self.plan)
-            return f"α = {shares} (false red), β = {self.beta:.2g} (false pass) per look ({self.looks} planned)"
+            betas = ", ".join(f"{b:.2g}" for _, b in self.beta_plan) or f"{self.beta:.2g}"
+            return f"α = {shares} (false red), β = {betas} (false pass) per look ({self.looks} planned)"
         looks = f" per look ({self.looks} planned)" if self.looks > 1 else ""
         return f"α = {self.alpha:.2g} (false red), β = {self.beta:.2g} (false pass){looks}"
 
