@@ -22,7 +22,17 @@ almost always inconclusive; significance against no change plus a material effec
 (``bench/gate_power.py``, BENCHMARKS.md). A bisect step asks another question, nearer which end, and reads the
 whole interval against half-way on both sides (``surely_past``).
 
-Distributions come from scipy (t, normal, binomial, bootstrap); nothing here re-derives them. Everything is
+Which test, and why (each verdict names its test, results.json key ``test``):
+- speed and acceptance, per-boot figures against a baseline: t on log values, because a boot's figure is a mean or
+  median of many requests (near normal on the log scale) and the baseline's noise is itself estimated from a few
+  runs (t's degrees of freedom carry that), with a floor where the runs could not estimate it and a drift allowance
+  for what changed since;
+- GPQA paired over questions: exact, because its differences are whole questions, mostly zero, and tested at the
+  family's small alpha, where a t tail on a handful of ±1 values is meaningless (one lost question of 20 gives t = 1
+  at any alpha); t only with many fractional differences (averaged repeats), where the central limit holds;
+- GPQA without a per-question record: two estimates with their standard errors (normal).
+
+Distributions come from scipy (t, normal, binomial, Clopper–Pearson, bootstrap); nothing here re-derives them. Everything is
 plain floats in and a frozen record out, so the bisect, the gates and the power benchmark share one decision.
 
 The API, smallest first:
@@ -31,10 +41,11 @@ The API, smallest first:
 - ``compare_samples(new, base, better, tolerance, levels)``: two samples of a metric (e.g. per-boot values of
   two commits) → ``Verdict`` (Welch t on log values: the effect is relative);
 - ``compare_boots(new_boots, reference, ...)``: per-boot values against a recorded baseline summary
-  (``BootReference``: value, runs, run-to-run noise and its per-request part), the per-boot component of the
-  variance modelled apart from the per-request one;
+  (``BootReference``: value, runs, run-to-run noise, its per-request part and the drift allowance), Student t on
+  log values: every variance has a source and a floor (``BootReference.boot_noise``), never 0;
 - ``compare_paired(new_by_unit, base_by_unit, ...)``: paired over units (GPQA questions, clustered, repeats
-  averaged within a question);
+  averaged within a question): the exact sign test (McNemar's when the differences are whole questions,
+  ``sign_test``) where the differences are binary or few, Student t where many units differ by fractions;
 - ``compare_estimates(new, new_se, base, base_se, ...)``: two estimates with standard errors (normal);
 - ``chance_floor(n, chance, false_pass)``: the exact binomial score a guesser reaches at most ``false_pass``
   of the time.
