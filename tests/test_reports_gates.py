@@ -206,3 +206,18 @@ def test_unpaired_gpqa_reads_every_boot_not_the_last_and_never_falls_back_to_a_f
     cell = replace(PLAIN, boots=boots)
     gate = only_gate(evaluate(cell, {"gpqa_accuracy": 0.30, "gpqa_stderr": 0.035, "tpot_ms_median": 6.8}, baseline))
     assert gate["verdict"] == "regressed" and "unpaired" in gate["test"]
+
+
+def test_gpqa_on_fixed_answers_is_one_look_with_the_gates_whole_alpha_and_final(tmp_path):
+    """A per-question record of 0s and 1s: the server answers each question the same way every time, so later boots
+    cannot inform the GPQA gate: it is decided at once with its whole share of alpha, and marked final."""
+    from ground.stats import Levels
+
+    (tmp_path / "q.json").write_text(json.dumps({f"q{i}": 1.0 for i in range(198)}))
+    baseline = baseline_file(tmp_path, GPQA.replace("}", ", max_drop: 0.02, per_question: q.json}"))
+    levels = Levels.family(gates=9, max_boots=12)
+    lost_ten = {f"q{i}": [0 if i < 10 else 1, 1] for i in range(198)}  # -5 points on 198 questions
+    cell = replace(PLAIN, gpqa={"per_question": lost_ten})
+    gate = evaluate(cell, {"gpqa_accuracy": 188 / 198, "gpqa_stderr": 0.015}, baseline, levels)[-1]
+    assert gate.verdict == "regressed" and gate.statistic.final
+    assert gate.statistic.alpha == pytest.approx(0.01 / 9)  # not the first look's 1/27 of it
