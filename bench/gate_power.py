@@ -75,6 +75,12 @@ METRICS = {
 STDERR_NAME = {"tpot_ms_median": "tpot_ms_median_stderr", "output_throughput_tok_s": "output_throughput_tok_s_stderr",
                "accept_length": "accept_length_stderr", "accept_rate": "accept_rate_stderr"}
 PLANTED = (0.0, 0.02, 0.03, 0.05, 0.10)
+SPEED_METRICS = ("tpot_ms_median", "output_throughput_tok_s")
+# Design candidate (--node-share ρ): a control variate. The share ρ of the per-boot speed variance that is node-level
+# (clocks, thermals, neighbours) is shared by the non-speculative reference's boot on the same node; the gate reads
+# spec / reference × the reference's baseline, whose per-boot noise is σ_b·√(2(1 − ρ)) and per-request σ_r·√2. The
+# reference boot is not counted in the boots per cell (one per node and night, shared by that node's cells).
+NODE_SHARE = 0.0
 GPQA_DROPS = (0.0, 0.03, 0.05, 0.10)
 CELL = CellResult(id="cell", config={"speculative_algorithm": "DSPARK"}, expect={"outcome": "serve"})
 
@@ -127,6 +133,8 @@ class Model:
         metrics: dict = {}
         drop = planted.get("gpqa_accuracy", 0.0)
         for name, (value, better, per_boot, per_request) in METRICS.items():
+            if NODE_SHARE and name in SPEED_METRICS:  # the same-node reference boot's ratio: node noise cancels
+                per_boot, per_request = per_boot * math.sqrt(2 * (1 - NODE_SHARE)), per_request * math.sqrt(2)
             worse = 1 + planted.get(name, 0.0) if better == stats.LOWER else 1 - planted.get(name, 0.0)
             metrics[name] = value * worse * math.exp(rng.gauss(0, per_boot) + rng.gauss(0, per_request))
             metrics[STDERR_NAME[name]] = metrics[name] * per_request
@@ -346,28 +354,38 @@ def main() -> int:
     parser.add_argument("--e2e", type=int, default=0, metavar="N", help="also N end-to-end nights on the simulator")
     parser.add_argument("--e2e-scenarios", default=",".join(E2E_SCENARIOS),
                         help=f"which end-to-end scenarios (comma-separated of: {', '.join(E2E_SCENARIOS)})")
+    parser.add_argument("--e2e-out", metavar="DIR", help="keep the end-to-end runs' directories here (default: a "
+                        "temporary directory)")
     parser.add_argument("--shipped", action="store_true",
                         help="also the shipped baselines and their cells as they are (bench/gate_power_shipped.py)")
     parser.add_argument("--smoke", action="store_true", help="a few seconds: 2 nights, 1 repeat (CI)")
+    parser.add_argument("--node-share", type=float, default=0.0, metavar="RHO",
+                        help="design candidate: a same-node reference boot as a control variate for this share of "
+                             "the per-boot speed variance (0: none)")
     parser.add_argument("--beta-spending", choices=sorted(stats.BETA_SPENDING), default=stats.BETA_SCHEDULE,
                         help=f"how β is spread over the looks (ground.stats.BETA_SPENDING; default {stats.BETA_SCHEDULE})")
     args = parser.parse_args()
     stats.BETA_SCHEDULE = args.beta_spending  # before the worker processes fork: they inherit it
+    global NODE_SHARE
+    NODE_SHARE = args.node_share
     if args.smoke:
         args.nights, args.repeats, args.jobs = 2, 1, 1
     started = time.monotonic()
     seeds = [args.seed + k for k in range(args.repeats)]
-    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        repeats = list(pool.map(figures_of_seed, [args.nights] * len(seeds), seeds, [args.baseline_runs] * len(seeds),
-                                [args.max_boots] * len(seeds)))
-    print(report(repeats, args.nights, args.baseline_runs, args.max_boots, time.monotonic() - started))
+    if args.nights > 0:  # --nights 0: only --shipped / --e2e
+        with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            repeats = list(pool.map(figures_of_seed, [args.nights] * len(seeds), seeds,
+                                    [args.baseline_runs] * len(seeds), [args.max_boots] * len(seeds)))
+        print(report(repeats, args.nights, args.baseline_runs, args.max_boots, time.monotonic() - started))
     if args.shipped or args.smoke:
         from bench.gate_power_shipped import shipped_report
 
-        print(shipped_report(nights=5 if args.smoke else args.nights, seed=args.seed, max_boots=args.max_boots))
+        print(shipped_report(nights=5 if args.smoke else max(args.nights, 20), seed=args.seed,
+                             max_boots=args.max_boots))
     if args.e2e:
         with tempfile.TemporaryDirectory() as tmp:
-            print(e2e(args.e2e, Path(tmp), tuple(args.e2e_scenarios.split(","))))
+            out = Path(args.e2e_out or tmp)
+            print(e2e(args.e2e, out, tuple(args.e2e_scenarios.split(","))))
     return 0
 
 
