@@ -306,7 +306,7 @@ E2E_NOISE = {"DSPARK_SIM_STEP_JITTER_BOOT": f"{SPEED_BOOT:g}", "DSPARK_SIM_STEP_
 # scenario -> (what it plants: extra DSPARK_SIM_* settings, the suites it runs); accept_prob 0.68 instead of the smoke
 # matrix's 0.7 lowers the accept length by 5 % (1 + α(1 − α⁷)/(1 − α): 3.14 → 2.98)
 E2E_SCENARIOS = {
-    "clean": ({}, "sanity,accept,speed,gpqa"),
+    "clean": ({}, "accept,speed,gpqa"),  # every suite the smoke cells list (sanity always runs)
     "accept_length -5%": ({"DSPARK_SIM_REGRESSION": "0.5.0:accept_prob=0.68"}, "accept"),
     "tpot +5%": ({"DSPARK_SIM_FAULTS": "slow_decode=1.05"}, "speed"),
 }
