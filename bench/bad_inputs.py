@@ -1,4 +1,4 @@
-"""How long `dspark-ci run` takes to refuse each bad input of issue 27 (the goal: exit 2 within 5 s, nothing launched).
+"""How long `dspark-ci run` takes to refuse each bad input (the goal: exit 2 within 5 s, nothing launched).
 
     python bench/bad_inputs.py [--repeats 3]
 

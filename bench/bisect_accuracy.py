@@ -1,6 +1,6 @@
 """How often bisect names the planted culprit, in how many steps, beside a one-run-per-step bisect.
 
-Fast path (default): the real search (``dspark_ci.bisect.bisect``: the gates' sequential verdict per step, the
+Fast path (default): the real search (``dspark_ci.bisection.bisect``: the gates' sequential verdict per step, the
 A/B confirmation, infrastructure retries) against a simulated measurement: 64 versions, a regression planted at
 one of them (uniform over 1..63, per seed), each run's median TPOT drawn with the noise model below, and some
 runs failing for infrastructure reasons. Beside it, the naive bisect community tools run: one run per build,
@@ -30,7 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from dspark_ci.bisect import FOUND, Chase, Sample, bisect  # noqa: E402
+from dspark_ci.bisection import FOUND, Chase, Sample, bisect  # noqa: E402
 from ground import stats  # noqa: E402
 
 VERSIONS = 64

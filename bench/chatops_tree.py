@@ -1,4 +1,4 @@
-"""How long `dspark-ci chatops` takes to answer a hostile `/rerun-test` over a large PR tree (issue 24).
+"""How long `dspark-ci chatops` takes to answer a hostile `/rerun-test` over a large PR tree.
 
     python bench/chatops_tree.py [--files 10000] [--file-kb 8] [--repeats 3] [--code DIR]
 

@@ -12,7 +12,7 @@ cell times, the verdict of every cell (must equal the one-at-a-time run's), and 
 The runs share one history, so the side-by-side runs start the longest cells first as a user's second run does.
 
 ``fleet``: the nightly matrix on ``--nodes`` simulated GPU nodes, cell times from ``ci.nightly.shards``'s estimates,
-scheduled by the run's own policy (``dspark_ci.scheduler.longest_first`` and ``Capacity.fits``), with and without
+scheduled by the run's own policy (``dspark_ci.cell_queue.longest_first`` and ``Capacity.fits``), with and without
 the expected rejections SGLang's resolver decides on a CPU (``dspark-ci plan --rejections resolver``); and the
 GPU-runner minutes per nightly (each GPU job pays ``--job-overhead-minutes`` for pickup, checkout and image
 start) with every rejection launched vs. resolver-decided ones in one CPU job.
@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ci.nightly.shards import RESOLVER_SECONDS  # noqa: E402
 from dspark_ci.rejections import decide_rejections  # noqa: E402
-from dspark_ci.scheduler import expected_seconds, longest_first  # noqa: E402
+from dspark_ci.cell_queue import expected_seconds, longest_first  # noqa: E402
 from ground.sglang.release import DEFAULT_VERSION  # noqa: E402
 from launchers.contract import Capacity  # noqa: E402
 from matrices import load_cells  # noqa: E402

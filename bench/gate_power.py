@@ -54,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dspark_ci import evidence  # noqa: E402
 from ground import stats  # noqa: E402
 from ground.records import CellResult, Status  # noqa: E402
-from reports.baseline import load_baseline  # noqa: E402
+from reports.baseline_file import load_baseline  # noqa: E402
 from reports.baseline_proposal import RECORDED_GATES  # noqa: E402
 from reports.gates import _OPS, evaluate, family_levels, status_of  # noqa: E402
 from sglang_sim.noise import question_probability  # noqa: E402

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ground import stats
 from ground.records import CellResult, Status
-from reports.baseline import Baseline, load_baseline
+from reports.baseline_file import Baseline, load_baseline
 from reports.gates import evaluate, family_levels, status_of
 from reports.metrics import STDERR_OF
 

@@ -1,4 +1,4 @@
-"""Kill `dspark-ci run` at random moments and check what it leaves (issue 27).
+"""Kill `dspark-ci run` at random moments and check what it leaves: no process, port, file or PASSED report of the run.
 
     python bench/kill_runs.py [--kills 20] [--interrupts 20] [--seed 1]
 

@@ -3,7 +3,7 @@
     python bench/orchestration.py [--cells 100 1000] [--repeats 3]
 
 For each size N it writes a matrix of N cells (one axis of N block sizes), then runs the real pipeline
-(`dspark_ci.run.run`: load and validate the matrix, plan every cell's argv against SGLang's flag snapshot,
+(`dspark_ci.pipeline.run`: load and validate the matrix, plan every cell's argv against SGLang's flag snapshot,
 preflight, the run index and ledger, gate each cell against the baseline, append results, keep results.json,
 junit.xml and report.md current, write every report at the end) with two stand-ins so that only our own work
 is timed: a launcher whose deployment is ready at once (no process), and suites that return fixed metrics
@@ -24,7 +24,7 @@ from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dspark_ci import cell_run, run as pipeline  # noqa: E402
+from dspark_ci import cell_run, pipeline  # noqa: E402
 from dspark_ci.progress import Progress  # noqa: E402
 from launchers.plan_types import Placement  # noqa: E402
 from suites.runner import SuiteOutcome  # noqa: E402

@@ -24,7 +24,7 @@ from ground.records import CellResult, CellTiming, GateResult, Status
 from ground.suites import ALWAYS_SUITES, DEFAULT_SUITES, SPECULATIVE_SUITES, suite_of
 from launchers.contract import LaunchFailed, Launcher, LaunchTimeout
 from launchers.ledger import Ledger
-from launchers.plan import plan_launch
+from launchers.launch_plan import plan_launch
 from launchers.plan_types import Placement
 from dspark_ci.evidence import Sampling, more_evidence
 from matrices.cell import Cell
@@ -49,7 +49,7 @@ class CellContext:
     build: str = ""  # the build under test, e.g. "sglang 0.5.23" (a cell's identity keeps it apart from its setup)
     forwarded_env: Mapping[str, str] = field(default_factory=dict)  # caller variables every rank gets (DSPARK_SIM_*)
     ledger: Ledger | None = None  # where the suites' process group is recorded before it can start anything
-    sampling: Sampling = Sampling()  # more boots for inconclusive gates, retries for failed cells (issue 22)
+    sampling: Sampling = Sampling()  # more boots for inconclusive gates, retries for failed cells
 
 
 def pending_result(cell: Cell) -> CellResult:

@@ -1,4 +1,4 @@
-"""More evidence for a cell whose first measurement did not settle it (issue 22): sequential looks and retries.
+"""More evidence for a cell whose first measurement did not settle it: sequential looks and retries.
 
 - **Sequential sampling.** A cell whose gates are inconclusive is measured again on a fresh boot (the per-boot
   component of the noise is what more requests on one boot cannot average away), only the suites whose gates are

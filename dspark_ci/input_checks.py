@@ -15,7 +15,7 @@ from dspark_ci.cell_run import suite_names
 from ground.errors import BadInput
 from ground.suites import SUITE_DEFAULTS
 from matrices.cell import REJECT, Cell
-from sglang_sim.config import SimConfig, SimConfigError
+from sglang_sim.sim_config import SimConfig, SimConfigError
 from suites import sgl_eval_scorer
 from suites.config import SuiteInputError
 from suites.datasets import resolve_local

@@ -20,7 +20,7 @@ from ground.errors import ExitCode, InfraError
 from ground.records import DECIDED_BY_RESOLVER, CellResult, Status
 from ground.sglang.release import SGLANG_ENTRYPOINT
 from ground.sglang.resolver import Resolution, Resolver, locate, resolve
-from launchers.plan import plan_launch
+from launchers.launch_plan import plan_launch
 from launchers.plan_types import Placement
 from matrices.cell import REJECT, Cell
 

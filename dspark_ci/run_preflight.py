@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ground.errors import InfraError
 from launchers.contract import Launcher
-from launchers.plan import plan_launch
+from launchers.launch_plan import plan_launch
 from launchers.plan_types import Placement
 from matrices.cell import Cell
 

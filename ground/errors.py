@@ -14,7 +14,7 @@ class ExitCode(enum.IntEnum):
     FELL_SHORT = 1  # something was measured and fell short
     BAD_INPUT = 2  # matrix, flag, comment or baseline file is wrong: fix the input
     INFRA = 3  # Docker engine unreachable, launch timeout, disk full: check the machine
-    # Nothing fell short, but a statistical gate could not decide within its sampling budget (issue 22): never
+    # Nothing fell short, but a statistical gate could not decide within its sampling budget: never
     # green unless asked for (`run --accept-inconclusive`), never red; below 1-3 in precedence.
     INCONCLUSIVE = 4
 

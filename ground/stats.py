@@ -1,4 +1,4 @@
-"""Statistical verdicts: does a measurement show a regression beyond a stated tolerance? (issue 22)
+"""Statistical verdicts: does a measurement show a regression beyond a stated tolerance?
 
 Every comparison answers with a ``Verdict`` record: ``passed``, ``regressed`` or ``inconclusive``, the effect
 (the change of the new measurement against the reference), its interval, the tolerance and the test used.
@@ -65,7 +65,7 @@ VERDICTS = (PASSED, REGRESSED, INCONCLUSIVE)
 HIGHER, LOWER = "higher", "lower"  # which direction of the metric is better
 RELATIVE, ABSOLUTE = "relative", "absolute"  # the effect's scale: new/base − 1, or new − base
 
-# Stated defaults (printed in every report that uses them):
+# Stated defaults (report.md's statistical-gates line prints the run's false-red rate and the levels derived here):
 RUN_FALSE_RED = 0.01  # a whole run (every cell × gated metric) is red by luck at most 1 % of the time
 GATE_FALSE_PASS = 0.02  # a regression right at the detection line passes a gate at most 2 % of the time
 MEDIAN_VARIANCE = math.pi / 2  # var(median of k normal values) / var(their mean), for large k
@@ -86,7 +86,6 @@ MIN_T_DISCORDANT = 30
 # early does so at most β in all; alpha stays where the evidence is (in proportion to the boots).
 BETA_SPENDING = {"equal": lambda boots: [1.0] * len(boots), "front": lambda boots: [1.0 / n for n in boots]}
 BETA_SCHEDULE = "equal"
-MAX_LOOKS = 4  # one measurement and up to three more when inconclusive (sequential sampling budget)
 
 
 def _scipy():

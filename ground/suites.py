@@ -30,10 +30,10 @@ METRIC_SUITE: Mapping[str, str] = MappingProxyType({
     # the client's own overhead, beside TTFT
     "client_loop_lag_ms_p99": "speed", "client_ttfb_ms_median": "speed", "client_ttfb_ms_p99": "speed",
     "parity_mismatches": "parity",
-    # one boot's per-request standard errors (bootstrap over requests), for the statistical gates (issue 22)
+    # one boot's per-request standard errors (bootstrap over requests), for the statistical gates
     "accept_length_stderr": "accept", "accept_rate_stderr": "accept",
     "tpot_ms_median_stderr": "speed", "output_throughput_tok_s_stderr": "speed",
-    # median TPOT without speculation / with it, on the same requests ("speculation must pay", issue 22)
+    # median TPOT without speculation / with it, on the same requests ("speculation must pay")
     "speculative_speedup": "speed",
 })
 METRIC_NAMES = frozenset(METRIC_SUITE)

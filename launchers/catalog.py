@@ -20,7 +20,7 @@ from launchers.contract import LaunchContext, Launcher, LauncherModule
 from launchers.docker.options import DockerOptions
 from launchers.k8s.options import K8sOptions
 from launchers.local.options import LocalOptions
-from launchers.options import Declared, declared, from_values
+from launchers.optionset import Declared, declared, from_values
 from launchers.slurm.options import SlurmOptions
 
 

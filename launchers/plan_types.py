@@ -1,4 +1,4 @@
-"""What a launcher is asked to start: plain records produced by ``launchers.plan`` from a cell."""
+"""What a launcher is asked to start: plain records produced by ``launchers.launch_plan`` from a cell."""
 
 from __future__ import annotations
 

@@ -20,13 +20,13 @@ from ground.errors import BadInput
 from ground.identity import unlike
 from ground.records import CellResult, RunResults, Status
 from ground.stats import RESOLUTION
-from reports.baseline import NOISE_RUN_SDS, SCHEMA
+from reports.baseline_file import NOISE_RUN_SDS, SCHEMA
 from reports.metrics import REQUEST_STDERR_OF, STDERR_OF
 
 # metric -> its gate in a recorded baseline. Tolerances are the ones gates in the wild use
 # (FIELD_NOTES.md): throughput -3%, median TTFT/TPOT +2.5%, accept length at 98% of the baseline. The detection line
 # (what a pass rules out) is twice the tolerance unless written: throughput's would be 6 %, and a 5 % loss must
-# not pass (issue 22).
+# not pass.
 RECORDED_GATES: dict[str, dict[str, float]] = {
     "accept_length": {"min_ratio": 0.98},
     "accept_rate": {"min_ratio": 0.98},
@@ -147,7 +147,7 @@ def _cell_specs(cell_id: str, cells: list[CellResult], too_noisy: list[str],
             spec = {"value": _round(statistics.median(values))}
             if len(values) > 1 and spec["value"]:
                 spec.update(_noise(cells, metric, values, unestimated, cell_id))
-            if spec.get("noise", 0.0) >= 1 / NOISE_RUN_SDS:  # what reports.baseline refuses to read back
+            if spec.get("noise", 0.0) >= 1 / NOISE_RUN_SDS:  # what reports.baseline_file refuses to read back
                 too_noisy.append(f"{cell_id}: {metric} (noise {spec['noise']:.0%} run to run)")
                 continue
         if spec is not None:

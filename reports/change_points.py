@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-import ruptures
 
 from reports.metrics import HIGHER, LOWER, METRICS
 
@@ -84,6 +83,8 @@ def change_points(metric: str, points: Sequence) -> list[ChangePoint]:
         return []
     values = np.asarray([p.value for p in points], dtype=float)
     sigma = noise_of(values)
+    import ruptures  # on use: with its scipy.spatial it costs a second that only history and report.html need
+
     breaks = ruptures.Pelt(model="l2", min_size=MIN_SEGMENT, jump=1).fit(values.reshape(-1, 1)).predict(
         pen=PENALTY_K * sigma ** 2 * np.log(len(values)))[:-1]
     edges = [0, *breaks, len(values)]

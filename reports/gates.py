@@ -4,8 +4,8 @@ Two sources:
 - floors that need no baseline: a speculative cell's accept length must stay above the collapse
   floor (a draft model that never gets accepted serves correct text, only slowly), and GPQA accuracy
   must beat guessing by a margin that shrinks with the number of questions (``chance_floor``);
-- a baseline's specs for the cell (``reports.baseline``). A ratio gate whose baseline recorded the run-to-run
-  noise, and every GPQA gate, is a statistical decision (``ground.stats``, issue 22): ``passed``, ``regressed``
+- a baseline's specs for the cell (``reports.baseline_file``). A ratio gate whose baseline recorded the run-to-run
+  noise, and every GPQA gate, is a statistical decision (``ground.stats``): ``passed``, ``regressed``
   or ``inconclusive`` on the effect's interval against the stated tolerance (``max_ratio``/``min_ratio``, GPQA
   ``max_drop``), at levels split over the run's gates (``family_levels``); GPQA is paired over questions when
   the baseline kept its per-question record. Without recorded noise a ratio gate is the fixed limit it was.
@@ -27,7 +27,7 @@ from typing import Mapping
 from ground import stats
 from ground.records import CellResult, GateResult, RunResults, Status
 from ground.suites import SUITE_DEFAULTS, suite_of
-from reports.baseline import NOISE_RUN_SDS, Baseline, MetricSpec
+from reports.baseline_file import NOISE_RUN_SDS, Baseline, MetricSpec
 from reports.metrics import HIGHER, LOWER, METRICS, STDERR_OF, format_value, in_table_order
 
 # accept_length at or below ~1 means no draft token is being accepted: the accept suite's own floor, one fact

@@ -16,7 +16,7 @@ from typing import Mapping
 from markdown_it import MarkdownIt
 
 from ground.records import RunResults
-from reports.baseline import Baseline
+from reports.baseline_file import Baseline
 from reports.markdown import pr_tables, render_cells, step_summary
 from reports.plots import ratio_chart, run_charts, trend_charts
 

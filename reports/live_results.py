@@ -4,7 +4,8 @@ rewrite is cheap, at most every ``REWRITE_EVERY_S`` once it is not (always at th
 older than a few seconds and a 10k-cell run stays linear. Until the run finishes, what is on disk lists every
 selected cell without an outcome as an error ("no outcome yet") and the run as not finished: a run killed with
 SIGKILL, even after its last cell, leaves reports that say FAILED, never a green one. The final set (results.json,
-report.html, junit.xml, report.md) is rendered, staged and renamed together last (issue 27)."""
+report.html, junit.xml, report.md) is rendered, staged and renamed together last, so no half-written set says
+PASSED."""
 
 from __future__ import annotations
 
@@ -23,9 +24,9 @@ from typing import Iterator
 
 from ground.errors import BadInput, InfraError
 from ground.records import CellResult, RunResults, Status
-from reports.baseline import Baseline
+from reports.baseline_file import Baseline
 from matrices.quarantine import Quarantine, apply as apply_quarantine
-from reports.history import history_path, record as record_history
+from reports.history_db import history_path, record as record_history
 from reports.junit import render_junit
 from reports.markdown import render_markdown, step_summary
 from reports.results import write_results, write_text_atomically
@@ -149,7 +150,7 @@ class ResultsWriter:
         return tuple(sorted(cells, key=lambda c: position.get(c.id, len(position))))
 
     def _remember(self, results: RunResults) -> Path | None:
-        """Record the run in the run history (reports.history); a history that cannot be written costs the
+        """Record the run in the run history (reports.history_db); a history that cannot be written costs the
         trends, never the run."""
         path = history_path()
         try:

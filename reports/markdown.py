@@ -16,7 +16,7 @@ from typing import Mapping
 from ground.records import DECIDED_BY_RESOLVER, QUARANTINE_EXPIRED, QUARANTINED, CellResult, RunResults, Status
 from ground.sglang.settings import summary_items
 from launchers.contract import SIMULATED_SERVERS
-from reports.baseline import Baseline
+from reports.baseline_file import Baseline
 from reports.gates import describe_gate, explain, levels_line
 from ground.suites import SUITE_DEFAULTS
 from reports.metrics import SPEED_DETAIL, SPEED_LINE, STDERR_OF, format_value, label
@@ -131,7 +131,7 @@ def _all_gates(results: RunResults) -> str:
     return f"{section}\n\n{levels}" if section and levels else section
 
 
-# A gate's verdict as the reports show it (issue 22: inconclusive is neither green nor red).
+# A gate's verdict as the reports show it (inconclusive is neither green nor red).
 VERDICT_TEXT = {"passed": "✅ pass", "regressed": "❌ regressed", "inconclusive": "❔ inconclusive"}
 
 

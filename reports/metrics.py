@@ -34,7 +34,7 @@ class Metric:
     fraction: bool = False  # a share in [0, 1] (people tend to write 62 for 62%)
     noise: float = 0.0  # a change smaller than this fraction of the old value is noise (0: every change counts)
     stderr: str | None = None  # the metric holding this one's standard error: noise is then sampling error
-    # the metric holding one boot's per-request standard error of this one (statistical gates, issue 22)
+    # the metric holding one boot's per-request standard error of this one (statistical gates)
     request_stderr: str | None = None
 
 
@@ -67,7 +67,7 @@ METRICS: dict[str, Metric] = {
     "output_throughput_tok_s": Metric(HIGHER, "Avg Thpt (tok/s)", ".2f", "speed", noise=THROUGHPUT_NOISE,
                                       request_stderr="output_throughput_tok_s_stderr"),
     # One boot's standard error of a figure from its own requests (bootstrap over requests): the per-request
-    # part of the noise, apart from the per-boot part the baseline's runs measure (issue 22).
+    # part of the noise, apart from the per-boot part the baseline's runs measure.
     **{f"{name}_stderr": Metric(NEUTRAL, f"{label} per-request stderr", fmt, "info")
        for name, label, fmt in (("accept_length", "Accept length", ".3f"), ("accept_rate", "Accept rate", ".4f"),
                                 ("tpot_ms_median", "Median TPOT", ".3f"),

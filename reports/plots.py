@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ground.records import CellResult, RunResults
-from reports.change_points import change_points
-from reports.history import same_setup_tail
+from reports.history_db import same_setup_tail
 from reports.metrics import METRICS, format_value, label
 
 BAR_HEIGHT_IN = 0.28  # inches per bar
@@ -188,6 +187,8 @@ MAX_TREND_CELLS = 20  # trend figures are one per cell: past this, a page of the
 def _mark_change_points(axes, metric: str, points: list) -> None:
     """A dashed line where the level changed (over the runs of the newest setup), labelled with the run and the
     shift; a drift shades the runs it took."""
+    from reports.change_points import change_points  # on use, with numpy: only report.html's trends draw them
+
     comparable, _ = same_setup_tail(points)
     offset = len(points) - len(comparable)
     where = {p.run_id: offset + i for i, p in enumerate(comparable)}
@@ -205,7 +206,7 @@ def _mark_change_points(axes, metric: str, points: list) -> None:
 def trend_charts(trends: dict[str, dict[str, list]]) -> list[tuple[str, str]]:
     """(title, base64 PNG) per cell with at least two recorded runs of a trend metric: one panel per metric,
     one point per run (oldest left), GPQA with ±2 SE error bars clipped to [0, 100 %].
-    ``trends``: cell id -> metric -> points with ``run_id`` and ``value`` (``reports.history.series``)."""
+    ``trends``: cell id -> metric -> points with ``run_id`` and ``value`` (``reports.history_db.series``)."""
     charts = []
     for cell_id, by_metric in list(trends.items())[:MAX_TREND_CELLS]:
         shown = [m for m in TREND_METRICS if len(by_metric.get(m) or ()) >= 2]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ground.errors import BadInput
-from ground.records import SCHEMA, CellResult, RunResults, Status
+from ground.records import READERS, CellResult, RunResults, Status
 
 STATUSES = tuple(status.value for status in Status)
 
@@ -105,9 +105,10 @@ def _check_results(path: Path, results) -> None:
 
     if not isinstance(results, dict):
         bad("the top level is not a JSON object")
-    if results.get("schema") != SCHEMA:
+    if results.get("schema") not in READERS:
+        versions = ", ".join(str(version) for version in READERS)
         raise BadInput(str(path), f"schema {results.get('schema')!r} is not supported (this dspark-ci reads "
-                       f"schema {SCHEMA})", "render it with the dspark-ci version that wrote it")
+                       f"schema {versions})", "render it with the dspark-ci version that wrote it")
     cells = results.get("cells")
     if not isinstance(cells, list):
         bad('"cells" is missing or not a list')

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from reports import history
+from reports import history_db
 
 FAILING = ("failed", "error")
 PASSING = ("passed", "rejected_as_expected")
@@ -38,7 +38,7 @@ class Triage:
         return {"cell": self.cell_id, "run": self.run_id, "kind": self.kind, "why": self.why}
 
 
-def classify(cell_id: str, runs: list[history.Outcome]) -> Triage | None:
+def classify(cell_id: str, runs: list[history_db.Outcome]) -> Triage | None:
     """The latest run's failure, classified; None when the latest run did not fail."""
     if not runs or runs[-1].status not in FAILING:
         return None
@@ -51,14 +51,14 @@ def classify(cell_id: str, runs: list[history.Outcome]) -> Triage | None:
     return Triage(cell_id, latest.run_id, BROKEN, f"never passed with {setup} in {len(runs)} recorded run(s)")
 
 
-def _infrastructure(latest: history.Outcome, earlier: list[history.Outcome]) -> str | None:
+def _infrastructure(latest: history_db.Outcome, earlier: list[history_db.Outcome]) -> str | None:
     if not latest.infrastructure:
         return None
     nodes = nodes_named(latest.error or "")
     return f"the machine failed, not the cell{': ' + ', '.join(nodes) if nodes else ''} ({_first_line(latest.error)})"
 
 
-def _flaky(latest: history.Outcome, earlier: list[history.Outcome]) -> str | None:
+def _flaky(latest: history_db.Outcome, earlier: list[history_db.Outcome]) -> str | None:
     if "flaky" in latest.labels:
         return "failed, then passed on a retry in the same run"
     same = [run for run in earlier if latest.identity and run.identity == latest.identity and run.status in PASSING]
@@ -67,7 +67,7 @@ def _flaky(latest: history.Outcome, earlier: list[history.Outcome]) -> str | Non
     return None
 
 
-def _regression(latest: history.Outcome, earlier: list[history.Outcome]) -> str | None:
+def _regression(latest: history_db.Outcome, earlier: list[history_db.Outcome]) -> str | None:
     passed = [run for run in earlier if run.status in PASSING and (not latest.setup or run.setup in (latest.setup, None))]
     if not passed:
         return None
@@ -84,7 +84,7 @@ def nodes_named(text: str) -> list[str]:
 
 def triage(path: Path, pattern: str = "*") -> list[Triage]:
     """Every recorded cell matching ``pattern`` whose latest run failed, classified."""
-    found = [classify(cell_id, history.outcomes(path, cell_id)) for cell_id in history.cells_of(path, pattern)]
+    found = [classify(cell_id, history_db.outcomes(path, cell_id)) for cell_id in history_db.cells_of(path, pattern)]
     return [t for t in found if t is not None]
 
 
@@ -101,7 +101,7 @@ class NodeSignal:
 
 def node_signals(path: Path, pattern: str = "*") -> list[NodeSignal]:
     """Nodes named by (or hosting) the infrastructure failures of the matching cells, most often named first."""
-    failures = [run for cell_id in history.cells_of(path, pattern) for run in history.outcomes(path, cell_id)
+    failures = [run for cell_id in history_db.cells_of(path, pattern) for run in history_db.outcomes(path, cell_id)
                 if run.infrastructure]
     counts: dict[str, int] = {}
     for run in failures:

@@ -7,10 +7,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from ground.records import RunResults
-from reports import history
-from reports.baseline import Baseline
+from reports import history_db
+from reports.baseline_file import Baseline
 from reports.compare import compare_markdown, compare_runs
-from reports.html import render_html
 from reports.junit import render_junit
 from reports.markdown import render_markdown
 from reports.metrics import METRICS
@@ -22,8 +21,12 @@ def render_reports(results: RunResults, baseline: Baseline | None = None,
                    compare_to: RunResults | None = None, history: Path | None = None) -> dict[str, str]:
     """File name -> contents for junit.xml, report.md and report.html. With ``compare_to`` (another
     run's results), report.md and report.html end with the comparison. With ``history`` (a run history
-    database, ``reports.history``), report.html gains trend plots per cell and failed gates name the
+    database, ``reports.history_db``), report.html gains trend plots per cell and failed gates name the
     last good and first bad run."""
+    # On use: report.html's stack (markdown-it, the plots, numpy) is needed once, at the end of a run, and must
+    # not delay its first launch.
+    from reports.html import render_html
+
     comparison = compare_runs(results, compare_to) if compare_to is not None else None
     comparison_md = compare_markdown(comparison) if comparison is not None else None
     trends, regressions = _from_history(history, results) if history is not None else ({}, {})
@@ -41,11 +44,11 @@ def _from_history(path: Path, results: RunResults) -> tuple[dict, dict]:
     """(cell -> metric -> points up to this run, (cell, metric) -> (last good, first bad)) for ``results``."""
     until = results.started_at
     stderr_metrics = [stderr for m in TREND_METRICS if (stderr := METRICS[m].stderr)]
-    trends = {cell.id: {metric: history.series(path, cell.id, metric, until)
+    trends = {cell.id: {metric: history_db.series(path, cell.id, metric, until)
                         for metric in (*TREND_METRICS, *stderr_metrics)}
               for cell in results.cells[:MAX_TREND_CELLS] if cell.metrics}
     failed = [(cell.id, gate.metric) for cell in results.cells for gate in cell.gates if not gate.passed]
-    regressions = {key: history.regression(path, *key, until) for key in failed[:MAX_REGRESSION_LOOKUPS]}
+    regressions = {key: history_db.regression(path, *key, until) for key in failed[:MAX_REGRESSION_LOOKUPS]}
     return trends, regressions
 
 

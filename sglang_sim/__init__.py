@@ -2,5 +2,5 @@
 
 Run it as ``python -m sglang_sim [launch_server flags]`` or ``dspark-ci sim ...``; what it does
 beyond SGLang (latency, acceptance, accuracy, faults) comes from ``DSPARK_SIM_*`` variables
-(``sglang_sim.config``).
+(``sglang_sim.sim_config``).
 """

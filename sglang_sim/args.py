@@ -167,7 +167,7 @@ def _short_error(parser: argparse.ArgumentParser, message: str) -> None:
 
 def sim_help(width: int = 100) -> str:
     """`dspark-ci sim --help`: the simulator's own knobs and faults first, SGLang's flags after, by name."""
-    from sglang_sim.config import FAULT_HELP, KNOBS  # the knobs live with their parsers
+    from sglang_sim.sim_config import FAULT_HELP, KNOBS  # the knobs live with their parsers
 
     def rows(pairs: list[tuple[str, str]]) -> list[str]:
         left = max(len(name) for name, _ in pairs) + 2

@@ -20,9 +20,9 @@ from typing import Any, AsyncGenerator, AsyncIterator, Callable, NamedTuple
 
 from sglang_sim.admission import SglangEnv
 from sglang_sim.args import ServerArgs
-from sglang_sim.config import SimConfig
+from sglang_sim.sim_config import SimConfig
 from sglang_sim.emission_log import EmissionLog
-from sglang_sim.metrics import ServerMetrics
+from sglang_sim.prometheus import ServerMetrics
 from sglang_sim.noise import BootNoise
 from sglang_sim.reasoning import ReasoningCount
 from sglang_sim.speculation import SpecShape, SpecStats, draw_accepted

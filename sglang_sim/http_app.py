@@ -7,7 +7,7 @@ import secrets
 from aiohttp import web
 
 from sglang_sim import native_api, openai_api
-from sglang_sim.metrics import ServerMetrics
+from sglang_sim.prometheus import ServerMetrics
 from sglang_sim.server_state import ServerState, json_response
 
 # (methods, path, handler); generation endpoints are 503 until the server is up

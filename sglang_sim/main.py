@@ -21,13 +21,13 @@ from aiohttp import web
 from sglang_sim import native_api
 from sglang_sim.admission import Rejected, SglangEnv, admit, guess_architecture
 from sglang_sim.args import ServerArgs, parse_server_args
-from sglang_sim.config import KNOBS, SimConfig, SimConfigError
+from sglang_sim.sim_config import KNOBS, SimConfig, SimConfigError
 from sglang_sim.emission_log import EmissionLog
 from sglang_sim.engine import Engine
 from sglang_sim.failures import SCHEDULER_FRAMES, die, print_lines, rejection_traceback, traceback_tail
-from sglang_sim.gpqa import GpqaAnswerKey, GpqaDatasetError
+from sglang_sim.gpqa_answers import GpqaAnswerKey, GpqaDatasetError
 from sglang_sim.http_app import api_app, dummy_health_app
-from sglang_sim.metrics import ServerMetrics
+from sglang_sim.prometheus import ServerMetrics
 from sglang_sim.rendezvous import Leader, join, split_addr
 from sglang_sim.server_state import ServerState
 from sglang_sim.speculation import SpecShape

@@ -13,7 +13,7 @@ from aiohttp import web
 from sglang_sim.args import SGLANG_VERSION
 from sglang_sim.choices import Choices
 from sglang_sim.engine import Generation, Job
-from sglang_sim.metrics import MAX_TOTAL_NUM_TOKENS
+from sglang_sim.prometheus import MAX_TOTAL_NUM_TOKENS
 from sglang_sim.openai_api import BadRequest, error_response
 from sglang_sim.server_state import ServerState, json_response, sse_event
 from sglang_sim.textgen import Ask

@@ -1,7 +1,7 @@
-"""The simulator's noise model (issue 22): what makes two boots, and two requests, of one server differ.
+"""The simulator's noise model: what makes two boots, and two requests, of one server differ.
 
 Off by default (every knob 0): the simulator is then as deterministic as it always was. Turned on by
-``DSPARK_SIM_*`` settings (``config.py``):
+``DSPARK_SIM_*`` settings (``sim_config.py``):
 
 - ``STEP_JITTER_BOOT`` (σ_b): each boot draws one factor exp(N(0, σ_b²)) for its decode step time: the
   run-to-run (per-boot) component of TPOT and throughput, which more requests on the same boot never average away;

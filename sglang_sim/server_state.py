@@ -12,9 +12,9 @@ from typing import AsyncIterator, Awaitable, Callable, ClassVar
 from aiohttp import web
 
 from sglang_sim.args import ServerArgs
-from sglang_sim.config import SimConfig
+from sglang_sim.sim_config import SimConfig
 from sglang_sim.engine import Engine
-from sglang_sim.metrics import ServerMetrics
+from sglang_sim.prometheus import ServerMetrics
 
 logger = logging.getLogger("sglang_sim")
 DEFAULT_CONTEXT_LENGTH = 32768

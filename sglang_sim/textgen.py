@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass
 from typing import Iterator
 
-from sglang_sim.gpqa import LETTERS, GpqaAnswerKey, parse_gpqa_prompt
+from sglang_sim.gpqa_answers import LETTERS, GpqaAnswerKey, parse_gpqa_prompt
 from sglang_sim.noise import question_probability
 from sglang_sim.tokenizer import THINK_END, THINK_START, tokenize
 

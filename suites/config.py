@@ -35,7 +35,7 @@ class SuiteConfig:
     save_reference: Path | None = None
     cache_dir: Path = Path.home() / ".cache" / "dspark-ci"
     out_path: Path | None = None
-    progress_path: Path | None = None  # --dspark-progress: requests done so far (suites.progress)
+    progress_path: Path | None = None  # --dspark-progress: requests done so far (suites.progress_file)
 
     def suite(self, name: str) -> Mapping[str, Any]:
         return self.options[name]

@@ -21,7 +21,7 @@ subsample together with repeats; here the two combine (sample first, then repeat
 sequence of random draws whenever either is left at its default.
 
 Every scorer: each sample is streamed to a JSONL file as it is scored (an interrupted run keeps them), the
-requests done and the running accuracy go to --dspark-progress (``suites.progress``), and the full response
+requests done and the running accuracy go to --dspark-progress (``suites.progress_file``), and the full response
 is recorded (``response``), so ``dspark-ci rescore`` can score it again with another scorer. On top of the
 question-clustered standard error, the summary carries the scorer's aggregate (pass@k, majority@k with repeats).
 """

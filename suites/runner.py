@@ -27,7 +27,7 @@ from launchers.contract import Deployment, LaunchFailed
 from launchers.ledger import Ledger
 from launchers.processes import die_with_parent, group_members, kill_group, run_env, signal_group, started_at
 from suites.output import GPQA_SAMPLES_FILE
-from suites.progress import read_progress
+from suites.progress_file import read_progress
 
 SUITES_DIR = Path(suites_package.__file__).parent
 SYNTHETIC_GPQA = SUITES_DIR / "data" / "gpqa_synthetic.csv"
@@ -79,7 +79,7 @@ class SuiteRequest:
     extra_args: tuple[str, ...] = ()
     ledger: Ledger | None = None  # pytest's process group is recorded there (`cleanup --run` finds its workers)
     cell_id: str = ""
-    # "gpqa 37/198 requests, accuracy 62.2%" (suites.progress)
+    # "gpqa 37/198 requests, accuracy 62.2%" (suites.progress_file)
     on_progress: Callable[[str], None] = field(default=lambda _text: None, compare=False)
 
     @property
@@ -105,7 +105,7 @@ def run_suites(request: SuiteRequest, watched: Sequence[Deployment] = (), watch:
     options_path.write_text(json.dumps({k: dict(v) for k, v in request.options.items()}, indent=1))
     out_path.unlink(missing_ok=True)
     (request.work_dir / GPQA_SAMPLES_FILE).unlink(missing_ok=True)  # never keep an earlier run's samples
-    progress_path = request.work_dir / "suites.progress"
+    progress_path = request.work_dir / "suites.progress_file"
     progress_path.unlink(missing_ok=True)
     argv = [sys.executable, "-m", "pytest", *(str(SUITES_DIR / f"test_{name}.py") for name in request.names),
             "--base-url", request.base_url, "--suite-options", str(options_path), "--dspark-out", str(out_path),

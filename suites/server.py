@@ -10,14 +10,16 @@ import re
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 
-import openai
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from suites.config import SuiteConfig
-from suites.progress import ProgressFile
+from suites.progress_file import ProgressFile
+
+if TYPE_CHECKING:
+    import openai
 
 Item = TypeVar("Item")
 Answer = TypeVar("Answer")
@@ -31,7 +33,7 @@ class Server:
     model: str
     api_key: str
     request_timeout: float
-    progress_path: Path | None = None  # where ask_each reports requests done (suites.progress)
+    progress_path: Path | None = None  # where ask_each reports requests done (suites.progress_file)
 
     @property
     def api_base(self) -> str:
@@ -39,13 +41,15 @@ class Server:
 
     def client(self, max_retries: int = 0) -> openai.OpenAI:
         # No retries by default: a measurement must see the failure, not hide it behind a second try.
+        import openai  # on use: the speed suite's aiohttp client and the run itself never pay its 1.5 s import
+
         return openai.OpenAI(base_url=self.api_base, api_key=self.api_key, timeout=self.request_timeout,
                              max_retries=max_retries)
 
     def ask_each(self, ask: Callable[[openai.OpenAI, Item], Answer], items: Iterable[Item], concurrency: int,
                  max_retries: int = 0, label: str = "requests") -> list[Answer]:
         """``ask(client, item)`` for every item, ``concurrency`` at a time on one client; answers in item order.
-        How many are done is reported under ``label`` (suites.progress). Ctrl-C stops the requests and goes on."""
+        How many are done is reported under ``label`` (suites.progress_file). Ctrl-C stops the requests and goes on."""
         answers, interrupted = self.ask_until_interrupted(ask, items, concurrency, max_retries, label)
         if interrupted:
             raise KeyboardInterrupt

@@ -1,5 +1,5 @@
 """Every test, and every process a test starts, keeps its state (run index, run history) in a directory of
-this session: `python3 -m pytest tests` never adds a run to the user's history or index (issue 27).
+this session: `python3 -m pytest tests` never adds a run to the user's history or index.
 
 The user's own locations, as they were before the session changed them, are ``USER_STATE_DIR`` and
 ``USER_HISTORY`` (tests/test_own_state.py proves a run started by a test leaves them alone).
@@ -15,7 +15,7 @@ import pytest
 from ground.errors import InfraError
 from ground.sglang.resolver import locate
 from ground.state import STATE_DIR_ENV, state_dir
-from reports.history import HISTORY_ENV, history_path
+from reports.history_db import HISTORY_ENV, history_path
 
 USER_STATE_DIR: Path = state_dir(os.environ)
 USER_HISTORY: Path = history_path(os.environ)

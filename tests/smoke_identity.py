@@ -1,5 +1,5 @@
-"""Are two runs' results.json, junit.xml and report.md the same, timings aside? (issue 21: a refactoring must not
-change what a run writes.)
+"""Are two runs' results.json, junit.xml and report.md the same, timings aside? (A refactoring must not change
+what a run writes.)
 
     python3 -m tests.smoke_identity BEFORE_RUN_DIR AFTER_RUN_DIR     # exit 0: identical; 1: the diff is printed
 

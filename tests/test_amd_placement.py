@@ -1,4 +1,4 @@
-"""AMD (ROCm) cells placed as SGLang's AMD docs and Dockerfiles say (issue 27 item 8): SGLang takes `--device cuda`
+"""AMD (ROCm) cells placed as SGLang's AMD docs and Dockerfiles say: SGLang takes `--device cuda`
 on ROCm too, so the hardware decides. Docker gives /dev/kfd, /dev/dri and the video group, never an NVIDIA device
 request, and runs the ROCm release image; Slurm's containers get apptainer's --rocm or pyxis device mounts; a cell
 whose hardware has no image is refused when planned."""
@@ -18,7 +18,7 @@ from launchers.docker.spec import SIM_IMAGE, DockerSettings, container_spec
 from launchers.slurm.lifecycle import SlurmLauncher
 from launchers.slurm.script import render_job
 from launchers.slurm.settings import SlurmSettings
-from tests.cli import DSPARK_CI
+from tests.cli_under_test import DSPARK_CI
 from tests.docker_engines import ENGINE1, containers_of, inventory, new_run_id, require_engine
 from tests.sim_plans import make_plan
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from dspark_ci.bisect import BAD, FOUND, GOOD, NO_REGRESSION, NOT_SHOWN, SKIPPED, Chase, Sample, UnlikeMeasurements, \
+from dspark_ci.bisection import BAD, FOUND, GOOD, NO_REGRESSION, NOT_SHOWN, SKIPPED, Chase, Sample, UnlikeMeasurements, \
     bisect
 from ground import stats
-from tests.cli import DSPARK_CI
+from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent
 CELL = "dsv4-flash-tp8-a2a-none-dspark-b7-cuda"

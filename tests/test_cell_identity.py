@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli import DSPARK_CI
+from tests.cli_under_test import DSPARK_CI
 from tests.test_run_cli import assert_speed_at_worst_undecided
 
 REPO = Path(__file__).resolve().parent.parent

@@ -17,11 +17,11 @@ from xml.etree import ElementTree
 
 import pytest
 
-from dspark_ci.scheduler import longest_first
+from dspark_ci.cell_queue import longest_first
 from launchers.contract import Capacity
 from matrices import load_cells
-from reports.history import cell_seconds
-from tests.cli import DSPARK_CI
+from reports.history_db import cell_seconds
+from tests.cli_under_test import DSPARK_CI
 from tests.process_table import assert_no_process_with_env
 
 REPO = Path(__file__).resolve().parent.parent
@@ -114,7 +114,7 @@ def test_sigterm_twice_tears_down_every_cell_in_flight_and_records_each(tmp_path
     assert process.returncode == 130, rest[-3000:]
     assert_no_process_with_env("DSPARK_TEST_RUN", run.tag)
     results = run.results()
-    assert results["interrupted"] is True and results["finished_at"] is None  # nothing claims it completed (issue 27)
+    assert results["interrupted"] is True and results["finished_at"] is None  # nothing claims it completed
     cells = run.cells()
     assert all(cells[c]["status"] == "error" and "interrupted" in cells[c]["error"] for c in HEALTHY)
 

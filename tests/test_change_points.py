@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from reports.change_points import change_points
-from reports.history import Point
+from reports.history_db import Point
 from reports.plots import _trend_figure
-from tests.cli import DSPARK_CI
+from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent
 CELL = "dsv4-flash-tp8-a2a-none-dspark-b7-cuda"

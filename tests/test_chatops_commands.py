@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ci.chatops import handle as chatops
-from ci.chatops.commands import no_arguments
+from ci.chatops.grammar import no_arguments
 from ci.chatops.event import event_from_flags
 from ci.chatops.handle import ChatOpsCommand, ChatOpsConfig, OfflineContext, Outcome
 from ci.chatops.permissions import TAG_RUN_CI, UserPermissions

@@ -1,5 +1,5 @@
 """ChatOps against a GitHub that acts and then loses its answer, a PR pushed to mid-command, hostile trees and
-hostile event files (issue 24). Everything runs against tests/github_standin.py on 127.0.0.1."""
+hostile event files. Everything runs against tests/github_standin.py on 127.0.0.1."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """After a SIGKILL of `dspark-ci run` while the speed suite measures on worker processes (a multiprocessing manager,
 resource tracker and workers, their semaphores in /dev/shm, a pymp-* directory), `cleanup --run ID` leaves no
-process, port, /dev/shm file or temp directory of the run (issue 27). bench/kill_runs.py does it at random moments."""
+process, port, /dev/shm file or temp directory of the run. bench/kill_runs.py does it at random moments."""
 
 from __future__ import annotations
 

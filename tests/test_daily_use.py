@@ -1,4 +1,4 @@
-"""Daily use, as a user types it (issue 15): no green run that tested nothing, errors by their real cause, input
+"""Daily use, as a user types it: no green run that tested nothing, errors by their real cause, input
 bounds, the simulator's own help, suites that say what answered. Every test goes through the command line."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli import DSPARK_CI
+from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = str(REPO / "matrices" / "smoke.yaml")

@@ -17,7 +17,7 @@ from launchers.docker.lifecycle import DockerLauncher
 from launchers.docker.spec import (LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, DockerSettings, container_spec,
                                    device_environment)
 from launchers.docker.hosts import load_inventory
-from tests.cli import DSPARK_CI
+from tests.cli_under_test import DSPARK_CI
 from launchers.plan_types import SGLANG_ENTRYPOINT, LaunchPlan, RankCommand
 
 REPO = Path(__file__).resolve().parent.parent

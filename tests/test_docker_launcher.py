@@ -22,7 +22,7 @@ from launchers.contract import LaunchFailed, LaunchTimeout
 from launchers.docker.lifecycle import DockerLauncher
 from launchers.docker.spec import LABEL_CELL, LABEL_RANK, LABEL_RUN
 from ground.state import STATE_DIR_ENV
-from tests.cli import DSPARK_CI
+from tests.cli_under_test import DSPARK_CI
 from tests.docker_engines import (ENGINE1, ENGINE2, SECRET, containers_of, inventory, new_run_id,
                                   require_engine, settings)
 from tests.sim_plans import make_plan

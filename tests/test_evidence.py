@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from dspark_ci.evidence import FLAKY, Sampling, more_evidence
-from dspark_ci.run import verdict
+from dspark_ci.pipeline import verdict
 from ground.errors import ExitCode
 from ground.records import CellResult, GateResult, RunResults, Status
 from ground.stats import INCONCLUSIVE, PASSED, Verdict

@@ -1,4 +1,4 @@
-"""No file on disk says PASSED unless the run really finished and wrote its whole final set (issue 27): a SIGKILL or
+"""No file on disk says PASSED unless the run really finished and wrote its whole final set: a SIGKILL or
 Ctrl-C after the last cell, while the final files are being written, and an --out that cannot be written any more
 then, each leave red files; an interrupted run says so (results.json `interrupted`, no `finished_at`, exit 130).
 bench/kill_runs.py does the same at random moments, 20 SIGKILLs and 20 SIGINTs."""

@@ -26,7 +26,7 @@ def probe() -> dict:
     python = frontend_venv()
     if python is None:
         pytest.skip(FRONTEND_MISSING)
-    done = subprocess.run([python, "-m", "sglang_sim.frontend.schema"], capture_output=True, text=True,
+    done = subprocess.run([python, "-m", "sglang_sim.frontend.io_schema"], capture_output=True, text=True,
                           timeout=300, cwd=REPO, env=frontend_env(os.environ))
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)

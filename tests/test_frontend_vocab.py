@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from sglang_sim.frontend.vocab import Vocabulary
-from sglang_sim.gpqa import GpqaAnswerKey
+from sglang_sim.gpqa_answers import GpqaAnswerKey
 from sglang_sim.openai_api import render_chat
 from sglang_sim.textgen import Ask, Persona, reply_tokens
 from sglang_sim.tokenizer import tokenize

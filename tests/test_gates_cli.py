@@ -17,7 +17,7 @@ import xml.etree.ElementTree as ET
 import pytest
 import yaml
 
-from tests.cli import DSPARK_CI
+from tests.cli_under_test import DSPARK_CI
 from tests.test_run_cli import ONE_NODE, REPO, SMOKE, TIMING, Run, assert_speed_at_worst_undecided
 
 

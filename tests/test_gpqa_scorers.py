@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli import DSPARK_CI
+from tests.cli_under_test import DSPARK_CI
 from tests.simulator_process import running_simulator
 from tests.suite_runs import REPO, SYNTHETIC_GPQA, run_suite
 from tests.test_run_cli import ONE_NODE, Run

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli import DSPARK_CI
+from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent
 CELL = "dsv4-flash-tp8-a2a-none-dspark-b7-cuda"

@@ -1,4 +1,4 @@
-"""Input bounds (issue 27 item 5): every bad input is exit 2 with one message naming the file:line or the argument,
+"""Input bounds: every bad input is exit 2 with one message naming the file:line or the argument,
 before anything is launched: no server, no run directory, no traceback. Nothing is read before its type and size
 are known, so /dev/zero, a FIFO, a huge file or an alias bomb fail at once instead of hanging."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ground.yaml_lines import MAX_FILE_BYTES
-from tests.cli import DSPARK_CI
+from tests.cli_under_test import DSPARK_CI
 from tests.process_table import assert_no_process_with_env
 
 REPO = Path(__file__).resolve().parent.parent

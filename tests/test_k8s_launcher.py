@@ -136,7 +136,7 @@ def test_an_unschedulable_group_times_out_on_pending_with_the_schedulers_reason(
 
 def test_the_smoke_matrix_runs_green_through_the_cli_on_k8s(cluster, tmp_path):
     """The issue's must-show: `dspark-ci run matrices/smoke.yaml --launcher k8s` against the test API server."""
-    from tests.cli import DSPARK_CI
+    from tests.cli_under_test import DSPARK_CI
 
     out = tmp_path / "run"
     env = {**os.environ, "DSPARK_STATE_DIR": str(tmp_path / "state"), "CI": "true"}
@@ -195,7 +195,7 @@ def test_sigterm_during_boot_deletes_the_group(cluster, tmp_path):
     """`dspark-ci run` stopped by SIGTERM while a cell boots: the LWS and its pods are gone when it exits."""
     import signal
 
-    from tests.cli import DSPARK_CI
+    from tests.cli_under_test import DSPARK_CI
 
     env = {**os.environ, "DSPARK_STATE_DIR": str(tmp_path / "state"), "CI": "true", "DSPARK_SIM_FAULTS": "hang_boot"}
     run = subprocess.Popen([*DSPARK_CI, "run", "matrices/smoke.yaml", "--launcher", "k8s", "--out",

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from launchers.k8s import spec as k8s_spec
-from launchers.plan import plan_launch
+from launchers.launch_plan import plan_launch
 from matrices import load_cells
 
 REPO = Path(__file__).resolve().parent.parent

@@ -16,7 +16,7 @@ from launchers.contract import LaunchFailed, LaunchTimeout
 from ground.errors import InfraError
 from launchers.local.lifecycle import LocalLauncher, LocalSettings
 from launchers.processes import free_port, port_is_free
-from tests.cli import DSPARK_CI
+from tests.cli_under_test import DSPARK_CI
 from tests.process_table import assert_none_left
 from tests.sim_plans import FAST_SIM, make_plan
 

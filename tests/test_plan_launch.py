@@ -10,7 +10,7 @@ import pytest
 from dspark_ci.cli import main
 from ground.sglang.flags import load_flags
 from ground.sglang.settings import SETTINGS
-from launchers.plan import plan_launch
+from launchers.launch_plan import plan_launch
 from launchers.plan_types import SGLANG_ENTRYPOINT, Placement
 from matrices import load_cells
 

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 
-from tests.cli import DSPARK_CI
+from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent
 DSPARK_DP = {"model": "deepseek-ai/DeepSeek-V4-Flash", "model_slug": "dsv4-flash", "device": "cuda",

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ground.errors import ExitCode
-from tests.cli import DSPARK_CI
+from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent
 CELL = "dsv4-flash-tp8-a2a-none-dspark-b7-cuda"
@@ -130,7 +130,7 @@ def report(run_dir: Path) -> subprocess.CompletedProcess:
 def test_a_quarantined_error_is_shown_with_its_ticket_but_counts_as_no_error_and_reads_back(tmp_path):
     today = dt.date.today()
     run_dir = quarantined_run(tmp_path, today)
-    from dspark_ci.run import verdict
+    from dspark_ci.pipeline import verdict
     from reports.results import load_results
 
     results = load_results(run_dir / "results.json")

@@ -1,4 +1,4 @@
-"""report.html reads without an emoji font (issue 27 item 7): every status is a CSS badge of ASCII text, and the
+"""report.html reads without an emoji font: every status is a CSS badge of ASCII text, and the
 GPQA chart's axis ends at 100 %. Checked as a browser shows it: Debian's headless chromium (installed by .ci/run),
 on a machine whose fonts include no emoji font, must paint the badges' colours."""
 

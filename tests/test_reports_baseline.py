@@ -103,7 +103,7 @@ def test_baseline_entry_matching_no_cell_is_warned_about(tmp_path, run_dir, caps
 
 
 def test_shipped_smoke_baseline_is_valid_and_quiet():
-    from reports.baseline import load_baseline
+    from reports.baseline_file import load_baseline
 
     baseline = load_baseline(Path(__file__).parents[1] / "baselines" / "smoke.yaml")
     assert baseline.warnings == ()
@@ -115,7 +115,7 @@ def test_a_metric_too_noisy_to_gate_is_left_out_of_the_proposal_and_the_file_rea
     refuses (exit 2 on the next run); it leaves that metric ungated and says so in the file's header."""
     import dataclasses
 
-    from reports.baseline import load_baseline
+    from reports.baseline_file import load_baseline
     from reports.baseline_proposal import propose
     from reports.results import load_results
 
@@ -138,7 +138,7 @@ def test_identical_runs_never_record_a_zero_noise(tmp_path):
     standard error as its lower bound where one was measured, says so in the header, and the file reads back."""
     import dataclasses
 
-    from reports.baseline import load_baseline
+    from reports.baseline_file import load_baseline
     from reports.baseline_proposal import propose
     from reports.results import load_results
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from reports.baseline import load_baseline
+from reports.baseline_file import load_baseline
 from dataclasses import replace
 
 from ground.records import CellResult

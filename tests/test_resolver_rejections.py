@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 
-from tests.cli import DSPARK_CI
+from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent
 NIGHTLY = str(REPO / "matrices" / "nightly.yaml")

@@ -1,5 +1,5 @@
 """The always-on sanity check: whatever suites a cell selects, a server that streams garbage, breaks its streams off
-or decodes slowly is never green (issue 27 item 1). End to end through `dspark-ci run`, as a user runs it."""
+or decodes slowly is never green. End to end through `dspark-ci run`, as a user runs it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from suites.sanity import parse_stream, reply_problems, text_problem
-from tests.cli import DSPARK_CI
+from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = str(REPO / "matrices" / "smoke.yaml")

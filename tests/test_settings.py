@@ -11,7 +11,7 @@ from ground.errors import BadInput
 from ground.records import CellResult
 from ground.sglang.flags import load_flags
 from ground.sglang.settings import SETTINGS, launch_args
-from launchers.plan import plan_launch
+from launchers.launch_plan import plan_launch
 from launchers.plan_types import Placement
 from matrices import load_cells
 from reports.markdown import _config_line

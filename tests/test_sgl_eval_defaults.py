@@ -1,6 +1,6 @@
 """`gpqa.scorer: sgl-eval` follows `sgl-eval run gpqa`'s defaults (thinking on, 8 repeats, no max_tokens, temperature
-0, 64 at a time) for every option the cell leaves unset, and records every option it sets otherwise (issue 27 item
-7), so a figure compared with the CLI's is the same measurement or says why not."""
+0, 64 at a time) for every option the cell leaves unset, and records every option it sets otherwise,
+so a figure compared with the CLI's is the same measurement or says why not."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """dspark-ci started with SIGINT and SIGQUIT ignored, as a background job of a non-interactive shell starts it (many CI
 wrappers do): it still stops its pytest child at once on a frozen rank, keeping what the suites measured, and it
-still obeys SIGINT itself (issue 27)."""
+still obeys SIGINT itself."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def test_sigint_still_interrupts_a_run_started_with_it_ignored(tmp_path):
     run = VerdictRun(tmp_path, SMOKE, "--cell", ONE_NODE, "--suites", "accept", faults=SLOW)
     process = start_as_background_job(run)
     try:
-        wait_for(lambda: _logs(run, ONE_NODE, "suites.progress"), "the suites to measure")
+        wait_for(lambda: _logs(run, ONE_NODE, "suites.progress_file"), "the suites to measure")
         process.send_signal(signal.SIGINT)
         output, _ = process.communicate(timeout=60)
     finally:

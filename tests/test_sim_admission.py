@@ -13,7 +13,7 @@ import sys
 import pytest
 import requests
 
-from tests.cli import DSPARK_CI
+from tests.cli_under_test import DSPARK_CI
 from tests.sim_fixtures import run_sim_to_exit, sim  # noqa: F401 (sim is a fixture)
 
 DSPARK = ["--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", "sim/draft"]

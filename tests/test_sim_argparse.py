@@ -1,4 +1,4 @@
-"""The simulator's argparse errors are SGLang's own, byte for byte (issue 27 item 7): what a launcher's log shows
+"""The simulator's argparse errors are SGLang's own, byte for byte: what a launcher's log shows
 for a mistyped flag must read as real SGLang's would. Compared with SGLang 0.5.23's parser itself, run in its
 resolver venv ($DSPARK_SGLANG_PYTHON, `bash .ci/sglang-resolver.sh`)."""
 

@@ -1,4 +1,4 @@
-"""The simulator's knobs: one list in sglang_sim/config.py, every one documented, defaults agreeing."""
+"""The simulator's knobs: one list in sglang_sim/sim_config.py, every one documented, defaults agreeing."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_sim.config import KNOBS, FAULT_PARSERS, Faults, SimConfig, SimConfigError, parse_faults
+from sglang_sim.sim_config import KNOBS, FAULT_PARSERS, Faults, SimConfig, SimConfigError, parse_faults
 
 README = Path(__file__).resolve().parents[1] / "sglang_sim" / "README.md"
 

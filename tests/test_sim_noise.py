@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import statistics
 
-from sglang_sim.config import SimConfig
-from sglang_sim.gpqa import GpqaAnswerKey
+from sglang_sim.sim_config import SimConfig
+from sglang_sim.gpqa_answers import GpqaAnswerKey
 from sglang_sim.noise import BootNoise
 from sglang_sim.textgen import Ask, Persona, _answers_right, _rng
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_sim.config import SimConfig, SimConfigError
-from tests.cli import DSPARK_CI
+from sglang_sim.sim_config import SimConfig, SimConfigError
+from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent
 CELL = "dsv4-flash-tp8-a2a-none-dspark-b7-cuda"

@@ -344,7 +344,7 @@ def test_a_job_cancelled_behind_our_back_is_reported_as_such(cluster, tmp_path, 
 
 def test_the_smoke_matrix_runs_green_through_the_cli_on_slurm(cluster, tmp_path):
     """The issue's must-show, as a user runs it: `dspark-ci run matrices/smoke.yaml --launcher slurm`."""
-    from tests.cli import DSPARK_CI
+    from tests.cli_under_test import DSPARK_CI
 
     out = tmp_path / "run"
     env = {**os.environ, "DSPARK_STATE_DIR": str(tmp_path / "state"), "CI": "true"}

@@ -9,7 +9,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from tests.cli import DSPARK_CI
+from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent
 ENGINE = "tcp://10.0.0.7:2375"

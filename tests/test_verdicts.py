@@ -1,4 +1,4 @@
-"""Verdicts that cannot lie (issue 9), through the command line as a user meets them: an unexpected exception at
+"""Verdicts that cannot lie, through the command line as a user meets them: an unexpected exception at
 any stage, a stopped or dying rank while measuring, a rank-0 crash in a two-node cell, a SIGKILLed run and
 `cleanup`, concurrent runs. Each asserts what a user sees: exit code, results.json, report.md's verdict line,
 junit.xml's counts, the error naming the right rank and SGLang line, and nothing left in the process table.
@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.cli import DSPARK_CI
+from tests.cli_under_test import DSPARK_CI
 from tests.test_run_cli import ONE_NODE, REJECTED, REPO, SMOKE, TWO_NODES, Run
 
 RED = "❌ **FAILED**"
@@ -112,7 +112,7 @@ from dspark_ci.cli import main
 
 stage, argv = sys.argv[1], sys.argv[2:]
 target = {"launch": "launchers.local.lifecycle.LocalLauncher.launch", "wait": "launchers.local.lifecycle.wait_until_ready",
-          "suite": "dspark_ci.cell_run.run_suites", "gate": "dspark_ci.run.evaluate",  # where each is looked up
+          "suite": "dspark_ci.cell_run.run_suites", "gate": "dspark_ci.pipeline.evaluate",  # where each is looked up
           "report": "reports.live_results.render_final_set"}[stage]
 original, calls = pkgutil.resolve_name(target), []
 
@@ -180,7 +180,7 @@ def freeze_while_measuring(run: VerdictRun, process: subprocess.Popen, cell_id: 
     stopped = None
     try:
         entry = wait_for(lambda: run.rank(cell_id, node_rank), "the rank to be launched")
-        wait_for(lambda: (run.out / "logs" / cell_id / "suites.progress").exists(), "the suites to measure")
+        wait_for(lambda: (run.out / "logs" / cell_id / "suites.progress_file").exists(), "the suites to measure")
         stopped = process_of(entry)
         stopped.suspend()
         at = time.monotonic()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ci.chatops.event import CommentEvent
 from ci.chatops.handle import BISECT_WORKFLOW, NIGHTLY_WORKFLOW, RERUN_WORKFLOW, RUN_CI_LABEL, Outcome, request_id
-from ci.chatops.commands import MAX_TRIALS
+from ci.chatops.grammar import MAX_TRIALS
 from ci.chatops.resolve_test_paths import SAFE_PATH
 from ground.errors import BadInput, ExitCode
 

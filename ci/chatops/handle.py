@@ -19,8 +19,8 @@ from difflib import get_close_matches
 from pathlib import Path
 from typing import Callable, Mapping, Protocol
 
-from ci.chatops import commands, permissions
-from ci.chatops.commands import (MAX_STARTS, Command, CommentRejected, NotACommand, bisect_arguments, no_arguments,
+from ci.chatops import grammar, permissions
+from ci.chatops.grammar import (MAX_STARTS, Command, CommentRejected, NotACommand, bisect_arguments, no_arguments,
                                  split_command, test_arguments)
 from ci.chatops.event import CommentEvent
 from ci.chatops.github import ACCEPTED_MARKER, GitHub, PullHead
@@ -154,7 +154,7 @@ def _refused(event: CommentEvent, plan: dict, name: str, why_not: str) -> Outcom
 
 
 def _rejected(plan: dict, refusals: list, problem: str) -> Outcome:
-    footer = NOTHING_DISPATCHED if plan["command"] == commands.RERUN_TEST else ""
+    footer = NOTHING_DISPATCHED if plan["command"] == grammar.RERUN_TEST else ""
     return Outcome(render_refusals(refusals, footer), plan, ExitCode.BAD_INPUT, shown(problem, 2000))
 
 
@@ -319,18 +319,18 @@ class ChatOpsCommand:
     """One command, whole: adding a command is adding one of these to COMMANDS."""
 
     name: str  # what the comment's first line starts with
-    parse: Callable[[str, list[str]], Command]  # its grammar (ci.chatops.commands), after the permission check
+    parse: Callable[[str, list[str]], Command]  # its grammar (ci.chatops.grammar), after the permission check
     permission: Permission  # who may run it (ci.chatops.permissions)
     run: Handler  # what it does: the reply and the plan
 
 
 # In this order in the "must be one of" message.
 COMMANDS: Mapping[str, ChatOpsCommand] = {row.name: row for row in (
-    ChatOpsCommand(commands.TAG_RUN_CI_LABEL, no_arguments, permissions.TAG_RUN_CI, _tag),
-    ChatOpsCommand(commands.TAG_AND_RERUN_CI, no_arguments, permissions.TAG_AND_RERUN, _tag_and_rerun),
-    ChatOpsCommand(commands.RERUN_FAILED_CI, no_arguments, permissions.RERUN_FAILED, _rerun_failed),
-    ChatOpsCommand(commands.RERUN_TEST, test_arguments, permissions.GPU_RUNNERS, _rerun_test),
-    ChatOpsCommand(commands.BISECT, bisect_arguments, permissions.GPU_RUNNERS, _bisect),
+    ChatOpsCommand(grammar.TAG_RUN_CI_LABEL, no_arguments, permissions.TAG_RUN_CI, _tag),
+    ChatOpsCommand(grammar.TAG_AND_RERUN_CI, no_arguments, permissions.TAG_AND_RERUN, _tag_and_rerun),
+    ChatOpsCommand(grammar.RERUN_FAILED_CI, no_arguments, permissions.RERUN_FAILED, _rerun_failed),
+    ChatOpsCommand(grammar.RERUN_TEST, test_arguments, permissions.GPU_RUNNERS, _rerun_test),
+    ChatOpsCommand(grammar.BISECT, bisect_arguments, permissions.GPU_RUNNERS, _bisect),
 )}
 
 

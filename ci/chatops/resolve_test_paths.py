@@ -11,9 +11,9 @@ The tree comes from an unreviewed PR, so resolution cannot escape or explode:
   a spec matches it (its registration would otherwise come from outside the repository);
 - the walk stops at ``MAX_TREE_ENTRIES`` entries or when the time budget (``SEARCH_SECONDS``) is spent;
   patterns are matched segment by segment with ``fnmatch`` (never handed to the file system), their
-  complexity bounded by ``ci.chatops.commands``;
+  complexity bounded by ``ci.chatops.grammar``;
 - every spec is matched before any file is read, and matching stops as soon as the comment's cap
-  (``ci.chatops.commands.MAX_STARTS``, shared with matrix cells) is passed: a glob over a huge tree costs
+  (``ci.chatops.grammar.MAX_STARTS``, shared with matrix cells) is passed: a glob over a huge tree costs
   one pass over the names, never a parse per match;
 - a matched file whose path holds anything outside ``SAFE_PATH`` is refused: the rerun workflow
   gets exactly the names resolved here, so a space, ``;`` or a newline can never change its command;
@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci.chatops.commands import MAX_STARTS, TestSpec
+from ci.chatops.grammar import MAX_STARTS, TestSpec
 from ci.chatops.sglang_registrations import Registration, RegistrationError, chosen_registration
 from ci.chatops.text import clip
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from ground.errors import BadInput
-from reports.baseline import load_baseline
+from reports.baseline_file import load_baseline
 from reports.baseline_proposal import propose
 from reports.results import load_results, write_text_atomically
 

@@ -1,6 +1,6 @@
 """``dspark-ci bisect``: re-run one cell across an ordered range of builds to find the one that regressed.
 
-The search and its statistics are ``dspark_ci.bisect``; this verb turns a build into runs (``dspark-ci run``'s own
+The search and its statistics are ``dspark_ci.bisection``; this verb turns a build into runs (``dspark-ci run``'s own
 pipeline, one run per sample, in ``OUT/runs/``), reads each run's results.json, and writes ``bisect.json`` and
 ``bisect.md``.
 """
@@ -18,13 +18,13 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from dspark_ci import bisect as search
+from dspark_ci import bisection as search
 from dspark_ci.verbs import run as run_verb
 from ground import stats
 from ground.errors import BadInput, InfraError
 from ground.run_id import new_run_id
 from matrices import load_cells
-from reports.history import HISTORY_ENV
+from reports.history_db import HISTORY_ENV
 from reports.metrics import HIGHER, LOWER, METRICS
 from reports.results import load_results, write_text_atomically
 

@@ -9,14 +9,14 @@ from typing import Any
 
 from dspark_ci.tables import text_table
 from ground.errors import BadInput
-from reports import history, triage
+from reports import history_db, triage
 from reports.change_points import change_points
 from reports.metrics import format_value, label
 from reports.plots import TREND_METRICS
 from reports.results import load_results
 
 EPILOG = f"""\
-Every `dspark-ci run` is recorded when it finishes in an SQLite database: ${history.HISTORY_ENV} if set,
+Every `dspark-ci run` is recorded when it finishes in an SQLite database: ${history_db.HISTORY_ENV} if set,
 else $DSPARK_STATE_DIR/history.sqlite (default ~/.local/state/dspark-ci/history.sqlite). Tables: runs
 (run id, times, matrices, server, SGLang version and commit, image digests, hosts, run directory),
 cells (status, runner, config), metrics (every number of results.json), gates.
@@ -39,7 +39,7 @@ exit codes: 0 shown or added; 2 bad input (no history yet, a run directory witho
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
-    parser.add_argument("--db", metavar="FILE", help=f"the history database (default: ${history.HISTORY_ENV} or "
+    parser.add_argument("--db", metavar="FILE", help=f"the history database (default: ${history_db.HISTORY_ENV} or "
                                                       "$DSPARK_STATE_DIR/history.sqlite)")
     parser.add_argument("--cell", metavar="GLOB", help="show the trend of the cells matching GLOB")
     parser.add_argument("--metric", action="append", metavar="NAME",
@@ -53,18 +53,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    path = Path(args.db) if args.db else history.history_path()
+    path = Path(args.db) if args.db else history_db.history_path()
     if args.add:
         for run_dir in args.add:
             results = load_results(Path(run_dir) / "results.json")
-            history.record(path, results, run_dir)
+            history_db.record(path, results, run_dir)
             print(f"dspark-ci history: recorded {results.run_id} ({len(results.cells)} cells) in {path}")
         return 0
     if args.triage:
         return _triage(path, args)
     if args.cell:
         return _trends(path, args)
-    rows = history.runs(path, args.limit)
+    rows = history_db.runs(path, args.limit)
     if args.format == "json":
         print(json.dumps([row.__dict__ for row in rows], indent=2))
         return 0
@@ -91,17 +91,17 @@ def _triage(path: Path, args: argparse.Namespace) -> int:
 
 
 def _trends(path: Path, args: argparse.Namespace) -> int:
-    cells = history.cells_of(path, args.cell)
+    cells = history_db.cells_of(path, args.cell)
     if not cells:
         raise BadInput(f"--cell {args.cell}", "no recorded cell matches", "list the runs with `dspark-ci history`")
     metrics = args.metric or list(TREND_METRICS)
     output: dict[str, dict[str, Any]] = {}
     for cell_id in cells:
-        full = {metric: history.series(path, cell_id, metric) for metric in metrics}
-        comparable = {metric: history.same_setup_tail(points) for metric, points in full.items()}
+        full = {metric: history_db.series(path, cell_id, metric) for metric in metrics}
+        comparable = {metric: history_db.same_setup_tail(points) for metric, points in full.items()}
         output[cell_id] = {
             "series": {metric: points[-args.limit:] for metric, points in full.items()},
-            "regressions": {metric: history.regression(path, cell_id, metric) for metric in metrics},
+            "regressions": {metric: history_db.regression(path, cell_id, metric) for metric in metrics},
             "change_points": [c for metric, (points, _) in comparable.items() for c in change_points(metric, points)],
             "setup_changed_after": next((cut.run_id for _, cut in comparable.values() if cut), None)}
     if args.format == "json":

@@ -13,7 +13,7 @@ from ground.errors import BadInput
 from ground.records import DECIDED_BY_RESOLVER
 from ground.sglang.release import DEFAULT_VERSION
 from launchers.k8s import spec as k8s_spec
-from launchers.plan import plan_launch
+from launchers.launch_plan import plan_launch
 from launchers.plan_types import LaunchPlan, Placement
 from matrices import Cell, load_cells
 from dspark_ci.tables import text_table

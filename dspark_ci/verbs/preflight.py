@@ -6,7 +6,7 @@ import argparse
 import re
 
 from dspark_ci.rejections import CellVerdict, judge
-from dspark_ci.run import select_cells
+from dspark_ci.pipeline import select_cells
 from ground.errors import BadInput
 from ground.sglang.resolver import Resolution, Resolver, locate
 from matrices import load_cells

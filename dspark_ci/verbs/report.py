@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 from ground.errors import BadInput, worst
-from reports.baseline import Baseline, load_baseline
+from reports.baseline_file import Baseline, load_baseline
 from reports.compare import compare_markdown, compare_runs, identity_warnings
 from reports.gates import regate
-from reports.history import history_path, run_dir_of
+from reports.history_db import history_path, run_dir_of
 from ground.records import RunResults
 from reports.results import load_results
 

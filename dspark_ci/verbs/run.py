@@ -17,11 +17,11 @@ from packaging.version import InvalidVersion, Version
 
 from ground.errors import BadInput
 from launchers import catalog
-from launchers.options import seconds
+from launchers.optionset import seconds
 from matrices.quarantine import Quarantine, default_path, load_quarantine
 from launchers.contract import SERVERS, SIMULATED_SERVERS, LaunchContext
 from dspark_ci import progress
-from dspark_ci import run as pipeline
+from dspark_ci import pipeline
 from dspark_ci.evidence import MAX_BOOTS, Sampling
 from dspark_ci.input_checks import check_before_launch
 from ground.run_id import new_run_id
@@ -29,7 +29,6 @@ from ground.sglang.release import DEFAULT_VERSION
 from sglang_sim.frontend.launch import VOCABULARY_ENV
 from suites.prompts import PROMPTS
 from suites.runner import SYNTHETIC_GPQA
-from suites.speed import WORDS as SPEED_WORDS
 from ground.suites import KNOWN_SUITES
 
 
@@ -96,7 +95,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cells in flight at once, longest first (default: what the launcher has room for: the "
                         "Slurm partition's nodes, the Kubernetes namespace's pod quota; 1 for local and docker)")
     for kind in catalog.ALL_LAUNCHERS:
-        for spec in kind.declared:  # checked when the launcher is built (launchers.options.from_values): exit 2
+        for spec in kind.declared:  # checked when the launcher is built (launchers.optionset.from_values): exit 2
             option = spec.option
             default = "" if spec.default in (None, ()) else f"; default {spec.default}"
             checked: dict[str, Any] = {"type": argparse_type(option.parse)} if option.parse else {}
@@ -182,6 +181,8 @@ def _caller_env(server: str, sglang_version: str) -> dict:
         env.setdefault("DSPARK_SIM_GPQA_PATH", str(SYNTHETIC_GPQA))
         env.setdefault("DSPARK_SIM_VERSION", sglang_version)  # the simulator is the version under test
     if server == "sglang-frontend":  # the suites' prompts reach the simulated engine as the simulator reads them
+        from suites.speed import WORDS as SPEED_WORDS  # on use: the speed suite's stack (aiohttp) costs 0.4 s
+
         env.setdefault(VOCABULARY_ENV, "\n".join((*PROMPTS, " ".join(SPEED_WORDS))))
     return env
 

@@ -3,7 +3,7 @@ field of ``CellConfig``), how a matrix value is checked, the ``launch_server`` f
 its default, and how the report's one-line summary shows it.
 
 The matrix schema and expansion (``matrices/schema.py``, ``matrices/expand.py``), the launch plan's argv
-(``launchers/plan.py``) and the report's config line (``reports/markdown.py``) all read these rows; none keeps a
+(``launchers/launch_plan.py``) and the report's config line (``reports/markdown.py``) all read these rows; none keeps a
 table of its own. A new setting is one field here; a new SGLang release is a new set of rows (and its
 ``flags-<version>.json``). Rules target SGLang 0.5.23 (sglang/srt/arg_groups/fields/*.py); every flag a rule
 emits is checked against the snapshot when a cell is planned.

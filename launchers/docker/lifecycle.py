@@ -53,7 +53,7 @@ from launchers.processes import free_port, port_is_free, signals_deferred, sigte
 from launchers.logs import rank_log_path
 from launchers.plan_types import LaunchPlan, Placement, RankCommand
 from launchers.materialize import redact, secret_values
-from launchers.wait import Deadline, OurServer, wait_until_ready
+from launchers.readiness import Deadline, OurServer, wait_until_ready
 
 _EXITED = ("exited", "dead")
 SETTLE_S = 0.5  # after seeing one rank exit, let every engine catch up before naming the culprit

@@ -1,10 +1,10 @@
-"""The Docker launcher's options (``--hosts``, ``--pull``, ``--image``), declared once (``launchers.options``)."""
+"""The Docker launcher's options (``--hosts``, ``--pull``, ``--image``), declared once (``launchers.optionset``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launchers.options import option
+from launchers.optionset import option
 
 PULL_POLICIES = ("never", "missing", "always")
 

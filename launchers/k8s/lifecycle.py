@@ -42,7 +42,7 @@ from launchers.logs import rank_log_path, tail
 from launchers.plan_types import LaunchPlan, Placement
 from launchers.processes import signals_deferred, sigterm_as_interrupt
 from launchers.materialize import redact, secret_values
-from launchers.wait import Deadline, NotReady, OurServer, wait_until_ready
+from launchers.readiness import Deadline, NotReady, OurServer, wait_until_ready
 
 DEFAULT_PENDING_TIMEOUT_S = {"sim": 120.0, "sglang": 1800.0}
 # Waiting reasons that never resolve on their own (kubelet's names).

@@ -30,7 +30,7 @@ from launchers.plan_types import LaunchPlan, Placement, RankCommand
 from launchers.processes import (descendants, die_with_parent, free_port, kill_group, run_env, signal_group,
                                  signals_deferred, started_at, stop_all)
 from launchers.materialize import frontend_python, redact, resolve_env, secret_values, server_argv
-from launchers.wait import Deadline, OurServer, wait_until_ready
+from launchers.readiness import Deadline, OurServer, wait_until_ready
 
 
 # server -> (modules its Python must import, how to get them)

@@ -25,7 +25,7 @@ from launchers.logs import rank_log_path, tail
 from launchers.plan_types import LaunchPlan, Placement
 from launchers.processes import free_port, signals_deferred, sigterm_as_interrupt
 from launchers.materialize import redact
-from launchers.wait import Deadline, OurServer, wait_until_ready
+from launchers.readiness import Deadline, OurServer, wait_until_ready
 from launchers.slurm.commands import (NODES_OUT_OF_SERVICE, RUNNING_STATES, WAITING_STATES, cancel, checked_output, conf_hint, gpus_of,
                                       hostnames, is_over, job_info, key_values, last_line, node_address, slurm,
                                       wait_gone)

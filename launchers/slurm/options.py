@@ -1,10 +1,10 @@
-"""The Slurm launcher's options (``--slurm-*``), declared once (``launchers.options``)."""
+"""The Slurm launcher's options (``--slurm-*``), declared once (``launchers.optionset``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launchers.options import option, seconds
+from launchers.optionset import option, seconds
 
 GPU_MODES = ("gpus-per-node", "gres")
 CONTAINER_KINDS = ("pyxis", "apptainer")

@@ -1,7 +1,7 @@
 """SGLang 0.5.23's own front end (HTTP server, TokenizerManager, OpenAI serving layer, DetokenizerManager) in front
 of the simulated engine, which plays SGLang's scheduler behind SGLang's own IPC: ``--server sglang-frontend``.
 
-Only this module and ``vocab.py`` import without SGLang; ``launch.py``, ``scheduler.py`` and ``schema.py`` import
+Only this module and ``vocab.py`` import without SGLang; ``launch.py``, ``scheduler.py`` and ``io_schema.py`` import
 sglang and run inside the venv ``.ci/sglang-frontend.sh`` builds, in an environment ``frontend_env`` made
 (``python -m sglang_sim.frontend ARGV`` from that venv sets it up itself)."""
 

@@ -24,11 +24,11 @@ from pathlib import Path
 
 from sglang_sim.admission import SglangEnv
 from sglang_sim.args import ServerArgs, parse_server_args
-from sglang_sim.config import KNOBS, SimConfig
+from sglang_sim.sim_config import KNOBS, SimConfig
 from sglang_sim.frontend import ROOT_ENV
 from sglang_sim.frontend.vocab import Vocabulary, write_model_dir
 from sglang_sim.failures import SCHEDULER_FRAMES, print_lines, traceback_tail
-from sglang_sim.gpqa import GpqaAnswerKey
+from sglang_sim.gpqa_answers import GpqaAnswerKey
 from sglang_sim.rendezvous import Leader, split_addr
 from sglang_sim.tokenizer import onig_pattern
 

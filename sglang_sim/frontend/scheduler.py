@@ -40,14 +40,14 @@ import zmq
 import zmq.asyncio
 
 from sglang_sim.admission import SglangEnv
-from sglang_sim.config import SimConfig
+from sglang_sim.sim_config import SimConfig
 from sglang_sim.emission_log import EmissionLog
 from sglang_sim.engine import Engine, Generation, Job
 from sglang_sim.failures import SCHEDULER_FRAMES, print_lines, traceback_tail
 from sglang_sim.frontend.launch import MODEL_DIR_ENV, admitted
 from sglang_sim.frontend.vocab import Vocabulary
-from sglang_sim.gpqa import GpqaAnswerKey
-from sglang_sim.metrics import MAX_TOTAL_NUM_TOKENS, kv_gauges
+from sglang_sim.gpqa_answers import GpqaAnswerKey
+from sglang_sim.prometheus import MAX_TOTAL_NUM_TOKENS, kv_gauges
 from sglang_sim.noise import BootNoise
 from sglang_sim.native_api import WARMUP_MAX_NEW_TOKENS, WARMUP_PROMPT
 from sglang_sim.speculation import SpecShape
@@ -355,7 +355,7 @@ def _scheduler_metrics_collector(server_args) -> Any:
 
 
 class SchedulerGauges:
-    """The engine's metrics hooks (as ``sglang_sim.metrics.ServerMetrics`` has them) feeding SGLang's
+    """The engine's metrics hooks (as ``sglang_sim.prometheus.ServerMetrics`` has them) feeding SGLang's
     SchedulerMetricsCollector.log_stats, as the scheduler's metrics_reporter does per logged batch."""
 
     def __init__(self, collector):

@@ -29,7 +29,7 @@ CHAT_TEMPLATE = ("{% for message in messages %}<|{{ message['role'] }}|>\n{{ mes
                  "<|assistant|>{{ '\\n' }}")
 # The whitespace a word can follow in a prompt or a reply: a piece is that whitespace and up to six characters.
 PREFIXES = ("", " ", "\n", "\n\n", "\n\n\n", "  ")
-# simple-evals' GPQA instruction as SGLang's run_eval sends it (sglang_sim.gpqa recognises its first sentence),
+# simple-evals' GPQA instruction as SGLang's run_eval sends it (sglang_sim.gpqa_answers recognises its first sentence),
 # the words of the simulator's GPQA replies (sglang_sim.textgen), and our chat template's turn markers.
 GPQA_TEXTS = ("Answer the following multiple choice question. The last line of your response should be of the "
               "following format: 'Answer: $LETTER' (without quotes) where LETTER is one of ABCD. Think step by "

@@ -11,7 +11,7 @@ Format (documented for users in baselines/README.md)::
         METRIC: {min: 1.5}                         # absolute floor
         gpqa_accuracy: {value: 0.62, stderr: 0.034, max_drop_stderr: 2}
         tpot_ms_median: {value: 6.8, max_ratio: 1.05, noise: 0.004}  # noise: measured run-to-run sd / value
-        # issue 22: runs behind `noise`, its per-request part, GPQA's tolerance and per-question record
+        # statistical gates: runs behind `noise`, its per-request part, GPQA's tolerance and per-question record
         output_throughput_tok_s: {value: 528, min_ratio: 0.97, noise: 0.01, runs: 8, request_noise: 0.002}
         gpqa_accuracy: {value: 0.7, stderr: 0.03, max_drop_stderr: 2, max_drop: 0.02, per_question: smoke.gpqa.json}
         # the regression a statistical gate's pass rules out (default: twice the tolerance)

@@ -102,7 +102,7 @@ def record(path: Path, results: RunResults, run_dir: Path | str | None) -> None:
                            [(results.run_id, cell.id, g.metric, g.op, g.threshold, g.value, int(g.passed))
                             for g in cell.gates])
             db.executemany("INSERT INTO cell_labels VALUES (?, ?, ?)",
-                           [(results.run_id, cell.id, label) for label in cell.labels])  # e.g. flaky (issue 22)
+                           [(results.run_id, cell.id, label) for label in cell.labels])  # e.g. flaky: passed on retry
             if cell.timing is not None:
                 t = cell.timing
                 db.execute("INSERT INTO cell_times VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (

@@ -1,4 +1,4 @@
-"""``python -m sglang_sim.frontend.schema`` (in the SGLang venv): the io_struct messages the scheduler stand-in
+"""``python -m sglang_sim.frontend.io_schema`` (in the SGLang venv): the io_struct messages the scheduler stand-in
 speaks, as this SGLang defines them, and one step of ours sent and received through SGLang's own IPC calls.
 
 Prints JSON: ``{"sglang": VERSION, "messages": {name: [[field, required], ...]}, "step": {...}}``.

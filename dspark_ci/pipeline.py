@@ -28,7 +28,7 @@ from dspark_ci.cell_run import CellContext, pending_result, run_cell
 from dspark_ci.run_preflight import preflight
 from dspark_ci.rejections import decide_rejections
 from dspark_ci.progress import Progress, duration
-from dspark_ci.scheduler import Interrupted, Scheduler, longest_first
+from dspark_ci.cell_queue import Interrupted, Scheduler, longest_first
 from ground.errors import BadInput, ExitCode
 from ground.errors import worst as worst_exit
 from ground.records import CellResult, GateResult, RunResults, Status
@@ -39,10 +39,10 @@ from launchers.leftovers import release
 from matrices import load_cells
 from matrices.cell import Cell
 from matrices.quarantine import Quarantine
-from reports.baseline import load_baseline
+from reports.baseline_file import load_baseline
 from ground.stats import Levels
 from reports.gates import evaluate, statistical_gates
-from reports.history import cell_seconds, history_path
+from reports.history_db import cell_seconds, history_path
 from reports.markdown import rerun_command
 from suites.runner import gpqa_note, written_outcome
 from reports.live_results import ResultsWriter, cannot_write, now
