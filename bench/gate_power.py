@@ -305,11 +305,11 @@ def report(repeats: list[dict[str, dict[str, float]]], nights: int, baseline_run
 # (GPQA_CONCENTRATION belongs to the 198-question model above, for which no baseline is shipped).
 E2E_NOISE = {"DSPARK_SIM_STEP_JITTER_BOOT": f"{SPEED_BOOT:g}", "DSPARK_SIM_STEP_JITTER_REQUEST": "0.05",
              "DSPARK_SIM_ACCEPT_DRIFT_BOOT": "0.003"}
-# scenario -> (what it plants: extra DSPARK_SIM_* settings, the suites it runs); accept_prob 0.68 instead of the smoke
-# matrix's 0.7 lowers the accept length by 5 % (1 + α(1 − α⁷)/(1 − α): 3.14 → 2.98)
+# scenario -> (what it plants: extra DSPARK_SIM_* settings, the suites it runs); accept_prob 0.674 instead of the smoke
+# matrix's 0.7 lowers the accept length by about 5 % (measured here: 0.68 gave −3.9 %, 3.25 → 3.12)
 E2E_SCENARIOS = {
     "clean": ({}, "accept,speed,gpqa"),  # every suite the smoke cells list (sanity always runs)
-    "accept_length -5%": ({"DSPARK_SIM_REGRESSION": "0.5.0:accept_prob=0.68"}, "accept"),
+    "accept_length -5%": ({"DSPARK_SIM_REGRESSION": "0.5.0:accept_prob=0.674"}, "accept"),
     "tpot +5%": ({"DSPARK_SIM_FAULTS": "slow_decode=1.05"}, "speed"),
 }
 
