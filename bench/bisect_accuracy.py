@@ -127,7 +127,10 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--e2e", type=int, default=0, metavar="N", help="also N end-to-end bisects on the simulator")
     parser.add_argument("--e2e-versions", type=int, default=8)
+    parser.add_argument("--smoke", action="store_true", help="CI's check that the bench still runs: 5 seeds, once")
     args = parser.parse_args()
+    if args.smoke:
+        args.seeds, args.repeats, args.e2e = 5, 1, 0
     rows = []
     for repeat in range(args.repeats):
         started = time.monotonic()

@@ -62,7 +62,10 @@ def main() -> int:
     parser.add_argument("--file-kb", type=int, default=8, help="size of each test file (kB)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--code", type=Path, default=REPO, help="the dspark-ci checkout to run (default this one)")
+    parser.add_argument("--smoke", action="store_true", help="CI's check that the bench still runs: 100 files, once")
     args = parser.parse_args()
+    if args.smoke:
+        args.files, args.repeats = 100, 1
     with tempfile.TemporaryDirectory(prefix="chatops-tree-") as tmp:
         root = Path(tmp) / "sglang"
         build_tree(root, args.files, args.file_kb)

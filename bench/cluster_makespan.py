@@ -47,7 +47,7 @@ REPO = Path(__file__).resolve().parent.parent
 SYNTHETIC = [(1, 60), (2, 40), (1, 32), (2, 28), (1, 24), (1, 20), (2, 16), (1, 12), (1, 12), (1, 8), (1, 6), (1, 6)]
 HEADER = """\
 description: bench/cluster_makespan.py's synthetic matrix (known boot times, a short accept suite)
-sglang: ">=0.5.23"
+sglang: ">=@VERSION@"
 hardware: {cuda: h200}
 defaults:
   model: deepseek-ai/DeepSeek-V4-Flash
@@ -66,7 +66,7 @@ def synthetic_matrix(path: Path) -> None:
     lines = [f"  - {{id_suffix: c{i + 1:02d}, nnodes: {n}, tp: {8 * n}, env: "
              f"{{DSPARK_SIM_BOOT_SECONDS: \"{boot}\", DSPARK_SIM_DECODE_STEP_MS: \"20\", "
              f"DSPARK_SIM_ACCEPT_PROB: \"0.{5 + i % 4}\"}}}}" for i, (n, boot) in enumerate(SYNTHETIC)]
-    path.write_text(HEADER + "\n".join(lines) + "\n")
+    path.write_text(HEADER.replace("@VERSION@", DEFAULT_VERSION) + "\n".join(lines) + "\n")
 
 
 def _at(text: str) -> float:
@@ -181,7 +181,10 @@ def main() -> int:
     on_fleet.add_argument("--matrix", default="matrices/nightly.yaml")
     on_fleet.add_argument("--nodes", type=int, default=64)
     on_fleet.add_argument("--job-overhead-minutes", type=float, default=4.0)
+    sub.add_parser("smoke", help="CI's check that the bench still runs: the fleet simulation of the nightly, 8 nodes")
     args = parser.parse_args()
+    if args.what == "smoke":
+        return fleet(argparse.Namespace(matrix="matrices/nightly.yaml", nodes=8, job_overhead_minutes=4.0))
     return slurm(args) if args.what == "slurm" else fleet(args)
 
 

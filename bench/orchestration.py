@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dspark_ci import cell_run, pipeline  # noqa: E402
 from dspark_ci.progress import Progress  # noqa: E402
+from launchers.local.lifecycle import LocalLauncher  # noqa: E402
 from launchers.plan_types import Placement  # noqa: E402
 from suites.runner import SuiteOutcome  # noqa: E402
 
@@ -55,12 +56,10 @@ class InstantDeployment:
         pass
 
 
-class InstantLauncher:
-    """Stand-in for a registered launcher: plans like the local one, starts nothing."""
+class InstantLauncher(LocalLauncher):
+    """Stand-in: the local launcher (so it keeps whatever the launcher contract asks), starting nothing."""
 
-    name = "local"
-
-    def placement(self, nnodes: int) -> Placement:
+    def placement(self, nnodes: int, *args, **kwargs) -> Placement:
         return Placement.loopback(nnodes, port=30000, dist_port=20000)
 
     def preflight(self, plans) -> None:
@@ -93,7 +92,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", type=int, nargs="+", default=[100, 1000])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--smoke", action="store_true", help="CI's check that the bench runs: 10 and 20 cells, once")
     args = parser.parse_args()
+    if args.smoke:
+        args.cells, args.repeats = [10, 20], 1
     per_cell = {}
     print(f"{'cells':>6} {'min s':>7} {'median s':>9} {'max s':>7} {'ms/cell':>8}")
     for size in args.cells:

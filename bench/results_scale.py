@@ -71,7 +71,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--smoke", action="store_true", help="CI's check that the bench still runs: 100 and 200 cells, once")
     args = parser.parse_args()
+    if args.smoke:
+        args.cells, args.repeats = [100, 200], 1
     per_cell: dict[str, dict[int, float]] = {"write": {}, "render": {}}
     print(f"{'cells':>7} {'stage':>7} {'min s':>8} {'median s':>9} {'max s':>8} {'µs/cell':>8}")
     for size in args.cells:

@@ -45,7 +45,7 @@ class ServerTimes:
         return [later - earlier for earlier, later in zip(self.emissions, self.emissions[1:])]
 
     def token_itl(self) -> list[float]:
-        """Each gap / its emission's tokens, once per token: bench_serving 0.5.23's per-token ITL, at the source."""
+        """Each gap / its emission's tokens, once per token: bench_serving's per-token ITL, at the source."""
         return [gap / tokens for gap, tokens in zip(self.chunk_itl(), self.emission_tokens[1:])
                 for _ in range(tokens)]
 

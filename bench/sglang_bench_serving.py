@@ -1,11 +1,11 @@
-"""SGLang 0.5.23's own bench_serving, run on the CPU against a server with the speed suite's traffic.
+"""SGLang's own bench_serving, run on the CPU against a server with the speed suite's traffic.
 
     run_bench_serving(python, base_url, model, prompts, output_len, concurrency, warmup_requests, workdir,
                       prompt_lens=None, api_key="EMPTY", print_requests=True) -> BenchServingRun
 
 ``python`` is the SGLang venv's interpreter (``bash .ci/sglang-bench-serving.sh`` prints it; ``find_python``
 finds it). It runs bench_serving's real command line, ``python -m sglang.benchmark.serving`` (the old path
-``sglang.bench_serving`` is a deprecated alias of it in 0.5.23), through bench/sglang_bench_serving_child.py,
+``sglang.bench_serving`` is a deprecated alias of it in the release), through bench/sglang_bench_serving_child.py,
 which only stubs torchvision (see there) and adds nothing to the run:
 
     --backend sglang-oai-chat --base-url URL --model MODEL --tokenizer DIR
@@ -13,7 +13,7 @@ which only stubs torchvision (see there) and adds nothing to the run:
     --max-concurrency C --request-rate inf --warmup-requests W
     --output-file bench_serving.jsonl --output-details --print-requests --disable-tqdm
 
-Identical traffic. The CLI, not a driver calling ``benchmark()``: 0.5.23's ``openai`` dataset reproduces our
+Identical traffic. The CLI, not a driver calling ``benchmark()``: the release's ``openai`` dataset reproduces our
 prompts exactly. Each JSONL line is one request, ``{"messages": [{"role": "user", "content": PROMPT}],
 "max_tokens": OUTPUT_LEN, "stream_options": {"include_usage": true, "continuous_usage_stats": true}}``, read in file order (no shuffle, unlike
 ``custom``) and sent in that order, all at once behind a ``--max-concurrency`` semaphore (rate inf), as the

@@ -1,4 +1,4 @@
-"""How faithfully the speed suite measures, beside SGLang 0.5.23's own bench_serving and the server's truth.
+"""How faithfully the speed suite measures, beside SGLang's own bench_serving and the server's truth.
 
     python bench/speed_fidelity.py [--repeats 3] [--concurrencies 1 64 256] [--bench-serving PYTHON]
 
@@ -9,9 +9,9 @@ on time.monotonic()) and identical traffic: the same prompts, max tokens and con
 measured requests (at least 8). The tools:
     suite           the speed suite's own code (suites/speed.py: warm-up, warmed pool, semaphore, clock)
     suite-openai    the same with speed.client=openai (the official client reads the streams; --tools)
-    bench_serving   `python -m sglang.benchmark.serving` of sglang 0.5.23 run from its own venv
+    bench_serving   `python -m sglang.benchmark.serving` of the SGLang release run from its own venv
                     (bench/sglang_bench_serving.py; --bench-serving PYTHON, default $DSPARK_SGLANG_PYTHON)
-    suite-frontend  the suite against SGLang 0.5.23's own front end in front of the same engine
+    suite-frontend  the suite against SGLang's own front end in front of the same engine
                     (--server sglang-frontend; the venv of .ci/sglang-frontend.sh, --bench-serving PYTHON): the
                     truth is still the engine's emissions, so its excess over "suite" is what SGLang's own
                     HTTP server, TokenizerManager, IPC and DetokenizerManager add
@@ -47,6 +47,7 @@ from suites.speed import (  # noqa: E402
     SpeedSettings, build_prompts, calibrate, client_overhead_metrics, percentile, run_measurement,
 )
 from tests.simulator_process import SPECULATIVE_ARGS, running_simulator  # noqa: E402
+from ground.sglang.release import DEFAULT_VERSION
 
 MODEL = "sim/model"
 PACING_TOLERANCE = 0.05  # the simulator's steps run ~1-2 % late at one stream on an idle machine
@@ -349,7 +350,7 @@ def main() -> None:
                         help="suite-openai: the suite with speed.client=openai (the official client reads the streams); "
                         "suite-frontend: the suite through SGLang's own front end in front of the same engine")
     parser.add_argument("--bench-serving", metavar="PYTHON", default=os.environ.get("DSPARK_SGLANG_PYTHON"),
-                        help="the python of a venv with sglang 0.5.23 (.ci/sglang-bench-serving.sh makes one; "
+                        help=f"the python of a venv with sglang {DEFAULT_VERSION} (.ci/sglang-bench-serving.sh makes one; "
                         ".ci/sglang-frontend.sh adds what suite-frontend needs)")
     parser.add_argument("--step-ms", type=float, default=20.0)
     parser.add_argument("--prefill-ms-per-token", type=float, default=0.5)

@@ -46,7 +46,7 @@ class CellContext:
     suite_defaults: Callable[[dict], dict] = lambda options: options  # e.g. the simulator's dataset
     watch: Watch = Watch()
     server: str = "sim"  # the kind of server under test (launchers.contract.SERVERS)
-    build: str = ""  # the build under test, e.g. "sglang 0.5.23" (a cell's identity keeps it apart from its setup)
+    build: str = ""  # the build under test, e.g. "sglang X.Y.Z" (a cell's identity keeps it apart from its setup)
     forwarded_env: Mapping[str, str] = field(default_factory=dict)  # caller variables every rank gets (DSPARK_SIM_*)
     ledger: Ledger | None = None  # where the suites' process group is recorded before it can start anything
     sampling: Sampling = Sampling()  # more boots for inconclusive gates, retries for failed cells

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from dspark_ci import run_flags
 from dspark_ci.evidence import Sampling
 from dspark_ci.cell_run import CellContext, pending_result, run_cell
 from dspark_ci.run_preflight import preflight
@@ -32,7 +33,6 @@ from dspark_ci.cell_queue import Interrupted, Scheduler, longest_first
 from ground.errors import BadInput, ExitCode
 from ground.errors import worst as worst_exit
 from ground.records import CellResult, GateResult, RunResults, Status
-from ground.sglang.release import DEFAULT_VERSION
 from launchers.contract import Capacity, Launcher
 from launchers.ledger import Ledger
 from launchers.leftovers import release
@@ -44,7 +44,8 @@ from ground.stats import Levels
 from reports.gates import evaluate, statistical_gates
 from reports.history_db import cell_seconds, history_path
 from reports.markdown import rerun_command
-from suites.runner import gpqa_note, written_outcome
+from suites.runner import gpqa_note, prestart as prestart_suites, written_outcome
+from suites.warm_worker import close_warm_workers
 from reports.live_results import ResultsWriter, cannot_write, now
 from reports.results import quarantine_line
 
@@ -55,18 +56,18 @@ class RunOptions:
     matrices: tuple[str, ...]
     run_id: str
     cell_ids: tuple[str, ...] = ()
-    launcher: str = "local"
+    launcher: str = run_flags.default("launcher")  # the flags' defaults are declared once (dspark_ci/run_flags.py)
     suites: tuple[str, ...] | None = None
     out: Path | None = None
     baseline: str | None = None
-    sglang_version: str = DEFAULT_VERSION
+    sglang_version: str = run_flags.default("sglang_version")
     rerun_options: tuple[str, ...] = ()  # the options this run was given, repeated by its rerun command
     force: bool = False  # write into an --out directory that already holds files
     accept_inconclusive: bool = False  # a run whose worst outcome is an inconclusive gate exits 0 (else 4)
     sampling: Sampling = Sampling()  # boots for inconclusive gates, retries for failed cells (dspark_ci/evidence.py)
     environment: Mapping[str, Any] = field(default_factory=dict)  # where it runs (results.json "environment")
-    max_parallel: int | None = None  # cells in flight at once; None: what the launcher has room for
-    rejections: str = "launch"  # "resolver": expected rejections SGLang's resolver decides are not launched
+    max_parallel: int | None = run_flags.default("max_parallel")  # None: what the launcher has room for
+    rejections: str = run_flags.default("rejections")  # "resolver": SGLang's resolver decides, nothing launched
     quarantine: Quarantine = field(default_factory=Quarantine)  # cells that run and report but do not gate
     forwarded_env: Mapping[str, str] = field(default_factory=dict)  # caller variables every rank gets (DSPARK_SIM_*)
 
@@ -88,11 +89,8 @@ class RunOptions:
 
 def run_capacity(launcher: Launcher, max_parallel: int | None) -> Capacity:
     """How many cells run side by side: --max-parallel when given (still within the launcher's nodes), else the
-    launcher's own capacity; a launcher that offers none (local: cells would share this CPU and disturb each
-    other's timings) runs one at a time."""
-    offered = getattr(launcher, "capacity", None)
-    own = offered() if offered else Capacity(1, None, f"the {launcher.name} launcher runs one cell at a time "
-                                                      "unless --max-parallel says otherwise")
+    launcher's own capacity (``Launcher.capacity``: local says one at a time)."""
+    own = launcher.capacity()
     if max_parallel is None:
         return own
     within = (f", within {sum(own.host_gpus)} GPUs" if own.host_gpus else
@@ -164,6 +162,8 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
         preflight(decided.to_launch, launcher, run_dir)
     ledger = Ledger(options.run_id, run_dir)
     ledger.register(os.environ)
+    if decided.to_launch:
+        prestart_suites(ledger)  # the suites' interpreter warms up while the first cell boots
     writer = ResultsWriter(run_dir, RunResults(run_id=options.run_id, started_at=now(), finished_at=None,
                                                launcher=options.launcher, matrices=options.matrices,
                                                run_options=options.rerun_options, environment=options.environment),
@@ -179,6 +179,7 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
             _run_cells(decided.to_launch, len(cells), run_capacity(launcher, options.max_parallel), ctx, writer,
                        progress)
         finally:
+            close_warm_workers()  # the suites' warm pytest: it is the run's, and recorded in its ledger
             _release(ledger)
     except KeyboardInterrupt:  # at any moment, even after the last cell: the run is an interrupted one
         writer.interrupted()

@@ -44,7 +44,7 @@ def file_digest(path: str | Path | None) -> str | None:
 class CellIdentity:
     """results.json per cell ``identity``: {"hash", "setup", "build", "parts": {part: hash}}."""
 
-    build: str  # "sglang 0.5.23", "sglang 0.5.23 image lmsysorg/sglang:v0.5.23", "sim 0.5.30"
+    build: str  # "sglang X.Y.Z", "sglang X.Y.Z image lmsysorg/sglang:vX.Y.Z", "sim X.Y.Z"
     parts: Mapping[str, str] = field(default_factory=dict)  # SETUP_PARTS -> hash
 
     def __post_init__(self):

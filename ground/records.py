@@ -114,7 +114,7 @@ SERVE, REJECT = "serve", "reject"  # a cell's expected outcome (CONTRACT.md `exp
 @dataclass(frozen=True)
 class Expect:
     """What a cell should do: serve, or be rejected by SGLang with a message (a regex searched in its error line);
-    ``sglang`` is the version spec the expectation was written for, e.g. ">=0.5.23"."""
+    ``sglang`` is the version spec the expectation was written for, e.g. ">=X.Y.Z"."""
 
     outcome: str = SERVE
     message: str | None = None

@@ -27,7 +27,7 @@ from ground.errors import DsparkError, InfraError
 from ground.sglang.release import is_peer_loss, sglang_error_line
 from launchers.plan_types import LaunchPlan, Placement
 
-# The simulated SGLang server (default), real SGLang, or SGLang 0.5.23's own front end (HTTP server, tokenizer,
+# The simulated SGLang server (default), real SGLang, or SGLang's own front end (HTTP server, tokenizer,
 # detokenizer) in front of the simulated engine (sglang_sim/frontend/, local launcher only).
 SERVERS = ("sim", "sglang", "sglang-frontend")
 SIMULATED_SERVERS = ("sim", "sglang-frontend")  # the engine is the simulator's: DSPARK_SIM_* decide what it does
@@ -151,8 +151,8 @@ class Need:
 @dataclass(frozen=True)
 class Capacity:
     """How many cells may be in flight at once and how many nodes they may hold together (None: no node limit);
-    ``why`` says where the numbers come from. A launcher may offer ``capacity() -> Capacity`` (called after its
-    preflight); one that does not runs one cell at a time unless the user states --max-parallel.
+    ``why`` says where the numbers come from. Every launcher says its own (``Launcher.capacity``, called after its
+    preflight); one that cannot know (local: cells would share this CPU) says one cell at a time.
 
     ``host_gpus``, when a launcher places by accelerators (a Docker inventory giving every host's ``gpus:``), is
     each host's count: a cell's nodes then need ``gpus_per_node`` free on distinct hosts, packed best fit (the
@@ -215,6 +215,10 @@ class Launcher(Protocol):
 
     def preflight(self, plans: Sequence[LaunchPlan]) -> None:
         """Before any launch: raise InfraError (exit 3) or BadInput (exit 2) if the plans cannot run here."""
+
+    def capacity(self) -> Capacity:
+        """How many cells may run side by side, and on how many nodes (called after ``preflight``); --max-parallel
+        overrides the count, never the nodes."""
 
     def launch(self, plan: LaunchPlan, logs_dir: Path) -> ContextManager[Deployment]:
         """Start every rank (recording each in the ledger first), wait for rank 0's health against the

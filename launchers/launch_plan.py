@@ -28,7 +28,12 @@ def _node_flags(cell: Cell, placement: Placement, rank: int) -> list[str]:
 def _check_flags(argv: list[str], emitted: list[str], cell: Cell, flags: FlagSet) -> None:
     """Every flag exists in the snapshot, and extra_args does not repeat a flag the config sets."""
     where = f"{cell.matrix}:{cell.line}" if cell.line else cell.matrix
-    for token in argv[len(SGLANG_ENTRYPOINT):]:
+    for token in emitted:  # from the settings' rows and the placement: ours to fix, not the matrix's
+        if token.startswith("--") and flags.get(token.split("=", 1)[0]) is None:
+            raise BadInput(where, f"cell {cell.id}: {token} (from a setting's row) is not a flag of SGLang "
+                           f"{flags.version}'s launch_server", "the row's flag rule in ground/sglang/settings.py "
+                           "names a flag this release lacks: fix the row, or drop the setting from this cell")
+    for token in cell.extra_args:
         name = token.split("=", 1)[0]
         if token.startswith("--") and flags.get(name) is None:
             raise BadInput(where, f"cell {cell.id}: {name} is not a flag of SGLang {flags.version}'s launch_server",

@@ -7,36 +7,16 @@ simulator knobs never enter an id.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Callable, Mapping
 
-# Environment variables that change what SGLang admits or runs, as (id tag, SGLang 0.5.23 default):
+from ground.sglang.settings import ID_PARTS as SETTING_ID_PARTS
+
+# Environment variables that change what SGLang admits or runs, as (id tag, SGLang default):
 # the tag enters the id only when a cell sets a value other than the default.
 ID_ENV_TAGS: Mapping[str, tuple[str, str]] = {
     "SGLANG_RAGGED_VERIFY_MODE": ("rv", "static"),  # environ.py: EnvStr("static")
     "SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION": ("coord", "0"),  # environ.py: EnvBool(False)
 }
-
-
-def model_slug(model: str) -> str:
-    """``deepseek-ai/DeepSeek-V4-Flash`` -> ``deepseek-v4-flash`` (a matrix may set model_slug instead)."""
-    base = model.rstrip("/").rsplit("/", 1)[-1].lower()
-    return re.sub(r"[^a-z0-9._-]+", "-", base).strip("-._") or "model"
-
-
-def _speculative(c: Mapping[str, Any]) -> str:
-    algorithm = c.get("speculative_algorithm")
-    if not algorithm:
-        return ""
-    block = c.get("speculative_block_size")
-    return algorithm.lower() + (f"-b{block}" if block else "")
-
-
-def _context_parallel(c: Mapping[str, Any]) -> str:
-    if c["cp"] == 1:
-        return ""
-    strategy = c.get("cp_strategy") or "interleave"
-    return f"cp{c['cp']}" + ("" if strategy == "interleave" else f"-{strategy}")
 
 
 def _env_tags(c: Mapping[str, Any], env: Mapping[str, str]) -> str:
@@ -45,21 +25,13 @@ def _env_tags(c: Mapping[str, Any], env: Mapping[str, str]) -> str:
     return "-".join(tags)
 
 
-# One function per id part, in id order; an empty string leaves the part out.
-ID_PARTS: tuple[Callable[[Mapping[str, Any], Mapping[str, str]], str], ...] = (
-    lambda c, env: c.get("model_slug") or model_slug(c["model"]),
-    lambda c, env: f"{c['nnodes']}node" if c["nnodes"] > 1 else "",
-    lambda c, env: f"tp{c['tp']}",
-    lambda c, env: f"pp{c['pp']}" if c["pp"] > 1 else "",
-    lambda c, env: f"dp{c['dp']}" if c["dp"] > 1 else "",
-    lambda c, env: "dpattn" if c["enable_dp_attention"] else "",
-    lambda c, env: "lmhead" if c["enable_dp_lm_head"] else "",
-    lambda c, env: _context_parallel(c),
-    lambda c, env: f"a2a-{c['moe_a2a_backend']}",
-    lambda c, env: _speculative(c),
-    _env_tags,
-    lambda c, env: c["device"],
-)
+# The id's parts in order: each setting's own (its row's ``id``, ground/sglang/settings.py), and the environment
+# tags, which no row holds, between speculation and the device.
+ENV_TAGS_POSITION = 110
+ID_PARTS: tuple[Callable[[Mapping[str, Any], Mapping[str, str]], str], ...] = tuple(
+    render for _, render in sorted([*((part.position, (lambda c, env, part=part: part.render(c)))
+                                      for part in SETTING_ID_PARTS),
+                                    (ENV_TAGS_POSITION, _env_tags)], key=lambda item: item[0]))
 
 
 def cell_id(config: Mapping[str, Any], env: Mapping[str, str], prefix: str | None = None,

@@ -7,7 +7,7 @@ Validation happens here, where the YAML enters, so every message can name ``file
 Top level (all optional except that some cells must result)::
 
     description: free text
-    sglang: ">=0.5.23"          # default version spec of every `expect`
+    sglang: ">=X.Y.Z"          # default version spec of every `expect`
     id_prefix: release          # prepended to every generated cell id
     hardware: {cuda: h200, npu: a3}   # device -> hardware type, for derived runner labels
     defaults: {CELL KEYS}        # shared by every cell
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from ground.sglang.release import DEVICES
-from ground.sglang.settings import SETTINGS, Setting
+from ground.sglang.release import DEFAULT_VERSION, DEVICE_IMAGES, DEVICES
+from ground.sglang.settings import MAXIMUM, SETTINGS, Setting
 from ground.yaml_lines import YamlList, YamlMap
 from matrices.values import (Parser, Where, arg_list, boolean, check_keys, env_map, expect_spec,
                              int_between, one_of, optional, slug, suite_map, text, version_spec)
@@ -46,17 +46,8 @@ class Key:
     help: str  # what the key is (its SGLang flag, when it has one), shown when a typo is corrected
 
 
-# Upper bounds of the counts a cell sets: past them a value is a typo (2**64 GPUs) that would plan and even run green
-# on the simulator. tp/dp/cp/pp are bounded by the layout rules too (ranks <= nnodes * gpus_per_node).
-MAX_NODES, MAX_GPUS_PER_NODE = 1024, 128
-MAX_PARALLEL = MAX_NODES * MAX_GPUS_PER_NODE
-MAX_SPECULATIVE = 1024  # block size, steps, top-k, draft tokens
-MAX_INTEGER: Mapping[str, int] = MappingProxyType({
-    "nnodes": MAX_NODES, "gpus_per_node": MAX_GPUS_PER_NODE,
-    **dict.fromkeys(("tp", "dp", "cp", "pp"), MAX_PARALLEL),
-    **dict.fromkeys(("speculative_block_size", "speculative_num_steps", "speculative_eagle_topk",
-                     "speculative_num_draft_tokens"), MAX_SPECULATIVE),
-})
+# Upper bounds of the counts a cell sets are on their rows (``maximum``, ground/sglang/settings.py).
+MAX_INTEGER: Mapping[str, int] = MappingProxyType(dict(MAXIMUM))
 MAX_OTHER_INTEGER = 2**31 - 1
 
 _SCALAR: Mapping[type, Parser] = {str: text, int: int_between(0, MAX_OTHER_INTEGER), bool: boolean}
@@ -84,7 +75,7 @@ CELL_KEYS: Mapping[str, Key] = MappingProxyType({
     "suites": Key(suite_map, "suites: {accept: {num_requests: 8}}", False, "suites to run, with options"),
     "expect": Key(expect_spec, "expect: serve", False, "serve, or reject with SGLang's message"),
     "baseline": Key(optional(text), "baseline: baselines/nightly.yaml", False, "baseline file for gates"),
-    "image": Key(optional(text), "image: lmsysorg/sglang:v0.5.23", False, "container image"),
+    "image": Key(optional(text), f"image: {DEVICE_IMAGES['cuda']}", False, "container image"),
 })
 CONFIG_KEYS = tuple(k for k, spec in CELL_KEYS.items() if spec.in_config)
 MERGED_KEYS = ("env",)  # a later fragment adds to these mappings instead of replacing them
@@ -216,7 +207,7 @@ def parse_matrix(doc, path: str) -> MatrixSpec:
     check_keys(doc, TOP_KEYS, top, "top-level")
     if "description" in doc:
         text(doc["description"], top.at(doc, "description"), "description", "description: nightly DSpark cells")
-    sglang = optional(version_spec)(doc.get("sglang"), top.at(doc, "sglang"), "sglang", 'sglang: ">=0.5.23"')
+    sglang = optional(version_spec)(doc.get("sglang"), top.at(doc, "sglang"), "sglang", f'sglang: ">={DEFAULT_VERSION}"')
     id_prefix = optional(slug)(doc.get("id_prefix"), top.at(doc, "id_prefix"), "id_prefix", "id_prefix: release")
     hardware_node = doc.get("hardware") or YamlMap()
     hw_where = top.at(doc, "hardware")

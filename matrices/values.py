@@ -162,7 +162,7 @@ def env_map(value, where, key, example) -> Mapping[str, str]:
 
 
 def arg_list(value, where, key, example) -> tuple[str, ...]:
-    """Extra launch_server arguments, verbatim; every flag must exist in SGLang 0.5.23."""
+    """Extra launch_server arguments, verbatim; every flag must exist in the SGLang release's flags."""
     if not isinstance(value, YamlList):
         raise _fail(where, key, "a list of strings", value, example)
     flags = load_flags(SGLANG_VERSION)
@@ -213,7 +213,8 @@ def expect_spec(value, where, key, example) -> Expect:
         return Expect(SERVE)
     if not isinstance(value, YamlMap):
         raise where.error(f"expect must be `serve` or a mapping with outcome/message/sglang, got {value!r}",
-                          'write `expect: serve` or `expect: {outcome: reject, message: "regex", sglang: ">=0.5.23"}`')
+                          'write `expect: serve` or `expect: {outcome: reject, message: "regex", sglang: ">='
+                          f'{DEFAULT_VERSION}"}}`')
     check_keys(value, ("outcome", "message", "sglang"), where, "expect")
     outcome = one_of((SERVE, REJECT))(value.get("outcome"), where.at(value, "outcome"), "expect.outcome",
                                       "outcome: reject")
@@ -230,5 +231,5 @@ def expect_spec(value, where, key, example) -> Expect:
         raise here.error("expect.message is only meaningful with outcome: reject",
                          "remove message, or set outcome: reject")
     sglang = optional(version_spec)(value.get("sglang"), where.at(value, "sglang"), "expect.sglang",
-                                    'sglang: ">=0.5.23"')
+                                    f'sglang: ">={DEFAULT_VERSION}"')
     return Expect(outcome, message, sglang)

@@ -56,7 +56,7 @@ METRICS: dict[str, Metric] = {
                              request_stderr="tpot_ms_median_stderr"),
     "tpot_ms_p90": Metric(LOWER, "P90 TPOT (ms)", ".2f", "speed", noise=P90_NOISE),
     "tpot_ms_p99": Metric(LOWER, "P99 TPOT (ms)", ".2f", "speed", noise=P99_NOISE),
-    # ITL as bench_serving 0.5.23 prints it (per token under speculation, per chunk otherwise), then both
+    # ITL as bench_serving prints it (per token under speculation, per chunk otherwise), then both
     # definitions by name (suites/speed.py): they differ by about the accept length.
     **{f"itl{kind}_ms_{stat}": Metric(LOWER, f"{label} ITL{suffix} (ms)", ".2f", "speed", noise=noise)
        for kind, suffix in (("", ""), ("_chunk", " per chunk"), ("_token", " per token"))

@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's admission rules for the flags the simulator understands, in SGLang's order.
+"""SGLang's admission rules for the flags the simulator understands, in SGLang's order.
 
 Read from ``sglang/srt/arg_groups/pipeline.py`` (the order of the hooks), ``parallel_hook.py``,
 ``model_hook.py`` + ``deepseek_v4_hook.py`` (DeepSeek-V4 only), ``overrides.py`` and
@@ -49,9 +49,9 @@ def _env_bool(text: str | None) -> bool:
 class SglangEnv:
     """The SGLang environment variables that change admission."""
 
-    ragged_verify_mode: str = "static"  # SGLANG_RAGGED_VERIFY_MODE (default "static" in 0.5.23)
+    ragged_verify_mode: str = "static"  # SGLANG_RAGGED_VERIFY_MODE (default "static" in the release)
     dp_spec_prefill_coordination: bool = False  # SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION
-    enable_cp_v2_set: bool = False  # SGLANG_ENABLE_CP_V2: deprecated in 0.5.23, only warned about
+    enable_cp_v2_set: bool = False  # SGLANG_ENABLE_CP_V2: deprecated in the release, only warned about
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> "SglangEnv":

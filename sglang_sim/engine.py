@@ -77,7 +77,7 @@ class Generation:
 
     rid: str
     dp_rank: int  # the simulated scheduler that runs it
-    # meta_info's dp_rank as SGLang 0.5.23 fills it (tokenizer_manager._handle_batch_output from
+    # meta_info's dp_rank as SGLang fills it (tokenizer_manager._handle_batch_output from
     # BatchStrOutput.dp_ranks, set by output_streamer to get_parallel().dp_rank): a DP replica's index
     # under --dp-size N, None otherwise; attention-DP schedulers are launched without a DP rank
     # (data_parallel_controller.launch_dp_attention_schedulers passes None).
@@ -136,7 +136,7 @@ class Generation:
         return info
 
     def timestamps(self) -> dict:
-        """The time fields SGLang 0.5.23 adds to a finished request's meta_info (req_time_stats.py:
+        """The time fields SGLang adds to a finished request's meta_info (req_time_stats.py:
         SchedulerReqTimeStats and APIServerReqTimeStats.convert_to_output_meta_info), on the wall clock. Here
         the request is scheduled, and its response sent, the moment it arrives and its last token is out."""
         wall = lambda monotonic: self.arrived.wall + (monotonic - self.arrived.monotonic)  # noqa: E731

@@ -1,6 +1,6 @@
-"""The ``/metrics`` families SGLang 0.5.23's own front end sends, as the simulator must send them.
+"""The ``/metrics`` families SGLang's own front end sends, as the simulator must send them.
 
-``metric_families-0.5.23.json`` holds each family SGLang's HTTP server, TokenizerManager and scheduler
+``metric_families-<version>.json`` holds each family SGLang's HTTP server, TokenizerManager and scheduler
 collectors (observability/metrics_collector.py, http_request_metrics.py, cpu_monitor.py) expose with
 ``--enable-metrics``: its name (a counter's without ``_total``, as prometheus_client names it), type, help
 text, label names, histogram buckets, and the series a family always has (its fixed label values: a stage, a
@@ -19,8 +19,9 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from ground.sglang.release import DEFAULT_VERSION
 
-SNAPSHOT = Path(__file__).with_name("metric_families-0.5.23.json")
+SNAPSHOT = Path(__file__).with_name(f"metric_families-{DEFAULT_VERSION}.json")
 IDENTITY = ("model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank", "dp_rank", "pid")
 PER_OBSERVATION = ("is_streaming", "endpoint", "method", "status_code")
 SCHEDULER_LABEL = "tp_rank"  # a scheduler's family (one series per DP rank): the tokenizer's carry no ranks
@@ -82,7 +83,7 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     text = requests.get(argv[0].rstrip("/") + "/metrics", timeout=30).text
-    SNAPSHOT.write_text(json.dumps({"sglang": "0.5.23", "families": families_of(text)}, indent=1) + "\n",
+    SNAPSHOT.write_text(json.dumps({"sglang": DEFAULT_VERSION, "families": families_of(text)}, indent=1) + "\n",
                         encoding="utf-8")
     print(f"wrote {SNAPSHOT}")
     return 0

@@ -48,8 +48,8 @@ async def model_info(request: web.Request) -> web.Response:
     })
 
 
-# ServerArgs fields of SGLang 0.5.23 that no command-line flag sets, as /server_info reports them resolved
-# (server_args.resolved_dict(); seen on 0.5.23's own front end, tests/test_frontend_conformance.py).
+# ServerArgs fields of SGLang that no command-line flag sets, as /server_info reports them resolved
+# (server_args.resolved_dict(); seen on the release's own front end, tests/test_frontend_conformance.py).
 UNFLAGGED_FIELDS = {
     "_radix_eviction_policy_explicitly_set": False, "_speculative_draft_quantization_explicitly_set": False,
     "_swa_full_tokens_ratio_explicitly_set": True, "aux_hidden_state_capture": None,

@@ -1,4 +1,4 @@
-"""``/metrics`` in Prometheus text: every family SGLang 0.5.23's own front end sends, with its names, types,
+"""``/metrics`` in Prometheus text: every family SGLang's own front end sends, with its names, types,
 labels and buckets (``sglang_sim.metric_families``, taken from the real front end).
 
 One registry per server (no process-global state). What the simulator knows is measured: requests running and

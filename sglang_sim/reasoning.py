@@ -1,4 +1,4 @@
-"""When the simulated model thinks, as SGLang 0.5.23 decides it for a ``--reasoning-parser``.
+"""When the simulated model thinks, as SGLang decides it for a ``--reasoning-parser``.
 
 SGLang's chat layer decides per request whether the model reasons (serving_chat._get_reasoning_from_request,
 sent to the scheduler as ``require_reasoning``): with a chat template whose thinking toggle it cannot infer
@@ -19,7 +19,7 @@ from typing import Mapping
 
 from sglang_sim.tokenizer import THINK_END
 
-# parser -> its detector's reasoning_default (SGLang 0.5.23), for the detectors whose tags are <think></think>
+# parser -> its detector's reasoning_default (the SGLang release), for the detectors whose tags are <think></think>
 REASONING_DEFAULTS = {
     "deepseek-r1": "always", "gigachat35": "always", "minimax-append-think": "always", "step3": "always",
     "step3p5": "always",

@@ -28,6 +28,7 @@ from launchers.ledger import Ledger
 from launchers.processes import die_with_parent, group_members, kill_group, run_env, signal_group, started_at
 from suites.output import GPQA_SAMPLES_FILE
 from suites.progress_file import read_progress
+from suites.warm_worker import WarmChild, WarmPytest, warm_worker
 
 SUITES_DIR = Path(suites_package.__file__).parent
 SYNTHETIC_GPQA = SUITES_DIR / "data" / "gpqa_synthetic.csv"
@@ -131,13 +132,38 @@ def run_suites(request: SuiteRequest, watched: Sequence[Deployment] = (), watch:
     return _outcome(out_path, process.returncode, request.work_dir / "suites.log", stopped_by)
 
 
-def _start(argv: list[str], log, request: SuiteRequest) -> subprocess.Popen:
+def prestart(ledger: Ledger | None) -> None:
+    """Start the run's warm pytest worker now, so that its imports overlap the first cell's boot."""
+    _run_worker(ledger, "")
+
+
+def _run_worker(ledger: Ledger | None, cell_id: str) -> WarmPytest | None:
+    """The run's warm worker (suites.warm_worker), recorded in the run's ledger once; None: start pytest cold."""
+    run_id = ledger.run_id if ledger else None
+    worker = warm_worker(run_id or "", sys.executable, str(SUITES_DIR.parent), run_env(os.environ, run_id))
+    if worker is not None and ledger and worker.recorded_in != ledger.run_dir:
+        ledger.record("local", cell_id, None, pid=worker.process.pid, pgid=worker.process.pid,
+                      pid_started=started_at(worker.process.pid), what="suites worker")
+        worker.recorded_in = ledger.run_dir
+    return worker
+
+
+def _start(argv: list[str], log, request: SuiteRequest) -> subprocess.Popen | WarmChild:
     """pytest in a process group of its own that carries the run's mark, recorded in the ledger at once (it dies
-    with us until then: PDEATHSIG, long before it could start a worker of its own)."""
+    with us until then: PDEATHSIG, long before it could start a worker of its own). It is forked by the run's
+    warm worker (suites.warm_worker: the imports paid once per run, not per cell), or, without one, started as
+    an interpreter of its own."""
     run_id = request.ledger.run_id if request.ledger else None
-    process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                               cwd=SUITES_DIR.parent, env=run_env(os.environ, run_id), start_new_session=True,
-                               preexec_fn=die_with_parent())
+    env, cwd = run_env(os.environ, run_id), str(SUITES_DIR.parent)
+    worker = _run_worker(request.ledger, request.cell_id)
+    process: subprocess.Popen | WarmChild | None = None
+    if worker is not None:
+        log.flush()
+        with contextlib.suppress(InfraError):
+            process = worker.spawn(argv[3:], cwd, env, log.name)  # argv without "python -m pytest"
+    if process is None:
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
+                                   env=env, start_new_session=True, preexec_fn=die_with_parent())
     if request.ledger:
         request.ledger.record("local", request.cell_id, None, pid=process.pid, pgid=process.pid,
                               pid_started=started_at(process.pid), what="suites")
@@ -150,7 +176,7 @@ def _report_progress(path: Path, on_progress: Callable[[str], None]) -> None:
         on_progress(text)
 
 
-def _watch(process: subprocess.Popen, watched: Sequence[Deployment], watch: Watch,
+def _watch(process: subprocess.Popen | WarmChild, watched: Sequence[Deployment], watch: Watch,
            every_poll: Callable[[], None] = lambda: None) -> DsparkError | None:
     """Until pytest exits: the first rank death, hang or overrun, or None. ``every_poll`` runs at each check."""
     started = time.monotonic()
@@ -215,7 +241,7 @@ STOP_INTERRUPT_EVERY_S = 1.0
 GROUP_DRAIN_S = 2.0  # after pytest exited by itself, what is left of its group may take this long to exit
 
 
-def _stop(process: subprocess.Popen, grace_s: float, out_path: Path, run_id: str | None) -> None:
+def _stop(process: subprocess.Popen | WarmChild, grace_s: float, out_path: Path, run_id: str | None) -> None:
     """SIGINT (pytest ends the session and writes what it has so far), then SIGKILL the whole group once pytest
     exited, or wrote its results (its request threads may still hang on a dead server), or after ``grace_s``;
     the shared memory its workers held goes with them. With ``run_id``, only processes marked with it are killed

@@ -1,6 +1,6 @@
 """Talking to the server under test: OpenAI clients and the native JSON endpoints.
 
-Only what real SGLang 0.5.23 serves (http_server.py): ``/v1/*`` through the official ``openai``
+Only what real SGLang serves (http_server.py): ``/v1/*`` through the official ``openai``
 client, ``/server_info`` and ``/metrics`` with plain HTTP.
 """
 

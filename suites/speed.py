@@ -12,7 +12,7 @@ Per request (chat completions, streamed with ``stream_options={"include_usage": 
   token (``calculate_metrics``: ``adjusted_itl = itl / num_tokens``, ``extend([adjusted_itl] *
   num_tokens)``). The tokens of a chunk come from the server's per-chunk ``usage`` (SGLang's
   ``continuous_usage_stats``: exact, where bench_serving re-tokenizes the chunk's text);
-- ``itl_ms_*`` is what bench_serving 0.5.23 prints as ITL: per token when ``/server_info`` reports a
+- ``itl_ms_*`` is what bench_serving prints as ITL: per token when ``/server_info`` reports a
   speculative accept length (``use_retokenized_itl``), per chunk otherwise. Without speculation every
   chunk is one token and the two definitions agree.
 Percentiles are numpy's default (linear), as bench_serving's ``np.percentile``.
@@ -144,7 +144,7 @@ class FinishedRequest:
 
 
 def per_token_itl(itl: Sequence[float], itl_tokens: Sequence[int] | None) -> list[float] | None:
-    """Per-token ITL as bench_serving 0.5.23 computes it: each chunk gap / the chunk's tokens, once per token.
+    """Per-token ITL as bench_serving computes it: each chunk gap / the chunk's tokens, once per token.
     A chunk without new tokens (a step split into reasoning and content) passes its gap on to the next.
     None when the server gave no per-chunk usage."""
     if itl_tokens is None:
@@ -514,7 +514,7 @@ def distribution(name: str, values: Sequence[float]) -> dict[str, float | None]:
 
 
 def server_reports_accept_length(server: Server) -> bool:
-    """bench_serving 0.5.23's test for per-token ITL: ``/server_info`` internal_states[0] has an accept length
+    """bench_serving's test for per-token ITL: ``/server_info`` internal_states[0] has an accept length
     (``benchmark()``, after the run; a PD deployment answers for its decode side)."""
     info = server.get_json("/server_info") or {}
     if "decode" in info:

@@ -17,7 +17,8 @@ from launchers.docker.lifecycle import DockerLauncher
 from launchers.docker.spec import SIM_IMAGE, DockerSettings, container_spec
 from launchers.slurm.lifecycle import SlurmLauncher
 from launchers.slurm.script import render_job
-from launchers.slurm.settings import SlurmSettings
+from launchers.contract import LaunchContext
+from launchers.slurm.options import SlurmOptions
 from tests.cli_under_test import DSPARK_CI
 from tests.docker_engines import ENGINE1, containers_of, inventory, new_run_id, require_engine
 from tests.sim_plans import make_plan
@@ -85,9 +86,10 @@ def test_each_accelerator_reaches_the_engine_as_its_own_devices_and_nothing_is_l
                        "/root/.cache/huggingface:/root/.cache/huggingface,/dev/kfd:/dev/kfd,/dev/dri:/dev/dri"),
 ], ids=["apptainer-amd", "apptainer-nvidia", "apptainer-amd-own-image", "pyxis-amd"])
 def test_slurm_gives_amd_containers_rocm_devices_and_the_rocm_image(tmp_path, container, hardware, says):
-    settings = SlurmSettings(container=container, run_id="r1", progress=None)
-    plan = replace(amd_plan(SlurmLauncher(settings), hardware), gpus_per_node=8)
-    script = render_job(plan, tmp_path, settings, "tok").script
+    options, context = SlurmOptions(container=container), LaunchContext(run_id="r1", run_dir=tmp_path / "run")
+    launcher = SlurmLauncher(options, context)
+    plan = replace(amd_plan(launcher, hardware), gpus_per_node=8)
+    script = render_job(plan, tmp_path, options, context, launcher.tuning, "tok").script
     assert says.format(logs=tmp_path) in script
     assert "#SBATCH --gpus-per-node=8" in script  # AMD GPUs are Slurm's `gpu` GRES too
     if hardware.startswith("mi"):

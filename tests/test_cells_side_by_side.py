@@ -88,7 +88,13 @@ def test_a_cell_that_crashes_while_others_measure_fails_alone_and_every_cell_is_
     for cell in cells.values():  # the timing adds up: queue + boot + measure = start to finish
         assert _at(cell["started_at"]) <= _at(cell["ready_at"]) <= _at(cell["finished_at"])
         parts = cell["queue_seconds"] + cell["boot_seconds"] + cell["measure_seconds"]
-        assert abs(parts - cell["seconds"]) < 0.05, cell
+        # Exact but for rounding to the millisecond (three rounded parts), whatever the load: the queue is what the
+        # launcher's boot clock did not cover, so only when that clock read later than the cell's (queue clamped
+        # at 0) may the parts exceed the whole, never fall short of it.
+        if cell["queue_seconds"] > 0:
+            assert parts == pytest.approx(cell["seconds"], abs=0.002), cell
+        else:
+            assert parts >= cell["seconds"] - 0.002, cell
     suites = {s.get("name"): s for s in ElementTree.parse(run.out / "junit.xml").getroot().iter("testsuite")}
     assert {name: float(s.get("time")) for name, s in suites.items()} == pytest.approx(
         {cell_id: cell["seconds"] for cell_id, cell in cells.items()}, abs=0.002)

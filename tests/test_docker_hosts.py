@@ -248,10 +248,10 @@ class StreamDroppingContainer:
 
 
 def test_a_log_stream_that_ends_while_the_rank_runs_is_followed_again(tmp_path):
-    from launchers.docker.lifecycle import _LogPump
+    from launchers.docker.group import LogPump
 
     container = StreamDroppingContainer()
-    pump = _LogPump(container, tmp_path / "0.log", "# header\n", secrets=[])
+    pump = LogPump(container, tmp_path / "0.log", "# header\n", secrets=[])
     pump._pump()  # the thread's body, run here
     assert (tmp_path / "0.log").read_text() == "# header\nbooting\nstill loading\nready\nValueError: late\n"
     assert container.calls[0] is None  # from the start, then after each last line seen

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from dspark_ci import cli_reference
 from dspark_ci.evidence import MAX_BOOTS
+from ground.errors import ExitCode
 from ground.records import Status
 from ground.sglang.settings import SETTINGS
 from launchers.contract import Launcher
@@ -63,3 +64,9 @@ def test_architecture_lists_every_status_and_the_launcher_methods_as_declared():
         shown = ", ".join(p.name if p.default is inspect.Parameter.empty else f"{p.name}={p.default}"
                           for p in parameters)
         assert f"`{name}({shown})" in text, f"docs/ARCHITECTURE.md should give `{name}({shown})`"
+
+
+def test_contract_lists_every_exit_code():
+    text = (REPO / "docs" / "CONTRACT.md").read_text()
+    listed = [int(code) for code in re.findall(r"^- (\d+): ", text.split("Exit codes, for every verb:")[1], re.M)]
+    assert set(ExitCode) <= set(listed), f"docs/CONTRACT.md's exit codes miss {set(ExitCode) - set(listed)}"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from ground.errors import BadInput, InfraError
-from launchers.k8s import lifecycle as k8s, spec as k8s_spec
+from launchers.k8s import group as k8s_group, lifecycle as k8s, spec as k8s_spec
 from launchers.k8s.options import K8sOptions
 from launchers.contract import LaunchContext, LaunchFailed
 from launchers.plan_types import LaunchPlan
@@ -179,8 +179,8 @@ def test_what_a_killed_run_left_is_removed_by_cleanup_from_the_ledger(cluster, t
     launcher = launcher_for(cluster, tmp_path)
     run_id = launcher.settings.run_id
     (tmp_path / "logs").mkdir()
-    group = k8s._Group(make_plan(launcher.placement(2), 2, "k8s-killed"), tmp_path / "logs", launcher.settings,
-                       launcher.api)
+    group = k8s_group.Group(make_plan(launcher.placement(2), 2, "k8s-killed"), tmp_path / "logs", launcher.settings,
+                            launcher.api)
     group.create()
     group.wait_running()  # pods exist and run: the state a SIGKILL would leave behind
     entries = Ledger(run_id, tmp_path / "run").entries()

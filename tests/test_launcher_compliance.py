@@ -19,7 +19,7 @@ import requests
 
 from ground.records import Status  # noqa: F401 (the contract's vocabulary, imported as a launcher author would)
 from launchers import catalog
-from launchers.contract import Deployment, LaunchContext, LaunchFailed, Launcher
+from launchers.contract import Capacity, Deployment, LaunchContext, LaunchFailed, Launcher
 from launchers.ledger import Ledger
 from tests.sim_plans import FAST_SIM, make_plan
 
@@ -86,6 +86,16 @@ def test_is_a_launcher_and_its_module_gives_what_cleanup_needs(name, tmp_path):
     assert isinstance(launcher, Launcher) and launcher.name == name
     module = catalog.get(name).load()
     assert callable(module.build) and callable(module.remove_started)
+
+
+@launchers
+def test_says_how_many_cells_it_runs_side_by_side_and_why(name, tmp_path):
+    """``capacity()`` is part of the contract: the run asks every launcher, none is assumed to lack it."""
+    launcher, _ = launcher_for(name, tmp_path)
+    launcher.preflight([])
+    capacity = launcher.capacity()
+    assert isinstance(capacity, Capacity) and capacity.max_parallel >= 1 and capacity.why
+    assert capacity.nodes is None or capacity.nodes >= 0
 
 
 @launchers

@@ -12,11 +12,12 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-def shards_cli(tmp_path: Path, entries: list[dict], durations: dict | None = None, fleet: dict | None = None):
+def shards_cli(tmp_path: Path, entries: list[dict], durations: dict | None = None, fleet: dict | None = None,
+               red_rates: dict | None = None):
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"include": entries}))
     argv = [sys.executable, "-m", "ci.nightly.shards", str(plan)]
-    for flag, data in (("--durations", durations), ("--fleet", fleet)):
+    for flag, data in (("--durations", durations), ("--fleet", fleet), ("--red-rates", red_rates)):
         if data is not None:
             (tmp_path / f"{flag[2:]}.json").write_text(json.dumps(data))
             argv += [flag, str(tmp_path / f"{flag[2:]}.json")]
@@ -33,7 +34,29 @@ def test_cells_are_packed_longest_first_onto_the_least_loaded_runner(tmp_path):
     durations = {"a": 100, "b": 70, "c": 60, "d": 40, "e": 30}
     proc, shards = shards_cli(tmp_path, [entry(c) for c in "abcde"], durations, {"8-gpu-h200": 2})
     assert proc.returncode == 0, proc.stderr
-    assert [(s["shard"], s["cells"]) for s in shards] == [("8-gpu-h200-1", "a d"), ("8-gpu-h200-2", "b c e")]
+    assert [(s["shard"], set(s["cells"].split())) for s in shards] == [("8-gpu-h200-1", {"a", "d"}),
+                                                                      ("8-gpu-h200-2", {"b", "c", "e"})]
+    # Nothing known of reds: each shard runs its shortest cell first, the soonest verdict
+    assert [s["cells"] for s in shards] == ["d a", "e c b"]
+
+
+def test_a_cell_often_red_runs_first_in_its_shard_and_the_packing_stays(tmp_path):
+    durations = {"long_flaky": 3000, "short_steady": 600, "mid_steady": 1200}
+    rates = {"long_flaky": 0.6, "short_steady": 0.02}  # mid_steady: never judged, the prior
+    proc, shards = shards_cli(tmp_path, [entry(c) for c in durations], durations, {"8-gpu-h200": 1}, rates)
+    assert proc.returncode == 0, proc.stderr
+    # red per second: 0.6/3000 = 2e-4 beats 0.1/1200 = 8e-5 beats 0.02/600 = 3e-5
+    assert shards[0]["cells"] == "long_flaky mid_steady short_steady"
+    assert shards[0]["est_minutes"] == round(4800 / 60)
+
+
+def test_tonights_verdicts_move_the_red_rates_the_next_plan_reads(tmp_path):
+    from ci.nightly.shards import PRIOR_RED_RATE, RED_RATE_MEMORY, updated_red_rates
+
+    rates = updated_red_rates({"a": 0.5, "gone": 0.9}, {"a": False, "new": True})
+    assert rates["a"] == pytest.approx(0.5 * (1 - RED_RATE_MEMORY))
+    assert rates["new"] == pytest.approx(PRIOR_RED_RATE * (1 - RED_RATE_MEMORY) + RED_RATE_MEMORY)
+    assert rates["gone"] == 0.9  # not run tonight: what was known stays
 
 
 def test_measured_durations_win_over_estimates_and_labels_shard_apart(tmp_path):
@@ -41,7 +64,7 @@ def test_measured_durations_win_over_estimates_and_labels_shard_apart(tmp_path):
                entry("multi", runner="2x8-gpu-h200", nnodes=2)]
     _, shards = shards_cli(tmp_path, entries, {"rej": 9000}, {"8-gpu-h200": 1})
     by_shard = {s["shard"]: s for s in shards}
-    assert by_shard["8-gpu-h200-1"]["cells"] == "rej srv"  # the measured 150 min cell first
+    assert by_shard["8-gpu-h200-1"]["cells"] == "srv rej"  # the 45 min estimate before the measured 150 min
     assert by_shard["8-gpu-h200-1"]["est_minutes"] == 150 + 45
     assert by_shard["2x8-gpu-h200-1"]["est_minutes"] == 55 and by_shard["16-npu-a3-1"]["cells"] == "npu"
 
@@ -110,6 +133,9 @@ def test_an_infrastructure_failure_is_retried_once_and_marked_flaky(tmp_path):
 def test_a_gate_failure_is_never_retried_and_a_second_infra_failure_stays(tmp_path):
     proc, calls = run_shard(tmp_path, {"gate": [1, 0], "infra": [3, 3]})
     assert proc.returncode == 3
+    # Each red cell is announced as GitHub annotates it, the moment it is decided (the first before the next runs)
+    assert proc.stdout.splitlines()[0] == "::error title=dspark-ci%3A gate is red::accept_length 1.0 < 2.5"
+    assert "::error title=dspark-ci%3A infra is red::engine unreachable" in proc.stdout
     assert [c[3] for c in calls] == ["gate", "infra", "infra"]
     assert cell_result(tmp_path, "gate")["status"] == "failed"
     assert cell_result(tmp_path, "infra")["status"] == "error"

@@ -132,14 +132,29 @@ def test_expected_rejection_with_another_message_fails(tmp_path):
     assert "Some other reason." in cell["error"]
 
 
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def wait_until(condition, what: str, process: subprocess.Popen, timeout: float = 300) -> None:
+    """Poll an observable event (never a fixed sleep); the generous deadline only stops a hung test."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert process.poll() is None, f"the run ended before {what}"
+        assert time.monotonic() < deadline, f"no sign of {what} within {timeout:.0f} s"
+        time.sleep(0.1)
+
+
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 130)], ids=["ctrl-c", "sigterm"])
 def test_interrupting_a_run_keeps_results_and_leaves_nothing(tmp_path, sig, code):
     run = Run(tmp_path, SMOKE, "--cell", ONE_NODE, "--cell", TWO_NODES, faults="slow_decode=20")
+    served = tmp_path / "served.jsonl"  # the simulator writes a line per request it finished
+    run.env["DSPARK_SIM_EMISSION_LOG"] = str(served)
     process = run.start()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (run.out / "logs" / ONE_NODE / "suites.log").exists():
-        time.sleep(0.2)
-    time.sleep(1.0)  # in the middle of measuring
+    wait_until(lambda: (run.out / "logs" / ONE_NODE / "suites.log").exists(), "the suites to start", process)
+    before = _lines(served)
+    # In the middle of measuring: the suites have had a request answered since they started, and go on.
+    wait_until(lambda: _lines(served) > before, "the suites' first answered request", process)
     process.send_signal(sig)
     output, _ = process.communicate(timeout=60)
     assert process.returncode == code, output

@@ -47,3 +47,35 @@ def test_every_flag_a_row_emits_is_in_the_release_snapshot():
                    for s in SETTINGS if config.get(s.key) is None and s.flag})
     emitted = [token for token in launch_args(config) if token.startswith("--")]
     assert "--kv-cache-dtype" in emitted and [t for t in emitted if flags.get(t) is None] == []
+
+
+DRAFT_KV = """hardware: {cuda: h200}
+defaults: {model: org/m, model_slug: m, tp: 8, speculative_algorithm: DSPARK, speculative_block_size: 7}
+include:
+  - {}
+  - {speculative_draft_kv_cache_dtype: fp8_e4m3}
+"""
+
+
+def test_a_row_added_alone_names_its_cells_plans_its_flag_and_is_resolved(tmp_path):
+    """--speculative-draft-kv-cache-dtype came in as one row: sibling cells differing only in it get ids of their
+    own (no "cell id ... already used"), the plan passes the flag, SGLang's resolver is asked for the resolved
+    value, and the parity reference (no speculation) drops it with the rest of the draft's settings."""
+    from ground.sglang.settings import RESOLVED_FIELDS
+
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text(DRAFT_KV)
+    plain, fp8 = load_cells([str(matrix)])
+    assert plain.id == "m-tp8-a2a-none-dspark-b7-cuda" and fp8.id == "m-tp8-a2a-none-dspark-b7-dkv-fp8_e4m3-cuda"
+    argv = plan_launch(fp8, PLACEMENT).ranks[0].argv
+    assert argv[argv.index("--speculative-draft-kv-cache-dtype") + 1] == "fp8_e4m3"
+    assert "--speculative-draft-kv-cache-dtype" not in plan_launch(plain, PLACEMENT).ranks[0].argv
+    assert "speculative_draft_kv_cache_dtype" in RESOLVED_FIELDS
+    assert fp8.config.without_speculation().get("speculative_draft_kv_cache_dtype") is None
+
+
+def test_a_draft_kv_dtype_sglang_does_not_know_is_refused_at_its_line(tmp_path):
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text(DRAFT_KV.replace("fp8_e4m3", "int4"))
+    with pytest.raises(BadInput, match=r"m.yaml:5: speculative_draft_kv_cache_dtype must be one of auto, fp8_e5m2"):
+        load_cells([str(matrix)])

@@ -16,7 +16,7 @@ def node_args(nnodes: int, rank: int, dist_port: int) -> list[str]:
             "--tp-size", str(8 * nnodes)]
 
 
-def wait_for(predicate, timeout_s: float = 10.0) -> bool:
+def wait_for(predicate, timeout_s: float = 60.0) -> bool:  # a deadline for a hung test, not a bound
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
@@ -37,7 +37,7 @@ def test_rank0_is_healthy_only_after_every_rank_joined(sim, ports):
     assert wait_for(lambda: rank0.health() == 503)
     rank1 = sim(node_args(3, 1, dist), host="127.0.0.2", port=port, wait=False)
     assert wait_for(lambda: rank1.health() == 200)  # a dummy health server: says nothing about the group
-    time.sleep(0.3)
+    assert wait_for(lambda: "Node rank 1 joined (1/2 other ranks)" in rank0.log())  # rank 0 has counted it
     assert rank0.health() == 503  # rank 2 is still missing
     sim(node_args(3, 2, dist), host="127.0.0.3", port=port, wait=False)
     assert wait_for(lambda: rank0.health() == 200)

@@ -28,7 +28,9 @@ from launchers.contract import LaunchContext, LaunchFailed, LaunchTimeout, group
 from launchers.ledger import Ledger
 from launchers.plan_types import LaunchPlan
 from launchers.slurm import commands, lifecycle, script
-from launchers.slurm.lifecycle import SlurmLauncher, SlurmSettings
+from launchers.slurm.lifecycle import SlurmLauncher
+from launchers.slurm.options import SlurmOptions
+from launchers.slurm.tuning import SlurmTuning
 from tests.sim_plans import FAST_SIM, make_plan
 
 REPO = Path(__file__).resolve().parents[1]
@@ -78,13 +80,14 @@ def with_gpus(plan: LaunchPlan, gpus: int) -> LaunchPlan:
     return replace(plan, gpus_per_node=gpus)
 
 
-def settings(tmp_path: Path, faults: str = "", boot_timeout_s: float = 30.0, **overrides) -> SlurmSettings:
-    caller_env = {**os.environ, **FAST_SIM, "DSPARK_SIM_FAULTS": faults, "HF_TOKEN": SECRET}
-    values = dict(server="sim", partition=PARTITION, boot_timeout_s=boot_timeout_s, queue_timeout_s=60.0,
-                  poll_s=0.2, caller_env=caller_env, run_id=f"t{uuid.uuid4().hex[:6]}",
-                  ledger=Ledger("slurm-test", tmp_path / "run"), progress=None)
-    values.update(overrides)
-    return SlurmSettings(**values)
+def slurm_launcher(tmp_path: Path, faults: str = "", boot_timeout_s: float = 30.0, caller_env=None, progress=None,
+                   **options) -> SlurmLauncher:
+    """A launcher on the test cluster: the options as a user gives them, the run's context, quick polling."""
+    caller_env = caller_env or {**os.environ, **FAST_SIM, "DSPARK_SIM_FAULTS": faults, "HF_TOKEN": SECRET}
+    context = LaunchContext(run_id=f"t{uuid.uuid4().hex[:6]}", run_dir=tmp_path / "run", server="sim",
+                            boot_timeout_s=boot_timeout_s, caller_env=caller_env)
+    return SlurmLauncher(SlurmOptions(**{"partition": PARTITION, "queue_timeout_s": 60.0, **options}), context,
+                         SlurmTuning(poll_s=0.2, progress=progress))
 
 
 def plan_for(launcher: SlurmLauncher, nnodes: int, marker: str, gpus: int = 1) -> LaunchPlan:
@@ -109,7 +112,7 @@ def headers(logs: Path, nnodes: int) -> list[str]:
 
 
 def test_two_nodes_serve_from_two_slurm_nodes_then_nothing_is_left(cluster, tmp_path, marker):
-    launcher = SlurmLauncher(settings(tmp_path))
+    launcher = slurm_launcher(tmp_path)
     plan = plan_for(launcher, 2, marker)
     launcher.preflight([plan])
     logs = tmp_path / "logs"
@@ -147,7 +150,7 @@ def test_a_rank_exit_names_node_rank_1_within_seconds(cluster, tmp_path, marker,
         return group_failed(*args, **kwargs)
 
     monkeypatch.setattr(lifecycle, "group_failed", timed_group_failed)
-    launcher = SlurmLauncher(settings(tmp_path, faults="rank_exit=1:3"))
+    launcher = slurm_launcher(tmp_path, faults="rank_exit=1:3")
     logs = tmp_path / "logs"
     job_id = None
     with pytest.raises(LaunchFailed) as caught:
@@ -170,7 +173,7 @@ def test_a_rank_exit_names_node_rank_1_within_seconds(cluster, tmp_path, marker,
 
 
 def test_a_hung_boot_times_out_naming_what_it_awaited(cluster, tmp_path, marker):
-    launcher = SlurmLauncher(settings(tmp_path, faults="hang_boot", boot_timeout_s=3.0))
+    launcher = slurm_launcher(tmp_path, faults="hang_boot", boot_timeout_s=3.0)
     with pytest.raises(LaunchTimeout) as caught:
         with launcher.launch(plan_for(launcher, 1, marker), tmp_path / "logs"):
             pytest.fail("a hung server must not become healthy")
@@ -182,8 +185,8 @@ def test_a_hung_boot_times_out_naming_what_it_awaited(cluster, tmp_path, marker)
 
 def test_a_job_that_stays_pending_times_out_with_slurms_reason(cluster, tmp_path, marker):
     messages: list[str] = []
-    launcher = SlurmLauncher(settings(tmp_path, queue_timeout_s=2.0, extra=("--begin=now+1hour",),
-                                      progress=messages.append))
+    launcher = slurm_launcher(tmp_path, queue_timeout_s=2.0, extra=("--begin=now+1hour",),
+                              progress=messages.append)
     with pytest.raises(LaunchTimeout) as caught:
         with launcher.launch(plan_for(launcher, 1, marker), tmp_path / "logs"):
             pytest.fail("a job held until later must not run")
@@ -194,7 +197,7 @@ def test_a_job_that_stays_pending_times_out_with_slurms_reason(cluster, tmp_path
 
 
 def test_preflight_refuses_cells_that_can_never_fit_before_submitting(cluster, tmp_path, marker):
-    launcher = SlurmLauncher(settings(tmp_path))
+    launcher = slurm_launcher(tmp_path)
     most = max(cluster.values())
     with pytest.raises(BadInput) as caught:
         launcher.preflight([plan_for(launcher, 1, f"{marker}-ok"), plan_for(launcher, 2, marker, gpus=most + 8)])
@@ -208,14 +211,14 @@ def test_preflight_refuses_cells_that_can_never_fit_before_submitting(cluster, t
 
 def test_preflight_names_a_missing_partition_and_a_silent_cluster(cluster, tmp_path, marker):
     with pytest.raises(InfraError, match="partition 'no-such-partition' does not exist .*known: "):
-        SlurmLauncher(settings(tmp_path, partition="no-such-partition")).preflight([])
+        slurm_launcher(tmp_path, partition="no-such-partition").preflight([])
     env = {**os.environ, "SLURM_CONF": str(tmp_path / "missing.conf")}
     with pytest.raises(InfraError, match="Slurm does not answer.*SLURM_CONF"):
-        SlurmLauncher(settings(tmp_path, caller_env=env)).preflight([])
+        slurm_launcher(tmp_path, caller_env=env).preflight([])
 
 
 def test_ctrl_c_inside_the_block_leaves_nothing(cluster, tmp_path, marker):
-    launcher = SlurmLauncher(settings(tmp_path))
+    launcher = slurm_launcher(tmp_path)
     job_id = None
     with pytest.raises(KeyboardInterrupt):
         with launcher.launch(plan_for(launcher, 2, marker), tmp_path / "logs") as deployment:
@@ -290,12 +293,12 @@ def test_build_reads_the_catalog_options():
     launcher = kind.build(context, {"slurm_partition": "gpu", "slurm_account": "acct", "slurm_time": "01:00:00",
                                     "slurm_extra": ["--qos=high"], "slurm_gpus": "gres",
                                     "slurm_container": None, "slurm_queue_timeout": None})
-    s = launcher.settings
-    assert (s.partition, s.account, s.time, s.extra, s.gpus) == ("gpu", "acct", "01:00:00", ("--qos=high",), "gres")
-    assert (s.boot_timeout_s, s.queue_timeout_s, s.run_id) == (42, 600.0, "r1")
-    s = kind.build(replace(context, server="sglang"), {"slurm_queue_timeout": "90"}).settings
-    assert (s.partition, s.queue_timeout_s, s.gpus) == ("from-env", 90.0, "gpus-per-node")
-    assert kind.build(replace(context, server="sglang"), {}).settings.queue_timeout_s == 3600.0
+    o = launcher.options
+    assert (o.partition, o.account, o.time, o.extra, o.gpus) == ("gpu", "acct", "01:00:00", ("--qos=high",), "gres")
+    assert (launcher.context.boot_timeout_s, launcher.queue_timeout_s, launcher.context.run_id) == (42, 600.0, "r1")
+    again = kind.build(replace(context, server="sglang"), {"slurm_queue_timeout": "90"})
+    assert (again.options.partition, again.queue_timeout_s, again.options.gpus) == ("from-env", 90.0, "gpus-per-node")
+    assert kind.build(replace(context, server="sglang"), {}).queue_timeout_s == 3600.0
     with pytest.raises(BadInput, match="--slurm-container"):
         kind.build(context, {"slurm_container": "docker:img"})
     with pytest.raises(BadInput, match="--slurm-queue-timeout"):
@@ -306,9 +309,11 @@ def test_the_script_expands_node_rank_inside_each_task(tmp_path):
     """SGLang's sbatch example expands $SLURM_NODEID in the batch shell (every node rank 0): here it is only
     read inside the task function, and the script is valid bash in every container mode."""
     for container in (None, "pyxis:lmsysorg/sglang:v0.5.23", "apptainer:/images/sglang.sif"):
-        s = SlurmSettings(caller_env={"HF_TOKEN": SECRET}, container=container, run_id="r1", progress=None)
-        launcher = SlurmLauncher(s)
-        spec = script.render_job(with_gpus(make_plan(launcher.placement(2), 2, "c"), 8), tmp_path, s, "tok")
+        options = SlurmOptions(container=container)
+        context = LaunchContext(run_id="r1", run_dir=tmp_path / "run", caller_env={"HF_TOKEN": SECRET})
+        launcher = SlurmLauncher(options, context)
+        spec = script.render_job(with_gpus(make_plan(launcher.placement(2), 2, "c"), 8), tmp_path, options, context,
+                                 launcher.tuning, "tok")
         before_task, _, task = spec.script.partition("dspark_task() {")
         assert "SLURM_NODEID" not in before_task and "local rank=$SLURM_NODEID" in task
         assert "--node-rank \"$rank\"" in task and "--host \"$addr\"" in task
@@ -318,15 +323,15 @@ def test_the_script_expands_node_rank_inside_each_task(tmp_path):
         assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
     assert "--container-image=lmsysorg/sglang:v0.5.23" in script.render_job(
         make_plan(launcher.placement(1), 1, "c"), tmp_path,
-        replace(s, container="pyxis:lmsysorg/sglang:v0.5.23"), "tok").script
+        replace(options, container="pyxis:lmsysorg/sglang:v0.5.23"), context, launcher.tuning, "tok").script
     gres = script.render_job(with_gpus(make_plan(launcher.placement(1), 1, "c"), 4), tmp_path,
-                            replace(s, gpus="gres", container=None), "tok").script
+                            replace(options, gpus="gres", container=None), context, launcher.tuning, "tok").script
     assert "#SBATCH --gres=gpu:4" in gres
     assert commands.gpus_of("gpu:h100:4(S:0-1),gpu:a100:2") == 6 and commands.gpus_of("(null)") == 0
 
 
 def test_a_job_cancelled_behind_our_back_is_reported_as_such(cluster, tmp_path, marker):
-    launcher = SlurmLauncher(settings(tmp_path))
+    launcher = slurm_launcher(tmp_path)
     with pytest.raises(InfraError) as caught:
         with launcher.launch(plan_for(launcher, 1, marker), tmp_path / "logs") as deployment:
             job_id = deployment.job_id

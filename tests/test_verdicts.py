@@ -23,11 +23,13 @@ from tests.test_run_cli import ONE_NODE, REJECTED, REPO, SMOKE, TWO_NODES, Run
 RED = "❌ **FAILED**"
 GREEN = "✅ **PASSED**"
 # Rank liveness is checked every second while the suites run (suites.runner.Watch.poll_s); a stopped or dead
-# rank must end the whole run (suites stopped, ranks torn down, reports written) well within this.
-FAILS_WITHIN_S = 8.0
-# slow_decode=300 makes the smoke cells' accept suite take about 30 s when nothing goes wrong (measured: 11 s
-# at 100); the hang and exit tests must end far sooner than that.
-SLOW = "slow_decode=300"
+# rank must end the whole run (suites stopped, ranks torn down, reports written) at once, not when the suites
+# would have ended. The timing is the behaviour here, so it has a bound; the bound leaves room for a loaded
+# 2-core machine (start-up, teardown and reports then take seconds each) and stays far below SLOW's duration.
+FAILS_WITHIN_S = 30.0
+# slow_decode=1000 makes the smoke cells' accept suite take about 100 s when nothing goes wrong (measured: 11 s
+# at 100, about 30 s at 300); the hang and exit tests must end far sooner than that.
+SLOW = "slow_decode=1000"
 
 
 class VerdictRun(Run):
@@ -61,7 +63,9 @@ class VerdictRun(Run):
                               timeout=60, cwd=REPO)
 
 
-def wait_for(condition, what: str, timeout: float = 60.0):
+def wait_for(condition, what: str, timeout: float = 300.0):
+    """Poll for an observable event. The deadline only stops a hung test: it is no bound on the product, so it
+    leaves a loaded 2-core machine (launch and boot then take tens of seconds) ample room."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = condition()

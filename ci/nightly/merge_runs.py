@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ci.nightly.matrix_outputs import read_plan
+from ci.nightly.shards import read_json_numbers, updated_red_rates
 from ci.tool import run_tool
 from ground.errors import BadInput
 from ground.records import CellResult, Expect, RunResults, Status
@@ -82,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-id", default="merged", help="run_id of the merged run (default: merged)")
     parser.add_argument("--durations", type=Path,
                         help="also write {cell_id: seconds}, each cell's own wall time (for ci.nightly.shards)")
+    parser.add_argument("--red-rates", type=Path,
+                        help="update {cell_id: recent red rate} in this file with tonight's verdicts (for "
+                             "ci.nightly.shards, which runs the cells most likely red per second first)")
     args = parser.parse_args(argv)
 
     def body() -> int:
@@ -96,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
         write_results(args.out / "results.json", merge_results(runs, args.run_id, expected))
         if args.durations:
             args.durations.write_text(json.dumps(cell_durations(runs), indent=1, sort_keys=True) + "\n")
+        if args.red_rates:
+            red = {cell.id: cell.status.failing for _, results in runs for cell in results.cells}
+            rates = updated_red_rates(read_json_numbers(args.red_rates, "red rates file"), red)
+            args.red_rates.write_text(json.dumps(rates, indent=1, sort_keys=True) + "\n")
         return 0
 
     return run_tool("ci.nightly.merge_runs", body)

@@ -43,8 +43,24 @@ def run_shard(command: list[str], matrix: str, cells: list[str], out: Path, run_
             print(f"ci.nightly.shard_run: {cell}: infrastructure failure (exit 3); retrying once", file=sys.stderr)
             code = run_cell(command, matrix, cell, cell_dir, run_args)
             _mark_flaky(cell_dir, FLAKY.format(detail=f": {detail}" if detail else ""))
+        if code not in (ExitCode.OK, ExitCode.INCONCLUSIVE):
+            _announce_red(cell, code, cell_dir)
         worst = worst_exit((worst, code))  # an inconclusive cell (4) never hides a failed one
     return worst
+
+
+def _announce_red(cell: str, code: int, cell_dir: Path) -> None:
+    """The first signal of the night is a red cell: say so the moment it is decided, as an annotation GitHub
+    shows on the run's page while the shard goes on, not when the shard's last cell ends."""
+    why = (_first_error(cell_dir) or f"exit {code}; see its report.md")[:300]
+    title = f"dspark-ci: {cell} is red"
+    print(f"::error title={_escape(title, property=True)}::{_escape(why)}", flush=True)
+
+
+def _escape(text: str, property: bool = False) -> str:
+    """GitHub's workflow-command escaping (a property also escapes its separators)."""
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if property else text
 
 
 def _first_error(cell_dir: Path) -> str | None:

@@ -7,6 +7,12 @@ longest cell first onto the least-loaded shard (LPT: within 4/3 of the optimal m
 label's last shard ends as early as possible. A shard is one job running its cells one after the
 other, one boot per cell with all its suites (``python -m ci.nightly.shard_run``).
 
+Within a shard, cells run in the order that brings the first red verdict soonest: highest chance of red per
+second of GPU time first (``signal_order``; Smith's rule, which minimises the expected time to the first failure
+of independent tests). The chance of red is the cell's recent record (``--red-rates``: ``{cell_id: rate}``,
+kept by the report job, ``ci.nightly.merge_runs --red-rates``), ``PRIOR_RED_RATE`` for a cell with none; the
+packing across shards (LPT) is untouched, so the makespan is too.
+
 Cell times: the measured duration of the cell's last nightly (``--durations``: ``{cell_id: seconds}``,
 written by the report job) when there is one, else an estimate from what the cell does
 (``estimate_seconds``). Prints the same job outputs as ``ci.nightly.matrix_outputs`` (one ``include`` entry
@@ -34,6 +40,8 @@ RESOLVER_SECONDS = 3 * 60  # that job: install the resolver environment (~80 s),
 REJECT_SECONDS = 6 * 60  # an expected rejection: pull/boot until SGLang refuses
 SERVE_SECONDS = 45 * 60  # boot + accept + speed + GPQA with thinking
 MULTI_NODE_EXTRA = 10 * 60  # per extra node: image pull, rendezvous
+PRIOR_RED_RATE = 0.1  # a cell no nightly has judged yet: about what a new configuration shows in its first weeks
+RED_RATE_MEMORY = 0.3  # the weight of tonight in a cell's red rate (an exponentially weighted mean of nights)
 
 
 @dataclass(frozen=True)
@@ -55,9 +63,11 @@ def estimate_seconds(entry: dict) -> float:
     return base + MULTI_NODE_EXTRA * max(0, int(entry.get("nnodes") or 1) - 1)
 
 
-def schedule(entries: list[dict], durations: dict[str, float], fleet: dict[str, int]) -> list[Shard]:
-    """LPT per runner label: shards in label order of first appearance, cells longest first; the expected
-    rejections the plan marks ``"decided_by": "resolver"`` go to one CPU shard of their own, first."""
+def schedule(entries: list[dict], durations: dict[str, float], fleet: dict[str, int],
+             red_rates: dict[str, float] | None = None) -> list[Shard]:
+    """LPT per runner label: shards in label order of first appearance, cells placed longest first and run in
+    ``signal_order``; the expected rejections the plan marks ``"decided_by": "resolver"`` go to one CPU shard
+    of their own, first."""
     decided = tuple(e["cell"] for e in entries if e.get("decided_by") == "resolver")
     shards = [Shard(RESOLVER_RUNNER, 1, decided, RESOLVER_SECONDS, "resolver")] if decided else []
     by_runner: dict[str, list[tuple[float, str]]] = {}
@@ -74,8 +84,26 @@ def schedule(entries: list[dict], durations: dict[str, float], fleet: dict[str, 
             target = min(range(count), key=lambda i: (loads[i], i))
             loads[target] += seconds
             members[target].append(cell)
-        shards += [Shard(runner, i + 1, tuple(members[i]), loads[i]) for i in range(count)]
+        seconds_of = {cell: seconds for seconds, cell in cells}
+        shards += [Shard(runner, i + 1, signal_order(members[i], seconds_of, red_rates or {}), loads[i])
+                   for i in range(count)]
     return shards
+
+
+def signal_order(cells: list[str], seconds: dict[str, float], red_rates: dict[str, float]) -> tuple[str, ...]:
+    """The cells of one shard, highest chance of red per second first (ties: the order LPT placed them)."""
+    def rate(cell: str) -> float:
+        return red_rates.get(cell, PRIOR_RED_RATE) / max(seconds[cell], 1.0)
+
+    return tuple(sorted(cells, key=rate, reverse=True))
+
+
+def updated_red_rates(before: dict[str, float], red_tonight: dict[str, bool]) -> dict[str, float]:
+    """Each judged cell's red rate moved towards tonight's verdict; cells not run tonight keep theirs."""
+    rates = dict(before)
+    for cell, red in red_tonight.items():
+        rates[cell] = round((1 - RED_RATE_MEMORY) * before.get(cell, PRIOR_RED_RATE) + RED_RATE_MEMORY * red, 4)
+    return rates
 
 
 def lower_bound(entries: list[dict], durations: dict[str, float], fleet: dict[str, int]) -> float:
@@ -95,7 +123,7 @@ def shard_matrix(shards: list[Shard], matrix_of: dict[str, str]) -> dict:
                         for s in shards]}
 
 
-def _read_json_object(path: Path | None, what: str) -> dict:
+def read_json_numbers(path: Path | None, what: str) -> dict:
     if path is None or not path.is_file():
         return {}
     try:
@@ -113,13 +141,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("plan_json", type=Path, help="`dspark-ci plan --format github` output")
     parser.add_argument("--durations", type=Path, help="{cell_id: seconds} measured by the last nightly")
     parser.add_argument("--fleet", type=Path, help="{runner_label: runners}; default 2 per label")
+    parser.add_argument("--red-rates", type=Path, help="{cell_id: recent red rate} kept by the last nightly")
     args = parser.parse_args(argv)
 
     def body() -> int:
         entries = read_plan(args.plan_json)
-        durations = _read_json_object(args.durations, "durations file")
-        fleet = {k: int(v) for k, v in _read_json_object(args.fleet, "fleet file").items()}
-        shards = schedule(entries, durations, fleet)
+        durations = read_json_numbers(args.durations, "durations file")
+        fleet = {k: int(v) for k, v in read_json_numbers(args.fleet, "fleet file").items()}
+        red_rates = read_json_numbers(args.red_rates, "red rates file")
+        shards = schedule(entries, durations, fleet, red_rates)
         matrix = shard_matrix(shards, {e["cell"]: e["matrix"] for e in entries})
         print("\n".join(github_outputs(matrix, str(args.plan_json))))
         return 0

@@ -24,6 +24,8 @@ CHECKOUT, SETUP_PYTHON = "actions/checkout", "actions/setup-python"
 UPLOAD, DOWNLOAD = "actions/upload-artifact", "actions/download-artifact"
 CACHE, CACHE_RESTORE, CACHE_SAVE = "actions/cache", "actions/cache/restore", "actions/cache/save"
 DURATIONS = "nightly-durations.json"  # {cell_id: seconds} of the last nightly, for ci.nightly.shards
+RED_RATES = "nightly-red.json"  # {cell_id: recent red rate}: ci.nightly.shards runs likely reds first
+NIGHTLY_MEMORY = f"{DURATIONS}\n{RED_RATES}\n"  # what one nightly leaves the next (one cache entry)
 FLEET = "ci/nightly/fleet.json"  # runners per label
 HOSTED = "ubuntu-latest"
 PYTHON = "3.11"
@@ -50,7 +52,7 @@ def _install_on_hosted() -> list[Step]:
 # --- nightly ------------------------------------------------------------------------------------
 
 def _resolver_setup(name: str, **conditions) -> tuple[Step, ...]:
-    """SGLang 0.5.23's resolver environment on a CPU (cached; ~80 s cold), exported as DSPARK_SGLANG_PYTHON."""
+    """SGLang's resolver environment on a CPU (cached; ~80 s cold), exported as DSPARK_SGLANG_PYTHON."""
     cache = Step("Cache SGLang's resolver environment", uses=CACHE, with_={
         "path": ".cache/sglang-venv", "key": "sglang-resolver-${{ hashFiles('.ci/sglang-resolver.txt') }}"},
         **conditions)
@@ -60,8 +62,8 @@ def _resolver_setup(name: str, **conditions) -> tuple[Step, ...]:
 
 
 def _plan_job() -> Job:
-    restore = Step("Restore the last nightly's cell durations", uses=CACHE_RESTORE, with_={
-        "path": DURATIONS, "key": "nightly-durations-${{ github.run_id }}", "restore-keys": "nightly-durations-"})
+    restore = Step("Restore the last nightly's cell durations and red rates", uses=CACHE_RESTORE, with_={
+        "path": NIGHTLY_MEMORY, "key": "nightly-durations-${{ github.run_id }}", "restore-keys": "nightly-durations-"})
     plan = Step("Plan cells", id="plan", env={"SELECT": "${{ inputs.select }}"}, run=(
         # Split on spaces with read -a: no pathname expansion, so `d*` stays a glob over cell ids
         # (an unquoted $SELECT would expand it against the checkout: --select docker --select docs).
@@ -70,7 +72,8 @@ def _plan_job() -> Job:
         'for pattern in "${patterns[@]}"; do select_args+=(--select "$pattern"); done\n'
         "# Expected rejections SGLang's resolver decides on this CPU are marked, and go to one CPU job (ci.nightly.shards)\n"
         f'dspark-ci plan {NIGHTLY_MATRIX} --format github --rejections resolver "${{select_args[@]}}" > plan.json\n'
-        f'python3 -m ci.nightly.shards plan.json --durations {DURATIONS} --fleet {FLEET} >> "$GITHUB_OUTPUT"\n'))
+        f'python3 -m ci.nightly.shards plan.json --durations {DURATIONS} --red-rates {RED_RATES} --fleet {FLEET} '
+        '>> "$GITHUB_OUTPUT"\n'))
     outputs = {"cells": "${{ steps.plan.outputs.cells }}", "chunks": "${{ steps.plan.outputs.chunks }}"}
     outputs |= {chunk_output_name(i): f"${{{{ steps.plan.outputs.{chunk_output_name(i)} }}}}"
                 for i in range(MAX_CHUNKS)}
@@ -138,12 +141,12 @@ def _report_job(run_jobs: list[Job]) -> Job:
              with_={"pattern": "run-*", "path": RUNS_DIR}),
         Step("Merge and report", run=(
             f'python3 -m ci.nightly.merge_runs --out merged --plan plan/plan.json --run-id "nightly-$GITHUB_RUN_ID" '
-            f'--durations {DURATIONS} {RUNS_DIR}/*/*/\n'
+            f'--durations {DURATIONS} --red-rates {RED_RATES} {RUNS_DIR}/*/*/\n'
             'dspark-ci report merged --format md >> "$GITHUB_STEP_SUMMARY"\n')),
         Step("Upload the merged report", if_="always()", uses=UPLOAD, with_={
             "name": "nightly-report", "path": "merged/", "retention-days": 30}),
-        Step("Keep the cell durations for the next plan", if_="always()", uses=CACHE_SAVE, with_={
-            "path": DURATIONS, "key": "nightly-durations-${{ github.run_id }}"}),
+        Step("Keep the cell durations and red rates for the next plan", if_="always()", uses=CACHE_SAVE, with_={
+            "path": NIGHTLY_MEMORY, "key": "nightly-durations-${{ github.run_id }}"}),
         # junit.xml (one test case per cell and suite) as the run's test results, for test-report viewers.
         Step("Publish the test results", if_="always()", uses=UPLOAD, with_={
             "name": "nightly-junit", "path": "merged/junit.xml", "if-no-files-found": "warn", "retention-days": 30}),

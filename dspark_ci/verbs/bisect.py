@@ -31,8 +31,8 @@ from reports.results import load_results, write_text_atomically
 FAILURE = "failure"
 EPILOG = """\
 The builds, oldest first (the first must be good, the last bad):
-  --builds 0.5.23,0.5.24,0.5.25     a list;  --builds-file FILE  one per line (# comments)
-  --good 0.5.23 --bad 0.5.31        every patch version between (or the part of --builds between them)
+  --builds 0.5.24,0.5.25,0.5.26     a list;  --builds-file FILE  one per line (# comments)
+  --good 0.5.24 --bad 0.5.31        every patch version between (or the part of --builds between them)
 Under the simulator a build is the version it pretends (DSPARK_SIM_VERSION, so DSPARK_SIM_REGRESSION can plant a
 regression at one); under real SGLang each build is an image: --launcher docker --image-template
 'registry/sglang:dev-{ref}' (commits or tags as builds).
@@ -125,7 +125,7 @@ def _between(listed: list[str], good: str, bad: str) -> list[str]:
 
 
 def patch_range(good: str, bad: str) -> list[str]:
-    """0.5.23 .. 0.5.31 → every patch release between, both included."""
+    """0.5.24 .. 0.5.31 → every patch release between, both included."""
     try:
         first, last = Version(good), Version(bad)
     except InvalidVersion:

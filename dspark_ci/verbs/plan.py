@@ -24,7 +24,7 @@ EPILOG = f"""\
 formats:
   table   aligned columns for people (default)
   json    {{"cells": [CELL, ...]}}: each cell as in CONTRACT.md, with "ranks" (per-node argv and env
-          for SGLang 0.5.23, placed on a template: bind 0.0.0.0, leader ${{NODE0_ADDR}})
+          for SGLang {DEFAULT_VERSION}, placed on a template: bind 0.0.0.0, leader ${{NODE0_ADDR}})
   github  {{"include": [{{"cell": ID, "runner": LABEL, "matrix": PATH, "expect": OUTCOME,
           "nnodes": N[, "decided_by": "resolver"]}}, ...]}} for
           `strategy.matrix: ${{{{ fromJSON(needs.plan.outputs.matrix) }}}}`, on one line.

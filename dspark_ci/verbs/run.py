@@ -16,16 +16,16 @@ from typing import Any, Callable, TextIO
 from packaging.version import InvalidVersion, Version
 
 from ground.errors import BadInput
+from ground.sglang.release import DEFAULT_VERSION
 from launchers import catalog
-from launchers.optionset import seconds
 from matrices.quarantine import Quarantine, default_path, load_quarantine
-from launchers.contract import SERVERS, SIMULATED_SERVERS, LaunchContext
+from launchers.contract import SIMULATED_SERVERS, LaunchContext
 from dspark_ci import progress
 from dspark_ci import pipeline
-from dspark_ci.evidence import MAX_BOOTS, Sampling
+from dspark_ci.evidence import Sampling
 from dspark_ci.input_checks import check_before_launch
+from dspark_ci.run_flags import RERUN_DEFAULTS, RERUN_FLAGS, add_run_flags, argparse_type
 from ground.run_id import new_run_id
-from ground.sglang.release import DEFAULT_VERSION
 from sglang_sim.frontend.launch import VOCABULARY_ENV
 from suites.prompts import PROMPTS
 from suites.runner import SYNTHETIC_GPQA
@@ -49,51 +49,7 @@ Ctrl-C or SIGTERM: everything started is torn down, results.json keeps what was 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EXIT_CODES
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("matrices", nargs="+", metavar="MATRIX", help="matrix YAML files")
-    parser.add_argument("--cell", action="append", default=[], metavar="ID", help="run only this cell (repeatable)")
-    parser.add_argument("--launcher", choices=catalog.NAMES, default="local",
-                        help="; ".join(f"{kind.name}: {kind.help}" for kind in catalog.ALL_LAUNCHERS))
-    parser.add_argument("--suites", metavar="LIST", help=f"comma-separated, from {', '.join(KNOWN_SUITES)} "
-                        "(default: each cell's own suites)")
-    parser.add_argument("--out", type=Path, metavar="DIR", help="run directory (default runs/<run-id>/)")
-    parser.add_argument("--force", action="store_true",
-                        help="write into an --out directory that already holds files (the run files in it are "
-                        "replaced, other files are left as they are)")
-    parser.add_argument("--baseline", metavar="FILE", help="baseline file for every cell (default: each cell's own)")
-    parser.add_argument("--max-boots", type=positive_count, default=MAX_BOOTS, metavar="N",
-                        help="boots a cell may use when a statistical gate is inconclusive: looks after 1, 2, 4, ... "
-                        f"boots, only the undecided suites again (default {MAX_BOOTS}; 1: never boot again)")
-    parser.add_argument("--retries", type=non_negative_count, default=0, metavar="N",
-                        help="run a failed cell again up to N times; a cell that fails then passes stays failed, "
-                        "labelled flaky (default 0)")
-    parser.add_argument("--accept-inconclusive", action="store_true",
-                        help="exit 0 when the worst outcome is an inconclusive statistical gate (default: exit 4); "
-                        "never for release qualification, which demands conclusive passes")
-    parser.add_argument("--server", choices=SERVERS, default=os.environ.get("DSPARK_SERVER", "sim"),
-                        help="server under test: the embedded simulated SGLang server (default), real SGLang, or "
-                        "SGLang 0.5.23's own front end in front of the simulated engine (sglang-frontend: "
-                        "`bash .ci/sglang-frontend.sh`, --launcher local)")
-    parser.add_argument("--sglang-version", default=DEFAULT_VERSION,
-                        help="SGLang version under test, matched against each expectation's version spec")
-    shown = parser.add_mutually_exclusive_group()
-    shown.add_argument("--quiet", "-q", action="store_true",
-                       help="print only cells that did not pass and the run's last lines")
-    shown.add_argument("--verbose", "-v", action="store_true",
-                       help="every stage and every suite's progress as a plain line, even on a terminal")
-    parser.add_argument("--boot-timeout", type=positive_seconds, default=None, metavar="SECONDS",
-                        help="how long rank 0 may take to become healthy (default 60 for the simulator, 600 for sglang-frontend, 1800 for SGLang)")
-    parser.add_argument("--rejections", choices=("launch", "resolver"), default="launch",
-                        help="how expected rejections are decided: launch each one (default: release qualification), "
-                        "or let SGLang's own resolver decide on this CPU those it can tell from the arguments alone "
-                        "(nothing launched for them; hardware-bound ones still launch; needs DSPARK_SGLANG_PYTHON or "
-                        "`bash .ci/sglang-resolver.sh`)")
-    parser.add_argument("--quarantine", metavar="FILE",
-                        help="cells that run and are reported but do not gate until their expiry (default: "
-                        "../baselines/quarantine.yaml from the first matrix, as matrices name their baselines; "
-                        "matrices/quarantine.py)")
-    parser.add_argument("--max-parallel", type=positive_count, default=None, metavar="N",
-                        help="cells in flight at once, longest first (default: what the launcher has room for: the "
-                        "Slurm partition's nodes, the Kubernetes namespace's pod quota; 1 for local and docker)")
+    add_run_flags(parser)
     for kind in catalog.ALL_LAUNCHERS:
         for spec in kind.declared:  # checked when the launcher is built (launchers.optionset.from_values): exit 2
             option = spec.option
@@ -102,47 +58,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(option.flag, dest=spec.dest, metavar=option.metavar, choices=option.choices,
                                 action="append" if option.repeatable else "store", **checked,
                                 help=f"{option.help} ({kind.name} launcher{default})")
-
-
-def non_negative_count(text: str) -> int:
-    try:
-        count = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if count < 0 or count > 64:
-        raise argparse.ArgumentTypeError(f"{text} is out of range (0 to 64)")
-    return count
-
-
-# Upper bounds of the run's own numbers: past them a value is a typo that would wait for ever.
-MAX_COUNT = 10_000  # cells in flight, boots: never more than a matrix's cells (matrices/README.md)
-
-
-def argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    """An option's check as argparse's ``type``: a refused value is exit 2, the flag named, before anything runs."""
-    def convert(text: str) -> Any:
-        try:
-            return parse(text)
-        except ValueError as err:
-            raise argparse.ArgumentTypeError(str(err)) from None
-    convert.__name__ = parse.__name__  # argparse names the type in its message
-    return convert
-
-
-positive_seconds = argparse_type(seconds)
-
-
-def positive_count(text: str) -> int:
-    """A whole number ≥ 1 (argparse turns the error into exit 2 before anything is launched)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (e.g. 4)") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number of cells (e.g. 4)")
-    if value > MAX_COUNT:
-        raise argparse.ArgumentTypeError(f"{text} is more than {MAX_COUNT:,} (a matrix's most cells)")
-    return value
 
 
 def _suites(text: str | None) -> tuple[str, ...] | None:
@@ -200,26 +115,17 @@ def _version(text: str) -> str:
     try:
         Version(text)
     except InvalidVersion:
-        raise BadInput(f"--sglang-version {text}", "not a version number", "e.g. --sglang-version 0.5.23") from None
+        raise BadInput(f"--sglang-version {text}", "not a version number", f"e.g. --sglang-version {DEFAULT_VERSION}") from None
     return text
-
-
-# The options a rerun repeats (not --cell, which it sets, nor --out, which would overwrite this run).
-RERUN_FLAGS = (("--launcher", "launcher"), ("--suites", "suites"), ("--baseline", "baseline"), ("--server", "server"),
-               ("--sglang-version", "sglang_version"), ("--boot-timeout", "boot_timeout"),
-               ("--max-parallel", "max_parallel"), ("--rejections", "rejections"), ("--max-boots", "max_boots"),
-               ("--retries", "retries"), ("--quarantine", "quarantine"))
 
 
 def rerun_options(args: argparse.Namespace) -> tuple[str, ...]:
     """Every option given to this run that differs from its default, as command-line words."""
     flags = RERUN_FLAGS + tuple((s.option.flag, s.dest) for kind in catalog.ALL_LAUNCHERS for s in kind.declared)
-    defaults = {"launcher": "local", "server": "sim", "sglang_version": DEFAULT_VERSION, "rejections": "launch",
-                "max_boots": MAX_BOOTS, "retries": 0}
     words: list[str] = []
     for flag, dest in flags:
         value = getattr(args, dest, None)
-        if value is None or value == defaults.get(dest):
+        if value is None or value == RERUN_DEFAULTS.get(dest):
             continue
         for item in value if isinstance(value, list) else [value]:
             words += [flag, f"{item:g}" if isinstance(item, float) else str(item)]

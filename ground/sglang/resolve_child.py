@@ -2,7 +2,8 @@
 
 Standalone on purpose (standard library + sglang, nothing of ours), so ``ground.sglang.resolver`` can hand it
 to any interpreter or ``docker run ... python3 /dspark/resolve_child.py``. Reads
-``{"cases": [{"argv": [...], "env": {...}}, ...]}`` on stdin; for each case it sets exactly that SGLang
+``{"cases": [{"argv": [...], "env": {...}}, ...], "resolved_fields": [...]}`` on stdin (the fields reported for
+an admitted launch: ``ground.sglang.settings.RESOLVED_FIELDS``, from the settings' rows); for each case it sets exactly that SGLang
 environment, calls ``prepare_server_args(argv)`` then ``.resolve_once()`` (what ``launch_server`` does before
 it touches a GPU), and prints one JSON line: ``{"verdict": "admitted"|"rejected"|"hardware"|"environment",
 "error",
@@ -27,12 +28,6 @@ import traceback
 import types
 
 STUBBED = ("torchvision",)
-
-# Fields reported for an admitted launch (those that decide what is served).
-RESOLVED_FIELDS = ("speculative_algorithm", "speculative_num_draft_tokens", "speculative_dspark_block_size",
-                   "speculative_dflash_block_size", "speculative_num_steps", "speculative_eagle_topk",
-                   "speculative_draft_model_path", "tp_size", "dp_size", "attn_dp_size", "attn_cp_size",
-                   "enable_dp_lm_head", "moe_a2a_backend", "chunked_prefill_size", "max_running_requests", "device")
 
 # An exception raised while SGLang probes the machine rather than the arguments: not SGLang's verdict on
 # the launch. Matched against the message and the files of the traceback.
@@ -109,7 +104,7 @@ def _jsonable(value):
         return str(value)
 
 
-def resolve_one(argv: list[str], env: dict, base_env: dict) -> dict:
+def resolve_one(argv: list[str], env: dict, base_env: dict, fields: list[str]) -> dict:
     from sglang.srt.server_args import prepare_server_args
 
     os.environ.clear()
@@ -130,7 +125,7 @@ def resolve_one(argv: list[str], env: dict, base_env: dict) -> dict:
         return {"verdict": _verdict(err), "error": type(err).__name__, "message": str(err), "resolved": {},
                 "where": _where(err)}
     resolved_all = args.resolved_dict()
-    resolved = {name: _jsonable(resolved_all.get(name)) for name in RESOLVED_FIELDS}
+    resolved = {name: _jsonable(resolved_all.get(name)) for name in fields}
     return {"verdict": "admitted", "error": None, "message": None, "resolved": resolved, "where": ""}
 
 
@@ -151,7 +146,8 @@ def main() -> int:
     version = getattr(sglang, "__version__", None)
     print(json.dumps({"sglang": version, "stubs": list(STUBBED), "python": sys.executable}), file=out, flush=True)
     for case in request["cases"]:
-        result = resolve_one(list(case["argv"]), dict(case.get("env") or {}), base_env)
+        result = resolve_one(list(case["argv"]), dict(case.get("env") or {}), base_env,
+                             list(request.get("resolved_fields") or ()))
         print(json.dumps(result), file=out, flush=True)
     return 0
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ground.errors import BadInput, InfraError
+from ground.sglang.settings import RESOLVED_FIELDS
 
 _HERE = Path(__file__).resolve().parent
 REPO = _HERE.parent.parent
@@ -146,7 +147,8 @@ def resolve(resolver: Resolver, launches: Sequence[tuple[Sequence[str], Mapping[
     """SGLang's verdict on each (argv without the entrypoint, env); one process for all of them."""
     cases = [{"argv": prepare_argv(argv, resolver.config_root), "env": prepare_env(env)} for argv, env in launches]
     try:
-        done = subprocess.run(list(resolver.command), input=json.dumps({"cases": cases}), capture_output=True,
+        request = {"cases": cases, "resolved_fields": RESOLVED_FIELDS}
+        done = subprocess.run(list(resolver.command), input=json.dumps(request), capture_output=True,
                               text=True, timeout=TIMEOUT_S * (len(cases) + 1))
     except subprocess.TimeoutExpired:
         raise InfraError(f"--sglang {resolver.label}: SGLang's resolver did not answer within "

@@ -7,11 +7,28 @@ The matrix schema and expansion (``matrices/schema.py``, ``matrices/expand.py``)
 table of its own. A new setting is one field here; a new SGLang release is a new set of rows (and its
 ``flags-<version>.json``). Rules target SGLang 0.5.23 (sglang/srt/arg_groups/fields/*.py); every flag a rule
 emits is checked against the snapshot when a cell is planned.
+
+A row is one ``CellConfig`` field, ``key: type = setting(type, example, help, flag_rule, **facts)``; every fact of
+the setting is on it, and every other place derives from the rows:
+
+- ``flag_rule`` (``value``, ``value_unless``, ``switch``, ``rule``): the ``launch_server`` argv it becomes
+  (``launch_args``; ``launchers/launch_plan.py``).
+- ``default``, ``always``, ``nullable``, ``choices``, ``slug``, ``minimum``, ``maximum``: how a matrix value is
+  checked (``matrices/schema.py``; ``maximum`` is the bound past which a count is a typo).
+- ``id``: its part of the cell id (``IdPart(position, render)``; ``matrices/ids.py`` orders the parts by position),
+  so sibling cells that differ only in this setting get distinct ids. None: not part of the id.
+- ``resolved``: the fields of SGLang's resolved ``ServerArgs`` that report it for an admitted launch
+  (``RESOLVED_FIELDS``, sent to ``resolve_child.py``).
+- ``summary``: how the report's one-line config summary shows it. ``speculative``: dropped for the parity reference.
+
+The simulator parses every flag of the snapshot (``sglang_sim/args.py``) and acts on those it models; a row it does
+not model needs nothing there (``tests/test_settings.py`` checks each row's flag parses).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
@@ -51,6 +68,21 @@ class Summary:
 
 
 @dataclass(frozen=True)
+class IdPart:
+    """A setting's part of the cell id: ``render(config)`` ("" leaves it out) at ``position`` (lowest first)."""
+
+    position: int
+    render: Callable[[Config], str]
+
+
+# Upper bounds of the counts a cell sets: past them a value is a typo (2**64 GPUs) that would plan and even run green
+# on the simulator. tp/dp/cp/pp are bounded by the layout rules too (ranks <= nnodes * gpus_per_node).
+MAX_NODES, MAX_GPUS_PER_NODE = 1024, 128
+MAX_PARALLEL = MAX_NODES * MAX_GPUS_PER_NODE
+MAX_SPECULATIVE = 1024  # block size, steps, top-k, draft tokens
+
+
+@dataclass(frozen=True)
 class Setting:
     key: str
     type: type  # str, int or bool
@@ -65,6 +97,9 @@ class Setting:
     flag: FlagRule | None = None  # None: placement or naming, not an SGLang argument (or rendered by another row)
     summary: Summary | None = None
     speculative: bool = False  # part of speculative decoding (dropped for the non-speculative reference)
+    maximum: int | None = None  # for integers: past it a value is a typo
+    id: IdPart | None = None  # its part of the cell id; None: not in the id
+    resolved: tuple[str, ...] = ()  # SGLang's resolved ServerArgs fields reported for an admitted launch
 
 
 def value(flag: str, position: int) -> Callable[[str], FlagRule]:
@@ -110,6 +145,27 @@ def _block_size(c: Config) -> list[str]:
     return [BLOCK_SIZE_FLAGS[c["speculative_algorithm"]], str(size)] if size is not None else []
 
 
+def model_slug(model: str) -> str:
+    """``deepseek-ai/DeepSeek-V4-Flash`` -> ``deepseek-v4-flash`` (a matrix may set model_slug instead)."""
+    base = model.rstrip("/").rsplit("/", 1)[-1].lower()
+    return re.sub(r"[^a-z0-9._-]+", "-", base).strip("-._") or "model"
+
+
+def _speculative_id(c: Config) -> str:
+    algorithm = c.get("speculative_algorithm")
+    if not algorithm:
+        return ""
+    block = c.get("speculative_block_size")
+    return algorithm.lower() + (f"-b{block}" if block else "")
+
+
+def _context_parallel_id(c: Config) -> str:
+    if c["cp"] == 1:
+        return ""
+    strategy = c.get("cp_strategy") or "interleave"
+    return f"cp{c['cp']}" + ("" if strategy == "interleave" else f"-{strategy}")
+
+
 def setting(type_: type, example: str, help: str, flag: Callable[[str], FlagRule] | None = None,
             **facts: Any) -> Any:
     """One row: a ``CellConfig`` field whose metadata is the ``Setting`` (its key is the field's name)."""
@@ -121,55 +177,79 @@ class CellConfig(Mapping[str, Any]):
     """A cell's settings, typed; rows in the order results.json and plans show them. Read as a mapping it is the
     CONTRACT.md ``config`` object (``to_dict``): every ``always`` setting, the others when set."""
 
-    model: str = setting(str, "model: deepseek-ai/DeepSeek-V4-Flash", "--model-path", value("--model-path", 0))
+    model: str = setting(str, "model: deepseek-ai/DeepSeek-V4-Flash", "--model-path", value("--model-path", 0),
+        id=IdPart(10, lambda c: c.get("model_slug") or model_slug(c["model"])))
     model_slug: str | None = setting(str, "model_slug: dsv4-flash", "short model name used in cell ids", slug=True)
     draft_model: str | None = setting(str, "draft_model: z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat",
                                       "--speculative-draft-model-path",
-                                      value("--speculative-draft-model-path", 90), nullable=True, speculative=True)
+                                      value("--speculative-draft-model-path", 90), nullable=True, speculative=True,
+        resolved=("speculative_draft_model_path",))
     device: str = setting(str, "device: cuda", "--device", value("--device", 10), default="cuda", always=True,
-                          choices=DEVICES, summary=Summary("{}", position=0))
+                          choices=DEVICES, summary=Summary("{}", position=0),
+        id=IdPart(120, lambda c: c["device"]), resolved=("device",))
     hardware: str | None = setting(str, "hardware: h200", "accelerator type in the runner label", slug=True)
     nnodes: int = setting(int, "nnodes: 2", "nodes of the deployment", default=1, always=True, minimum=1,
-                          summary=Summary("{} nodes", (1,), position=5))
+                          summary=Summary("{} nodes", (1,), position=5),
+        maximum=MAX_NODES, id=IdPart(20, lambda c: f"{c['nnodes']}node" if c["nnodes"] > 1 else ""))
     gpus_per_node: int = setting(int, "gpus_per_node: 8", "accelerators per node", default=8, always=True,
-                                 minimum=1)
+                                 minimum=1,
+        maximum=MAX_GPUS_PER_NODE)
     tp: int = setting(int, "tp: 8", "--tp-size", value("--tp-size", 20), default=1, always=True, minimum=1,
-                      summary=Summary("tp {}", position=1))
+                      summary=Summary("tp {}", position=1),
+        maximum=MAX_PARALLEL, id=IdPart(30, lambda c: f"tp{c['tp']}"), resolved=("tp_size",))
     dp: int = setting(int, "dp: 4", "--dp-size, or --attn-dp-size with enable_dp_attention",
                       rule("--dp-size/--attn-dp-size", _data_parallel, 40), default=1, always=True, minimum=1,
-                      summary=Summary("dp {}", (1,), position=2))
+                      summary=Summary("dp {}", (1,), position=2),
+        maximum=MAX_PARALLEL, id=IdPart(50, lambda c: f"dp{c['dp']}" if c["dp"] > 1 else ""), resolved=("dp_size", "attn_dp_size"))
     enable_dp_attention: bool = setting(bool, "enable_dp_attention: true", "dp counts attention-DP groups "
                                         "(rendered by dp's rule)", default=False, always=True,
-                                        summary=Summary("dp-attention", (False,), position=6))
+                                        summary=Summary("dp-attention", (False,), position=6),
+        id=IdPart(60, lambda c: "dpattn" if c["enable_dp_attention"] else ""))
     enable_dp_lm_head: bool = setting(bool, "enable_dp_lm_head: true", "--enable-dp-lm-head",
-                                      switch("--enable-dp-lm-head", 50), default=False, always=True)
+                                      switch("--enable-dp-lm-head", 50), default=False, always=True,
+        id=IdPart(70, lambda c: "lmhead" if c["enable_dp_lm_head"] else ""), resolved=("enable_dp_lm_head",))
     cp: int = setting(int, "cp: 4", "prefill context parallel (CP v2) size",
                       rule("--enable-prefill-cp", _context_parallel, 60), default=1, always=True, minimum=1,
-                      summary=Summary("cp {}", (1,), position=3))
+                      summary=Summary("cp {}", (1,), position=3),
+        maximum=MAX_PARALLEL, id=IdPart(80, _context_parallel_id), resolved=("attn_cp_size",))
     cp_strategy: str | None = setting(str, "cp_strategy: interleave", "--cp-strategy (rendered by cp's rule)",
                                       nullable=True, choices=_choices("--cp-strategy"))
     pp: int = setting(int, "pp: 2", "--pp-size", value_unless("--pp-size", 1, 30), default=1, always=True,
-                      minimum=1, summary=Summary("pp {}", (1,), position=4))
+                      minimum=1, summary=Summary("pp {}", (1,), position=4),
+        maximum=MAX_PARALLEL, id=IdPart(40, lambda c: f"pp{c['pp']}" if c["pp"] > 1 else ""))
     moe_a2a_backend: str = setting(str, "moe_a2a_backend: none", "--moe-a2a-backend",
                                    value("--moe-a2a-backend", 70), default="none", always=True,
                                    choices=_choices("--moe-a2a-backend"),
-                                   summary=Summary("a2a {}", ("none",), position=7))
+                                   summary=Summary("a2a {}", ("none",), position=7),
+        id=IdPart(90, lambda c: f"a2a-{c['moe_a2a_backend']}"), resolved=("moe_a2a_backend",))
     speculative_algorithm: str | None = setting(str, "speculative_algorithm: DSPARK", "--speculative-algorithm",
                                                 value("--speculative-algorithm", 80), always=True, nullable=True,
                                                 choices=SPECULATIVE_ALGORITHMS, summary=Summary("{}", position=8),
-                                                speculative=True)
+                                                speculative=True,
+        id=IdPart(100, _speculative_id), resolved=("speculative_algorithm",))
     speculative_block_size: int | None = setting(
         int, "speculative_block_size: 7", "--speculative-dspark-block-size / --speculative-dflash-block-size",
-        rule("--speculative-*-block-size", _block_size, 100), nullable=True, minimum=1, speculative=True)
+        rule("--speculative-*-block-size", _block_size, 100), nullable=True, minimum=1, speculative=True,
+        maximum=MAX_SPECULATIVE, resolved=("speculative_dspark_block_size", "speculative_dflash_block_size"))
     speculative_num_steps: int | None = setting(int, "speculative_num_steps: 3", "--speculative-num-steps",
                                                 value("--speculative-num-steps", 110), nullable=True, minimum=1,
-                                                speculative=True)
+                                                speculative=True,
+        maximum=MAX_SPECULATIVE, resolved=("speculative_num_steps",))
     speculative_eagle_topk: int | None = setting(int, "speculative_eagle_topk: 1", "--speculative-eagle-topk",
                                                  value("--speculative-eagle-topk", 120), nullable=True, minimum=1,
-                                                 speculative=True)
+                                                 speculative=True,
+        maximum=MAX_SPECULATIVE, resolved=("speculative_eagle_topk",))
     speculative_num_draft_tokens: int | None = setting(
         int, "speculative_num_draft_tokens: 4", "--speculative-num-draft-tokens",
-        value("--speculative-num-draft-tokens", 130), nullable=True, minimum=1, speculative=True)
+        value("--speculative-num-draft-tokens", 130), nullable=True, minimum=1, speculative=True,
+        maximum=MAX_SPECULATIVE, resolved=("speculative_num_draft_tokens",))
+    speculative_draft_kv_cache_dtype: str | None = setting(
+        str, "speculative_draft_kv_cache_dtype: fp8_e4m3", "--speculative-draft-kv-cache-dtype (the draft model's "
+        "KV cache only; default: follows kv_cache_dtype)", value("--speculative-draft-kv-cache-dtype", 135),
+        nullable=True, choices=_choices("--speculative-draft-kv-cache-dtype"), speculative=True,
+        id=IdPart(105, lambda c: f"dkv-{c['speculative_draft_kv_cache_dtype']}"
+                  if c.get("speculative_draft_kv_cache_dtype") else ""),
+        resolved=("speculative_draft_kv_cache_dtype",))
     reasoning_parser: str | None = setting(str, "reasoning_parser: deepseek-v4", "--reasoning-parser",
                                            value("--reasoning-parser", 140), nullable=True)
     kv_cache_dtype: str | None = setting(str, "kv_cache_dtype: fp8_e4m3", "--kv-cache-dtype",
@@ -222,6 +302,11 @@ SETTINGS: tuple[Setting, ...] = _rows()
 BY_KEY: Mapping[str, Setting] = {s.key: s for s in SETTINGS}
 DEFAULTS: Mapping[str, Any] = {s.key: s.default for s in SETTINGS if s.always}
 FLAG_RULES: tuple[FlagRule, ...] = tuple(sorted((s.flag for s in SETTINGS if s.flag), key=lambda r: r.position))
+ID_PARTS: tuple[IdPart, ...] = tuple(sorted((s.id for s in SETTINGS if s.id), key=lambda part: part.position))
+MAXIMUM: Mapping[str, int] = {s.key: s.maximum for s in SETTINGS if s.maximum is not None}
+# Resolved fields that no row sets but that decide what is served (SGLang derives them).
+RESOLVED_BEYOND_ROWS = ("chunked_prefill_size", "max_running_requests")
+RESOLVED_FIELDS: tuple[str, ...] = (*(name for s in SETTINGS for name in s.resolved), *RESOLVED_BEYOND_ROWS)
 SUMMARIES: tuple[tuple[str, Summary], ...] = tuple(sorted(((s.key, s.summary) for s in SETTINGS if s.summary),
                                                           key=lambda item: item[1].position))
 

@@ -1,7 +1,7 @@
 """The Docker launcher: every rank of a cell as a container, node rank r on host r of the inventory.
 
-This module is the engine lifecycle (create, watch, log, tear down); what a container looks like is
-``launchers/docker/spec.py``.
+This module is the launcher (placement, preflight, launch); a launch's containers are ``launchers/docker/group.py``,
+the engine calls ``client.py``, removal ``cleanup.py``, what a container looks like ``spec.py``.
 
 Used like the local launcher::
 
@@ -20,45 +20,37 @@ its full log, force-remove it. Nothing is left running or stopped.
 from __future__ import annotations
 
 import contextlib
-import io
 import hashlib
 import itertools
-import re
 import sys
-import tarfile
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 from urllib.parse import urlparse
 
-import docker
-import docker.errors
-import requests
-from docker.utils import parse_repository_tag
-
 from ground.errors import InfraError
-from launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, Capacity, LaunchContext, Need, RankExit,
-                                best_fit, culprit, group_failed, gpus_wanted)
-from launchers.docker.spec import (LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, SIM_IMAGE, DockerSettings, container_env,
-                                   container_spec, device_environment, files_to_copy, image_for)
+from launchers.contract import Capacity, LaunchContext, Need, best_fit, gpus_wanted
+from launchers.docker.cleanup import remove_started
+from launchers.docker.client import ensure_image
+from launchers.docker.group import DockerDeployment, Group, RankContainer
+from launchers.docker.hosts import DockerHost, Inventory, clients, load_inventory
 from launchers.docker.options import DockerOptions
-from launchers.docker.hosts import DockerHost, Inventory, clients, connect, load_inventory
+from launchers.docker.spec import (LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, DockerSettings, container_env,
+                                   container_spec, device_environment, files_to_copy, image_for)
 from launchers.ledger import Ledger
-from launchers.processes import free_port, port_is_free, signals_deferred, sigterm_as_interrupt
 from launchers.logs import rank_log_path
+from launchers.materialize import secret_values
 from launchers.plan_types import LaunchPlan, Placement, RankCommand
-from launchers.materialize import redact, secret_values
+from launchers.processes import free_port, port_is_free, signals_deferred, sigterm_as_interrupt
 from launchers.readiness import Deadline, OurServer, wait_until_ready
 
-_EXITED = ("exited", "dead")
-SETTLE_S = 0.5  # after seeing one rank exit, let every engine catch up before naming the culprit
+__all__ = ["DockerLauncher", "HostLeases", "build", "remove_started"]  # remove_started: the catalog's contract
+
 REMOTE_PORT_TRIES = 20
-LOG_RECONNECT_S = 1.0  # pause before following a container's log again after its stream ended
+
 
 def build(context: LaunchContext, options: DockerOptions) -> "DockerLauncher":
     """The catalog's constructor (launchers.catalog): --hosts, --pull and --image, checked, in ``options``."""
@@ -238,7 +230,7 @@ class DockerLauncher:
         image = self.image_for(plan)
         labels = {LABEL_RUN: self.settings.run_id, LABEL_CELL: plan.cell_id, LABEL_LAUNCH: uuid.uuid4().hex[:8]}
         with clients(host.url for host in hosts) as engines, sigterm_as_interrupt():
-            group = _Group(labels, engines, self.settings.stop_timeout_s, self.settings.ledger)
+            group = Group(labels, engines, self.settings.stop_timeout_s, self.settings.ledger)
             try:
                 for url, client in engines.items():
                     ensure_image(client, url, image, self.settings.pull)
@@ -256,312 +248,12 @@ class DockerLauncher:
                     self._leases.release(plan)
 
     def _rank_container(self, command: RankCommand, host: DockerHost, image: str, labels: Mapping[str, str],
-                        accelerator: str, logs_dir: Path) -> "_RankContainer":
+                        accelerator: str, logs_dir: Path) -> "RankContainer":
         s = self.settings
         env = {**device_environment(host, accelerator, s.server),
                **container_env(command, s.caller_env, s.forward_env_prefixes)}
-        return _RankContainer(command=command, host=host,
+        return RankContainer(command=command, host=host,
                               spec=container_spec(command, host, image, labels, s, accelerator),
                               env=env, secrets=secret_values(command.env, s.caller_env),
                               files=files_to_copy(env, s.forward_env_prefixes),
                               log_path=rank_log_path(logs_dir, command.node_rank))
-
-
-class DockerDeployment:
-    def __init__(self, cell_id: str, base_url: str, group: "_Group"):
-        self.cell_id, self.base_url, self._group = cell_id, base_url, group
-        self.boot_seconds = 0.0
-
-    def check(self) -> None:
-        """Raise LaunchFailed naming the rank whose container exited first."""
-        self._group.check(self.cell_id)
-
-
-# --- images --------------------------------------------------------------------------------------
-
-def ensure_image(client: docker.DockerClient, url: str, image: str, policy: str) -> None:
-    """The image on this engine, pulled by policy; InfraError with what to do when it cannot be had."""
-    try:
-        client.images.get(image)
-        present = True
-    except docker.errors.ImageNotFound:
-        present = False
-    if policy == "never" and not present:
-        raise InfraError(f"image {image} is not on Docker engine {url} and the pull policy is `never`; "
-                         f"{_image_hint(image, url)}")
-    if policy == "always" or not present:
-        repository, tag = parse_repository_tag(image)
-        try:
-            client.images.pull(repository, tag=tag or "latest")
-        except (docker.errors.APIError, requests.RequestException) as err:
-            raise InfraError(f"cannot pull {image} onto Docker engine {url} ({str(err).splitlines()[0][:160]}); "
-                             f"{_image_hint(image, url)}") from None
-
-
-def _image_hint(image: str, url: str) -> str:
-    if image == SIM_IMAGE:
-        return f"build it without a registry: docker/build-sim-image.sh --docker-host {url}"
-    return (f"no registry reachable? load it from a machine that has it: "
-            f"`docker save {image} | docker -H {url} load`, or run with --pull never after loading")
-
-
-# --- one launched group of containers --------------------------------------------------------------
-
-@dataclass(frozen=True)
-class _RankContainer:
-    """Everything needed to start one node rank's container."""
-
-    command: RankCommand
-    host: DockerHost
-    spec: dict  # containers.create arguments, without the environment
-    env: dict[str, str]  # resolved: holds secret values
-    secrets: list[str]  # to mask wherever text could be printed
-    files: list[Path]  # copied into the container before it starts
-    log_path: Path
-
-
-@dataclass
-class _Rank:
-    command: RankCommand
-    host: DockerHost
-    container: Any  # docker.models.containers.Container (the SDK is untyped)
-    log: "_LogPump"
-
-
-class _Group:
-    """The containers of one launch: started one by one, watched together, removed together."""
-
-    def __init__(self, labels: Mapping[str, str], engines: Mapping[str, docker.DockerClient], stop_timeout_s: int,
-                 ledger: Ledger | None = None):
-        self.labels, self.engines, self.stop_timeout_s, self.ledger = dict(labels), engines, stop_timeout_s, ledger
-        self.ranks: list[_Rank] = []
-        self.attempted: list[tuple[str, str]] = []  # (engine, container name) of every create sent, even unanswered
-
-    def start(self, rank: _RankContainer) -> None:
-        command, host, spec = rank.command, rank.host, rank.spec
-        if self.ledger:  # before it exists: a hard kill after create still leaves a record naming it
-            self.ledger.record("docker", self.labels[LABEL_CELL], command.node_rank, engine=host.url,
-                               container=spec["name"])
-        self.attempted.append((host.url, spec["name"]))
-        try:
-            # A Ctrl-C or SIGTERM landing while the engine creates the container is held until the container is
-            # ours to remove (the engine finishes the create whatever we do; the caller must know the container).
-            with signals_deferred():
-                container = self.engines[host.url].containers.create(environment=rank.env, **spec)
-                header = (f"# node rank {command.node_rank} on {host.url} ({host.address}), image {spec['image']}, "
-                          f"container {spec['name']}\n# {' '.join(spec['command'])}\n")
-                log = _LogPump(container, rank.log_path, redact(header, rank.secrets), rank.secrets)
-                self.ranks.append(_Rank(command, host, container, log))  # from here on, teardown removes it
-            _copy_into(container, rank.files)
-            container.start()
-        except docker.errors.APIError as err:
-            raise InfraError(f"Docker engine {host.url} could not start node rank {command.node_rank} "
-                             f"({spec['name']}, image {spec['image']}): "
-                             f"{redact(err.explanation or str(err), rank.secrets)}") from None
-        log.start()
-
-    def check(self, cell_id: str) -> None:
-        if not self._exited():
-            return
-        time.sleep(SETTLE_S)  # another engine may not have registered its rank's exit yet
-        exited = self._exited()
-        exits = [RankExit(e.rank.command.node_rank, e.code, e.finished_at, e.rank.log.last_lines(LOG_LINES_SEARCHED))
-                 for e in exited]
-        blamed = next(e for e in exited if e.rank.command.node_rank == culprit(exits).node_rank)
-        raise group_failed(cell_id, exits, [f"container on {blamed.rank.host.url}", f"full log: {blamed.rank.log.path}"])
-
-    def _exited(self) -> list["_Exit"]:
-        states = [(rank, self._state(rank)) for rank in self.ranks]
-        return [_Exit(rank, state.get("ExitCode"), _seconds(state.get("FinishedAt", "")))
-                for rank, state in states if state.get("Status") in _EXITED]
-
-    def _state(self, rank: _Rank) -> dict:
-        try:
-            rank.container.reload()
-            return rank.container.attrs.get("State", {})
-        except docker.errors.NotFound:
-            return {"Status": "dead", "ExitCode": None, "Error": "container removed behind our back"}
-        except (docker.errors.APIError, requests.RequestException) as err:
-            raise InfraError(f"lost Docker engine {rank.host.url} while watching node rank "
-                             f"{rank.command.node_rank}: {str(err).splitlines()[0][:160]}") from None
-
-    def rank0_tail(self) -> list[str]:
-        return self.ranks[0].log.last_lines(LOG_LINES_KEPT) if self.ranks else []
-
-    def teardown(self) -> None:
-        """Stop, keep the log of, and remove every container of this launch, on every engine, in parallel."""
-        known = {rank.container.id: rank for rank in self.ranks}
-        stragglers = {c.id: c for client in self.engines.values() for c in _labelled(client, self.labels)
-                      if c.id not in known}  # e.g. created just as Ctrl-C arrived
-        named = {rank.container.name for rank in self.ranks}
-        stragglers.update({c.id: c for url, name in self.attempted if name not in named
-                           for c in _named(self.engines[url], name) if c.id not in known})
-        jobs = [lambda r=rank: _dispose(r.container, self.stop_timeout_s, r.log) for rank in self.ranks]
-        jobs += [lambda c=container: _dispose(c, 0, None) for container in stragglers.values()]
-        if jobs:
-            with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-                for future in [pool.submit(job) for job in jobs]:
-                    future.result()
-
-
-@dataclass(frozen=True)
-class _Exit:
-    rank: _Rank
-    code: int | None
-    finished_at: float  # engine's clock, seconds
-
-
-def _seconds(rfc3339: str) -> float:
-    """Docker's FinishedAt (nanoseconds, trailing zeros trimmed) as a number that sorts right."""
-    match = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?", rfc3339 or "")
-    if not match:
-        return float("inf")
-    whole = datetime.fromisoformat(match.group(1)).replace(tzinfo=timezone.utc).timestamp()
-    return whole + float(match.group(2) or 0)
-
-
-def _dispose(container, stop_timeout_s: int, log: "_LogPump | None") -> None:
-    """Stop (short grace), save the complete log, force-remove. Never raises: teardown must go on."""
-    try:
-        with contextlib.suppress(docker.errors.APIError, requests.RequestException):
-            container.stop(timeout=stop_timeout_s)
-        try:
-            if log:
-                log.finish()
-        finally:  # whatever keeping the log met, the container goes
-            container.remove(force=True, v=True)
-    except docker.errors.NotFound:
-        pass
-    except (docker.errors.APIError, requests.RequestException) as err:
-        print(f"dspark-ci: could not remove container {container.name}: {err} "
-              "(`dspark-ci cleanup` removes it later)", file=sys.stderr)
-
-
-def remove_leftover(container) -> None:
-    """Remove a container at once (its run is gone: there is nobody to stop it gracefully for)."""
-    with contextlib.suppress(docker.errors.NotFound):
-        container.remove(force=True, v=True)
-
-
-def remove_started(entry: dict) -> str | None:
-    """Remove the container a dead run recorded in its ledger, on the engine it recorded (catalog contract)."""
-    client = connect(entry["engine"])
-    try:
-        container = client.containers.get(entry["container"])
-        if container.labels.get(LABEL_RUN) != entry.get("run_id"):
-            return None  # the name was reused by another run: not ours to touch
-        remove_leftover(container)
-        return f"container {entry['container']} on {entry['engine']} (cell {entry.get('cell')}, rank {entry.get('rank')})"
-    except docker.errors.NotFound:
-        return None
-    finally:
-        client.close()
-
-
-def _labelled(client: docker.DockerClient, labels: Mapping[str, str]) -> list:
-    try:  # a container removed between the engine's listing and its inspection is skipped, not an error
-        return client.containers.list(all=True, filters={"label": [f"{k}={v}" for k, v in labels.items()]},
-                                      ignore_removed=True)
-    except (docker.errors.APIError, requests.RequestException):
-        return []
-
-
-def _named(client: docker.DockerClient, name: str) -> list:
-    """The container of this exact name, if the engine has it (a create sent but never answered)."""
-    try:
-        return [client.containers.get(name)]
-    except (docker.errors.APIError, requests.RequestException):
-        return []
-
-
-def _copy_into(container, paths: list[Path]) -> None:
-    if not paths:
-        return
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
-        for path in paths:
-            archive.add(str(path), arcname=str(path).lstrip("/"))
-    container.put_archive("/", buffer.getvalue())
-
-
-# --- logs ------------------------------------------------------------------------------------------
-
-class _LogPump:
-    """Copies one container's output into its rank log as it comes, secrets redacted.
-
-    A follow stream may never end after the container exits, so the pump is a daemon thread whose stream
-    teardown closes; ``finish`` then rewrites the file from the engine's complete, non-streamed log. A stream
-    may also end while the container still runs (an idle HTTP connection dropped by the client or a proxy):
-    the pump then reconnects from the last line's timestamp, so the rank log stays live.
-    """
-
-    def __init__(self, container, path: Path, header: str, secrets: list[str]):
-        self.container, self.path, self.header, self.secrets = container, path, header, secrets
-        self._stream: Any = None
-        self._lock = threading.Lock()
-        self._finished = False
-        path.write_text(header)
-        self._thread = threading.Thread(target=self._pump, name=f"log-{path.parent.name}-{path.stem}", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _pump(self) -> None:
-        since: float | None = None
-        while not self._finished:
-            pending = b""
-            with contextlib.suppress(Exception):  # the stream ends by closing, with the engine, or idle
-                self._stream = self.container.logs(stream=True, follow=True, stdout=True, stderr=True,
-                                                   timestamps=True, since=since)
-                for chunk in self._stream:
-                    pending += chunk
-                    complete, _, pending = pending.rpartition(b"\n")
-                    if complete:
-                        since = self._append(complete + b"\n") or since
-            if pending:
-                since = self._append(pending) or since
-            if self._finished or not self._running():
-                return
-            time.sleep(LOG_RECONNECT_S)
-
-    def _running(self) -> bool:
-        try:
-            self.container.reload()
-            return self.container.status == "running"
-        except (docker.errors.APIError, requests.RequestException):
-            return False
-
-    def _append(self, data: bytes) -> float | None:
-        """Write timestamped lines without their stamps; return the last line's time (to reconnect after it)."""
-        lines, last = [], None
-        for line in data.decode("utf-8", "replace").splitlines(keepends=True):
-            stamp, _, text = line.partition(" ")
-            when = _seconds(stamp)
-            if when != float("inf"):
-                last, line = when, text
-            lines.append(line)
-        with self._lock:
-            if not self._finished:
-                with open(self.path, "a") as handle:
-                    handle.write(redact("".join(lines), self.secrets))
-        return None if last is None else last + 1e-6
-
-    def last_lines(self, count: int) -> list[str]:
-        """The container's last lines, straight from the engine (the pump may lag behind)."""
-        try:
-            text = self.container.logs(stdout=True, stderr=True, tail=count).decode("utf-8", "replace")
-        except (docker.errors.APIError, requests.RequestException):
-            text = self.path.read_text(errors="replace")
-        return redact(text, self.secrets).splitlines()[-count:]
-
-    def finish(self) -> None:
-        with contextlib.suppress(Exception):
-            if self._stream is not None:
-                self._stream.close()
-        if self._thread.ident is not None:  # not started when the interrupt came before the container started
-            self._thread.join(timeout=2)
-        with contextlib.suppress(docker.errors.APIError, requests.RequestException):
-            full = self.container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
-            with self._lock:
-                self._finished = True
-                self.path.write_text(self.header + redact(full, self.secrets))

@@ -21,7 +21,7 @@ from typing import Iterator, Mapping, Sequence
 import psutil
 
 from ground.errors import InfraError
-from launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, LaunchContext, LaunchFailed, RankExit, culprit,
+from launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, Capacity, LaunchContext, LaunchFailed, RankExit, culprit,
                                 group_failed)
 from launchers.ledger import Ledger
 from launchers.local.options import LocalOptions
@@ -31,11 +31,12 @@ from launchers.processes import (descendants, die_with_parent, free_port, kill_g
                                  signals_deferred, started_at, stop_all)
 from launchers.materialize import frontend_python, redact, resolve_env, secret_values, server_argv
 from launchers.readiness import Deadline, OurServer, wait_until_ready
+from ground.sglang.release import DEFAULT_VERSION
 
 
 # server -> (modules its Python must import, how to get them)
 PREFLIGHT_MODULES = {
-    "sglang": (("sglang",), "`pip install sglang==0.5.23`, or run the simulated server (--server sim) or "
+    "sglang": (("sglang",), f"`pip install sglang=={DEFAULT_VERSION}`, or run the simulated server (--server sim) or "
                             "containers (--launcher docker)"),
     "sglang-frontend": (("sglang", "fastapi", "uvicorn"), "build its venv with `bash .ci/sglang-frontend.sh` "
                                                           "(prints the Python to set as DSPARK_SGLANG_PYTHON)"),
@@ -107,6 +108,11 @@ class LocalLauncher:
 
     def __init__(self, settings: LocalSettings = LocalSettings()):
         self.settings = settings
+
+    def capacity(self) -> Capacity:
+        """One cell at a time: cells side by side would share this CPU and disturb each other's timings."""
+        return Capacity(1, None, f"the {self.name} launcher runs one cell at a time unless --max-parallel says "
+                                 "otherwise")
 
     def preflight(self, plans: Sequence[LaunchPlan]) -> None:
         """What the server needs must be importable by the Python that runs it, before anything starts."""

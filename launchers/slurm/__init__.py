@@ -2,7 +2,7 @@
 
 Used like every launcher (``launchers.contract``)::
 
-    launcher = SlurmLauncher(SlurmSettings(partition="gpu", caller_env=os.environ))
+    launcher = SlurmLauncher(SlurmOptions(partition="gpu"), LaunchContext(run_id, run_dir, caller_env=os.environ))
     launcher.preflight(plans)                       # Slurm answers; the partition exists and can hold every cell
     with launcher.launch(plan, logs_dir) as deployment:
         ...  # deployment.base_url (rank 0's address, known once the job runs); check() raises if a task ended

@@ -31,7 +31,8 @@ from launchers.slurm.commands import (NODES_OUT_OF_SERVICE, RUNNING_STATES, WAIT
                                       wait_gone)
 from launchers.slurm.script import gpus_per_node, render_job
 from launchers.slurm.options import SlurmOptions
-from launchers.slurm.settings import SlurmSettings
+from launchers.slurm.options import DEFAULT_QUEUE_TIMEOUT_S
+from launchers.slurm.tuning import SlurmTuning
 
 SETTLE_S = 0.5  # after one task's exit marker, let the tasks dying of losing it write theirs
 MARKER_GRACE_S = 3.0  # a job seen ended: how long its exit markers may lag (shared file systems)
@@ -42,11 +43,7 @@ _EXIT_MARKER = re.compile(r"rank (\d+) exited (-?\d+) at ([0-9.]+)( after SIGTER
 
 def build(context: LaunchContext, options: SlurmOptions) -> "SlurmLauncher":
     """The catalog's constructor (launchers.catalog): the --slurm-* options, checked, in ``options``."""
-    return SlurmLauncher(SlurmSettings(
-        server=context.server, partition=options.partition, account=options.account, time=options.time,
-        extra=options.extra, gpus=options.gpus, container=options.container,
-        queue_timeout_s=options.queue_timeout_for(context.server), boot_timeout_s=context.boot_timeout_s,
-        caller_env=dict(context.caller_env), run_id=context.run_id, ledger=Ledger(context.run_id, context.run_dir)))
+    return SlurmLauncher(options, context)
 
 
 class QueueTimeout(LaunchTimeout):
@@ -62,16 +59,26 @@ class QueueTimeout(LaunchTimeout):
 class SlurmLauncher:
     name = "slurm"
 
-    def __init__(self, settings: SlurmSettings | None = None):
-        self.settings = settings or SlurmSettings()
+    def __init__(self, options: SlurmOptions, context: LaunchContext, tuning: SlurmTuning = SlurmTuning()):
+        """The user's options as declared (one record), the run's context, and what no user sets."""
+        # The --slurm-* values are checked once, as options (launchers/slurm/options.py); the server by the CLI.
+        if context.server not in DEFAULT_QUEUE_TIMEOUT_S:
+            raise BadInput("--server", f"unknown server {context.server!r}", "choose sim or sglang")
+        self.options, self.context, self.tuning = options, context, tuning
+        self.ledger = Ledger(context.run_id, context.run_dir)  # where every job is recorded, before sbatch
+
+    @property
+    def queue_timeout_s(self) -> float:
+        """PENDING until this: LaunchTimeout naming Slurm's reason (--slurm-queue-timeout, else the server's)."""
+        return self.options.queue_timeout_for(self.context.server)
 
     def placement(self, nnodes: int, gpus_per_node: int | None = None) -> Placement:
         """Nodes are only known once the job runs, so --host, --node-rank and --dist-init-addr are placeholders
         the script replaces (each task binds its own NodeAddr; the leader is the job's first node). Ports: free
         on this machine (right for a cluster on this machine), or drawn from ``port_range``; either way each
         task checks them on its own node before starting its server."""
-        if self.settings.port_range:
-            low, high = self.settings.port_range
+        if self.tuning.port_range:
+            low, high = self.tuning.port_range
             port, dist_port = random.sample(range(low, high + 1), 2)
         else:
             port, dist_port = free_port(), free_port()
@@ -80,14 +87,14 @@ class SlurmLauncher:
 
     def preflight(self, plans: Sequence[LaunchPlan]) -> None:
         """Slurm answers, the partition exists, and it has enough nodes with enough GPUs for every cell."""
-        env, timeout = self.settings.caller_env, self.settings.command_timeout_s
+        env, timeout = self.context.caller_env, self.tuning.command_timeout_s
         conf = env.get("SLURM_CONF")
         if conf and not Path(conf).is_file():
             raise InfraError(f"Slurm does not answer: SLURM_CONF={conf} does not exist; {conf_hint(env)}")
         listing = checked_output(["scontrol", "show", "partition", "-o"], env, timeout)
         partitions = [key_values(line) for line in listing.splitlines() if line.strip()]
         names = [p.get("PartitionName", "") for p in partitions]
-        wanted = self.settings.partition or next((p.get("PartitionName") for p in partitions
+        wanted = self.options.partition or next((p.get("PartitionName") for p in partitions
                                                   if p.get("Default") == "YES"), None)
         if wanted is None:
             raise InfraError("Slurm has no default partition: pass --slurm-partition "
@@ -124,14 +131,14 @@ class SlurmLauncher:
     def capacity(self) -> Capacity:
         """As many cells side by side as the partition has nodes in service (down, drained and failing nodes
         left out); Slurm places the jobs, and a job that must wait anyway shows Slurm's reason while it does."""
-        env, timeout = self.settings.caller_env, self.settings.command_timeout_s
-        args = ["sinfo", "-h", "-N", "-o", "%N|%t"] + ([f"--partition={self.settings.partition}"]
-                                                       if self.settings.partition else [])
+        env, timeout = self.context.caller_env, self.tuning.command_timeout_s
+        args = ["sinfo", "-h", "-N", "-o", "%N|%t"] + ([f"--partition={self.options.partition}"]
+                                                       if self.options.partition else [])
         states = dict(line.strip().split("|", 1) for line in checked_output(args, env, timeout).splitlines()
                       if "|" in line)
         usable = sorted(node for node, state in states.items() if not state.rstrip("*~#!%$@^-").startswith(
             NODES_OUT_OF_SERVICE))
-        where = f"partition {self.settings.partition}" if self.settings.partition else "the default partition"
+        where = f"partition {self.options.partition}" if self.options.partition else "the default partition"
         return Capacity(max(1, len(usable)), len(usable) or None,
                         f"{len(usable)} node(s) in service in Slurm {where}")
 
@@ -139,7 +146,7 @@ class SlurmLauncher:
     def launch(self, plan: LaunchPlan, logs_dir: Path) -> Iterator["SlurmDeployment"]:
         logs_dir = logs_dir.resolve()
         logs_dir.mkdir(parents=True, exist_ok=True)
-        job = _Job(plan, logs_dir, self.settings)
+        job = _Job(plan, logs_dir, self)
         with sigterm_as_interrupt():
             try:
                 job.submit()
@@ -149,7 +156,7 @@ class SlurmLauncher:
                 leader_plan = dataclasses.replace(plan, base_url=deployment.base_url,
                                                   health_url=deployment.base_url + health)
                 wait_until_ready(OurServer(leader_plan),
-                                 Deadline(self.settings.boot_timeout_s, self.settings.poll_s),
+                                 Deadline(self.context.boot_timeout_s, self.tuning.poll_s),
                                  deployment.check, cell_id=plan.cell_id, last_lines=job.rank0_tail)
                 deployment.boot_seconds = time.monotonic() - job.running_since
                 yield deployment
@@ -176,11 +183,12 @@ class SlurmDeployment:
 class _Job:
     """One cell's Slurm job: submitted, watched, cancelled."""
 
-    def __init__(self, plan: LaunchPlan, logs_dir: Path, settings: SlurmSettings):
-        self.plan, self.logs_dir, self.settings = plan, logs_dir, settings
-        self.env = dict(settings.caller_env)
+    def __init__(self, plan: LaunchPlan, logs_dir: Path, launcher: SlurmLauncher):
+        self.plan, self.logs_dir, self.launcher = plan, logs_dir, launcher
+        self.tuning = launcher.tuning
+        self.env = dict(launcher.context.caller_env)
         self.launch_token = uuid.uuid4().hex[:8]
-        self.spec = render_job(plan, logs_dir, settings, self.launch_token)
+        self.spec = render_job(plan, logs_dir, launcher.options, launcher.context, launcher.tuning, self.launch_token)
         self.script_path = logs_dir / "job.sbatch"
         self.job_id: str | None = None
         self.submitting = False
@@ -191,37 +199,36 @@ class _Job:
 
     # submission ---------------------------------------------------------------------------------------
     def submit(self) -> None:
-        s = self.settings
+        s, t = self.launcher, self.tuning
         # Exit markers of an earlier launch into the same folder would read as this job's ranks failing.
         for old in [*self.logs_dir.glob("*.exit"), *self.logs_dir.glob("*.exit.tmp")]:
             old.unlink(missing_ok=True)
         self.script_path.write_text(self.spec.script)
         record = {"job_name": self.spec.name, "comment": self.spec.comment, "cluster_conf": self.env.get("SLURM_CONF"),
                   "script": str(self.script_path)}
-        if s.ledger:  # before sbatch: a kill while it runs still leaves a record that finds the job by name
-            s.ledger.record("slurm", self.plan.cell_id, None, job_id=None, **record)
+        # Before sbatch: a kill while it runs still leaves a record that finds the job by name.
+        s.ledger.record("slurm", self.plan.cell_id, None, job_id=None, **record)
         self.submitting = True
-        done = slurm(["sbatch", "--parsable", str(self.script_path)], self.spec.env, s.command_timeout_s,
+        done = slurm(["sbatch", "--parsable", str(self.script_path)], self.spec.env, t.command_timeout_s,
                      cwd=self.logs_dir)
         if done.returncode != 0:
             self.submitting = False
             raise InfraError(f"{self.plan.cell_id}: sbatch refused the job "
                              f"({redact(last_line(done.stderr), self.spec.secrets)}); script: {self.script_path}")
         self.job_id = done.stdout.strip().split(";")[0]
-        if s.ledger:
-            s.ledger.record("slurm", self.plan.cell_id, None, job_id=self.job_id, **record)
+        s.ledger.record("slurm", self.plan.cell_id, None, job_id=self.job_id, **record)
 
     def info(self, max_age_s: float = INFO_MAX_AGE_S) -> dict[str, str]:
         if self.job_id is None:
             return {}
         if time.monotonic() - self._info_at > max_age_s:
-            self._info = job_info(self.job_id, self.env, self.settings.command_timeout_s)
+            self._info = job_info(self.job_id, self.env, self.tuning.command_timeout_s)
             self._info_at = time.monotonic()
         return self._info
 
     def wait_running(self) -> None:
         """Until the job is RUNNING (queue time, its own limit), showing Slurm's reason while it is pending."""
-        s = self.settings
+        s, t = self.launcher, self.tuning
         started, shown = time.monotonic(), None
         while True:
             info = self.info(max_age_s=0)
@@ -234,9 +241,9 @@ class _Job:
                 self.running_since = time.monotonic()
                 return
             waited = time.monotonic() - started
-            reason, partition = info.get("Reason", "None"), info.get("Partition", s.partition or "?")
-            if s.progress and reason != shown and reason not in ("None", ""):  # None: not yet looked at
-                s.progress(f"{self.plan.cell_id}: Slurm job {self.job_id} {state.lower()} ({reason}) "
+            reason, partition = info.get("Reason", "None"), info.get("Partition", s.options.partition or "?")
+            if t.progress and reason != shown and reason not in ("None", ""):  # None: not yet looked at
+                t.progress(f"{self.plan.cell_id}: Slurm job {self.job_id} {state.lower()} ({reason}) "
                            f"in partition {partition}")
                 shown = reason
             if waited >= s.queue_timeout_s:
@@ -244,16 +251,16 @@ class _Job:
                     f"Slurm job {self.job_id} pending ({reason}) for {waited:.0f}s in partition {partition}; the queue "
                     f"limit is {s.queue_timeout_s:g}s (--slurm-queue-timeout). `squeue -j {self.job_id}` and "
                     f"`scontrol show job {self.job_id}` say more; the boot timeout had not started"))
-            time.sleep(s.poll_s)
+            time.sleep(t.poll_s)
 
     def leader_url(self) -> str:
         """Rank 0's API root: the first node of the job's node list, by its NodeAddr, on the planned port."""
         nodelist = self.info(max_age_s=0).get("NodeList", "")
-        nodes = hostnames(nodelist, self.env, self.settings.command_timeout_s) if nodelist else []
+        nodes = hostnames(nodelist, self.env, self.tuning.command_timeout_s) if nodelist else []
         if not nodes:
             raise InfraError(f"{self.plan.cell_id}: Slurm job {self.job_id} runs but has no node list")
         port = urlparse(self.plan.base_url).port
-        return f"http://{node_address(nodes[0], self.env, self.settings.command_timeout_s)}:{port}"
+        return f"http://{node_address(nodes[0], self.env, self.tuning.command_timeout_s)}:{port}"
 
     # watching -----------------------------------------------------------------------------------------
     def exits(self) -> list[RankExit]:
@@ -333,22 +340,22 @@ class _Job:
     # teardown -----------------------------------------------------------------------------------------
     def teardown(self) -> None:
         """scancel, then wait (bounded) until the job is over and its processes are gone; never raises."""
-        s = self.settings
+        s, t = self.launcher, self.tuning
         ids = [self.job_id] if self.job_id else (self._submitted_by_name() if self.submitting else [])
         for job_id in ids:
-            cancel(job_id, self.env, s.command_timeout_s)
+            cancel(job_id, self.env, t.command_timeout_s)
         for job_id in ids:
-            left = wait_gone(job_id, self.env, s.cancel_wait_s, s.command_timeout_s)
+            left = wait_gone(job_id, self.env, t.cancel_wait_s, t.command_timeout_s)
             if left:
                 print(f"dspark-ci: Slurm job {job_id} (cell {self.plan.cell_id}) still has {left} "
-                      f"{s.cancel_wait_s:g}s after scancel: check `squeue -j {job_id}`; "
-                      f"`dspark-ci cleanup --run {s.run_id}` cancels it again", file=sys.stderr)
+                      f"{t.cancel_wait_s:g}s after scancel: check `squeue -j {job_id}`; "
+                      f"`dspark-ci cleanup --run {s.context.run_id}` cancels it again", file=sys.stderr)
         self._redact_logs()
 
     def _submitted_by_name(self) -> list[str]:
         """sbatch was interrupted before it printed an id: find the job by its name and this launch's comment."""
         with contextlib.suppress(InfraError):
-            return jobs_named(self.spec.name, self.spec.comment, self.env, self.settings.command_timeout_s)
+            return jobs_named(self.spec.name, self.spec.comment, self.env, self.tuning.command_timeout_s)
         return []
 
     def _redact_logs(self) -> None:

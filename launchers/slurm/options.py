@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ground.errors import BadInput
 from launchers.optionset import option, seconds
+from launchers.plan_types import LaunchPlan
 
 GPU_MODES = ("gpus-per-node", "gres")
 CONTAINER_KINDS = ("pyxis", "apptainer")
@@ -50,3 +52,22 @@ class SlurmOptions:
 
     def queue_timeout_for(self, server: str) -> float:
         return self.queue_timeout_s or DEFAULT_QUEUE_TIMEOUT_S[server]
+
+    @property
+    def container_kind(self) -> str | None:
+        return self.container.partition(":")[0] if self.container else None
+
+    @property
+    def container_image(self) -> str | None:
+        """The one image every cell runs in (KIND:IMAGE); None: each cell's own (KIND alone)."""
+        return (self.container.partition(":")[2] or None) if self.container else None
+
+    def image_for(self, plan: LaunchPlan) -> str:
+        """The image a cell's ranks run in: --slurm-container's, else the cell's, else SGLang's release image for its
+        device and hardware (a ROCm image for AMD hardware)."""
+        image = self.container_image or plan.image_to_run
+        if not image:
+            raise BadInput(plan.cell_id, f"no container image for device {plan.device!r} on "
+                           f"{plan.hardware or 'its hardware'}", "set `image:` in the matrix, or --slurm-container "
+                           "KIND:IMAGE")
+        return image

@@ -12,7 +12,9 @@ from typing import Mapping, Sequence
 from ground.sglang.release import AMD, NVIDIA
 from launchers.plan_types import LaunchPlan
 from launchers.materialize import resolve_env, secret_values, server_argv
-from launchers.slurm.settings import SlurmSettings
+from launchers.contract import LaunchContext
+from launchers.slurm.options import SlurmOptions
+from launchers.slurm.tuning import SlurmTuning
 
 # How a container reaches the node's accelerators: apptainer's GPU flag per vendor (--nv binds NVIDIA's driver,
 # --rocm AMD's); pyxis/enroot bind device files, which ROCm needs mounted (SGLang's AMD docs: /dev/kfd, /dev/dri).
@@ -84,37 +86,38 @@ class JobSpec:
     secrets: list[str]
 
 
-def render_job(plan: LaunchPlan, logs_dir: Path, settings: SlurmSettings, launch: str) -> JobSpec:
-    s = settings
-    name, comment = job_name(s.run_id, plan.cell_id), job_comment(s.run_id, plan.cell_id, launch)
+def render_job(plan: LaunchPlan, logs_dir: Path, options: SlurmOptions, context: LaunchContext, tuning: SlurmTuning,
+               launch: str) -> JobSpec:
+    o, c, t = options, context, tuning
+    name, comment = job_name(c.run_id, plan.cell_id), job_comment(c.run_id, plan.cell_id, launch)
     nnodes = len(plan.ranks)
-    container = s.container_kind
-    python = s.python if container is None else "python3"
+    container = o.container_kind
+    python = t.python if container is None else "python3"
     planned_env: dict[str, str] = {}
     for command in plan.ranks:
         planned_env.update(command.env)
-    resolved = resolve_env(planned_env, s.caller_env)
+    resolved = resolve_env(planned_env, c.caller_env)
     secret_keys = {key for key, value in planned_env.items() if "${" in value}
-    secrets = secret_values(planned_env, s.caller_env)
-    forwarded = {k: v for k, v in s.caller_env.items() if k.startswith(s.forward_env_prefixes) and k not in planned_env}
-    pythonpath = s.caller_env.get("PYTHONPATH", "")
-    job_env = {**s.caller_env, **resolved}
-    if s.server == "sim":
+    secrets = secret_values(planned_env, c.caller_env)
+    forwarded = {k: v for k, v in c.caller_env.items() if k.startswith(t.forward_env_prefixes) and k not in planned_env}
+    pythonpath = c.caller_env.get("PYTHONPATH", "")
+    job_env = {**c.caller_env, **resolved}
+    if c.server == "sim":
         job_env["PYTHONPATH"] = f"{REPO_ROOT}{os.pathsep + pythonpath if pythonpath else ''}"
 
     sbatch = [f"--job-name={name}", f"--comment={comment}", f"--nodes={nnodes}", "--ntasks-per-node=1",
               f"--output={logs_dir}/slurm-%j.out", "--export=ALL", "--chdir=" + str(logs_dir)]
     gpus = gpus_per_node(plan)
     if gpus:
-        sbatch.append(f"--gpus-per-node={gpus}" if s.gpus == "gpus-per-node" else f"--gres=gpu:{gpus}")
-    sbatch += [f"--partition={s.partition}"] if s.partition else []
-    sbatch += [f"--account={s.account}"] if s.account else []
-    sbatch += [f"--time={s.time}"] if s.time else []
-    sbatch += list(s.extra)
+        sbatch.append(f"--gpus-per-node={gpus}" if o.gpus == "gpus-per-node" else f"--gres=gpu:{gpus}")
+    sbatch += [f"--partition={o.partition}"] if o.partition else []
+    sbatch += [f"--account={o.account}"] if o.account else []
+    sbatch += [f"--time={o.time}"] if o.time else []
+    sbatch += list(o.extra)
 
     lines = [
         "#!/bin/bash",
-        f"# dspark-ci: Slurm job for cell {plan.cell_id} of run {s.run_id}, written by launchers/slurm/script.py",
+        f"# dspark-ci: Slurm job for cell {plan.cell_id} of run {c.run_id}, written by launchers/slurm/script.py",
         "# (docs/SLURM.md). Kept on purpose: to run this cell again by hand, `sbatch " + f"{logs_dir}/job.sbatch`;",
         "# its options are the #SBATCH lines below. Secrets (" + (", ".join(sorted(secret_keys)) or "none here") +
         ") are never written here:",
@@ -124,7 +127,7 @@ def render_job(plan: LaunchPlan, logs_dir: Path, settings: SlurmSettings, launch
         f"DSPARK_LOGS={shlex.quote(str(logs_dir))}",
         "export DSPARK_LOGS",
     ]
-    if s.server == "sim":
+    if c.server == "sim":
         lines += ["# The simulated SGLang server (--server sim) is imported from this checkout.",
                   f"export PYTHONPATH={shlex.quote(str(REPO_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}"]
     plain = {k: v for k, v in resolved.items() if k not in secret_keys}
@@ -173,7 +176,7 @@ def render_job(plan: LaunchPlan, logs_dir: Path, settings: SlurmSettings, launch
         '    case "$rank" in',
     ]
     for command in plan.ranks:
-        words, port, dist_port = task_words(server_argv(command, s.server, python))
+        words, port, dist_port = task_words(server_argv(command, c.server, python))
         checks = [f'dspark_port_free "$rank" "$addr" {p}' for p in (port, dist_port if command.node_rank == 0 else None)
                   if p is not None]
         lines.append(f"    {command.node_rank})")
@@ -181,8 +184,8 @@ def render_job(plan: LaunchPlan, logs_dir: Path, settings: SlurmSettings, launch
         lines.append(f"        set -- {' '.join(words)} ;;")
     lines += ['    *) dspark_exit "$rank" 97 "dspark-ci: no command for node rank $rank" ;;', "    esac"]
     if container == "apptainer":
-        binds = ",".join([str(logs_dir), *s.container_mounts])
-        image = shlex.quote(apptainer_reference(s.image_for(plan)))
+        binds = ",".join([str(logs_dir), *t.container_mounts])
+        image = shlex.quote(apptainer_reference(o.image_for(plan)))
         gpu = " ".join(APPTAINER_GPU_FLAGS.get(plan.accelerator, ()))
         lines.append(f'    set -- apptainer exec {gpu + " " if gpu else ""}--bind {shlex.quote(binds)} {image} "$@"')
     lines += [
@@ -200,7 +203,7 @@ def render_job(plan: LaunchPlan, logs_dir: Path, settings: SlurmSettings, launch
     srun = ["srun", "--kill-on-bad-exit=1", f"--nodes={nnodes}", "--ntasks-per-node=1", "--export=ALL",
             '--output="$DSPARK_LOGS/%n.log"']
     if container == "pyxis":
-        mounts = ",".join([f"{logs_dir}:{logs_dir}", *s.container_mounts, *PYXIS_DEVICE_MOUNTS.get(plan.accelerator, ())])
-        srun += [f"--container-image={shlex.quote(s.image_for(plan))}", f"--container-mounts={shlex.quote(mounts)}"]
+        mounts = ",".join([f"{logs_dir}:{logs_dir}", *t.container_mounts, *PYXIS_DEVICE_MOUNTS.get(plan.accelerator, ())])
+        srun += [f"--container-image={shlex.quote(o.image_for(plan))}", f"--container-mounts={shlex.quote(mounts)}"]
     lines.append(" ".join(srun) + " bash -c 'dspark_task'")
     return JobSpec(name=name, comment=comment, script="\n".join(lines) + "\n", env=job_env, secrets=secrets)

@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's own front end (HTTP server, TokenizerManager, OpenAI serving layer, DetokenizerManager) in front
+"""SGLang's own front end (HTTP server, TokenizerManager, OpenAI serving layer, DetokenizerManager) in front
 of the simulated engine, which plays SGLang's scheduler behind SGLang's own IPC: ``--server sglang-frontend``.
 
 Only this module and ``vocab.py`` import without SGLang; ``launch.py``, ``scheduler.py`` and ``io_schema.py`` import

@@ -1,5 +1,5 @@
 """``python -m sglang_sim.frontend [SGLang launch_server flags]`` (or this file's path) with the SGLang venv's
-Python (``.ci/sglang-frontend.sh``): SGLang 0.5.23's own HTTP server, tokenizer and detokenizer in front of the
+Python (``.ci/sglang-frontend.sh``): SGLang's own HTTP server, tokenizer and detokenizer in front of the
 simulated engine. Exit codes as the simulator's (``sglang_sim.main``); a server SGLang kills ends by that signal.
 
 The first process only prepares: a scratch directory and the environment SGLang's spawned processes need

@@ -1,4 +1,4 @@
-"""Node rank 0 of ``--server sglang-frontend``: SGLang 0.5.23's own ``launch_server`` on this CPU, its scheduler
+"""Node rank 0 of ``--server sglang-frontend``: SGLang's own ``launch_server`` on this CPU, its scheduler
 played by the simulator's engine (``scheduler.py``).
 
 Runs inside the SGLang venv (``.ci/sglang-frontend.sh``). Everything before the launch is the simulator's own

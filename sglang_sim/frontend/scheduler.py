@@ -1,4 +1,4 @@
-"""The scheduler process of ``--server sglang-frontend``: the simulator's engine behind SGLang 0.5.23's own IPC.
+"""The scheduler process of ``--server sglang-frontend``: the simulator's engine behind SGLang's own IPC.
 
 SGLang's ``launch_server`` spawns this in place of ``run_scheduler_process`` (same arguments). It binds SGLang's
 sockets (``PortArgs``) as SGLang's scheduler does (``scheduler_components/ipc_channels.py``), answers the startup
