@@ -43,7 +43,12 @@ Judge = Callable[[CellResult, tuple[str, ...]], CellResult]
 
 def more_evidence(first: CellResult, names: tuple[str, ...], sampling: Sampling, measure: Measure,
                   judge: Judge) -> CellResult:
-    """The cell's result after its retries and sequential looks (``first`` itself when neither applies)."""
+    """The cell's result after its retries and sequential looks (``first`` itself when neither applies).
+
+    Each judgement is one planned look (``ground.stats.planned_boots``: one after each retry, then the sequential
+    looks): a look the retries already reached is not judged again, so no share of alpha is spent twice. A cell
+    that failed and ends green after any retry, whether the retry alone passed or the pooled boots did, is
+    labelled flaky and stays failed."""
     attempts = [first]
     current = first
     for _ in range(sampling.retries):
@@ -56,13 +61,22 @@ def more_evidence(first: CellResult, names: tuple[str, ...], sampling: Sampling,
     for wanted in look_boots(sampling.max_boots)[1:]:
         if current.status is not Status.INCONCLUSIVE:
             break
-        undecided = tuple(dict.fromkeys(suite_of(g.metric) for g in current.gates if g.inconclusive))
+        undecided = tuple(dict.fromkeys(suite_of(g.metric) for g in current.gates if _undecided(g)))
+        if not undecided or wanted <= len(attempts):
+            continue  # nothing more boots could inform, or the retries already took this look
         while len(attempts) < wanted:
             attempts.append(measure(len(attempts) + 1, tuple(n for n in names if n in undecided)))
             if attempts[-1].status is Status.ERROR or attempts[-1].failed_tests:
                 return _with_evidence(attempts[-1], attempts)  # a crash on a later boot is this cell's outcome
         current = judge(pooled(attempts), names)
+    if len(attempts) > 1 and first.status.failing and current.status is Status.PASSED and _retryable(first):
+        return _flaky(current, attempts)  # green only with a retry's boots pooled in: a label, never a pass
     return current
+
+
+def _undecided(gate) -> bool:
+    """Inconclusive, and more boots could change it (a GPQA gate on fixed answers cannot: ``Verdict.final``)."""
+    return gate.inconclusive and not (gate.statistic is not None and gate.statistic.final)
 
 
 def _retryable(result: CellResult) -> bool:
@@ -77,8 +91,11 @@ def _flaky(current: CellResult, attempts: list[CellResult]) -> CellResult:
     """Failed, then passed: failed it stays (a retry buys a label, never a pass), labelled flaky, saying so."""
     first = attempts[0]
     why = first.error or "; ".join(g.metric for g in first.gates if not g.passed) or first.status.text
-    error = (f"flaky: attempt 1 {first.status.text} ({why.splitlines()[0]}), attempt {len(attempts)} "
-             f"{attempts[-1].status.text}; a retry adds evidence, it does not turn a cell green")
+    last = f"attempt {len(attempts)} {attempts[-1].status.text}"
+    if attempts[-1].status is not Status.PASSED:  # green only with every attempt's boots pooled
+        last += f", then passed with {len(attempts)} boots pooled"
+    error = (f"flaky: attempt 1 {first.status.text} ({why.splitlines()[0]}), {last}; a retry adds evidence, it "
+             "does not turn a cell green")
     return replace(current, labels=tuple(dict.fromkeys((*current.labels, FLAKY)))).finished(
         Status.FAILED, error, ExitCode.FELL_SHORT)
 

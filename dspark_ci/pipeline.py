@@ -134,11 +134,11 @@ class Baselines:
     levels: Levels | None = None  # every statistical gate's levels: the run's false-red rate split over them all
 
     @classmethod
-    def load(cls, cells: list[Cell], override: str | None, max_boots: int = 1) -> "Baselines":
+    def load(cls, cells: list[Cell], override: str | None, max_boots: int = 1, retries: int = 0) -> "Baselines":
         paths = {override} if override else {c.baseline for c in cells if c.baseline}
         loaded = cls({path: load_baseline(path) for path in paths if path}, override)
         gates = sum(statistical_gates(pending_result(cell), loaded.of(cell.baseline)) for cell in cells)
-        return replace(loaded, levels=Levels.family(gates, max_boots=max_boots))
+        return replace(loaded, levels=Levels.family(gates, max_boots=max_boots, retries=retries))
 
     def of(self, cell_baseline: str | None):
         return self.by_path.get(self.override or cell_baseline)
@@ -157,7 +157,7 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
     progress = progress or Progress()
     cells = select_cells(load_cells(list(options.matrices)), options.cell_ids)
     check_cells(cells)
-    baselines = Baselines.load(cells, options.baseline, options.sampling.max_boots)
+    baselines = Baselines.load(cells, options.baseline, options.sampling.max_boots, options.sampling.retries)
     run_dir = options.run_dir
     progress.stage(f"preflight: {len(cells)} cell(s), {options.launcher} launcher")
     with claimed_run_dir(run_dir, options.force, f"--out {run_dir}" if options.out else f"run directory {run_dir}"):

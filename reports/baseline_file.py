@@ -35,7 +35,7 @@ from typing import Mapping
 import yaml
 
 from ground.errors import BadInput
-from ground.stats import DETECT_FACTOR
+from ground.stats import DETECT_FACTOR, RESOLUTION
 from ground.yaml_lines import FileWords, compose_file, describe, mapping_items, scalar, where
 from reports.metrics import HIGHER, LOWER, METRICS, NEUTRAL, NOISE_STDERRS, STDERR_OF
 
@@ -50,7 +50,7 @@ GATE_KEYS = ("min", "max", "min_ratio", "max_ratio", "max_drop_stderr")
 SPEC_KEYS = {"value": (-math.inf, True), "stderr": (0.0, True), "min": (-math.inf, True), "max": (-math.inf, True),
              "min_ratio": (0.0, False), "max_ratio": (0.0, False), "max_drop_stderr": (0.0, False),
              "noise": (0.0, True), "runs": (1.0, True), "request_noise": (0.0, True), "max_drop": (0.0, True),
-             "detect": (0.0, False)}
+             "detect": (0.0, False), "drift": (0.0, True)}
 # Not a number: a JSON file beside the baseline, {question id: mean score} (`baseline record` writes it).
 PER_QUESTION_KEY = "per_question"
 FRACTION_KEYS = ("value", "stderr", "min", "max")  # keys that carry the metric's own unit
@@ -86,6 +86,9 @@ class MetricSpec:
     # tolerance (ground.stats.DETECT_FACTOR)
     detect: float | None = None
     per_question: Mapping[str, float] | None = None  # GPQA question id -> mean score, for the paired test
+    # The allowance for drift between the baseline's runs and today (one sd, a fraction of the value); None: the
+    # stated default (ground.stats.DEFAULT_DRIFT)
+    drift: float | None = None
 
     def ratio(self, key: str) -> float:
         """The ratio gate actually applied: the stated ``min_ratio``/``max_ratio``, widened to
@@ -300,8 +303,13 @@ def _spec_problems(spec: MetricSpec):
         if key in given and "value" not in given:
             yield f"{key} needs the reference `value`", "add value: (the baseline run's measurement)"
     yield from _range_problems(spec, given)
-    if given & {"runs", "request_noise"} and "noise" not in given:
-        yield "runs and request_noise describe `noise`, and there is none", "add noise (or remove them)"
+    if given & {"runs", "request_noise", "drift"} and "noise" not in given:
+        yield "runs, request_noise and drift describe `noise`, and there is none", "add noise (or remove them)"
+    if spec.noise is not None and spec.noise <= RESOLUTION and not spec.request_noise:
+        yield (f"noise {spec.noise:g} is not a standard error (identical runs measure none) and there is no "
+               "request_noise to bound it from below",
+               "re-record from runs that vary (`dspark-ci baseline record`), or add request_noise (one boot's "
+               "per-request standard error, a fraction)")
     if "max_drop" in given and "max_drop_stderr" not in given:
         yield "max_drop is GPQA's statistical tolerance beside max_drop_stderr", "add max_drop_stderr: 2"
     if "detect" in given and not ("noise" in given or "max_drop_stderr" in given):
@@ -324,7 +332,11 @@ def _spec_problems(spec: MetricSpec):
 
 
 def _noise_warnings(spec: MetricSpec):
-    """Gates on a sampled metric that noise alone would trip, as readable warnings."""
+    """Gates on a sampled metric that noise alone would trip, and noises that are floored, as readable warnings."""
+    if spec.noise is not None and spec.noise <= RESOLUTION and spec.request_noise:
+        yield (f"{spec.where}: {spec.metric}: noise {spec.noise:g} is not a standard error (its runs were identical, "
+               f"so they measured none): floored at its request_noise {spec.request_noise:.2%} (a boot whose requests "
+               "draw fresh randomness varies at least that much); re-record from runs that vary for a tighter gate")
     if spec.metric not in STDERR_OF:
         return
     if spec.max_drop_stderr is not None and spec.max_drop_stderr < NOISE_STDERRS:

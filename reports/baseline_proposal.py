@@ -19,6 +19,7 @@ import yaml
 from ground.errors import BadInput
 from ground.identity import unlike
 from ground.records import CellResult, RunResults, Status
+from ground.stats import RESOLUTION
 from reports.baseline_file import NOISE_RUN_SDS, SCHEMA
 from reports.metrics import REQUEST_STDERR_OF, STDERR_OF
 
@@ -60,7 +61,8 @@ def propose(runs: Sequence[tuple[str, RunResults]], description: str | None = No
         _check_good(where, results)
     gated = _gated_cells(runs)
     too_noisy: list[str] = []  # "cell: metric (noise)" left ungated: the loader refuses a gate this noisy
-    cells: dict[str, dict[str, dict[str, Any]]] = {cell_id: _cell_specs(cell_id, measured, too_noisy)
+    unestimated: list[str] = []  # "cell: metric: why" whose noise the runs could not estimate
+    cells: dict[str, dict[str, dict[str, Any]]] = {cell_id: _cell_specs(cell_id, measured, too_noisy, unestimated)
                                                    for cell_id, measured in gated.items()}
     records: dict[str, dict[str, float]] = {}
     for cell_id, measured in gated.items():
@@ -69,7 +71,7 @@ def propose(runs: Sequence[tuple[str, RunResults]], description: str | None = No
             name = f"{per_question_stem}.{cell_id}.gpqa.json"
             records[name] = questions
             cells[cell_id]["gpqa_accuracy"]["per_question"] = name
-    header = _header(runs, gated, too_noisy)
+    header = _header(runs, gated, too_noisy, unestimated)
     body = {"schema": SCHEMA,
             "description": description or f"Recorded by dspark-ci baseline record from {len(runs)} run(s)",
             "source": ", ".join(results.run_id or where for where, results in runs),
@@ -129,7 +131,8 @@ def _check_same_identity(cell_id: str, cells: list[CellResult], wheres: list[str
                        "record a baseline from repeats of one setup on one build")
 
 
-def _cell_specs(cell_id: str, cells: list[CellResult], too_noisy: list[str]) -> dict[str, dict[str, Any]]:
+def _cell_specs(cell_id: str, cells: list[CellResult], too_noisy: list[str],
+                unestimated: list[str] | None = None) -> dict[str, dict[str, Any]]:
     specs: dict[str, dict[str, Any]] = {}
     for metric, gate in RECORDED_GATES.items():
         found = [cell.metrics.get(metric) for cell in cells]
@@ -143,23 +146,40 @@ def _cell_specs(cell_id: str, cells: list[CellResult], too_noisy: list[str]) -> 
         else:
             spec = {"value": _round(statistics.median(values))}
             if len(values) > 1 and spec["value"]:
-                spec.update(_noise(cells, metric, values))
+                spec.update(_noise(cells, metric, values, unestimated, cell_id))
             if spec.get("noise", 0.0) >= 1 / NOISE_RUN_SDS:  # what reports.baseline_file refuses to read back
                 too_noisy.append(f"{cell_id}: {metric} (noise {spec['noise']:.0%} run to run)")
                 continue
         if spec is not None:
-            specs[metric] = {**spec, **gate}
+            statistical = "noise" in spec or metric == "gpqa_accuracy"  # `detect` belongs to a statistical gate
+            specs[metric] = {**spec, **{k: v for k, v in gate.items() if statistical or k != "detect"}}
     return specs
 
 
-def _noise(cells: list[CellResult], metric: str, values: list[float]) -> dict[str, float]:
+def _noise(cells: list[CellResult], metric: str, values: list[float], unestimated: list[str] | None = None,
+           cell_id: str = "") -> dict[str, float]:
     """The run-to-run noise over the runs, how many runs, and the part of it that per-request sampling within
-    one boot explains (the mean of each run's own per-request standard error, as a fraction)."""
-    spec = {"noise": _round(statistics.stdev(values) / abs(statistics.median(values))), "runs": len(values)}
+    one boot explains (the mean of each run's own per-request standard error, as a fraction).
+
+    Identical runs measure no noise: a 0 is never written. Their per-request standard error is the lower bound
+    written instead (and said in the header, ``unestimated``); without one, no noise at all (the gate stays a fixed
+    limit, and the header says why)."""
+    spec: dict[str, float] = {"noise": _round(statistics.stdev(values) / abs(statistics.median(values))),
+                              "runs": len(values)}
     name = REQUEST_STDERR_OF.get(metric)
     within = [stderr / value for cell, value in zip(cells, values) if name and (stderr := cell.metrics.get(name))]
     if len(within) == len(values):
         spec["request_noise"] = _round(statistics.fmean(within))
+    if spec["noise"] <= RESOLUTION:
+        notes = unestimated if unestimated is not None else []
+        if spec.get("request_noise"):
+            spec["noise"] = spec["request_noise"]
+            notes.append(f"{cell_id}: {metric}: the {len(values)} runs were identical, which measures no noise; "
+                         f"written as its lower bound, one boot's per-request standard error ({spec['noise']:.2%})")
+        else:
+            notes.append(f"{cell_id}: {metric}: the {len(values)} runs were identical and no per-request error was "
+                         "measured: no noise can be estimated, so none is written (a fixed ratio limit)")
+            return {}
     return spec
 
 
@@ -178,7 +198,7 @@ def _round(value: float) -> float:
 
 
 def _header(runs: Sequence[tuple[str, RunResults]], gated: dict[str, list[CellResult]],
-            too_noisy: Sequence[str] = ()) -> str:
+            too_noisy: Sequence[str] = (), unestimated: Sequence[str] = ()) -> str:
     """Comment lines a reviewer reads first: where the numbers come from and what to check."""
     lines = ["Baseline proposal written by `dspark-ci baseline record`: review it before committing."]
     for where, results in runs:
@@ -199,6 +219,7 @@ def _header(runs: Sequence[tuple[str, RunResults]], gated: dict[str, list[CellRe
             lines.append(f"{len(runs)} runs: the statistical gates' power grows with them; from {RECOMMENDED_RUNS} "
                          "(a month of green nights) a 5 % speed regression under 2 % run-to-run noise is red >= 95 % "
                          "of the time, from 10 about 60 % (bench/gate_power.py --baseline-runs N).")
+    lines += [f"Noise not estimated: {note}" for note in unestimated]
     if too_noisy:
         lines.append(f"Not gated, too noisy to gate anything (run-to-run noise of {1 / NOISE_RUN_SDS:.0%} or more; "
                      "re-record on a quieter machine): " + "; ".join(too_noisy))

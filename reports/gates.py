@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Mapping
 
 from ground import stats
 from ground.records import CellResult, GateResult, RunResults, Status
-from ground.suites import SUITE_DEFAULTS
+from ground.suites import SUITE_DEFAULTS, suite_of
 from reports.baseline_file import NOISE_RUN_SDS, Baseline, MetricSpec
 from reports.metrics import HIGHER, LOWER, METRICS, STDERR_OF, format_value, in_table_order
 
@@ -52,16 +53,24 @@ def evaluate(cell: CellResult, metrics: Mapping, baseline: Baseline | None,
     levels = levels.at_boots(len(evidence.boots))
     gates = []
     for limit in _limits(cell, metrics, baseline):
-        statistic = (_statistic(limit.statistical, evidence, levels) if limit.statistical is not None
-                     else _floor_statistic(limit.metric, metrics, levels))
-        gates.append(_gate(limit.metric, limit.op, limit.threshold, metrics.get(limit.metric), statistic))
+        value = metrics.get(limit.metric)
+        if limit.statistical is not None:
+            statistic = _statistic(limit.statistical, evidence, metrics, levels)
+            if statistic is None and value is not None:  # measured, yet no test: never a fixed line
+                statistic = stats.no_statistic(f"{limit.metric} measured but no test could be computed from the "
+                                               "boots kept", 0.0, 0.0, stats.ABSOLUTE, levels)
+        else:
+            statistic = _floor_statistic(limit.metric, metrics, levels)
+        gates.append(_gate(limit.metric, limit.op, limit.threshold, value, statistic))
     return tuple(gates)
 
 
-def family_levels(cells, baseline: Baseline | None, max_boots: int = 1) -> stats.Levels:
+def family_levels(cells, baseline: Baseline | None, max_boots: int = 1, retries: int = 0) -> stats.Levels:
     """Per-gate levels for a run of ``cells`` gated against one baseline: the run's false-red rate
-    (``stats.RUN_FALSE_RED``) split over every statistical gate, and over the looks of ``max_boots``."""
-    return stats.Levels.family(sum(statistical_gates(cell, baseline) for cell in cells), max_boots=max_boots)
+    (``stats.RUN_FALSE_RED``) split over every statistical gate, and over the looks that ``max_boots`` and
+    ``retries`` plan (``stats.planned_boots``)."""
+    return stats.Levels.family(sum(statistical_gates(cell, baseline) for cell in cells), max_boots=max_boots,
+                               retries=retries)
 
 
 def statistical_gates(cell: CellResult, baseline: Baseline | None) -> int:
@@ -93,7 +102,14 @@ class Evidence:
         return cls(boots=tuple(cell.boots) or (metrics,), gpqa_questions=questions)
 
     def values(self, metric: str) -> list[float]:
-        return [boot[metric] for boot in self.boots if boot.get(metric) is not None and boot[metric] > 0]
+        """Every boot's figure of ``metric``, zeros included (a boot that measured 0 is evidence, not noise)."""
+        return [float(boot[metric]) for boot in self.boots if boot.get(metric) is not None]
+
+    def request_errors(self, metric: str) -> list[float]:
+        """Each boot's own per-request standard error of ``metric``, as a fraction of its figure (where known)."""
+        name = STDERR_OF.get(metric)
+        return [float(boot[name]) / float(boot[metric]) for boot in self.boots
+                if name and boot.get(name) is not None and boot.get(metric)]
 
 
 def explain(cell: CellResult, metrics: Mapping, baseline: Baseline | None) -> dict[tuple, str]:
@@ -217,19 +233,22 @@ def _spec_limits(spec: MetricSpec, metrics: Mapping) -> list[Limit]:
     return limits
 
 
-def _statistic(spec_key: tuple[MetricSpec, str], evidence: Evidence, levels: stats.Levels) -> stats.Verdict | None:
+def _statistic(spec_key: tuple[MetricSpec, str], evidence: Evidence, metrics: Mapping,
+               levels: stats.Levels) -> stats.Verdict | None:
     """The statistical decision of one gate, or None when its metric was not measured (the gate then fails)."""
     spec, key = spec_key
     if key == "max_drop_stderr":
-        return _gpqa_statistic(spec, evidence, levels)
+        return _gpqa_statistic(spec, evidence, metrics, levels)
     values = evidence.values(spec.metric)
     if not values:
         return None
     better = LOWER if key == "max_ratio" else HIGHER
+    # noise None (a gate without it is not statistical) or 0 (identical runs): BootReference floors it
     reference = stats.BootReference(spec.reference, int(spec.runs or DEFAULT_RUNS), spec.noise or 0.0,
-                                    spec.request_noise or 0.0)
+                                    spec.request_noise or 0.0, spec.drift)
     tolerance = getattr(spec, key) - 1
-    return stats.compare_boots(values, reference, better, tolerance, levels, _detect(spec, tolerance))
+    return stats.compare_boots(values, reference, better, tolerance, levels, _detect(spec, tolerance),
+                               evidence.request_errors(spec.metric))
 
 
 def _detect(spec: MetricSpec, tolerance: float) -> float | None:
@@ -237,18 +256,25 @@ def _detect(spec: MetricSpec, tolerance: float) -> float | None:
     return None if spec.detect is None else math.copysign(spec.detect, tolerance)
 
 
-def _gpqa_statistic(spec: MetricSpec, evidence: Evidence, levels: stats.Levels) -> stats.Verdict | None:
-    """Paired over questions when both sides kept them; else the two accuracies and their standard errors."""
+def _gpqa_statistic(spec: MetricSpec, evidence: Evidence, metrics: Mapping,
+                    levels: stats.Levels) -> stats.Verdict | None:
+    """Paired over questions when both sides kept them; else the two accuracies (pooled over every boot that ran
+    GPQA, never only the last boot) and their standard errors.
+
+    A baseline whose per-question record is all 0 or 1 was recorded from a server that answers each question the
+    same way every time: a later boot repeats its answers and adds nothing, so the gate is planned as one look
+    with its whole share of alpha (``Levels.single_look``), and its verdict is final (no more boots for it)."""
     tolerance = -spec.drop_tolerance
     better = METRICS[spec.metric].better
-    boot = evidence.boots[-1]
     if spec.per_question and len(set(spec.per_question) & set(evidence.gpqa_questions)) > 1:
-        return stats.compare_paired(evidence.gpqa_questions, spec.per_question, better, tolerance, levels,
-                                    detect=_detect(spec, tolerance))
-    value, se_now = boot.get(spec.metric), boot.get(STDERR_OF[spec.metric])
+        fixed = all(score in (0.0, 1.0) for score in spec.per_question.values())
+        verdict = stats.compare_paired(evidence.gpqa_questions, spec.per_question, better, tolerance,
+                                       levels.single_look() if fixed else levels, detect=_detect(spec, tolerance))
+        return replace(verdict, final=fixed)
+    value, se_now = metrics.get(spec.metric), metrics.get(STDERR_OF[spec.metric])
     if value is None:
         return None
-    questions = int(boot.get("gpqa_num_questions") or 0)
+    questions = int(metrics.get("gpqa_num_questions") or 0)
     se_base = spec.reference_stderr
     return stats.compare_estimates(value, se_base if se_now is None else se_now, spec.reference, se_base, better,
                                    tolerance, levels, questions, f"{questions} questions", _detect(spec, tolerance))
@@ -284,22 +310,54 @@ def _gate(metric: str, op: str, threshold: float, value, statistic: stats.Verdic
     return GateResult(metric, op, round(threshold, GATE_PRECISION), value, passed)
 
 
+# `dspark-ci run` defaults, for results files whose options do not say (kept equal to dspark_ci.evidence's by
+# tests/test_reports_gates.py: reports sit below dspark_ci and cannot import it)
+RUN_MAX_BOOTS, RUN_RETRIES = 12, 0
+
+
 def regate(results: RunResults, baseline: Baseline) -> RunResults:
-    """A copy of ``results`` with every serving cell's gates evaluated against ``baseline``.
+    """A copy of ``results`` with every serving cell's gates evaluated against ``baseline``: the same decision as
+    the run's. The levels are the run's own plan (its ``--max-boots`` and ``--retries`` from the options it
+    recorded, split over the gates ``baseline`` sets), each cell judged at the look its recorded boots make, and
+    only on the suites that ran (a gate on a suite the run did not select is not applied, as in the run).
 
     Status follows the new gates, except that a cell which also failed for another reason (a suite
     test failed, an expected rejection did not happen) stays failed.
     """
+    max_boots, retries = recorded_plan(results.run_options)
+    levels = family_levels(results.cells, baseline, max_boots, retries)
     cells = []
-    # the looks the run may have taken: as many as its most sampled cell's boots allow
-    levels = family_levels(results.cells, baseline, max(len(cell.boots) for cell in results.cells) if results.cells else 1)
     for cell in results.cells:
         if cell.status in (Status.PASSED, Status.FAILED, Status.INCONCLUSIVE):
-            gates = evaluate(cell, cell.metrics, baseline, levels)
+            ran = suites_ran(cell)
+            gates = tuple(g for g in evaluate(cell, cell.metrics, baseline, levels)
+                          if ran is None or suite_of(g.metric) in ran)
             status = Status.FAILED if _failed_apart_from_gates(cell) else status_of(gates)
             cell = replace(cell, gates=gates, status=status, exit_code=None)
         cells.append(cell)
     return replace(results, cells=tuple(cells))
+
+
+def recorded_plan(run_options) -> tuple[int, int]:
+    """(max boots, retries) a run was given, read from the options it recorded (the run's defaults otherwise)."""
+    found = {"--max-boots": RUN_MAX_BOOTS, "--retries": RUN_RETRIES}
+    options = list(run_options)
+    for index, option in enumerate(options):
+        name, _, inline = option.partition("=")
+        if name in found:
+            text = inline or (options[index + 1] if index + 1 < len(options) else "")
+            if text.isdigit():
+                found[name] = int(text)
+    return found["--max-boots"], found["--retries"]
+
+
+def suites_ran(cell: CellResult) -> set[str] | None:
+    """The suites a cell ran, from its recorded suite tests (suites/test_NAME.py::...) and gates; None when the
+    file kept no tests (all gates apply)."""
+    if cell.tests is None:
+        return None
+    ran = {Path(str(t.get("nodeid", "")).split("::")[0]).stem.removeprefix("test_") for t in cell.tests}
+    return ran | {suite for g in cell.gates if (suite := suite_of(g.metric)) is not None}
 
 
 def status_of(gates) -> Status:

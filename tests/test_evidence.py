@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -90,8 +91,40 @@ def test_a_cell_made_to_fail_once_shows_as_flaky_in_the_report_and_the_history(t
     done = run()
     assert done.returncode == 1, done.stderr  # failed, then passed: still red
     cell = run.cell(ONE_NODE)
-    assert (cell["status"], cell["labels"]) == ("failed", ["flaky"]) and "attempt 2 passed" in cell["error"]
+    assert (cell["status"], cell["labels"]) == ("failed", ["flaky"])
+    assert re.search(r"attempt 2 (passed|inconclusive, then passed with \d+ boots pooled)", cell["error"])
     assert "❌ failed · ⚠️ flaky" in (run.out / "report.md").read_text()
     listed = subprocess.run([sys.executable, "-m", "dspark_ci", "history"], env=run.env, capture_output=True,
                             text=True, cwd=REPO)
     assert ONE_NODE in listed.stdout.splitlines()[-1]  # the run's flaky column names the cell
+
+
+def test_a_retry_that_passes_only_with_the_boots_pooled_is_flaky_and_no_look_is_judged_twice():
+    """Failed, the retry failed too and the pooled boots were inconclusive; the looks then passed: still a
+    retry's evidence turned it green, so it is failed and flaky. The retries took the looks at 2 and 3 boots:
+    the sequential looks never judge those boot counts again (no share of alpha spent twice)."""
+    failed = _measured(7.5, Status.FAILED, "regressed")
+    judged = []
+
+    def judge(pooled, suites):  # red at 2 boots, undecided at 3, green from 4
+        judged.append(len(pooled.boots))
+        status = {2: Status.FAILED, 3: Status.INCONCLUSIVE}.get(len(pooled.boots), Status.PASSED)
+        verdict = {Status.FAILED: "regressed", Status.INCONCLUSIVE: INCONCLUSIVE}.get(status, PASSED)
+        return replace(pooled, status=status, gates=(_gate(verdict),))
+
+    result = more_evidence(failed, ("speed",), Sampling(max_boots=8, retries=2),
+                           lambda a, s: _measured(6.8, Status.FAILED, "regressed"), judge)
+    assert judged == [2, 3, 4] and len(judged) == len(set(judged))
+    assert result.status is Status.FAILED and result.labels == (FLAKY,)
+    assert "then passed with 4 boots pooled" in result.error
+
+
+def test_a_gate_more_boots_cannot_inform_is_not_measured_again():
+    """GPQA on fixed answers (``Verdict.final``) undecided alone: no further boot is spent on it."""
+    final = Verdict(INCONCLUSIVE, -0.05, -0.1, 0.05, -0.02, "absolute", "McNemar", 0.001, 0.02, 20, final=True)
+    gpqa = GateResult("gpqa_accuracy", ">=", 0.8, 0.9, False, final)
+    cell = replace(_measured(6.8, Status.INCONCLUSIVE, PASSED), gates=(_gate(PASSED), gpqa))
+    calls = []
+    result = more_evidence(cell, ("speed", "gpqa"), Sampling(max_boots=8), lambda a, s: calls.append(a) or cell,
+                           lambda pooled, s: pooled)
+    assert calls == [] and result.status is Status.INCONCLUSIVE

@@ -131,3 +131,29 @@ def test_a_metric_too_noisy_to_gate_is_left_out_of_the_proposal_and_the_file_rea
     assert "ttft_ms_median" not in gates
     assert "tpot_ms_median" in gates  # the steady metrics are still gated
     assert f"{cell.id}: ttft_ms_median (noise 47% run to run)" in proposal.text
+
+
+def test_identical_runs_never_record_a_zero_noise(tmp_path):
+    """Two identical runs (a deterministic server) measure no run-to-run noise: the proposal writes the per-request
+    standard error as its lower bound where one was measured, says so in the header, and the file reads back."""
+    import dataclasses
+
+    from reports.baseline_file import load_baseline
+    from reports.baseline_proposal import propose
+    from reports.results import load_results
+
+    fixture = load_results(RUN_FIXTURE / "results.json")
+    first = dataclasses.replace(fixture, cells=fixture.cells[:1])
+    cell = first.cells[0]
+    with_error = dataclasses.replace(cell, metrics={**cell.metrics, "tpot_ms_median_stderr":
+                                                     cell.metrics["tpot_ms_median"] * 0.03})
+    run = dataclasses.replace(first, cells=(with_error,))
+    proposal = propose([("a", run), ("b", run)])
+    path = tmp_path / "baseline.yaml"
+    path.write_text(proposal.text)
+    spec = load_baseline(path).specs_for(cell.id)["tpot_ms_median"]
+    assert spec.noise == pytest.approx(0.03) and spec.request_noise == pytest.approx(0.03)
+    assert "tpot_ms_median: the 2 runs were identical, which measures no noise; written as its lower bound" in \
+        proposal.text
+    throughput = load_baseline(path).specs_for(cell.id).get("output_throughput_tok_s")
+    assert throughput is None or not throughput.noise  # nothing to bound it with: no noise written, never 0

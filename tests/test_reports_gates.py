@@ -72,7 +72,8 @@ def test_gpqa_paired_over_questions_when_the_baseline_kept_them(tmp_path):
     for per_question, verdict in ((same, "passed"), (worse, "regressed")):
         cell = replace(PLAIN, gpqa={"per_question": per_question})
         gate = only_gate(evaluate(cell, {"gpqa_accuracy": 0.6, "gpqa_stderr": 0.06}, baseline))
-        assert gate["verdict"] == verdict and "paired t over 60 questions" in gate["test"]
+        # one answer per question: the exact test over the discordant questions, named in the gate
+        assert gate["verdict"] == verdict and "McNemar exact test" in gate["test"] and "of 60 questions" in gate["test"]
 
 
 @pytest.mark.parametrize("cell, metrics, expected", [
@@ -146,3 +147,77 @@ def test_speculation_must_pay_where_the_speedup_was_measured(speedup, passed):
     gates = [g for g in evaluate(SPECULATIVE, {"speculative_speedup": speedup}, None)]
     assert [(g.metric, g.op, g.threshold, g.passed) for g in gates] == [("speculative_speedup", ">=", 1.0, passed)]
     assert evaluate(SPECULATIVE, {"accept_length": 3.0}, None)[0].metric == "accept_length"  # not measured: no gate
+
+
+SPEED = ("tpot_ms_median: {value: 6.8, noise: 0.004, runs: 8, max_ratio: 1.025}\n"
+         "accept_length: {value: 3.25, noise: 0.008, runs: 8, min_ratio: 0.98}\n" + GPQA)
+
+
+def _speed_boot(tpot: float) -> dict:
+    return {"tpot_ms_median": tpot, "accept_length": 3.25}
+
+
+def test_a_regate_of_an_unchanged_run_gives_the_runs_verdicts_and_only_on_the_suites_that_ran(tmp_path):
+    """Two cells: one stopped at one boot, one took four; the run gated them at its plan (--max-boots 12) and
+    looked only at the speed and accept suites. `report --baseline` with the same file gives the same gates: the
+    same levels per look (not the unsplit alpha), and no GPQA gate judged "not measured"."""
+    from ground.records import RunResults, Status
+    from reports.gates import family_levels, regate, status_of
+
+    baseline = baseline_file(tmp_path, SPEED, pattern="cell-*")
+    tests = ({"nodeid": "suites/test_speed.py::test_speed", "outcome": "passed"},
+             {"nodeid": "suites/test_accept.py::test_accept", "outcome": "passed"})
+    one = replace(SPECULATIVE, id="cell-a", metrics=_speed_boot(6.83), tests=tests)
+    boots = tuple(_speed_boot(t) for t in (6.9, 6.7, 6.95, 6.85))
+    four = replace(SPECULATIVE, id="cell-b", boots=boots, tests=tests,
+                   metrics={"tpot_ms_median": 6.85, "accept_length": 3.25})
+    levels = family_levels([one, four], baseline, max_boots=12)
+    cells = []
+    for cell in (one, four):
+        gates = tuple(g for g in evaluate(cell, cell.metrics, baseline, levels) if g.metric != "gpqa_accuracy")
+        cells.append(replace(cell, gates=gates, status=status_of(gates)))
+    run = RunResults("r", None, None, "local", ("m.yaml",), cells=tuple(cells), run_options=("--suites", "speed,accept"))
+    again = regate(run, baseline)
+    assert [c.gates for c in again.cells] == [c.gates for c in run.cells]
+    assert [c.status for c in again.cells] == [Status.PASSED, Status.PASSED]
+    assert {g.statistic.alpha for g in again.cells[0].gates if g.statistic} == {levels.at_boots(1).alpha}
+    assert not any(g.metric == "gpqa_accuracy" for c in again.cells for g in c.gates)
+    fewer = regate(replace(run, run_options=("--max-boots", "1")), baseline)  # the run's own plan, as recorded
+    assert {g.statistic.alpha for g in fewer.cells[0].gates if g.statistic} == {family_levels(cells, baseline).alpha}
+
+
+def test_zero_noise_without_a_request_bound_is_refused_and_with_one_floored_saying_so(tmp_path):
+    from ground.errors import BadInput
+
+    with pytest.raises(BadInput) as refused:
+        baseline_file(tmp_path, "accept_length: {value: 3.25, noise: 0.0, runs: 8, min_ratio: 0.98}")
+    assert "baseline.yaml:4" in str(refused.value) and "noise 0 is not a standard error" in str(refused.value)
+    floored = baseline_file(tmp_path, "accept_length: {value: 3.25, noise: 0.0, runs: 8, request_noise: 0.0577, "
+                                      "min_ratio: 0.98}")
+    assert any("baseline.yaml:4" in w and "floored at its request_noise 5.77%" in w for w in floored.warnings)
+    gate = only_gate([g for g in evaluate(SPECULATIVE, {"accept_length": 3.12}, floored) if g.statistic])
+    assert gate["interval"][1] - gate["interval"][0] > 0.05 and gate["verdict"] == "inconclusive"  # never certain
+
+
+def test_unpaired_gpqa_reads_every_boot_not_the_last_and_never_falls_back_to_a_fixed_line(tmp_path):
+    """The last boot re-ran only speed (GPQA was decided... or not): the GPQA gate reads the pooled accuracy."""
+    baseline = baseline_file(tmp_path, GPQA)
+    boots = ({"gpqa_accuracy": 0.30, "gpqa_stderr": 0.035, "tpot_ms_median": 6.8}, {"tpot_ms_median": 6.8})
+    cell = replace(PLAIN, boots=boots)
+    gate = only_gate(evaluate(cell, {"gpqa_accuracy": 0.30, "gpqa_stderr": 0.035, "tpot_ms_median": 6.8}, baseline))
+    assert gate["verdict"] == "regressed" and "unpaired" in gate["test"]
+
+
+def test_gpqa_on_fixed_answers_is_one_look_with_the_gates_whole_alpha_and_final(tmp_path):
+    """A per-question record of 0s and 1s: the server answers each question the same way every time, so later boots
+    cannot inform the GPQA gate: it is decided at once with its whole share of alpha, and marked final."""
+    from ground.stats import Levels
+
+    (tmp_path / "q.json").write_text(json.dumps({f"q{i}": 1.0 for i in range(198)}))
+    baseline = baseline_file(tmp_path, GPQA.replace("}", ", max_drop: 0.02, per_question: q.json}"))
+    levels = Levels.family(gates=9, max_boots=12)
+    lost_ten = {f"q{i}": [0 if i < 10 else 1, 1] for i in range(198)}  # -5 points on 198 questions
+    cell = replace(PLAIN, gpqa={"per_question": lost_ten})
+    gate = evaluate(cell, {"gpqa_accuracy": 188 / 198, "gpqa_stderr": 0.015}, baseline, levels)[-1]
+    assert gate.verdict == "regressed" and gate.statistic.final
+    assert gate.statistic.alpha == pytest.approx(0.01 / 9)  # not the first look's 1/27 of it

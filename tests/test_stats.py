@@ -54,7 +54,7 @@ def test_a_real_shift_within_the_tolerance_is_never_red_however_precise_the_meas
     """A gate tests a regression beyond its tolerance, not any shift at all: 1 % slower, measured very precisely,
     passes (Perfherder's magnitude threshold); 4 % slower, measured as precisely, is red."""
     rng, sigma = random.Random(13), 0.001
-    reference = BootReference(value=10.0, runs=20, noise=sigma)
+    reference = BootReference(value=10.0, runs=20, noise=sigma, drift=0.0)  # the rule, not the drift model
     small = [_boot_night(rng, 0.01, reference, 8, sigma, Levels.family(60, max_boots=8)) for _ in range(200)]
     assert {v.verdict for v in small} == {PASSED} and all(v.low > 0 for v in small)  # real, yet not material
     assert _boot_night(rng, 0.04, reference, 8, sigma, Levels.family(60, max_boots=8)).verdict == REGRESSED
@@ -122,6 +122,60 @@ def test_sequential_looks_spend_alpha_in_proportion_to_their_boots():
     shares = [levels.at_boots(n).alpha for n in (1, 2, 4, 8)]
     assert sum(shares) == pytest.approx(0.01 / 60)  # the gate's share of the run's false red, no more
     assert shares == pytest.approx([s * 0.01 / 60 / 15 for s in (1, 2, 4, 8)])
-    assert levels.at_boots(3).alpha == shares[2] and levels.at_boots(12).alpha == shares[3]
+    # a count the plan does not hold gets the smallest share: no decision spends more than one look's share
+    assert levels.at_boots(3).alpha == shares[0] and levels.at_boots(12).alpha == shares[0]
     assert levels.at_boots(8).beta == pytest.approx(GATE_FALSE_PASS / 4)
     assert "at 8 boots" in levels.describe()
+
+
+def test_retries_are_looks_of_their_own_and_no_share_is_spent_twice():
+    """--retries 2 with --max-boots 4: judgements after 1, 2, 3 and 4 boots, each its own share, summing to the
+    gate's share of the run's false red."""
+    levels = Levels.family(gates=10, run_false_red=0.01, max_boots=4, retries=2)
+    assert [n for n, _ in levels.plan] == [1, 2, 3, 4]
+    shares = [levels.at_boots(n).alpha for n in (1, 2, 3, 4)]
+    assert sum(shares) == pytest.approx(0.001) and len(set(shares)) == 4
+
+
+def test_a_baseline_without_measured_noise_is_floored_not_certain():
+    """Identical runs (noise 0) never give a zero-width interval: the per-request standard error is the floor,
+    a live boot's own included, and the test says where its noise came from."""
+    reference = BootReference(value=3.25, runs=8, noise=0.0, request_noise=0.0577)
+    verdict = compare_boots([3.12], reference, HIGHER, -0.02, Levels(alpha=4e-5))  # -4 %
+    assert verdict.verdict == INCONCLUSIVE and verdict.high - verdict.low > 0.1
+    assert "per-request standard error" in verdict.test and "identical" in verdict.test
+    live = compare_boots([3.12], BootReference(3.25, 8, 0.0, 0.0), HIGHER, -0.02, Levels(alpha=4e-5),
+                         live_request_se=[0.03])
+    assert "per-boot noise 3.00%" in live.test and live.low < live.effect < live.high
+
+
+def test_the_drift_allowance_is_stated_and_does_not_average_away():
+    reference = BootReference(value=10.0, runs=30, noise=0.002, drift=0.01)
+    many = compare_boots([10.0] * 50, reference, LOWER, 0.025, Levels(alpha=1e-3))
+    assert many.high > 0.01 * 2  # 50 identical boots cannot rule out what the drift allowance allows
+    assert "drift allowance 1.00%" in many.test
+
+
+def test_gpqa_on_fixed_answers_is_an_exact_test_over_discordant_questions():
+    base = {f"q{i}": 1.0 for i in range(198)}
+    lost_ten = {q: [0.0] if i < 10 else [1.0] for i, q in enumerate(base)}  # -5 points, nothing gained
+    verdict = compare_paired(lost_ten, base, HIGHER, -0.02, Levels(alpha=1e-3))
+    assert verdict.verdict == REGRESSED and verdict.test.startswith("McNemar exact test over 10 discordant")
+    one_lost = {q: [0.0] if i == 0 else [1.0] for i, q in enumerate(list(base)[:20])}
+    small = compare_paired(one_lost, base, HIGHER, -0.02, Levels(alpha=1e-3))
+    assert small.verdict == INCONCLUSIVE  # one question of 20 is not a regression, nor ruled out
+    repeated = {q: [v[0]] * 8 for q, v in lost_ten.items()}  # identical repeats: no new information
+    assert compare_paired(repeated, base, HIGHER, -0.02, Levels(alpha=1e-3)).low == pytest.approx(verdict.low)
+
+
+def test_a_zero_boot_stays_in_the_statistic():
+    reference = BootReference(value=0.3, runs=8, noise=0.01)
+    assert compare_boots([0.31, 0.0], reference, HIGHER, -0.02, Levels(alpha=1e-3)).verdict == REGRESSED
+
+
+def test_a_pass_in_the_indifference_zone_says_so():
+    reference = BootReference(value=10.0, runs=30, noise=0.01, drift=0.0)
+    verdict = compare_boots([10.32] * 4, reference, LOWER, 0.025, Levels(alpha=1e-8, beta=0.02))
+    assert verdict.verdict == PASSED
+    assert "+3.2% [" in verdict.describe() and "passed: beyond the +2.5% tolerance, but +5.0% ruled out" in \
+        verdict.describe()
