@@ -42,13 +42,23 @@ def inputs(work: Path) -> dict[str, str]:
                                                 "include: [{}]\n"),
         "tp = gpus_per_node = 2**64": write("huge.yaml", HEAD.replace("tp: 1", f"tp: {2**64}")
                                             .replace("gpus_per_node: 1", f"gpus_per_node: {2**64}") + "include: [{}]\n"),
+        "90,000 nested [ (200 KB)": write("deep.yaml", HEAD + "x: " + "[" * 90000 + "]" * 90000 + "\ninclude: [{}]\n"),
+        "2,000 nested [ in accept.num_requests": write("deep-accept.yaml", HEAD + "  suites:\n    accept: "
+                                                     "{num_requests: " + "[" * 2000 + "1" + "]" * 2000 + "}\n"
+                                                     "include: [{}]\n"),
+        "a 5001-digit integer": write("digits.yaml", HEAD.replace("tp: 1", "tp: " + "9" * 5001) + "include: [{}]\n"),
+        "a 5000-character model_slug": write("slug.yaml", HEAD + "  model_slug: " + "m" * 5000 + "\ninclude: [{}]\n"),
+        "a NUL byte in an env value": write("env-nul.yaml", HEAD + '  env: {DSPARK_SIM_SEED: "1\\0 2"}\ninclude: [{}]\n'),
+        "slow_decode=inf": write("inf.yaml", HEAD + '  env: {DSPARK_SIM_FAULTS: "slow_decode=inf"}\ninclude: [{}]\n'),
     }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--smoke", action="store_true", help="one repeat of each input")
     args = parser.parse_args()
+    args.repeats = 1 if args.smoke else args.repeats
     print("| input | exit | seconds min / median / max | message |\n|---|---|---|---|")
     worst = 0.0
     with tempfile.TemporaryDirectory(prefix="bad-inputs-") as tmp:
@@ -58,7 +68,7 @@ def main() -> int:
                 started = time.monotonic()
                 done = subprocess.run([sys.executable, "-m", "dspark_ci", "run", path, "--out",
                                        str(Path(tmp) / f"out-{repeat}")], cwd=REPO, capture_output=True, text=True,
-                                      timeout=60)
+                                      timeout=600)
                 times.append(time.monotonic() - started)
                 codes.add(done.returncode)
                 message = done.stderr.strip().splitlines()[-1][:110]

@@ -33,6 +33,9 @@ FAULT_VALUES: dict[str, tuple[str, ...]] = {
     "boot_reject": ("boot_reject=injected by bench/fault_catalogue.py",),
     "slow_decode": ("slow_decode=1.5", "slow_decode=1.1"),
     "rank_exit": ("rank_exit=0:4", "rank_exit=1:4"),
+    "position_regression": ("position_regression=3",),  # the per-position gates' planted regression
+    "accept_drift": ("accept_drift=20",),  # mid-run: after the sanity suite's requests and half the accept suite's
+    "envelope_shift": ("envelope_shift=4",),  # speculation stops paying at a quarter of the concurrency
 }
 
 

@@ -311,6 +311,104 @@ def e2e(nights: int, out: Path) -> str:
     return "\n".join(lines)
 
 
+# --- Acceptance gates (a separate mode: `--acceptance`): sampled losslessness and per-position acceptance --------
+# Losslessness: each night samples LOSSLESS_PROMPTS × LOSSLESS_SAMPLES on each server (the accept suite's defaults);
+# a lossless sampler's share of greedy-equal samples is the reference's, p0; fault lossy_sampling sends every second
+# sample as the greedy text (p0 + (1 - p0) / 2). p0 = 0 is the simulator (its samples never repeat the greedy text);
+# 0.3 is a real model whose first tokens at temperature 0.7 often follow the argmax.
+LOSSLESS_PROMPTS, LOSSLESS_SAMPLES = 8, 8
+LOSSLESS_P0 = (0.0, 0.3)
+# Per position: the smoke accept suite (40 requests of ~85 verify steps, DSpark gamma 7, alpha 0.7), gated against a
+# baseline of BASELINE_RUNS boots with min_ratio 0.9 per position (accept_length 0.98); planted position_regression=3.
+POSITION_REQUESTS, POSITION_STEPS, POSITION_GAMMA, POSITION_ALPHA = 40, 85, 7, 0.7
+
+
+def _share(rng: random.Random, p: float, n: int) -> tuple[float, float]:
+    hits = sum(rng.random() < p for _ in range(n))
+    q = (hits + 0.5) / (n + 1)
+    return hits / n, math.sqrt(q * (1 - q) / n)
+
+
+def lossless_night(rng: random.Random, p0: float, lossy: bool, samples: int) -> str:
+    """One night's verdict of the losslessness gate (reports.gates.evaluate, no baseline)."""
+    spec, spec_se = _share(rng, p0 + (1 - p0) / 2 if lossy else p0, samples)
+    ref, ref_se = _share(rng, p0, samples)
+    metrics = {"sampled_greedy_share": spec, "sampled_greedy_share_stderr": spec_se,
+               "sampled_greedy_share_reference": ref, "sampled_greedy_share_reference_stderr": ref_se}
+    cell = CellResult(id="c", config={"speculative_algorithm": "DSPARK"}, expect={}, metrics=metrics)
+    [gate] = [g for g in evaluate(cell, metrics, None) if g.metric == "sampled_greedy_share"]
+    return gate.verdict
+
+
+def _position_boot(rng: random.Random, alphas: tuple[float, ...]) -> dict:
+    """One boot's accept_length and accept_rate_pos{k} (with per-request stderrs), drawn as the simulator draws."""
+    from sglang_sim.speculation import draw_accepted
+
+    requests = [[draw_accepted(rng, alphas, POSITION_GAMMA) for _ in range(POSITION_STEPS)]
+                for _ in range(POSITION_REQUESTS)]
+    steps = POSITION_REQUESTS * POSITION_STEPS
+    metrics = {"accept_length": sum(sum(r) + len(r) for r in requests) / steps}
+    for k in range(1, POSITION_GAMMA + 1):
+        per_request = [sum(c >= k for c in r) / len(r) for r in requests]
+        metrics[f"accept_rate_pos{k}"] = statistics.fmean(per_request)
+        metrics[f"accept_rate_pos{k}_stderr"] = statistics.stdev(per_request) / math.sqrt(len(per_request))
+    metrics["accept_length_stderr"] = statistics.stdev(
+        [(sum(r) + len(r)) / len(r) for r in requests]) / math.sqrt(len(requests))
+    return metrics
+
+
+def position_baseline(rng: random.Random, directory: Path) -> Path:
+    from sglang_sim.speculation import AcceptModel
+
+    boots = [_position_boot(rng, AcceptModel(POSITION_ALPHA, max_accept=POSITION_GAMMA).alphas())
+             for _ in range(BASELINE_RUNS)]
+    lines = ["schema: 1", "cells:", "  c:"]
+    for name, ratio in [("accept_length", 0.98)] + [(f"accept_rate_pos{k}", 0.9) for k in range(1, POSITION_GAMMA + 1)]:
+        values = [b[name] for b in boots]
+        mean = statistics.fmean(values)
+        lines.append(f"    {name}: {{value: {mean:.6g}, min_ratio: {ratio}, noise: {statistics.stdev(values) / mean:.6g},"
+                     f" runs: {len(values)}, request_noise: {boots[0][name + '_stderr'] / mean:.6g}}}")
+    path = directory / "positions.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def position_night(rng: random.Random, baseline, planted: bool) -> tuple[str, str]:
+    """(the cell's status, the accept_length gate's verdict) for one boot, with or without position_regression=3."""
+    from sglang_sim.speculation import AcceptModel
+
+    alphas = AcceptModel(POSITION_ALPHA, late_from=3 if planted else None, max_accept=POSITION_GAMMA).alphas()
+    metrics = _position_boot(rng, alphas)
+    cell = CellResult(id="c", config={"speculative_algorithm": "DSPARK"}, expect={}, metrics=metrics)
+    gates = evaluate(cell, metrics, baseline, family_levels([cell], baseline))
+    mean_gate = next(g.verdict for g in gates if g.metric == "accept_length")
+    return status_of(gates).value, mean_gate
+
+
+def acceptance_power(nights: int, seed: int) -> str:
+    rng = random.Random(seed)
+    lines = [f"Losslessness gate ({nights} nights; the accept suite's default is "
+             f"{LOSSLESS_PROMPTS}×{LOSSLESS_SAMPLES} samples per server):"]
+    for samples in (LOSSLESS_PROMPTS * LOSSLESS_SAMPLES, 4 * LOSSLESS_PROMPTS * LOSSLESS_SAMPLES):
+        for p0 in LOSSLESS_P0:
+            clean = [lossless_night(rng, p0, False, samples) for _ in range(nights)]
+            lossy = [lossless_night(rng, p0, True, samples) for _ in range(nights)]
+            lines.append(f"  {samples} samples, p0={p0:.1f}: lossy_sampling red {lossy.count(stats.REGRESSED) / nights:.1%}"
+                         f"; clean red {clean.count(stats.REGRESSED) / nights:.1%}, green "
+                         f"{clean.count(stats.PASSED) / nights:.1%}")
+    with tempfile.TemporaryDirectory() as tmp:
+        baseline = load_baseline(position_baseline(rng, Path(tmp)))
+        clean_nights = [position_night(rng, baseline, False) for _ in range(nights)]
+        planted_nights = [position_night(rng, baseline, True) for _ in range(nights)]
+    lines.append(f"Per-position gates ({POSITION_REQUESTS} requests × {POSITION_STEPS} steps, gamma {POSITION_GAMMA}, "
+                 f"{nights} nights; baseline {BASELINE_RUNS} boots):")
+    red = lambda nights_: sum(status == Status.FAILED.value for status, _ in nights_) / len(nights_)  # noqa: E731
+    lines.append(f"  position_regression=3: cell red {red(planted_nights):.1%}; its accept_length gate regressed "
+                 f"{sum(m == stats.REGRESSED for _, m in planted_nights) / nights:.1%}")
+    lines.append(f"  clean: cell red {red(clean_nights):.1%}")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nights", type=int, default=200)
@@ -322,7 +420,12 @@ def main() -> int:
     parser.add_argument("--max-boots", type=int, default=MAX_BOOTS,
                         help=f"the sequential budget per cell, as `run --max-boots` (default {MAX_BOOTS})")
     parser.add_argument("--e2e", type=int, default=0, metavar="N", help="also N end-to-end nights on the simulator")
+    parser.add_argument("--acceptance", action="store_true",
+                        help="only the acceptance gates: sampled losslessness and per-position acceptance")
     args = parser.parse_args()
+    if args.acceptance:
+        print(acceptance_power(args.nights, args.seed))
+        return 0
     started = time.monotonic()
     seeds = [args.seed + k for k in range(args.repeats)]
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:

@@ -1,16 +1,21 @@
-"""Kill `dspark-ci run` at random moments and check what it leaves: no process, port, file or PASSED report of the run.
+"""Kill or interrupt `dspark-ci run` at random moments and check what it leaves.
 
     python bench/kill_runs.py [--kills 20] [--interrupts 20] [--seed 1]
+    python bench/kill_runs.py --kills 0 --interrupts 50      # the signals only
+    python bench/kill_runs.py --smoke                        # 1 SIGKILL, 2 interrupts
 
 Each trial runs the smoke matrix's one-node cell with the speed suite on two worker processes (a multiprocessing
 manager, resource tracker and workers) and its expected rejection, as a user would (`python3 -m dspark_ci run`,
-own state directory), and sends SIGKILL or SIGINT at a random moment: half of the trials anywhere in the run's
-usual duration, half after the last cell's result was recorded (while the final files are being written, or
-after). Then:
+own state directory), and sends SIGKILL, or SIGINT or SIGTERM (chosen at random), at a random moment: half of the
+trials anywhere in the run's usual duration, half within the second after the last cell's result was recorded
+(while the final files are being written, or after). Then:
 
 - a report.md saying PASSED or a junit.xml without failures or errors is allowed only if the exit code is 0;
-- after SIGKILL and `dspark-ci cleanup --run ID` (after SIGINT: at once), no process carrying the trial's mark,
-  no port of its servers listening, no /dev/shm file its processes mapped, no run temp directory and no new
+- exit 130 (interrupted) comes with results.json `interrupted: true` and no `finished_at`; a results.json saying
+  `interrupted` comes with exit 130 (the exit code and the files agree);
+- an interrupt that exits 0 is allowed only when the run says it came after its final files were written;
+- after SIGKILL and `dspark-ci cleanup --run ID` (after SIGINT/SIGTERM: at once), no process carrying the trial's
+  mark, no port of its servers listening, no /dev/shm file its processes mapped, no run temp directory and no new
   /tmp/pymp-* is left.
 
 Prints one line per trial and a summary; exits 1 if any trial broke a rule.
@@ -63,8 +68,30 @@ class Trial:
                      "--suites", "speed,accept", "--out", str(self.out), "--quiet"]
 
     def start(self) -> subprocess.Popen:
-        return subprocess.Popen(self.argv, env=self.env, cwd=REPO, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self.stderr = self.out.parent / f"{self.out.name}.stderr"
+        with open(self.stderr, "w") as err:
+            return subprocess.Popen(self.argv, env=self.env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=err)
+
+    def results(self) -> dict:
+        try:
+            return json.loads((self.out / "results.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def disagreements(self, code: int) -> list[str]:
+        """Where the files and the exit code tell different stories (an interrupt is exit 130, and says so)."""
+        results, problems = self.results(), []
+        if code == 130 and results.get("interrupted") is not True:
+            problems.append("exit 130 without interrupted: true in results.json")
+        if code == 130 and results.get("finished_at"):
+            problems.append("exit 130 with finished_at in results.json")
+        if results.get("interrupted") and code != 130:
+            problems.append(f"results.json says interrupted, exit {code}")
+        return problems
+
+    def said_finished_first(self) -> bool:
+        return "the run had finished, nothing to stop" in self.stderr.read_text()
 
     def cells_recorded(self) -> int:
         path = self.out / "results.jsonl"
@@ -163,7 +190,7 @@ def one_trial(trial: Trial, sig: int, after_last_cell: bool, usual_s: float, rng
     if after_last_cell:
         while trial.cells_recorded() < 2 and process.poll() is None and time.monotonic() - started < 300:
             time.sleep(0.01)
-        time.sleep(rng.uniform(0.0, 1.5))  # the final files take a moment (report.html draws charts)
+        time.sleep(rng.uniform(0.0, 1.0))  # the final files take a moment (report.html draws charts)
     else:
         time.sleep(rng.uniform(0.5, usual_s * 1.05))
     when = time.monotonic() - started
@@ -171,7 +198,7 @@ def one_trial(trial: Trial, sig: int, after_last_cell: bool, usual_s: float, rng
     if not exited_before:
         process.send_signal(sig)
     try:
-        code = process.wait(timeout=120)
+        code = process.wait(timeout=900)  # teardown and the final files on a loaded machine take minutes
     except subprocess.TimeoutExpired:
         process.kill()
         code = process.wait()
@@ -182,12 +209,31 @@ def one_trial(trial: Trial, sig: int, after_last_cell: bool, usual_s: float, rng
         cleaned = subprocess.run([sys.executable, "-m", "dspark_ci", "cleanup", "--run", trial.run_id()],
                                  env=trial.env, cwd=REPO, capture_output=True, text=True, timeout=120)
     problems = [f"{claim} with exit {code}" for claim in claims if code != 0]
+    if sig != signal.SIGKILL:
+        problems += trial.disagreements(code)
+        if code == 0 and not exited_before and not trial.said_finished_first():
+            problems.append(f"{signal.Signals(sig).name} lost: exit 0")
     if cleaned is not None and cleaned.returncode not in (0, 2):  # 2: the run had finished and cleaned itself
         problems.append(f"cleanup exit {cleaned.returncode}: {cleaned.stderr.strip()[:200]}")
     problems += [f"left: {what}" for what in leftovers(trial, shm_ours, pymp_before)]
     return {"signal": signal.Signals(sig).name, "after_last_cell": after_last_cell, "at_s": round(when, 2),
-            "exit": code, "exited_before_signal": exited_before, "cells_recorded": trial.cells_recorded(),
+            "exit": code, "interrupted": trial.results().get("interrupted", False),
+            "came_after_finish": code == 0 and not exited_before and trial.said_finished_first(), "exited_before_signal": exited_before, "cells_recorded": trial.cells_recorded(),
             "shm_seen": len(shm_ours), "claims": claims, "problems": problems}
+
+
+def summary(results: list[dict], broken: int) -> str:
+    interrupts = [r for r in results if r["signal"] != "SIGKILL"]
+    exit_0 = [r for r in interrupts if r["exit"] == 0 and not r["exited_before_signal"]]
+    exit_130 = [r for r in interrupts if r["exit"] == 130]
+    disagree = [r for r in interrupts if any("exit" in p and "results.json" in p or "with exit" in p
+                                             for p in r["problems"])]
+    by_signal = {name: sum(r["signal"] == name for r in interrupts) for name in ("SIGINT", "SIGTERM")}
+    return (f"{len(results)} trials ({len(results) - len(interrupts)} SIGKILL, {by_signal['SIGINT']} SIGINT, "
+            f"{by_signal['SIGTERM']} SIGTERM, half of each within 1 s after the last cell): {broken} broke a rule; "
+            f"interrupts: {len(exit_130)} exit 130 ({sum(r['interrupted'] is True for r in exit_130)} with "
+            f"interrupted: true), {len(exit_0)} exit 0 ({sum(r['came_after_finish'] for r in exit_0)} after the final "
+            f"files, said so), {len(disagree)} with files disagreeing with the exit code")
 
 
 def main() -> int:
@@ -195,7 +241,10 @@ def main() -> int:
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--interrupts", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--smoke", action="store_true", help="1 SIGKILL and 2 interrupts (a quick check)")
     args = parser.parse_args()
+    if args.smoke:
+        args.kills, args.interrupts = 1, 2
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory(prefix="kill-runs-") as tmp:
         root = Path(tmp)
@@ -206,15 +255,15 @@ def main() -> int:
         usual_s = time.monotonic() - began
         print(f"calibration run: exit {code} in {usual_s:.1f} s", flush=True)
         plan = [(signal.SIGKILL, i % 2 == 1) for i in range(args.kills)]
-        plan += [(signal.SIGINT, i % 2 == 1) for i in range(args.interrupts)]
+        plan += [(rng.choice((signal.SIGINT, signal.SIGTERM)), i % 2 == 1) for i in range(args.interrupts)]
         rng.shuffle(plan)
-        broken = 0
+        broken, results = 0, []
         for index, (sig, late) in enumerate(plan, 1):
             result = one_trial(Trial(root, matrix, index), sig, late, usual_s, rng)
             broken += bool(result["problems"])
+            results.append(result)
             print(json.dumps(result), flush=True)
-        print(f"{len(plan)} trials ({args.kills} SIGKILL, {args.interrupts} SIGINT, half of each after the last "
-              f"cell): {broken} broke a rule", flush=True)
+        print(summary(results, broken), flush=True)
     return 1 if broken else 0
 
 

@@ -71,6 +71,10 @@ class Scheduler:
 
     def _one_at_a_time(self) -> None:
         for index, cell in enumerate(self.cells):
+            try:
+                interrupts.check()  # one Python dropped while the last cell ran
+            except KeyboardInterrupt:
+                raise Interrupted((), (), self.cells[index:]) from None
             self.on_start(cell)
             try:
                 result = self.run_one(cell)
@@ -114,6 +118,7 @@ class Scheduler:
 
     def _next_done(self) -> tuple[Cell, CellResult | BaseException]:
         while True:  # a bounded wait, so Ctrl-C is seen at once whatever the platform does with blocking waits
+            interrupts.check()
             try:
                 return self._done.get(timeout=0.5)
             except queue.Empty:

@@ -25,11 +25,14 @@ from ground.suites import ALWAYS_SUITES, DEFAULT_SUITES, SPECULATIVE_SUITES, sui
 from launchers.contract import LaunchFailed, Launcher, LaunchTimeout
 from launchers.ledger import Ledger
 from launchers.launch_plan import plan_launch
-from launchers.plan_types import Placement
+from launchers.pd.pd_group import launch_pd
+from launchers.pd.pd_plan import template_plans
+from dspark_ci.pd_accept import PD_BOOT_TIMEOUT_S, equivalence_gates, with_colocated_accept
 from dspark_ci.evidence import Sampling, more_evidence
 from matrices.cell import Cell
 from reports.gates import status_of
-from suites.runner import SuiteOutcome, SuiteRequest, Watch, gpqa_note, run_suites
+from suites.runner import (SuiteOutcome, SuiteRequest, Watch, acceptance_note, envelope_note, gpqa_note, run_suites,
+                           written_outcome)
 
 ERROR_LOG = "dspark-ci-error.log"
 
@@ -136,11 +139,9 @@ def _run_cell(cell: Cell, ctx: CellContext, result: CellResult, clock: CellClock
 def _boot_and_measure(cell: Cell, ctx: CellContext, result: CellResult, clock: CellClock, logs_dir: Path,
                       names: tuple[str, ...]) -> CellResult:
     """One boot of the cell: launch, measure ``names``, tear down, judge."""
-    plan = plan_launch(cell, ctx.launcher.placement(cell.nnodes, cell.config.gpus_per_node))
-    ctx.stage(f"{cell.id}: launching {len(plan.ranks)} rank(s)")
     try:
         with contextlib.ExitStack() as stack:
-            deployment = stack.enter_context(ctx.launcher.launch(plan, logs_dir))
+            deployment = _launch(cell, ctx, stack, logs_dir)
             if clock.ready is None:
                 clock.mark_ready()
             result = replace(result, boot_seconds=result.boot_seconds or round(deployment.boot_seconds, 3))
@@ -156,26 +157,46 @@ def _boot_and_measure(cell: Cell, ctx: CellContext, result: CellResult, clock: C
                 ledger=ctx.ledger, cell_id=cell.id),
                 watched=[d for d in (deployment, reference) if d is not None], watch=ctx.watch)
             deployment.check()  # a rank that died while we measured invalidates the numbers
+        # after the PD group is gone, so the baseline never waits for nodes the group holds (a small cluster)
+        if cell.disaggregated and "accept" in names and outcome.stopped_by is None:
+            outcome = with_colocated_accept(outcome, _colocated_accept(cell, ctx, logs_dir))
     except LaunchFailed as err:
         if isinstance(err, LaunchTimeout):
             raise
         if cell.expect.rejects:
             return _judge_rejection(result, cell, err)
-        return result.finished(Status.ERROR, str(err), ExitCode.FELL_SHORT, sglang_error=err.sglang_error)
+        failed = result.finished(Status.ERROR, str(err), ExitCode.FELL_SHORT, sglang_error=err.sglang_error)
+        return kept_from_failed_cell(failed, written_outcome(logs_dir))
     return _judge_measurement(result, names, outcome, ctx)
+
+
+# A failing cell's label when its metrics are what its suites finished before it failed: kept (results.json,
+# results.jsonl, history), never gated (a rank that died may have skewed them).
+FAILED_CELL_METRICS = "metrics_from_failed_cell"
+
+
+def kept_from_failed_cell(failed: CellResult, outcome: SuiteOutcome) -> CellResult:
+    """``failed`` with the metrics its suites finished, marked FAILED_CELL_METRICS and without gates."""
+    metrics = {name: value for name, value in outcome.metrics.items() if value is not None}
+    if not metrics:
+        return failed
+    return replace(failed, metrics=metrics, gates=(), gpqa=failed.gpqa or gpqa_note(outcome.records),
+                   labels=tuple(dict.fromkeys((*failed.labels, FAILED_CELL_METRICS))),
+                   warnings=(*failed.warnings, f"{len(metrics)} metric(s) measured before the cell failed: kept, "
+                                               "not gated"))
 
 
 def identify(cell: Cell, ctx: CellContext) -> CellIdentity:
     """The cell's identity as this run measures it: the argv as `dspark-ci plan` prints it (free ports and
     addresses differ from launch to launch, not the measurement), the suites with their resolved options."""
-    plan = plan_launch(cell, Placement.template(cell.nnodes))
+    ranks = [rank for plan in template_plans(cell) for rank in plan.ranks]  # every role instance's, for PD
     measuring = [n for n in suite_names(cell, ctx.suites) if n not in ALWAYS_SUITES]  # the sanity check measures nothing
     options = ctx.suite_defaults({n: dict(cell.suites.get(n, {})) for n in measuring})
     dataset = options.get("gpqa", {}).pop("dataset", None)
     image = cell.image if ctx.server != "sim" and ctx.launcher.name != "local" else None
     return cell_identity(server=f"{ctx.server} via {ctx.launcher.name}", build=" image ".join(filter(None, [ctx.build, image])),
-                         argv=[list(rank.argv) for rank in plan.ranks],
-                         env={**ctx.forwarded_env, **plan.ranks[0].env}, model=cell.config.get("model"),
+                         argv=[list(rank.argv) for rank in ranks],
+                         env={**ctx.forwarded_env, **ranks[0].env}, model=cell.config.get("model"),
                          suites=options, dataset=dataset, hardware=cell.runner)
 
 
@@ -191,25 +212,27 @@ def _judge_rejection(result: CellResult, cell: Cell, err: LaunchFailed) -> CellR
 def _judge_measurement(result: CellResult, names: tuple[str, ...], outcome: SuiteOutcome,
                        ctx: CellContext) -> CellResult:
     measured = replace(result, metrics=outcome.metrics, warnings=tuple(outcome.warnings), tests=tuple(outcome.tests),
-                       gpqa=gpqa_note(outcome.records))
-    return _judge(measured, names, ctx, outcome.stopped_by)
+                       gpqa=gpqa_note(outcome.records), acceptance=acceptance_note(outcome.records),
+                       envelope=envelope_note(outcome.records))
+    return _judge(measured, names, ctx, outcome.stopped_by, equivalence_gates(outcome.records))
 
 
 def _judge(measured: CellResult, names: tuple[str, ...], ctx: CellContext,
-           stopped_by: DsparkError | None = None) -> CellResult:
+           stopped_by: DsparkError | None = None, extra_gates: tuple[GateResult, ...] = ()) -> CellResult:
     """Gate what was measured (one boot, or several pooled) and decide the cell's status."""
     # A baseline gate on a suite this run did not select (--suites) is not applicable; one on a suite that ran
     # but did not produce its metric still fails.
     gates = ctx.gate(measured, measured.metrics)
-    applied = tuple(g for g in gates if suite_of(g.metric) in names)
+    applied = tuple(g for g in gates if suite_of(g.metric) in names) + extra_gates  # PD vs colocated
     warnings = tuple(dict.fromkeys(measured.warnings + tuple(sorted(
         {f"{suite_of(g.metric)} suite not run: gate on {g.metric} not applied"
          for g in gates if suite_of(g.metric) not in names}))))
     measured = replace(measured, gates=applied, warnings=warnings)
-    if stopped_by is not None:  # a rank died or hung while the suites ran: the numbers are void
+    if stopped_by is not None:  # a rank died or hung while the suites ran: the numbers are kept, not gated
         err = stopped_by
-        return measured.finished(Status.ERROR, str(err), _exit_code_of(err),
-                                 sglang_error=getattr(err, "sglang_error", None))
+        failed = replace(measured, metrics={}, gates=()).finished(Status.ERROR, str(err), _exit_code_of(err),
+                                                                 sglang_error=getattr(err, "sglang_error", None))
+        return kept_from_failed_cell(failed, SuiteOutcome(metrics=dict(measured.metrics)))
     if measured.failed_tests:  # failed gates are in `gates`; `error` is for everything else
         return measured.finished(Status.FAILED, "; ".join(measured.failed_tests), ExitCode.FELL_SHORT)
     return measured.finished(status_of(applied))  # passed, failed (a gate regressed) or inconclusive
@@ -257,9 +280,47 @@ def with_always_suites(names: tuple[str, ...]) -> tuple[str, ...]:
     return ALWAYS_SUITES + tuple(n for n in names if n not in ALWAYS_SUITES)
 
 
+def _launch(cell: Cell, ctx: CellContext, stack: contextlib.ExitStack, logs_dir: Path):
+    """The cell's deployment: its ranks, or for a disaggregated cell every role instance and the router."""
+    if cell.disaggregated:
+        ctx.stage(f"{cell.id}: launching {sum(r.count for r in cell.roles)} role instance(s) and the router")
+        return stack.enter_context(launch_pd(ctx.launcher, cell, logs_dir, ctx.forwarded_env, ctx.ledger,
+                                             PD_BOOT_TIMEOUT_S))
+    plan = plan_launch(cell, ctx.launcher.placement(cell.nnodes, cell.config.gpus_per_node))
+    ctx.stage(f"{cell.id}: launching {len(plan.ranks)} rank(s)")
+    return stack.enter_context(ctx.launcher.launch(plan, logs_dir))
+
+
+def _colocated_accept(cell: Cell, ctx: CellContext, logs_dir: Path) -> SuiteOutcome:
+    """Acceptance under PD is judged against the same decode configuration served colocated: booted once the PD
+    group is down, measured with the same accept options, torn down."""
+    ctx.stage(f"{cell.id}: launching the colocated decode baseline")
+    base = colocated(cell)
+    plan = plan_launch(base, ctx.launcher.placement(base.nnodes, base.config.gpus_per_node))
+    with ctx.launcher.launch(plan, logs_dir / "colocated") as deployment:
+        return _measure_colocated(cell, deployment, ctx, logs_dir)
+
+
+def _measure_colocated(cell: Cell, deployment, ctx: CellContext, logs_dir: Path) -> SuiteOutcome:
+    ctx.stage(f"{cell.id}: measuring acceptance on the colocated baseline")
+    options = ctx.suite_defaults({"accept": dict(cell.suites.get("accept", {}))})
+    return run_suites(SuiteRequest(base_url=deployment.base_url, names=("accept",), model=cell.config.model,
+                                   options=options, work_dir=logs_dir / "colocated-suites", on_progress=ctx.detail,
+                                   ledger=ctx.ledger, cell_id=f"{cell.id}-colocated"),
+                      watched=[deployment], watch=ctx.watch)
+
+
+def colocated(cell: Cell) -> Cell:
+    """A disaggregated cell's decode configuration, served colocated (no roles, no router)."""
+    return replace(cell, id=f"{cell.id}-colocated", config=cell.role("decode").config.colocated(), roles=(),
+                   router=None)
+
+
 def _launch_reference(cell: Cell, names, ctx: CellContext, stack: contextlib.ExitStack, logs_dir: Path):
-    """Parity compares against the same deployment without speculation, launched beside it."""
-    if "parity" not in names:
+    """Parity, the accept suite's sampled losslessness and the speed suite's sweep compare against the same deployment
+    without speculation, launched beside it."""
+    sweep = "speed" in names and (cell.suites.get("speed") or {}).get("sweep_concurrency")
+    if not ({"parity", "accept"} & set(names) or sweep):
         return None
     reference = without_speculation(cell)
     ctx.stage(f"{cell.id}: launching the non-speculative reference")
@@ -268,4 +329,7 @@ def _launch_reference(cell: Cell, names, ctx: CellContext, stack: contextlib.Exi
 
 
 def without_speculation(cell: Cell) -> Cell:
-    return replace(cell, id=f"{cell.id}-reference", config=cell.config.without_speculation())
+    """Parity's reference: the same deployment without speculation (for a disaggregated cell, its decode
+    configuration colocated: greedy text must hold through PD)."""
+    base = colocated(cell) if cell.disaggregated else cell
+    return replace(base, id=f"{cell.id}-reference", config=base.config.without_speculation())

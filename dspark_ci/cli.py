@@ -14,6 +14,7 @@ import sys
 from importlib import metadata
 
 from ground.errors import DsparkError, ExitCode
+from launchers import interrupts
 from launchers.processes import reset_inherited_signals
 
 # verb name -> one-line help. The module dspark_ci.verbs.<verb> is imported only when that verb runs,
@@ -74,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["sim"]:
         return _load("sim").main(argv[1:])
     reset_inherited_signals()  # started with SIGINT ignored (a background job): still stoppable, children too
+    if argv[:1] == ["run"]:  # a run's Ctrl-C and SIGTERM are a flag from its first moment (launchers.interrupts)
+        interrupts.install()
     chosen = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(chosen if chosen in VERBS else None).parse_args(argv)
     try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from pathlib import Path
 from typing import Callable, Mapping
 from urllib.parse import urlparse
@@ -28,10 +29,13 @@ MAX_DATASET_BYTES = 64 * 2**20
 def check_before_launch(cells: list[Cell], selected: tuple[str, ...] | None, server: str,
                         caller_env: Mapping[str, str], suite_defaults: Callable[[dict], dict]) -> None:
     """Raise BadInput for the first cell whose suites, scorer or simulator settings cannot work."""
+    warned: set[tuple[str, str, str]] = set()
     for cell in cells:
         where = f"{cell.matrix}:{cell.line}" if cell.line else cell.matrix
+        _check_names_and_env(cell, where)
         if server == "sim":
             _check_simulator(cell, caller_env, where)
+            _warn_overridden(cell, caller_env, where, warned)
         if server == "sglang-engine":
             _check_engine(cell, where)
         if cell.expect.outcome == REJECT:
@@ -89,6 +93,30 @@ def _check_simulator(cell: Cell, caller_env: Mapping[str, str], where: str) -> N
     if config.gpqa_path is not None and not Path(config.gpqa_path).is_file():
         raise BadInput(where, f"cell {cell.id}: DSPARK_SIM_GPQA_PATH={config.gpqa_path} is not a file",
                        "point it at a GPQA CSV, e.g. suites/data/gpqa_synthetic.csv")
+
+
+# A cell id names its log directory and files: past this, "File name too long" after launch (255 bytes per name).
+MAX_CELL_ID_BYTES = 200
+
+
+def _check_names_and_env(cell: Cell, where: str) -> None:
+    if len(cell.id.encode()) > MAX_CELL_ID_BYTES:
+        raise BadInput(where, f"cell id {cell.id[:60]}... is {len(cell.id.encode())} bytes; it names files, which "
+                       f"hold at most {MAX_CELL_ID_BYTES}", "shorten the model_slug or the values the id is made of")
+    for key, value in cell.env.items():
+        if "\0" in str(key) or "\0" in str(value):
+            raise BadInput(where, f"cell {cell.id}: env {str(key)[:40]!r} holds a NUL byte, which no process "
+                           "environment can carry", "remove it")
+
+
+def _warn_overridden(cell: Cell, caller_env: Mapping[str, str], where: str, warned: set) -> None:
+    """A DSPARK_SIM_* the caller set and the cell's env overrides: said once per value pair, not dropped silently."""
+    for key, value in cell.env.items():
+        mine = caller_env.get(key)
+        if key.startswith("DSPARK_SIM_") and mine is not None and mine != str(value) and (key, mine, value) not in warned:
+            warned.add((key, mine, value))
+            print(f"dspark-ci run: warning: {where}: the matrix sets {key}={value} for cell {cell.id} (and others "
+                  f"it covers), overriding {key}={mine} from your environment", file=sys.stderr)
 
 
 def _sim_names(message: str) -> list[str]:

@@ -18,6 +18,7 @@ import errno
 import functools
 import itertools
 import os
+import signal
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,7 +34,9 @@ from dspark_ci.cell_queue import Interrupted, Scheduler, longest_first
 from ground.errors import BadInput, ExitCode
 from ground.errors import worst as worst_exit
 from ground.records import CellResult, GateResult, RunResults, Status
+from launchers import interrupts
 from launchers.contract import Capacity, Launcher
+from launchers.processes import signals_deferred
 from launchers.ledger import Ledger
 from launchers.leftovers import release
 from matrices import load_cells
@@ -180,17 +183,23 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
                        progress)
         finally:
             close_warm_workers()  # the suites' warm pytest: it is the run's, and recorded in its ledger
-            _release(ledger)
+            with signals_deferred():  # a teardown: an interrupt now is acted on once it is done
+                _release(ledger)
     except KeyboardInterrupt:  # at any moment, even after the last cell: the run is an interrupted one
         writer.interrupted()
-        raise
     finally:
         progress.close()
-        reported = writer.finish()  # last: once the final set is on disk, the run has finished
-        progress.done(f"results in {run_dir}/ (results.json, junit.xml, report.md, report.html, logs/)")
-        rerun = rerun_command(writer.results)
-        if rerun:
-            progress.done(f"run the cells that did not pass again: {rerun}")
+        reported = writer.finish()  # last: once the final set is on disk, the run has finished (reads the flag)
+    if writer.results.interrupted:  # what the files say is what the exit code says: 130 (dspark_ci/cli.py)
+        progress.done(f"interrupted; what was measured is in {run_dir}/")
+        raise KeyboardInterrupt("interrupted")
+    if interrupts.requested() is not None:
+        progress.done(f"{signal.Signals(interrupts.requested() or 2).name} came as the final files were written: "
+                      "the run had finished, nothing to stop")
+    progress.done(f"results in {run_dir}/ (results.json, junit.xml, report.md, report.html, logs/)")
+    rerun = rerun_command(writer.results)
+    if rerun:
+        progress.done(f"run the cells that did not pass again: {rerun}")
     code, reason = verdict(writer.results, len(cells), options.accept_inconclusive)
     for cell in writer.results.cells:  # a failure the quarantine let through, or one it no longer covers
         if cell.status.failing and (cell.quarantined or cell.quarantine_expired):

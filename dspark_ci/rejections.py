@@ -20,8 +20,7 @@ from ground.errors import ExitCode, InfraError
 from ground.records import DECIDED_BY_RESOLVER, CellResult, Status
 from ground.sglang.release import SGLANG_ENTRYPOINT
 from ground.sglang.resolver import Resolution, Resolver, locate, resolve
-from launchers.launch_plan import plan_launch
-from launchers.plan_types import Placement
+from launchers.pd.pd_plan import template_plans
 from matrices.cell import REJECT, Cell
 
 MODES = ("launch", "resolver")
@@ -51,10 +50,10 @@ class CellVerdict:
 
 
 def judge(cells: list[Cell], resolver: Resolver) -> tuple[Resolver, list[CellVerdict]]:
-    plans = {cell.id: plan_launch(cell, Placement.template(cell.nnodes)) for cell in cells}  # as `plan` prints
+    plans = {cell.id: template_plans(cell) for cell in cells}  # as `plan` prints (every role instance of a PD cell)
     launches, owners = [], []
     for cell in cells:
-        for rank in plans[cell.id].ranks:
+        for rank in (rank for plan in plans[cell.id] for rank in plan.ranks):
             launches.append((list(rank.argv[len(SGLANG_ENTRYPOINT):]), dict(rank.env)))
             owners.append(cell.id)
     described, results = resolve(resolver, launches)

@@ -11,8 +11,7 @@ from pathlib import Path
 
 from ground.errors import InfraError
 from launchers.contract import Launcher
-from launchers.launch_plan import plan_launch
-from launchers.plan_types import Placement
+from launchers.pd.pd_plan import template_plans
 from matrices.cell import Cell
 
 MIN_FREE_DISK_MB = 200  # logs and reports of a run; real SGLang logs grow, but never this fast
@@ -28,4 +27,4 @@ def check_disk(run_dir: Path) -> None:
 
 def preflight(cells: list[Cell], launcher: Launcher, run_dir: Path) -> None:
     check_disk(run_dir)
-    launcher.preflight([plan_launch(cell, Placement.template(cell.nnodes)) for cell in cells])
+    launcher.preflight([plan for cell in cells for plan in template_plans(cell)])

@@ -216,6 +216,12 @@ class CellResult:
     # How the GPQA figure was produced: {"scorer", "partial", "samples", "planned_samples", "accuracy"}
     # (results.json key "gpqa", optional): the report names the scorer and marks a partial figure.
     gpqa: Mapping[str, Any] | None = None
+    # Acceptance per draft position and category, its source, drift and losslessness counts (results.json key
+    # "acceptance", optional: CONTRACT.md), from the accept suite's accept_detail record.
+    acceptance: Mapping[str, Any] | None = None
+    # Where speculation pays: the speedup per (concurrency, input length) and the boundaries (results.json key
+    # "envelope", optional: CONTRACT.md), from the speed suite's sweep.
+    envelope: Mapping[str, Any] | None = None
     # What makes this measurement comparable with another of the same cell (results.json key "identity",
     # optional: files written before it still read).
     identity: CellIdentity | None = None
@@ -241,6 +247,10 @@ class CellResult:
             object.__setattr__(self, "tests", tuple(_frozen(t) for t in self.tests))
         if self.gpqa is not None:
             object.__setattr__(self, "gpqa", _frozen(self.gpqa))
+        if self.acceptance is not None:
+            object.__setattr__(self, "acceptance", _frozen(self.acceptance))
+        if self.envelope is not None:
+            object.__setattr__(self, "envelope", _frozen(self.envelope))
         object.__setattr__(self, "boots", tuple(_frozen(boot) for boot in self.boots))
         object.__setattr__(self, "labels", tuple(self.labels))
         if self.exit_code is None:
@@ -274,6 +284,10 @@ class CellResult:
             data["sglang_error"] = self.sglang_error
         if self.gpqa is not None:
             data["gpqa"] = dict(self.gpqa)
+        if self.acceptance is not None:
+            data["acceptance"] = dict(self.acceptance)
+        if self.envelope is not None:
+            data["envelope"] = dict(self.envelope)
         if self.identity is not None:
             data["identity"] = self.identity.to_dict()
         if self.infrastructure:
@@ -325,6 +339,7 @@ class CellResult:
                    metrics=data.get("metrics") or {}, gates=tuple(GateResult.from_dict(g) for g in data.get("gates") or ()),
                    warnings=tuple(data.get("warnings") or ()), tests=None if tests is None else tuple(tests),
                    sglang_error=data.get("sglang_error"), gpqa=data.get("gpqa"),
+                   acceptance=data.get("acceptance"), envelope=data.get("envelope"),
                    boots=tuple(data.get("boots") or ()), labels=tuple(data.get("labels") or ()),
                    timing=CellTiming.from_dict(data), decided_by=data.get("decided_by"),
                    identity=CellIdentity.from_dict(data.get("identity")),

@@ -22,6 +22,12 @@ SPECULATIVE_SUITES = ("accept", "parity")
 METRIC_SUITE: Mapping[str, str] = MappingProxyType({
     "gpqa_accuracy": "gpqa", "gpqa_stderr": "gpqa", "gpqa_num_questions": "gpqa", "gpqa_repeats": "gpqa",
     "accept_length": "accept", "accept_rate": "accept",
+    # per draft position k: accepted / proposed over verify steps, and its per-request stderr (suites/accept_detail.py)
+    **{f"accept_rate_pos{k}{suffix}": "accept" for k in range(1, 9) for suffix in ("", "_stderr")},
+    # at the sampled setting (accept.sampled_temperature), and the losslessness figures: the share of samples whose
+    # first accept.lossless_tokens tokens equal the greedy text, on this server and on the non-speculative reference
+    "accept_length_sampled": "accept",
+    **{f"sampled_greedy_share{side}{suffix}": "accept" for side in ("", "_reference") for suffix in ("", "_stderr")},
     # mean / median / p90 / p99 of TTFT, TPOT and ITL, as bench_serving prints them; ITL three ways (suites/speed.py)
     **{f"{quantity}_ms_{stat}": "speed" for quantity in ("ttft", "tpot", "itl", "itl_chunk", "itl_token")
        for stat in ("mean", "median", "p90", "p99")},
@@ -35,6 +41,8 @@ METRIC_SUITE: Mapping[str, str] = MappingProxyType({
     "tpot_ms_median_stderr": "speed", "output_throughput_tok_s_stderr": "speed",
     # median TPOT without speculation / with it, on the same requests ("speculation must pay")
     "speculative_speedup": "speed",
+    # the concurrency where that speedup falls to 1, at the sweep's shortest input length (suites/envelope.py)
+    "speculation_boundary_concurrency": "speed",
 })
 METRIC_NAMES = frozenset(METRIC_SUITE)
 
@@ -71,6 +79,15 @@ SUITE_DEFAULTS: dict[str, dict[str, Any]] = {
         "concurrency": 8,
         "min_accept_length": 1.2,  # the collapse floor: below this, drafts are (nearly) never accepted
         "disagreement_tolerance": 0.05,  # relative gap between per-request and server-side figures
+        "workload": "builtin",  # "builtin" | "mtbench" (the 80 questions, fetched once) | a question.jsonl path
+        "sampled_temperature": 0.7,  # the sampled setting the suite also measures (0: greedy only)
+        "sampled_top_p": 0.95,
+        "lossless_prompts": 8,  # prompts sampled on both servers for the losslessness gate (needs a reference)
+        "lossless_samples": 8,  # samples per prompt and server
+        "lossless_tokens": 8,  # tokens compared with the greedy continuation
+        # "chat" | "completions": sglang-router 0.3.2 drops return_spec_tokens_details from chat requests (kept
+        # for completions), so a disaggregated cell, measured through the router, asks completions
+        "api": "chat",
     },
     "speed": {
         "num_requests": 64,
@@ -81,6 +98,11 @@ SUITE_DEFAULTS: dict[str, dict[str, Any]] = {
         "workers": 1,  # client processes sharing the concurrency (see BENCHMARKS.md)
         "ignore_eos": True,
         "client": "aiohttp",  # "aiohttp" | "openai": what reads the streams (BENCHMARKS.md: why aiohttp)
+        # Where speculation pays (needs the non-speculative reference): empty = no sweep
+        "sweep_concurrency": [],
+        "sweep_input_len": [256],
+        "sweep_min_requests": 4,  # requests per point at least (a point at concurrency c sends max(c, this))
+        "sweep_output_len": 32,
     },
     "parity": {
         "num_prompts": 8,
@@ -100,6 +122,8 @@ SGL_EVAL_CLI_DEFAULTS: Mapping[str, Any] = MappingProxyType({
 })
 
 OPTION_TYPES: dict[tuple[str, str], tuple[type, ...]] = {
+    ("speed", "sweep_concurrency"): (list,),
+    ("speed", "sweep_input_len"): (list,),
     ("gpqa", "num_questions"): (int, type(None)),
     ("gpqa", "max_tokens"): (int, type(None)),  # None: no max_tokens sent (the server's context decides)
     ("gpqa", "dataset"): (str, type(None)),
@@ -110,6 +134,7 @@ ALLOWED_VALUES: dict[tuple[str, str], tuple[str, ...]] = {
     ("gpqa", "scorer"): ("simple-evals", "sglang", "sgl-eval"),
     ("gpqa", "extractor"): ("sglang", "openai"),
     ("speed", "client"): ("aiohttp", "openai"),
+    ("accept", "api"): ("chat", "completions"),
 }
 
 # Counts and sizes, by option name: (least, most). Zero or less is a mistake, not a request for nothing; past the
@@ -120,7 +145,10 @@ OPTION_RANGES: dict[str, tuple[float, float]] = {
     "num_questions": (1, 100_000), "repeats": (1, 64), "concurrency": (1, 4096), "max_tokens": (1, MAX_TOKENS_BOUND),
     "num_requests": (1, 100_000), "input_len": (1, MAX_TOKENS_BOUND), "output_len": (1, MAX_TOKENS_BOUND),
     "warmup_requests": (0, 10_000), "workers": (1, 64), "num_prompts": (1, 10_000), "max_mismatches": (0, 10_000),
-    "temperature": (0.0, 2.0), "min_accept_length": (0.0, 1024.0), "disagreement_tolerance": (0.0, 1.0),
+    "temperature": (0.0, 2.0), "sampled_temperature": (0.0, 2.0), "sampled_top_p": (0.0, 1.0),
+    "sweep_min_requests": (1, 10_000), "sweep_output_len": (2, MAX_TOKENS_BOUND),
+    "lossless_prompts": (1, 10_000), "lossless_samples": (1, 10_000), "lossless_tokens": (1, 4096),
+    "min_accept_length": (0.0, 1024.0), "disagreement_tolerance": (0.0, 1.0),
 }
 
 
@@ -169,6 +197,9 @@ def option_problem(suite: str, key: str, value: Any) -> str | None:
     if isinstance(value, bool) and bool not in expected or not isinstance(value, expected):
         names = " or ".join("null" if t is type(None) else t.__name__ for t in expected)
         return f"{suite}.{key} must be {names}, got {json.dumps(value)}"
+    if isinstance(value, list) and not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_TOKENS_BOUND
+                                           for v in value):
+        return f"{suite}.{key} must be a list of whole numbers from 1 to {MAX_TOKENS_BOUND:,}, got {json.dumps(value)}"
     bounds = OPTION_RANGES.get(key)
     if bounds is not None and isinstance(value, (int, float)) and not bounds[0] <= value <= bounds[1]:
         least, most = bounds

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,7 +98,65 @@ def _read(path: Path | str, words: FileWords) -> str:
         raise BadInput(f"{path}:{line}", f"not UTF-8 (byte 0x{data[err.start]:02x})",
                        "save the file as UTF-8 text") from None
     _check_printable(path, text)
+    _check_digits(path, text)
     return text
+
+
+# Deeper than this, a matrix is a mistake (its deepest real value is 5 levels down); PyYAML's composer recurses
+# per level and Python's stack ends a few hundred levels down, with a traceback instead of a message.
+MAX_NESTING = 64
+MAX_DIGITS = 100  # an integer longer than this is no setting (and Python refuses to convert one of 4300)
+_LONG_NUMBER = re.compile(r"(?<![\w.])[-+]?\d{%d,}" % (MAX_DIGITS + 1))
+
+
+def _check_digits(path: Path | str, text: str) -> None:
+    found = _LONG_NUMBER.search(text)
+    if found is not None:
+        line = text.count("\n", 0, found.start()) + 1
+        raise BadInput(f"{path}:{line}", f"a number of {len(found.group().lstrip('+-'))} digits; no setting takes "
+                       f"more than {MAX_DIGITS}", "write the value you mean")
+
+
+def _too_deep(path: Path | str, line: int) -> BadInput:
+    return BadInput(f"{path}:{line}", f"lists and mappings nested more than {MAX_NESTING} levels deep",
+                    "a matrix nests a few levels: check the brackets and the indentation here")
+
+
+def _deepest_line(text: str) -> int:
+    """Where a document that overflowed PyYAML's stack nests deepest (first flow bracket past MAX_NESTING, else the
+    most indented line): for the message only."""
+    depth = 0
+    for index, char in enumerate(text):
+        depth += (char in "[{") - (char in "]}")
+        if depth > MAX_NESTING:
+            return text.count("\n", 0, index) + 1
+    lines = text.splitlines() or [""]
+    return max(range(len(lines)), key=lambda i: len(lines[i]) - len(lines[i].lstrip(" -"))) + 1
+
+
+def _check_depth(path: Path | str, root: yaml.Node | None) -> None:
+    """Refuse nesting past MAX_NESTING (walked without recursion), at the line of the first node too deep."""
+    todo = [(root, 0)] if root is not None else []
+    seen: set[int] = set()
+    while todo:
+        node, depth = todo.pop()
+        if depth > MAX_NESTING:
+            raise _too_deep(path, node.start_mark.line + 1)
+        if id(node) in seen:  # an alias: its depth was checked where it was defined
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            todo += [(child, depth + 1) for child in node.value]
+        elif isinstance(node, yaml.MappingNode):
+            todo += [(part, depth + 1) for pair in node.value for part in pair]
+
+
+@contextlib.contextmanager
+def _no_stack_overflow(path: Path | str, text: str):
+    try:
+        yield
+    except RecursionError:
+        raise _too_deep(path, _deepest_line(text)) from None
 
 
 def read_bounded(path: Path | str, words: FileWords) -> str:
@@ -194,10 +253,12 @@ _SCALAR_TYPE_NAMES = {
 def compose_file(path: Path | str, words: FileWords) -> yaml.Node | None:
     """The document's root node (None for an empty file)."""
     path = Path(path)
-    stream = io.StringIO(_read(path, words))
+    text = _read(path, words)
+    stream = io.StringIO(text)
     stream.name = str(path)  # marks (node.start_mark.name) carry the file, so later complaints can name it
-    with _yaml_errors(path, words):
+    with _yaml_errors(path, words), _no_stack_overflow(path, text):
         root = yaml.compose(stream, Loader=yaml.SafeLoader)
+    _check_depth(path, root)
     _check_expansion(path, root)
     return root
 
@@ -326,8 +387,9 @@ def load_yaml(path: Path | str, words: FileWords):
     loader = _LineLoader(text)
     loader.source = str(path)
     try:
-        with _yaml_errors(path, words):
+        with _yaml_errors(path, words), _no_stack_overflow(path, text):
             root = loader.get_single_node()
+            _check_depth(path, root)
             _check_expansion(path, root)
             return None if root is None else loader.construct_document(root)
     finally:

@@ -56,14 +56,17 @@ class LaunchFailed(DsparkError):
     last_lines: list[str] = field(default_factory=list)
     sglang_error: str | None = None
     hint: str = ""
+    role: str | None = None  # a disaggregated cell's role ("decode"): its ranks are counted within the role
 
     def __post_init__(self):
         super().__init__(str(self))
 
     def __str__(self) -> str:
-        heads = {"timeout": f"{self.cell_id}: rank 0 did not become healthy in time",
-                 "unresponsive": f"{self.cell_id}: node rank {self.node_rank} stopped answering",
-                 "exited": f"{self.cell_id}: node rank {self.node_rank} exited with code {self.rank_exit_code}"}
+        who = f"{self.role} rank" if self.role else "node rank"
+        heads = {"timeout": f"{self.cell_id}: {self.role + ' ' if self.role else ''}rank 0 did not become healthy "
+                            "in time",
+                 "unresponsive": f"{self.cell_id}: {who} {self.node_rank} stopped answering",
+                 "exited": f"{self.cell_id}: {who} {self.node_rank} exited with code {self.rank_exit_code}"}
         parts = [heads.get(self.reason, heads["exited"])]
         if self.sglang_error:
             parts.append(f"SGLang said: {self.sglang_error}")

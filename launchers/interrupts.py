@@ -7,12 +7,19 @@ blocks as a one-at-a-time run, so every launcher tears its group down exactly as
 polls). A thread inside a teardown (``launchers.processes.signals_deferred``, which calls ``deferred`` off the
 main thread) is not interrupted there: the interrupt is held and raised once the teardown is done, as a second
 Ctrl-C is on the main thread.
+
+The run's own Ctrl-C and SIGTERM (``on_signal``, installed by ``install``) only set a flag, ``requested()``: a
+KeyboardInterrupt raised from a handler lands wherever the main thread happens to be, and Python drops it when that
+is a garbage-collector or weakref callback ("Exception ignored in ... KeyboardInterrupt"), so the run would go on
+and exit 0. Every wait of the pipeline (launch waits, suite watching, the scheduler's loop) calls ``check()``, which
+raises KeyboardInterrupt there, in ordinary code; the final files and the exit code are decided from the flag.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import signal
 import threading
 from dataclasses import dataclass
 from typing import Iterator
@@ -59,3 +66,47 @@ def deferred() -> Iterator[None]:
                 del _states[ident]
         if fire:
             raise KeyboardInterrupt("interrupted while tearing down")
+
+
+_requested: list[int] = []  # the signals received, in order (append is atomic: safe from a handler)
+_holding = threading.local()  # this thread's teardowns in progress: check() does not raise inside one
+
+
+def on_signal(signum: int, frame: object) -> None:
+    """SIGINT / SIGTERM handler: record it, nothing else (the next ``check()`` acts on it)."""
+    _requested.append(signum)
+
+
+def requested() -> int | None:
+    """The first Ctrl-C or SIGTERM received since ``reset``, or None."""
+    return _requested[0] if _requested else None
+
+
+def reset() -> None:
+    _requested.clear()
+
+
+def check() -> None:
+    """At every wait: raise KeyboardInterrupt when an interrupt was requested (once teardowns in progress end)."""
+    if _requested and not getattr(_holding, "depth", 0):
+        raise KeyboardInterrupt(signal.Signals(_requested[0]).name)
+
+
+@contextlib.contextmanager
+def holding() -> Iterator[None]:
+    """A teardown: ``check()`` stays quiet in this thread until it is done."""
+    _holding.depth = getattr(_holding, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _holding.depth -= 1
+
+
+def install() -> None:
+    """Ctrl-C and SIGTERM are ``on_signal`` from now on (main thread), starting with no request recorded. Never
+    restored: the process exits with what its files say, and a signal meanwhile must not raise."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    reset()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)

@@ -249,10 +249,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
         return
 
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt("SIGTERM")
-
-    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGTERM, interrupts.on_signal)
     try:
         yield
     finally:
@@ -263,14 +260,15 @@ def sigterm_as_interrupt() -> Iterator[None]:
 def signals_deferred() -> Iterator[None]:
     """A second Ctrl-C or SIGTERM during teardown would leave things behind: hold it until teardown is done."""
     if threading.current_thread() is not threading.main_thread():  # a cell's thread (cells side by side)
-        with interrupts.deferred():
+        with interrupts.deferred(), interrupts.holding():
             yield
         return
     received: list[int] = []
     previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signum))
                 for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        with interrupts.holding():
+            yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -21,6 +21,7 @@ import tenacity
 
 from ground.errors import InfraError
 from ground.sglang.flags import load_flags
+from launchers import interrupts
 from launchers.contract import LaunchTimeout
 from launchers.plan_types import LaunchPlan
 
@@ -123,6 +124,7 @@ def wait_until_ready(
     last_seen = ["nothing yet"]
 
     def attempt() -> None:
+        interrupts.check()  # a Ctrl-C Python dropped still stops the wait
         check_alive()
         try:
             strategy.probe(deadline.timeout_s - (time.monotonic() - started))

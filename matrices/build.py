@@ -19,6 +19,7 @@ from ground.sglang.settings import CellConfig
 from matrices.cell import SERVE, Cell, Expect
 from matrices.expand import CODE_DEFAULTS, effective
 from matrices.ids import cell_id
+from matrices.roles import RouterSpec, build_roles, roles_id
 from matrices.schema import CONFIG_KEYS, Fragment, MatrixSpec, Where
 from matrices.values import SGLANG_VERSION
 
@@ -159,14 +160,50 @@ def build_cell(fragment: Fragment, spec: MatrixSpec) -> Cell:
     if "id" in fragment.values and "id_suffix" in fragment.values:
         raise Where(spec.path, fragment.lines["id"]).error("id and id_suffix are both set",
                                                            "an explicit id is the whole id: drop id_suffix")
-    identity = fragment.values.get("id") or cell_id(config, env, spec.id_prefix, fragment.values.get("id_suffix"))
+    roles = _roles(config, fragment, spec.path)
+    suffix = "-".join(filter(None, [roles_id(roles) if roles else "", fragment.values.get("id_suffix")]))
+    identity = fragment.values.get("id") or cell_id(config, env, spec.id_prefix, suffix or None)
     expect: Expect = fragment.values.get("expect", Expect(SERVE))
     expect = dataclasses.replace(expect, sglang=expect.sglang or spec.sglang)
-    runner = _runner(config, fragment, spec.path)
+    runner = _runner(config, fragment, spec.path) if not roles else fragment.values.get("runner") or pd_runner(roles)
     _check_image(config, fragment, spec.path)
     return Cell(
         id=identity, matrix=spec.path, config=CellConfig.from_dict(config), runner=runner,
         expect=expect, env=env, extra_args=fragment.values.get("extra_args", ()),
-        suites=fragment.values.get("suites", {}), baseline=_beside(spec.path, fragment.values.get("baseline")),
-        image=fragment.values.get("image"), line=fragment.line,
+        suites=_pd_suites(fragment.values.get("suites", {})) if roles else fragment.values.get("suites", {}),
+        baseline=_beside(spec.path, fragment.values.get("baseline")),
+        image=fragment.values.get("image"), line=fragment.line, roles=roles,
+        router=fragment.values.get("router", RouterSpec()) if roles else None,
     )
+
+
+def _roles(config: dict, fragment: Fragment, path: str):
+    """A disaggregated cell's roles, each checked like a cell of its own; a router without roles is a mistake."""
+    if "roles" not in fragment.values:
+        for key in ("router", "disaggregation_mode"):
+            if fragment.values.get(key) is not None:
+                raise Where(path, fragment.lines[key]).error(
+                    f"{key} is set but the cell has no roles", "add `roles: {prefill: {count: 1}, decode: {count: 1}}`"
+                    " for a disaggregated cell, or remove it")
+        return ()
+
+    def finish(role_config: dict, name: str) -> str:
+        _check_layout(role_config, fragment, path)
+        return _runner(role_config, Fragment({}, {}, fragment.line), path)
+    return build_roles(config, fragment.values["roles"], finish)
+
+
+def _pd_suites(suites):
+    """Through sglang-router, acceptance is asked of completions unless the matrix says (ground/sglang/router.py)."""
+    return {name: ({"api": "completions", **options} if name == "accept" else options) for name, options in suites.items()}
+
+
+def pd_runner(roles) -> str:
+    """A disaggregated cell's runner label: its nodes over every role instance, ``2x8-gpu-h200`` when the roles
+    run on the same kind of node, else each role's share joined (``1x8-gpu-h200+2x8-gpu-b200``)."""
+    def base(label: str) -> str:
+        return label.split("x", 1)[1] if label.split("x", 1)[0].isdigit() else label
+    shares = [(r.count * r.config.nnodes, base(r.runner)) for r in roles]
+    if len({label for _, label in shares}) == 1:
+        return f"{sum(n for n, _ in shares)}x{shares[0][1]}"
+    return "+".join(f"{n}x{label}" for n, label in shares)

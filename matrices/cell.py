@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from ground.records import REJECT, SERVE, Expect
 from ground.sglang.settings import CellConfig
+from matrices.roles import Role, RouterSpec
 
 __all__ = ["REJECT", "SERVE", "Cell", "Expect"]
 
@@ -28,6 +29,8 @@ class Cell:
     baseline: str | None = None  # baseline file; the matrix gives it relative to itself
     image: str | None = None  # container image for the Docker launcher
     line: int | None = None  # line in `matrix` where the cell was declared (for messages)
+    roles: tuple[Role, ...] = ()  # prefill and decode (matrices/roles.py): a disaggregated cell; () colocated
+    router: RouterSpec | None = None  # sglang-router in front of the roles
 
     def __post_init__(self):
         # Freeze the mappings so a stage cannot change what the next one sees.
@@ -38,11 +41,19 @@ class Cell:
 
     @property
     def nnodes(self) -> int:
-        return self.config.nnodes
+        """Nodes the cell holds: a disaggregated cell's over every role instance."""
+        return sum(r.count * r.config.nnodes for r in self.roles) if self.roles else self.config.nnodes
 
     @property
     def speculative(self) -> bool:
-        return self.config.speculative
+        return self.config.speculative or any(r.config.speculative for r in self.roles)
+
+    @property
+    def disaggregated(self) -> bool:
+        return bool(self.roles)
+
+    def role(self, name: str) -> Role:
+        return next(r for r in self.roles if r.name == name)
 
     def to_dict(self) -> dict:
         return {
@@ -56,4 +67,6 @@ class Cell:
             "suites": {k: dict(v) for k, v in self.suites.items()},
             "baseline": self.baseline,
             "image": self.image,
+            **({"roles": {r.name: r.to_dict() for r in self.roles},
+                "router": (self.router or RouterSpec()).to_dict()} if self.roles else {}),
         }

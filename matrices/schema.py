@@ -34,6 +34,7 @@ from typing import Any, Mapping
 from ground.sglang.release import DEFAULT_VERSION, DEVICE_IMAGES, DEVICES
 from ground.sglang.settings import MAXIMUM, SETTINGS, Setting
 from ground.yaml_lines import YamlList, YamlMap
+from matrices.roles import role_map, router_spec
 from matrices.values import (Parser, Where, arg_list, boolean, check_keys, env_map, expect_spec,
                              int_between, one_of, optional, slug, suite_map, text, version_spec)
 
@@ -76,6 +77,10 @@ CELL_KEYS: Mapping[str, Key] = MappingProxyType({
     "expect": Key(expect_spec, "expect: serve", False, "serve, or reject with SGLang's message"),
     "baseline": Key(optional(text), "baseline: baselines/nightly.yaml", False, "baseline file for gates"),
     "image": Key(optional(text), f"image: {DEVICE_IMAGES['cuda']}", False, "container image"),
+    "roles": Key(role_map, "roles: {prefill: {count: 1, tp: 8}, decode: {count: 1, tp: 8}}", False,
+                 "prefill/decode disaggregation: each role's count and own settings (matrices/roles.py)"),
+    "router": Key(router_spec, "router: {prefill_policy: round_robin}", False,
+                  "sglang-router's policies in front of a disaggregated cell"),
 })
 CONFIG_KEYS = tuple(k for k, spec in CELL_KEYS.items() if spec.in_config)
 MERGED_KEYS = ("env",)  # a later fragment adds to these mappings instead of replacing them

@@ -268,6 +268,22 @@ def _check_spec(spec: MetricSpec) -> None:
         raise BadInput(spec.where, f"{spec.metric}: {problem}", fix)
 
 
+def _range_problems(spec: MetricSpec, given: set[str]):
+    """Values no gate can use: a ratio of a reference that is not positive, a ratio on the wrong side of 1 (it would
+    fail the baseline's own value), a negative limit where every measured value is positive."""
+    if given & {"min_ratio", "max_ratio"} and spec.value is not None and spec.value <= 0:
+        yield f"value {spec.value:g} is not positive: a ratio of it means nothing", "write the measured value (> 0)"
+    if spec.max_ratio is not None and spec.max_ratio < 1:
+        yield (f"max_ratio {spec.max_ratio:g} is below 1: the baseline's own value would fail it",
+               "write a ratio of 1 or more (e.g. 1.05: up to 5 % above value)")
+    if spec.min_ratio is not None and not 0 < spec.min_ratio <= 1:
+        yield (f"min_ratio {spec.min_ratio:g} is not in (0, 1]: the baseline's own value would fail it",
+               "write a ratio of at most 1 (e.g. 0.95: down to 5 % below value)")
+    for key in ("min", "max"):
+        if getattr(spec, key) is not None and getattr(spec, key) < 0:
+            yield f"{key} {getattr(spec, key):g} is negative: no measured value is below 0", f"write {key}: 0 or more"
+
+
 def _spec_problems(spec: MetricSpec):
     given = {key for key in SPEC_KEYS if getattr(spec, key) is not None}
     better = METRICS[spec.metric].better
@@ -283,6 +299,7 @@ def _spec_problems(spec: MetricSpec):
     for key in ("min_ratio", "max_ratio", "max_drop_stderr"):
         if key in given and "value" not in given:
             yield f"{key} needs the reference `value`", "add value: (the baseline run's measurement)"
+    yield from _range_problems(spec, given)
     if given & {"runs", "request_noise"} and "noise" not in given:
         yield "runs and request_noise describe `noise`, and there is none", "add noise (or remove them)"
     if "max_drop" in given and "max_drop_stderr" not in given:

@@ -35,6 +35,10 @@ SPEEDUP_FLOOR = 1.0  # a speculative deployment no faster than the same one with
 GPQA_CHANCE = 0.25  # four choices
 CHANCE_FALSE_PASS = 0.01  # a guesser passes the chance floor at most this often (exact binomial)
 GATE_PRECISION = 6  # decimals kept in thresholds (ratios make long floats)
+# Losslessness at temperature > 0 (suites/accept_detail.py): the share of samples equal to the greedy text may exceed
+# the non-speculative reference's by this much (absolute) before it is a regression; a pass rules out LOSSLESS_DETECT.
+LOSSLESS_TOLERANCE = 0.05
+LOSSLESS_DETECT = 0.15
 DEFAULT_RUNS = 3  # boots behind a baseline's `noise` when it does not say (`baseline record` needs three)
 
 
@@ -47,9 +51,10 @@ def evaluate(cell: CellResult, metrics: Mapping, baseline: Baseline | None,
     evidence = Evidence.of(cell, metrics)
     levels = levels.at_boots(len(evidence.boots))
     gates = []
-    for metric, op, threshold, _, spec in _limits(cell, metrics, baseline):
-        statistic = _statistic(spec, evidence, levels) if spec is not None else None
-        gates.append(_gate(metric, op, threshold, metrics.get(metric), statistic))
+    for limit in _limits(cell, metrics, baseline):
+        statistic = (_statistic(limit.statistical, evidence, levels) if limit.statistical is not None
+                     else _floor_statistic(limit.metric, metrics, levels))
+        gates.append(_gate(limit.metric, limit.op, limit.threshold, metrics.get(limit.metric), statistic))
     return tuple(gates)
 
 
@@ -93,12 +98,20 @@ class Evidence:
 
 def explain(cell: CellResult, metrics: Mapping, baseline: Baseline | None) -> dict[tuple, str]:
     """Where each gate's threshold comes from, keyed by (metric, op, threshold) as in the gate dict."""
-    return {(metric, op, round(threshold, GATE_PRECISION)): basis
-            for metric, op, threshold, basis, _ in _limits(cell, metrics, baseline)}
+    return {(limit.metric, limit.op, round(limit.threshold, GATE_PRECISION)): limit.basis
+            for limit in _limits(cell, metrics, baseline)}
 
 
-# (metric, op, threshold, basis, spec and key of a statistical gate or None)
-Limit = tuple[str, str, float, str, "tuple[MetricSpec, str] | None"]
+@dataclass(frozen=True)
+class Limit:
+    """One limit that applies to a cell: ``metric op threshold``, where the threshold comes from (``basis``), and
+    for a statistical gate the baseline spec and the key that sets it (None: a plain comparison)."""
+
+    metric: str
+    op: str  # ">=" or "<="
+    threshold: float
+    basis: str
+    statistical: tuple[MetricSpec, str] | None = None
 
 
 def _limits(cell: CellResult, metrics: Mapping, baseline: Baseline | None) -> list[Limit]:
@@ -114,7 +127,29 @@ def _limits(cell: CellResult, metrics: Mapping, baseline: Baseline | None) -> li
 
 
 def _floor_limits(cell: CellResult, metrics: Mapping) -> list[Limit]:
-    return _collapse_floor(cell, metrics) + _speedup_floor(metrics) + _chance_floor(metrics)
+    return _collapse_floor(cell, metrics) + _speedup_floor(metrics) + _chance_floor(metrics) + _lossless(metrics)
+
+
+def _lossless(metrics: Mapping) -> list[Limit]:
+    """Sampling stays lossless under speculation: the share of samples equal to the greedy text is the reference's."""
+    reference = metrics.get("sampled_greedy_share_reference")
+    if metrics.get("sampled_greedy_share") is None or reference is None:
+        return []
+    return [Limit("sampled_greedy_share", "<=", reference + LOSSLESS_TOLERANCE, "lossless sampling: the "
+                  f"non-speculative reference's share + {LOSSLESS_TOLERANCE:g}")]
+
+
+def _floor_statistic(metric: str, metrics: Mapping, levels: stats.Levels) -> stats.Verdict | None:
+    """The statistical decision of a floor that has one (losslessness: two binomial shares), else None."""
+    if metric != "sampled_greedy_share":
+        return None
+    names = (metric, f"{metric}_stderr", f"{metric}_reference", f"{metric}_reference_stderr")
+    figures = [float(value) for name in names if (value := metrics.get(name)) is not None]
+    if len(figures) < len(names):
+        return None
+    new, new_se, base, base_se = figures
+    return stats.compare_estimates(new, new_se, base, base_se, LOWER, LOSSLESS_TOLERANCE, levels, 0,
+                                   "samples, speculative vs reference", LOSSLESS_DETECT)
 
 
 def _speedup_floor(metrics: Mapping) -> list[Limit]:
@@ -123,7 +158,7 @@ def _speedup_floor(metrics: Mapping) -> list[Limit]:
     statistical gate against the recorded speedup."""
     if metrics.get("speculative_speedup") is None:
         return []
-    return [("speculative_speedup", ">=", SPEEDUP_FLOOR, "speculation must pay: faster than without it", None)]
+    return [Limit("speculative_speedup", ">=", SPEEDUP_FLOOR, "speculation must pay: faster than without it")]
 
 
 def _collapse_floor(cell: CellResult, metrics: Mapping) -> list[Limit]:
@@ -132,8 +167,8 @@ def _collapse_floor(cell: CellResult, metrics: Mapping) -> list[Limit]:
         return []
     floor = (cell.suites.get("accept") or {}).get("min_accept_length")
     if floor is None:
-        return [("accept_length", ">=", COLLAPSE_FLOOR, "collapse floor", None)]
-    return [("accept_length", ">=", float(floor), "collapse floor (suites.accept.min_accept_length)", None)]
+        return [Limit("accept_length", ">=", COLLAPSE_FLOOR, "collapse floor")]
+    return [Limit("accept_length", ">=", float(floor), "collapse floor (suites.accept.min_accept_length)")]
 
 
 def chance_floor(num_questions: float) -> float:
@@ -151,8 +186,8 @@ def _chance_floor(metrics: Mapping) -> list[Limit]:
         return []
     floor = chance_floor(questions)
     guesser = stats.chance_pass_probability(floor, int(questions), GPQA_CHANCE)
-    return [("gpqa_accuracy", ">=", floor, f"above chance: a guesser reaches {floor:.1%} on {questions:.0f} questions "
-             f"{guesser:.2%} of the time (exact binomial)", None)]
+    return [Limit("gpqa_accuracy", ">=", floor, f"above chance: a guesser reaches {floor:.1%} on {questions:.0f} "
+                  f"questions {guesser:.2%} of the time (exact binomial)")]
 
 
 def _spec_limits(spec: MetricSpec, metrics: Mapping) -> list[Limit]:
@@ -162,21 +197,23 @@ def _spec_limits(spec: MetricSpec, metrics: Mapping) -> list[Limit]:
     reference = format_value(name, spec.value)
     statistical = set(_statistical_keys(spec))
     if spec.min is not None:
-        limits.append((name, ">=", spec.min, f"min ({where})", None))
+        limits.append(Limit(name, ">=", spec.min, f"min ({where})"))
     if spec.min_ratio is not None:
         ratio = spec.ratio("min_ratio")
-        limits.append((name, ">=", spec.reference * ratio, f"{reference} × {ratio:g}{_widened(spec, 'min_ratio')} ({where})",
-                       (spec, "min_ratio") if "min_ratio" in statistical else None))
+        limits.append(Limit(name, ">=", spec.reference * ratio,
+                            f"{reference} × {ratio:g}{_widened(spec, 'min_ratio')} ({where})",
+                            (spec, "min_ratio") if "min_ratio" in statistical else None))
     if spec.max_drop_stderr is not None:
-        limits.append((name, ">=", noise_floor(spec, metrics.get(STDERR_OF[name])),
-                       f"{reference} − {spec.max_drop_stderr:g}·√(se_base² + se_now²) ({where})",
-                       (spec, "max_drop_stderr")))
+        limits.append(Limit(name, ">=", noise_floor(spec, metrics.get(STDERR_OF[name])),
+                            f"{reference} − {spec.max_drop_stderr:g}·√(se_base² + se_now²) ({where})",
+                            (spec, "max_drop_stderr")))
     if spec.max is not None:
-        limits.append((name, "<=", spec.max, f"max ({where})", None))
+        limits.append(Limit(name, "<=", spec.max, f"max ({where})"))
     if spec.max_ratio is not None:
         ratio = spec.ratio("max_ratio")
-        limits.append((name, "<=", spec.reference * ratio, f"{reference} × {ratio:g}{_widened(spec, 'max_ratio')} ({where})",
-                       (spec, "max_ratio") if "max_ratio" in statistical else None))
+        limits.append(Limit(name, "<=", spec.reference * ratio,
+                            f"{reference} × {ratio:g}{_widened(spec, 'max_ratio')} ({where})",
+                            (spec, "max_ratio") if "max_ratio" in statistical else None))
     return limits
 
 

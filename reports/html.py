@@ -17,11 +17,12 @@ from markdown_it import MarkdownIt
 
 from ground.records import RunResults
 from reports.baseline_file import Baseline
+from reports.compare import Comparison
 from reports.markdown import pr_tables, render_cells, step_summary
 from reports.plots import ratio_chart, run_charts, trend_charts
 
 
-def render_html(results: RunResults, baseline: Baseline | None = None, comparison: dict | None = None,
+def render_html(results: RunResults, baseline: Baseline | None = None, comparison: Comparison | None = None,
                 comparison_md: str | None = None, trends: dict | None = None,
                 regressions: Mapping | None = None) -> str:
     charts = run_charts(results)

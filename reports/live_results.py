@@ -30,6 +30,7 @@ from reports.history_db import history_path, record as record_history
 from reports.junit import render_junit
 from reports.markdown import render_markdown, step_summary
 from reports.results import write_results, write_text_atomically
+from launchers import interrupts
 from launchers.processes import signals_deferred
 from reports.writers import render_final_set, write_failure_reports, write_rendered
 
@@ -94,25 +95,29 @@ class ResultsWriter:
         self.results = replace(self.results, cells=self._in_matrix_order(self.results.cells))
         try:
             return self._write_final_set()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # raised by Python's own handler (the pipeline in-process, without ours)
             self.interrupted()
             with signals_deferred():
-                self._write_final_set()
-            raise
+                return self._write_final_set()
 
     def _write_final_set(self) -> bool:
+        if interrupts.requested() is not None:  # also one Python dropped in a GC callback: the flag counts
+            self.interrupted()
         final = replace(self.results, finished_at=None if self.results.interrupted else now())
         history = self._remember(final)
         try:
             rendered = render_final_set(final, baseline=self.baseline, history=history)
+            if interrupts.requested() is not None and not final.interrupted:  # came while they were rendered
+                raise KeyboardInterrupt("interrupted while the reports were rendered")
             with _interrupts_held_while(final.complete):
                 write_rendered(self.run_dir, rendered)
         except KeyboardInterrupt:
             raise
-        except Exception as err:  # never lose the verdict to a reporting bug: say so, and go red
-            print(f"dspark-ci: error: writing the reports failed ({type(err).__name__}: {err}); {RESULTS_LINES} in "
-                  f"{self.run_dir} holds what was measured", file=sys.stderr)
-            self._write_fallback_reports(err)
+        except Exception as err:  # never lose the verdict to a reporting bug (or an interrupt) : say so, go red
+            self.results = replace(final, finished_at=None)
+            self._write_fallback_reports(err, with_results=True)
+            print(f"dspark-ci: error: writing the reports failed ({type(err).__name__}: {err}); "
+                  f"{self._what_was_kept()}", file=sys.stderr)
             return False
         self.results = final
         with contextlib.suppress(OSError):
@@ -173,10 +178,25 @@ class ResultsWriter:
         self._written_at = time.monotonic()
         self._rewrite_cost_s = self._written_at - started
 
-    def _write_fallback_reports(self, err: Exception) -> None:
+    def _write_fallback_reports(self, err: Exception, with_results: bool = False) -> None:
+        """Plain red reports saying why; with ``with_results``, results.json too (it needs no rendering, and is
+        what says ``interrupted``)."""
+        if with_results:
+            with contextlib.suppress(OSError, ValueError):
+                write_results(self.run_dir / "results.json", self.results)
+        interrupted = "the run was interrupted (Ctrl-C or SIGTERM), and " if self.results.interrupted else ""
         with contextlib.suppress(OSError):
-            write_failure_reports(self.run_dir, self.results, f"the reports could not be written "
+            write_failure_reports(self.run_dir, self.results, f"{interrupted}the reports could not be written "
                                                               f"({type(err).__name__}: {err})")
+
+    def _what_was_kept(self) -> str:
+        """Truthfully what is on disk: results.jsonl may be short (or empty) when the disk is full."""
+        lines = _lines_in(self.run_dir / RESULTS_LINES)
+        cells = len(self.results.cells)
+        if lines >= cells:
+            return f"{RESULTS_LINES} in {self.run_dir} holds every cell measured ({cells})"
+        return (f"{RESULTS_LINES} in {self.run_dir} holds {lines} of the {cells} cells measured; the others are "
+                "lost (see the warnings above)")
 
 
 @contextlib.contextmanager
@@ -196,12 +216,21 @@ def _interrupts_held_while(complete: bool) -> Iterator[None]:
         written = True
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            # the run has finished: a later signal has nothing to stop, and must not turn its exit code into 130
+            signal.signal(sig, signal.SIG_IGN if written and handler is interrupts.on_signal else handler)
         if received and written:
             print(f"dspark-ci: {signal.Signals(received[0]).name} came as the run's final files were written: the "
                   "run had finished, nothing to stop", file=sys.stderr)
         elif received:
             signal.raise_signal(received[0])
+
+
+def _lines_in(path: Path) -> int:
+    try:
+        with open(path, "rb") as handle:
+            return sum(1 for line in handle if line.endswith(b"\n"))
+    except OSError:
+        return 0
 
 
 def cannot_write(run_dir: Path, err: OSError) -> InfraError:

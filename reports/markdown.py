@@ -16,6 +16,7 @@ from typing import Mapping
 from ground.records import DECIDED_BY_RESOLVER, QUARANTINE_EXPIRED, QUARANTINED, CellResult, RunResults, Status
 from ground.sglang.settings import summary_items
 from launchers.contract import SIMULATED_SERVERS
+from reports.acceptance import acceptance_section, envelope_section
 from reports.baseline_file import Baseline
 from reports.gates import describe_gate, explain, levels_line
 from ground.suites import SUITE_DEFAULTS
@@ -351,7 +352,8 @@ def _cell_section(cell: CellResult, baseline: Baseline | None, version: str | No
         parts.append(f"Rejected as expected: `{' '.join(said.split())}`")
     if cell.decided_by == DECIDED_BY_RESOLVER:
         parts.append(f"Decided by {resolver_name(version)}, not launched.")
-    parts += [_quality_table(cell, metrics), _speed_tables(metrics), _gates_table(cell, metrics, baseline)]
+    parts += [_quality_table(cell, metrics), acceptance_section(cell), envelope_section(cell), _speed_tables(metrics),
+              _gates_table(cell, metrics, baseline)]
     parts.append("\n".join(f"- ⚠️ {' '.join(str(w).split())}" for w in (*_quarantine_note(cell), *cell.warnings)))
     if (cell.status.failing or cell.status is Status.SKIPPED) and cell.error:
         parts.append(_code_block(cell.error))

@@ -47,6 +47,21 @@ METRICS: dict[str, Metric] = {
                             request_stderr="accept_length_stderr"),
     "accept_rate": Metric(HIGHER, "Accept rate", ".1%", "quality", fraction=True, noise=ACCEPT_NOISE,
                           request_stderr="accept_rate_stderr"),
+    # Per draft position k: accepted / proposed (suites/accept_detail.py). Deep positions rest on few accepted
+    # drafts: their band is the per-position tests' in vLLM (2 %) widened to P90's.
+    **{f"accept_rate_pos{k}": Metric(HIGHER, f"Accept rate pos {k}", ".1%", "quality", fraction=True, noise=P90_NOISE,
+                                     request_stderr=f"accept_rate_pos{k}_stderr") for k in range(1, 9)},
+    **{f"accept_rate_pos{k}_stderr": Metric(NEUTRAL, f"Accept rate pos {k} per-request stderr", ".4f", "info")
+       for k in range(1, 9)},
+    # At the sampled setting: shown, gated only through a baseline (acceptance is lower when sampling, by design).
+    "accept_length_sampled": Metric(HIGHER, "Accept length (sampled)", ".2f", "info", noise=ACCEPT_NOISE),
+    # Losslessness at temperature > 0: the share of samples equal to the greedy text, with speculation (gated
+    # against the reference's: reports/gates.py) and without it.
+    "sampled_greedy_share": Metric(LOWER, "Sampled = greedy share", ".1%", "quality", fraction=True),
+    "sampled_greedy_share_reference": Metric(NEUTRAL, "Sampled = greedy share (reference)", ".1%", "info",
+                                             fraction=True),
+    **{f"sampled_greedy_share{side}_stderr": Metric(NEUTRAL, f"Sampled = greedy share{label} stderr", ".3f", "info")
+       for side, label in (("", ""), ("_reference", " (reference)"))},
     "ttft_ms_mean": Metric(LOWER, "Avg TTFT (ms)", ".1f", "speed", noise=MEAN_TTFT_NOISE),
     "ttft_ms_median": Metric(LOWER, "Median TTFT (ms)", ".1f", "speed", noise=MEDIAN_NOISE),
     "ttft_ms_p90": Metric(LOWER, "P90 TTFT (ms)", ".1f", "speed", noise=P90_NOISE),
@@ -80,6 +95,9 @@ METRICS: dict[str, Metric] = {
     "client_ttfb_ms_p99": Metric(NEUTRAL, "P99 TTFB (ms)", ".1f", "speed"),
     # Median TPOT of the same deployment without speculation / with it, same requests: speculation must pay.
     "speculative_speedup": Metric(HIGHER, "Speculative speedup", ".2f", "quality", noise=THROUGHPUT_NOISE),
+    # The concurrency where the speedup falls to 1 (suites/envelope.py): gated by a baseline, never inward.
+    "speculation_boundary_concurrency": Metric(HIGHER, "Speculation pays up to concurrency", ".0f", "quality",
+                                               noise=P90_NOISE),
     # Greedy outputs with and without speculation must match token for token: every mismatch counts.
     "parity_mismatches": Metric(LOWER, "Parity mismatches", ".0f", "quality"),
 }

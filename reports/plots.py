@@ -11,11 +11,15 @@ import base64
 import io
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ground.records import CellResult, RunResults
+from reports.acceptance import acceptance_chart, envelope_chart
 from reports.history_db import same_setup_tail
 from reports.metrics import METRICS, format_value, label
+
+if TYPE_CHECKING:
+    from reports.compare import Comparison
 
 BAR_HEIGHT_IN = 0.28  # inches per bar
 MAX_BARS = 100  # beyond this a chart is taller than anyone reads (and drawing it costs seconds: bench/results_scale.py)
@@ -55,14 +59,19 @@ def run_charts(results: RunResults) -> list[tuple[str, str]]:
         if shown:
             title = chart.title if len(shown) == len(cells) else f"{chart.title} (first {len(shown)} of {len(cells)} cells)"
             charts.append((title, _png(_metric_figure(chart, shown, title))))
+    for cell in results.cells[:MAX_TREND_CELLS]:
+        for title, draw in (("Acceptance by draft position", acceptance_chart), ("Where speculation pays", envelope_chart)):
+            figure = draw(cell)
+            if figure is not None:
+                charts.append((f"{title}: {cell.id}", _png(figure)))
     return charts
 
 
-def ratio_chart(comparison: dict) -> tuple[str, str] | None:
+def ratio_chart(comparison: Comparison) -> tuple[str, str] | None:
     """new/old of the headline metrics per cell; green where the new run is better, red where worse,
     grey where the change is within noise (or there is none)."""
-    bars = [(cell["id"], m) for cell in comparison["cells"] for m in cell["metrics"]
-            if m["metric"] in RATIO_METRICS and m["ratio"] is not None]
+    bars = [(cell.id, m) for cell in comparison.cells for m in cell.metrics
+            if m.metric in RATIO_METRICS and m.ratio is not None]
     bars = bars[:MAX_BARS]
     if not bars:
         return None
@@ -71,13 +80,13 @@ def ratio_chart(comparison: dict) -> tuple[str, str] | None:
     figure = Figure(figsize=(WIDTH_IN, 1.2 + BAR_HEIGHT_IN * len(bars)), dpi=DPI, layout="constrained")
     axes = figure.add_subplot()
     ys = list(range(len(bars)))[::-1]
-    colors = [{"better": BETTER_COLOR, "worse": WORSE_COLOR}.get(m["change"], "#9e9e9e") for _, m in bars]
+    colors = [{"better": BETTER_COLOR, "worse": WORSE_COLOR}.get(m.change or "", "#9e9e9e") for _, m in bars]
     # Bars grow from 1.0 (no change), so a 3 % regression is as visible as a 3 % gain.
-    container = axes.barh(ys, [m["ratio"] - 1.0 for _, m in bars], left=1.0, color=colors)
-    axes.bar_label(container, labels=[f"{m['ratio']:.3f}" for _, m in bars], padding=3, fontsize=8)
-    axes.set_yticks(ys, [f"{cell_id} · {label(m['metric'])}" for cell_id, m in bars], fontsize=8)
+    container = axes.barh(ys, [(m.ratio if m.ratio is not None else 1.0) - 1.0 for _, m in bars], left=1.0, color=colors)
+    axes.bar_label(container, labels=[f"{m.ratio:.3f}" for _, m in bars], padding=3, fontsize=8)
+    axes.set_yticks(ys, [f"{cell_id} · {label(m.metric)}" for cell_id, m in bars], fontsize=8)
     axes.axvline(1.0, color="black", linewidth=1)
-    axes.set_title(f"new/old: {comparison['new_run']} over {comparison['old_run']}")
+    axes.set_title(f"new/old: {comparison.new_run} over {comparison.old_run}")
     axes.set_xlabel("ratio (green: better, red: worse, grey: within noise)")
     axes.margins(x=0.15)
     return "Compared with the old run", _png(figure)

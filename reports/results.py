@@ -95,8 +95,18 @@ def load_results(path: Path | str) -> RunResults:
     except json.JSONDecodeError as err:
         raise BadInput(f"{path}:{err.lineno}", f"not valid JSON ({err.msg})",
                        "the run that wrote it was probably killed mid-write; run the cells again") from None
+    except RecursionError:  # Python's parser recurses per level: 100,000 `[` overflow it
+        raise BadInput(str(path), "nested too deeply to be a results.json",
+                       "this is not a results.json written by dspark-ci; run the cells again") from None
+    except ValueError as err:  # e.g. an integer of more than 4300 digits
+        raise BadInput(str(path), f"not a results.json dspark-ci can read ({err})",
+                       "this is not a results.json written by dspark-ci; run the cells again") from None
     _check_results(path, results)
-    return RunResults.from_dict(results)
+    try:
+        return RunResults.from_dict(results)
+    except RecursionError:
+        raise BadInput(str(path), "nested too deeply to be a results.json",
+                       "this is not a results.json written by dspark-ci; run the cells again") from None
 
 
 def _check_results(path: Path, results) -> None:

@@ -116,6 +116,10 @@ def _always(view: View) -> bool:
     return True
 
 
+def _transfer_backend(v: View) -> str:
+    return str(v.args.other_flags.get("disaggregation_transfer_backend") or "mooncake")
+
+
 def _msg(text: str) -> Callable[[View], str]:
     return lambda view: text
 
@@ -345,6 +349,11 @@ STAGES: tuple[Stage, ...] = (
         Rule(lambda v: v.args.attn_cp_size > 1
              and v.args.tp_size % (v.args.attn_dp_size * v.args.attn_cp_size) != 0,
              _msg("tp_size must be divisible by attn_dp_size * attn_cp_size"), "AssertionError"),
+    )),
+    Stage("pd_disaggregation_hook.py:handle_pd_disaggregation", lambda v: v.args.disaggregation_mode != "null",
+          rules=(
+        Rule(lambda v: v.args.disaggregation_mode == "prefill" and _transfer_backend(v) == "fake",
+             _msg("Prefill server does not support 'fake' as the transfer backend"), "AssertionError"),
     )),
     Stage("speculative_hook.py:handle_speculative_decoding", _always, resolve=_resolve_speculative_algorithm),
     Stage("speculative_hook.py:handle_speculative_decoding", _always, rules=(

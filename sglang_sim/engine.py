@@ -25,12 +25,15 @@ from sglang_sim.emission_log import EmissionLog
 from sglang_sim.prometheus import ServerMetrics
 from sglang_sim.noise import BootNoise
 from sglang_sim.reasoning import ReasoningCount
-from sglang_sim.speculation import SpecShape, SpecStats, draw_accepted
+from sglang_sim.disaggregation import alpha_now
+from sglang_sim.speculation import AcceptModel, SpecShape, SpecStats, draw_accepted, prompt_category
 from sglang_sim.textgen import Ask, Persona, reply_tokens
 from sglang_sim.tokenizer import EOS_TOKEN_ID, token_id
 
 logger = logging.getLogger("sglang_sim")
 DSPARK_RECORDS_KEPT = 1000
+SPEC_BATCH_KNEE = 8  # running requests per rank up to which a verify step costs what a decode step does
+SPEC_CONTEXT_KNEE = 2048  # context tokens up to which the same holds
 
 
 @dataclass
@@ -166,6 +169,7 @@ class Job:
     # is not a client's, so neither crash_first_prefill ("healthy until the first real request") nor the
     # emission log sees it, and its few steps never reach a published decode window (below).
     warmup: bool = False
+    temperature: float = 0.0  # the acceptance model reads it: drafts match a sampled target less often
 
 
 class Engine:
@@ -184,14 +188,24 @@ class Engine:
         self.noise = noise or BootNoise.of(config)
         self.step_seconds = config.decode_step_ms * config.faults.slow_decode * self.noise.step_factor / 1000
         self.alpha = 0.0 if config.faults.accept_collapse else self.noise.alpha(config.accept_prob)
+        self.accept_model = AcceptModel(self.alpha, config.accept_decay, config.faults.position_regression,
+                                        shape.max_accept if shape is not None else 0, config.category_accept)
+        self._served = itertools.count()  # client requests past prefill, in order (fault accept_drift counts them)
 
     @property
     def reports_dp_rank(self) -> bool:
         return len(self.ranks) > 1
 
-    def sample_key(self, temperature: float) -> str:
-        """Greedy samples share one key (same text every time); sampled ones get a fresh key."""
-        return "greedy" if temperature == 0 else f"sample-{next(self._sample_counter)}"
+    def sample_key(self, temperature: float, top_k: int | None = None) -> str:
+        """Greedy samples share one key (same text every time), and so does top_k=1 (only the argmax is left to
+        sample); sampled ones get a fresh key. Fault lossy_sampling: a speculative server's draft sampler ignores
+        the temperature, and every second sample comes out as the greedy text."""
+        count = next(self._sample_counter)
+        if temperature == 0 or top_k == 1:
+            return "greedy"
+        if self.config.faults.lossy_sampling and self.shape is not None and count % 2 == 0:
+            return "greedy"
+        return f"sample-{count}"
 
     def start(self, job: Job) -> Generation:
         rank = next(self._next_rank)
@@ -257,6 +271,10 @@ class Engine:
         await _sleep_until(clock)
         if not job.warmup:
             self._on_prefill()
+        drift_from = self.config.faults.accept_drift
+        drifted = not job.warmup and drift_from is not None and next(self._served) >= drift_from
+        alphas = self.accept_model.alphas(prompt_category(job.ask.prompt, job.prompt_tokens), job.temperature > 0,
+                                          drifted)
         # SGLang adds a window's steps to the scheduler's figures (/server_info, the spec gauges) only when
         # it logs the window, every decode_log_interval batches: the warmup's few steps never close one,
         # so they go to a window of their own that is never published.
@@ -265,18 +283,30 @@ class Engine:
         gen.emitted(first)  # the handler writes what we yield at once
         yield first
         while gen.finish_reason is None:
-            clock += step_seconds
+            clock += step_seconds * self._verify_cost(rank, gen)
             await _sleep_until(clock)
-            tokens = self._verify_step(gen, job, stats, source, accept_rng)
+            tokens = self._verify_step(gen, job, stats, source, accept_rng, alphas)
             gen.emitted(tokens)
             yield tokens
 
-    def _verify_step(self, gen: Generation, job: Job, rank: RankState, source, accept_rng) -> list[str]:
+    def _verify_cost(self, rank: RankState, gen: Generation) -> float:
+        """A verify step's time over a plain decode step's: verifying a block of drafts is nearly free while decoding
+        is memory-bound, and costs more once the batch (running requests past SPEC_BATCH_KNEE) or the context (past
+        SPEC_CONTEXT_KNEE tokens) makes it compute-bound; so past some concurrency and input length speculation stops
+        paying (vllm#47808, #47602). 1 without speculation."""
+        if self.shape is None:
+            return 1.0
+        batch = max(0, rank.running - SPEC_BATCH_KNEE) * self.config.spec_batch_cost * self.config.faults.envelope_shift
+        context = max(0, gen.prompt_tokens + len(gen.tokens) - SPEC_CONTEXT_KNEE) / 1024 * self.config.spec_context_cost
+        return 1.0 + batch + context
+
+    def _verify_step(self, gen: Generation, job: Job, rank: RankState, source, accept_rng,
+                     alphas: tuple[float, ...]) -> list[str]:
         if self.shape is None:
             tokens = self._take(gen, source, 1, job.max_new_tokens)
             rank.window_generated += len(tokens)
             return tokens
-        accepted = draw_accepted(accept_rng, self.alpha, self.shape.max_accept)
+        accepted = draw_accepted(accept_rng, alpha_now(alphas), self.shape.max_accept)
         tokens = self._take(gen, source, accepted + 1, job.max_new_tokens)
         correct = len(tokens) - 1  # drafts past a stop or max_tokens are never sent: not counted
         if gen.spec is not None:  # always, with a speculative shape

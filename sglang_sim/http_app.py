@@ -63,8 +63,9 @@ def _http_metrics_middleware(metrics: ServerMetrics):
     return count
 
 
-def api_app(state: ServerState) -> web.Application:
+def api_app(state: ServerState, extra_middlewares: list | None = None) -> web.Application:
     middlewares = [_http_metrics_middleware(state.metrics)] if state.metrics is not None else []
+    middlewares += extra_middlewares or []  # e.g. PD disaggregation's transfer (sglang_sim.disaggregation)
     middlewares += [_api_key_middleware(state.args.api_key)] if state.args.api_key else []
     app = web.Application(middlewares=middlewares, client_max_size=64 * 1024 * 1024)
     app[ServerState.KEY] = state

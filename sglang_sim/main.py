@@ -22,6 +22,7 @@ from sglang_sim import native_api
 from sglang_sim.admission import Rejected, SglangEnv, admit, guess_architecture
 from sglang_sim.args import ServerArgs, parse_server_args
 from sglang_sim.sim_config import KNOBS, SimConfig, SimConfigError
+from sglang_sim.disaggregation import Disaggregation, role_environ
 from sglang_sim.emission_log import EmissionLog
 from sglang_sim.engine import Engine
 from sglang_sim.failures import SCHEDULER_FRAMES, die, print_lines, rejection_traceback, traceback_tail
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None, serve_rank0: "ServeRank0 | None" = None)
     argv = sys.argv[1:] if argv is None else argv
     args = parse_server_args(argv)  # argparse exits 2 by itself
     try:
-        config = SimConfig.from_env(os.environ)
+        config = SimConfig.from_env(role_environ(os.environ, args.disaggregation_mode))
         answer_key = GpqaAnswerKey.load(config.gpqa_path)
     except (SimConfigError, GpqaDatasetError) as err:
         print(f"sglang_sim: {err}", file=sys.stderr)
@@ -187,14 +188,27 @@ async def _serve_rank0(args: ServerArgs, config: SimConfig, env: SglangEnv, arch
         "(sglang_sim: a peer rank exited)"))))
     if args.nnodes > 1:
         await leader.listen(*split_addr(args.dist_init_addr or f"{args.host}:20000"))
-    runner = await _start_site(api_app(state), args.host, args.port)
+    pd = Disaggregation.of(args.disaggregation_mode, config.faults.names, config.prefill_ms_per_token)
+    bootstrap = await _start_bootstrap(pd, args)
+    runner = await _start_site(api_app(state, [pd.middleware()] if pd else []), args.host, args.port)
     logger.info(f"Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
     booting = asyncio.create_task(_boot(state, config, leader, shape))
     await stop.wait()
     booting.cancel()
     await leader.close()
     await runner.cleanup()
+    if bootstrap is not None:
+        await bootstrap.cleanup()
     return 0
+
+
+async def _start_bootstrap(pd: Disaggregation | None, args: ServerArgs) -> web.AppRunner | None:
+    """A PD prefill's bootstrap server (--disaggregation-bootstrap-port, SGLang's default 8998)."""
+    if pd is None or pd.mode != "prefill":
+        return None
+    port = int(args.other_flags.get("disaggregation_bootstrap_port") or 8998)
+    logger.info(f"[PD prefill] bootstrap server on {args.host}:{port}")
+    return await _start_site(pd.bootstrap_app(), args.host, port)
 
 
 async def _boot(state: ServerState, config: SimConfig, leader: Leader, shape: SpecShape | None) -> None:

@@ -10,6 +10,7 @@ import logging
 
 from aiohttp import web
 
+from sglang_sim import reply_faults
 from sglang_sim.args import SGLANG_VERSION
 from sglang_sim.choices import Choices
 from sglang_sim.engine import Generation, Job
@@ -147,8 +148,10 @@ def _generate_jobs(state: ServerState, body: dict) -> tuple[list[Job], bool]:
     jobs = []
     for prompt in prompts:
         prompt_tokens = count_tokens(prompt)
-        ask = Ask(prompt, prompt, state.engine.sample_key(temperature), False, bool(params.get("ignore_eos")))
-        jobs.append(Job(ask, prompt_tokens, int(state.max_new_tokens(prompt_tokens, max_new_tokens)), stream))
+        ask = Ask(prompt, prompt, state.engine.sample_key(temperature, params.get("top_k")), False,
+                  bool(params.get("ignore_eos")))
+        jobs.append(Job(ask, prompt_tokens, int(state.max_new_tokens(prompt_tokens, max_new_tokens)), stream,
+                        temperature=float(temperature or 0)))
     return jobs, batched
 
 
@@ -173,6 +176,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
     if not jobs[0].streaming:
         generations = await choices.run_to_end()
         outputs = [_output(gen, None) for gen in generations]
+        for output in outputs:  # faults of non-streamed replies only
+            output["text"] = reply_faults.text(state.config.faults, output["text"])
         return json_response(outputs if batched else outputs[0])
     response = await state.open_stream(request)
     async with state.streaming(request, response) as send, choices.stepping() as steps:

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from aiohttp import web
 
+from sglang_sim import reply_faults
 from sglang_sim.args import ServerArgs
 from sglang_sim.choices import Choices
 from sglang_sim.engine import Generation, Job
@@ -54,6 +55,7 @@ class Sampling:
     n: int
     max_tokens: int | None
     temperature: float
+    top_k: int | None  # 1 leaves only the argmax: greedy
     ignore_eos: bool
     stream: bool
     include_usage: bool  # the usage chunk at the end
@@ -130,7 +132,7 @@ def parse_sampling(body: dict, state: ServerState, default_max_tokens: int | Non
     # openai/utils.py should_include_usage: the server default only turns the final usage chunk on
     stream_options = body.get("stream_options") or {}
     return Sampling(model=body.get("model") or DEFAULT_MODEL_NAME, n=n, max_tokens=max_tokens,
-                    temperature=1.0 if temperature is None else temperature,
+                    temperature=1.0 if temperature is None else temperature, top_k=_number(body, "top_k", None, int),
                     ignore_eos=bool(body.get("ignore_eos", False)), stream=bool(body.get("stream", False)),
                     include_usage=bool(stream_options.get("include_usage"))
                     or state.args.stream_response_default_include_usage,
@@ -167,8 +169,10 @@ def _jobs(state: ServerState, prompt: str, question: str, sampling: Sampling, th
           require_reasoning: bool = False) -> list[Job]:
     prompt_tokens = count_tokens(prompt)
     limit = state.max_new_tokens(prompt_tokens, sampling.max_tokens)
-    return [Job(Ask(prompt, question, state.engine.sample_key(sampling.temperature), thinking, sampling.ignore_eos),
-                prompt_tokens, limit, sampling.stream, require_reasoning=require_reasoning)
+    return [Job(Ask(prompt, question, state.engine.sample_key(sampling.temperature, sampling.top_k), thinking,
+                    sampling.ignore_eos),
+                prompt_tokens, limit, sampling.stream, require_reasoning=require_reasoning,
+                temperature=sampling.temperature)
             for _ in range(sampling.n)]
 
 
@@ -285,6 +289,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     for index, gen in enumerate(generations):
         reasoning, content = splits[index].split(gen.tokens)
         finish, matched = _finish(gen)
+        content, reasoning = (reply_faults.text(state.config.faults, part) for part in (content, reasoning))
         choice = {"index": index, "message": {"role": "assistant", "content": content,
                                               "reasoning_content": reasoning or None},
                   "logprobs": None, "finish_reason": finish, "matched_stop": matched}
@@ -296,7 +301,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             choice["meta_info"] = gen.meta_info()
         response_choices.append(choice)
     payload = {"id": rid, "object": "chat.completion", "created": created, "model": sampling.model,
-               "choices": response_choices, "usage": usage_of(generations, sampling.n),
+               "choices": response_choices,
+               "usage": reply_faults.usage(state.config.faults, usage_of(generations, sampling.n)),
                "metadata": {"weight_version": "default"}}
     sglext = sglext_of(generations, sampling, returns.sglext_ids(choices))
     if sglext is not None:
@@ -369,13 +375,15 @@ async def completions(request: web.Request) -> web.StreamResponse:
     response_choices = []
     for index, gen in enumerate(generations):
         finish, matched = _finish(gen)
-        choice = {"index": index, "text": gen.text, "logprobs": None, "finish_reason": finish,
+        choice = {"index": index, "text": reply_faults.text(state.config.faults, gen.text), "logprobs": None,
+                  "finish_reason": finish,
                   "matched_stop": matched}
         if token_ids:
             choice.update(token_ids=gen.output_ids(), prompt_token_ids=encode(jobs[index].ask.prompt))
         response_choices.append(choice)
     payload = {"id": generations[0].rid, "object": "text_completion", "created": int(time.time()),
-               "model": sampling.model, "choices": response_choices, "usage": usage_of(generations, sampling.n),
+               "model": sampling.model, "choices": response_choices,
+               "usage": reply_faults.usage(state.config.faults, usage_of(generations, sampling.n)),
                "metadata": {"weight_version": "default"}}
     sglext = sglext_of(generations, sampling)
     if sglext is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Callable, Mapping, cast
 
 from packaging.version import InvalidVersion, Version
@@ -33,6 +34,16 @@ class Faults:
     rank_exit: tuple[int, float] | None = None  # (node rank, seconds after start)
     malformed_stream: bool = False  # streamed responses break off mid-event
     crash_once: str | None = None  # crash_first_prefill unless this file exists; creates it (fails once, then serves)
+    position_regression: int | None = None  # draft positions >= this accept half as often; earlier ones make up
+    accept_drift: int | None = None  # after this many requests, every draft is accepted less often (EPLB-like)
+    lossy_sampling: bool = False  # at temperature > 0 speculation skews samples toward the greedy text
+    envelope_shift: float = 1.0  # verify steps' cost per running request past the knee, times this
+    pd_transfer_fail: bool = False  # a prefill's bootstrap server fails every transfer (decode answers 500)
+    pd_random_hidden: bool = False  # a prefill hands decode random hidden states (acceptance drops, text holds)
+    pd_prefill_stall: bool = False  # a prefill never finishes a routed request
+    nonstream_garbage: bool = False  # non-streamed replies carry random letters (streams stay right)
+    nonstream_empty: bool = False  # non-streamed replies carry no text (streams stay right)
+    usage_doubled: bool = False  # non-streamed usage counts twice the completion tokens
 
     @property
     def names(self) -> list[str]:
@@ -74,6 +85,14 @@ def _rank_exit(value: str | None) -> dict:
     return {"rank_exit": (int(rank), _number("rank_exit", seconds, minimum=0.0))}
 
 
+def _count_fault(name: str, least: int) -> Callable[[str | None], dict]:
+    def parse(value: str | None) -> dict:
+        if not (value or "").strip().isdigit() or int(value or 0) < least:
+            raise SimConfigError(f"fault {name!r} needs a whole number >= {least}: {name}=N (got {value!r})")
+        return {name: int(value or 0)}
+    return parse
+
+
 # fault name -> parser of its optional "=VALUE" part, returning the Faults fields it sets
 FAULT_PARSERS: dict[str, Callable[[str | None], dict]] = {
     "accept_collapse": _flag("accept_collapse"),
@@ -85,6 +104,16 @@ FAULT_PARSERS: dict[str, Callable[[str | None], dict]] = {
     "rank_exit": _rank_exit,
     "malformed_stream": _flag("malformed_stream"),
     "crash_once": _crash_once,
+    "position_regression": _count_fault("position_regression", 2),
+    "accept_drift": _count_fault("accept_drift", 0),
+    "lossy_sampling": _flag("lossy_sampling"),
+    "envelope_shift": lambda value: {"envelope_shift": _number("envelope_shift", value or "", minimum=1.0)},
+    "pd_transfer_fail": _flag("pd_transfer_fail"),
+    "pd_random_hidden": _flag("pd_random_hidden"),
+    "pd_prefill_stall": _flag("pd_prefill_stall"),
+    "nonstream_garbage": _flag("nonstream_garbage"),
+    "nonstream_empty": _flag("nonstream_empty"),
+    "usage_doubled": _flag("usage_doubled"),
 }
 
 
@@ -102,6 +131,22 @@ FAULT_HELP: dict[str, tuple[str, str]] = {
     "malformed_stream": ("malformed_stream", "a streamed response breaks off mid-event"),
     "crash_once": ("crash_once=PATH", "as crash_first_prefill unless PATH exists, which it creates: the first boot "
                                       "crashes, later ones serve (a flaky cell)"),
+    "position_regression": ("position_regression=K", "draft positions >= K accept half as often, earlier ones more, "
+                                                     "so the mean accept length stays (a per-position regression)"),
+    "accept_drift": ("accept_drift=N", "after N requests every draft position accepts 0.6 times as often (an "
+                                       "EPLB-like step down mid-run)"),
+    "envelope_shift": ("envelope_shift=FACTOR", "a verify step's cost per running request past 8 grows FACTOR times "
+                                                "faster: speculation stops paying at a lower concurrency"),
+    "lossy_sampling": ("lossy_sampling", "at temperature > 0, half the samples of a speculative server follow the "
+                                         "greedy text (a draft sampler ignoring temperature); greedy output stays exact"),
+    "pd_transfer_fail": ("pd_transfer_fail", "PD prefill: every KV/hidden-state transfer fails (decode answers 500)"),
+    "pd_random_hidden": ("pd_random_hidden", "PD prefill: hands decode random hidden states (sglang#7242): "
+                                             "acceptance drops, text and health hold"),
+    "pd_prefill_stall": ("pd_prefill_stall", "PD prefill: never finishes a routed request"),
+    "nonstream_garbage": ("nonstream_garbage", "non-streamed replies (chat, completions, /generate) carry random "
+                                               "letters, streamed ones stay right"),
+    "nonstream_empty": ("nonstream_empty", "non-streamed replies carry no text, streamed ones stay right"),
+    "usage_doubled": ("usage_doubled", "non-streamed usage counts twice the completion tokens (and still adds up)"),
 }
 
 
@@ -134,9 +179,9 @@ def _number(name: str, text: str, minimum: float | None = None, maximum: float |
         value = float(text)
     except ValueError:
         raise SimConfigError(f"{name}={text!r}: expected a number") from None
-    if math.isnan(value) or (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+    if not math.isfinite(value) or (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         bounds = f"[{minimum if minimum is not None else '-inf'}, {maximum if maximum is not None else 'inf'}]"
-        raise SimConfigError(f"{name}={text!r}: expected a number in {bounds}")
+        raise SimConfigError(f"{name}={text!r}: expected a finite number in {bounds}")
     return value
 
 
@@ -230,11 +275,33 @@ def _faults(env: str, text: str) -> Faults:
         raise SimConfigError(f"{env}: {err}") from None
 
 
+def _category_factors(env: str, text: str) -> Mapping[str, float]:
+    factors = {}
+    for piece in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = piece.partition("=")
+        if not sep:
+            raise SimConfigError(f"{env}={text!r}: expected CATEGORY=FACTOR[,...], e.g. code=1.2,math=1.1")
+        factors[name.strip()] = _number(f"{env} {name.strip()}", value, minimum=0.0)
+    return MappingProxyType(factors)
+
+
 # SimConfig field -> its environment variable, default (as the text a user would set) and meaning
 KNOBS: dict[str, Knob] = {
     "accept_prob": Knob("DSPARK_SIM_ACCEPT_PROB", "0.7",
                         "alpha: probability that each draft token is accepted, given the previous one was",
                         _probability),
+    "accept_decay": Knob("DSPARK_SIM_ACCEPT_DECAY", "1",
+                         "factor on alpha per draft position deeper into the block (alpha_k = alpha·decay^(k-1))",
+                         _probability),
+    "category_accept": Knob("DSPARK_SIM_CATEGORY_ACCEPT", "code=1.1,math=1.05,long_context=0.8",
+                            "factor on alpha per prompt category (sglang_sim/speculation.py: code and math by marker "
+                            "words, long_context by length); empty: every category alike", _category_factors),
+    "spec_batch_cost": Knob("DSPARK_SIM_SPEC_BATCH_COST", "0.05",
+                            "a verify step's extra time, as a fraction of a decode step, per running request past 8 "
+                            "(at alpha 0.7, gamma 7 speculation stops paying near 50 running requests)", _non_negative),
+    "spec_context_cost": Knob("DSPARK_SIM_SPEC_CONTEXT_COST", "0.15",
+                              "a verify step's extra time, as a fraction of a decode step, per 1024 context tokens "
+                              "past 2048", _non_negative),
     "boot_seconds": Knob("DSPARK_SIM_BOOT_SECONDS", "2",
                          "seconds from start until /health answers 200", _non_negative),
     "prefill_ms_per_token": Knob("DSPARK_SIM_PREFILL_MS_PER_TOKEN", "0.05",
@@ -285,6 +352,11 @@ KNOBS: dict[str, Knob] = {
 @dataclass(frozen=True)
 class SimConfig:
     accept_prob: float = 0.7
+    accept_decay: float = 1.0
+    category_accept: Mapping[str, float] = field(default_factory=lambda: MappingProxyType(
+        {"code": 1.1, "math": 1.05, "long_context": 0.8}))
+    spec_batch_cost: float = 0.05
+    spec_context_cost: float = 0.15
     boot_seconds: float = 2.0
     prefill_ms_per_token: float = 0.05
     decode_step_ms: float = 20.0

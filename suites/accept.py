@@ -30,11 +30,11 @@ from typing import Any, Mapping, Sequence
 import openai
 
 from ground.stats import ratio_stderr
-from suites.prompts import PROMPTS
+from suites.prompts import Prompt
 from suites.server import Server
 
 SPEC_FIELDS = ("spec_verify_ct", "spec_num_correct_drafts", "spec_num_proposed_drafts", "spec_accept_length",
-               "spec_accept_rate")
+               "spec_accept_rate", "spec_correct_drafts_histogram")
 GENERATION_TOKENS = "sglang:generation_tokens_total"
 VERIFY_CALLS = "sglang:spec_verify_calls_total"
 
@@ -50,6 +50,10 @@ class RequestSpec:
     dp_rank: int | None
     source: str | None  # "sglext" | "meta_info" | None
     error: str | None = None
+    category: str = "other"  # the workload's category of its prompt
+    histogram: tuple[int, ...] | None = None  # spec_correct_drafts_histogram: verify steps by correct drafts
+    order: int = 0  # its place in the order the requests were sent (drift is read along it)
+    temperature: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,8 @@ class ServerSnapshot:
 
 def take_snapshot(server: Server) -> ServerSnapshot:
     info = server.get_json("/server_info") or server.get_json("/get_server_info")
+    if info is not None and "model_path" not in info and "internal_states" not in info:
+        info = None  # not a server's: sglang-router answers /get_server_info about itself (router_manager, ...)
     states = (info or {}).get("internal_states") or []
     samples = server.metrics_samples()
     return ServerSnapshot(
@@ -75,19 +81,42 @@ def take_snapshot(server: Server) -> ServerSnapshot:
     )
 
 
-def measure_requests(server: Server, num_requests: int, max_tokens: int, concurrency: int) -> list[RequestSpec]:
-    prompt_indexes = [i % len(PROMPTS) for i in range(num_requests)]
-    return server.ask_each(lambda client, i: _one_request(client, server.model, i, max_tokens), prompt_indexes,
-                           concurrency, label="accept")
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 0.0
+    top_p: float | None = None
+
+    def body(self) -> dict:
+        return {"temperature": self.temperature, **({"top_p": self.top_p} if self.top_p is not None else {})}
 
 
-def _one_request(client: openai.OpenAI, model: str, prompt_index: int, max_tokens: int) -> RequestSpec:
+GREEDY = Sampling()
+
+
+def measure_requests(server: Server, num_requests: int, max_tokens: int, concurrency: int,
+                     workload: Sequence[Prompt], sampling: Sampling = GREEDY, api: str = "chat") -> list[RequestSpec]:
+    """``num_requests`` requests cycling through ``workload``, sent in order (``order``), ``concurrency`` at a time."""
+    items = [(order, order % len(workload)) for order in range(num_requests)]
+    return server.ask_each(lambda client, item: _one_request(client, server.model, workload, item, max_tokens, sampling,
+                                                               api),
+                           items, concurrency, label="accept")
+
+
+def _one_request(client: openai.OpenAI, model: str, workload: Sequence[Prompt], item: tuple[int, int],
+                 max_tokens: int, sampling: Sampling, api: str = "chat") -> RequestSpec:
+    order, prompt_index = item
+    prompt = workload[prompt_index]
     try:
-        response = client.chat.completions.create(
-            model=model, messages=[{"role": "user", "content": PROMPTS[prompt_index]}], temperature=0.0,
-            max_tokens=max_tokens, extra_body={"return_spec_tokens_details": True, "return_meta_info": True})
+        extra = {"return_spec_tokens_details": True, "return_meta_info": True}
+        # completions through sglang-router, which drops return_spec_tokens_details from chat (accept.api)
+        response: Any = (client.completions.create(model=model, prompt=prompt.text, max_tokens=max_tokens,
+                                                   extra_body=extra, **sampling.body()) if api == "completions"
+                         else client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": prompt.text}], max_tokens=max_tokens,
+            extra_body=extra, **sampling.body()))
     except openai.OpenAIError as err:
-        return RequestSpec(prompt_index, 0, None, None, None, None, None, None, error=str(err))
+        return RequestSpec(prompt_index, 0, None, None, None, None, None, None, error=str(err),
+                           category=prompt.category, order=order, temperature=sampling.temperature)
     body = response.model_dump()
     meta = (body["choices"][0].get("meta_info") or {})
     details, source = _spec_details(body, meta)
@@ -96,7 +125,9 @@ def _one_request(client: openai.OpenAI, model: str, prompt_index: int, max_token
         prompt_index=prompt_index, completion_tokens=tokens,
         spec_verify_ct=details.get("spec_verify_ct"), spec_num_correct_drafts=details.get("spec_num_correct_drafts"),
         spec_num_proposed_drafts=details.get("spec_num_proposed_drafts"),
-        spec_accept_length=details.get("spec_accept_length"), dp_rank=meta.get("dp_rank"), source=source)
+        spec_accept_length=details.get("spec_accept_length"), dp_rank=meta.get("dp_rank"), source=source,
+        category=prompt.category, histogram=tuple(details.get("spec_correct_drafts_histogram") or ()) or None,
+        order=order, temperature=sampling.temperature)
 
 
 def _spec_details(body: Mapping[str, Any], meta: Mapping[str, Any]) -> tuple[dict, str | None]:
@@ -235,4 +266,6 @@ def disagreements(requests: Sequence[RequestSpec], figures: Sequence[dict], tole
 
 
 def request_record(request: RequestSpec) -> dict:
-    return asdict(request)
+    record = asdict(request)
+    record["histogram"] = list(request.histogram) if request.histogram is not None else None
+    return record

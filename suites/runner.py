@@ -23,6 +23,7 @@ import requests
 import suites as suites_package
 from ground.errors import DsparkError, InfraError
 from ground.suites import effective_options
+from launchers import interrupts
 from launchers.contract import Deployment, LaunchFailed
 from launchers.ledger import Ledger
 from launchers.processes import die_with_parent, group_members, kill_group, run_env, signal_group, started_at
@@ -197,6 +198,7 @@ def _watch(process: subprocess.Popen | WarmChild, watched: Sequence[Deployment],
                                              f"{watch.unresponsive_after_s:g} s while the suites ran; the suites "
                                              "were stopped")
             every_poll()
+            interrupts.check()  # a Ctrl-C Python dropped still stops the suites
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=watch.poll_s)
         return None
@@ -281,6 +283,19 @@ def gpqa_note(records: Mapping[str, list]) -> dict | None:
             # a partial figure is never gated, so neither are its questions
             **({"per_question": summary["per_question"]} if summary.get("per_question") and not summary.get("partial")
                else {})}
+
+
+def acceptance_note(records: Mapping[str, list]) -> dict | None:
+    """Acceptance per position and category, drift and losslessness (CellResult.acceptance), from the accept suite's
+    accept_detail record; None without one."""
+    details = records.get("accept_detail") or []
+    return dict(details[-1]) if details else None
+
+
+def envelope_note(records: Mapping[str, list]) -> dict | None:
+    """Where speculation pays (CellResult.envelope), from the speed suite's speed_envelope record; None without one."""
+    envelopes = records.get("speed_envelope") or []
+    return dict(envelopes[-1]) if envelopes else None
 
 
 def written_outcome(work_dir: Path) -> SuiteOutcome:

@@ -13,6 +13,14 @@ a stream that breaks off. Per request (``max_tokens`` tokens, greedy, ``stream_o
   ``length``;
 - and on a speculative server that reports per-request statistics (``sglext.spec_tokens_details``), the accept
   length over the requests is at least ``min_accept_length`` (drafts that are never accepted).
+
+Then the same prompts without streaming, once each through chat completions, completions and ``/generate`` (a
+server, or a proxy, may break only one path; the accept suite never reads the text): the reply's text is text and
+not empty, its usage adds up, and the measurements agree with each other (``consistency_problems``): a
+non-streamed reply with the same text as the streamed one counts the same completion tokens, and the speculative
+statistics obey SGLang's own definitions (spec_accept_rate = correct drafts / proposed drafts, proposed = verify
+steps × (num_draft_tokens − 1), spec_accept_length = completion tokens / verify steps, and every verify step emits
+its accepted drafts plus one token). An impossible set is an error of measurement: the cell is red.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import re
 import unicodedata
 import zlib
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import requests
 
@@ -49,12 +57,14 @@ class StreamReply:
     spec_verify_ct: int | None = None
     events: int = 0
     problems: tuple[str, ...] = ()
+    spec: Mapping[str, Any] | None = None  # the request's speculative statistics, as the server reported them
+    kind: str = "streamed chat"
 
 
 def parse_stream(lines: Iterable[bytes]) -> StreamReply:
     """The reply in an SSE byte stream (one item per line, newline stripped), checked as it is read."""
     text: list[str] = []
-    usage, finish, verify, events, done = None, None, None, 0, False
+    usage, finish, verify, events, done, spec = None, None, None, 0, False, None
     for number, raw in enumerate(lines, 1):
         if not raw.strip() or raw.startswith(b":"):
             continue
@@ -90,9 +100,9 @@ def parse_stream(lines: Iterable[bytes]) -> StreamReply:
         if isinstance(details, list):
             details = details[0] if details else None
         if isinstance(details, dict) and details.get("spec_verify_ct"):
-            verify = int(details["spec_verify_ct"])
+            verify, spec = int(details["spec_verify_ct"]), details
     problems = () if done else ("the stream ended without `data: [DONE]`",)
-    return StreamReply("".join(text), usage, finish, verify, events, problems)
+    return StreamReply("".join(text), usage, finish, verify, events, problems, spec)
 
 
 def text_problem(text: str) -> str | None:
@@ -181,7 +191,148 @@ def run_sanity(server: Server, options: Mapping[str, Any]) -> list[StreamReply]:
                            options["concurrency"], label="sanity")
 
 
+# --- the same prompts without streaming ------------------------------------------------------------------------
+
+def _post(server: Server, path: str, body: Mapping[str, Any], kind: str) -> dict | StreamReply:
+    """The JSON reply of a non-streamed request, or a StreamReply naming what went wrong."""
+    try:
+        response = requests.post(f"{server.base_url}{path}", json=body, timeout=server.request_timeout,
+                                 headers={"Authorization": f"Bearer {server.api_key}"})
+    except requests.RequestException as err:
+        return StreamReply(kind=kind, problems=(f"{kind}: the request failed: {type(err).__name__}",))
+    try:
+        reply = response.json()
+    except ValueError:
+        reply = None
+    if response.status_code != 200 or not isinstance(reply, dict):
+        return StreamReply(kind=kind, problems=(f"{kind}: HTTP {response.status_code}: {response.text[:200]!r}",))
+    return reply
+
+
+def _spec_of(reply: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    details = (reply.get("sglext") or {}).get("spec_tokens_details")
+    details = details[0] if isinstance(details, list) and details else details
+    return details if isinstance(details, dict) and details.get("spec_verify_ct") else None
+
+
+def _openai_reply(reply: dict | StreamReply, kind: str, text_of: Callable[[Mapping], Any]) -> StreamReply:
+    if isinstance(reply, StreamReply):
+        return reply
+    choice = (reply.get("choices") or [{}])[0] if isinstance(reply.get("choices"), list) else {}
+    text = text_of(choice) if isinstance(choice, dict) else None
+    if not isinstance(text, str):
+        return StreamReply(kind=kind, problems=(f"{kind}: the reply has no text field: {str(choice)[:120]}",))
+    spec = _spec_of(reply)
+    return StreamReply(text, reply.get("usage"), choice.get("finish_reason"),
+                       int(spec["spec_verify_ct"]) if spec else None, 1, (), spec, kind)
+
+
+def _chat_text(choice: Mapping) -> Any:
+    message = choice.get("message") or {}
+    parts = [message.get("reasoning_content"), message.get("content")]
+    return "".join(p for p in parts if isinstance(p, str)) if any(isinstance(p, str) for p in parts) else None
+
+
+def chat_once(server: Server, prompt: str, max_tokens: int) -> StreamReply:
+    body = {"model": server.model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+            "temperature": 0.0, "return_spec_tokens_details": True}
+    return _openai_reply(_post(server, "/v1/chat/completions", body, "chat"), "chat", _chat_text)
+
+
+def completion_once(server: Server, prompt: str, max_tokens: int) -> StreamReply:
+    body = {"model": server.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
+            "return_spec_tokens_details": True}
+    return _openai_reply(_post(server, "/v1/completions", body, "completions"), "completions",
+                         lambda choice: choice.get("text"))
+
+
+def generate_once(server: Server, prompt: str, max_tokens: int) -> StreamReply:
+    """SGLang's native /generate: usage is meta_info's prompt_tokens and completion_tokens."""
+    body = {"text": prompt, "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0.0}}
+    reply = _post(server, "/generate", body, "/generate")
+    if isinstance(reply, StreamReply):
+        return reply
+    meta: dict = reply["meta_info"] if isinstance(reply.get("meta_info"), dict) else {}
+    text = reply.get("text")
+    if not isinstance(text, str):
+        return StreamReply(kind="/generate", problems=(f"/generate: the reply has no text field: {str(reply)[:120]}",))
+    prompt_tokens, completion = meta.get("prompt_tokens"), meta.get("completion_tokens")
+    usage = ({"prompt_tokens": prompt_tokens, "completion_tokens": completion,
+              "total_tokens": prompt_tokens + completion}
+             if isinstance(prompt_tokens, int) and isinstance(completion, int) else {})
+    finish = (meta.get("finish_reason") or {}).get("type") if isinstance(meta.get("finish_reason"), dict) else None
+    spec = meta if meta.get("spec_verify_ct") else None
+    return StreamReply(text, usage, finish, int(meta["spec_verify_ct"]) if spec else None, 1, (), spec, "/generate")
+
+
+NON_STREAMED = (chat_once, completion_once, generate_once)
+
+
+def run_non_streamed(server: Server, options: Mapping[str, Any]) -> list[StreamReply]:
+    """Each prompt of ``run_sanity`` once through every non-streamed path (chat first, in the same order)."""
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(options["num_requests"])]
+    jobs = [(ask, prompt) for ask in NON_STREAMED for prompt in prompts]
+    return server.ask_each(lambda _client, job: job[0](server, job[1], options["max_tokens"]), jobs,
+                           options["concurrency"], label="sanity (not streamed)")
+
+
+def empty_text_problem(reply: StreamReply) -> str | None:
+    """A non-streamed reply must have text: an empty one is broken whatever its usage says."""
+    return f"{reply.kind}: the reply has no text" if not reply.problems and not reply.text.strip() else None
+
+
+def consistency_problems(reply: StreamReply) -> list[str]:
+    """Where the reply's speculative statistics contradict each other or its usage, by SGLang's definitions."""
+    spec, usage = reply.spec, reply.usage or {}
+    completion = usage.get("completion_tokens")
+    if not spec or not isinstance(completion, int):
+        return []
+    verify, correct = int(spec.get("spec_verify_ct") or 0), spec.get("spec_num_correct_drafts")
+    proposed, rate, length = (spec.get(k) for k in ("spec_num_proposed_drafts", "spec_accept_rate",
+                                                    "spec_accept_length"))
+    problems = []
+    if isinstance(correct, int) and isinstance(proposed, int) and proposed:
+        if proposed % verify:
+            problems.append(f"{proposed} proposed drafts over {verify} verify steps is no whole draft block")
+        block = proposed // verify + 1  # num_draft_tokens: drafts per step + the verified token
+        if isinstance(rate, (int, float)) and abs(rate - correct / proposed) > 1e-3:
+            problems.append(f"spec_accept_rate {rate:.3f} is not correct/proposed drafts {correct}/{proposed}")
+        # every verify step emits its accepted drafts + 1; the last may be cut by max_tokens, the first token may
+        # come from prefill: completion tokens = verify + correct within (-(block - 1), +1]
+        if not verify + correct - (block - 1) <= completion <= verify + correct + 1:
+            problems.append(
+                f"impossible measurement: usage counts {completion} completion tokens, but {verify} verify steps "
+                f"with {correct} accepted drafts emit {verify + correct} (accept length {completion / verify:.2f} "
+                f"against {1 + correct / verify:.2f} implied by accept rate {correct / proposed:.3f} at "
+                f"num_draft_tokens {block})")
+    if isinstance(length, (int, float)) and length and abs(length - completion / verify) > 0.01 * length + 1e-6:
+        problems.append(f"impossible measurement: spec_accept_length {length:.2f} but usage says "
+                        f"{completion}/{verify} = {completion / verify:.2f} tokens per verify step")
+    return [f"{reply.kind}: {problem}" for problem in problems]
+
+
+def same_text_same_tokens(streamed: Sequence[StreamReply], chats: Sequence[StreamReply]) -> list[str]:
+    """A non-streamed chat reply with exactly the streamed reply's text (same prompt, greedy) has as many tokens."""
+    problems = []
+    for index, (one, other) in enumerate(zip(streamed, chats)):
+        counts = [(r.usage or {}).get("completion_tokens") for r in (one, other)]
+        if one.text and one.text == other.text and all(isinstance(c, int) for c in counts) and counts[0] != counts[1]:
+            problems.append(f"request {index}: impossible measurement: the same text counts {counts[0]} completion "
+                            f"tokens streamed and {counts[1]} not streamed")
+    return problems
+
+
+def non_streamed_problems(reply: StreamReply, max_tokens: int) -> list[str]:
+    if reply.problems:
+        return list(reply.problems)
+    empty = empty_text_problem(reply)
+    problems = [empty] if empty else [f"{reply.kind}: {p}" for p in reply_problems(reply, max_tokens)]
+    return problems + consistency_problems(reply)
+
+
 def record(reply: StreamReply, max_tokens: int) -> dict:
-    return {"text": reply.text[:200], "usage": dict(reply.usage) if reply.usage else None,
+    problems = reply_problems(reply, max_tokens) + consistency_problems(reply) if reply.kind == "streamed chat" \
+        else non_streamed_problems(reply, max_tokens)
+    return {"kind": reply.kind, "text": reply.text[:200], "usage": dict(reply.usage) if reply.usage else None,
             "finish_reason": reply.finish_reason, "spec_verify_ct": reply.spec_verify_ct, "events": reply.events,
-            "problems": reply_problems(reply, max_tokens)}
+            "problems": problems}

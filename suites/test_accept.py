@@ -1,28 +1,68 @@
-"""Speculative acceptance: accept_length, accept_rate; records "accept" (per request), "accept_server"
-(server-side figures), "accept_summary" (whether the exact /metrics cross-check ran, and if not why).
+"""Speculative acceptance: accept_length, accept_rate, accept_rate_pos1..8 (per draft position), and at the sampled
+setting accept_length_sampled; with a non-speculative reference (--reference-url) the losslessness figures
+sampled_greedy_share[_reference][_stderr]. Records "accept" (per request, with category and histogram),
+"accept_server" (server-side figures), "accept_summary" (the /metrics cross-check), "accept_detail" (per position,
+per category, the accept-length histogram, drift along the run, the losslessness counts; CONTRACT.md).
 
-Options (suite "accept"): num_requests, max_tokens, concurrency, min_accept_length (the collapse
-floor, checked even without a baseline), disagreement_tolerance (per-request vs server-side figure,
-relative; a disagreement is a warning, not a failure). Skipped on a server without speculation.
+Options (suite "accept"): num_requests, max_tokens, concurrency, min_accept_length (the collapse floor, checked even
+without a baseline), disagreement_tolerance, workload (builtin | mtbench | a question.jsonl), sampled_temperature and
+sampled_top_p (the sampled setting), lossless_prompts, lossless_samples, lossless_tokens. Skipped on a server without
+speculation.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from suites.accept import (
-    disagreements, measure_requests, per_request_metrics, request_record, server_side_figures, take_snapshot,
-    with_spec,
+    Sampling, disagreements, measure_requests, per_request_metrics, request_record, server_side_figures,
+    take_snapshot, with_spec,
 )
+from suites.accept_detail import (
+    accept_length_histogram, by_category, drift, greedy_like_share, greedy_texts, position_metrics, position_source,
+    positions,
+)
+from suites.config import SuiteInputError
+from suites.datasets import load_questions
+from suites.prompts import LONG_CONTEXT_QUESTIONS, Prompt, builtin_workload, category_of, long_context_document
+from suites.server import connect
+
+
+def load_workload(source: str, cache_dir) -> tuple[tuple[Prompt, ...], dict]:
+    """The prompts and how they were obtained. A question file (MT-Bench's or one like it) brings its own
+    categories (MT-Bench's coding and math among them); long context comes from the builtin document."""
+    if source == "builtin":
+        return builtin_workload(), {"source": "builtin", "prompts": len(builtin_workload())}
+    dataset, rows = load_questions(source, cache_dir)
+    document = long_context_document()
+    prompts = tuple(Prompt(row["text"], category_of(row["category"]), source) for row in rows) + tuple(
+        Prompt(f"{document}\n\n{question}", "long_context", "builtin") for question in LONG_CONTEXT_QUESTIONS)
+    return prompts, {**dataset.describe(), "long_context": "builtin document"}
 
 
 @pytest.fixture(scope="module")
-def accept_run(server, suite_config, suite_output):
+def detail(suite_output):
+    """accept_detail, filled by the fixtures below (sampled and lossless add to it), written once they are done."""
+    holder: dict = {}
+    yield holder
+    if holder:
+        suite_output.add_records("accept_detail", [holder])
+
+
+@pytest.fixture(scope="module")
+def accept_run(server, suite_config, suite_output, detail):
     options = suite_config.suite("accept")
     before = take_snapshot(server)
     if before.has_server_info and before.speculative_algorithm is None:
         pytest.skip("the server runs without speculative decoding (/server_info speculative_algorithm is null)")
-    requests = measure_requests(server, options["num_requests"], options["max_tokens"], options["concurrency"])
+    try:
+        workload, workload_note = load_workload(options["workload"], suite_config.cache_dir)
+    except SuiteInputError as err:
+        pytest.fail(str(err), pytrace=False)
+    requests = measure_requests(server, options["num_requests"], options["max_tokens"], options["concurrency"],
+                                workload, api=options.get("api", "chat"))
     after = take_snapshot(server)
     if not with_spec(requests) and not before.has_server_info:
         pytest.skip("the server reports no speculative statistics (not a speculative deployment)")
@@ -30,7 +70,8 @@ def accept_run(server, suite_config, suite_output):
     metrics = per_request_metrics(requests)
     server_side = server_side_figures(before, after, requests)
     messages = disagreements(requests, server_side.figures, options["disagreement_tolerance"])
-    suite_output.add_metrics(metrics)
+    table = positions(requests)
+    suite_output.add_metrics({**metrics, **position_metrics(table)})
     suite_output.add_records("accept", [request_record(r) for r in requests])
     suite_output.add_records("accept_server", [{**figure, "speculative_algorithm": after.speculative_algorithm}
                                                for figure in server_side.figures])
@@ -40,11 +81,61 @@ def accept_run(server, suite_config, suite_output):
         "no_metrics_cross_check_because": server_side.no_metrics_figure_because, "disagreements": messages}])
     for message in messages:
         suite_output.warn(message)
-    return requests, metrics
+    detail.update({"workload": workload_note, "temperature": 0.0, "positions_source": position_source(requests)
+              or "none: the responses carry no spec_correct_drafts_histogram (mean figures from verify counts only)",
+              "positions": table, "accept_length_histogram": accept_length_histogram(requests),
+              "categories": by_category(requests), "drift": drift(requests).to_dict()})
+    return requests, metrics, detail
+
+
+@pytest.fixture(scope="module")
+def sampled_run(accept_run, server, suite_config, suite_output):
+    """The same workload at the sampled setting; its figures join accept_detail under "sampled"."""
+    options = suite_config.suite("accept")
+    _, _, detail = accept_run
+    if not options["sampled_temperature"]:
+        pytest.skip("accept.sampled_temperature is 0: greedy only")
+    workload, _ = load_workload(options["workload"], suite_config.cache_dir)
+    sampling = Sampling(options["sampled_temperature"], options["sampled_top_p"])
+    requests = measure_requests(server, options["num_requests"], options["max_tokens"], options["concurrency"],
+                                workload, sampling)
+    suite_output.add_metrics({"accept_length_sampled": per_request_metrics(requests)["accept_length"]})
+    detail["sampled"] = {"temperature": sampling.temperature, "top_p": sampling.top_p,
+                         "accept_length": per_request_metrics(requests)["accept_length"],
+                         "positions": positions(requests), "categories": by_category(requests)}
+    return requests
+
+
+@pytest.fixture(scope="module")
+def lossless_run(accept_run, server, suite_config, suite_output):
+    """Greedy and sampled outputs of the same prompts here and on the non-speculative reference."""
+    options = suite_config.suite("accept")
+    _, _, detail = accept_run
+    if suite_config.reference_url is None:
+        detail["lossless"] = {"skipped": "no non-speculative reference (--reference-url)"}
+        pytest.skip("losslessness needs the same deployment without speculation (--reference-url)")
+    reference = connect(replace(suite_config, base_url=suite_config.reference_url, model=None))
+    workload, _ = load_workload(options["workload"], suite_config.cache_dir)
+    prompts = [p for p in workload if p.category != "long_context"][:options["lossless_prompts"]]
+    tokens, concurrency = options["lossless_tokens"], options["concurrency"]
+    greedy_here = greedy_texts(server, prompts, tokens, concurrency)
+    greedy_there = greedy_texts(reference, prompts, tokens, concurrency)
+    shares = {name: greedy_like_share(target, prompts, options["lossless_samples"], tokens,
+                                      options["sampled_temperature"], options["sampled_top_p"], concurrency,
+                                      greedy_there)
+              for name, target in (("", server), ("_reference", reference))}
+    suite_output.add_metrics({f"sampled_greedy_share{side}{suffix}": getattr(share, attribute)
+                              for side, share in shares.items()
+                              for suffix, attribute in (("", "share"), ("_stderr", "stderr"))})
+    detail["lossless"] = {"prompts": len(prompts), "tokens": tokens, "temperature": options["sampled_temperature"],
+                          "top_p": options["sampled_top_p"],
+                          "speculative": vars(shares[""]), "reference": vars(shares["_reference"]),
+                          "greedy_equal": sum(a == b for a, b in zip(greedy_here, greedy_there))}
+    return greedy_here, greedy_there
 
 
 def test_accept_statistics_reported(accept_run):
-    requests, _ = accept_run
+    requests, _, _ = accept_run
     failed = [r for r in requests if r.error]
     assert not failed, f"{len(failed)} of {len(requests)} requests failed; first: {failed[0].error}"
     missing = [r for r in requests if not r.spec_verify_ct and r.completion_tokens > 1]
@@ -53,9 +144,36 @@ def test_accept_statistics_reported(accept_run):
 
 
 def test_accept_length_above_collapse_floor(accept_run, suite_config):
-    _, metrics = accept_run
+    _, metrics, _ = accept_run
     floor = suite_config.suite("accept")["min_accept_length"]
     assert metrics["accept_length"] is not None, "no request ran a speculative step"
     assert metrics["accept_length"] >= floor, (
         f"accept_length {metrics['accept_length']:.3f} is below the collapse floor {floor}: "
         f"draft tokens are (almost) never accepted")
+
+
+def test_accept_at_sampled_setting(sampled_run):
+    failed = [r for r in sampled_run if r.error]
+    assert not failed, f"{len(failed)} of {len(sampled_run)} sampled requests failed; first: {failed[0].error}"
+
+
+def test_greedy_output_equals_reference(lossless_run):
+    """Speculation keeps greedy output exact (the sampled comparison is a gate: reports/gates.py)."""
+    here, there = lossless_run
+    differing = [i for i, (a, b) in enumerate(zip(here, there)) if a != b]
+    assert not differing, f"greedy output differs from the non-speculative reference on prompts {differing}"
+
+
+def test_top_k_one_is_greedy(accept_run, server, suite_config):
+    """top_k=1 at the sampled temperature leaves only the argmax: it must equal greedy output under speculation."""
+    options = suite_config.suite("accept")
+    if not options["sampled_temperature"]:
+        pytest.skip("accept.sampled_temperature is 0: greedy only")
+    workload, _ = load_workload(options["workload"], suite_config.cache_dir)
+    prompts = [p for p in workload if p.category != "long_context"][:options["lossless_prompts"]]
+    greedy = greedy_texts(server, prompts, options["lossless_tokens"], options["concurrency"])
+    top_k = greedy_texts(server, prompts, options["lossless_tokens"], options["concurrency"],
+                         top_k=1, temperature=options["sampled_temperature"])
+    differing = [i for i, (a, b) in enumerate(zip(greedy, top_k)) if a != b]
+    assert not differing, (f"top_k=1 at temperature {options['sampled_temperature']} differs from greedy output on "
+                           f"prompts {differing}: a sampling parameter is ignored under speculation")

@@ -4,7 +4,9 @@ overhead client_loop_lag_ms_p99, client_ttfb_ms_*; records "speed" (per request)
 --reference-url (the deployment without speculation) also speculative_speedup (its median TPOT / ours).
 
 Options (suite "speed"): num_requests, concurrency, input_len, output_len, warmup_requests, workers,
-ignore_eos. Speed is gated by the run against a baseline; this suite fails only when requests fail.
+ignore_eos; sweep_concurrency, sweep_input_len, sweep_min_requests, sweep_output_len: with a reference and a
+non-empty sweep_concurrency, the speedup at every point of the grid and speculation_boundary_concurrency (the
+concurrency where it falls to 1 at the shortest sweep input length), record "speed_envelope" (suites/envelope.py). Speed is gated by the run against a baseline; this suite fails only when requests fail.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import replace
 
 import pytest
 
+from suites.envelope import envelope_record, sweep
 from suites.server import connect
 from suites.speed import (
     SpeedSettings, build_prompts, calibrate, client_overhead_metrics, percentile, run_measurement,
@@ -54,7 +57,22 @@ def speed_run(server, suite_config, suite_output):
     _warn_on_short_outputs(timings, settings, suite_output)
     if suite_config.reference_url is not None:
         _speculation_pays(suite_config, settings, prompts, warmup, timings, suite_output)
+        _envelope(server, suite_config, settings, overhead, tokens_per_word, suite_output)
     return timings
+
+
+def _envelope(server, suite_config, settings, overhead, tokens_per_word, suite_output) -> None:
+    """Where speculation pays (suites/envelope.py), when the cell asks for a sweep (speed.sweep_concurrency)."""
+    options = suite_config.suite("speed")
+    if not options["sweep_concurrency"]:
+        return
+    reference = connect(replace(suite_config, base_url=suite_config.reference_url, model=None))
+    points = sweep(server, reference, settings, options["sweep_concurrency"], options["sweep_input_len"],
+                   options["sweep_min_requests"], options["sweep_output_len"], overhead, tokens_per_word)
+    record = envelope_record(points)
+    suite_output.add_records("speed_envelope", [record])
+    shortest = record["boundaries"][str(min(options["sweep_input_len"]))]
+    suite_output.add_metrics({"speculation_boundary_concurrency": shortest["concurrency"]})
 
 
 def _speculation_pays(suite_config, settings, prompts, warmup, timings, suite_output) -> None:

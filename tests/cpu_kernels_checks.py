@@ -337,6 +337,33 @@ def check_verify_attention_applies_the_tree_mask():
     assert not torch.equal(out[4], unmasked[4])
 
 
+def check_a_token_gets_the_same_bits_in_decode_and_in_verify():
+    """Greedy parity between a speculative launch and a plain one is exact only if a token's attention is the
+    same to the bit whichever path computes it: plain decode (one query, keys = the sequence so far) or verify
+    (the token is a tree node; keys = the prefix and its ancestors)."""
+    heads, kv_heads, dim, n, prefix = 4, 2, 16, 7, 9
+    bad = 0
+    for seed in range(40):
+        k_buf, v_buf = kv_pool(64, kv_heads, dim, 100 + seed)
+        q = torch.randn(n, heads, dim, generator=torch.Generator().manual_seed(seed)).bfloat16()
+        table = torch.zeros(2, 32, dtype=I32)
+        table[0, :prefix + n] = torch.arange(prefix + n, dtype=I32)
+        verify = torch.zeros(n, heads, dim, dtype=torch.bfloat16)
+        new = torch.arange(prefix, prefix + n)
+        ops.extend_attention_cpu(q, k_buf[new], v_buf[new], verify, k_buf, v_buf, 1.0, 1.0, table, t([0]),
+                                 t([prefix + n]), t([n], I32), t([0], I32), n, 0.25, 0.0, False, 0, None, None,
+                                 torch.tensor(NGRAM_MASK, dtype=torch.bool).flatten(), True)
+        for node in range(n):
+            path = [j for j in range(n) if NGRAM_MASK[node][j]]  # the accepted tokens, in order
+            table[1, :prefix + len(path)] = torch.tensor(list(range(prefix)) + [prefix + j for j in path], dtype=I32)
+            decode = torch.zeros(1, heads, dim, dtype=torch.bfloat16)
+            ops.decode_attention_cpu(q[node:node + 1], k_buf, v_buf, 1.0, 1.0, decode, None, None, t([0]),
+                                     torch.zeros(1, heads, 8, dim + 1), table, t([1]), t([prefix + len(path)]),
+                                     0.25, 0.0, False, 0, None, None)
+            bad += not torch.equal(decode[0], verify[node])
+    assert bad == 0, f"{bad} of {40 * n} tokens differ between decode and verify"
+
+
 def check_build_draft_decode_metadata_lays_out_each_candidates_drafts():
     table = torch.arange(2 * 30, dtype=I32).view(2, 30)
     got = ops.build_draft_decode_metadata_cpu(table, t([1, 0]), t([4, 6]), 2, 3, 30)

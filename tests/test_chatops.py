@@ -572,6 +572,15 @@ def test_cells_rerun_through_the_nightly_on_their_runners(capsys, sglang_repo, p
     assert "matrix cells on `" in result["reply"] and "dspark-ci run matrices/nightly.yaml --cell " in result["reply"]
 
 
+def test_disaggregated_cells_rerun_on_the_runner_of_all_their_roles(capsys, sglang_repo, permissions_file):
+    code, result, _ = timed_chatops_json(capsys, sglang_repo, permissions_file, "/rerun-test cell:*-pd-p1tp8-d1tp8")
+    assert code == 0
+    [nightly] = [a for a in result["plan"]["actions"] if a["workflow"] == "nightly.yml"]
+    assert nightly["inputs"]["select"] == "dsv4-flash-tp8-a2a-none-dspark-b7-cuda-pd-p1tp8-d1tp8"
+    assert "`2x8-gpu-h200`" in result["reply"]
+    assert "dspark-ci run matrices/pd.yaml --cell dsv4-flash-tp8-a2a-none-dspark-b7-cuda-pd-p1tp8-d1tp8" in result["reply"]
+
+
 def test_an_unknown_cell_suggests_the_closest_ids(capsys, sglang_repo, permissions_file):
     code, result, _ = timed_chatops_json(capsys, sglang_repo, permissions_file, "/rerun-test dsv4-flash-tp8-cuda")
     assert code == 2 and "no test file or matrix cell named dsv4-flash-tp8-cuda" in result["reply"]

@@ -25,9 +25,13 @@ from dspark_ci.cli import main
 how, argv = sys.argv[1], sys.argv[2:]
 render, write = writers.render_reports, writers.write_files_atomically
 
+slowed = []
+
 def slow_render(*args, **kwargs):  # report.html's charts take a while: the final set is rendered before it is written
-    open(argv[argv.index("--out") + 1] + "/.final-set-started", "w").close()
-    time.sleep(30)
+    if not slowed:  # a signal meanwhile is acted on once it is rendered: rendered again, as an interrupted run's
+        slowed.append(True)
+        open(argv[argv.index("--out") + 1] + "/.final-set-started", "w").close()
+        time.sleep(20)
     return render(*args, **kwargs)
 
 def read_only(files):
@@ -35,8 +39,34 @@ def read_only(files):
         raise OSError(errno.EROFS, "Read-only file system")
     return write(files)
 
-with mock.patch.object(writers, *(("render_reports", slow_render) if how == "slow" else
-                                  ("write_files_atomically", read_only))):
+def interrupt_in_a_gc_callback(original):
+    # The signal lands while a weakref callback runs, where Python drops an exception raised from a handler
+    # ("Exception ignored in ... KeyboardInterrupt"): the run must still end interrupted.
+    def wrapped(*args, **kwargs):
+        class Dropped:
+            pass
+
+        def callback(_ref):
+            os.kill(os.getpid(), getattr(signal, how.split("-")[1]))
+            time.sleep(0.05)  # the handler runs here, inside the callback
+
+        thing = Dropped()
+        keep = weakref.ref(thing, callback)
+        del thing
+        assert keep() is None
+        return original(*args, **kwargs)
+    return wrapped
+
+import os, signal, weakref
+import reports.live_results as live_results
+import suites.runner as runner
+if how.startswith("gc-"):
+    where, name = (live_results.ResultsWriter, "finish") if how.endswith("-late") else (runner, "_report_progress")
+    patch = mock.patch.object(where, name, interrupt_in_a_gc_callback(getattr(where, name)))
+else:
+    patch = mock.patch.object(writers, *(("render_reports", slow_render) if how == "slow" else
+                                         ("write_files_atomically", read_only)))
+with patch:
     sys.exit(main(argv))
 """
 
@@ -98,3 +128,15 @@ def test_a_run_that_finishes_writes_the_whole_set_green(tmp_path):
     assert run.results()["finished_at"] and "interrupted" not in run.results()
     assert not list(run.out.glob(".*.tmp"))  # no staged file left behind
 
+
+
+@pytest.mark.parametrize("how", ["gc-SIGINT-late", "gc-SIGTERM-late", "gc-SIGINT-measuring", "gc-SIGTERM-measuring"])
+def test_a_signal_python_drops_in_a_gc_callback_still_interrupts_the_run(tmp_path, how):
+    """After the last cell, and while the suites measure: exit 130, results.json `interrupted`, nothing green."""
+    run = driven(tmp_path, how)
+    done = run()
+    assert done.returncode == 130, done.stderr
+    results = run.results()
+    assert results["interrupted"] is True and results["finished_at"] is None, done.stderr
+    assert GREEN not in run.report() and RED in run.report() and not junit_is_green(run)
+    run.assert_nothing_left()

@@ -29,7 +29,7 @@ def run(tmp_path: Path, *args: str, env: dict | None = None) -> tuple[subprocess
     tag = uuid.uuid4().hex
     done = subprocess.run([*DSPARK_CI, *args, "--out", str(out)] if args[0] == "run" else [*DSPARK_CI, *args],
                           env={**os.environ, "DSPARK_TEST_RUN": tag, **(env or {})}, cwd=REPO, capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=300)
     assert_no_process_with_env("DSPARK_TEST_RUN", tag)
     return done, out
 
@@ -148,3 +148,65 @@ def test_a_host_with_more_gpus_than_any_machine_is_refused(tmp_path):
 def test_a_k8s_patch_file_that_is_a_device_is_refused_before_it_is_read(tmp_path):
     done, out = run(tmp_path, "plan", SMOKE, "--format", "k8s", "--k8s-extra", "/dev/zero")
     assert_refused(done, out, "/dev/zero: is a character device, not a file")
+
+
+# --- depth, digits, names, NUL bytes, fault values, baselines, other verbs' arguments ---------------------------
+
+DEEP = 400  # past MAX_NESTING (64), and past where PyYAML's recursion would overflow Python's stack
+
+
+@pytest.mark.parametrize("text, says", [
+    (HEAD + "x: " + "[" * 90000 + "]" * 90000 + "\ninclude: [{}]\n", "nested more than 64 levels deep"),
+    (HEAD + "".join(" " * i + "a:\n" for i in range(DEEP)) + "include: [{}]\n", "nested more than 64 levels deep"),
+    (HEAD + "  suites:\n    accept: {num_requests: " + "[" * 2000 + "1" + "]" * 2000 + "}\ninclude: [{}]\n",
+     "matrix.yaml:7: lists and mappings nested more than 64 levels deep"),
+    (HEAD.replace("tp: 1", "tp: " + "9" * 5001) + "include: [{}]\n", "matrix.yaml:4: a number of 5001 digits"),
+    (HEAD + "  model_slug: " + "m" * 5000 + "\ninclude: [{}]\n", "it names files"),
+    (HEAD + '  env: {DSPARK_SIM_SEED: "1\\0 2"}\ninclude: [{}]\n', "holds a NUL byte"),
+    (HEAD + '  env: {DSPARK_SIM_FAULTS: "slow_decode=inf"}\ninclude: [{}]\n', "expected a finite number"),
+], ids=["deep-flow", "deep-block", "deep-in-accept", "5001-digits", "long-model-slug", "nul-in-env",
+        "slow-decode-inf"])
+def test_a_matrix_past_any_sane_bound_is_refused_before_launch(tmp_path, text, says):
+    done, out = run(tmp_path, "run", matrix(tmp_path, text))
+    assert_refused(done, out, says)
+
+
+@pytest.mark.parametrize("gate, says", [
+    ("{value: 0, min_ratio: 0.9}", "value 0 is not positive"),
+    ("{value: 40, max_ratio: 0.5}", "max_ratio 0.5 is below 1"),
+    ("{max: -1}", "max -1 is negative"),
+], ids=["value-0", "max-ratio-below-1", "negative-max"])
+def test_a_baseline_value_no_gate_can_use_is_refused(tmp_path, gate, says):
+    metric = "tpot_ms_median" if "max" in gate else "accept_length"  # lower is better, higher is better
+    baseline = tmp_path / "baseline.yaml"
+    baseline.write_text(f"schema: 1\ncells:\n  {ONE_NODE}:\n    {metric}: {gate}\n")
+    done, out = run(tmp_path, "run", SMOKE, "--cell", ONE_NODE, "--baseline", str(baseline))
+    assert_refused(done, out, says)
+
+
+def nested_results(tmp_path: Path) -> Path:
+    run_dir = tmp_path / "nested"
+    run_dir.mkdir()
+    (run_dir / "results.json").write_text("[" * 100_000)
+    return run_dir
+
+
+@pytest.mark.parametrize("args, says", [
+    (lambda tmp: ["report", str(nested_results(tmp))], "nested too deeply"),
+    (lambda tmp: ["baseline", "record", str(nested_results(tmp))], "nested too deeply"),
+    (lambda tmp: ["baseline", "record", str(REPO / "tests"), "--out", str(tmp)], "is a directory"),
+    (lambda tmp: ["cleanup", "--run", ""], "is not a run id"),
+], ids=["report-nested", "baseline-nested", "baseline-out-dir", "cleanup-empty-run"])
+def test_other_verbs_refuse_bad_arguments_with_one_message(tmp_path, args, says):
+    done, _ = run(tmp_path, *args(tmp_path))
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and says in done.stderr, done.stderr
+
+
+def test_a_simulator_setting_the_matrix_overrides_is_said(tmp_path):
+    baseline = tmp_path / "baseline.yaml"  # refused after the cells were checked: nothing is launched
+    baseline.write_text(f"schema: 1\ncells:\n  {ONE_NODE}:\n    tpot_ms_median: {{max: -1}}\n")
+    done, out = run(tmp_path, "run", SMOKE, "--cell", ONE_NODE, "--baseline", str(baseline),
+                    env={"DSPARK_SIM_ACCEPT_PROB": "0.3"})
+    assert done.returncode == 2
+    assert "DSPARK_SIM_ACCEPT_PROB=0.7" in done.stderr and "DSPARK_SIM_ACCEPT_PROB=0.3" in done.stderr, done.stderr

@@ -21,6 +21,9 @@ ROLE_FAMILIES = {
     "verbs": ("dspark_ci/verbs",),
 }
 EVERYWHERE = {"__init__", "__main__", "conftest"}
+# A boot directory leads the PYTHONPATH of SGLang's own processes: its modules carry the names Python or SGLang
+# import them by (``sitecustomize``, the ``sgl_kernel`` package a stand-in replaces), not names of our choosing.
+BOOT_DIR = "boot"
 
 
 def family_of(path: Path) -> str | None:
@@ -37,7 +40,7 @@ def python_modules() -> list[Path]:
 def repeated(paths: list[Path]) -> dict[str, list[str]]:
     by_name: dict[str, list[Path]] = defaultdict(list)
     for path in paths:
-        if path.stem not in EVERYWHERE:
+        if path.stem not in EVERYWHERE and BOOT_DIR not in path.parts:
             by_name[path.stem].append(path)
     return {name: sorted(p.as_posix() for p in found) for name, found in by_name.items()
             if len(found) > 1 and any(family_of(p) is None for p in found)}

@@ -41,6 +41,34 @@ def test_a_suite_that_reads_no_stream_still_catches_a_broken_server(tmp_path, fa
     assert "sanity" in cell["error"] and says in cell["error"], cell["error"]
 
 
+@pytest.mark.parametrize("faults, suites, says", [
+    ("nonstream_garbage", "accept", "have no vowel"),
+    ("nonstream_empty", "speed", "the reply has no text"),
+    ("nonstream_garbage", None, "have no vowel"),  # the cell's own suites
+    ("usage_doubled", "accept", "impossible measurement"),
+], ids=["garbage-accept", "empty-speed", "garbage-default-suites", "usage-doubled-accept"])
+def test_a_server_whose_replies_not_streamed_are_broken_is_red(tmp_path, faults, suites, says):
+    # Streams stay right: only the requests not streamed (chat, completions, /generate) can see these faults.
+    code, cell, stderr = run_cell(tmp_path, faults, *(("--suites", suites) if suites else ()))
+    assert code == 1, stderr
+    assert cell["status"] == "failed"
+    assert "sanity" in cell["error"] and says in cell["error"], cell["error"]
+
+
+def test_impossible_speculative_statistics_are_named():
+    from suites.sanity import StreamReply, consistency_problems
+
+    spec = {"spec_verify_ct": 10, "spec_num_correct_drafts": 19, "spec_num_proposed_drafts": 60,
+            "spec_accept_rate": 19 / 60, "spec_accept_length": 2.9}
+    honest = StreamReply("text", {"prompt_tokens": 5, "completion_tokens": 29, "total_tokens": 34}, "length", 10,
+                         spec=spec, kind="chat")
+    assert consistency_problems(honest) == []
+    doubled = StreamReply("text", {"prompt_tokens": 5, "completion_tokens": 58, "total_tokens": 63}, "length", 10,
+                          spec=spec, kind="chat")
+    problems = consistency_problems(doubled)
+    assert problems and "impossible measurement" in problems[0] and "num_draft_tokens 7" in problems[0]
+
+
 def test_the_two_node_cell_is_gated_on_speed(tmp_path):
     code, cell, stderr = run_cell(tmp_path, "slow_decode=1.5")
     assert code == 1, stderr

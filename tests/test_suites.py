@@ -143,7 +143,8 @@ def test_gpqa_scores_the_answer_not_the_reasoning_of_a_thinking_model(tmp_path, 
 ], ids=["after-warmup", "skip-server-warmup"])
 def test_accept_length_and_rate_match_alpha_and_gamma(tmp_path, launch, window_start):
     # A fresh server, so its cumulative /server_info figure covers exactly the suite's requests.
-    env = {**FAST, "DSPARK_SIM_ACCEPT_PROB": str(ALPHA)}
+    # every category alike, so one alpha governs the whole workload (tests/test_accept_positions.py: by category)
+    env = {**FAST, "DSPARK_SIM_ACCEPT_PROB": str(ALPHA), "DSPARK_SIM_CATEGORY_ACCEPT": ""}
     args = [*SPECULATIVE_ARGS, "--enable-metrics", *launch]
     with running_simulator(env, args, log_path=tmp_path / "sim.log") as url:
         code, output, log = run_suite(tmp_path, "accept", url, "--suite-option", "accept.num_requests=24",

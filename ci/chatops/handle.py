@@ -38,7 +38,7 @@ NIGHTLY_WORKFLOW = "nightly.yml"
 BISECT_WORKFLOW = "bisect.yml"
 RUN_CI_LABEL = "run-ci"
 NOTHING_DISPATCHED = "Nothing was dispatched: fix the tests above and comment again."
-DEFAULT_MATRICES = ("matrices/nightly.yaml",)
+DEFAULT_MATRICES = ("matrices/nightly.yaml", "matrices/pd.yaml")  # the nightly's (ci/workflows NIGHTLY_MATRICES)
 # Offline (--dry-run) only: the association given on the command line stands in for the API's answer.
 OFFLINE_WRITE_ASSOCIATIONS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
 

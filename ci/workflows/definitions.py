@@ -30,6 +30,8 @@ FLEET = "ci/nightly/fleet.json"  # runners per label
 HOSTED = "ubuntu-latest"
 PYTHON = "3.11"
 NIGHTLY_MATRIX = "matrices/nightly.yaml"
+# The nightly plans these together; pd.yaml's disaggregated cells need the router (extra `pd`) on the shard's runner.
+NIGHTLY_MATRICES = (NIGHTLY_MATRIX, "matrices/pd.yaml")
 RUNS_DIR = "runs"
 
 
@@ -71,7 +73,7 @@ def _plan_job() -> Job:
         'select_args=()\n'
         'for pattern in "${patterns[@]}"; do select_args+=(--select "$pattern"); done\n'
         "# Expected rejections SGLang's resolver decides on this CPU are marked, and go to one CPU job (ci.nightly.shards)\n"
-        f'dspark-ci plan {NIGHTLY_MATRIX} --format github --rejections resolver "${{select_args[@]}}" > plan.json\n'
+        f'dspark-ci plan {" ".join(NIGHTLY_MATRICES)} --format github --rejections resolver "${{select_args[@]}}" > plan.json\n'
         f'python3 -m ci.nightly.shards plan.json --durations {DURATIONS} --red-rates {RED_RATES} --fleet {FLEET} '
         '>> "$GITHUB_OUTPUT"\n'))
     outputs = {"cells": "${{ steps.plan.outputs.cells }}", "chunks": "${{ steps.plan.outputs.chunks }}"}
@@ -91,7 +93,7 @@ def _run_job(chunk: int) -> Job:
         _checkout(),
         Step("Set up Python (the CPU shard runs on a hosted runner)", uses=SETUP_PYTHON,
              with_={"python-version": PYTHON}, if_="matrix.rejections == 'resolver'"),
-        Step("Install dspark-ci", run="python3 -m pip install -e ."),
+        Step("Install dspark-ci (with sglang-router, for disaggregated cells)", run="python3 -m pip install -e '.[pd]'"),
         *_resolver_setup("Set up SGLang's resolver (the CPU shard of expected rejections)",
                          if_="matrix.rejections == 'resolver'"),
         Step("Run the shard's cells", env={"MATRIX": "${{ matrix.matrix }}", "CELLS": "${{ matrix.cells }}",

@@ -43,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.out and (Path(args.out).is_dir() or args.out.endswith("/")):
+        raise BadInput(f"--out {args.out}", "is a directory", "give the baseline file to write, e.g. --out "
+                       f"{Path(args.out) / 'baseline.yaml'}")
     runs = []
     for path in args.runs:
         run_dir = Path(path)
@@ -57,11 +60,25 @@ def run(args: argparse.Namespace) -> int:
     before = out.read_text(encoding="utf-8") if out.is_file() else None
     for name, questions in proposal.per_question.items():  # first: the baseline names them
         write_text_atomically(out.parent / name, json.dumps(questions, indent=0, sort_keys=True) + "\n")
+    _check_reads_back(out, proposal.text, len(runs))
     write_text_atomically(out, proposal.text)
-    load_baseline(out)  # what we wrote must read back as a valid baseline
     if before is not None:
         sys.stdout.writelines(difflib.unified_diff(before.splitlines(keepends=True), proposal.text.splitlines(keepends=True),
                                                    f"{out} (before)", f"{out} (proposed)"))
     print(f"dspark-ci baseline: {'replaced' if before is not None else 'wrote'} {out}: {proposal.cells} cell(s) "
           f"from {proposal.runs} run(s); review it (git diff) before committing", file=sys.stderr)
     return 0
+
+
+def _check_reads_back(out: Path, text: str, runs: int) -> None:
+    """Never write a baseline our own loader refuses: the proposal is loaded from a staged copy first."""
+    staged = out.with_name(f".{out.name}.proposed{out.suffix}")
+    write_text_atomically(staged, text)
+    try:
+        load_baseline(staged)
+    except BadInput as err:
+        raise BadInput(f"RUN ({runs} given)", f"a baseline from {runs} run(s) would not load: {err.problem}",
+                       "record it from 2 or more good runs of the same cells (3 or more recommended): the noise "
+                       "a statistical gate needs is measured across runs") from None
+    finally:
+        staged.unlink(missing_ok=True)

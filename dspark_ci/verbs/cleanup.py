@@ -24,13 +24,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="with --run: even if that run's process is still alive")
 
 
+MAX_RUN_ID = 200  # ours are 22 characters
+
+
 def run(args: argparse.Namespace) -> int:
     env = os.environ
-    if args.run:
+    if args.run is not None and (not args.run.strip() or "\0" in args.run or len(args.run) > MAX_RUN_ID):
+        raise BadInput(f"--run {args.run[:40]!r}", "is not a run id (empty, too long or not text)",
+                       "give the id `dspark-ci run` printed (it names runs/<run-id>/)")
+    if args.run is not None:
         found = find_run(args.run, env)
-        if found is None:
-            raise BadInput(f"--run {args.run}", "no run with this id is recorded on this machine",
-                           "list recorded runs with `dspark-ci cleanup --dry-run`")
+        if found is None:  # a run that tore down everything it started drops out of the index
+            print(f"nothing left by run {args.run}: no run with this id has anything recorded on this machine "
+                  "(a run that finished removed what it started)")
+            return 0
         if found.owner_alive and not args.force:
             raise BadInput(f"--run {args.run}", f"that run is still going (process {found.pid})",
                            "stop it with Ctrl-C (it tears down what it started), or pass --force")

@@ -14,6 +14,8 @@ from ground.records import DECIDED_BY_RESOLVER
 from ground.sglang.release import DEFAULT_VERSION
 from launchers.k8s import spec as k8s_spec
 from launchers.launch_plan import plan_launch
+from launchers.pd.k8s import pd_manifests
+from launchers.pd.pd_plan import PDPlan, plan_pd
 from launchers.plan_types import LaunchPlan, Placement
 from matrices import Cell, load_cells
 from dspark_ci.tables import text_table
@@ -66,20 +68,41 @@ def select(cells: list[Cell], patterns: list[str] | None) -> list[Cell]:
 
 
 def launch_plans(cells: list[Cell]) -> dict[str, LaunchPlan]:
-    """Every cell's plan on the printed template placement (also validates extra_args and flags)."""
-    return {cell.id: plan_launch(cell, Placement.template(cell.nnodes)) for cell in cells}
+    """Every colocated cell's plan on the printed template placement (also validates extra_args and flags)."""
+    return {cell.id: plan_launch(cell, Placement.template(cell.nnodes)) for cell in cells if not cell.disaggregated}
+
+
+def pd_plans(cells: list[Cell]) -> dict[str, PDPlan]:
+    """Every disaggregated cell's role instances and router, on the template placement."""
+    return {cell.id: plan_pd(cell) for cell in cells if cell.disaggregated}
 
 
 def render_json(cells: list[Cell], plans: dict[str, LaunchPlan]) -> str:
-    entries = [{**cell.to_dict(), "ranks": plans[cell.id].to_dict()} for cell in cells]
+    pd = pd_plans(cells)
+    entries = [{**cell.to_dict(), "ranks": plans[cell.id].to_dict()} if cell.id in plans
+               else {**cell.to_dict(), "ranks": [], "pd": pd[cell.id].to_dict()} for cell in cells]
     return json.dumps({"cells": entries}, indent=2)
+
+
+def render_pd_commands(cells: list[Cell]) -> str:
+    """Below the table: each disaggregated cell's exact command per role instance and node rank, and the router's."""
+    blocks = []
+    for cell_id, pd in pd_plans(cells).items():
+        lines = [f"{cell_id}:"]
+        for instance in pd.instances:
+            for rank in instance.plan.ranks:
+                lines.append(f"  {instance.label} node rank {rank.node_rank}: {' '.join(rank.argv)}")
+        lines.append(f"  router ({pd.router.base_url}): {' '.join(pd.router.argv)}")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
 
 
 def github_matrix(cells: list[Cell], decided: frozenset[str] = frozenset()) -> tuple[dict, str | None]:
     """The strategy.matrix object, and a note for stderr when it had to be split. Cells in ``decided`` (expected
     rejections SGLang's resolver decides without a launch) say so: ``"decided_by": "resolver"``."""
     include = [{"cell": c.id, "runner": c.runner, "matrix": c.matrix, "expect": c.expect.outcome,
-                "nnodes": c.nnodes, **({"decided_by": DECIDED_BY_RESOLVER} if c.id in decided else {})}
+                "nnodes": c.nnodes, **({"decided_by": DECIDED_BY_RESOLVER} if c.id in decided else {}),
+                **({"roles": {r.name: {"runner": r.runner, "count": r.count} for r in c.roles}} if c.roles else {})}
                for c in cells]
     if len(include) <= GITHUB_MAX_JOBS:
         return {"include": include}, None
@@ -99,7 +122,10 @@ def render_github(cells: list[Cell], plans: dict[str, LaunchPlan], decided: froz
 
 
 def _layout(c: Cell) -> str:
-    cfg = c.config
+    return _layout_of(c.config)
+
+
+def _layout_of(cfg) -> str:
     dp = f"attn{cfg.dp}" if cfg.enable_dp_attention else str(cfg.dp)
     return f"{cfg.tp}/{dp}/{cfg.cp}/{cfg.pp}"
 
@@ -119,18 +145,24 @@ TABLE_COLUMNS: dict[str, Callable[[Cell], str]] = {
     "spec": _spec,
     "nodes": lambda c: str(c.nnodes),
 }
+# Shown when a matrix has disaggregated cells.
+ROLES_COLUMN: dict[str, Callable[[Cell], str]] = {
+    "roles": lambda c: " ".join(f"{r.name}×{r.count} {_layout_of(r.config)}" for r in c.roles) or "-"}
 
 
 def render_table(cells: list[Cell], plans: dict[str, LaunchPlan]) -> str:
-    rows = [[column(c) for column in TABLE_COLUMNS.values()] for c in cells]
-    return text_table(list(TABLE_COLUMNS), rows) + f"\n{len(cells)} cells"
+    columns = {**TABLE_COLUMNS, **(ROLES_COLUMN if any(c.disaggregated for c in cells) else {})}
+    rows = [[column(c) for column in columns.values()] for c in cells]
+    commands = render_pd_commands(cells)
+    return text_table(list(columns), rows) + f"\n{len(cells)} cells" + (f"\n\n{commands}" if commands else "")
 
 
 def render_k8s(cells: list[Cell], plans: dict[str, LaunchPlan], extra: str | None = None) -> str:
     patches = k8s_spec.load_patches(extra)
-    objects = [obj for cell in cells for obj in k8s_spec.manifests(
-        plans[cell.id], name=k8s_spec.object_name(cell.id), namespace=None,
-        hardware=cell.config.hardware, patches=patches)]
+    objects = [obj for cell in cells for obj in (pd_manifests(cell, None, patches) if cell.disaggregated else
+                                                 k8s_spec.manifests(plans[cell.id], name=k8s_spec.object_name(cell.id),
+                                                                    namespace=None, hardware=cell.config.hardware,
+                                                                    patches=patches))]
     return k8s_spec.to_yaml(objects).rstrip("\n")
 
 

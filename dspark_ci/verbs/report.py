@@ -7,12 +7,16 @@ import json
 import sys
 from pathlib import Path
 
-from ground.errors import BadInput, worst
+import contextlib
+from dataclasses import replace
+
+from ground.errors import BadInput, ExitCode, worst
 from reports.baseline_file import Baseline, load_baseline
 from reports.compare import compare_markdown, compare_runs, identity_warnings
 from reports.gates import regate
 from reports.history_db import history_path, run_dir_of
-from ground.records import RunResults
+from ground.records import CellResult, RunResults
+from reports.live_results import RESULTS_LINES
 from reports.results import load_results
 
 EPILOG = """\
@@ -34,7 +38,7 @@ a cell's status follows its new gates unless it also failed for another reason (
 failed, an expected rejection did not happen).
 
 exit codes: 0 every cell passed (or was rejected as expected, or skipped); 1 a cell failed or
-errored; 2 bad input (missing run directory, corrupt results.json, bad baseline file); 4 nothing failed but a
+errored, or the run did not finish (interrupted or killed; outcomes results.jsonl records are shown); 2 bad input (missing run directory, corrupt results.json, bad baseline file); 4 nothing failed but a
 statistical gate is inconclusive
 """
 
@@ -54,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from reports.writers import render_reports, write_rendered  # on use: matplotlib loads only when drawing
 
     run_dir = _run_dir(args.run_dir, "RUN_DIR")
-    results = load_results(run_dir / "results.json")
+    results = with_recorded_outcomes(load_results(run_dir / "results.json"), run_dir / RESULTS_LINES)
     history_file = history_path()
     other = load_results(_compared_dir(args.compare, history_file) / "results.json") if args.compare else None
     baseline = load_baseline(args.baseline) if args.baseline else None
@@ -66,8 +70,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"dspark-ci report: WARNING: {warning}", file=sys.stderr)
     if args.format == "json":  # a query: the run directory is not touched
         comparison = compare_runs(results, other) if other is not None else None
-        print(json.dumps(comparison if comparison is not None else results.to_dict(), indent=2))
-        return worst(cell.run_exit_code for cell in results.cells)
+        print(json.dumps(comparison.to_dict() if comparison is not None else results.to_dict(), indent=2))
+        return run_status(results)
     rendered = render_reports(results, baseline, compare_to=other,
                               history=history_file if history_file.is_file() else None)
     try:
@@ -80,7 +84,31 @@ def run(args: argparse.Namespace) -> int:
               f"{' (' + ', '.join(why) + ')' if why else ''}; results.json is unchanged (--format json writes "
               "nothing)", file=sys.stderr)
     print(_stdout_text(args.format, results, other, rendered), end="")
-    return worst(cell.run_exit_code for cell in results.cells)  # 1 failed, 4 inconclusive (never above a failure), 0
+    return run_status(results)
+
+
+def run_status(results: RunResults) -> int:
+    """The run's exit code as `run` gives it: 1 failed (or the run never finished), 4 inconclusive, 0."""
+    code = worst(cell.run_exit_code for cell in results.cells)  # never above a failure: 4 only when nothing failed
+    if results.finished_at is None:
+        how = "was interrupted" if results.interrupted else "did not finish (killed, or still running)"
+        print(f"dspark-ci report: the run {results.run_id} {how}: not a passing run", file=sys.stderr)
+        return ExitCode.FELL_SHORT if code in (ExitCode.OK, ExitCode.INCONCLUSIVE) else code
+    return code
+
+
+def with_recorded_outcomes(results: RunResults, lines_path: Path) -> RunResults:
+    """An unfinished run's results.json may be older than results.jsonl (rewritten every few seconds, the lines at
+    once): a cell results.jsonl records is shown with that outcome, not as "no outcome yet"."""
+    if results.finished_at is not None or not lines_path.is_file():
+        return results
+    recorded: dict[str, CellResult] = {}
+    with contextlib.suppress(OSError):
+        for line in lines_path.read_text(encoding="utf-8", errors="replace").splitlines():
+            with contextlib.suppress(ValueError, KeyError, TypeError, RecursionError):
+                cell = CellResult.from_dict(json.loads(line))
+                recorded[cell.id] = cell
+    return replace(results, cells=tuple(recorded.get(cell.id, cell) for cell in results.cells))
 
 
 def _run_dir(path: str, argument: str) -> Path:

@@ -17,7 +17,7 @@ from packaging.version import InvalidVersion, Version
 
 from ground.errors import BadInput
 from ground.sglang.release import DEFAULT_VERSION
-from launchers import catalog
+from launchers import catalog, interrupts
 from matrices.quarantine import Quarantine, default_path, load_quarantine
 from launchers.contract import SIMULATED_SERVERS, LaunchContext
 from dspark_ci import progress
@@ -30,10 +30,6 @@ from sglang_sim.frontend.launch import VOCABULARY_ENV
 from suites.prompts import PROMPTS
 from suites.runner import SYNTHETIC_GPQA
 from ground.suites import KNOWN_SUITES
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, handled exactly like Ctrl-C: tear everything down, keep what was measured."""
 
 
 EXIT_CODES = """exit codes: 0 every selected cell has an outcome and passed (or was rejected as expected; skipped cells
@@ -189,19 +185,15 @@ def _environment(args: argparse.Namespace) -> dict:
             "hostname": socket.gethostname(), "python": platform.python_version(), "dspark_ci_commit": commit}
 
 
-def _raise_terminated(signum, frame):
-    raise Terminated()
-
-
 def run(args: argparse.Namespace) -> int:
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    """Ctrl-C and SIGTERM are a flag the pipeline acts on (launchers.interrupts); its exit code is what its final
+    files say: 130 exactly when results.json says ``interrupted``."""
+    if signal.getsignal(signal.SIGINT) is not interrupts.on_signal:  # installed by the CLI at start, else now
+        interrupts.install()
     try:
         code = run_verb(args)
     except KeyboardInterrupt:  # torn down, the final files written: the run exits 130 (dspark_ci/cli.py)
         _ignore_signals_until_exit()
-        raise
-    except BaseException:
-        signal.signal(signal.SIGTERM, previous)
         raise
     _ignore_signals_until_exit()
     return code

@@ -145,6 +145,25 @@ def _block_size(c: Config) -> list[str]:
     return [BLOCK_SIZE_FLAGS[c["speculative_algorithm"]], str(size)] if size is not None else []
 
 
+# SGLang 0.5.23's DISAGG_TRANSFER_BACKEND_CHOICES (arg_groups/choices.py); the flag snapshot has no choices for it
+# (they are filled in at import), so they are written here. mooncake_tcp is mooncake over TCP (no RDMA).
+DISAGGREGATION_TRANSFER_BACKENDS = ("mooncake", "nixl", "ascend", "fake", "mori", "mooncake_tcp")
+DEFAULT_BOOTSTRAP_PORT = 8998  # fields/disagg.py
+
+
+def _transfer_backend(c: Config) -> list[str]:
+    # only a disaggregated role says it: on a colocated server it means nothing
+    backend = c.get("disaggregation_transfer_backend")
+    return ["--disaggregation-transfer-backend", backend] if backend and c.get("disaggregation_mode") else []
+
+
+def _bootstrap_port(c: Config) -> list[str]:
+    # the prefill server hosts the bootstrap server decode connects to; decode learns it per request
+    port = c.get("disaggregation_bootstrap_port")
+    return ["--disaggregation-bootstrap-port", str(port)] if port and c.get("disaggregation_mode") == "prefill" \
+        else []
+
+
 def model_slug(model: str) -> str:
     """``deepseek-ai/DeepSeek-V4-Flash`` -> ``deepseek-v4-flash`` (a matrix may set model_slug instead)."""
     base = model.rstrip("/").rsplit("/", 1)[-1].lower()
@@ -260,6 +279,20 @@ class CellConfig(Mapping[str, Any]):
                                              switch("--trust-remote-code", 150))
     enable_metrics: bool | None = setting(bool, "enable_metrics: true", "--enable-metrics",
                                           switch("--enable-metrics", 160))
+    # Prefill/decode disaggregation (fields/disagg.py). A cell's `roles` set the mode per role; the transfer
+    # backend is the cell's (both roles must agree); the bootstrap port is served by each prefill instance.
+    disaggregation_mode: str | None = setting(str, "disaggregation_mode: decode", "--disaggregation-mode "
+                                              "(set by the cell's roles)", value("--disaggregation-mode", 170),
+                                              nullable=True, choices=("prefill", "decode"),
+                                              summary=Summary("PD {}", position=10))
+    disaggregation_transfer_backend: str | None = setting(
+        str, "disaggregation_transfer_backend: mooncake", "--disaggregation-transfer-backend",
+        rule("--disaggregation-transfer-backend", _transfer_backend, 175), nullable=True,
+        choices=DISAGGREGATION_TRANSFER_BACKENDS, summary=Summary("via {}", position=11))
+    disaggregation_bootstrap_port: int | None = setting(
+        int, "disaggregation_bootstrap_port: 8998", "--disaggregation-bootstrap-port (prefill; instance i "
+        "serves it plus i)", rule("--disaggregation-bootstrap-port", _bootstrap_port, 180), nullable=True,
+        minimum=1)
 
     @property
     def speculative(self) -> bool:
@@ -275,6 +308,11 @@ class CellConfig(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self.to_dict())
+
+    def colocated(self) -> "CellConfig":
+        """The same server without disaggregation (a PD role's colocated baseline)."""
+        return dataclasses.replace(self, disaggregation_mode=None, disaggregation_transfer_backend=None,
+                                   disaggregation_bootstrap_port=None)
 
     def without_speculation(self) -> "CellConfig":
         """The same deployment with no speculative decoding (the parity suite's reference)."""

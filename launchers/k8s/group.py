@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ground.errors import BadInput, InfraError
+from launchers import interrupts
 from launchers.contract import LOG_LINES_KEPT, LOG_LINES_SEARCHED, RankExit, group_failed
 from launchers.k8s import spec as k8s_spec
 from launchers.k8s.cleanup import delete_all
@@ -158,6 +159,7 @@ class Group:
                     "started" + (f"; events: {'; '.join(events)}" if events else "")
                     + f". `kubectl -n {self.api.namespace} describe pods -l {k8s_spec.LWS_NAME_LABEL}={self.name}`"
                     " says more"))
+            interrupts.check()  # a Ctrl-C or SIGTERM is a flag: acted on here
             time.sleep(s.poll_s)
 
     def warnings(self, pod_name: str, keep: int = 3) -> list[str]:

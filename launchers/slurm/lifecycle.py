@@ -23,6 +23,7 @@ from launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, Capacity, La
 from launchers.ledger import Ledger
 from launchers.logs import rank_log_path, tail
 from launchers.plan_types import LaunchPlan, Placement
+from launchers import interrupts
 from launchers.processes import free_port, signals_deferred, sigterm_as_interrupt
 from launchers.materialize import redact
 from launchers.readiness import Deadline, OurServer, wait_until_ready
@@ -252,6 +253,7 @@ class _Job:
                     f"Slurm job {self.job_id} pending ({reason}) for {waited:.0f}s in partition {partition}; the queue "
                     f"limit is {s.queue_timeout_s:g}s (--slurm-queue-timeout). `squeue -j {self.job_id}` and "
                     f"`scontrol show job {self.job_id}` say more; the boot timeout had not started"))
+            interrupts.check()  # a Ctrl-C or SIGTERM is a flag: acted on here
             time.sleep(t.poll_s)
 
     def leader_url(self) -> str:

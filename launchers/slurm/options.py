@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ground.errors import BadInput
+from ground.sglang.release import DEVICE_IMAGES
 from launchers.optionset import option, seconds
 from launchers.plan_types import LaunchPlan
 
@@ -44,7 +45,7 @@ class SlurmOptions:
     container: str | None = option(None, "--slurm-container", "run each rank in a container: pyxis:IMAGE or "
                                    "apptainer:IMAGE, or pyxis / apptainer alone for each cell's own image (default: "
                                    "plain processes)", metavar="KIND[:IMAGE]",
-                                   parse=container, example="pyxis:lmsysorg/sglang:v0.5.23")
+                                   parse=container, example=f"pyxis:{DEVICE_IMAGES['cuda']}")
     queue_timeout_s: float | None = option(
         None, "--slurm-queue-timeout", "seconds a job may stay pending before the cell fails (default "
         + ", ".join(f"{s:g} with --server {server}" for server, s in DEFAULT_QUEUE_TIMEOUT_S.items())

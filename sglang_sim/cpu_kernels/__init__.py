@@ -1,4 +1,4 @@
-"""SGLang's ``sgl_kernel`` CPU operators played in pure torch, so SGLang 0.5.23's real engine (scheduler, model
+"""SGLang's ``sgl_kernel`` CPU operators played in pure torch, so SGLang's real engine (scheduler, model
 runner, KV pool, NGRAM and EAGLE workers, ``IntelAMXAttnBackend``) runs on a CPU without AMX and without a CPU
 ``sgl-kernel`` wheel (none exists on PyPI). See README.md here for what each op does and where this departs from
 real hardware.

@@ -1,8 +1,14 @@
 """``IntelAMXAttnBackend``'s CPU attention ops: decode (one query per sequence; draft decode too), extend (a chunk
 of queries after a cached prefix; speculative verify with its tree mask), and the draft-decode table.
 
-Written as a dense softmax per request in float32, the definition the C++ kernels compute in tiles. Heads are
-grouped as SGLang groups them (query head h reads KV head ``h // (q_heads // kv_heads)``)."""
+Written as a softmax in float32, the definition the C++ kernels compute in tiles. Heads are grouped as SGLang
+groups them (query head h reads KV head ``h // (q_heads // kv_heads)``).
+
+Each query is computed alone, over exactly the keys it sees, in their cache order (``_attend_one``), whether it
+comes from a decode batch or an extend/verify batch: a token's attention then has the same bits in a speculative
+verify as in plain decoding, so greedy parity between the two is exact rather than within rounding. Batched
+reductions over different shapes do not guarantee that (measured: 3 of 600 rows differed in their last bit),
+and in a tiny random model one flipped bit can flip a near-tie argmax."""
 
 from __future__ import annotations
 
@@ -15,40 +21,39 @@ def _not_supported(what: str) -> NotImplementedError:
     return NotImplementedError(f"sglang_sim.cpu_kernels: {what} is not played by this CPU stand-in (README.md)")
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, sm_scale: float,
-            logit_cap: float, sink: Optional[torch.Tensor]) -> torch.Tensor:
-    """Queries ``q [t, H, D]`` over keys ``k [s, KVH, D]``/values ``v [s, KVH, Dv]`` where ``visible [t, s]``;
-    returns ``[t, H, Dv]`` float32. ``logit_cap > 0`` soft-caps the scores (``cap * tanh(score / cap)``); a
-    per-head ``sink`` logit joins each softmax's denominator and contributes no value."""
-    heads, kv_heads = q.shape[1], k.shape[1]
+def _attend_one(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sm_scale: float, logit_cap: float,
+                sink: Optional[torch.Tensor]) -> torch.Tensor:
+    """One query ``q [H, D]`` over the keys it sees ``k [s, KVH, D]``/values ``v [s, KVH, Dv]``; ``[H, Dv]``
+    float32. ``logit_cap > 0`` soft-caps the scores (``cap * tanh(score / cap)``); a per-head ``sink`` logit joins
+    the softmax's denominator and contributes no value."""
+    heads, kv_heads = q.shape[0], k.shape[1]
     group = heads // kv_heads
     kf = k.float().repeat_interleave(group, dim=1)
     vf = v.float().repeat_interleave(group, dim=1)
-    scores = torch.einsum("thd,shd->hts", q.float(), kf) * sm_scale
+    scores = torch.einsum("hd,shd->hs", q.float(), kf) * sm_scale
     if logit_cap > 0:
         scores = logit_cap * torch.tanh(scores / logit_cap)
-    scores = scores.masked_fill(~visible[None], float("-inf"))
     if sink is not None:
-        sink_col = sink.float().view(heads, 1, 1).expand(heads, scores.shape[1], 1)
-        scores = torch.cat([scores, sink_col], dim=-1)
-    weights = _softmax(scores)[..., :visible.shape[1]]
-    return torch.einsum("hts,shd->thd", weights, vf)
+        scores = torch.cat([scores, sink.float().view(heads, 1)], dim=-1)
+    weights = _softmax(scores)[:, :k.shape[0]]
+    return torch.einsum("hs,shd->hd", weights, vf)
 
 
 def _softmax(scores: torch.Tensor) -> torch.Tensor:
     """Softmax over the last axis, spelled out: ``torch.softmax`` starts its OpenMP team even for a few dozen
-    scores, which costs milliseconds per call on a busy machine (measured: 7 ms against 0.04 ms). A row that
-    sees nothing (all -inf) gets zero weights."""
-    top = scores.amax(-1, keepdim=True).clamp_min(torch.finfo(scores.dtype).min)
-    e = (scores - top).exp()
-    return e / e.sum(-1, keepdim=True).clamp_min(torch.finfo(scores.dtype).tiny)
+    scores, which costs milliseconds per call on a busy machine (measured: 7 ms against 0.04 ms). No keys at all
+    give zero weights."""
+    if scores.shape[-1] == 0:
+        return scores
+    e = (scores - scores.amax(-1, keepdim=True)).exp()
+    return e / e.sum(-1, keepdim=True)
 
 
-def _window(query_pos: torch.Tensor, key_pos: torch.Tensor, sliding_window_size: int) -> torch.Tensor:
-    """Keys within the last ``sliding_window_size`` positions of each query (itself included); all when <= 0."""
+def _in_window(query_pos: int, key_pos: torch.Tensor, sliding_window_size: int) -> torch.Tensor:
+    """Keys within the last ``sliding_window_size`` positions of the query (itself included); all when <= 0."""
     if sliding_window_size <= 0:
-        return torch.ones(query_pos.numel(), key_pos.numel(), dtype=torch.bool)
-    return (query_pos[:, None] - key_pos[None, :]) < sliding_window_size
+        return torch.ones(key_pos.numel(), dtype=torch.bool)
+    return (query_pos - key_pos) < sliding_window_size
 
 
 def decode_attention(query: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor, key_scale: float,
@@ -60,21 +65,34 @@ def decode_attention(query: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
     """Sequence i's query (row i of ``query``) attends to the ``seq_lens[i]`` cache slots of table row
     ``req_pool_indices[i]``, the last being its own. With ``key``/``value`` the new token's K/V are first written
     to the cache at ``loc`` (the backend leaves that write to the kernel). ``attn_logits`` is the C++ kernel's
-    split-K scratch; a dense softmax needs none."""
+    split-K scratch; this needs none."""
     del attn_logits, encoder_lens
     if is_cross_attention:
         raise _not_supported("cross attention (encoder-decoder models)")
     if key is not None and value is not None:
         k_buffer[loc] = key.view(-1, *k_buffer.shape[1:]).to(k_buffer.dtype)
         v_buffer[loc] = value.view(-1, *v_buffer.shape[1:]).to(v_buffer.dtype)
-    rows, lens = req_pool_indices.tolist(), seq_lens.tolist()
-    for i, (row, n) in enumerate(zip(rows, lens)):
+    for i, (row, n) in enumerate(zip(req_pool_indices.tolist(), seq_lens.tolist())):
         slots = req_to_token[row, :n].to(torch.int64)
-        keys = k_buffer[slots].float() * key_scale
-        values = v_buffer[slots].float() * value_scale
-        visible = _window(torch.tensor([n - 1]), torch.arange(n), sliding_window_size)
-        out = _attend(query[i:i + 1], keys, values, visible, sm_scale, logit_cap, sinks)
-        output[i] = out[0].to(output.dtype)
+        slots = slots[_in_window(n - 1, torch.arange(n), sliding_window_size)]
+        keys, values = k_buffer[slots].float() * key_scale, v_buffer[slots].float() * value_scale
+        output[i] = _attend_one(query[i], keys, values, sm_scale, logit_cap, sinks).to(output.dtype)
+
+
+def _visible(e: int, prefix: int, own_mask: Optional[torch.Tensor], is_causal: bool,
+             sliding_window_size: int) -> list[torch.Tensor]:
+    """Per extend token t (position ``prefix + t``), which of the ``prefix + e`` keys it sees: the prefix, and
+    among the extend tokens its tree-mask row, else those up to itself (causal), else all."""
+    n = prefix + e
+    rows = []
+    for t in range(e):
+        seen = torch.ones(n, dtype=torch.bool)
+        if own_mask is not None:
+            seen[prefix:] = own_mask[t]
+        elif is_causal:
+            seen[prefix + t + 1:] = False
+        rows.append(seen & _in_window(prefix + t, torch.arange(n), sliding_window_size))
+    return rows
 
 
 def extend_attention(q_extend: torch.Tensor, k_extend: Optional[torch.Tensor], v_extend: Optional[torch.Tensor],
@@ -93,24 +111,21 @@ def extend_attention(q_extend: torch.Tensor, k_extend: Optional[torch.Tensor], v
     if is_cross_attention:
         raise _not_supported("cross attention (encoder-decoder models)")
     mask_at = 0
-    for i, (row, n, e, start) in enumerate(zip(req_pool_indices.tolist(), seq_lens.tolist(),
-                                               extend_seq_lens.tolist(), extend_start_loc.tolist())):
+    for row, n, e, start in zip(req_pool_indices.tolist(), seq_lens.tolist(), extend_seq_lens.tolist(),
+                                extend_start_loc.tolist()):
         prefix = n - e
         slots = req_to_token[row, :n].to(torch.int64)
         keys, values = k_buffer[slots].float() * key_scale, v_buffer[slots].float() * value_scale
         if k_extend is not None and v_extend is not None:
             keys = torch.cat([keys[:prefix], k_extend[start:start + e].float()])
             values = torch.cat([values[:prefix], v_extend[start:start + e].float()])
-        query_pos, key_pos = torch.arange(prefix, n), torch.arange(n)
-        visible = _window(query_pos, key_pos, sliding_window_size)
+        own = None
         if custom_mask is not None:
             own = custom_mask.reshape(-1)[mask_at:mask_at + e * e].view(e, e).bool()
             mask_at += e * e
-            visible[:, prefix:] &= own
-        elif is_causal:
-            visible &= key_pos[None, :] <= query_pos[:, None]
-        out = _attend(q_extend[start:start + e], keys, values, visible, sm_scale, logit_cap, sinks)
-        o_extend[start:start + e] = out.to(o_extend.dtype)
+        for t, seen in enumerate(_visible(e, prefix, own, is_causal, sliding_window_size)):
+            out = _attend_one(q_extend[start + t], keys[seen], values[seen], sm_scale, logit_cap, sinks)
+            o_extend[start + t] = out.to(o_extend.dtype)
 
 
 def build_draft_decode_metadata(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor,

@@ -1,7 +1,7 @@
 """The speculative workers' CPU ops: cache slots of drafts and verify windows, the EAGLE tree's construction and
 greedy verification, NGRAM's tree metadata from its mask, and the accept/bonus gathers.
 
-Each follows the reference SGLang 0.5.23 gives for it (its Triton kernels in ``kernels/ops/speculative/`` and the
+Each follows the reference SGLang gives for it (its Triton kernels in ``kernels/ops/speculative/`` and the
 contract in ``reconstruct_tree.py``'s docstring), written as plain loops or tensor ops: the trees are a few nodes
 wide, and clarity is what a reference implementation is for."""
 

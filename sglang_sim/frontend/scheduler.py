@@ -165,11 +165,12 @@ class StandIn:
             limit = max(1, self.context_length - len(prompt_ids))
         # SamplingParams.normalize turns temperature 0 into temperature 1 with top_k 1: greedy either way.
         greedy = params.top_k == 1 or (params.temperature is not None and params.temperature < GREEDY_BELOW)
-        temperature = 0.0 if greedy else 1.0
+        temperature = 0.0 if greedy else (params.temperature or 1.0)
         # SGLang's chat layer decided whether the model reasons (its reasoning parser's rule): it thinks then.
         thinking = bool(req.require_reasoning)
         ask = Ask(prompt, question_of(prompt), self.engine.sample_key(temperature), thinking, bool(params.ignore_eos))
-        return Job(ask, len(prompt_ids), int(limit), bool(req.stream), require_reasoning=thinking, warmup=internal)
+        return Job(ask, len(prompt_ids), int(limit), bool(req.stream), require_reasoning=thinking, warmup=internal,
+                   temperature=temperature)
 
     def _time_stats(self, req) -> Any:
         """SchedulerReqTimeStats as Req.__init__ makes it from the TokenizerManager's (meta_info's timestamps)."""

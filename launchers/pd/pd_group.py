@@ -1,0 +1,87 @@
+"""A disaggregated cell's group: every role instance launched by the selected launcher's own ``launch()`` (its
+ranks, health wait, logs, ledger and teardown stay the launcher's), SGLang's router started in front, all watched
+as one deployment and torn down together. The culprit is named by role: "decode rank 1 exited"."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from pathlib import Path
+from typing import Iterator, Mapping
+
+from ground.sglang.release import is_peer_loss
+from launchers.contract import LaunchFailed, Launcher, Deployment
+from launchers.ledger import Ledger
+from launchers.pd.pd_plan import PDPlan, RoleInstance, plan_pd, router_command
+from launchers.pd.router_process import RouterProcess, local_router
+from launchers.processes import free_port
+from matrices.cell import Cell
+
+
+def as_role(err: LaunchFailed, instance: RoleInstance, cell_id: str) -> LaunchFailed:
+    """A role instance's failure as the cell's: its ranks counted within the role (instance i, node rank r of an
+    n-node role is role rank i·n + r), the instance's own error line kept."""
+    nnodes = len(instance.plan.ranks)
+    rank = instance.index * nnodes + (err.node_rank or 0)
+    return dataclasses.replace(err, cell_id=cell_id, role=instance.role, node_rank=rank)
+
+
+def blamed(failures: list[LaunchFailed]) -> LaunchFailed:
+    """Among role failures seen together, one with its own SGLang error beats one that lost a peer; else the first."""
+    own = [f for f in failures if f.sglang_error and not is_peer_loss(f.sglang_error)]
+    return (own or failures)[0]
+
+
+class PDDeployment:
+    def __init__(self, cell_id: str, base_url: str, members: list[tuple[RoleInstance, Deployment]],
+                 router: RouterProcess):
+        self.cell_id, self.base_url, self.members, self.router = cell_id, base_url, members, router
+        self.boot_seconds = 0.0
+
+    @property
+    def decode_urls(self) -> list[str]:
+        return [instance.plan.base_url for instance, _ in self.members if instance.role == "decode"]
+
+    def check(self) -> None:
+        failures = []
+        for instance, deployment in self.members:
+            try:
+                deployment.check()
+            except LaunchFailed as err:
+                failures.append(as_role(err, instance, self.cell_id))
+        if failures:
+            others = [f"{f.role} rank {f.node_rank} failed too" for f in failures[1:]]
+            first = blamed(failures)
+            raise dataclasses.replace(first, hint="; ".join(filter(None, [first.hint, *others])))
+        self.router.check(self.cell_id)
+
+
+@contextlib.contextmanager
+def launch_pd(launcher: Launcher, cell: Cell, logs_dir: Path, env: Mapping[str, str], ledger: Ledger | None,
+              boot_timeout_s: float) -> Iterator[PDDeployment]:
+    """Start every prefill and decode instance, then the router; yield the group; tear all of it down."""
+    started = time.monotonic()
+    plan = plan_pd(cell, lambda role, index, nnodes, gpus: launcher.placement(nnodes, gpus),
+                   bootstrap_port_of=lambda index: free_port())
+    with contextlib.ExitStack() as stack:
+        members = [(instance, _launched(stack, launcher, instance, cell.id, logs_dir)) for instance in plan.instances]
+        # the router joins the deployments where they answer (a Slurm job's node is known once it runs)
+        command = router_command(cell, plan.instances, {i.label: d.base_url for i, d in members}, "127.0.0.1",
+                                 free_port(), free_port())
+        router = stack.enter_context(local_router(command, cell.id, logs_dir, env, ledger))
+        deployment = PDDeployment(cell.id, command.base_url, members, router)
+        router.wait_ready(cell.id, len(members), boot_timeout_s, deployment.check)
+        deployment.boot_seconds = time.monotonic() - started
+        yield deployment
+
+
+def _launched(stack: contextlib.ExitStack, launcher: Launcher, instance: RoleInstance, cell_id: str,
+              logs_dir: Path) -> Deployment:
+    try:
+        return stack.enter_context(launcher.launch(instance.plan, logs_dir / f"{instance.role}-{instance.index}"))
+    except LaunchFailed as err:
+        raise as_role(err, instance, cell_id) from None
+
+
+__all__ = ["PDDeployment", "PDPlan", "as_role", "blamed", "launch_pd"]

@@ -1,0 +1,153 @@
+"""Prefill/decode disaggregation as the pinned SGLang release plays it behind sglang-router, on loopback.
+
+The router sends each request to one prefill and one decode server at once, with ``bootstrap_host``,
+``bootstrap_port`` and ``bootstrap_room`` added to the body (ground/sglang/router.py). Here:
+- the prefill server runs the prompt's prefill, then offers that room's transfer (the KV, and for a speculative
+  server DSpark's aux hidden state) on its bootstrap server (``--disaggregation-bootstrap-port``), and answers;
+- the decode server fetches the room's transfer from ``bootstrap_host:bootstrap_port`` before it decodes; a
+  transfer that cannot be had fails the request as SGLang's decode does (HTTP 500), and one whose hidden state is
+  not the prompt's (sglang#7242: random decode-side hidden states) leaves the server healthy but drafting blind,
+  so its acceptance drops (``HIDDEN_OK``, read by the engine).
+Faults (``DSPARK_SIM_PREFILL_FAULTS`` / ``DSPARK_SIM_DECODE_FAULTS`` add to ``DSPARK_SIM_FAULTS`` on that role):
+``pd_transfer_fail``, ``pd_random_hidden``, ``pd_prefill_stall``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import hashlib
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import aiohttp
+from aiohttp import web
+
+logger = logging.getLogger("sglang_sim")
+
+HIDDEN_OK: contextvars.ContextVar[bool] = contextvars.ContextVar("dspark_hidden_ok", default=True)
+# With the wrong hidden state the draft guesses: its acceptance falls to this share of the normal one.
+BLIND_DRAFT_SHARE = 0.5
+TRANSFER_WAIT_S = 60.0  # how long decode waits for a room's transfer (SGLang: its bootstrap/transfer timeouts)
+GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions", "/generate")
+ROLE_FAULTS_ENV = {"prefill": "DSPARK_SIM_PREFILL_FAULTS", "decode": "DSPARK_SIM_DECODE_FAULTS"}
+PD_FAULTS = ("pd_transfer_fail", "pd_random_hidden", "pd_prefill_stall")
+
+
+def role_environ(environ: Mapping[str, str], mode: str) -> dict[str, str]:
+    """The environment with the role's own faults joined to DSPARK_SIM_FAULTS."""
+    own = environ.get(ROLE_FAULTS_ENV.get(mode, ""), "").strip()
+    shared = environ.get("DSPARK_SIM_FAULTS", "").strip()
+    return {**environ, "DSPARK_SIM_FAULTS": ",".join(f for f in (shared, own) if f)}
+
+
+def prompt_digest(body: Mapping[str, Any]) -> str:
+    """What the prompt's hidden state stands for: both roles get the same body from the router."""
+    prompt = body.get("messages") or body.get("prompt") or body.get("text") or body.get("input_ids")
+    return hashlib.sha256(json.dumps(prompt, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def prompt_tokens_of(body: Mapping[str, Any]) -> int:
+    return max(1, len(json.dumps(body.get("messages") or body.get("prompt") or body.get("text") or "")) // 4)
+
+
+@dataclass
+class Transfers:
+    """The prefill side: rooms whose prefill finished, and who waits for them."""
+
+    rooms: dict[int, dict] = field(default_factory=dict)
+    arrived: dict[int, asyncio.Event] = field(default_factory=dict)
+
+    def event(self, room: int) -> asyncio.Event:
+        return self.arrived.setdefault(room, asyncio.Event())
+
+    def put(self, room: int, payload: dict) -> None:
+        self.rooms[room] = payload
+        self.event(room).set()
+
+
+def _faults(names: list[str]) -> set[str]:
+    return {n for n in names if n in PD_FAULTS}
+
+
+@dataclass
+class Disaggregation:
+    mode: str  # "prefill" | "decode"
+    faults: set[str]
+    prefill_ms_per_token: float
+    transfers: Transfers = field(default_factory=Transfers)
+
+    @classmethod
+    def of(cls, mode: str, fault_names: list[str], prefill_ms_per_token: float) -> "Disaggregation | None":
+        return cls(mode, _faults(fault_names), prefill_ms_per_token) if mode in ("prefill", "decode") else None
+
+    def middleware(self):
+        @web.middleware
+        async def disaggregate(request: web.Request, handler):
+            if request.method != "POST" or request.path not in GENERATION_PATHS:
+                return await handler(request)
+            body = await request.json()
+            if body.get("bootstrap_room") is None:
+                return await handler(request)  # not routed (a direct request): serve it colocated
+            if self.mode == "prefill":
+                return await self._prefill(body)
+            return await self._decode(request, handler, body)
+        return disaggregate
+
+    async def _prefill(self, body: dict) -> web.Response:
+        if "pd_prefill_stall" in self.faults:
+            logger.warning("[sglang_sim fault pd_prefill_stall] prefill stalls")
+            await asyncio.Event().wait()
+        started = time.time()
+        await asyncio.sleep(prompt_tokens_of(body) * self.prefill_ms_per_token / 1000)
+        digest = prompt_digest(body)
+        if "pd_random_hidden" in self.faults:
+            digest = os.urandom(32).hex()
+        self.transfers.put(int(body["bootstrap_room"]), {"hidden": digest, "prefill_started": started,
+                                                         "prefill_done": time.time()})
+        return web.json_response({"object": "prefill", "bootstrap_room": body["bootstrap_room"],
+                                  "meta_info": {"finish_reason": {"type": "length", "length": 1}}})
+
+    async def _decode(self, request: web.Request, handler, body: dict) -> web.StreamResponse:
+        room, url = body["bootstrap_room"], f"http://{body.get('bootstrap_host')}:{body.get('bootstrap_port')}"
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TRANSFER_WAIT_S)) as session:
+                async with session.get(f"{url}/transfer/{room}") as answer:
+                    if answer.status != 200:
+                        raise RuntimeError(f"bootstrap server answered HTTP {answer.status}: {await answer.text()}")
+                    payload = await answer.json()
+        except (aiohttp.ClientError, asyncio.TimeoutError, RuntimeError) as err:
+            logger.error(f"KV transfer of bootstrap_room {room} from {url} failed: {err}")
+            return web.json_response({"object": "error", "message": f"KVTransferError(bootstrap_room={room}): "
+                                      f"transfer from {url} failed: {err}", "type": "InternalServerError",
+                                      "code": 500}, status=500)
+        HIDDEN_OK.set(payload.get("hidden") == prompt_digest(body))
+        return await handler(request)
+
+    async def bootstrap_handler(self, request: web.Request) -> web.Response:
+        room = int(request.match_info["room"])
+        if "pd_transfer_fail" in self.faults:
+            return web.json_response({"error": "[sglang_sim fault pd_transfer_fail] transfer failed"}, status=500)
+        try:
+            await asyncio.wait_for(self.transfers.event(room).wait(), TRANSFER_WAIT_S)
+        except asyncio.TimeoutError:
+            return web.json_response({"error": f"room {room} never prefilled"}, status=504)
+        self.transfers.arrived.pop(room, None)
+        return web.json_response(self.transfers.rooms.pop(room))
+
+    def bootstrap_app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/transfer/{room}", self.bootstrap_handler)
+        return app
+
+
+def alpha_now(alphas: "float | tuple[float, ...]") -> "float | tuple[float, ...]":
+    """The draft's acceptance (per position) for the request being decoded: blind when the transferred hidden state
+    was wrong."""
+    if HIDDEN_OK.get():
+        return alphas
+    return tuple(a * BLIND_DRAFT_SHARE for a in alphas) if isinstance(alphas, tuple) else alphas * BLIND_DRAFT_SHARE
