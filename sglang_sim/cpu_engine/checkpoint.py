@@ -6,8 +6,8 @@ tp 2's shards differ from tp 1's weights (parity across tp sizes means nothing) 
 degenerate (``[485, 0, 485, 0, ...]``). Normal weights of std 0.05 give varied output with loops in it (NGRAM's
 drafts find them: 37-76 % of a 64-token reply's bigrams repeat; std 0.2 gave 0-5 %), identical at every tp size.
 
-The STANDALONE draft is the target truncated to its first layers (same embeddings, norm and LM head): it agrees
-with the target often, not always, so acceptance is neither 1 nor the maximum. Runs in the SGLang venv (torch,
+A draft (``model/draft``) takes the target's weights for the layers its config has (same embeddings, norm and LM
+head): the shipped STANDALONE draft has all of them (dspark_ci/engine_model.py says why). Runs in the SGLang venv (torch,
 safetensors)."""
 
 from __future__ import annotations
