@@ -70,3 +70,23 @@ def test_reports_know_exactly_the_metrics_the_suites_report():
 
     assert set(METRICS) == set(METRIC_SUITE)
     assert set(METRIC_SUITE.values()) <= set(SUITE_DEFAULTS)
+
+
+def _resolves(module: str) -> bool:
+    """``module`` (dotted, one of ours) names a module file or a package folder of the repository."""
+    path = REPO.joinpath(*module.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def test_every_import_of_our_own_modules_names_one_that_exists():
+    """A module renamed or removed leaves no import behind (type checking ignores unknown modules here)."""
+    broken = []
+    for path in [*modules(), *sorted((REPO / "tests").rglob("*.py")), *sorted((REPO / "bench").rglob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                if node.module.split(".")[0] in FLOOR_OF and not _resolves(node.module):
+                    broken.append(f"{path.relative_to(REPO)}:{node.lineno}: from {node.module}")
+            elif isinstance(node, ast.Import):
+                broken += [f"{path.relative_to(REPO)}:{node.lineno}: import {alias.name}" for alias in node.names
+                           if alias.name.split(".")[0] in FLOOR_OF and not _resolves(alias.name)]
+    assert not broken, "imports of modules that do not exist:\n" + "\n".join(broken)
