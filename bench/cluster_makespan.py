@@ -172,7 +172,9 @@ def fleet(args: argparse.Namespace) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="what", required=True)
+    parser.add_argument("--smoke", action="store_true",
+                        help="CI's check that the bench still runs: the fleet simulation of the nightly, 8 nodes")
+    sub = parser.add_subparsers(dest="what")
     on_slurm = sub.add_parser("slurm", help="the synthetic matrix on the Slurm cluster SLURM_CONF names")
     on_slurm.add_argument("--repeats", type=int, default=3)
     on_slurm.add_argument("--one-at-a-time-repeats", type=int, default=3,
@@ -181,10 +183,11 @@ def main() -> int:
     on_fleet.add_argument("--matrix", default="matrices/nightly.yaml")
     on_fleet.add_argument("--nodes", type=int, default=64)
     on_fleet.add_argument("--job-overhead-minutes", type=float, default=4.0)
-    sub.add_parser("smoke", help="CI's check that the bench still runs: the fleet simulation of the nightly, 8 nodes")
     args = parser.parse_args()
-    if args.what == "smoke":
+    if args.smoke:
         return fleet(argparse.Namespace(matrix="matrices/nightly.yaml", nodes=8, job_overhead_minutes=4.0))
+    if args.what is None:
+        parser.error("say what to measure: slurm or fleet (or --smoke)")
     return slurm(args) if args.what == "slurm" else fleet(args)
 
 

@@ -83,7 +83,8 @@ def main() -> int:
     entries = github_matrix(load_cells([args.matrix]))[0]["include"]
     fleet = json.loads(args.fleet.read_text())
     rng = random.Random(args.seed)
-    red_chance = {e["cell"]: rng.betavariate(0.5, 4.0) for e in entries}
+    red_draws = random.Random(f"reds {args.seed}")  # its own stream: the durations drawn are those of the makespan rows
+    red_chance = {e["cell"]: red_draws.betavariate(0.5, 4.0) for e in entries}
 
     def draw() -> dict[str, float]:
         return {e["cell"]: estimate_seconds(e) * rng.uniform(1 - args.noise, 1 + args.noise) for e in entries}
@@ -97,7 +98,7 @@ def main() -> int:
     signal: dict[str, list[float]] = {name: [] for name in names}
     for _ in range(args.trials):
         actual = draw()
-        red = {cell for cell, chance in red_chance.items() if rng.random() < chance}
+        red = {cell for cell, chance in red_chance.items() if red_draws.random() < chance}
         bound = lower_bound(entries, actual, fleet)
         known = {e["cell"]: history.get(e["cell"]) or estimate_seconds(e) for e in entries}
         shipped = schedule(entries, history, fleet, learned)
