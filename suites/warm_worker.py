@@ -26,9 +26,11 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from typing import Callable
 
 from ground.errors import InfraError
+from launchers import interrupts
 from launchers.processes import die_with_parent
 
 # The third-party stack a suite run imports, loaded once here. Not the suites' own modules: pytest rewrites their
@@ -165,12 +167,26 @@ class WarmPytest:
                 assert self.process.stdin is not None
                 self.process.stdin.write(json.dumps({"argv": argv, "cwd": cwd, "env": env, "log": log}) + "\n")
                 self.process.stdin.flush()
-                pid = self._pids.get(timeout=SPAWN_TIMEOUT_S)
-            except (OSError, ValueError, queue.Empty):
+                pid = self._answer()
+            except (OSError, ValueError):
                 pid = None
         if pid is None:
+            # A child it forks after this would run unwatched beside the cold start: the worker goes, and any
+            # child of it with it (PDEATHSIG).
+            with contextlib.suppress(OSError):
+                self.process.kill()
             raise InfraError("the warm pytest worker did not answer")
         return WarmChild(pid, self, argv)
+
+    def _answer(self) -> int | None:
+        """The forked child's pid, or None when the worker died or is still busy after SPAWN_TIMEOUT_S; a Ctrl-C
+        meanwhile is acted on here (launchers.interrupts), not after a minute."""
+        deadline = time.monotonic() + SPAWN_TIMEOUT_S
+        while time.monotonic() < deadline:
+            with contextlib.suppress(queue.Empty):
+                return self._pids.get(timeout=ANSWER_POLL_S)
+            interrupts.check()
+        return None
 
     def exit_code(self, pid: int) -> int | None:
         with self._exits:
@@ -244,6 +260,7 @@ def close_warm_workers() -> None:
 atexit.register(close_warm_workers)
 
 SPAWN_TIMEOUT_S = 60.0  # the first answer waits for the worker's imports on a loaded machine
+ANSWER_POLL_S = 0.2
 CLOSE_TIMEOUT_S = 5.0
 
 
