@@ -501,7 +501,7 @@ def main() -> None:
     parser.add_argument("--bench-serving", metavar="PYTHON", default=os.environ.get("DSPARK_SGLANG_PYTHON"),
                         help=f"the python of a venv with sglang {DEFAULT_VERSION} (.ci/sglang-bench-serving.sh makes one; "
                         ".ci/sglang-frontend.sh adds what suite-frontend needs)")
-    parser.add_argument("--engine", metavar="PYTHON", help="measure against SGLang 0.5.23's real engine on this CPU "
+    parser.add_argument("--engine", metavar="PYTHON", help=f"measure against SGLang {DEFAULT_VERSION}'s real engine on this CPU "
                         "(the venv of .ci/sglang-engine.sh) instead of the simulator: suite and bench_serving vs the "
                         "engine's own TTFT and TPOT histograms; the first --concurrencies value")
     parser.add_argument("--step-ms", type=float, default=20.0)
@@ -525,7 +525,7 @@ def main() -> None:
     if args.engine:
         print(f"command: python {' '.join(sys.argv)}\nmachine: {machine()}\n"
               f"load average at start: {' '.join(f'{v:.2f}' for v in os.getloadavg())}\n"
-              f"workload: SGLang 0.5.23's real engine (--server sglang-engine, tiny Llama on this CPU), "
+              f"workload: SGLang {DEFAULT_VERSION}'s real engine (--server sglang-engine, tiny Llama on this CPU), "
               f"{args.input_len} prompt tokens, {args.output_len} output tokens (ignore_eos), concurrency "
               f"{args.concurrencies[0]}; min / median / max over {args.repeats} repeats, one engine boot each\n")
         engine_main(args, workload)

@@ -47,7 +47,7 @@ def check_before_launch(cells: list[Cell], selected: tuple[str, ...] | None, ser
 
 
 def _check_engine(cell: Cell, where: str) -> None:
-    """SGLang's real engine on this CPU serves only what SGLang 0.5.23 has a CPU branch for."""
+    """SGLang's real engine on this CPU serves only what the pinned SGLang release has a CPU branch for."""
     algorithm = dict(cell.config).get("speculative_algorithm")
     reason = engine_refusal(("--speculative-algorithm", str(algorithm)) if algorithm else ())
     if reason:

@@ -26,6 +26,10 @@ BLOCK_SIZE_FLAGS: Mapping[str, str] = MappingProxyType({
     "DFLASH": "--speculative-dflash-block-size",
 })
 
+# The speculative algorithms with a CPU branch in this release (speculative_hook.py: _handle_ngram "supports CUDA,
+# CPU, or XPU"; the EAGLE family's draft workers). DSPARK, DFLASH, UNO and FROZEN_KV_MTP have none.
+CPU_SPECULATIVE_ALGORITHMS = ("NGRAM", "STANDALONE", "EAGLE", "EAGLE3")
+
 # Devices launch_server's --device accepts that a matrix may name (arg_groups/fields/device.py).
 DEVICES = ("cuda", "npu", "xpu", "hpu", "cpu", "mps", "musa")
 

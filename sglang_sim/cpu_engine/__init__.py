@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's real engine (launch_server -> Scheduler -> TpModelWorker -> ModelRunner -> LlamaForCausalLM,
+"""SGLang's real engine (launch_server -> Scheduler -> TpModelWorker -> ModelRunner -> LlamaForCausalLM,
 NGRAM and STANDALONE speculative workers) on this CPU, serving a tiny Llama: ``--server sglang-engine``.
 
 Only this module imports without SGLang. ``__main__.py`` runs with the SGLang venv's Python (``.ci/sglang-engine.sh``):
@@ -21,6 +21,8 @@ import os
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from ground.sglang.release import CPU_SPECULATIVE_ALGORITHMS, DEFAULT_VERSION
+
 PACKAGE = Path(__file__).resolve().parent
 REPO = PACKAGE.parents[1]
 ENTRY = PACKAGE / "__main__.py"  # run by path: the SGLang venv does not have this tree installed
@@ -34,9 +36,6 @@ ENGINE_PYTHON_ENV = "DSPARK_SGLANG_ENGINE_PYTHON"
 CACHE_ENV = "DSPARK_CPU_ENGINE_CACHE"  # where the checkpoints are written once (default ~/.cache/dspark-ci)
 ORIGINAL_ARGV_ENV = "DSPARK_ENGINE_CELL_ARGV"  # the cell's own argv, for the record (JSON)
 
-# SGLang 0.5.23 speculative algorithms with a CPU branch (speculative_hook.py: _handle_ngram "supports CUDA, CPU,
-# or XPU"; the EAGLE family's draft workers). DSPARK, DFLASH, UNO and FROZEN_KV_MTP have none.
-CPU_SPECULATIVE_ALGORITHMS = ("NGRAM", "STANDALONE", "EAGLE", "EAGLE3")
 DRAFT_ALGORITHMS = ("STANDALONE", "EAGLE", "EAGLE3")  # they load --speculative-draft-model-path: model/draft
 
 # Memory: SGLang sizes the KV pool from the machine's available memory before and after loading the weights; on a
@@ -91,7 +90,7 @@ def refusal(argv: Sequence[str]) -> str | None:
     """Why this CPU engine cannot serve the cell, or None."""
     algorithm = (flag_value(argv, "--speculative-algorithm") or "").upper()
     if algorithm and algorithm not in CPU_SPECULATIVE_ALGORITHMS:
-        return (f"--speculative-algorithm {algorithm} has no CPU branch in SGLang 0.5.23 (CPU: "
+        return (f"--speculative-algorithm {algorithm} has no CPU branch in SGLang {DEFAULT_VERSION} (CPU: "
                 f"{', '.join(CPU_SPECULATIVE_ALGORITHMS)}): --server sglang-engine cannot serve it")
     return None
 

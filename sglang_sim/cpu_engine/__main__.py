@@ -1,5 +1,5 @@
 """``PYTHON sglang_sim/cpu_engine/__main__.py [the cell's launch_server flags]`` with the SGLang venv's Python
-(``.ci/sglang-engine.sh``): SGLang 0.5.23's real ``launch_server`` on this CPU (``sglang_sim.cpu_engine``).
+(``.ci/sglang-engine.sh``): SGLang's real ``launch_server`` on this CPU (``sglang_sim.cpu_engine``).
 
 Refuses (exit 2) a speculative algorithm without a CPU branch; otherwise writes the model's weights once, then
 replaces itself with ``python -m sglang.launch_server`` so that the process the launcher started, signals and
