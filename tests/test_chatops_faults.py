@@ -14,10 +14,11 @@ import pytest
 
 from ci.chatops.event import load_event
 from ci.chatops.github import GitHub
-from ci.chatops.handle import ChatOpsConfig, GitHubContext, execute, handle
+from ci.chatops.handle import DEFAULT_MATRICES, ChatOpsConfig, GitHubContext, execute, handle
 from ci.chatops.permissions import load_permissions
 from ci.chatops.text import ZERO_WIDTH_SPACE
 from dspark_ci.cli import main
+from matrices import load_cells
 from tests.github_standin import FAULT_KINDS, GitHubStandIn
 from tests.test_chatops_github import github, permissions_file, sglang_repo  # noqa: F401 (fixtures)
 
@@ -171,9 +172,13 @@ def big_tree(sglang_repo: Path) -> Path:
     return sglang_repo
 
 
+# Every cell of the matrices ChatOps reads, all named by one pattern: more than one comment may start.
+ALL_CELLS = len(load_cells([str(Path(__file__).resolve().parent.parent / m) for m in DEFAULT_MATRICES]))
+
+
 @pytest.mark.parametrize("comment, says", [
-    pytest.param("/rerun-test *", "match 21 matrix cells; at most 20", id="star"),
-    pytest.param("/rerun-test cell:*", "match 21 matrix cells; at most 20", id="every-cell"),
+    pytest.param("/rerun-test *", f"match {ALL_CELLS} matrix cells; at most 20", id="star"),
+    pytest.param("/rerun-test cell:*", f"match {ALL_CELLS} matrix cells; at most 20", id="every-cell"),
     pytest.param("/rerun-test " + " ".join(f"registered/area{i:03d}/test_*.py" for i in range(20)),
                  "match more than 20 test files", id="twenty-globs"),
     pytest.param("/rerun-test registered/**/test_case_00?.py", "match more than 20 test files", id="recursive"),
