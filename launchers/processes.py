@@ -249,7 +249,13 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
         return
 
-    signal.signal(signal.SIGTERM, interrupts.on_signal)
+    def interrupt(signum, frame):
+        # No run loop checks a flag out here (a launcher used on its own): raise, as Ctrl-C does, and record it
+        # too, so that a raise swallowed where Python drops it (a GC callback) is raised again at the next check.
+        interrupts.on_signal(signum, frame)
+        raise KeyboardInterrupt("SIGTERM")
+
+    signal.signal(signal.SIGTERM, interrupt)
     try:
         yield
     finally:
