@@ -17,6 +17,22 @@ from ground.sglang.resolver import locate
 from ground.state import STATE_DIR_ENV, state_dir
 from reports.history_db import HISTORY_ENV, history_path
 
+# Tests of what this machine has one of (the two Docker engines and their GPU inventory, the Slurm cluster's three
+# nodes, the API server's namespace quota, SGLang's real engine, which fills both cores while it boots) run on one
+# xdist worker, one after the other, as they would without xdist: a capacity or placement they assert is theirs.
+SHARED_INFRASTRUCTURE = frozenset({
+    "test_amd_placement.py", "test_cells_side_by_side.py", "test_daily_use.py", "test_docker_hosts.py",
+    "test_docker_launcher.py", "test_engine_conformance.py", "test_engine_run.py", "test_k8s_launcher.py",
+    "test_launcher_compliance.py", "test_pd.py", "test_slurm_launcher.py", "test_cleanup_groups.py",
+})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SHARED_INFRASTRUCTURE or item.get_closest_marker("docker"):
+            item.add_marker(pytest.mark.xdist_group("shared-infrastructure"))
+
+
 USER_STATE_DIR: Path = state_dir(os.environ)
 USER_HISTORY: Path = history_path(os.environ)
 
