@@ -27,6 +27,7 @@ SHARED_INFRASTRUCTURE = frozenset({
 })
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the group mark into the scheduling key
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in SHARED_INFRASTRUCTURE or item.get_closest_marker("docker"):
