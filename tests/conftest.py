@@ -17,21 +17,25 @@ from ground.sglang.resolver import locate
 from ground.state import STATE_DIR_ENV, state_dir
 from reports.history_db import HISTORY_ENV, history_path
 
-# Tests of what this machine has one of (the two Docker engines and their GPU inventory, the Slurm cluster's three
-# nodes, the API server's namespace quota, SGLang's real engine, which fills both cores while it boots) run on one
-# xdist worker, one after the other, as they would without xdist: a capacity or placement they assert is theirs.
-SHARED_INFRASTRUCTURE = frozenset({
-    "test_amd_placement.py", "test_cells_side_by_side.py", "test_daily_use.py", "test_docker_hosts.py",
-    "test_docker_launcher.py", "test_engine_conformance.py", "test_engine_run.py", "test_k8s_launcher.py",
-    "test_launcher_compliance.py", "test_pd.py", "test_slurm_launcher.py", "test_cleanup_groups.py",
-})
+# Tests of what this machine has one of run on one xdist worker each, one after the other, as they would without
+# xdist: a capacity or placement they assert is theirs. The Slurm cluster's three nodes (and every test that
+# runs cells on them), the Docker engines, the API server, SGLang's real engine (it fills both cores at boot).
+SHARED = {
+    "slurm": ("test_slurm_launcher.py", "test_cells_side_by_side.py", "test_pd.py", "test_launcher_compliance.py",
+              "test_amd_placement.py"),
+    "docker": ("test_docker_hosts.py", "test_docker_launcher.py"),
+    "kubernetes": ("test_k8s_launcher.py",),
+    "real-engine": ("test_engine_conformance.py", "test_engine_run.py", "test_cleanup_groups.py"),
+}
+GROUP_OF = {name: group for group, names in SHARED.items() for name in names}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the group mark into the scheduling key
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.path.name in SHARED_INFRASTRUCTURE or item.get_closest_marker("docker"):
-            item.add_marker(pytest.mark.xdist_group("shared-infrastructure"))
+        group = GROUP_OF.get(item.path.name) or ("docker" if item.get_closest_marker("docker") else None)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 USER_STATE_DIR: Path = state_dir(os.environ)
