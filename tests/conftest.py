@@ -17,13 +17,14 @@ from ground.sglang.resolver import locate
 from ground.state import STATE_DIR_ENV, state_dir
 from reports.history_db import HISTORY_ENV, history_path
 
-# Tests of what this machine has one of run on one xdist worker each, one after the other, as they would without
-# xdist: a capacity or placement they assert is theirs. The Slurm cluster's three nodes (and every test that
-# runs cells on them), the Docker engines, the API server, SGLang's real engine (it fills both cores at boot).
+# Tests of what this machine has one of run on one xdist worker per group, one after the other, as they would
+# without xdist: a capacity, placement or leftover check they make is theirs alone. The Slurm cluster's three nodes
+# and the two Docker engines are one group (several files use both; the Docker interrupt tests failed in a run that
+# had them beside the Slurm files' Docker tests, and passed alone), the API server another, SGLang's real engine
+# (both cores at boot) a third.
 SHARED = {
-    "slurm": ("test_slurm_launcher.py", "test_cells_side_by_side.py", "test_pd.py", "test_launcher_compliance.py",
-              "test_amd_placement.py"),
-    "docker": ("test_docker_hosts.py", "test_docker_launcher.py"),
+    "clusters": ("test_slurm_launcher.py", "test_cells_side_by_side.py", "test_pd.py", "test_launcher_compliance.py",
+                 "test_amd_placement.py", "test_docker_hosts.py", "test_docker_launcher.py"),
     "kubernetes": ("test_k8s_launcher.py",),
     "real-engine": ("test_engine_conformance.py", "test_engine_run.py", "test_cleanup_groups.py"),
 }
@@ -33,7 +34,7 @@ GROUP_OF = {name: group for group, names in SHARED.items() for name in names}
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the group mark into the scheduling key
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        group = GROUP_OF.get(item.path.name) or ("docker" if item.get_closest_marker("docker") else None)
+        group = GROUP_OF.get(item.path.name) or ("clusters" if item.get_closest_marker("docker") else None)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
 
