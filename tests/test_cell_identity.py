@@ -56,7 +56,7 @@ def results_file(directory: Path, run_id: str, identity: dict | None) -> Path:
     if identity:
         cell["identity"] = identity
     (directory / "results.json").write_text(json.dumps({
-        "schema": 1, "run_id": run_id, "started_at": "2026-11-30T10:00:00+00:00", "finished_at": None,
+        "schema": 1, "run_id": run_id, "started_at": "2026-11-30T10:00:00+00:00", "finished_at": "2026-11-30T10:05:00+00:00",
         "launcher": "local", "matrices": ["matrices/smoke.yaml"], "cells": [cell]}))
     return directory
 
