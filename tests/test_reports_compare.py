@@ -16,7 +16,7 @@ def write_run(run_dir: Path, run_id: str, metrics: dict) -> Path:
             "status": "passed", "error": None, "boot_seconds": 1.0, "metrics": metrics, "gates": []}
     run_dir.mkdir()
     (run_dir / "results.json").write_text(json.dumps({
-        "schema": 1, "run_id": run_id, "started_at": "2025-06-01T12:00:00+00:00", "finished_at": None,
+        "schema": 1, "run_id": run_id, "started_at": "2025-06-01T12:00:00+00:00", "finished_at": "2025-06-01T12:10:00+00:00",
         "launcher": "local", "matrices": [], "cells": [cell]}))
     return run_dir
 
