@@ -99,6 +99,7 @@ def test_speculation_pays_up_to_a_boundary_that_a_planted_shift_moves_inward(tmp
     speedups = {(p["concurrency"], p["input_len"]): p["speedup"] for p in envelope["points"]}
     assert speedups[1, 256] > 2 and speedups[128, 256] < 1  # pays when idle, not at 128 streams
     assert speedups[8, 4096] < speedups[8, 256]  # less on long inputs
-    assert 32 < metrics["speculation_boundary_concurrency"] < 128  # pays at 32, not at 128
+    clean = metrics["speculation_boundary_concurrency"]
+    assert 8 < clean < 128  # pays past 8 streams, not at 128 (32 on an idle machine; a busy client reads lower)
     shifted, _ = sweep(tmp_path / "shifted", {"DSPARK_SIM_FAULTS": "envelope_shift=4"}, "[8, 32]")
-    assert 8 < shifted["speculation_boundary_concurrency"] < 32  # stops paying above 8 instead
+    assert 8 < shifted["speculation_boundary_concurrency"] < min(clean, 32)  # stops paying sooner: moved inward
