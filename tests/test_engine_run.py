@@ -75,7 +75,9 @@ def test_killing_node_rank_1_mid_measurement_turns_the_cell_red_naming_it_with_s
     cell = run.cell(TWO_NODES)
     assert cell["status"] == "error", text
     assert "node rank 1 exited with code -9" in cell["error"], cell["error"]
-    assert "Connection reset by peer" in cell["error"] or "Scheduler hit an exception" in cell["error"], cell["error"]
+    # gloo says either, by whether rank 0 was reading or writing when the peer went (both seen on this machine)
+    assert any(line in cell["error"] for line in ("Connection reset by peer", "Connection closed by peer",
+                                                  "Scheduler hit an exception")), cell["error"]
     assert verdict_after is not None and verdict_after < 30, text
 
 
