@@ -34,7 +34,8 @@ def test_ngram_is_lossless_and_accepts_more_than_one_token_by_sglangs_counters(t
     assert cell["metrics"]["parity_mismatches"] == 0
     assert cell["metrics"]["accept_length"] > 1
     log = (run.out / "logs" / NGRAM / "0.log").read_text()
-    assert "sglang::scheduler" in log or "Scheduler" in log
+    # SGLang's own processes wrote it: each line names its module (the log format the engine kind sets)
+    assert "sglang.srt.managers.scheduler" in log and "sglang.srt.model_executor.model_runner" in log
 
 
 def _pid_of(out: Path, cell_id: str, rank: int) -> int:
