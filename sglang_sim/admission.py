@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
+from ground.sglang.resolver import MODEL_CONFIG_DIR, MODEL_CONFIGS
 from sglang_sim.args import ServerArgs
 
 DEFAULT_DSPARK_GAMMA = 7  # sglang/srt/speculative/dspark_components/dspark_config.py
@@ -34,6 +35,19 @@ ARCHITECTURE_GUESSES = (
     ("llama", "LlamaForCausalLM"), ("qwen3", "Qwen3ForCausalLM"), ("qwen2", "Qwen2ForCausalLM"),
 )
 DEFAULT_ARCHITECTURE = "Qwen3ForCausalLM"
+
+# Hub ids whose config.json the simulator can read offline: the stubs the resolver uses, and the tiny Llama
+# SGLang's real engine serves on this CPU (every --model-path maps to it there).
+_HERE = Path(__file__).resolve().parent
+KNOWN_MODEL_CONFIGS = {
+    **{hub_id: MODEL_CONFIG_DIR / stub / "config.json" for hub_id, stub in MODEL_CONFIGS.items()},
+    "dspark-ci/tiny-llama": _HERE / "cpu_engine" / "model" / "target" / "config.json",
+}
+# utils/hf_transformers/common.py: get_context_length reads the first of these the config states
+CONTEXT_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
+                       "max_position_embeddings")
+SGLANG_DEFAULT_CONTEXT_LENGTH = 2048  # get_context_length when the config states none of them
+LONGER_CONTEXT_ENV = ("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "SGLANG_IS_IN_CI")
 
 # --device prefix -> the platform class SGLang names in its messages
 PLATFORM_CLASSES = {"cuda": "CudaSRTPlatform", "npu": "NPUSRTPlatform", "xpu": "XpuSRTPlatform",
@@ -52,12 +66,14 @@ class SglangEnv:
     ragged_verify_mode: str = "static"  # SGLANG_RAGGED_VERIFY_MODE (default "static" in the release)
     dp_spec_prefill_coordination: bool = False  # SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION
     enable_cp_v2_set: bool = False  # SGLANG_ENABLE_CP_V2: deprecated in the release, only warned about
+    allow_longer_context: bool = False  # SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN (or SGLANG_IS_IN_CI)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> "SglangEnv":
         return cls(ragged_verify_mode=environ.get("SGLANG_RAGGED_VERIFY_MODE", "static"),
                    dp_spec_prefill_coordination=_env_bool(environ.get("SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION")),
-                   enable_cp_v2_set="SGLANG_ENABLE_CP_V2" in environ)
+                   enable_cp_v2_set="SGLANG_ENABLE_CP_V2" in environ,
+                   allow_longer_context=any(_env_bool(environ.get(name)) for name in LONGER_CONTEXT_ENV))
 
 
 @dataclass(frozen=True)
@@ -186,6 +202,40 @@ def _dspark_gamma(view: View) -> int | None:
 def _dspark_num_draft_tokens(view: View) -> int | None:
     gamma = _dspark_gamma(view)
     return gamma + 1 if gamma is not None else view.args.speculative_num_draft_tokens
+
+
+def _model_config(view: View) -> dict:
+    """The target's config.json when it can be read offline (a local directory or a known Hub id), else {}."""
+    model = Path(view.args.model_path)
+    path = model / "config.json" if model.is_dir() else KNOWN_MODEL_CONFIGS.get(view.args.model_path.lower())
+    return _local_json(path) if path else {}
+
+
+def _derived_context_length(view: View) -> int | None:
+    """configs/model_config.py ``_derive_context_length``: what the model's config allows (None: unknown)."""
+    config = _model_config(view)
+    if not config:
+        return None
+    text = config.get("text_config") or config
+    scaling = text.get("rope_scaling") or {}
+    factor = scaling.get("factor", 1)
+    if "original_max_position_embeddings" in scaling or scaling.get("rope_type") == "llama3":
+        factor = 1
+    stated = next((text[key] for key in CONTEXT_LENGTH_KEYS if text.get(key) is not None), None)
+    return int(factor * stated) if stated is not None else SGLANG_DEFAULT_CONTEXT_LENGTH
+
+
+def _context_too_long(view: View) -> bool:
+    derived = _derived_context_length(view)
+    asked = view.args.context_length
+    return derived is not None and asked is not None and asked > derived and not view.env.allow_longer_context
+
+
+def _context_message(view: View) -> str:
+    return (f"Warning: User-specified context_length ({view.args.context_length}) is greater than the derived "
+            f"context_length ({_derived_context_length(view)}). This may lead to incorrect model outputs or CUDA "
+            "errors. Note that the derived context_length may differ from max_position_embeddings in the model's "
+            "config. To allow overriding this maximum, set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1")
 
 
 def _platform_class(view: View) -> str:
@@ -445,6 +495,9 @@ STAGES: tuple[Stage, ...] = (
     Stage("speculative_hook.py:_handle_ngram", _algorithm("NGRAM"), rules=(
         Rule(lambda v: v.attn_dp, _msg("Currently ngram speculative decoding does not support dp attention.")),
     )),
+    # Not a server-args hook: the scheduler's ModelConfig raises it at boot, once the args resolved.
+    Stage("configs/model_config.py:_derive_context_length", lambda v: v.args.context_length is not None,
+          rules=(Rule(_context_too_long, _context_message),)),
 )
 
 
