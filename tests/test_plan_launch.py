@@ -135,6 +135,18 @@ CONTRACT_CONFIG_KEYS = {"model", "device", "tp", "dp", "cp", "pp", "moe_a2a_back
                         "nnodes", "gpus_per_node", "speculative_algorithm"}
 
 
+def planned_rank_groups(cell: dict) -> list[tuple[list, int]]:
+    """Each deployment's ranks with its node count: the cell's own, or (PD: ``ranks`` is []) each instance's."""
+    if "pd" not in cell:
+        return [(cell["ranks"], cell["config"]["nnodes"])]
+    assert cell["ranks"] == [], cell["id"]
+    return [(i["ranks"], cell["roles"][i["role"]]["config"]["nnodes"]) for i in cell["pd"]["instances"]]
+
+
+def all_ranks(cell: dict) -> list[dict]:
+    return [rank for ranks, _ in planned_rank_groups(cell) for rank in ranks]
+
+
 @pytest.mark.parametrize("matrix", SHIPPED)
 def test_json_cells_have_the_contract_keys(matrix, monkeypatch, capsys):
     monkeypatch.chdir(REPO)
@@ -148,8 +160,9 @@ def test_json_cells_have_the_contract_keys(matrix, monkeypatch, capsys):
         assert cell["expect"]["outcome"] in ("serve", "reject")
         assert cell["expect"]["sglang"] == ">=0.5.23"
         assert (cell["expect"]["message"] is None) == (cell["expect"]["outcome"] == "serve")
-        assert [r["node_rank"] for r in cell["ranks"]] == list(range(cell["config"]["nnodes"]))
-        for rank in cell["ranks"]:
+        for ranks, nnodes in planned_rank_groups(cell):
+            assert [r["node_rank"] for r in ranks] == list(range(nnodes)), cell["id"]
+        for rank in all_ranks(cell):
             assert set(rank) == {"node_rank", "argv", "env"}
             # Secrets only as references: HF_TOKEN, when present, is never a value.
             assert rank["env"].get("HF_TOKEN", "${HF_TOKEN}") == "${HF_TOKEN}"
