@@ -95,7 +95,7 @@ class GateResult:
             stat = self.statistic
             data.update(effect=stat.effect, interval=[stat.low, stat.high], tolerance=stat.tolerance,
                         scale=stat.scale, test=stat.test, alpha=stat.alpha, beta=stat.beta, samples=stat.samples,
-                        detect=stat.detection)
+                        detect=stat.detection, final=stat.final)
         return data
 
     @classmethod
@@ -104,7 +104,8 @@ class GateResult:
         if "test" in data:  # a statistical gate: its statistic's keys are written all or none
             low, high = data["interval"]
             statistic = Verdict(data["verdict"], data["effect"], low, high, data["tolerance"], data["scale"],
-                                data["test"], data["alpha"], data["beta"], data.get("samples") or 0, data.get("detect"))
+                                data["test"], data["alpha"], data["beta"], data.get("samples") or 0, data.get("detect"),
+                                bool(data.get("final", False)))
         return cls(data["metric"], data["op"], data["threshold"], data.get("value"), data["passed"], statistic)
 
 
