@@ -306,6 +306,12 @@ def tree_under_test_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(REPO), **extra}
 
 
+def plan_json(*matrices: str) -> list[dict]:
+    done = subprocess.run([sys.executable, "-m", "dspark_ci", "plan", *matrices, "--format", "json"], cwd=REPO,
+                          capture_output=True, text=True, check=True, timeout=60)
+    return json.loads(done.stdout)["cells"]
+
+
 @pytest.mark.parametrize("select, cell_suffix, runner", [
     pytest.param("", "", None, id="scheduled-every-cell"),
     pytest.param("*-npu", "-npu", "16-npu-a3", id="manual-select"),
@@ -334,11 +340,18 @@ def test_plan_step_script_writes_the_nightly_matrix_to_github_output(tmp_path, s
     assert all(cell.endswith(cell_suffix) for cell in cells)
     assert all(cell.startswith(select.rstrip("*")) for cell in cells if select.endswith("*"))
     gpu = [shard for shard in shards if shard["rejections"] == "launch"]
-    assert all(shard["runner"] == (runner or shard["runner"]) and shard["matrix"] == "matrices/nightly.yaml"
+    # The nightly plans its own matrix and PD's (prefill/decode roles), each shard naming the matrix it runs.
+    assert all(shard["runner"] == (runner or shard["runner"])
+               and shard["matrix"] in ("matrices/nightly.yaml", "matrices/pd.yaml")
                and shard["shard"].startswith(shard["runner"] + "-") for shard in gpu)
+    if not select:
+        assert {shard["matrix"] for shard in gpu} == {"matrices/nightly.yaml", "matrices/pd.yaml"}
     cpu = [shard for shard in shards if shard["rejections"] == "resolver"]
     if not select:  # the CUDA rejections SGLang's resolver decides take one CPU job; the NPU ones need the hardware
-        assert [s["runner"] for s in cpu] == ["ubuntu-latest"] and len(cpu[0]["cells"].split()) == 6
+        planned = plan_json("matrices/nightly.yaml", "matrices/pd.yaml")
+        rejections = {c["id"] for c in planned if c["expect"]["outcome"] == "reject" and c["config"]["device"] == "cuda"}
+        decided = set(cpu[0]["cells"].split())
+        assert [s["runner"] for s in cpu] == ["ubuntu-latest"] and len(decided) >= 6 and decided <= rejections
     elif select == "*-npu":
         assert cpu == []
     assert outputs["chunks"] == "1" and json.loads(outputs["matrix_2"]) == {"include": []}
