@@ -300,6 +300,7 @@ def hostile_event_files() -> dict[str, bytes]:
         "number-text": lambda e: e["issue"].update(number="4242"),
         "number-bool": lambda e: e["issue"].update(number=True),
         "number-negative": lambda e: e["issue"].update(number=-1),
+        "number-zero": lambda e: e["issue"].update(number=0),
         "comment-id-float": lambda e: e["comment"].update(id=9.5),
         "repository-list": lambda e: e.update(repository=[]),
         "user-type-list": lambda e: e["comment"]["user"].update(type=[]),
@@ -326,11 +327,22 @@ def test_no_event_file_gives_a_traceback(capsys, tmp_path, sglang_repo, permissi
     crashed = {name: o for name, o in outcomes.items() if o[0] not in (0, 1, 2) or "Traceback" in o[1]}
     assert crashed == {}
     unreadable = [n for n in ("latin-1", "utf-16", "invalid-bytes", "deep-list", "deep-object", "deep-in-comment",
-                              "pull-request-null", "empty-login", "blank-login", "created-at-garbage")]
+                              "pull-request-null", "empty-login", "blank-login", "created-at-garbage",
+                              "number-zero", "number-negative")]
     assert {name: outcomes[name][0] for name in unreadable} == dict.fromkeys(unreadable, 2)
     assert "not UTF-8" in outcomes["utf-16"][1] and "nested deeper than" in outcomes["deep-list"][1]
     assert "is not a pull request" in outcomes["pull-request-null"][1]
     assert "comment.user.login is empty" in outcomes["empty-login"][1]
+    assert "issue.number is 0: not a pull request number" in outcomes["number-zero"][1]
+
+
+def test_a_fifo_as_the_event_file_exits_2_without_waiting_for_a_writer(tmp_path, permissions_file):
+    fifo = tmp_path / "event.json"
+    os.mkfifo(fifo)
+    proc = subprocess.run([sys.executable, "-m", "dspark_ci", "chatops", "--event", str(fifo), "--permissions",
+                           str(permissions_file), "--dry-run"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO)
+    assert proc.returncode == 2 and "not a regular file" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_a_hostile_event_file_exits_2_from_the_console_script(tmp_path, permissions_file):

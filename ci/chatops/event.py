@@ -7,6 +7,8 @@ JSON nested no deeper than ``MAX_DEPTH``; anything else is one BadInput (exit 2)
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -53,6 +55,9 @@ def load_event(path: Path) -> CommentEvent:
     login = _field(user, "login", str, path, "comment.user")
     if not login.strip():
         raise BadInput(str(path), "comment.user.login is empty", EVENT_FIX)
+    number = _field(issue, "number", int, path, "issue")
+    if number < 1:  # GitHub numbers issues from 1: anything else was not written by GitHub
+        raise BadInput(str(path), f"issue.number is {number}: not a pull request number", EVENT_FIX)
     action = _optional(data, "action", str, path, "event") or "created"
     created_at = _optional(comment, "created_at", str, path, "comment")
     return CommentEvent(
@@ -63,19 +68,31 @@ def load_event(path: Path) -> CommentEvent:
         user_type=_optional(user, "type", str, path, "comment.user") or "User",
         author_association=_optional(comment, "author_association", str, path, "comment") or "NONE",
         pr_author=_optional(pr_user, "login", str, path, "issue.user") if pr_user else None,
-        pr_number=_field(issue, "number", int, path, "issue"),
+        pr_number=number,
         repo=_optional(repo, "full_name", str, path, "repository"),
         default_branch=_optional(repo, "default_branch", str, path, "repository"),
         comment_id=_optional(comment, "id", int, path, "comment"),
     )
 
 
-def _read_json(path: Path):
+def _read_bytes(path: Path) -> bytes:
+    """At most MAX_EVENT_BYTES + 1 bytes of a regular file: a FIFO or a device would block or never end, so
+    it is opened without waiting for a writer and refused before any read."""
     try:
-        with path.open("rb") as file:
-            raw = file.read(MAX_EVENT_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as err:
         raise BadInput(str(path), f"cannot read the event file ({err.strerror})", EVENT_FIX) from None
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BadInput(str(path), "not a regular file (a FIFO, device or directory)", EVENT_FIX)
+        try:
+            return file.read(MAX_EVENT_BYTES + 1)
+        except OSError as err:
+            raise BadInput(str(path), f"cannot read the event file ({err.strerror})", EVENT_FIX) from None
+
+
+def _read_json(path: Path):
+    raw = _read_bytes(path)
     if len(raw) > MAX_EVENT_BYTES:
         raise BadInput(str(path), f"larger than {MAX_EVENT_BYTES // (1024 * 1024)} MB: not an issue_comment event",
                        EVENT_FIX)
