@@ -585,3 +585,42 @@ def test_an_unknown_cell_suggests_the_closest_ids(capsys, sglang_repo, permissio
     code, result, _ = timed_chatops_json(capsys, sglang_repo, permissions_file, "/rerun-test dsv4-flash-tp8-cuda")
     assert code == 2 and "no test file or matrix cell named dsv4-flash-tp8-cuda" in result["reply"]
     assert "Closest: dsv4-flash-tp8-" in result["reply"]
+
+
+# --- what people paste: the bot's own line, pytest's node ids, a name without .py ---------------
+
+@pytest.mark.parametrize("comment, expected", [
+    pytest.param("/rerun-test cd test/ && python3 registered/spec/test_eagle_small.py",
+                 {"1-gpu-h100": ["registered/spec/test_eagle_small.py"]}, id="the-bots-line"),
+    pytest.param("/rerun-test cd test/ && python3 registered/spec/test_eagle_small.py TestEagle.test_gsm8k",
+                 {"1-gpu-h100": ["registered/spec/test_eagle_small.py TestEagle.test_gsm8k"]},
+                 id="the-bots-line-with-a-selector"),
+    pytest.param("/rerun-test test_eagle_small.py::TestEagle::test_gsm8k",
+                 {"1-gpu-h100": ["registered/spec/test_eagle_small.py TestEagle.test_gsm8k"]}, id="pytest-node-id"),
+    pytest.param("/rerun-test test/registered/spec/test_eagle_small.py::TestEagle::test_gsm8k",
+                 {"1-gpu-h100": ["registered/spec/test_eagle_small.py TestEagle.test_gsm8k"]},
+                 id="pytest-node-id-with-path"),
+])
+def test_pasted_forms_are_understood(capsys, sglang_repo, permissions_file, comment, expected):
+    code, result, err = chatops_json(capsys, sglang_repo, permissions_file, comment)
+    assert (code, err) == (0, "")
+    assert dispatched(result) == expected
+
+
+def test_a_pasted_line_with_more_than_one_test_says_what_it_takes(capsys, sglang_repo, permissions_file):
+    code, result, _ = chatops_json(capsys, sglang_repo, permissions_file,
+                                   "/rerun-test cd test/ && python3 registered/a/test_a.py registered/b/test_b.py")
+    assert code == 2 and "a pasted line runs one test" in result["reply"]
+    assert "contains &" not in result["reply"]
+
+
+def test_a_bad_pytest_selector_is_not_blamed_on_the_double_colon(capsys, sglang_repo, permissions_file):
+    code, result, _ = chatops_json(capsys, sglang_repo, permissions_file, "/rerun-test test_x.py::A::b::c")
+    assert code == 2 and "TestClass::test_method" in result["reply"] and "contains :" not in result["reply"]
+
+
+def test_a_name_without_py_suggests_the_test_file(capsys, sglang_repo, permissions_file):
+    code, result, _ = chatops_json(capsys, sglang_repo, permissions_file, "/rerun-test test_eagle_small")
+    assert code == 2 and result["plan"]["actions"] == []
+    assert ("the test file test/registered/spec/test_eagle_small.py exists: /rerun-test test_eagle_small.py"
+            in result["reply"])

@@ -39,6 +39,9 @@ _FILE_CHARS = re.compile(r"[A-Za-z0-9_./*?-]+")
 _SELECTOR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
 WILDCARDS = "*?"
 
+# The line a reply shows per test (ci.chatops.reply), pasted back after /rerun-test: these words open it.
+PASTED_OPENINGS = (("cd", "test/", "&&", "python3"), ("cd", "test", "&&", "python3"))
+
 RERUN_TEST_EXAMPLES = (
     "/rerun-test test/registered/spec/test_dflash.py::TestDFlash.test_gsm8k",
     "/rerun-test registered/spec/test_dflash.py",
@@ -134,7 +137,7 @@ def bisect_arguments(name: str, args: list[str]) -> Command:
 
 def test_arguments(name: str, args: list[str]) -> Command:
     """Test files and matrix cells (``cell:ID``), at most MAX_SPECS, and ``--trials N`` for cells."""
-    args, trials = _trials(name, args)
+    args, trials = _trials(name, _unpasted(name, args))
     if not args:
         raise CommentRejected([(None, f"{name} needs at least one test, e.g. "
                                 + "; ".join(RERUN_TEST_EXAMPLES))], name)
@@ -153,6 +156,18 @@ def test_arguments(name: str, args: list[str]) -> Command:
     if trials is not None and not all(spec.cell for spec in specs):
         raise CommentRejected([(TRIALS_FLAG, "applies to matrix cells only (cell:ID): a test file runs once")], name)
     return Command(name, tuple(specs), trials=trials)
+
+
+def _unpasted(name: str, args: list[str]) -> list[str]:
+    """The bot's own line pasted back (``cd test/ && python3 FILE [Class.test]``) as the one spec it names."""
+    opening = next((words for words in PASTED_OPENINGS if tuple(args[:len(words)]) == words), None)
+    if opening is None:
+        return args
+    rest = args[len(opening):]
+    if len(rest) == 1 or (len(rest) == 2 and _SELECTOR.fullmatch(rest[1])):
+        return ["::".join(rest)]
+    raise CommentRejected([(None, f"a pasted line runs one test: {' '.join(opening)} FILE [TestClass.test_method]; "
+                                  "or give the files themselves: " + "; ".join(RERUN_TEST_EXAMPLES))], name)
 
 
 def _trials(name: str, args: list[str]) -> tuple[list[str], int | None]:
@@ -194,7 +209,8 @@ def parse_spec(text: str) -> TestSpec:
     if text.startswith(CELL_PREFIX):
         return _cell_spec(text)
     file_part, sep, selector = text.partition("::")
-    bad = sorted({c for c in file_part + selector if not _FILE_CHARS.fullmatch(c)})
+    selector = selector.replace("::", ".", 1)  # pytest's file::Class::test names what unittest's Class.test does
+    bad = sorted({c for c in file_part + selector.replace(":", "") if not _FILE_CHARS.fullmatch(c)})
     if bad:
         shown = " ".join(c if c.isprintable() else repr(c) for c in bad)
         raise SpecRejected(text, f"contains {shown}: only letters, digits, _ - . / * ? and one "
@@ -207,7 +223,8 @@ def parse_spec(text: str) -> TestSpec:
     if not file_part:
         raise SpecRejected(text, "no test file before ::")
     if sep and not _SELECTOR.fullmatch(selector):
-        raise SpecRejected(text, "after :: give TestClass or TestClass.test_method (no wildcards)")
+        raise SpecRejected(text, "after :: give TestClass or TestClass.test_method (or pytest's "
+                                 "TestClass::test_method; no wildcards)")
     _check_complexity(text, file_part)
     return TestSpec(text=text, file_part=file_part, selector=selector if sep else None,
                     cell=not sep and "/" not in file_part and not file_part.endswith(".py"))

@@ -180,6 +180,7 @@ def _rerun_test(command, event: CommentEvent, config: ChatOpsConfig, context: Co
     cell_specs = [spec for spec in command.specs if spec.cell]
     # Cells first: they are cheap to list, and what is left of the one cap bounds the file search.
     cells, refusals = _resolve_cells(cell_specs, config) if cell_specs else ([], [])
+    refusals = _with_file_hints(refusals, cell_specs, config) if refusals else refusals
     if len(cells) > MAX_STARTS:
         return _rejected(plan, [(None, f"the cells named match {len(cells)} matrix cells; at most {MAX_STARTS} "
                                        "tests and matrix cells run per comment: narrow the pattern")],
@@ -242,6 +243,23 @@ def _resolve_cells(specs, config: ChatOpsConfig) -> tuple[list[Cell], list[tuple
                                 " ".join(config.matrices) + "`)")))
         chosen.update((cell.id, cell) for cell in matches)
     return list(chosen.values()), refusals
+
+
+def _with_file_hints(refusals: list, cell_specs: list, config: ChatOpsConfig) -> list:
+    """A name that is no cell but is a test file without its ``.py`` (``test_dflash``): name the file, so
+    the commenter is not left guessing what to type."""
+    try:
+        tree = scan_tree(config.repo_root)
+    except TreeRefused:
+        return refusals
+    specs = {spec.text: spec for spec in cell_specs}
+    hinted = []
+    for text, why in refusals:
+        spec = specs.get(text)
+        files = [f for f in tree.test_files if spec and fnmatch.fnmatchcase(f.rsplit("/", 1)[-1], spec.file_part + ".py")]
+        hinted.append((text, f"no matrix cell named {spec.file_part}; the test file test/{files[0]} exists: "
+                             f"/rerun-test {files[0].rsplit('/', 1)[-1]}") if spec and files else (text, why))
+    return hinted
 
 
 def _cells_block(cells: list[Cell], marker: str, trials: int | None = None) -> str:
