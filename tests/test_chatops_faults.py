@@ -423,3 +423,22 @@ def test_whatever_the_api_does_no_write_happens_twice(tmp_path, sglang_repo, per
     assert len(requests) == len(set(requests)) and len(github.replies()) <= 1 and len(github.state.reactions) <= 1
     if not done.failed:
         assert sorted(requests) == ["c99-0", "c99-1"] and len(github.replies()) == 1
+
+
+# --- our replies are ours: found by our login, not by a marker any bot could write ---------------
+
+def test_another_bots_comment_holding_our_marker_is_not_our_reply(tmp_path, sglang_repo, permissions_file, github):
+    other = {"login": "copycat[bot]", "type": "Bot"}
+    impostor = github.add_comment("🚀 queued <!--rrt:0-->\n<!--chatops:reply:c99-->", user=other)
+    _, done = run_once(tmp_path, sglang_repo, permissions_file, github, "/rerun-test test_eagle_small.py")
+    ours = [cid for cid, c in github.state.comments.items() if c["user"]["login"] == "github-actions[bot]"]
+    assert done.failed == [] and len(ours) == 1 and ours[0] != impostor
+    (dispatch,) = github.state.dispatches
+    assert dispatch["inputs"]["reply_comment_id"] == str(ours[0])
+
+
+def test_another_bots_accepted_marker_starts_no_cooldown(tmp_path, sglang_repo, permissions_file, github):
+    github.add_comment("<!--chatops:accepted:helper-->", user={"login": "copycat[bot]", "type": "Bot"},
+                       created_at=iso(datetime.now(timezone.utc) - timedelta(minutes=5)))
+    outcome, _ = run_once(tmp_path, sglang_repo, permissions_file, github, "/rerun-failed-ci", user="helper")
+    assert outcome.exit_code == 0 and "cooldown" not in outcome.reply

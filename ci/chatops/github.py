@@ -30,6 +30,9 @@ import tenacity
 from ground.errors import InfraError
 
 DEFAULT_API = "https://api.github.com"
+# Who the workflow's GITHUB_TOKEN writes as. Our replies and reactions are found by this login, never by a
+# marker alone: any bot (or app) could post a comment holding our marker.
+DEFAULT_BOT_LOGIN = "github-actions[bot]"
 TIMEOUT_SECONDS = 30
 SETTLE_SECONDS = 10.0  # GitHub lists a dispatched run within a few seconds
 REACTIONS = {"accepted": "+1", "refused": "confused", "seen": "eyes"}
@@ -70,6 +73,7 @@ class GitHub:
     max_wait_seconds: float = 60.0  # the longest single wait (rate limits asking more fail at once)
     timeout_seconds: float = TIMEOUT_SECONDS
     settle_seconds: float = SETTLE_SECONDS  # how long a dispatched run may take to be listed
+    bot_login: str = DEFAULT_BOT_LOGIN  # who this client's token writes as
     session: requests.Session = field(default_factory=requests.Session, compare=False, repr=False)
 
     def _retrying(self) -> tenacity.Retrying:
@@ -166,9 +170,13 @@ class GitHub:
             newest += reversed([c for c in comments or [] if isinstance(c, dict)])
         return newest
 
+    def _ours(self, item: dict) -> bool:
+        """Written by this client's identity (a comment or a reaction)."""
+        return (item.get("user") or {}).get("login") == self.bot_login
+
     def _bot_comment_with(self, pr: int, marker: str, since: datetime | None) -> dict | None:
         for comment in self.newest_comments(pr, since):
-            if (comment.get("user") or {}).get("type") == "Bot" and marker in (comment.get("body") or ""):
+            if self._ours(comment) and marker in (comment.get("body") or ""):
                 return comment
         return None
 
@@ -222,7 +230,7 @@ class GitHub:
 
         def find(_: bool) -> bool | None:
             listed = self._call("GET", path, params={"content": content, "per_page": PAGE_SIZE}) or []
-            return True if any((r.get("user") or {}).get("type") == "Bot" and r.get("content") == content
+            return True if any(self._ours(r) and r.get("content") == content
                                for r in listed if isinstance(r, dict)) else None
 
         self._write(lambda: self._once("POST", path, {"content": content}, None) or True, find)

@@ -12,7 +12,7 @@ from ci.chatops.decision import read_decision, write_decision
 from ci.chatops.handle import (DEFAULT_MATRICES, ChatOpsConfig, Execution, GitHubContext, OfflineContext, Outcome,
                                execute, execution_summary, handle)
 from ci.chatops.event import event_from_flags, load_event
-from ci.chatops.github import DEFAULT_API, SETTLE_SECONDS, GitHub
+from ci.chatops.github import DEFAULT_API, DEFAULT_BOT_LOGIN, SETTLE_SECONDS, GitHub
 from ci.chatops.permissions import DEFAULT_PERMISSIONS, load_permissions
 from ground.errors import BadInput, ExitCode
 
@@ -52,6 +52,9 @@ def add_arguments(parser) -> None:
                         help="the commit checked out under --repo-root (the rerun runs exactly this commit, and "
                              "is refused when the PR head is no longer it; without it, the head GitHub names "
                              "when the command is handled)")
+    parser.add_argument("--bot-login", default=DEFAULT_BOT_LOGIN, metavar="LOGIN",
+                        help="who GITHUB_TOKEN writes as: earlier replies and reactions are ours only when written "
+                             f"by this login (default {DEFAULT_BOT_LOGIN})")
     parser.add_argument("--matrix", action="append", metavar="MATRIX",
                         help=f"where `/rerun-test cell:PATTERN` finds cells (default {' '.join(DEFAULT_MATRICES)})")
     parser.add_argument("--format", choices=("text", "json"), default="text",
@@ -128,7 +131,7 @@ def _github(token: str, event, args) -> GitHub:
     except ValueError:
         raise BadInput(SETTLE_ENV, f"{settle!r} is not a number of seconds") from None
     return GitHub(token=token, repo=event.repo, api_url=os.environ.get("GITHUB_API_URL", DEFAULT_API),
-                  settle_seconds=settle_seconds)
+                  settle_seconds=settle_seconds, bot_login=args.bot_login)
 
 
 def _print(outcome: Outcome, fmt: str, dry_run: bool) -> None:
