@@ -49,6 +49,20 @@ REGISTERED = {
 }
 OUTSIDE = {"manual/test_manual.py": 'register_cuda_ci(est_time=5, stage="base-b", runner_config="1-gpu-large")\n'}
 
+# Runner labels the fixture tree names that ci/nightly/fleet.json does not: this repository's fleet, for these tests.
+FIXTURE_RUNNERS = {"1-gpu-h100": 2, "1-gpu-mi35x": 1}
+
+
+@pytest.fixture(autouse=True)
+def fleet_of_the_fixture_tree(tmp_path_factory, monkeypatch):
+    from ci.chatops import fleet
+
+    path = tmp_path_factory.mktemp("fleet") / "fleet.json"
+    path.write_text(json.dumps({**json.loads(fleet.DEFAULT_FLEET.read_text()), **FIXTURE_RUNNERS}))
+    monkeypatch.setattr(fleet, "DEFAULT_FLEET", path)
+    return path
+
+
 PERMISSIONS = {
     "maintainer": {"can_tag_run_ci_label": True, "can_rerun_failed_ci": True, "cooldown_interval_minutes": 0},
     "helper": {"can_rerun_failed_ci": True, "cooldown_interval_minutes": 60, "reason": "top contributor"},

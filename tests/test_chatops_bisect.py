@@ -7,7 +7,8 @@ import pytest
 
 from ci.chatops import decision
 from ci.workflows.definitions import render_all
-from tests.test_chatops import chatops_json, no_github, permissions_file, sglang_repo  # noqa: F401 (fixtures)
+from tests.test_chatops import (chatops_json, fleet_of_the_fixture_tree, no_github, permissions_file,  # noqa: F401
+                                 sglang_repo)
 
 CELL = "dsv4-flash-tp8-dp2-dpattn-lmhead-a2a-none-dspark-cuda"
 SHA = "b" * 40

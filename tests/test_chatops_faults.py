@@ -20,7 +20,8 @@ from ci.chatops.text import ZERO_WIDTH_SPACE
 from dspark_ci.cli import main
 from matrices import load_cells
 from tests.github_standin import FAULT_KINDS, GitHubStandIn
-from tests.test_chatops_github import github, permissions_file, sglang_repo  # noqa: F401 (fixtures)
+from tests.test_chatops_github import (fleet_of_the_fixture_tree, github, permissions_file,  # noqa: F401
+                                        sglang_repo)
 
 REPO = Path(__file__).resolve().parent.parent
 TOKEN = "stand-in-token"
@@ -442,3 +443,28 @@ def test_another_bots_accepted_marker_starts_no_cooldown(tmp_path, sglang_repo, 
                        created_at=iso(datetime.now(timezone.utc) - timedelta(minutes=5)))
     outcome, _ = run_once(tmp_path, sglang_repo, permissions_file, github, "/rerun-failed-ci", user="helper")
     assert outcome.exit_code == 0 and "cooldown" not in outcome.reply
+
+
+# --- a runner label nobody runs is refused before dispatch ---------------------------------------
+
+def test_a_runner_label_outside_the_fleet_is_refused_before_dispatch(tmp_path, sglang_repo, permissions_file,
+                                                                     github):
+    (sglang_repo / "test/registered/spec/test_stray.py").write_text(
+        'register_cuda_ci(est_time=5, stage="stage-c", runner_config="99999-gpu-h100")\n')
+    outcome, done = run_once(tmp_path, sglang_repo, permissions_file, github,
+                             "/rerun-test test_stray.py test_eagle_small.py")
+    assert outcome.exit_code == 2 and github.state.dispatches == [] and done.failed == []
+    (reply,) = github.replies()
+    assert "⛔ test_stray.py: needs runner 99999-gpu-h100, which is not in our fleet" in reply
+    assert "queued" not in reply and "Nothing was dispatched" in reply
+
+
+def test_the_fleet_is_ci_nightly_fleet_json(capsys, sglang_repo, permissions_file, tmp_path):
+    fleet = tmp_path / "only-h200.json"
+    fleet.write_text('{"8-gpu-h200": 4}')
+    argv = ["chatops", "--comment", "/rerun-test test_eagle_small.py", "--user", "maintainer", "--author-association",
+            "MEMBER", "--repo-root", str(sglang_repo), "--permissions", str(permissions_file), "--pr", "1",
+            "--repo", "o/n", "--dry-run", "--format", "json"]
+    assert main(argv + ["--fleet", str(fleet)]) == 2
+    assert "needs runner 1-gpu-h100, which is not in our fleet (8-gpu-h200, ubuntu-latest)" in capsys.readouterr().out
+    assert main(argv) == 0  # the fixture's fleet: ci/nightly/fleet.json and the labels the fixture tree names

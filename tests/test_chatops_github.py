@@ -15,7 +15,7 @@ import pytest
 
 from dspark_ci.cli import main
 from tests.github_standin import GitHubStandIn
-from tests.test_chatops import PERMISSIONS, REGISTERED
+from tests.test_chatops import PERMISSIONS, REGISTERED, fleet_of_the_fixture_tree  # noqa: F401 (fixture)
 
 REPO = Path(__file__).resolve().parent.parent
 TOKEN = "stand-in-token"

@@ -23,6 +23,7 @@ from ci.chatops import grammar, permissions
 from ci.chatops.grammar import (MAX_STARTS, Command, CommentRejected, NotACommand, bisect_arguments, no_arguments,
                                  split_command, test_arguments)
 from ci.chatops.event import CommentEvent
+from ci.chatops.fleet import load_fleet
 from ci.chatops.github import ACCEPTED_MARKER, GitHub, PullHead
 from ci.chatops.permissions import Commenter, Permission, UserPermissions, refusal
 from ci.chatops.reply import REFUSED, group_by_runner, render_groups, render_refusals
@@ -96,6 +97,7 @@ class ChatOpsConfig:
     workflow: str = RERUN_WORKFLOW
     matrices: tuple[str, ...] = DEFAULT_MATRICES  # where `/rerun-test cell:...` finds cells
     tree_sha: str = ""  # the commit checked out at repo_root (--head-sha): what was resolved, and what runs
+    fleet: frozenset[str] = field(default_factory=load_fleet)  # runner labels a rerun may be dispatched to
     now: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
 
 
@@ -202,6 +204,9 @@ def _rerun_test(command, event: CommentEvent, config: ChatOpsConfig, context: Co
         return _rejected(plan, refusals, f"{len(refusals)} of {len(command.specs)} tests refused: "
                          + "; ".join(f"{spec}: {why}" if spec else why for spec, why in refusals))
     groups = group_by_runner(resolved)
+    strays = _outside_fleet(groups, config.fleet)
+    if strays:
+        return _rejected(plan, strays, "; ".join(f"{spec}: {why}" for spec, why in strays))
     ref = event.default_branch or config.ref
     sha = ""
     if groups:  # PR code will run: exactly the commit the commenter saw
@@ -243,6 +248,14 @@ def _resolve_cells(specs, config: ChatOpsConfig) -> tuple[list[Cell], list[tuple
                                 " ".join(config.matrices) + "`)")))
         chosen.update((cell.id, cell) for cell in matches)
     return list(chosen.values()), refusals
+
+
+def _outside_fleet(groups: list, fleet: frozenset[str]) -> list[tuple[str | None, str]]:
+    """(test, why) for each test whose runner label no runner of ours carries: its job would wait forever."""
+    known = ", ".join(sorted(fleet))
+    return [(test.spec, f"needs runner {group.runner}, which is not in our fleet ({known}): "
+                        "fix the runner_config or suite of its register_*_ci call")
+            for group in groups if group.runner not in fleet for test in group.tests]
 
 
 def _with_file_hints(refusals: list, cell_specs: list, config: ChatOpsConfig) -> list:

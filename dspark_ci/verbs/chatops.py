@@ -12,6 +12,7 @@ from ci.chatops.decision import read_decision, write_decision
 from ci.chatops.handle import (DEFAULT_MATRICES, ChatOpsConfig, Execution, GitHubContext, OfflineContext, Outcome,
                                execute, execution_summary, handle)
 from ci.chatops.event import event_from_flags, load_event
+from ci.chatops.fleet import load_fleet
 from ci.chatops.github import DEFAULT_API, DEFAULT_BOT_LOGIN, SETTLE_SECONDS, GitHub
 from ci.chatops.permissions import DEFAULT_PERMISSIONS, load_permissions
 from ground.errors import BadInput, ExitCode
@@ -52,6 +53,9 @@ def add_arguments(parser) -> None:
                         help="the commit checked out under --repo-root (the rerun runs exactly this commit, and "
                              "is refused when the PR head is no longer it; without it, the head GitHub names "
                              "when the command is handled)")
+    parser.add_argument("--fleet", type=Path, metavar="FILE",
+                        help="runner labels a rerun may be dispatched to, as {label: runners} (default "
+                             "ci/nightly/fleet.json; ubuntu-latest is always known)")
     parser.add_argument("--bot-login", default=DEFAULT_BOT_LOGIN, metavar="LOGIN",
                         help="who GITHUB_TOKEN writes as: earlier replies and reactions are ours only when written "
                              f"by this login (default {DEFAULT_BOT_LOGIN})")
@@ -102,7 +106,8 @@ def _config(args) -> ChatOpsConfig:
     permissions = args.permissions or DEFAULT_PERMISSIONS
     shown = str(args.permissions) if args.permissions else "ci/chatops/permissions.json"
     return ChatOpsConfig(repo_root=args.repo_root, users=load_permissions(permissions, shown), ref=args.ref,
-                         matrices=tuple(args.matrix or DEFAULT_MATRICES), tree_sha=args.head_sha)
+                         matrices=tuple(args.matrix or DEFAULT_MATRICES), tree_sha=args.head_sha,
+                         fleet=load_fleet(args.fleet))
 
 
 def _report(outcome: Outcome, done: Execution | None, args) -> int:
