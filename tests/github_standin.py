@@ -1,6 +1,6 @@
 """A local stand-in for the GitHub REST endpoints ChatOps uses, on 127.0.0.1 (tests only; not GitHub).
 
-It keeps comments, reactions, labels, dispatches and workflow runs in memory, answers permission and pull
+It keeps comments, reactions, labels, dispatches, workflow runs and pushes to the PR's branch in memory, answers permission and pull
 requests from what a test set, and can be scripted to fail:
 - ``fail(method, path_regex, status, headers, body, times)`` answers the next ``times`` matching requests
   with that failure instead of carrying them out;
@@ -52,7 +52,11 @@ class Failure:
 class StandInState:
     repo: str = "sgl-project/sglang"
     head_sha: str = "c0ffee" * 6 + "beef"
-    head_pushed_at: str = "2026-01-01T00:00:00Z"  # head.repo.pushed_at
+    head_ref: str = "feature"  # the PR's head branch, in this same repository
+    # Pushes to the head branch, oldest first, as GET /repos/R/activity lists them (newest first there).
+    activities: list[dict] = field(default_factory=lambda: [{
+        "before": "0" * 40, "after": "c0ffee" * 6 + "beef", "ref": "refs/heads/feature",
+        "timestamp": "2026-01-01T00:00:00Z", "activity_type": "branch_creation"}])
     permissions: dict[str, str] = field(default_factory=dict)  # login -> admin|write|read (absent: 404)
     comments: dict[int, dict] = field(default_factory=dict)
     reactions: list[tuple[int, str]] = field(default_factory=list)
@@ -101,8 +105,11 @@ class GitHubStandIn:
             return _new_comment(self.state, body, user or BOT, created_at or now_iso())["id"]
 
     def push(self, sha: str, pushed_at: str | None = None) -> None:
-        """Someone pushes a new head to the PR."""
-        self.state.head_sha, self.state.head_pushed_at = sha, pushed_at or now_iso()
+        """Someone pushes a new head to the PR (at ``pushed_at``, GitHub's time to the second)."""
+        self.state.activities.append({"before": self.state.head_sha, "after": sha,
+                                      "ref": f"refs/heads/{self.state.head_ref}",
+                                      "timestamp": pushed_at or now_iso(), "activity_type": "push"})
+        self.state.head_sha = sha
 
     def times_of(self, method: str, path_part: str) -> list[float]:
         return [t for t, m, p in self.state.requests if m == method and path_part in p]
@@ -192,7 +199,12 @@ def _handler(state: StandInState):
                 self._send(404, {"message": "Not a collaborator"})
 
         def pull(self, m, payload, query):
-            return self._send(200, {"head": {"sha": state.head_sha, "repo": {"pushed_at": state.head_pushed_at}}})
+            return self._send(200, {"head": {"sha": state.head_sha, "ref": state.head_ref,
+                                             "repo": {"full_name": state.repo}}})
+
+        def activity(self, m, payload, query):
+            listed = [a for a in reversed(state.activities) if a["ref"] == query.get("ref", a["ref"])]
+            return self._send(200, listed[:int(query.get("per_page", 30))])
 
         def list_comments(self, m, payload, query):
             since = query.get("since", "")
@@ -280,6 +292,7 @@ def _handler(state: StandInState):
     ROUTES = (
         (r"/collaborators/([^/]+)/permission", "GET", Handler.permission),
         (r"/pulls/\d+", "GET", Handler.pull),
+        (r"/activity", "GET", Handler.activity),
         (r"/issues/(\d+)/comments", "GET", Handler.list_comments),
         (r"/issues/(\d+)/comments", "POST", Handler.post_comment),
         (r"/issues/comments/(\d+)/reactions", "GET", Handler.list_reactions),

@@ -144,6 +144,32 @@ def test_a_push_after_the_comment_is_refused_and_nothing_runs(tmp_path, sglang_r
     assert github.state.reactions == [(99, "confused")]
 
 
+def test_a_push_in_the_same_second_as_the_comment_is_refused(tmp_path, sglang_repo, permissions_file, github):
+    commented = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(minutes=1)
+    github.push("d" * 40, iso(commented))  # GitHub's clock: the same second; the decide job checked this out
+    outcome, _ = run_once(tmp_path, sglang_repo, permissions_file, github, "/rerun-test test_eagle_small.py",
+                          created_at=commented)
+    assert github.state.dispatches == [] and outcome.exit_code == 1
+    (reply,) = github.replies()
+    assert "in the same second as your comment" in reply and "comment again" in reply
+
+
+def test_a_head_that_cannot_be_known_is_refused(tmp_path, sglang_repo, permissions_file, github):
+    github.fail("GET", r"/activity\?", 404, body='{"message": "Not Found"}')
+    outcome, _ = run_once(tmp_path, sglang_repo, permissions_file, github, "/rerun-test test_eagle_small.py")
+    assert github.state.dispatches == [] and outcome.exit_code == 1
+    assert "the commit you reviewed cannot be known: GitHub did not list the pushes" in github.replies()[0]
+
+
+def test_an_event_without_the_comment_time_fails_closed(capsys, tmp_path, sglang_repo, permissions_file, github):
+    payload = event_payload("/rerun-test test_eagle_small.py")
+    del payload["comment"]["created_at"]
+    code = main(["chatops", "--event", str(write_event(tmp_path, payload)), "--repo-root", str(sglang_repo),
+                 "--permissions", str(permissions_file), "--head-sha", github.state.head_sha])
+    assert code == 1 and github.state.dispatches == []
+    assert "does not say when your comment was written" in github.replies()[0]
+
+
 def test_a_head_that_moved_after_checkout_is_refused(tmp_path, sglang_repo, permissions_file, github):
     checked_out = github.state.head_sha
     event = write_event(tmp_path, event_payload("/rerun-test test_eagle_small.py"))

@@ -38,8 +38,8 @@ def github(monkeypatch):
         monkeypatch.setenv("GITHUB_API_URL", standin.url)
         monkeypatch.setenv("DSPARK_CHATOPS_SETTLE_SECONDS", "1")
         standin.state.permissions.update({"maintainer": "write", "reader": "read"})
-        # Pushed an hour ago: before any comment a test writes (a later push refuses the command).
-        standin.state.head_pushed_at = (datetime.now(timezone.utc) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        # The head was pushed an hour ago: before any comment a test writes (a later push refuses the command).
+        standin.push(standin.state.head_sha, (datetime.now(timezone.utc) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ"))
         yield standin
 
 
@@ -54,7 +54,8 @@ def event_file(tmp_path: Path, body: str, user: str = "maintainer", association:
     path = tmp_path / "event.json"
     path.write_text(json.dumps({
         "action": "created", "issue": {"number": 4242, "user": {"login": "someone"}, "pull_request": {}},
-        "comment": {"id": 99, "body": body, "user": {"login": user}, "author_association": association},
+        "comment": {"id": 99, "body": body, "user": {"login": user}, "author_association": association,
+                    "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")},
         "repository": {"full_name": "sgl-project/sglang", "default_branch": "main"}}))
     return path
 

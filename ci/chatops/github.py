@@ -60,7 +60,16 @@ class GitHubError(InfraError):
 @dataclass(frozen=True)
 class PullHead:
     sha: str
-    pushed_at: datetime | None  # the server's time of the last push to the head's repository (None: unknown)
+    repo: str | None = None  # owner/name the head branch lives in (a fork's, or ours)
+    ref: str | None = None  # the head branch's name
+
+
+@dataclass(frozen=True)
+class HeadAt:
+    """The PR head at one moment: ``sha``, or None with ``why`` it cannot be known."""
+
+    sha: str | None
+    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -82,8 +91,9 @@ class GitHub:
             retry=tenacity.retry_if_exception(self._worth_retrying),
             wait=self._wait, reraise=True, sleep=time.sleep)
 
-    def _call(self, method: str, path: str, json_body: dict | None = None, params: dict | None = None):
-        return self._retrying()(self._once, method, path, json_body, params)
+    def _call(self, method: str, path: str, json_body: dict | None = None, params: dict | None = None,
+              repo: str | None = None):
+        return self._retrying()(self._once, method, path, json_body, params, repo)
 
     def _write(self, perform: Callable[[], T], find: Callable[[bool], T | None]) -> T:
         """``perform`` at most once: every attempt first looks (``find(ambiguous)``) for the write having
@@ -103,11 +113,12 @@ class GitHub:
 
         return self._retrying()(attempt)
 
-    def _once(self, method: str, path: str, json_body: dict | None, params: dict | None):
-        return self._response(method, path, json_body, params)[0]
+    def _once(self, method: str, path: str, json_body: dict | None, params: dict | None, repo: str | None = None):
+        return self._response(method, path, json_body, params, repo)[0]
 
-    def _response(self, method: str, path: str, json_body: dict | None, params: dict | None):
-        url = f"{self.api_url}/repos/{self.repo}{path}"
+    def _response(self, method: str, path: str, json_body: dict | None, params: dict | None,
+                  repo: str | None = None):
+        url = f"{self.api_url}/repos/{repo or self.repo}{path}"
         headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/vnd.github+json",
                    "X-GitHub-Api-Version": "2022-11-28"}
         try:
@@ -185,8 +196,34 @@ class GitHub:
 
     def pr_head(self, pr: int) -> PullHead:
         answer = self._call("GET", f"/pulls/{pr}")
-        pushed = (self._get(answer, "head").get("repo") or {}).get("pushed_at")
-        return PullHead(str(self._get(answer, "head", "sha")), _timestamp(pushed))
+        repo = (self._get(answer, "head").get("repo") or {}).get("full_name")
+        ref = self._get(answer, "head").get("ref")
+        return PullHead(str(self._get(answer, "head", "sha")), repo if isinstance(repo, str) else None,
+                        ref if isinstance(ref, str) else None)
+
+    def head_at(self, head: PullHead, moment: datetime) -> HeadAt:
+        """What the head branch pointed at, at ``moment``, from the head repository's activity (its pushes,
+        newest first, each with ``after`` and GitHub's own timestamp). GitHub's times are whole seconds, so a
+        push in the same second as ``moment`` cannot be ordered against it: unknown, never a guess."""
+        if not head.repo or not head.ref:
+            return HeadAt(None, "GitHub did not name the PR's head branch")
+        try:
+            listed = self._call("GET", "/activity", params={"ref": f"refs/heads/{head.ref}", "direction": "desc",
+                                                            "per_page": PAGE_SIZE}, repo=head.repo)
+        except GitHubError as err:
+            return HeadAt(None, f"GitHub did not list the pushes to the PR's branch ({str(err)[:160]})")
+        second = _whole_second(moment)
+        for activity in listed if isinstance(listed, list) else []:
+            when = _timestamp(activity.get("timestamp")) if isinstance(activity, dict) else None
+            after = activity.get("after") if isinstance(activity, dict) else None
+            if when is None or not isinstance(after, str):
+                return HeadAt(None, "GitHub listed a push to the PR's branch without its time or commit")
+            if _whole_second(when) == second:
+                return HeadAt(None, f"a push to the PR's branch came in the same second as your comment "
+                                    f"({when:%H:%M:%S} UTC), so it cannot be told whether you saw it")
+            if when < moment:
+                return HeadAt(after)
+        return HeadAt(None, "GitHub lists no push to the PR's branch before your comment")
 
     def pr_head_sha(self, pr: int) -> str:
         return self.pr_head(pr).sha
@@ -299,11 +336,17 @@ class GitHub:
 _CLOCK_SKEW = timedelta(minutes=2)  # our clock against GitHub's, when filtering runs
 
 
+def _whole_second(moment: datetime) -> int:
+    return int(moment.timestamp() // 1)
+
+
 def _timestamp(text) -> datetime | None:
+    """An ISO 8601 time with its zone (None: absent, unreadable or zoneless, which cannot be compared)."""
     try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00")) if text else None
+        moment = datetime.fromisoformat(str(text).replace("Z", "+00:00")) if text else None
     except ValueError:
         return None
+    return moment if moment is not None and moment.tzinfo is not None else None
 
 
 def _rate_limit_wait(response: requests.Response) -> float | None:

@@ -24,7 +24,7 @@ from ci.chatops.grammar import (MAX_STARTS, Command, CommentRejected, NotAComman
                                  split_command, test_arguments)
 from ci.chatops.event import CommentEvent
 from ci.chatops.fleet import load_fleet
-from ci.chatops.github import ACCEPTED_MARKER, GitHub, PullHead
+from ci.chatops.github import ACCEPTED_MARKER, GitHub, HeadAt, PullHead
 from ci.chatops.permissions import Commenter, Permission, UserPermissions, refusal
 from ci.chatops.reply import REFUSED, group_by_runner, render_groups, render_refusals
 from ci.chatops.rerun_status import update_status
@@ -46,11 +46,12 @@ OFFLINE_WRITE_ASSOCIATIONS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
 
 class Context(Protocol):
     @property
-    def verifies_push_time(self) -> bool: ...  # False only offline: no GitHub clock to compare the comment with
+    def verifies_head(self) -> bool: ...  # False only offline: no GitHub to ask what the head was
 
     def permission(self, login: str) -> str: ...
     def last_accepted(self, login: str, since: datetime) -> datetime | None: ...
     def pr_head(self) -> PullHead: ...
+    def head_at(self, head: PullHead, moment: datetime) -> HeadAt: ...
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ class OfflineContext:
 
     association: str
     sha: str = ""
-    verifies_push_time: bool = False
+    verifies_head: bool = False
 
     def permission(self, login: str) -> str:
         return "write" if self.association.upper() in OFFLINE_WRITE_ASSOCIATIONS else "read"
@@ -68,7 +69,10 @@ class OfflineContext:
         return None
 
     def pr_head(self) -> PullHead:
-        return PullHead(self.sha, None)
+        return PullHead(self.sha)
+
+    def head_at(self, head: PullHead, moment: datetime) -> HeadAt:
+        return HeadAt(None, "offline: nothing to ask")
 
 
 @dataclass
@@ -77,7 +81,7 @@ class GitHubContext:
 
     github: GitHub
     pr: int
-    verifies_push_time: bool = True
+    verifies_head: bool = True
 
     def permission(self, login: str) -> str:
         return self.github.permission(login)
@@ -87,6 +91,9 @@ class GitHubContext:
 
     def pr_head(self) -> PullHead:
         return self.github.pr_head(self.pr)
+
+    def head_at(self, head: PullHead, moment: datetime) -> HeadAt:
+        return self.github.head_at(head, moment)
 
 
 @dataclass(frozen=True)
@@ -161,19 +168,25 @@ def _rejected(plan: dict, refusals: list, problem: str) -> Outcome:
 
 
 def _head_moved(head: PullHead, event: CommentEvent, config: ChatOpsConfig, context: Context) -> str | None:
-    """Why the PR head cannot be taken as the commit the commenter reviewed (None: it can)."""
+    """Why the PR head cannot be taken as the commit the commenter reviewed (None: it can).
+
+    Commits are compared, never clocks: the head now must be the head when the comment was written, and a
+    head that cannot be known (no comment time, no listing, a push in the comment's second) is refused."""
     if config.tree_sha and head.sha != config.tree_sha:
         return (f"the PR head moved while this command was handled (resolved against {config.tree_sha[:12]}, "
                 f"the head is now {head.sha[:12]}). Review the new commits and comment again.")
-    if not context.verifies_push_time or event.created_at is None:
+    if not context.verifies_head:
         return None
-    if head.pushed_at is None:
-        return ("GitHub did not say when the PR head was pushed, so it cannot be shown to predate your comment. "
-                "Comment again.")
-    if head.pushed_at > event.created_at:
-        return (f"commits were pushed to this PR at {head.pushed_at:%H:%M:%S} UTC, after your comment "
-                f"({event.created_at:%H:%M:%S} UTC): nothing runs code you have not seen. Review the new head "
-                "and comment again.")
+    if event.created_at is None:
+        return ("the event does not say when your comment was written, so the commit you reviewed cannot be "
+                "known. Comment again.")
+    reviewed = context.head_at(head, event.created_at)
+    if reviewed.sha is None:
+        return f"the commit you reviewed cannot be known: {reviewed.why}. Review the head and comment again."
+    if reviewed.sha != head.sha:
+        return (f"commits were pushed to this PR after your comment: its head was {reviewed.sha[:12]} when you "
+                f"commented and is {head.sha[:12]} now, and nothing runs code you have not seen. Review the new "
+                "head and comment again.")
     return None
 
 
