@@ -118,6 +118,11 @@ class GitHubStandIn:
         return [c["body"] for c in self.state.comments.values() if c["user"].get("type") == "Bot"]
 
 
+def _reaction_id(comment_id: int, content: str) -> int:
+    """A stable id per (comment, content): the stand-in keeps reactions as pairs."""
+    return comment_id * 100 + sorted(("+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes")).index(content)
+
+
 def _new_comment(state: StandInState, body: str, user: dict, created_at: str) -> dict:
     state.next_id += 1
     comment = {"id": state.next_id, "body": body, "user": user, "created_at": created_at, "updated_at": created_at}
@@ -220,9 +225,18 @@ def _handler(state: StandInState):
             return self._send(201, comment)
 
         def list_reactions(self, m, payload, query):
-            listed = [{"content": content, "user": BOT} for cid, content in state.reactions
+            listed = [{"id": _reaction_id(cid, content), "content": content, "user": BOT}
+                      for cid, content in state.reactions
                       if cid == int(m.group(1)) and content == query.get("content", content)]
             return self._send(200, listed)
+
+        def unreact(self, m, payload, query):
+            cid, rid = int(m.group(1)), int(m.group(2))
+            kept = [(c, content) for c, content in state.reactions if (c, _reaction_id(c, content)) != (cid, rid)]
+            if len(kept) == len(state.reactions):
+                return self._send(404, {"message": "Not Found"})
+            state.reactions[:] = kept
+            return self._send(204)
 
         def react(self, m, payload, query):
             state.reactions.append((int(m.group(1)), payload["content"]))
@@ -287,7 +301,7 @@ def _handler(state: StandInState):
             run.update(status="queued", conclusion=None, reruns=run.get("reruns", 0) + 1)
             return self._send(201, {})
 
-        do_GET = do_POST = do_PATCH = _route
+        do_GET = do_POST = do_PATCH = do_DELETE = _route
 
     ROUTES = (
         (r"/collaborators/([^/]+)/permission", "GET", Handler.permission),
@@ -297,6 +311,7 @@ def _handler(state: StandInState):
         (r"/issues/(\d+)/comments", "POST", Handler.post_comment),
         (r"/issues/comments/(\d+)/reactions", "GET", Handler.list_reactions),
         (r"/issues/comments/(\d+)/reactions", "POST", Handler.react),
+        (r"/issues/comments/(\d+)/reactions/(\d+)", "DELETE", Handler.unreact),
         (r"/issues/comments/(\d+)", "GET", Handler.get_comment),
         (r"/issues/comments/(\d+)", "PATCH", Handler.edit_comment),
         (r"/issues/\d+/labels", "GET", Handler.list_labels),

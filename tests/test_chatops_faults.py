@@ -494,3 +494,27 @@ def test_the_fleet_is_ci_nightly_fleet_json(capsys, sglang_repo, permissions_fil
     assert main(argv + ["--fleet", str(fleet)]) == 2
     assert "needs runner 1-gpu-h100, which is not in our fleet (8-gpu-h200, ubuntu-latest)" in capsys.readouterr().out
     assert main(argv) == 0  # the fixture's fleet: ci/nightly/fleet.json and the labels the fixture tree names
+
+
+# --- a reply never says more than was done ------------------------------------------------------
+
+def test_a_failed_dispatch_whose_reply_cannot_be_edited_is_corrected(tmp_path, sglang_repo, permissions_file, github):
+    github.fail("POST", r"/dispatches$", 422, body='{"message": "Unexpected inputs"}')
+    github.fail("PATCH", r"/issues/comments/\d+$", 500, body="boom", times=100)
+    _, done = run_once(tmp_path, sglang_repo, permissions_file, github, "/rerun-test test_eagle_small.py")
+    assert github.state.dispatches == [] and [what for what, _ in done.failed] == ["dispatch <!--rrt:0-->"]
+    first, correction = github.replies()
+    assert "⏳ queued" in first  # GitHub would not let it be edited ...
+    assert "Correction to the reply above: `1-gpu-h100` was **not dispatched**" in correction  # ... so it is corrected
+
+
+def test_a_reply_that_cannot_be_posted_takes_its_thumbs_up_back(capsys, tmp_path, sglang_repo, permissions_file,
+                                                                 github):
+    github.fail("POST", r"/issues/\d+/comments$", 403, body='{"message": "Resource not accessible"}', times=100)
+    code = main(["chatops", "--event", str(write_event(tmp_path, event_payload("/rerun-test test_eagle_small.py"))),
+                 "--repo-root", str(sglang_repo), "--permissions", str(permissions_file),
+                 "--head-sha", github.state.head_sha])
+    err = capsys.readouterr().err
+    assert code == 3 and "not everything was carried out" in err and "Traceback" not in err
+    assert github.state.comments == {} and github.state.dispatches == []
+    assert github.state.reactions == [] and len(github.times_of("DELETE", "/reactions/")) == 1

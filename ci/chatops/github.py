@@ -272,6 +272,19 @@ class GitHub:
 
         self._write(lambda: self._once("POST", path, {"content": content}, None) or True, find)
 
+    def unreact(self, comment_id: int, reaction: str) -> None:
+        """Take back every ``reaction`` of ours on the comment (a DELETE of one already gone is a 404: done)."""
+        content = REACTIONS[reaction]
+        path = f"/issues/comments/{comment_id}/reactions"
+        listed = self._call("GET", path, params={"content": content, "per_page": PAGE_SIZE}) or []
+        for item in listed if isinstance(listed, list) else []:
+            if isinstance(item, dict) and self._ours(item) and item.get("content") == content:
+                try:
+                    self._call("DELETE", f"{path}/{int(item['id'])}")
+                except GitHubError as err:
+                    if err.status != 404:
+                        raise
+
     def add_label(self, pr: int, label: str) -> None:
         def find(_: bool) -> bool | None:
             listed = self._call("GET", f"/issues/{pr}/labels", params={"per_page": PAGE_SIZE}) or []

@@ -397,7 +397,8 @@ def execute(outcome: Outcome, event: CommentEvent, github: GitHub) -> Execution:
     A comment that gets no reply (not a command of ours, an ignored event) gets nothing at all, not even
     a reaction. The reaction is cosmetic: its failure is a warning. Every other action is attempted even
     when one before it failed, and the reply says only what happened: an action that failed is replaced
-    by a line saying so, a group that was never dispatched is marked so, never left "queued".
+    by a line saying so, a group that was never dispatched is marked so (or corrected in a second comment),
+    never left "queued". A reply that cannot be posted dispatches nothing and takes its 👍 back.
     """
     result = Execution()
     if not outcome.reply:
@@ -405,19 +406,45 @@ def execute(outcome: Outcome, event: CommentEvent, github: GitHub) -> Execution:
     pr, request = event.pr_number, outcome.plan["request"]
     if pr is None:
         raise BadInput("--pr", "no pull request to reply to", "pass --pr N or --dry-run")
-    if event.comment_id is not None:
-        try:
-            github.react(event.comment_id, "accepted" if outcome.accepted else "refused")
-        except DsparkError as err:
-            result.warnings.append(f"reaction not added: {err}")
+    reaction = "accepted" if outcome.accepted else "refused"
+    _react(github, event, reaction, result)
     actions = outcome.plan["actions"]
     dispatches = [action for action in actions if action["type"] == "workflow_dispatch"]
     # Labels and reruns before the reply, so it never claims what failed; dispatches after it,
     # because the rerun workflow edits that reply in place and needs its id.
-    reply = outcome.reply
+    reply = _carry_out_pr_actions(github, pr, [a for a in actions if a not in dispatches], outcome.reply, result)
+    try:
+        reply_id = github.post_reply(pr, reply, request, since=event.created_at)
+    except DsparkError as err:
+        result.failed.append(("reply", str(err)))
+        _unreact(github, event, reaction, result)  # a 👍 with no reply would say the command was taken
+        return result
+    for action in dispatches:
+        _dispatch(github, event, request, reply_id, action, result)
+    return result
+
+
+def _react(github: GitHub, event: CommentEvent, reaction: str, result: Execution) -> None:
+    if event.comment_id is None:
+        return
+    try:
+        github.react(event.comment_id, reaction)
+    except DsparkError as err:
+        result.warnings.append(f"reaction not added: {err}")
+
+
+def _unreact(github: GitHub, event: CommentEvent, reaction: str, result: Execution) -> None:
+    if event.comment_id is None:
+        return
+    try:
+        github.unreact(event.comment_id, reaction)
+    except DsparkError as err:
+        result.warnings.append(f"reaction not removed: {err}")
+
+
+def _carry_out_pr_actions(github: GitHub, pr: int, actions: list[dict], reply: str, result: Execution) -> str:
+    """Carry out labels and reruns; the reply with each failed one's line replaced by a line saying so."""
     for action in actions:
-        if action in dispatches:
-            continue
         try:
             _PR_ACTIONS[action["type"]](github, pr, action)
             result.done.append(action["type"])
@@ -425,22 +452,39 @@ def execute(outcome: Outcome, event: CommentEvent, github: GitHub) -> Execution:
             result.failed.append((action["type"], str(err)))
             reply = reply.replace(action["says"], f"⚠️ {action['type'].replace('_', ' ')} failed: GitHub did "
                                   "not accept it; comment again.")
-    reply_id = github.post_reply(pr, reply, request, since=event.created_at)
-    for action in dispatches:
-        inputs = action["inputs"]
-        marker = inputs["reply_marker"]
-        inputs = {**inputs, "reply_comment_id": str(reply_id)}  # the run moves its line of this reply
-        try:
-            github.dispatch_workflow(action["workflow"], action["ref"], inputs)
-            result.done.append(f"dispatch {marker}")
-        except DsparkError as err:
-            result.failed.append((f"dispatch {marker}", str(err)))
-            try:
-                update_status(github, reply_id, marker, "not_dispatched",
-                              text="not dispatched: GitHub refused the dispatch; comment again")
-            except DsparkError as edit_err:
-                result.warnings.append(f"could not mark {marker} as not dispatched: {edit_err}")
-    return result
+    return reply
+
+
+def _dispatch(github: GitHub, event: CommentEvent, request: str, reply_id: int, action: dict,
+              result: Execution) -> None:
+    marker = action["inputs"]["reply_marker"]
+    inputs = {**action["inputs"], "reply_comment_id": str(reply_id)}  # the run moves its line of this reply
+    try:
+        github.dispatch_workflow(action["workflow"], action["ref"], inputs)
+        result.done.append(f"dispatch {marker}")
+    except DsparkError as err:
+        result.failed.append((f"dispatch {marker}", str(err)))
+        _say_not_dispatched(github, event, request, reply_id, action, result)
+
+
+def _say_not_dispatched(github: GitHub, event: CommentEvent, request: str, reply_id: int, action: dict,
+                        result: Execution) -> None:
+    """Mark the group's line "not dispatched"; when the reply cannot be edited, post a correction under it."""
+    marker = action["inputs"]["reply_marker"]
+    try:
+        update_status(github, reply_id, marker, "not_dispatched",
+                      text="not dispatched: GitHub refused the dispatch; comment again")
+        return
+    except DsparkError as err:
+        result.warnings.append(f"could not mark {marker} as not dispatched: {err}")
+    what = f"`{action['inputs']['runner']}`" if action["inputs"].get("runner") else action["workflow"]
+    correction = (f"⚠️ Correction to the reply above: {what} was **not dispatched** (GitHub refused the dispatch, "
+                  "and the reply could not be edited); nothing runs for it. Comment again.\n")
+    index = marker.removeprefix("<!--rrt:").removesuffix("-->")
+    try:
+        github.post_reply(event.pr_number or 0, correction, f"{request}-undispatched-{index}", since=event.created_at)
+    except DsparkError as err:
+        result.warnings.append(f"could not post the correction for {marker}: {err}")
 
 
 def execution_summary(result: Execution) -> str:
