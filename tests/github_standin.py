@@ -67,6 +67,7 @@ class StandInState:
     failures: list[Failure] = field(default_factory=list)
     read_barrier: threading.Barrier | None = None
     slow_seconds: float = 2.0  # a "timeout" fault answers this late
+    listing_lag_seconds: float = 0.0  # a dispatched run is listed only this long after it was created
     next_id: int = 1000
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -279,11 +280,13 @@ def _handler(state: StandInState):
                 # What the workflows' run-name shows: the request tag (ci.chatops.github.run_title_tag).
                 state.runs.append({"id": state.next_id, "workflow": m.group(1), "event": "workflow_dispatch",
                                    "status": "queued", "created_at": now_iso(),
+                                   "listed_from": time.monotonic() + state.listing_lag_seconds,
                                    "display_title": f"{m.group(1)} {run_title_tag(request) if request else ''}"})
             return self._send(204)
 
         def workflow_runs(self, m, payload, query):
-            runs = [run for run in state.runs if run.get("workflow") == m.group(1)]
+            runs = [run for run in state.runs if run.get("workflow") == m.group(1)
+                    and run.get("listed_from", 0) <= time.monotonic()]
             return self._send(200, {"total_count": len(runs), "workflow_runs": runs})
 
         def head_runs(self, m, payload, query):

@@ -53,7 +53,7 @@ def run_once(tmp_path, sglang_repo, permissions_file, github: GitHubStandIn, bod
     """handle + execute as `dspark-ci chatops` does, with a client whose timeout the stand-in can outlast."""
     event = load_event(write_event(tmp_path, event_payload(body, **event_changes)))
     client = GitHub(token=TOKEN, repo="sgl-project/sglang", api_url=github.url, timeout_seconds=0.5,
-                    settle_seconds=1.0, backoff_seconds=0.05)
+                    backoff_seconds=0.05)
     config = ChatOpsConfig(repo_root=sglang_repo, users=load_permissions(permissions_file, "permissions.json"),
                            tree_sha=github.state.head_sha)
     outcome = handle(event, config, GitHubContext(client, PR))
@@ -518,3 +518,56 @@ def test_a_reply_that_cannot_be_posted_takes_its_thumbs_up_back(capsys, tmp_path
     assert code == 3 and "not everything was carried out" in err and "Traceback" not in err
     assert github.state.comments == {} and github.state.dispatches == []
     assert github.state.reactions == [] and len(github.times_of("DELETE", "/reactions/")) == 1
+
+
+# --- a dispatch repeated because its run was listed late runs once --------------------------------
+
+def guard(github: GitHubStandIn, capsys, run_id: int, request: str = "c99-0") -> str:
+    from ci.chatops.duplicate_run import main as duplicate_run
+
+    # GITHUB_TOKEN and GITHUB_API_URL are the github fixture's.
+    code = duplicate_run(["--repo", "sgl-project/sglang", "--workflow", "rerun-test.yml", "--request", request,
+                          "--run-id", str(run_id)])
+    out = capsys.readouterr().out
+    assert code == 0
+    return out.strip()
+
+
+def test_a_run_listed_too_late_is_dispatched_again_and_the_repeat_does_nothing(capsys, tmp_path, sglang_repo,
+                                                                               permissions_file, github):
+    github.state.listing_lag_seconds = 3600  # GitHub lists the run later than any dispatcher waits
+    github.fault_after("POST", r"/dispatches$", "502")
+    _, done = run_once(tmp_path, sglang_repo, permissions_file, github, "/rerun-test test_eagle_small.py")
+    first, repeat = (run["id"] for run in github.state.runs)
+    assert done.failed == [] and len(github.state.dispatches) == 2  # nothing could tell the first was made
+    github.state.listing_lag_seconds = 0
+    for run in github.state.runs:
+        run["listed_from"] = 0  # by the time the runs start, both are listed
+    assert (guard(github, capsys, first), guard(github, capsys, repeat)) == ("duplicate=false", "duplicate=true")
+    assert guard(github, capsys, repeat, request="c99-1") == "duplicate=false"  # another group is no repeat
+
+
+def test_a_run_without_a_request_is_never_a_duplicate(capsys, github):
+    assert guard(github, capsys, 1, request="") == "duplicate=false"
+    assert github.state.requests == []
+
+
+def test_the_guard_step_writes_its_answer_for_the_jobs_after_it(tmp_path, github):
+    from tests.test_workflows import GITHUB_BASH, _step_script, tree_under_test_env
+
+    github.state.runs += [{"id": 5, "workflow": "rerun-test.yml", "created_at": now_iso_minus(0),
+                           "display_title": "[rerun-test] 1-gpu-h100 PR #4242 [c99-0]"},
+                          {"id": 6, "workflow": "rerun-test.yml", "created_at": now_iso_minus(0),
+                           "display_title": "[rerun-test] 1-gpu-h100 PR #4242 [c99-0]"}]
+    output = tmp_path / "github_output"
+    env = tree_under_test_env(tmp_path, GITHUB_TOKEN=TOKEN, GITHUB_API_URL=github.url, GITHUB_OUTPUT=str(output),
+                              GITHUB_REPOSITORY="sgl-project/sglang", GITHUB_RUN_ID="6", REQUEST="c99-0",
+                              WORKFLOW="rerun-test.yml")
+    script = _step_script("rerun-test.yml", "guard", "Is this run a repeated dispatch?")
+    done = subprocess.run([*GITHUB_BASH, script], env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert output.read_text() == "duplicate=true\n" and "repeats an earlier dispatch of c99-0" in done.stderr
+
+
+def now_iso_minus(minutes: int) -> str:
+    return iso(datetime.now(timezone.utc) - timedelta(minutes=minutes))

@@ -36,7 +36,6 @@ def github(monkeypatch):
     with GitHubStandIn() as standin:
         monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
         monkeypatch.setenv("GITHUB_API_URL", standin.url)
-        monkeypatch.setenv("DSPARK_CHATOPS_SETTLE_SECONDS", "1")
         standin.state.permissions.update({"maintainer": "write", "reader": "read"})
         # The head was pushed an hour ago: before any comment a test writes (a later push refuses the command).
         standin.push(standin.state.head_sha, (datetime.now(timezone.utc) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ"))

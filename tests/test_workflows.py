@@ -161,7 +161,7 @@ def test_the_job_running_pr_code_cannot_write_and_the_writers_never_see_pr_code(
         assert "inputs.sha" not in json.dumps(jobs[writer])
     # A ChatOps cell rerun moves its line of the reply too, from jobs that run no cell.
     nightly = workflow("nightly.yml")
-    assert nightly["jobs"]["finish"]["needs"] == ["report"] and nightly["jobs"]["start"]["permissions"] == \
+    assert nightly["jobs"]["finish"]["needs"] == ["report", "guard"] and nightly["jobs"]["start"]["permissions"] == \
         {"issues": "write"}
     assert {"reply_comment_id", "reply_marker"} <= set(nightly["on"]["workflow_dispatch"]["inputs"])
     assert "permissions" not in nightly["jobs"]["run"] and nightly["permissions"] == {"contents": "read"}
@@ -306,7 +306,7 @@ def tree_under_test_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(REPO), **extra}
 
 
-def plan_json(*matrices: str) -> list[dict]:
+def planned_cells(*matrices: str) -> list[dict]:
     done = subprocess.run([sys.executable, "-m", "dspark_ci", "plan", *matrices, "--format", "json"], cwd=REPO,
                           capture_output=True, text=True, check=True, timeout=60)
     return json.loads(done.stdout)["cells"]
@@ -348,7 +348,7 @@ def test_plan_step_script_writes_the_nightly_matrix_to_github_output(tmp_path, s
         assert {shard["matrix"] for shard in gpu} == {"matrices/nightly.yaml", "matrices/pd.yaml"}
     cpu = [shard for shard in shards if shard["rejections"] == "resolver"]
     if not select:  # the CUDA rejections SGLang's resolver decides take one CPU job; the NPU ones need the hardware
-        planned = plan_json("matrices/nightly.yaml", "matrices/pd.yaml")
+        planned = planned_cells("matrices/nightly.yaml", "matrices/pd.yaml")
         rejections = {c["id"] for c in planned if c["expect"]["outcome"] == "reject" and c["config"]["device"] == "cuda"}
         decided = set(cpu[0]["cells"].split())
         assert [s["runner"] for s in cpu] == ["ubuntu-latest"] and len(decided) >= 6 and decided <= rejections
@@ -454,14 +454,18 @@ def recording_python(tmp_path: Path) -> tuple[dict[str, str], Path]:
 
 
 def test_rerun_runs_exactly_the_resolved_argv_lists(tmp_path):
-    from tests.test_chatops import REGISTERED
+    from ci.chatops.fleet import DEFAULT_FLEET
+    from tests.test_chatops import FIXTURE_RUNNERS, REGISTERED
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps({**json.loads(DEFAULT_FLEET.read_text()), **FIXTURE_RUNNERS}))
     sglang = tmp_path / "sglang"
     for relative, text in REGISTERED.items():
         (sglang / "test/registered" / relative).parent.mkdir(parents=True, exist_ok=True)
         (sglang / "test/registered" / relative).write_text(text)
     proc = subprocess.run([sys.executable, "-m", "dspark_ci", "chatops", "--comment",
                            "/rerun-test test_dspark_*.py test_eagle_small.py::TestEagle.test_gsm8k", "--user", "m",
-                           "--author-association", "MEMBER", "--repo-root", str(sglang), "--dry-run", "--format", "json"],
+                           "--author-association", "MEMBER", "--repo-root", str(sglang), "--fleet", str(fleet), "--dry-run",
+                           "--format", "json"],
                           capture_output=True, text=True, timeout=60, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     dispatches = json.loads(proc.stdout)["plan"]["actions"]
@@ -543,3 +547,16 @@ def test_cell_summary_step_never_repeats_what_the_run_wrote(tmp_path, finished, 
     assert proc.returncode == 0, proc.stderr
     written = summary.read_text() if summary.exists() else ""
     assert written == expected if expected == "" or expected.startswith("#") else expected in written
+
+
+@pytest.mark.parametrize("name, work", [("rerun-test.yml", "rerun_test"), ("bisect.yml", "bisect"),
+                                        ("nightly.yml", "plan")])
+def test_a_repeated_dispatch_runs_nothing_and_moves_no_reply(name, work):
+    jobs = workflow(name)["jobs"]
+    guard = jobs["guard"]
+    check = steps_of(guard)["Is this run a repeated dispatch?"]
+    assert '--workflow "$WORKFLOW"' in check["run"] and check["env"]["WORKFLOW"] == name
+    assert guard["outputs"]["duplicate"] == "${{ steps.check.outputs.duplicate }}"
+    assert guard["permissions"] == {"actions": "read", "contents": "read"}
+    for job in (work, "start", "finish"):
+        assert "guard" in jobs[job]["needs"] and "needs.guard.outputs.duplicate != 'true'" in jobs[job]["if"]

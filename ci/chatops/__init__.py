@@ -7,6 +7,6 @@ whose every write is done at most once). ``decision`` hands a decision from the 
 (which has the PR's tree) to its writing job (which never sees it). ``event`` reads GitHub's issue_comment
 payload as untrusted bytes; ``text`` makes untrusted words inert in a reply.
 
-Run by the dispatched rerun workflow: ``run_tests`` (a rerun's argv lists), ``rerun_status`` (verified
-reply updates).
+Run by the dispatched workflows: ``duplicate_run`` (is this run a repeated dispatch of the same command),
+``run_tests`` (a rerun's argv lists), ``rerun_status`` (verified reply updates).
 """

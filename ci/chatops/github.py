@@ -11,7 +11,9 @@ connection, or answers after the client gave up; a blind retry then dispatches t
 two replies. So each write carries an identity that can be looked up (a dispatch's ``request`` input
 shows in its run's title, a reply holds a hidden marker, a label or a reaction is there or not), and
 every attempt looks before it writes: a write whose answer was lost is found, not repeated. A dispatched
-run can take a few seconds to be listed, so after a failed dispatch the look waits ``settle_seconds``.
+run can take longer to be listed than any wait we could afford, so a dispatch may still be repeated: the
+run itself closes that (``ci.chatops.duplicate_run``: a run whose request an earlier run of the same
+workflow carries does nothing).
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ DEFAULT_API = "https://api.github.com"
 # marker alone: any bot (or app) could post a comment holding our marker.
 DEFAULT_BOT_LOGIN = "github-actions[bot]"
 TIMEOUT_SECONDS = 30
-SETTLE_SECONDS = 10.0  # GitHub lists a dispatched run within a few seconds
 REACTIONS = {"accepted": "+1", "refused": "confused", "seen": "eyes"}
 ACCEPTED_MARKER = "<!--chatops:accepted:{login}-->"  # in the bot's accepted replies: cooldowns count from them
 REPLY_MARKER = "<!--chatops:reply:{request}-->"  # in every reply: the reply to one command is found, not reposted
@@ -81,7 +82,6 @@ class GitHub:
     backoff_seconds: float = 1.0  # first retry after this, doubling
     max_wait_seconds: float = 60.0  # the longest single wait (rate limits asking more fail at once)
     timeout_seconds: float = TIMEOUT_SECONDS
-    settle_seconds: float = SETTLE_SECONDS  # how long a dispatched run may take to be listed
     bot_login: str = DEFAULT_BOT_LOGIN  # who this client's token writes as
     session: requests.Session = field(default_factory=requests.Session, compare=False, repr=False)
 
@@ -297,27 +297,27 @@ class GitHub:
         request = inputs.get("request", "")
         since = datetime.now(timezone.utc)
 
-        def find(ambiguous: bool) -> bool | None:
-            if not request:
-                return None
-            deadline = time.monotonic() + (self.settle_seconds if ambiguous else 0)
-            while True:
-                if self._dispatched_run(workflow, request, since):
-                    return True
-                if time.monotonic() >= deadline:
-                    return None
-                time.sleep(min(1.0, self.settle_seconds / 4))
+        def find(_: bool) -> bool | None:
+            return True if request and self.runs_with_request(workflow, request, since) else None
 
         self._write(lambda: self._once("POST", f"/actions/workflows/{workflow}/dispatches",
                                        {"ref": ref, "inputs": inputs}, None) or True, find)
 
-    def _dispatched_run(self, workflow: str, request: str, since: datetime) -> bool:
+    def runs_with_request(self, workflow: str, request: str, since: datetime) -> list[int]:
+        """Ids of the dispatched runs of ``workflow`` created since ``since`` whose title carries ``request``."""
         created = (since.astimezone(timezone.utc).replace(microsecond=0) - _CLOCK_SKEW).strftime("%Y-%m-%dT%H:%M:%SZ")
         answer = self._call("GET", f"/actions/workflows/{workflow}/runs",
                             params={"event": "workflow_dispatch", "created": f">={created}", "per_page": PAGE_SIZE})
         runs = self._get(answer, "workflow_runs")
         tag = run_title_tag(request)
-        return any(isinstance(run, dict) and tag in str(run.get("display_title") or "") for run in runs or [])
+        return [int(run["id"]) for run in runs or [] if isinstance(run, dict) and isinstance(run.get("id"), int)
+                and tag in str(run.get("display_title") or "")]
+
+    def run_created_at(self, run_id: int) -> datetime:
+        created = _timestamp(self._get(self._call("GET", f"/actions/runs/{run_id}"), "created_at"))
+        if created is None:
+            raise GitHubError(f"GitHub gave run {run_id} no usable created_at (check GITHUB_API_URL)")
+        return created
 
     def rerun_failed_runs(self, pr: int) -> int:
         """Rerun the failed jobs (and whole skipped runs) of the PR head's workflow runs; how many."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from ci.chatops.github import run_title_tag
@@ -40,6 +41,24 @@ REQUEST_INPUT = {"description": "Set by ChatOps: the command's identity, shown i
                   "type": "string", "required": False, "default": ""}
 # The request as the run's title shows it (ci.chatops.github.run_title_tag, which finds it there).
 _TITLE_TAG = "format('{0}', inputs.request)".format(run_title_tag("{0}"))
+
+
+_FROM_CHATOPS = "inputs.request != ''"
+# Every job of a dispatched workflow waits for the guard, and does nothing when its run repeats an earlier
+# dispatch of the same command (ci.chatops.duplicate_run): a retried dispatch never runs twice.
+_NOT_DUPLICATE = "needs.guard.outputs.duplicate != 'true'"
+
+
+def _guard_job(file_name: str) -> Job:
+    """Is this run a repeat of an earlier dispatch of the same request? Asked only of runs ChatOps dispatched."""
+    check = Step("Is this run a repeated dispatch?", id="check", if_=_FROM_CHATOPS, env={
+        "GITHUB_TOKEN": "${{ secrets.GITHUB_TOKEN }}", "REQUEST": "${{ inputs.request }}", "WORKFLOW": file_name},
+        run=('python3 -m ci.chatops.duplicate_run --repo "$GITHUB_REPOSITORY" --workflow "$WORKFLOW" '
+             '--request "$REQUEST" --run-id "$GITHUB_RUN_ID" >> "$GITHUB_OUTPUT"\n'))
+    install = [replace(step, if_=_FROM_CHATOPS) for step in _install_on_hosted()]
+    return Job("guard", HOSTED, (_checkout(), *install, check), name="Guard against a repeated dispatch",
+               outputs={"duplicate": "${{ steps.check.outputs.duplicate }}"},
+               permissions={"actions": "read", "contents": "read"}, timeout_minutes=10)
 
 
 def _checkout(name: str = "Check out", **with_) -> Step:
@@ -83,7 +102,7 @@ def _plan_job() -> Job:
                      with_={"name": "nightly-plan", "path": "plan.json", "retention-days": 14})
     resolver = _resolver_setup("Set up SGLang's resolver (CPU)")
     return Job("plan", HOSTED, (_checkout(), *_install_on_hosted(), *resolver, restore, plan, keep_plan), name="Plan",
-               outputs=outputs, timeout_minutes=15)
+               needs=("guard",), if_=_NOT_DUPLICATE, outputs=outputs, timeout_minutes=15)
 
 
 def _run_job(chunk: int) -> Job:
@@ -163,13 +182,14 @@ def _reply_jobs(finished_job: str) -> tuple[Job, Job]:
     ends), on a hosted runner with reviewed code only; the jobs that run cells or PR code cannot write."""
     start = Job("start", HOSTED, (
         _checkout(), *_install_on_hosted(), _status_step("Mark the reply as running", "running", "always()"),
-    ), name="Mark the reply as running", if_=_HAS_REPLY, permissions={"issues": "write"}, timeout_minutes=10)
+    ), name="Mark the reply as running", needs=("guard",), if_=f"{_NOT_DUPLICATE} && {_HAS_REPLY}",
+        permissions={"issues": "write"}, timeout_minutes=10)
     # Groups finishing together edit the same reply: ci.chatops.rerun_status merges and verifies its own line.
     finish = Job("finish", HOSTED, (
         _checkout(), *_install_on_hosted(),
         _status_step("Mark the reply as finished",
                      f"${{{{ needs.{finished_job}.result == 'success' && 'success' || 'failure' }}}}", "always()"),
-    ), name="Update the reply", needs=(finished_job,), if_=f"always() && {_HAS_REPLY}",
+    ), name="Update the reply", needs=(finished_job, "guard"), if_=f"always() && {_NOT_DUPLICATE} && {_HAS_REPLY}",
         permissions={"issues": "write"}, timeout_minutes=10)
     return start, finish
 
@@ -196,7 +216,7 @@ def nightly() -> Workflow:
         concurrency={"group": "nightly-${{ github.ref }}-${{ inputs.request || "
                               "(github.event_name == 'schedule' && 'schedule') || github.run_id }}",
                      "cancel-in-progress": False},
-        jobs=(start, _plan_job(), *run_jobs, _report_job(run_jobs), finish),
+        jobs=(_guard_job("nightly.yml"), start, _plan_job(), *run_jobs, _report_job(run_jobs), finish),
     )
 
 
@@ -290,8 +310,8 @@ def rerun_test() -> Workflow:
     )
     # The job that runs PR code can only read: its token cannot comment, label or dispatch. The reply is
     # moved by the jobs around it, which run reviewed code only (the default branch, no PR checkout).
-    test_job = Job("rerun_test", "${{ inputs.runner }}", steps, name="${{ inputs.runner }}",
-                   permissions={"contents": "read"}, timeout_minutes=120)
+    test_job = Job("rerun_test", "${{ inputs.runner }}", steps, name="${{ inputs.runner }}", needs=("guard",),
+                   if_=_NOT_DUPLICATE, permissions={"contents": "read"}, timeout_minutes=120)
     start, finish = _reply_jobs("rerun_test")
     required = ("runner", "tests")
     inputs = {name: {"description": text, "type": "string", "required": name in required,
@@ -304,7 +324,7 @@ def rerun_test() -> Workflow:
         permissions={"contents": "read"},
         # One group per command and runner group: a rerun is never cancelled by (nor cancels) anyone else's.
         concurrency={"group": "rerun-test-${{ inputs.request || github.run_id }}", "cancel-in-progress": False},
-        jobs=(start, test_job, finish))
+        jobs=(_guard_job("rerun-test.yml"), start, test_job, finish))
 
 
 BISECT_INPUTS = {
@@ -337,8 +357,8 @@ def bisect() -> Workflow:
                   run='if [ -f bisect/bisect.md ]; then cat bisect/bisect.md >> "$GITHUB_STEP_SUMMARY"; fi\n'),
              Step("Upload the bisect", if_="always()", uses=UPLOAD, with_={
                  "name": "bisect", "path": "bisect/", "if-no-files-found": "warn", "retention-days": 14}))
-    job = Job("bisect", "${{ inputs.runner }}", steps, name="${{ inputs.cell }}", permissions={"contents": "read"},
-              timeout_minutes=720)
+    job = Job("bisect", "${{ inputs.runner }}", steps, name="${{ inputs.cell }}", needs=("guard",), if_=_NOT_DUPLICATE,
+              permissions={"contents": "read"}, timeout_minutes=720)
     start, finish = _reply_jobs("bisect")
     required = ("runner", "matrix", "cell", "metric", "good", "bad")
     inputs = {name: {"description": text, "type": "string", "required": name in required,
@@ -349,7 +369,7 @@ def bisect() -> Workflow:
         on={"workflow_dispatch": {"inputs": {**inputs, "request": REQUEST_INPUT}}},
         permissions={"contents": "read"},
         concurrency={"group": "bisect-${{ inputs.request || github.run_id }}", "cancel-in-progress": False},
-        jobs=(start, job, finish))
+        jobs=(_guard_job("bisect.yml"), start, job, finish))
 
 
 WORKFLOWS = (nightly, chatops, rerun_test, bisect)

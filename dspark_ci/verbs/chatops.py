@@ -13,13 +13,9 @@ from ci.chatops.handle import (DEFAULT_MATRICES, ChatOpsConfig, Execution, GitHu
                                execute, execution_summary, handle)
 from ci.chatops.event import event_from_flags, load_event
 from ci.chatops.fleet import load_fleet
-from ci.chatops.github import DEFAULT_API, DEFAULT_BOT_LOGIN, SETTLE_SECONDS, GitHub
+from ci.chatops.github import DEFAULT_API, DEFAULT_BOT_LOGIN, GitHub
 from ci.chatops.permissions import DEFAULT_PERMISSIONS, load_permissions
 from ground.errors import BadInput, ExitCode
-
-
-# After a dispatch whose answer was lost, how long its run may take to be listed before it is retried.
-SETTLE_ENV = "DSPARK_CHATOPS_SETTLE_SECONDS"
 
 
 def _pr_number(text: str) -> int:
@@ -130,13 +126,8 @@ def _github(token: str, event, args) -> GitHub:
         raise BadInput("--repo", "no repository to dispatch in", "pass --repo OWNER/NAME or --dry-run")
     if event.pr_number is None:
         raise BadInput("--pr", "no pull request to reply to", "pass --pr N or --dry-run")
-    settle = os.environ.get(SETTLE_ENV, "")
-    try:
-        settle_seconds = float(settle) if settle else SETTLE_SECONDS
-    except ValueError:
-        raise BadInput(SETTLE_ENV, f"{settle!r} is not a number of seconds") from None
     return GitHub(token=token, repo=event.repo, api_url=os.environ.get("GITHUB_API_URL", DEFAULT_API),
-                  settle_seconds=settle_seconds, bot_login=args.bot_login)
+                  bot_login=args.bot_login)
 
 
 def _print(outcome: Outcome, fmt: str, dry_run: bool) -> None:
