@@ -409,6 +409,8 @@ def test_the_decide_job_writes_nothing_and_the_act_job_carries_it_out(capsys, tm
     pytest.param(lambda d: d["plan"]["actions"].append({"type": "add_label", "label": "approved", "says": ""}),
                  "never plans", id="other-label"),
     pytest.param(lambda d: d["plan"].update(pr=1), "about another comment", id="other-pr"),
+    pytest.param(lambda d: d["plan"]["actions"][0]["inputs"].update(runner="99999-gpu-h100"), "never plans",
+                 id="runner-outside-the-fleet"),
     pytest.param(lambda d: d.update(exit_code=99), "not one of ours", id="exit-code"),
 ])
 def test_a_decision_that_chatops_would_never_make_is_refused_before_any_write(capsys, tmp_path, sglang_repo,

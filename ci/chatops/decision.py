@@ -5,7 +5,8 @@ The ChatOps workflow is two jobs. **decide** has the PR's tree on disk and a rea
 write permissions: it reads the decision back (``--carry-out``) and runs ``execute``. A decision is checked
 before anything is written: it must be about this event, and every action must be one ChatOps plans, with
 inputs of the shapes ChatOps produces, so even a decide job subverted through the PR's files could not make
-act dispatch another workflow, label anything else or run a path the rerun would not accept.
+act dispatch another workflow, label anything else, run a path the rerun would not accept or ask for a runner
+outside the fleet.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def write_decision(path: Path, outcome: Outcome) -> None:
         "problem": outcome.problem, "accepted": outcome.accepted}, indent=2, ensure_ascii=False), encoding="utf-8")
 
 
-def read_decision(path: Path, event: CommentEvent) -> Outcome:
+def read_decision(path: Path, event: CommentEvent, fleet: frozenset[str]) -> Outcome:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
@@ -57,12 +58,12 @@ def read_decision(path: Path, event: CommentEvent) -> Outcome:
     if wrong:
         raise BadInput(str(path), f"the decision is about another comment ({', '.join(wrong)} differ)", FIX)
     actions = plan.get("actions")
-    if not isinstance(actions, list) or not all(isinstance(a, dict) and _allowed(a, reply) for a in actions):
+    if not isinstance(actions, list) or not all(isinstance(a, dict) and _allowed(a, reply, fleet) for a in actions):
         raise BadInput(str(path), "holds an action ChatOps never plans", FIX)
     return Outcome(reply, plan, exit_code, problem, data["accepted"])
 
 
-def _allowed(action: dict, reply: str) -> bool:
+def _allowed(action: dict, reply: str, fleet: frozenset[str]) -> bool:
     kind = action.get("type")
     if kind in ("add_label", "rerun_failed_runs"):
         return action.get("label", RUN_CI_LABEL) == RUN_CI_LABEL and isinstance(action.get("says"), str) \
@@ -85,8 +86,8 @@ def _allowed(action: dict, reply: str) -> bool:
     if action.get("workflow") != RERUN_WORKFLOW:
         return False
     return (set(inputs) == {"runner", "backend", "tests", "pr", "sha", "reply_comment_id", "reply_marker", "request"}
-            and bool(_SHA.fullmatch(inputs["sha"])) and bool(_MARKER.fullmatch(inputs["reply_marker"]))
-            and _safe_tests(inputs["tests"]))
+            and inputs["runner"] in fleet and bool(_SHA.fullmatch(inputs["sha"]))
+            and bool(_MARKER.fullmatch(inputs["reply_marker"])) and _safe_tests(inputs["tests"]))
 
 
 def _trials_ok(text: str) -> bool:

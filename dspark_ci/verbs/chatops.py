@@ -88,7 +88,7 @@ def run(args) -> int:
         return _report(outcome, None, args)
     github = _github(token or "", event, args)
     if args.carry_out:
-        outcome = read_decision(args.carry_out, event)
+        outcome = read_decision(args.carry_out, event, load_fleet(args.fleet))
     else:
         outcome = handle(event, _config(args), GitHubContext(github, event.pr_number or 0))
     if args.decision_out:
