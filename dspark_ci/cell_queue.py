@@ -92,9 +92,11 @@ class Scheduler:
                         waiting.remove(cell)
                         flying[cell.id] = (cell, self._start(cell))
                 cell, outcome = self._next_done()
-                flying.pop(cell.id)
                 if isinstance(outcome, BaseException):
+                    # Still in flight for the teardown: a cell whose own thread saw the interrupt first (every
+                    # wait checks it) is recorded as cut short, not lost.
                     raise outcome
+                flying.pop(cell.id)
                 self.on_result(cell, outcome)
         except KeyboardInterrupt:
             raise self._tear_down(flying, waiting) from None

@@ -101,13 +101,16 @@ def run_suites(request: SuiteRequest, watched: Sequence[Deployment] = (), watch:
     """pytest over the selected suites in a subprocess that dies with us, while every rank of ``watched`` is
     checked: a rank that dies or stops answering stops the suites at once (what they measured is kept).
     ``request.on_progress`` hears how far a suite got ("gpqa 45/198 requests, accuracy 71.1%") each poll."""
-    request.work_dir.mkdir(parents=True, exist_ok=True)
-    options_path = request.work_dir / "suite-options.json"
-    out_path = request.work_dir / "suites.json"
+    # pytest runs from the repository (the warm worker's directory): every path it is given must be absolute,
+    # or a relative --out would send its options, results and log elsewhere.
+    work_dir = request.work_dir.resolve()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    options_path = work_dir / "suite-options.json"
+    out_path = work_dir / "suites.json"
     options_path.write_text(json.dumps({k: dict(v) for k, v in request.options.items()}, indent=1))
     out_path.unlink(missing_ok=True)
-    (request.work_dir / GPQA_SAMPLES_FILE).unlink(missing_ok=True)  # never keep an earlier run's samples
-    progress_path = request.work_dir / "suites.progress_file"
+    (work_dir / GPQA_SAMPLES_FILE).unlink(missing_ok=True)  # never keep an earlier run's samples
+    progress_path = work_dir / "suites.progress_file"
     progress_path.unlink(missing_ok=True)
     argv = [sys.executable, "-m", "pytest", *(str(SUITES_DIR / f"test_{name}.py") for name in request.names),
             "--base-url", request.base_url, "--suite-options", str(options_path), "--dspark-out", str(out_path),
@@ -118,7 +121,7 @@ def run_suites(request: SuiteRequest, watched: Sequence[Deployment] = (), watch:
         argv += ["--model", request.model]
     if request.reference_url:
         argv += ["--reference-url", request.reference_url]
-    with open(request.work_dir / "suites.log", "w") as log:
+    with open(work_dir / "suites.log", "w") as log:
         log.write("# " + " ".join(argv) + "\n")
         log.flush()
         process = _start(argv, log, request)
@@ -130,7 +133,7 @@ def run_suites(request: SuiteRequest, watched: Sequence[Deployment] = (), watch:
             report()  # the last state (e.g. gpqa 20/20 and its accuracy), even of a suite faster than one poll
         finally:
             _stop(process, watch.stop_grace_s, out_path, request.ledger.run_id if request.ledger else None)  # no-op when it finished; on Ctrl-C it must not outlive us
-    return _outcome(out_path, process.returncode, request.work_dir / "suites.log", stopped_by)
+    return _outcome(out_path, process.returncode, work_dir / "suites.log", stopped_by)
 
 
 def prestart(ledger: Ledger | None) -> None:

@@ -253,3 +253,23 @@ def test_docker_cells_side_by_side_take_a_host_each_and_the_third_waits(tmp_path
     assert _at(third["started_at"]) >= min(_at(first["finished_at"]), _at(second["finished_at"])) - 0.5
     hosts = [(run.out / "logs" / c["id"] / "0.log").read_text().split("--host ")[1].split()[0] for c in (first, second)]
     assert sorted(hosts) == ["127.0.0.1", "127.0.0.2"]
+
+
+def test_a_cell_whose_own_thread_saw_the_interrupt_first_is_recorded_cut_short():
+    """Every wait checks the interrupt flag, so a cell's thread may end on it before the scheduler's loop does:
+    the scheduler then gets that cell's KeyboardInterrupt as its outcome. The cell is cut short, never lost."""
+    from dspark_ci.cell_queue import Interrupted, Scheduler
+
+    cells = load_cells([str(REPO / "matrices" / "smoke.yaml")])[:2]
+    first_seen = cells[0].id
+
+    def run_one(cell):
+        if cell.id == first_seen:
+            raise KeyboardInterrupt("SIGTERM")  # this thread saw the flag first
+        for _ in range(300):  # the other cell measures until the teardown interrupts it (between two polls)
+            time.sleep(0.1)
+
+    with pytest.raises(Interrupted) as stop:
+        Scheduler(cells, run_one, Capacity(max_parallel=2)).run()
+    assert sorted(cell.id for cell in stop.value.cut_short) == sorted(cell.id for cell in cells)
+    assert stop.value.finished == () and stop.value.not_started == ()

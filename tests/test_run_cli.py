@@ -227,3 +227,15 @@ def test_expectations_written_for_another_release_are_skipped_not_failed(tmp_pat
     assert cell["status"] == "skipped"
     assert "written for SGLang >=0.5.23, testing 0.5.22" in cell["error"]
     assert not (run.out / "logs" / REJECTED).exists()  # nothing was launched for it
+
+
+def test_a_relative_out_directory_is_where_the_suites_write(tmp_path):
+    """`--out run` from the user's own directory: the suites (started from the repository) write there too."""
+    run = Run(tmp_path, SMOKE, "--cell", ONE_NODE, "--suites", "accept")
+    run.argv[run.argv.index("--out") + 1] = "run"
+    done = subprocess.run(run.argv, env=run.env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    run.assert_nothing_left()
+    assert done.returncode == 0, done.stderr
+    cell = run.cell(ONE_NODE)
+    assert cell["status"] == "passed" and cell["metrics"]["accept_length"] > 1
+    assert (run.out / "logs" / ONE_NODE / "suites.json").exists()
