@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ci.chatops import decision
+from ci.chatops.fleet import load_fleet
 from ci.workflows.definitions import render_all
 from tests.test_chatops import (chatops_json, fleet_of_the_fixture_tree, no_github, permissions_file,  # noqa: F401
                                  sglang_repo)
@@ -24,7 +25,7 @@ def test_bisect_dispatches_one_pinned_cell_to_the_bisect_workflow(capsys, sglang
         "cell": CELL, "metric": "tpot_ms_median", "good": "0.5.23", "bad": "0.5.31", "sha": SHA,
         "matrix": "matrices/nightly.yaml"}
     assert f"bisect of `{CELL}` (tpot_ms_median) over `0.5.23`..`0.5.31`" in result["reply"]
-    assert decision._allowed(action, result["reply"])  # the act job carries it out
+    assert decision._allowed(action, result["reply"], load_fleet())  # the act job carries it out
     assert "bisect.yml" in render_all()  # and the workflow it dispatches exists
 
 
@@ -53,7 +54,7 @@ def test_rerun_test_trials_asks_the_nightly_for_that_many_boots(capsys, sglang_r
     (action,) = result["plan"]["actions"]
     assert action["workflow"] == "nightly.yml" and action["inputs"]["trials"] == "6"
     assert f"--cell {CELL} --max-boots 6" in result["reply"] and "statistical verdict" in result["reply"]
-    assert decision._allowed(action, result["reply"])
+    assert decision._allowed(action, result["reply"], load_fleet())
     assert '--max-boots "$TRIALS"' in render_all()["nightly.yml"]
 
 
