@@ -42,8 +42,8 @@ class LauncherKind:
         """The launcher, from the command line's values (by argparse dest; missing or None: not given)."""
         return self.load().build(context, from_values(self.options, given, context.caller_env))
 
-    def remove_started(self, entry: dict) -> str | None:
-        return self.load().remove_started(entry)
+    def remove_started(self, entry: dict, dry_run: bool = False) -> str | None:
+        return self.load().remove_started(entry, dry_run)
 
 
 ALL_LAUNCHERS: tuple[LauncherKind, ...] = (

@@ -237,6 +237,7 @@ class LauncherModule(Protocol):
         """The launcher for one run, from the run's context and the launcher's own options record
         (``launchers/<kind>/options.py``, already checked)."""
 
-    def remove_started(self, entry: dict) -> str | None:
+    def remove_started(self, entry: dict, dry_run: bool = False) -> str | None:
         """Remove one ledger entry of a dead run (``launchers.ledger``), saying what was removed; None if it was
-        already gone. Touches nothing that does not carry that run's id."""
+        already gone. Touches nothing that does not carry that run's id. ``dry_run``: remove nothing, but say
+        exactly what would be removed (the same checks, so `cleanup --dry-run` and `cleanup` agree)."""

@@ -8,7 +8,7 @@ holds only runs that may still have something to remove.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping
+from typing import Mapping
 
 from ground.errors import DsparkError
 from launchers import catalog
@@ -22,28 +22,26 @@ class Removal:
     problems: tuple[str, ...] = field(default=())  # what could not be done (the run keeps its index entry)
 
 
-def remove_recorded(ledger: Ledger, describe: Callable[[str, dict], None] | None = None) -> Removal:
+def remove_recorded(ledger: Ledger, dry_run: bool = False) -> Removal:
     """Remove every thing ``ledger`` recorded that is still there, and the run's temp directory (where its
-    processes' multiprocessing directories are). With ``describe``, remove nothing: each entry is handed to it
-    (kind name, entry) instead."""
+    processes' multiprocessing directories are). ``dry_run``: remove nothing, but find the same things (each
+    launcher's own checks), so what a dry run lists is what a real one removes."""
     removed, problems = [], []
     for entry in ledger.entries():
         kind = catalog.BY_NAME.get(entry.get("launcher", ""))
         if kind is None:
             problems.append(f"run {ledger.run_id}: unknown launcher {entry.get('launcher')!r} in {ledger.path}")
             continue
-        if describe is not None:
-            describe(kind.name, entry)
-            continue
         try:
-            what = kind.remove_started(entry)
+            what = kind.remove_started(entry, dry_run)
         except DsparkError as err:
             problems.append(f"run {ledger.run_id}: {err}")
             continue
         if what:
             removed.append(what)
-    if describe is None and remove_run_temp_dir(ledger.run_id):
-        removed.append(f"temp directory {run_temp_dir(ledger.run_id)}")
+    temp_dir = run_temp_dir(ledger.run_id)
+    if (temp_dir.is_dir() and not temp_dir.is_symlink()) if dry_run else remove_run_temp_dir(ledger.run_id):
+        removed.append(f"temp directory {temp_dir}")
     return Removal(tuple(removed), tuple(problems))
 
 

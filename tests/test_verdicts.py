@@ -310,9 +310,14 @@ def test_sigkill_then_cleanup_leaves_nothing_and_keeps_finished_cells(tmp_path, 
     assert RED in run.report() and GREEN not in run.report()
     assert statuses.get(TWO_NODES, "error") == "error"
     assert run.junit()["errors"] >= 1
+    listed = run.cleanup("--run", run_id, "--dry-run")
+    assert listed.returncode == 0 and (run.state_dir / "runs" / f"{run_id}.json").exists(), listed.stderr
     cleaned = run.cleanup("--run", run_id)
     assert cleaned.returncode == 0, cleaned.stderr
     assert "leftover(s) removed from 1 finished run(s)" in cleaned.stdout
+    # The dry run found what the real one removed (a process may die on its own in between, never the reverse).
+    removed = {line.removeprefix("removed ") for line in cleaned.stdout.splitlines() if line.startswith("removed ")}
+    assert removed and removed <= {line.removeprefix("would remove ") for line in listed.stdout.splitlines()}
     run.assert_nothing_left()
     assert not (run.state_dir / "runs" / f"{run_id}.json").exists()
 

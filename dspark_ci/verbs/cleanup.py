@@ -20,7 +20,7 @@ from launchers.ledger import IndexedRun, find_run, forget, indexed_runs
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", metavar="RUN_ID", help="only this run (its id names runs/<run-id>/)")
-    parser.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
+    parser.add_argument("--dry-run", action="store_true", help="list what cleanup would remove (the same checks, nothing removed)")
     parser.add_argument("--force", action="store_true", help="with --run: even if that run's process is still alive")
 
 
@@ -59,16 +59,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _clean(run: IndexedRun, dry_run: bool) -> tuple[int, list[str]]:
-    """Remove (or list) what one run recorded; returns how many were found and what could not be done."""
-    def describe(kind: str, entry: dict) -> None:
-        print(f"would check run {run.run_id}: {kind} {_describe(entry)}")
-
-    removal = remove_recorded(run.ledger, describe if dry_run else None)
+    """Remove (or, dry, find) what one run recorded; returns how many were found and what could not be done."""
+    removal = remove_recorded(run.ledger, dry_run)
+    verb = "would remove" if dry_run else "removed"
     for what in removal.removed:
-        print(f"removed {what} (run {run.run_id})")
+        print(f"{verb} {what} (run {run.run_id})")
     return len(removal.removed), list(removal.problems)
-
-
-def _describe(entry: dict) -> str:
-    skip = {"launcher", "run_id"}
-    return ", ".join(f"{key} {value}" for key, value in sorted(entry.items()) if key not in skip)

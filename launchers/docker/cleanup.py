@@ -40,14 +40,16 @@ def remove_leftover(container) -> None:
         container.remove(force=True, v=True)
 
 
-def remove_started(entry: dict) -> str | None:
-    """Remove the container a dead run recorded in its ledger, on the engine it recorded (catalog contract)."""
+def remove_started(entry: dict, dry_run: bool = False) -> str | None:
+    """Remove the container a dead run recorded in its ledger, on the engine it recorded (catalog contract);
+    ``dry_run``: only say so."""
     client = connect(entry["engine"])
     try:
         container = client.containers.get(entry["container"])
         if container.labels.get(LABEL_RUN) != entry.get("run_id"):
             return None  # the name was reused by another run: not ours to touch
-        remove_leftover(container)
+        if not dry_run:
+            remove_leftover(container)
         return f"container {entry['container']} on {entry['engine']} (cell {entry.get('cell')}, rank {entry.get('rank')})"
     except docker.errors.NotFound:
         return None

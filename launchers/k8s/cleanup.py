@@ -69,8 +69,9 @@ def exists(api: Api, kind: str, name: str) -> bool:
     return True
 
 
-def remove_started(entry: dict) -> str | None:
-    """Delete one object a dead run recorded (catalog contract), if it is still there; None if already gone."""
+def remove_started(entry: dict, dry_run: bool = False) -> str | None:
+    """Delete one object a dead run recorded (catalog contract), if it is still there; None if already gone.
+    ``dry_run``: only say so."""
     kind, name, ns = entry.get("kind"), entry.get("name"), entry.get("namespace")
     if not (kind and name and ns):
         return None
@@ -81,7 +82,6 @@ def remove_started(entry: dict) -> str | None:
             return None
     except (api_exception, http_error, OSError) as err:
         raise InfraError(f"cannot reach {api.where} to remove {kind} {name}: {status_message(err)}") from None
-    left = delete_all(api, [(kind, name)], name if kind == k8s_spec.LWS_KIND else None, 60.0)
-    if left:
+    if not dry_run and (left := delete_all(api, [(kind, name)], name if kind == k8s_spec.LWS_KIND else None, 60.0)):
         raise InfraError(f"still there after deletion: {left}")
     return f"{kind} {name} in namespace {ns} (cell {entry.get('cell')}) on {api.where}"

@@ -28,8 +28,8 @@ from launchers.ledger import Ledger
 from launchers.local.options import LocalOptions
 from launchers.logs import rank_log_path, tail
 from launchers.plan_types import LaunchPlan, Placement, RankCommand
-from launchers.processes import (descendants, die_with_parent, free_port, kill_group, run_env, signal_group,
-                                 signals_deferred, started_at, stop_all)
+from launchers.processes import (descendants, die_with_parent, free_port, group_members, kill_group, run_env,
+                                 signal_group, signals_deferred, started_at, stop_all)
 from launchers.materialize import SGLANG_VENV_SERVERS, redact, resolve_env, secret_values, server_argv, server_python
 from launchers.readiness import Deadline, OurServer, wait_until_ready
 from ground.sglang.release import DEFAULT_VERSION
@@ -200,17 +200,20 @@ def _is_stopped(pid: int) -> bool:
         return False
 
 
-def remove_started(entry: dict) -> str | None:
+def remove_started(entry: dict, dry_run: bool = False) -> str | None:
     """Kill the process group a dead run left: its leader if the pid still belongs to the process it started, and
     every member carrying the run's mark, even once the leader is gone (a launcher that forked the real server and
-    exited leaves the server in its group); with them, the shared memory they held."""
+    exited leaves the server in its group); with them, the shared memory they held. ``dry_run``: only say so."""
     pid, started, run_id = entry.get("pid"), entry.get("pid_started"), entry.get("run_id")
     if not isinstance(pid, int):
         return None
     leader = _same_process(pid, started)
     if leader is None and _pid_reused(pid, started):
         return None  # the pid belongs to someone else now: its group cannot be ours any more
-    killed = kill_group(entry.get("pgid", pid), run_id, [leader, *descendants(pid)] if leader else [])
+    also = [leader, *descendants(pid)] if leader else []
+    pgid = entry.get("pgid", pid)
+    killed = ([*group_members(pgid, run_id), *(p for p in also if p.is_running())] if dry_run
+              else kill_group(pgid, run_id, also))
     if not killed:
         return None  # already dead (killed with the run, PDEATHSIG) and its group empty: nothing to remove
     what = "the suites' pytest" if entry.get("what") == "suites" else f"node rank {entry.get('rank')}"

@@ -379,9 +379,10 @@ def jobs_named(name: str, comment: str, env: Mapping[str, str], timeout_s: float
             if job and found == comment]
 
 
-def remove_started(entry: dict) -> str | None:
+def remove_started(entry: dict, dry_run: bool = False) -> str | None:
     """Cancel the job a dead run recorded in its ledger (catalog contract), if it is still there and still
-    carries that run's id in its name or comment; None if it was already over or gone."""
+    carries that run's id in its name or comment; None if it was already over or gone. ``dry_run``: only say
+    so."""
     env = dict(os.environ)
     if entry.get("cluster_conf"):
         env["SLURM_CONF"] = entry["cluster_conf"]
@@ -396,9 +397,10 @@ def remove_started(entry: dict) -> str | None:
         ids = jobs_named(entry["job_name"], entry["comment"], env, timeout)
     else:
         return None
-    for job_id in ids:
+    for job_id in ids if not dry_run else ():
         cancel(job_id, env, timeout)
-    problems = [f"{job_id}: {left}" for job_id in ids if (left := wait_gone(job_id, env, 30.0, timeout))]
+    problems = [f"{job_id}: {left}" for job_id in ids
+                if not dry_run and (left := wait_gone(job_id, env, 30.0, timeout))]
     if problems:
         raise InfraError(f"Slurm job(s) still there after scancel: {'; '.join(problems)}")
     if not ids:
