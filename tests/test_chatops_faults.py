@@ -569,3 +569,14 @@ def test_the_guard_step_writes_its_answer_for_the_jobs_after_it(tmp_path, github
 
 def now_iso_minus(minutes: int) -> str:
     return iso(datetime.now(timezone.utc) - timedelta(minutes=minutes))
+
+
+def test_the_default_fleet_knows_the_runners_sglang_runs_registered_tests_on():
+    from ci.chatops.fleet import load_fleet
+    from ci.chatops.sglang_registrations import runner_label
+
+    fleet = load_fleet()
+    # SGLang's runner configs (scripts/ci/runner_configs.yml) name real runners: their reruns are dispatched.
+    assert {runner_label("cuda", config, None) for config in ("1-gpu-small", "1-gpu-large", "2-gpu-large",
+                                                              "4-gpu-b200")} <= fleet
+    assert runner_label("cuda", "99999-gpu-h100", None) not in fleet  # a label no runner carries is not

@@ -10,19 +10,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ci.chatops.sglang_registrations import CPU_RUNNER
+from ci.chatops.sglang_registrations import CPU_RUNNER, CUDA_LEGACY_SUITES, CUDA_RUNNER_CONFIGS
 from ci.nightly.shards import read_json_numbers
 from ground.errors import BadInput
 
 DEFAULT_FLEET = Path(__file__).resolve().parent.parent / "nightly" / "fleet.json"
 HOSTED_RUNNERS = frozenset({CPU_RUNNER})  # GitHub's own: always there
+# The labels SGLang's own CI maps its runner configs to (scripts/ci/runner_configs.yml): runners that exist for a
+# registered test's rerun, though the nightly does not shard onto them.
+SGLANG_RUNNERS = frozenset(CUDA_RUNNER_CONFIGS.values()) | frozenset(CUDA_LEGACY_SUITES.values())
 FLEET_FIX = 'give a JSON object of runner label -> runners, e.g. {"8-gpu-h200": 4} (ci/nightly/fleet.json)'
 
 
 def load_fleet(path: Path | None = None, shown: str = "--fleet") -> frozenset[str]:
-    """Every runner label a rerun may be dispatched to (``path``: default ci/nightly/fleet.json)."""
+    """Every runner label a rerun may be dispatched to: ``path``'s (a fleet of one's own) and GitHub's hosted
+    runner; by default ci/nightly/fleet.json's and the labels SGLang's own CI runs registered tests on."""
+    given = path is not None
     path = path or DEFAULT_FLEET
     if not path.is_file():
         raise BadInput(shown, f"{path} is not a file", FLEET_FIX)
-    return frozenset(label for label, runners in read_json_numbers(path, "fleet file").items() if runners > 0) \
-        | HOSTED_RUNNERS
+    labels = frozenset(label for label, runners in read_json_numbers(path, "fleet file").items() if runners > 0)
+    return labels | HOSTED_RUNNERS | (frozenset() if given else SGLANG_RUNNERS)

@@ -51,7 +51,8 @@ def add_arguments(parser) -> None:
                              "when the command is handled)")
     parser.add_argument("--fleet", type=Path, metavar="FILE",
                         help="runner labels a rerun may be dispatched to, as {label: runners} (default "
-                             "ci/nightly/fleet.json; ubuntu-latest is always known)")
+                             "ci/nightly/fleet.json and the labels SGLang's CI maps its runner configs to; "
+                             "ubuntu-latest is always known)")
     parser.add_argument("--bot-login", default=DEFAULT_BOT_LOGIN, metavar="LOGIN",
                         help="who GITHUB_TOKEN writes as: earlier replies and reactions are ours only when written "
                              f"by this login (default {DEFAULT_BOT_LOGIN})")
