@@ -5,7 +5,8 @@
 #
 #   munged      own socket /run/dspark-slurm/munge.sock (never the system munge)
 #   slurmctld   127.0.0.1:6817, cluster "dspark"
-#   slurmd -N nX  one per node, NodeAddr 127.0.2.X, Port 6817+X, 4 CPUs and gpu:8 (declared, no devices)
+#   slurmd -N nX  one per node (n1..n4: a two-node cell beside its two-node reference), NodeAddr 127.0.2.X,
+#                 Port 6817+X, 4 CPUs and gpu:8 (declared, no devices)
 #
 # A second cluster beside it (e.g. 8 nodes for bench/cluster_makespan.py) takes its own directories, controller
 # port and node network: DSPARK_SLURM_{CONF,STATE,RUN,LOG}_DIR, DSPARK_SLURM_CTLD_PORT (nodes on the ports after
@@ -22,7 +23,7 @@ conf_dir=${DSPARK_SLURM_CONF_DIR:-/etc/dspark-slurm}
 state_dir=${DSPARK_SLURM_STATE_DIR:-/var/lib/dspark-slurm}
 run_dir=${DSPARK_SLURM_RUN_DIR:-/run/dspark-slurm}
 log_dir=${DSPARK_SLURM_LOG_DIR:-/var/log/dspark-ci/slurm}
-n_nodes=${DSPARK_SLURM_NODES:-3}
+n_nodes=${DSPARK_SLURM_NODES:-4}
 partition=dspark
 ctld_port=${DSPARK_SLURM_CTLD_PORT:-6817}
 node_net=${DSPARK_SLURM_NODE_NET:-127.0.2}

@@ -61,6 +61,7 @@ class Scheduler:
     capacity: Capacity
     on_start: Callable[[Cell], None] = lambda cell: None  # main thread
     on_result: Callable[[Cell, CellResult], None] = lambda cell, result: None  # main thread
+    need: Callable[[Cell], Need] = lambda cell: need_of(cell)  # what a cell holds in flight, its reference included
     _done: queue.Queue = field(default_factory=queue.Queue)
 
     def run(self) -> None:
@@ -88,7 +89,7 @@ class Scheduler:
         try:
             while waiting or flying:
                 for cell in list(waiting):
-                    if self.capacity.fits(need_of(cell), [need_of(c) for c, _ in flying.values()]):
+                    if self.capacity.fits(self.need(cell), [self.need(c) for c, _ in flying.values()]):
                         waiting.remove(cell)
                         flying[cell.id] = (cell, self._start(cell))
                 cell, outcome = self._next_done()
@@ -149,6 +150,8 @@ class Scheduler:
         return Interrupted(finished, cut_short, waiting)
 
 
-def need_of(cell: Cell) -> Need:
-    """What a cell holds while in flight: its nodes and each node's accelerators."""
-    return Need(cell.nnodes, cell.config.gpus_per_node)
+def need_of(cell: Cell, with_reference: bool = False) -> Need:
+    """What a cell holds while in flight: its nodes and each node's accelerators; twice the nodes when it launches
+    its non-speculative reference beside it (two cells each waiting for its reference on nodes the other holds
+    would wait for ever)."""
+    return Need(cell.nnodes * (2 if with_reference else 1), cell.config.gpus_per_node)

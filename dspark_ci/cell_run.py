@@ -316,11 +316,15 @@ def colocated(cell: Cell) -> Cell:
                    router=None)
 
 
-def _launch_reference(cell: Cell, names, ctx: CellContext, stack: contextlib.ExitStack, logs_dir: Path):
+def launches_reference(cell: Cell, names: tuple[str, ...]) -> bool:
     """Parity, the accept suite's sampled losslessness and the speed suite's sweep compare against the same deployment
-    without speculation, launched beside it."""
+    without speculation, launched beside it: the cell then holds twice its nodes."""
     sweep = "speed" in names and (cell.suites.get("speed") or {}).get("sweep_concurrency")
-    if not ({"parity", "accept"} & set(names) or sweep):
+    return bool({"parity", "accept"} & set(names) or sweep) and not cell.expect.rejects
+
+
+def _launch_reference(cell: Cell, names, ctx: CellContext, stack: contextlib.ExitStack, logs_dir: Path):
+    if not launches_reference(cell, names):
         return None
     reference = without_speculation(cell)
     ctx.stage(f"{cell.id}: launching the non-speculative reference")

@@ -26,11 +26,11 @@ from typing import Any, Callable, Mapping
 
 from dspark_ci import run_flags
 from dspark_ci.evidence import Sampling
-from dspark_ci.cell_run import CellContext, pending_result, run_cell
+from dspark_ci.cell_run import CellContext, launches_reference, pending_result, run_cell, suite_names
 from dspark_ci.run_preflight import preflight
 from dspark_ci.rejections import decide_rejections
 from dspark_ci.progress import Progress, duration
-from dspark_ci.cell_queue import Interrupted, Scheduler, longest_first
+from dspark_ci.cell_queue import Interrupted, Scheduler, longest_first, need_of
 from ground.errors import BadInput, ExitCode
 from ground.errors import worst as worst_exit
 from ground.records import CellResult, GateResult, RunResults, Status
@@ -249,7 +249,8 @@ def _run_cells(cells: list[Cell], total: int, capacity: Capacity, ctx: CellConte
 
     try:
         Scheduler(order, lambda cell: run_cell(cell, _reporting_as(ctx, cell, progress)), capacity,
-                  on_start=lambda cell: progress.cell(next(started), cell.id), on_result=on_result).run()
+                  on_start=lambda cell: progress.cell(next(started), cell.id), on_result=on_result,
+                  need=lambda cell: need_of(cell, launches_reference(cell, suite_names(cell, ctx.suites)))).run()
     except Interrupted as stop:  # Ctrl-C / SIGTERM: every cell in flight torn down; record where each got to
         for _, result in stop.finished:
             writer.add(result)

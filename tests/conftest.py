@@ -18,7 +18,7 @@ from ground.state import STATE_DIR_ENV, state_dir
 from reports.history_db import HISTORY_ENV, history_path
 
 # Tests of what this machine has one of run on one xdist worker per group, one after the other, as they would
-# without xdist: a capacity, placement or leftover check they make is theirs alone. The Slurm cluster's three nodes
+# without xdist: a capacity, placement or leftover check they make is theirs alone. The Slurm cluster's four nodes
 # and the two Docker engines are one group (several files use both; the Docker interrupt tests failed in a run that
 # had them beside the Slurm files' Docker tests, and passed alone), the API server another, SGLang's real engine
 # (both cores at boot) a third.

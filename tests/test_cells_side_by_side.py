@@ -5,6 +5,7 @@ cell's timing adds up, SIGTERM tears every cell in flight down, and the history 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -273,3 +274,32 @@ def test_a_cell_whose_own_thread_saw_the_interrupt_first_is_recorded_cut_short()
         Scheduler(cells, run_one, Capacity(max_parallel=2)).run()
     assert sorted(cell.id for cell in stop.value.cut_short) == sorted(cell.id for cell in cells)
     assert stop.value.finished == () and stop.value.not_started == ()
+
+
+def test_a_cell_and_its_reference_hold_twice_its_nodes_so_cells_never_wait_on_each_other():
+    """Two one-node cells that each launch a one-node reference on three nodes: beside each other they would hold
+    two nodes and each wait for the third, for ever; counted with their references, they run one after the other."""
+    import threading
+
+    from dspark_ci.cell_queue import Scheduler, need_of
+    from dspark_ci.cell_run import launches_reference
+
+    smoke = load_cells([str(REPO / "matrices" / "smoke.yaml")])
+    one_node = [cell for cell in smoke if cell.nnodes == 1 and not cell.expect.rejects][:1] * 2
+    assert launches_reference(one_node[0], ("accept",)) and not launches_reference(one_node[0], ("gpqa",))
+    in_flight, most, lock = [0], [0], threading.Lock()
+
+    def run_one(cell):
+        with lock:
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+        time.sleep(0.3)
+        with lock:
+            in_flight[0] -= 1
+
+    cells = [dataclasses.replace(cell, id=f"{cell.id}-{n}") for n, cell in enumerate(one_node)]
+    Scheduler(cells, run_one, Capacity(max_parallel=3, nodes=3),
+              need=lambda cell: need_of(cell, launches_reference(cell, ("accept",)))).run()
+    assert most[0] == 1
+    Scheduler(cells, run_one, Capacity(max_parallel=3, nodes=3), need=need_of).run()
+    assert most[0] == 2  # without references, side by side
