@@ -154,4 +154,4 @@ def need_of(cell: Cell, with_reference: bool = False) -> Need:
     """What a cell holds while in flight: its nodes and each node's accelerators; twice the nodes when it launches
     its non-speculative reference beside it (two cells each waiting for its reference on nodes the other holds
     would wait for ever)."""
-    return Need(cell.nnodes * (2 if with_reference else 1), cell.config.gpus_per_node)
+    return Need(cell.nnodes, cell.config.gpus_per_node, deployments=2 if with_reference else 1)

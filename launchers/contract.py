@@ -146,10 +146,16 @@ class Deployment(Protocol):
 
 @dataclass(frozen=True)
 class Need:
-    """What one cell in flight holds: its nodes, and the accelerators each node takes (None: not counted)."""
+    """What one cell in flight holds: its nodes, and the accelerators each node takes (None: not counted), for each
+    of its deployments (2: the cell and its non-speculative reference, placed apart)."""
 
     nnodes: int
     gpus_per_node: int | None = None
+    deployments: int = 1
+
+    @property
+    def total_nodes(self) -> int:
+        return self.nnodes * self.deployments
 
 
 @dataclass(frozen=True)
@@ -178,9 +184,10 @@ class Capacity:
         if self.host_gpus:
             free = list(self.host_gpus)
             for other in flying:
-                take_gpus(free, self.host_gpus, other)
-            return take_gpus(free, self.host_gpus, wanted) is not None
-        return self.nodes is None or sum(other.nnodes for other in flying) + wanted.nnodes <= self.nodes
+                for _ in range(other.deployments):
+                    take_gpus(free, self.host_gpus, other)
+            return all(take_gpus(free, self.host_gpus, wanted) is not None for _ in range(wanted.deployments))
+        return self.nodes is None or sum(other.total_nodes for other in flying) + wanted.total_nodes <= self.nodes
 
 
 def _need(need: Need | int) -> Need:
