@@ -21,7 +21,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from ground.errors import BadInput, DsparkError, ExitCode, InfraError
 from ground.identity import CellIdentity, cell_identity
 from ground.records import CellResult, CellTiming, GateResult, Status
-from ground.suites import ALWAYS_SUITES, DEFAULT_SUITES, SPECULATIVE_SUITES, suite_of
+from ground.suites import ALWAYS_SUITES, DEFAULT_SUITES, SPECULATIVE_SUITES, SUITE_DEFAULTS, suite_of
 from launchers.contract import LaunchFailed, Launcher, LaunchTimeout
 from launchers.ledger import Ledger
 from launchers.launch_plan import plan_launch
@@ -318,9 +318,13 @@ def colocated(cell: Cell) -> Cell:
 
 def launches_reference(cell: Cell, names: tuple[str, ...]) -> bool:
     """Parity, the accept suite's sampled losslessness and the speed suite's sweep compare against the same deployment
-    without speculation, launched beside it: the cell then holds twice its nodes."""
+    without speculation, launched beside it: the cell then holds twice its nodes (``accept.sampled_temperature: 0``
+    measures greedy acceptance alone, without one)."""
     sweep = "speed" in names and (cell.suites.get("speed") or {}).get("sweep_concurrency")
-    return bool({"parity", "accept"} & set(names) or sweep) and not cell.expect.rejects
+    accept = cell.suites.get("accept") or {}
+    lossless = "accept" in names and accept.get("sampled_temperature",
+                                                 SUITE_DEFAULTS["accept"]["sampled_temperature"]) > 0
+    return bool("parity" in names or lossless or sweep) and not cell.expect.rejects
 
 
 def _launch_reference(cell: Cell, names, ctx: CellContext, stack: contextlib.ExitStack, logs_dir: Path):

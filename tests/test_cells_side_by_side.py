@@ -42,7 +42,8 @@ defaults:
     DSPARK_SIM_BOOT_SECONDS: "1"
     DSPARK_SIM_DECODE_STEP_MS: "{decode_ms}"
   suites:
-    accept: {{num_requests: {requests}}}
+    # greedy acceptance only: no non-speculative reference beside each cell (scheduling is what is tested here)
+    accept: {{num_requests: {requests}, sampled_temperature: 0}}
 include:
   - {{speculative_block_size: 3}}
   - {{speculative_block_size: 5, env: {{DSPARK_SIM_BOOT_SECONDS: "1", DSPARK_SIM_DECODE_STEP_MS: "{decode_ms}",
@@ -126,15 +127,14 @@ def test_sigterm_twice_tears_down_every_cell_in_flight_and_records_each(tmp_path
     assert all(cells[c]["status"] == "error" and "interrupted" in cells[c]["error"] for c in HEALTHY)
 
 
-def test_two_2_gpu_docker_cells_share_an_8_gpu_host_and_the_third_waits_for_its_gpus(tmp_path):
-    """An inventory of one engine that says it has 8 GPUs: two cells of 2 GPUs each, each beside its 2-GPU
-    non-speculative reference (the accept suite's losslessness), run on it side by side; the third starts when one
-    of them has given its GPUs back."""
+def test_two_4_gpu_docker_cells_share_an_8_gpu_host_and_the_third_waits_for_its_gpus(tmp_path):
+    """An inventory of one engine that says it has 8 GPUs: two cells of 4 GPUs each run on it side by side, the
+    third starts when one of them has given its GPUs back."""
     from tests.docker_engines import ENGINE1, require_engine
 
     require_engine(ENGINE1)
     run = SideBySide(tmp_path)
-    run.matrix.write_text(run.matrix.read_text().replace("gpus_per_node: 8\n  tp: 8", "gpus_per_node: 2\n  tp: 2"))
+    run.matrix.write_text(run.matrix.read_text().replace("gpus_per_node: 8\n  tp: 8", "gpus_per_node: 4\n  tp: 4"))
     (tmp_path / "hosts.yaml").write_text(f"hosts:\n  - url: {ENGINE1}\n    address: 127.0.0.1\n    gpus: 8\n")
     argv = [arg for arg in run.argv if arg not in ("--max-parallel", "3")]  # the inventory decides
     done = subprocess.run([*argv, "--launcher", "docker", "--hosts", str(tmp_path / "hosts.yaml")], env=run.env,
