@@ -145,6 +145,26 @@ def with_spec(requests: Sequence[RequestSpec]) -> list[RequestSpec]:
     return [r for r in requests if r.spec_verify_ct]
 
 
+def impossible_requests(requests: Sequence[RequestSpec]) -> list[str]:
+    """Requests whose usage contradicts their own speculative counts, by SGLang's definitions: every verify step
+    emits its accepted drafts plus one token (the last step may be cut by max_tokens, the first token may come from
+    prefill), so completion tokens lie within (verify + correct - (block - 1), verify + correct + 1], block being
+    the drafts proposed per step plus the verified token. Any one of them makes the figures an error of
+    measurement, not a result."""
+    problems = []
+    for r in with_spec(requests):
+        verify, correct, proposed = r.spec_verify_ct or 0, r.spec_num_correct_drafts, r.spec_num_proposed_drafts
+        if not (verify and isinstance(correct, int) and isinstance(proposed, int)):
+            continue
+        block = proposed // verify + 1
+        if not verify + correct - (block - 1) <= r.completion_tokens <= verify + correct + 1:
+            problems.append(f"request {r.order}: usage counts {r.completion_tokens} completion tokens, but {verify} "
+                            f"verify steps with {correct} accepted drafts emit {verify + correct} (accept length "
+                            f"{r.completion_tokens / verify:.2f} against {1 + correct / verify:.2f} implied by accept "
+                            f"rate {correct / max(proposed, 1):.3f} at {block} draft tokens)")
+    return problems
+
+
 def per_request_metrics(requests: Sequence[RequestSpec]) -> dict[str, float | None]:
     measured = with_spec(requests)
     verify = sum(r.spec_verify_ct or 0 for r in measured)

@@ -17,8 +17,8 @@ from dataclasses import replace
 import pytest
 
 from suites.accept import (
-    Sampling, disagreements, measure_requests, per_request_metrics, request_record, server_side_figures,
-    take_snapshot, with_spec,
+    Sampling, disagreements, impossible_requests, measure_requests, per_request_metrics, request_record,
+    server_side_figures, take_snapshot, with_spec,
 )
 from suites.accept_detail import (
     accept_length_histogram, by_category, drift, greedy_like_share, greedy_texts, position_metrics, position_source,
@@ -141,6 +141,14 @@ def test_accept_statistics_reported(accept_run):
     missing = [r for r in requests if not r.spec_verify_ct and r.completion_tokens > 1]
     assert not missing, (f"{len(missing)} of {len(requests)} responses carry no spec_tokens_details "
                          f"although the server runs speculative decoding")
+
+
+def test_accept_figures_agree_with_each_other(accept_run):
+    """Accept length, accept rate and the draft block must be consistent with usage: an impossible set is an error
+    of measurement, never a figure to gate."""
+    requests, _, _ = accept_run
+    problems = impossible_requests(requests)
+    assert not problems, f"impossible measurement in {len(problems)} of {len(requests)} requests; first: {problems[0]}"
 
 
 def test_accept_length_above_collapse_floor(accept_run, suite_config):

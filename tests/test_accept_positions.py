@@ -107,3 +107,15 @@ def test_speculation_pays_up_to_a_boundary_that_a_planted_shift_moves_inward(tmp
     assert 8 < clean < 128  # pays past 8 streams, not at 128
     shifted, _ = sweep(tmp_path / "shifted", {"DSPARK_SIM_FAULTS": "envelope_shift=4"}, "[8, 32]")
     assert 8 < shifted["speculation_boundary_concurrency"] < min(clean, 32)  # stops paying sooner: moved inward
+
+
+@pytest.mark.parametrize("fault, outcome", [("", "passed"), ("usage_doubled", "failed")])
+def test_usage_that_contradicts_the_speculative_counts_is_an_error_of_measurement(tmp_path, fault, outcome):
+    """Usage doubled in non-streamed replies reads as accept length ~2x while the accept rate stays: impossible."""
+    code, output, _, log = accept(tmp_path, {"DSPARK_SIM_FAULTS": fault}, "num_requests=8", "sampled_temperature=0")
+    outcomes = {t["nodeid"].rsplit("::", 1)[-1]: t for t in output["tests"]}
+    check = outcomes["test_accept_figures_agree_with_each_other"]
+    assert check["outcome"] == outcome, log
+    assert (code == 0) == (outcome == "passed")
+    if fault:
+        assert "impossible measurement in 8 of 8 requests" in check["message"]
