@@ -424,22 +424,18 @@ def execute(outcome: Outcome, event: CommentEvent, github: GitHub) -> Execution:
     return result
 
 
-def _react(github: GitHub, event: CommentEvent, reaction: str, result: Execution) -> None:
+def _react(github: GitHub, event: CommentEvent, reaction: str, result: Execution, add: bool = True) -> None:
+    """Add (or take back) our reaction on the comment; a failure is a warning, never the command's outcome."""
     if event.comment_id is None:
         return
     try:
-        github.react(event.comment_id, reaction)
+        (github.react if add else github.unreact)(event.comment_id, reaction)
     except DsparkError as err:
-        result.warnings.append(f"reaction not added: {err}")
+        result.warnings.append(f"reaction not {'added' if add else 'removed'}: {err}")
 
 
 def _unreact(github: GitHub, event: CommentEvent, reaction: str, result: Execution) -> None:
-    if event.comment_id is None:
-        return
-    try:
-        github.unreact(event.comment_id, reaction)
-    except DsparkError as err:
-        result.warnings.append(f"reaction not removed: {err}")
+    _react(github, event, reaction, result, add=False)
 
 
 def _carry_out_pr_actions(github: GitHub, pr: int, actions: list[dict], reply: str, result: Execution) -> str:
