@@ -31,6 +31,7 @@ import openai
 
 from ground.stats import ratio_stderr
 from suites.prompts import Prompt
+from suites.sanity import usage_contradiction
 from suites.server import Server
 
 SPEC_FIELDS = ("spec_verify_ct", "spec_num_correct_drafts", "spec_num_proposed_drafts", "spec_accept_length",
@@ -146,22 +147,15 @@ def with_spec(requests: Sequence[RequestSpec]) -> list[RequestSpec]:
 
 
 def impossible_requests(requests: Sequence[RequestSpec]) -> list[str]:
-    """Requests whose usage contradicts their own speculative counts, by SGLang's definitions: every verify step
-    emits its accepted drafts plus one token (the last step may be cut by max_tokens, the first token may come from
-    prefill), so completion tokens lie within (verify + correct - (block - 1), verify + correct + 1], block being
-    the drafts proposed per step plus the verified token. Any one of them makes the figures an error of
-    measurement, not a result."""
+    """Requests whose usage contradicts their own speculative counts (``sanity.usage_contradiction``, the rule
+    the sanity check applies to its own replies). Any one of them makes the figures an error of measurement, not
+    a result."""
     problems = []
     for r in with_spec(requests):
         verify, correct, proposed = r.spec_verify_ct or 0, r.spec_num_correct_drafts, r.spec_num_proposed_drafts
-        if not (verify and isinstance(correct, int) and isinstance(proposed, int)):
-            continue
-        block = proposed // verify + 1
-        if not verify + correct - (block - 1) <= r.completion_tokens <= verify + correct + 1:
-            problems.append(f"request {r.order}: usage counts {r.completion_tokens} completion tokens, but {verify} "
-                            f"verify steps with {correct} accepted drafts emit {verify + correct} (accept length "
-                            f"{r.completion_tokens / verify:.2f} against {1 + correct / verify:.2f} implied by accept "
-                            f"rate {correct / max(proposed, 1):.3f} at {block} draft tokens)")
+        if verify and isinstance(correct, int) and isinstance(proposed, int):
+            contradiction = usage_contradiction(r.completion_tokens, verify, correct, proposed)
+            problems += [f"request {r.order}: {contradiction}"] if contradiction else []
     return problems
 
 

@@ -281,6 +281,20 @@ def empty_text_problem(reply: StreamReply) -> str | None:
     return f"{reply.kind}: the reply has no text" if not reply.problems and not reply.text.strip() else None
 
 
+def usage_contradiction(completion: int, verify: int, correct: int, proposed: int) -> str | None:
+    """Why ``completion`` tokens cannot come from ``verify`` steps (> 0) with ``correct`` of ``proposed`` drafts
+    accepted, by SGLang's definitions (None: they can). Every verify step emits its accepted drafts + 1; the last
+    may be cut by max_tokens, the first token may come from prefill: completion tokens = verify + correct within
+    (-(block - 1), +1], block being the drafts proposed per step + the verified token (num_draft_tokens)."""
+    block, emitted = proposed // verify + 1, verify + correct
+    if emitted - (block - 1) <= completion <= emitted + 1:
+        return None
+    rate = correct / proposed if proposed else 0.0
+    return (f"usage counts {completion} completion tokens, but {verify} verify steps with {correct} accepted drafts "
+            f"emit {emitted} (accept length {completion / verify:.2f} against {1 + correct / verify:.2f} implied by "
+            f"accept rate {rate:.3f} at num_draft_tokens {block})")
+
+
 def consistency_problems(reply: StreamReply) -> list[str]:
     """Where the reply's speculative statistics contradict each other or its usage, by SGLang's definitions."""
     spec, usage = reply.spec, reply.usage or {}
@@ -294,17 +308,11 @@ def consistency_problems(reply: StreamReply) -> list[str]:
     if isinstance(correct, int) and isinstance(proposed, int) and proposed:
         if proposed % verify:
             problems.append(f"{proposed} proposed drafts over {verify} verify steps is no whole draft block")
-        block = proposed // verify + 1  # num_draft_tokens: drafts per step + the verified token
         if isinstance(rate, (int, float)) and abs(rate - correct / proposed) > 1e-3:
             problems.append(f"spec_accept_rate {rate:.3f} is not correct/proposed drafts {correct}/{proposed}")
-        # every verify step emits its accepted drafts + 1; the last may be cut by max_tokens, the first token may
-        # come from prefill: completion tokens = verify + correct within (-(block - 1), +1]
-        if not verify + correct - (block - 1) <= completion <= verify + correct + 1:
-            problems.append(
-                f"impossible measurement: usage counts {completion} completion tokens, but {verify} verify steps "
-                f"with {correct} accepted drafts emit {verify + correct} (accept length {completion / verify:.2f} "
-                f"against {1 + correct / verify:.2f} implied by accept rate {correct / proposed:.3f} at "
-                f"num_draft_tokens {block})")
+        contradiction = usage_contradiction(completion, verify, correct, proposed)
+        if contradiction:
+            problems.append(f"impossible measurement: {contradiction}")
     if isinstance(length, (int, float)) and length and abs(length - completion / verify) > 0.01 * length + 1e-6:
         problems.append(f"impossible measurement: spec_accept_length {length:.2f} but usage says "
                         f"{completion}/{verify} = {completion / verify:.2f} tokens per verify step")
