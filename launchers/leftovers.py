@@ -39,9 +39,8 @@ def remove_recorded(ledger: Ledger, dry_run: bool = False) -> Removal:
             continue
         if what:
             removed.append(what)
-    temp_dir = run_temp_dir(ledger.run_id)
-    if (temp_dir.is_dir() and not temp_dir.is_symlink()) if dry_run else remove_run_temp_dir(ledger.run_id):
-        removed.append(f"temp directory {temp_dir}")
+    if remove_run_temp_dir(ledger.run_id, dry_run):
+        removed.append(f"temp directory {run_temp_dir(ledger.run_id)}")
     return Removal(tuple(removed), tuple(problems))
 
 

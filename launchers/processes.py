@@ -120,12 +120,13 @@ def run_env(env: Mapping[str, str], run_id: str | None) -> dict[str, str]:
     return {**env, RUN_ENV: run_id, "TMPDIR": str(temp)}
 
 
-def remove_run_temp_dir(run_id: str) -> bool:
-    """Remove the run's temp directory; True if there was one."""
+def remove_run_temp_dir(run_id: str, dry_run: bool = False) -> bool:
+    """Remove the run's temp directory (``dry_run``: leave it); True if there was one."""
     temp = run_temp_dir(run_id)
     if not temp.is_dir() or temp.is_symlink():
         return False
-    shutil.rmtree(temp, ignore_errors=True)
+    if not dry_run:
+        shutil.rmtree(temp, ignore_errors=True)
     return True
 
 
