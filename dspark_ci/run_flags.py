@@ -143,8 +143,10 @@ def default(dest: str) -> Any:
 def add_run_flags(parser: argparse.ArgumentParser) -> None:
     groups: dict[str, Any] = {}
     for flag in RUN_FLAGS:
-        target = parser if flag.exclusive is None else groups.setdefault(
-            flag.exclusive, parser.add_mutually_exclusive_group())
+        if flag.exclusive is not None and flag.exclusive not in groups:
+            # one group per name: an extra empty group makes argparse's usage line (and so --help) raise
+            groups[flag.exclusive] = parser.add_mutually_exclusive_group()
+        target = parser if flag.exclusive is None else groups[flag.exclusive]
         kwargs = dict(flag.argparse)
         if flag.flag.startswith("-") and "store_true" != kwargs.get("action"):
             kwargs["default"] = os.environ.get(flag.env, flag.default) if flag.env else flag.default

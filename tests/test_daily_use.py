@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from dspark_ci.cli import VERBS
 from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent
@@ -180,3 +181,10 @@ def test_progress_in_ci_is_plain_timestamped_lines(tmp_path):
 def test_a_pull_request_number_is_checked_when_parsed(value):
     done = dspark("chatops", "--comment", "/rerun-test test_x.py", "--user", "someone", f"--pr={value}", "--dry-run")
     assert_one_short_message(done, 2, "argument --pr:")
+
+
+@pytest.mark.parametrize("verb", sorted(VERBS))
+def test_every_verbs_help_prints_its_usage(verb):
+    """`--help` is the first thing a newcomer types; an error here is the first thing they would see."""
+    done = dspark(verb, "--help")
+    assert done.returncode == 0 and done.stdout.startswith(f"usage: dspark-ci {verb}"), done.stderr[-2000:]
