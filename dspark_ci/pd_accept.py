@@ -14,8 +14,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Sequence
 
-from scipy import stats as scipy_stats
-
 from ground import stats
 from ground.records import GateResult
 from suites.runner import SuiteOutcome
@@ -36,7 +34,7 @@ def equivalence(pd: Sequence[float], colocated: Sequence[float], margin: float =
     if len(pd) < 2 or len(colocated) < 2:
         return GateResult(METRIC, "within", margin, None, False)
     base = sum(colocated) / len(colocated)
-    test = scipy_stats.ttest_ind(pd, colocated, equal_var=False)
+    test = stats.scipy_stats().ttest_ind(pd, colocated, equal_var=False)
     interval = test.confidence_interval(confidence_level=1 - 2 * ALPHA)
     effect = (sum(pd) / len(pd) - base) / base
     low, high = interval.low / base, interval.high / base

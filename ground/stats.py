@@ -88,7 +88,7 @@ BETA_SPENDING = {"equal": lambda boots: [1.0] * len(boots), "front": lambda boot
 BETA_SCHEDULE = "equal"
 
 
-def _scipy():
+def scipy_stats():
     """scipy.stats, imported on first use: records import this module, and most commands never compute a verdict."""
     from scipy import stats
 
@@ -387,7 +387,7 @@ def compare_paired(new_by_unit: Mapping[str, Sequence[float]], base_by_unit: Map
     binary = all(abs(abs(d) - 1) < 1e-9 for d in discordant)
     if binary or len(discordant) < MIN_T_DISCORDANT:
         return sign_test(differences, better, tolerance, levels, unit, detect, repeats)
-    se = float(_scipy().sem(differences))
+    se = float(scipy_stats().sem(differences))
     test = f"paired t over {len(common)} {unit} (clustered, {repeats:g} repeat(s) each, {len(discordant)} differ)"
     return _verdict(statistics.fmean(differences), se, len(common) - 1, tolerance, better, levels, ABSOLUTE, test,
                     len(common), detect)
@@ -414,7 +414,7 @@ def sign_test(differences: Sequence[float], better: str, tolerance: float, level
         low = high = 0.0
     else:
         size = statistics.fmean(abs(d) for d in discordant) * m / n
-        result = _scipy().binomtest(worse, m, 0.5)
+        result = scipy_stats().binomtest(worse, m, 0.5)
         worse_low = result.proportion_ci(1 - 2 * levels.alpha, method="exact").low  # one-sided at 1 − alpha
         worse_high = result.proportion_ci(1 - 2 * levels.beta, method="exact").high  # one-sided at 1 − beta
         sign = 1.0 if better == HIGHER else -1.0  # a worse unit moves the effect by −sign
@@ -437,14 +437,14 @@ def compare_estimates(new: float, new_se: float, base: float, base_se: float, be
 def chance_floor(questions: int, chance: float = 0.25, false_pass: float = 0.01) -> float:
     """The smallest accuracy k/n that a guesser (each answer right with probability ``chance``) reaches at most
     ``false_pass`` of the time on ``questions`` questions: exact binomial."""
-    k = int(_scipy().binom.isf(false_pass, questions, chance)) + 1  # P(X >= k) <= false_pass
+    k = int(scipy_stats().binom.isf(false_pass, questions, chance)) + 1  # P(X >= k) <= false_pass
     return k / questions
 
 
 def chance_pass_probability(floor: float, questions: int, accuracy: float) -> float:
     """P(score >= floor) for a model answering each question right with probability ``accuracy`` (exact)."""
     k = math.ceil(floor * questions - 1e-3)  # a floor read back from a gate is rounded (6 decimals)
-    return float(_scipy().binom.sf(k - 1, questions, accuracy))
+    return float(scipy_stats().binom.sf(k - 1, questions, accuracy))
 
 
 def bootstrap_stderr(values: Sequence[float], statistic: str = "median", resamples: int = 1000,
@@ -456,7 +456,7 @@ def bootstrap_stderr(values: Sequence[float], statistic: str = "median", resampl
     import numpy
 
     function = {"median": numpy.median, "mean": numpy.mean}[statistic]
-    result = _scipy().bootstrap((list(values),), function,
+    result = scipy_stats().bootstrap((list(values),), function,
                                    n_resamples=resamples, method="percentile", random_state=seed, vectorized=True)
     return float(result.standard_error)
 
@@ -467,7 +467,7 @@ def ratio_stderr(numerators: Sequence[float], denominators: Sequence[float], res
     steps), by the paired bootstrap over requests; None with fewer than two requests."""
     if len(numerators) < 2 or sum(denominators) <= 0:
         return None
-    result = _scipy().bootstrap((list(numerators), list(denominators)),
+    result = scipy_stats().bootstrap((list(numerators), list(denominators)),
                                    lambda num, den, axis: num.sum(axis=axis) / den.sum(axis=axis),
                                    paired=True, n_resamples=resamples, method="percentile", random_state=seed,
                                    vectorized=True)
