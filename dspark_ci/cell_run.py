@@ -21,7 +21,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from ground.errors import BadInput, DsparkError, ExitCode, InfraError
 from ground.identity import CellIdentity, cell_identity
 from ground.records import CellResult, CellTiming, GateResult, Status
-from ground.suites import ALWAYS_SUITES, DEFAULT_SUITES, SPECULATIVE_SUITES, SUITE_DEFAULTS, suite_of
+from ground.suites import ALWAYS_SUITES, DEFAULT_SUITES, SPECULATIVE_SUITES, suite_of
 from launchers.contract import LaunchFailed, Launcher, LaunchTimeout
 from launchers.ledger import Ledger
 from launchers.launch_plan import plan_launch
@@ -29,6 +29,7 @@ from launchers.pd.pd_group import launch_pd
 from launchers.pd.pd_plan import template_plans
 from dspark_ci.pd_accept import PD_BOOT_TIMEOUT_S, equivalence_gates, with_colocated_accept
 from dspark_ci.evidence import Sampling, more_evidence
+from dspark_ci.reference_boot import colocated, reference_boot
 from matrices.cell import Cell
 from reports.gates import status_of
 from suites.runner import (SuiteOutcome, SuiteRequest, Watch, acceptance_note, envelope_note, gpqa_note, run_suites,
@@ -141,6 +142,7 @@ def _boot_and_measure(cell: Cell, ctx: CellContext, result: CellResult, clock: C
     """One boot of the cell: launch, measure ``names``, tear down, judge."""
     try:
         with contextlib.ExitStack() as stack:
+            booting = stack.enter_context(reference_boot(cell, names, ctx.launcher, logs_dir, ctx.stage))
             deployment = _launch(cell, ctx, stack, logs_dir)
             if clock.ready is None:
                 clock.mark_ready()
@@ -148,7 +150,7 @@ def _boot_and_measure(cell: Cell, ctx: CellContext, result: CellResult, clock: C
             if cell.expect.rejects:
                 return result.finished(Status.FAILED, f"expected SGLang to reject this cell "
                                        f"(/{cell.expect.message}/) but it became healthy", ExitCode.FELL_SHORT)
-            reference = _launch_reference(cell, names, ctx, stack, logs_dir)
+            reference = booting.deployment() if booting else None
             ctx.stage(f"{cell.id}: measuring ({', '.join(names)})")
             outcome = run_suites(SuiteRequest(
                 base_url=deployment.base_url, names=names, model=cell.config.model,
@@ -308,36 +310,3 @@ def _measure_colocated(cell: Cell, deployment, ctx: CellContext, logs_dir: Path)
                                    options=options, work_dir=logs_dir / "colocated-suites", on_progress=ctx.detail,
                                    ledger=ctx.ledger, cell_id=f"{cell.id}-colocated"),
                       watched=[deployment], watch=ctx.watch)
-
-
-def colocated(cell: Cell) -> Cell:
-    """A disaggregated cell's decode configuration, served colocated (no roles, no router)."""
-    return replace(cell, id=f"{cell.id}-colocated", config=cell.role("decode").config.colocated(), roles=(),
-                   router=None)
-
-
-def launches_reference(cell: Cell, names: tuple[str, ...]) -> bool:
-    """Parity, the accept suite's sampled losslessness and the speed suite's sweep compare against the same deployment
-    without speculation, launched beside it: the cell then holds twice its nodes (``accept.sampled_temperature: 0``
-    measures greedy acceptance alone, without one)."""
-    sweep = "speed" in names and (cell.suites.get("speed") or {}).get("sweep_concurrency")
-    accept = cell.suites.get("accept") or {}
-    lossless = "accept" in names and accept.get("sampled_temperature",
-                                                 SUITE_DEFAULTS["accept"]["sampled_temperature"]) > 0
-    return bool("parity" in names or lossless or sweep) and not cell.expect.rejects
-
-
-def _launch_reference(cell: Cell, names, ctx: CellContext, stack: contextlib.ExitStack, logs_dir: Path):
-    if not launches_reference(cell, names):
-        return None
-    reference = without_speculation(cell)
-    ctx.stage(f"{cell.id}: launching the non-speculative reference")
-    plan = plan_launch(reference, ctx.launcher.placement(reference.nnodes, reference.config.gpus_per_node))
-    return stack.enter_context(ctx.launcher.launch(plan, logs_dir / "reference"))
-
-
-def without_speculation(cell: Cell) -> Cell:
-    """Parity's reference: the same deployment without speculation (for a disaggregated cell, its decode
-    configuration colocated: greedy text must hold through PD)."""
-    base = colocated(cell) if cell.disaggregated else cell
-    return replace(base, id=f"{cell.id}-reference", config=base.config.without_speculation())

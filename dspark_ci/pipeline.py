@@ -26,7 +26,8 @@ from typing import Any, Callable, Mapping
 
 from dspark_ci import run_flags
 from dspark_ci.evidence import Sampling
-from dspark_ci.cell_run import CellContext, launches_reference, pending_result, run_cell, suite_names
+from dspark_ci.cell_run import CellContext, pending_result, run_cell, suite_names
+from dspark_ci.reference_boot import launches_reference
 from dspark_ci.run_preflight import preflight
 from dspark_ci.rejections import decide_rejections
 from dspark_ci.progress import Progress, duration

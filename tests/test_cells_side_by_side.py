@@ -283,7 +283,7 @@ def test_a_cell_and_its_reference_hold_twice_its_nodes_so_cells_never_wait_on_ea
     import threading
 
     from dspark_ci.cell_queue import Scheduler, need_of
-    from dspark_ci.cell_run import launches_reference
+    from dspark_ci.reference_boot import launches_reference
 
     smoke = load_cells([str(REPO / "matrices" / "smoke.yaml")])
     one_node = [cell for cell in smoke if cell.nnodes == 1 and not cell.expect.rejects][:1] * 2

@@ -1,0 +1,106 @@
+"""The non-speculative reference a cell is compared with (parity, sampled losslessness, the speed sweep), booted
+beside the cell's own launch rather than after it.
+
+Booting them one after the other cost every such cell a whole extra boot of wall time: seconds on the simulator,
+minutes for a real model. The reference boots in a thread of its own while the cell's thread launches the cell;
+the scheduler has already placed both (``dspark_ci.cell_queue.Need.deployments``). If the cell's own launch fails,
+the reference's boot is cut short (a KeyboardInterrupt in its thread, which unwinds its launcher's teardown exactly
+as Ctrl-C does) rather than waited for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+from ground.suites import SUITE_DEFAULTS
+from launchers import interrupts
+from launchers.contract import Launcher
+from launchers.launch_plan import plan_launch
+from launchers.processes import signals_deferred
+from matrices.cell import Cell
+
+JOIN_POLL_S = 0.5  # how often a thread waiting for the reference looks at the run's interrupt flag
+
+
+def launches_reference(cell: Cell, names: tuple[str, ...]) -> bool:
+    """Parity, the accept suite's sampled losslessness and the speed suite's sweep compare against the same deployment
+    without speculation, launched beside it: the cell then holds twice its nodes (``accept.sampled_temperature: 0``
+    measures greedy acceptance alone, without one)."""
+    sweep = "speed" in names and (cell.suites.get("speed") or {}).get("sweep_concurrency")
+    accept = cell.suites.get("accept") or {}
+    lossless = "accept" in names and accept.get("sampled_temperature",
+                                                 SUITE_DEFAULTS["accept"]["sampled_temperature"]) > 0
+    return bool("parity" in names or lossless or sweep) and not cell.expect.rejects
+
+
+def colocated(cell: Cell) -> Cell:
+    """A disaggregated cell's decode configuration served colocated (one server, no router)."""
+    return replace(cell, id=f"{cell.id}-colocated", config=cell.role("decode").config.colocated(), roles=(),
+                   router=None)
+
+
+def without_speculation(cell: Cell) -> Cell:
+    """Parity's reference: the same deployment without speculation (for a disaggregated cell, its decode
+    configuration colocated: greedy text must hold through PD)."""
+    base = colocated(cell) if cell.disaggregated else cell
+    return replace(base, id=f"{cell.id}-reference", config=base.config.without_speculation())
+
+
+class ReferenceBoot:
+    """One reference deployment booting in its own thread; ``deployment()`` waits for it, ``close()`` cancels a boot
+    still under way and tears the deployment down. Use it as a context manager around the cell's own launch."""
+
+    def __init__(self, cell: Cell, launcher: Launcher, logs_dir: Path, stage: Callable[[str], None]):
+        self._stack = contextlib.ExitStack()
+        self._deployment: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(cell, launcher, logs_dir, stage),
+                                        name=f"reference-{cell.id}", daemon=True)
+
+    def _run(self, cell: Cell, launcher: Launcher, logs_dir: Path, stage: Callable[[str], None]) -> None:
+        try:
+            reference = without_speculation(cell)
+            stage(f"{cell.id}: launching the non-speculative reference")
+            plan = plan_launch(reference, launcher.placement(reference.nnodes, reference.config.gpus_per_node))
+            self._deployment = self._stack.enter_context(launcher.launch(plan, logs_dir / "reference"))
+        except BaseException as err:  # noqa: BLE001 - handed to the cell's thread, which raises it
+            self._error = err
+
+    def __enter__(self) -> "ReferenceBoot":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def deployment(self) -> Any:
+        """The reference, once healthy; its launch's error (LaunchFailed, a timeout, an interrupt) raised here."""
+        # A blocking join would not see the run's Ctrl-C, nor a KeyboardInterrupt raised into this thread by
+        # interrupts.interrupt: poll, and look at the flag between polls.
+        while self._thread.is_alive():
+            self._thread.join(JOIN_POLL_S)
+            interrupts.check()
+        if self._error is not None:
+            raise self._error
+        return self._deployment
+
+    def close(self) -> None:
+        """Cut a boot still under way short (its launcher tears down what it started, as on Ctrl-C), wait for the
+        thread whatever else happens, then tear the reference down."""
+        with signals_deferred():  # a Ctrl-C now waits until the reference is gone
+            if self._thread.is_alive():
+                interrupts.interrupt(self._thread)
+            self._thread.join()
+            self._stack.close()
+
+
+def reference_boot(cell: Cell, names: tuple[str, ...], launcher: Launcher, logs_dir: Path,
+                   stage: Callable[[str], None]) -> contextlib.AbstractContextManager[ReferenceBoot | None]:
+    """The cell's reference booting beside it, or nothing when none of ``names`` compares against one."""
+    if not launches_reference(cell, names):
+        return contextlib.nullcontext()
+    return ReferenceBoot(cell, launcher, logs_dir, stage)
