@@ -441,6 +441,15 @@ def chance_floor(questions: int, chance: float = 0.25, false_pass: float = 0.01)
     return k / questions
 
 
+@functools.lru_cache(maxsize=256)
+def chance_band(questions: int, chance: float = 0.25, false_alarm: float = 0.01) -> tuple[float, float]:
+    """The accuracies (low, high) a guesser stays within on ``questions`` questions but ``false_alarm`` of the time,
+    split evenly between the two tails: exact binomial. A model that answers at chance is expected inside."""
+    low = int(scipy_stats().binom.ppf(false_alarm / 2, questions, chance))  # P(X < low) <= false_alarm / 2
+    high = int(scipy_stats().binom.isf(false_alarm / 2, questions, chance))  # P(X > high) <= false_alarm / 2
+    return low / questions, high / questions
+
+
 def chance_pass_probability(floor: float, questions: int, accuracy: float) -> float:
     """P(score >= floor) for a model answering each question right with probability ``accuracy`` (exact)."""
     k = math.ceil(floor * questions - 1e-3)  # a floor read back from a gate is rounded (6 decimals)

@@ -21,6 +21,7 @@ SPECULATIVE_SUITES = ("accept", "parity")
 # Every metric a suite may report, and the suite that measures it (CONTRACT.md names).
 METRIC_SUITE: Mapping[str, str] = MappingProxyType({
     "gpqa_accuracy": "gpqa", "gpqa_stderr": "gpqa", "gpqa_num_questions": "gpqa", "gpqa_repeats": "gpqa",
+    "gpqa_no_answer": "gpqa",
     "accept_length": "accept", "accept_rate": "accept",
     # per draft position k: accepted / proposed over verify steps, and its per-request stderr (suites/accept_detail.py)
     **{f"accept_rate_pos{k}{suffix}": "accept" for k in range(1, 9) for suffix in ("", "_stderr")},
@@ -72,6 +73,10 @@ SUITE_DEFAULTS: dict[str, dict[str, Any]] = {
         "dataset": None,  # path or URL; None = the published gpqa_diamond.csv
         "thinking": False,  # ask the chat template for thinking mode
         "chat_template_kwargs": None,  # explicit kwargs; overrides what `thinking` sets
+        # A model that answers at chance (random weights, e.g. the CPU engine's): every reply is held to
+        # "Answer: X" by SGLang's `regex` sampling parameter, and the gate is that accuracy stays inside a guesser's
+        # band with every answer extracted (the path from prompt to score works), not that it beats chance.
+        "answers_at_chance": False,
     },
     "accept": {
         "num_requests": 32,

@@ -143,7 +143,7 @@ def _limits(cell: CellResult, metrics: Mapping, baseline: Baseline | None) -> li
 
 
 def _floor_limits(cell: CellResult, metrics: Mapping) -> list[Limit]:
-    return _collapse_floor(cell, metrics) + _speedup_floor(metrics) + _chance_floor(metrics) + _lossless(metrics)
+    return _collapse_floor(cell, metrics) + _speedup_floor(metrics) + _chance_limits(cell, metrics) + _lossless(metrics)
 
 
 def _lossless(metrics: Mapping) -> list[Limit]:
@@ -194,16 +194,28 @@ def chance_floor(num_questions: float) -> float:
     return stats.chance_floor(int(num_questions), GPQA_CHANCE, CHANCE_FALSE_PASS)
 
 
-def _chance_floor(metrics: Mapping) -> list[Limit]:
+def _chance_limits(cell: CellResult, metrics: Mapping) -> list[Limit]:
     """GPQA must beat guessing, with or without a baseline: a broken model that answers at random or not at
-    all (0%) passes at most CHANCE_FALSE_PASS of the time; a weak model well above chance still passes it."""
+    all (0%) passes at most CHANCE_FALSE_PASS of the time; a weak model well above chance still passes it.
+    A model that answers at chance by design (``gpqa.answers_at_chance``: random weights) is held to the guesser's
+    band instead, with every reply's answer extracted: what is tested there is the path from prompt to score."""
     questions = metrics.get("gpqa_num_questions")
     if metrics.get("gpqa_accuracy") is None or not questions:
         return []
+    if (cell.suites.get("gpqa") or {}).get("answers_at_chance"):
+        return _at_chance(int(questions))
     floor = chance_floor(questions)
     guesser = stats.chance_pass_probability(floor, int(questions), GPQA_CHANCE)
     return [Limit("gpqa_accuracy", ">=", floor, f"above chance: a guesser reaches {floor:.1%} on {questions:.0f} "
                   f"questions {guesser:.2%} of the time (exact binomial)")]
+
+
+def _at_chance(questions: int) -> list[Limit]:
+    low, high = stats.chance_band(questions, GPQA_CHANCE, CHANCE_FALSE_PASS)
+    band = (f"at chance (random weights): a guesser stays within {low:.1%}-{high:.1%} on {questions} questions "
+            f"but {CHANCE_FALSE_PASS:.0%} of the time (exact binomial)")
+    return [Limit("gpqa_accuracy", ">=", low, band), Limit("gpqa_accuracy", "<=", high, band),
+            Limit("gpqa_no_answer", "<=", 0.0, "every reply's answer extracted (held to the answer format)")]
 
 
 def _spec_limits(spec: MetricSpec, metrics: Mapping) -> list[Limit]:

@@ -43,6 +43,7 @@ METRICS: dict[str, Metric] = {
     "gpqa_stderr": Metric(LOWER, "GPQA stderr", ".1%", "info", fraction=True, noise=STDERR_NOISE),
     "gpqa_num_questions": Metric(NEUTRAL, "GPQA questions", ".0f", "info"),
     "gpqa_repeats": Metric(NEUTRAL, "GPQA repeats", ".0f", "info"),
+    "gpqa_no_answer": Metric(LOWER, "GPQA replies without an answer", ".1%", "info", fraction=True),
     "accept_length": Metric(HIGHER, "Accept length", ".2f", "quality", noise=ACCEPT_NOISE,
                             request_stderr="accept_length_stderr"),
     "accept_rate": Metric(HIGHER, "Accept rate", ".1%", "quality", fraction=True, noise=ACCEPT_NOISE,

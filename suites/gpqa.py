@@ -71,6 +71,9 @@ EXTRACTORS = {
 SCORERS = ("simple-evals", "sglang", "sgl-eval")
 # The regex of each regex scorer (sgl-eval's extraction is NeMo-Skills' eval_mcq, from the package).
 SCORER_EXTRACTOR = {"sglang": "sglang", "simple-evals": "openai"}
+# What a reply is held to when the model answers at chance (SGLang's `regex` sampling parameter): what every
+# regex scorer's extraction reads.
+AT_CHANCE_REPLY = "Answer: [ABCD]"
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,7 @@ class GpqaSettings:
     scorer: str
     concurrency: int
     chat_template_kwargs: Mapping[str, Any] | None
+    answers_at_chance: bool = False
 
     @property
     def extractor(self) -> str | None:
@@ -119,7 +123,7 @@ class GpqaSettings:
             kwargs = {"thinking": True, "enable_thinking": True}
         return cls(max_tokens=options["max_tokens"], temperature=float(options["temperature"]),
                    scorer=resolve_scorer(options), concurrency=options["concurrency"],
-                   chat_template_kwargs=kwargs)
+                   chat_template_kwargs=kwargs, answers_at_chance=bool(options.get("answers_at_chance")))
 
 
 def resolve_scorer(options: Mapping[str, Any]) -> str:
@@ -221,6 +225,8 @@ def ask(client: openai.OpenAI, model: str, example: Example, settings: GpqaSetti
     top_p = extra_body.pop("top_p", openai.NOT_GIVEN)
     if settings.chat_template_kwargs:
         extra_body["chat_template_kwargs"] = dict(settings.chat_template_kwargs)
+    if settings.answers_at_chance:
+        extra_body["regex"] = AT_CHANCE_REPLY
     limit: dict[str, Any] = {} if settings.max_tokens is None else {"max_tokens": settings.max_tokens}  # none: unsent
     try:
         response = client.chat.completions.create(
@@ -286,8 +292,9 @@ def summarize(results: Sequence[SampleResult], num_questions: int, repeats: int,
     aggregate = aggregate_of(results, repeats, scorer)
     accuracy = aggregate["pass@1"] if n else float("nan")
     stderr = clustered_stderr(results)
+    unanswered = sum(r.extracted_answer is None for r in results)
     metrics = {"gpqa_accuracy": accuracy, "gpqa_stderr": stderr, "gpqa_num_questions": num_questions,
-               "gpqa_repeats": repeats}
+               "gpqa_repeats": repeats, "gpqa_no_answer": unanswered / n if n else float("nan")}
     summary = {
         "scorer": scorer,
         "aggregate": aggregate,
@@ -296,7 +303,7 @@ def summarize(results: Sequence[SampleResult], num_questions: int, repeats: int,
         "stderr_clustered_by_question": stderr,
         # What treating every sample as independent would say: too small when repeats > 1 (shown for comparison).
         "stderr_samples_independent": statistics.stdev(scores) / math.sqrt(n) if n > 1 else float("nan"),
-        "unanswered": sum(r.extracted_answer is None for r in results),
+        "unanswered": unanswered,
         "errors": sum(r.error is not None for r in results),
         "truncated": sum(r.finish_reason == "length" for r in results),
         "per_question": per_question(results),

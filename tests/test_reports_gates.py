@@ -142,6 +142,30 @@ def test_gpqa_must_beat_chance_without_any_baseline(accuracy, questions, passed)
     assert chance_pass_probability(gate["threshold"] - 1 / questions, questions, 0.25) > 0.01
 
 
+@pytest.mark.parametrize("accuracy, no_answer, passed", [
+    pytest.param(0.25, 0.0, True, id="at-chance-passes"),
+    pytest.param(0.0, 0.0, False, id="never-right-fails"),  # e.g. the scorer compares the wrong letters
+    pytest.param(0.60, 0.0, False, id="above-chance-fails"),  # a random model cannot: the answer leaked somewhere
+    pytest.param(0.25, 0.1, False, id="a-reply-without-an-answer-fails"),
+])
+def test_a_model_that_answers_at_chance_is_held_to_the_guessers_band(accuracy, no_answer, passed):
+    """Random weights (the CPU engine's tiny Llama): the GPQA gate is the path from prompt to score, not accuracy."""
+    at_chance = replace(PLAIN, suites={"gpqa": {"answers_at_chance": True}})
+    metrics = {"gpqa_accuracy": accuracy, "gpqa_num_questions": 75, "gpqa_no_answer": no_answer}
+    gates = evaluate(at_chance, metrics, None)
+    assert {g.metric for g in gates} == {"gpqa_accuracy", "gpqa_no_answer"}
+    assert all(g.passed for g in gates) is passed
+    low, high = sorted(g.threshold for g in gates if g.metric == "gpqa_accuracy")
+    # exact binomial, two-sided: a guesser falls outside at most 1 % of the time, half in each tail
+    assert sum(stats_binom().pmf(k, 75, 0.25) for k in range(76) if not low <= k / 75 <= high) <= 0.01
+
+
+def stats_binom():
+    from scipy.stats import binom
+
+    return binom
+
+
 @pytest.mark.parametrize("speedup, passed", [pytest.param(2.9, True, id="pays"), pytest.param(0.97, False, id="slower")])
 def test_speculation_must_pay_where_the_speedup_was_measured(speedup, passed):
     gates = [g for g in evaluate(SPECULATIVE, {"speculative_speedup": speedup}, None)]

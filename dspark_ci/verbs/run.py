@@ -158,7 +158,9 @@ def run_verb(args: argparse.Namespace, stream: TextIO | None = None) -> int:
                             caller_env=caller_env)
     launcher = kind.build(context, {spec.dest: getattr(args, spec.dest) for spec in kind.declared})
     simulated = args.server in SIMULATED_SERVERS
-    defaults = _gpqa_dataset(caller_env["DSPARK_SIM_GPQA_PATH"]) if simulated else (lambda o: o)
+    defaults = _gpqa_dataset(caller_env["DSPARK_SIM_GPQA_PATH"]) if simulated else (
+        # random weights answer any questions at chance: the synthetic set needs no download
+        _gpqa_dataset(str(SYNTHETIC_GPQA)) if args.server == "sglang-engine" else (lambda o: o))
     verbosity = progress.QUIET if args.quiet else progress.VERBOSE if args.verbose else progress.NORMAL
 
     def check_cells(cells) -> None:
