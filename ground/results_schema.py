@@ -1,11 +1,13 @@
-"""The JSON Schema of results.json, generated from the records that write it (``ground.records``).
+"""The JSON Schema of results.json, generated from the records that write it (``ground.records``,
+``ground.measurements``).
 
     python -m ground.results_schema            # print it
     python -m ground.results_schema --write    # rewrite docs/results.schema.json (tests check it is current)
 
 Each record's properties come from its dataclass fields and their types. ``SHAPE`` says where a record's JSON
-differs from its fields (what ``to_dict`` leaves out, writes inline or adds); which keys are always written is read
-off ``to_dict`` of the smallest record (``SMALLEST``), so the schema follows the writer rather than a copy of it.
+differs from its fields (what ``to_dict`` leaves out, writes inline, adds, writes as another type's JSON or as
+one field's alone); which keys are always written is read off ``to_dict`` of the smallest record (``SMALLEST``),
+so the schema follows the writer rather than a copy of it.
 """
 
 from __future__ import annotations
