@@ -53,7 +53,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dspark_ci import evidence  # noqa: E402
 from ground import stats  # noqa: E402
+from ground.measurements import BootMetrics, GpqaSummary  # noqa: E402
 from ground.records import CellResult, Status  # noqa: E402
+from ground.sglang.settings import CellConfig  # noqa: E402
 from reports.baseline_file import load_baseline  # noqa: E402
 from reports.baseline_proposal import RECORDED_GATES  # noqa: E402
 from reports.gates import _OPS, evaluate, family_levels, status_of  # noqa: E402
@@ -82,7 +84,7 @@ SPEED_METRICS = ("tpot_ms_median", "output_throughput_tok_s")
 # reference boot is not counted in the boots per cell (one per node and night, shared by that node's cells).
 NODE_SHARE = 0.0
 GPQA_DROPS = (0.0, 0.03, 0.05, 0.10)
-CELL = CellResult(id="cell", config={"speculative_algorithm": "DSPARK"}, expect={"outcome": "serve"})
+CELL = CellResult(id="cell", config=CellConfig(speculative_algorithm="DSPARK"), expect={"outcome": "serve"})
 
 
 @dataclass
@@ -151,12 +153,13 @@ def pooled(boots: list[dict]) -> CellResult:
     """The cell as the run records it after these boots: each boot's metrics, pooled figures, GPQA questions."""
     asked = [b["questions"] for b in boots if b["questions"] is not None]
     rights = numpy.sum(asked, axis=0)
-    questions = {f"q{index}": [int(right), GPQA_REPEATS * len(asked)] for index, right in enumerate(rights)}
+    questions = {f"q{index}": (int(right), GPQA_REPEATS * len(asked)) for index, right in enumerate(rights)}
     metrics = {name: statistics.fmean(b["metrics"][name] for b in boots if name in b["metrics"])
                for name in boots[0]["metrics"]}
     metrics["gpqa_accuracy"] = float(rights.sum()) / (GPQA_QUESTIONS * GPQA_REPEATS * len(asked))
-    return replace(CELL, metrics=metrics, boots=tuple(b["metrics"] for b in boots) if len(boots) > 1 else (),
-                   gpqa={"per_question": questions})
+    return replace(CELL, metrics=metrics,
+                   boots=tuple(BootMetrics(b["metrics"]) for b in boots) if len(boots) > 1 else (),
+                   gpqa=GpqaSummary(per_question=questions))
 
 
 def _gate(metric: str) -> str:
@@ -173,7 +176,7 @@ def record_baseline(rng: random.Random, model: Model, directory: Path, runs: int
         request = statistics.fmean(b["metrics"][STDERR_NAME[name]] / b["metrics"][name] for b in boots)
         lines.append(f"    {name}: {{value: {median:.6g}, {_gate(name)}, noise: {statistics.stdev(values) / median:.6g}, "
                      f"runs: {runs}, request_noise: {request:.6g}}}")
-    questions = pooled(boots).gpqa["per_question"]
+    questions = pooled(boots).gpqa.per_question
     (directory / "q.json").write_text(json.dumps({q: r / n for q, (r, n) in questions.items()}))
     accuracy = statistics.fmean(b["metrics"]["gpqa_accuracy"] for b in boots)
     stderr = statistics.fmean(b["metrics"]["gpqa_stderr"] for b in boots)
@@ -367,7 +370,7 @@ def lossless_night(rng: random.Random, p0: float, lossy: bool, samples: int) -> 
     ref, ref_se = _share(rng, p0, samples)
     metrics = {"sampled_greedy_share": spec, "sampled_greedy_share_stderr": spec_se,
                "sampled_greedy_share_reference": ref, "sampled_greedy_share_reference_stderr": ref_se}
-    cell = CellResult(id="c", config={"speculative_algorithm": "DSPARK"}, expect={}, metrics=metrics)
+    cell = CellResult(id="c", config=CellConfig(speculative_algorithm="DSPARK"), expect={}, metrics=metrics)
     [gate] = [g for g in evaluate(cell, metrics, None) if g.metric == "sampled_greedy_share"]
     return gate.verdict
 
@@ -411,7 +414,7 @@ def position_night(rng: random.Random, baseline, planted: bool) -> tuple[str, st
 
     alphas = AcceptModel(POSITION_ALPHA, late_from=3 if planted else None, max_accept=POSITION_GAMMA).alphas()
     metrics = _position_boot(rng, alphas)
-    cell = CellResult(id="c", config={"speculative_algorithm": "DSPARK"}, expect={}, metrics=metrics)
+    cell = CellResult(id="c", config=CellConfig(speculative_algorithm="DSPARK"), expect={}, metrics=metrics)
     gates = evaluate(cell, metrics, baseline, family_levels([cell], baseline))
     mean_gate = next(g.verdict for g in gates if g.metric == "accept_length")
     return status_of(gates).value, mean_gate

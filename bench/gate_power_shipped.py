@@ -19,7 +19,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from ground import stats
+from ground.measurements import BootMetrics, GpqaSummary
 from ground.records import CellResult, Status
+from ground.sglang.settings import CellConfig
 from reports.baseline_file import Baseline, load_baseline
 from reports.gates import evaluate, family_levels, status_of
 from reports.metrics import STDERR_OF
@@ -28,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 SHIPPED = ("baselines/smoke.yaml", "baselines/nightly.yaml", "baselines/release.yaml")
 TRUE_NOISE = {"tpot_ms_median": 0.02, "output_throughput_tok_s": 0.02, "accept_length": 0.01, "accept_rate": 0.01}
 PLANTED = 0.05  # 5 % worse on each ratio metric in turn; GPQA 5 points lower
-CELL = CellResult(id="cell", config={"speculative_algorithm": "DSPARK"}, expect={"outcome": "serve"})
+CELL = CellResult(id="cell", config=CellConfig(speculative_algorithm="DSPARK"), expect={"outcome": "serve"})
 
 
 def _boot(rng: random.Random, specs, planted: tuple[str, float] | None, flips: set[str]) -> tuple[dict, dict]:
@@ -66,9 +68,10 @@ def _night(rng: random.Random, cell: CellResult, baseline: Baseline, levels, pla
         while len(boots) < wanted:
             boots.append(_boot(rng, specs, planted, flips))
         pooled = {k: statistics.fmean(b[0][k] for b in boots if k in b[0]) for k in boots[0][0]}
-        questions = {q: [sum(b[1][q][0] for b in boots), len(boots)] for q in boots[0][1]}
-        measured = replace(cell, metrics=pooled, boots=tuple(b[0] for b in boots) if len(boots) > 1 else (),
-                           gpqa={"per_question": questions} if questions else None)
+        questions = {q: (sum(b[1][q][0] for b in boots), len(boots)) for q in boots[0][1]}
+        measured = replace(cell, metrics=pooled,
+                           boots=tuple(BootMetrics(b[0]) for b in boots) if len(boots) > 1 else (),
+                           gpqa=GpqaSummary(per_question=questions) if questions else None)
         gates = tuple(g for g in evaluate(measured, pooled, baseline, levels) if g.statistic is not None)
         status = status_of(gates)
         undecided = [g for g in gates if g.inconclusive and not g.statistic.final]

@@ -25,6 +25,7 @@ from unittest import mock
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dspark_ci import cell_run, pipeline  # noqa: E402
+from ground.measurements import SuiteTestOutcome  # noqa: E402
 from dspark_ci.progress import Progress  # noqa: E402
 from launchers.local.lifecycle import LocalLauncher  # noqa: E402
 from launchers.plan_types import Placement  # noqa: E402
@@ -77,8 +78,7 @@ def run_once(size: int) -> float:
         (root / "baseline.yaml").write_text(BASELINE)
         options = pipeline.RunOptions(matrices=(str(root / "matrix.yaml"),), run_id=f"bench-{size}",
                                       out=root / "run")
-        instant = SuiteOutcome(metrics=dict(METRICS), tests=[{"nodeid": "accept", "outcome": "passed",
-                                                              "duration": 0.0, "message": None}])
+        instant = SuiteOutcome(metrics=dict(METRICS), tests=(SuiteTestOutcome("accept", "passed"),))
         with mock.patch.object(cell_run, "run_suites", lambda request, watched=(), watch=None: instant), \
                 mock.patch.dict("os.environ", {"DSPARK_STATE_DIR": str(root / "state")}):
             started = time.perf_counter()

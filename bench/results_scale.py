@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from reports.live_results import ResultsWriter  # noqa: E402
 from ground.records import CellResult, GateResult, RunResults, Status  # noqa: E402
+from ground.sglang.settings import CellConfig  # noqa: E402
 from reports.results import load_results  # noqa: E402
 from reports.writers import render_reports, write_rendered  # noqa: E402
 
@@ -41,8 +42,8 @@ def cell(index: int) -> CellResult:
              GateResult("output_throughput_tok_s", ">=", 900.0, 812.4, False))
     return CellResult(
         id=f"dsv4-flash-tp8-dp4-dpattn-a2a-none-dspark-b7-cuda-{index:05d}",
-        config={"model": "deepseek-ai/DeepSeek-V4-Flash", "device": "cuda", "tp": 8, "dp": 4, "nnodes": 1,
-                "speculative_algorithm": "DSPARK"},
+        config=CellConfig(model="deepseek-ai/DeepSeek-V4-Flash", device="cuda", tp=8, dp=4, nnodes=1,
+                          speculative_algorithm="DSPARK"),
         expect={"outcome": "serve", "message": None, "sglang": None}, runner="8-gpu-h200",
         suites={"accept": {"num_requests": 32}}, status=status, boot_seconds=93.2, metrics=METRICS, gates=gates,
         error="node rank 1 exited with code 1\n  SGLang said: RuntimeError: NCCL" if status is Status.ERROR else None,

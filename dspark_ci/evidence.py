@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from ground.errors import ExitCode
+from ground.measurements import BootMetrics
 from ground.records import CellResult, Status
 from ground.stats import look_boots
 from ground.suites import suite_of
@@ -112,19 +113,19 @@ def pooled(attempts: list[CellResult]) -> CellResult:
     """The attempts' measurements as one cell: every boot's metrics kept, each metric the mean over the boots that
     measured it, GPQA's questions added up, every suite test and warning kept."""
     measured = [a for a in attempts if _measured(a)]
-    boots = tuple(boot for a in measured for boot in (a.boots or (a.metrics,)))
-    names = dict.fromkeys(name for boot in boots for name in boot)
-    values = {name: [float(v) for b in boots if (v := b.get(name)) is not None] for name in names}
+    boots = tuple(boot for a in measured for boot in (a.boots or (BootMetrics(a.metrics),)))
+    names = dict.fromkeys(name for boot in boots for name in boot.metrics)
+    values = {name: [float(v) for b in boots if (v := b.value(name)) is not None] for name in names}
     metrics = {name: statistics.fmean(found) for name, found in values.items() if found}
-    questions: dict[str, list[int]] = {}
+    questions: dict[str, tuple[int, int]] = {}
     for attempt in measured:
-        for question, (right, asked) in ((attempt.gpqa or {}).get("per_question") or {}).items():
-            tally = questions.setdefault(question, [0, 0])
-            tally[0], tally[1] = tally[0] + right, tally[1] + asked
+        for question, (right, asked) in (attempt.gpqa.per_question if attempt.gpqa else {}).items():
+            so_far = questions.get(question, (0, 0))
+            questions[question] = (so_far[0] + right, so_far[1] + asked)
     gpqa = next((a.gpqa for a in reversed(measured) if a.gpqa), None)
     if gpqa is not None and questions:
         asked = sum(n for _, n in questions.values())
-        gpqa = {**gpqa, "per_question": questions, "samples": asked}
+        gpqa = replace(gpqa, per_question=questions, samples=asked)
         metrics["gpqa_accuracy"] = sum(r for r, _ in questions.values()) / asked
     tests = tuple(t for a in measured for t in a.tests or ())
     warnings = tuple(dict.fromkeys(w for a in measured for w in a.warnings))

@@ -1,11 +1,13 @@
-"""The JSON Schema of results.json, generated from the records that write it (``ground.records``).
+"""The JSON Schema of results.json, generated from the records that write it (``ground.records``,
+``ground.measurements``).
 
     python -m ground.results_schema            # print it
     python -m ground.results_schema --write    # rewrite docs/results.schema.json (tests check it is current)
 
 Each record's properties come from its dataclass fields and their types. ``SHAPE`` says where a record's JSON
-differs from its fields (what ``to_dict`` leaves out, writes inline or adds); which keys are always written is read
-off ``to_dict`` of the smallest record (``SMALLEST``), so the schema follows the writer rather than a copy of it.
+differs from its fields (what ``to_dict`` leaves out, writes inline, adds, writes as another type's JSON or as
+one field's alone); which keys are always written is read off ``to_dict`` of the smallest record (``SMALLEST``),
+so the schema follows the writer rather than a copy of it.
 """
 
 from __future__ import annotations
@@ -23,8 +25,12 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ground.identity import CellIdentity
+from ground.measurements import (AcceptCategory, AcceptDrift, Acceptance, AcceptPosition, BootMetrics, Envelope,
+                                 EnvelopeBoundary, EnvelopePoint, GpqaSummary, GreedyShare, PositionRate,
+                                 SampledAcceptance, SuiteTestOutcome)
 from ground.records import (SCHEMA, SCHEMA_VERSIONS, CellResult, CellTiming, Expect, GateResult, QuarantineEntry,
                             RunResults)
+from ground.sglang.settings import CellConfig
 from ground.stats import INCONCLUSIVE, PASSED, REGRESSED, Verdict
 
 SCHEMA_FILE = Path(__file__).resolve().parents[1] / "docs" / "results.schema.json"
@@ -38,12 +44,16 @@ class Shape:
     left_out: tuple[str, ...] = ()  # fields to_dict does not write
     inline: Mapping[str, type] = dataclasses.field(default_factory=dict)  # field -> record whose keys sit flat here
     added: Mapping[str, Json] = dataclasses.field(default_factory=dict)  # keys to_dict writes that are not fields
+    written_as: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # field -> the type its JSON follows
+    unwrap: str | None = None  # the record is written as this one field's JSON
 
 
 SHAPE: dict[type, Shape] = {
     RunResults: Shape(added={"schema": {"const": SCHEMA}}),
     CellResult: Shape(left_out=("exit_code",), inline={"timing": CellTiming},
-                      added={"infrastructure": {"const": True, "description": "it ended on the machine's trouble"}}),
+                      added={"infrastructure": {"const": True, "description": "it ended on the machine's trouble"}},
+                      written_as={"config": CellConfig}),  # an unknown config (None) is written {}
+    BootMetrics: Shape(unwrap="metrics"),
     GateResult: Shape(inline={"statistic": Verdict},
                       added={"verdict": {"enum": [PASSED, REGRESSED, INCONCLUSIVE]}}),
     Verdict: Shape(left_out=("verdict", "low", "high"),
@@ -53,12 +63,26 @@ SHAPE: dict[type, Shape] = {
 
 SMALLEST: dict[type, Callable[[], Any]] = {  # the record with nothing optional set: its to_dict's keys are required
     RunResults: lambda: RunResults("r", None, None, "local", ()),
-    CellResult: lambda: CellResult("c", {}, Expect()),
+    CellResult: lambda: CellResult("c", None, Expect()),
     GateResult: lambda: GateResult("m", ">=", 0.0, None, False),
     Expect: Expect,
     QuarantineEntry: lambda: QuarantineEntry("c", "r", "l", dt.date(2000, 1, 1), "w"),
     CellIdentity: lambda: CellIdentity(build="b"),
     CellTiming: CellTiming,
+    SuiteTestOutcome: lambda: SuiteTestOutcome("n", "passed"),
+    GpqaSummary: GpqaSummary,
+    Acceptance: lambda: Acceptance({}, 0.0, ""),
+    AcceptPosition: lambda: AcceptPosition(1, 0, 0, None, None),
+    PositionRate: lambda: PositionRate(1, None),
+    AcceptCategory: lambda: AcceptCategory(0, None),
+    AcceptDrift: lambda: AcceptDrift(None, None, None, 0.0, 0, ""),
+    SampledAcceptance: lambda: SampledAcceptance(0.0, None, None),
+    GreedyShare: lambda: GreedyShare(0, 0, 0),
+    EnvelopePoint: lambda: EnvelopePoint(1, 1, 1, None, None, None, None),
+    EnvelopeBoundary: lambda: EnvelopeBoundary(None),
+    Envelope: lambda: Envelope((), {}, "", ""),
+    # Not here: CellConfig (a cell whose shard never reported writes {}; otherwise its `always` settings) and
+    # Lossless (either measured or skipped), whose keys are not all written every time.
 }
 
 _SCALARS: dict[Any, Json] = {str: {"type": "string"}, bool: {"type": "boolean"}, int: {"type": "integer"},
@@ -79,7 +103,9 @@ def results_schema() -> Json:
 
 def _record(cls: type, defs: Json) -> Json:
     shape = SHAPE.get(cls, Shape())
-    hints = typing.get_type_hints(cls)
+    hints = {**typing.get_type_hints(cls), **shape.written_as}
+    if shape.unwrap is not None:
+        return _type(hints[shape.unwrap], defs)
     properties: Json = {}
     for field in dataclasses.fields(cls):
         if field.name in shape.left_out:
@@ -116,6 +142,8 @@ def _type(hint: Any, defs: Json) -> Json:
         if all(list(option) == ["type"] for option in options):  # plain types: one "type" list reads better
             return {"type": [option["type"] for option in options]}
         return {"anyOf": options}
+    if origin is tuple and len(args) > 1 and len(set(args)) == 1:  # a pair of one type, say: that many items
+        return {"type": "array", "items": _type(args[0], defs), "minItems": len(args), "maxItems": len(args)}
     if origin in (tuple, list):
         return {"type": "array", "items": _type(args[0], defs) if args else {}}
     if origin in (dict, abc.Mapping) or hint in (dict, abc.Mapping):

@@ -84,7 +84,7 @@ def _per_question(cells: list[CellResult]) -> dict[str, float]:
     """Mean score per question over every run's repeats (the runs ask the same questions)."""
     tallies: dict[str, list[int]] = {}
     for cell in cells:
-        for question, (right, asked) in ((cell.gpqa or {}).get("per_question") or {}).items():
+        for question, (right, asked) in (cell.gpqa.per_question if cell.gpqa else {}).items():
             tally = tallies.setdefault(question, [0, 0])
             tally[0], tally[1] = tally[0] + right, tally[1] + asked
     return {question: round(right / asked, DIGITS) for question, (right, asked) in sorted(tallies.items()) if asked}
@@ -208,7 +208,7 @@ def _header(runs: Sequence[tuple[str, RunResults]], gated: dict[str, list[CellRe
                      f"launcher {results.launcher or '?'}, host {env.get('hostname', '?')}")
     for cell_id, cells in gated.items():
         config = cells[0].config
-        lines.append(f"{cell_id}: runner {cells[0].runner or '?'}, device {config.get('device', '?')}")
+        lines.append(f"{cell_id}: runner {cells[0].runner or '?'}, device {config.device if config else '?'}")
     if len(runs) == 1:
         lines.append("One run: no run-to-run noise measured; record from three or more runs "
                      "(`dspark-ci baseline record RUN1 RUN2 RUN3`) so ratio gates widen to the noise.")

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Mapping
 
 from ground import stats
+from ground.measurements import BootMetrics
 from ground.records import CellResult, GateResult, RunResults, Status
 from ground.suites import SUITE_DEFAULTS, suite_of
 from reports.baseline_file import NOISE_RUN_SDS, Baseline, MetricSpec
@@ -92,24 +92,24 @@ class Evidence:
     """What a cell measured that a statistical gate reads: the figure of each boot (one boot unless the run
     sampled more) and GPQA's per-question outcomes."""
 
-    boots: tuple[Mapping, ...]
+    boots: tuple[BootMetrics, ...]
     gpqa_questions: Mapping[str, tuple[float, ...]]
 
     @classmethod
     def of(cls, cell: CellResult, metrics: Mapping) -> "Evidence":
-        per_question = (cell.gpqa or {}).get("per_question") or {}
-        questions = {q: (1.0,) * int(right) + (0.0,) * int(asked - right) for q, (right, asked) in per_question.items()}
-        return cls(boots=tuple(cell.boots) or (metrics,), gpqa_questions=questions)
+        per_question = cell.gpqa.per_question if cell.gpqa else {}
+        questions = {q: (1.0,) * right + (0.0,) * (asked - right) for q, (right, asked) in per_question.items()}
+        return cls(boots=cell.boots or (BootMetrics(metrics),), gpqa_questions=questions)
 
     def values(self, metric: str) -> list[float]:
         """Every boot's figure of ``metric``, zeros included (a boot that measured 0 is evidence, not noise)."""
-        return [float(boot[metric]) for boot in self.boots if boot.get(metric) is not None]
+        return [float(value) for boot in self.boots if (value := boot.value(metric)) is not None]
 
     def request_errors(self, metric: str) -> list[float]:
         """Each boot's own per-request standard error of ``metric``, as a fraction of its figure (where known)."""
         name = STDERR_OF.get(metric)
-        return [float(boot[name]) / float(boot[metric]) for boot in self.boots
-                if name and boot.get(name) is not None and boot.get(metric)]
+        return [float(error) / float(value) for boot in self.boots
+                if name and (error := boot.value(name)) is not None and (value := boot.value(metric))]
 
 
 def explain(cell: CellResult, metrics: Mapping, baseline: Baseline | None) -> dict[tuple, str]:
@@ -368,7 +368,7 @@ def suites_ran(cell: CellResult) -> set[str] | None:
     file kept no tests (all gates apply)."""
     if cell.tests is None:
         return None
-    ran = {Path(str(t.get("nodeid", "")).split("::")[0]).stem.removeprefix("test_") for t in cell.tests}
+    ran = {test.suite for test in cell.tests}
     return ran | {suite for g in cell.gates if (suite := suite_of(g.metric)) is not None}
 
 

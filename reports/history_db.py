@@ -90,7 +90,7 @@ def record(path: Path, results: RunResults, run_dir: Path | str | None) -> None:
             len(results.cells), sum(cell.status.failing for cell in results.cells)))
         for cell in results.cells:
             db.execute("INSERT INTO cells VALUES (?, ?, ?, ?, ?)", (results.run_id, cell.id, cell.status.value,
-                                                                   cell.runner, json.dumps(dict(cell.config), default=str)))
+                                                                   cell.runner, json.dumps(cell.config.to_dict() if cell.config else {}, default=str)))
             identity = cell.identity
             db.execute("INSERT INTO cell_facts VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (
                 results.run_id, cell.id, identity.hash if identity else None, identity.setup if identity else None,

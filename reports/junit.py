@@ -25,6 +25,7 @@ import xml.etree.ElementTree as ET
 from datetime import datetime
 from typing import Iterable, Sequence
 
+from ground.measurements import SuiteTestOutcome
 from ground.records import DECIDED_BY_RESOLVER, CellResult, GateResult, RunResults, Status
 from ground.suites import suite_of
 from reports.gates import describe_gate
@@ -176,9 +177,9 @@ def _outcome_cases(cell: CellResult) -> Iterable[ET.Element]:
 
 def _suite_cases(cell: CellResult) -> Iterable[ET.Element]:
     """One testcase per suite the cell ran, in the order the cell lists its suites."""
-    tests_by_suite: dict[str, list] = {}
+    tests_by_suite: dict[str, list[SuiteTestOutcome]] = {}
     for test in cell.tests or ():
-        tests_by_suite.setdefault(_suite_of_test(test["nodeid"]), []).append(test)
+        tests_by_suite.setdefault(test.suite, []).append(test)
     gates_by_suite: dict[str, list[GateResult]] = {}
     for gate in cell.gates:
         gates_by_suite.setdefault(suite_of(gate.metric) or "gates", []).append(gate)
@@ -188,8 +189,8 @@ def _suite_cases(cell: CellResult) -> Iterable[ET.Element]:
     unplaced_error = cell.status.failing and bool(cell.error)
     for name in names:
         tests, gates = tests_by_suite.get(name, []), gates_by_suite.get(name, [])
-        case = _case(cell, name, sum(float(t.get("duration") or 0) for t in tests))
-        failed_tests = [t for t in tests if t.get("outcome") in ("failed", "error")]
+        case = _case(cell, name, sum(t.duration for t in tests))
+        failed_tests = [t for t in tests if t.failed]
         if failed_tests or any(not g.passed and not g.inconclusive for g in gates):
             case.append(_problem("failure", cell, gates, failed_tests))
         elif any(g.inconclusive for g in gates):  # neither green nor red: JUnit's nearest is "skipped"
@@ -203,22 +204,17 @@ def _suite_cases(cell: CellResult) -> Iterable[ET.Element]:
         yield case
 
 
-def _suite_of_test(nodeid: str) -> str:
-    """"suites/test_gpqa.py::test_gpqa" -> "gpqa"."""
-    match = re.search(r"test_(\w+)\.py", nodeid)
-    return match.group(1) if match else nodeid.split("::")[0]
-
-
 def _case(cell: CellResult, name: str, seconds: float | None) -> ET.Element:
     return ET.Element("testcase", {"classname": xml_text(cell.id), "name": xml_text(name),
                                    "time": _seconds(seconds or 0.0)})
 
 
-def _problem(tag: str, cell: CellResult, gates: Sequence[GateResult], failed_tests: list) -> ET.Element:
+def _problem(tag: str, cell: CellResult, gates: Sequence[GateResult],
+             failed_tests: list[SuiteTestOutcome]) -> ET.Element:
     """<failure>/<error>: the failed gates' lines and the failed tests' messages, or the cell's error with
     SGLang's own line."""
     lines = [describe_gate(gate) for gate in gates if not gate.passed]
-    lines += [f"{t['nodeid']}: {t.get('message') or t['outcome']}" for t in failed_tests]
+    lines += [t.line for t in failed_tests]
     if lines:
         message = lines[0] if len(lines) == 1 else f"{lines[0]} (and {len(lines) - 1} more)"
     else:  # the cell's own error: its headline (with SGLang's line) as the message, all of it as the text

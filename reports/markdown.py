@@ -63,7 +63,7 @@ def pr_tables(results: RunResults) -> str:
                                       "Avg In", "Avg Out", "Cell"],
                       [_speed_row(cell) for cell in cells if any(cell.metrics.get(m) is not None for m in SPEED_LINE)]),
              _section("Speculative Decoding", ["Cell", "Algorithm", "Accept length", "Accept rate", "Speedup"],
-                      [[f"`{cell.id}`", str(cell.config.get("speculative_algorithm") or "—"),
+                      [[f"`{cell.id}`", (cell.config.speculative_algorithm if cell.config else None) or "—",
                         format_value("accept_length", cell.metrics.get("accept_length")),
                         format_value("accept_rate", cell.metrics.get("accept_rate")),
                         format_value("speculative_speedup", cell.metrics.get("speculative_speedup"))]
@@ -108,7 +108,7 @@ def _gpqa_subset(results: RunResults, cell: CellResult) -> str:
 
 def _accuracy_row(cell: CellResult, subset: str) -> list[str]:
     metrics = cell.metrics
-    return [str(cell.config.get("model", "?")), "GPQA-Diamond", "Accuracy", subset,
+    return [cell.model or "?", "GPQA-Diamond", "Accuracy", subset,
             _sample_size("gpqa_accuracy", metrics), _quality_value("gpqa_accuracy", metrics), f"`{cell.id}`"]
 
 
@@ -119,7 +119,7 @@ def _speed_row(cell: CellResult) -> list[str]:
     values = [format_value(m, metrics.get(m)) + (units.get(m, "") if metrics.get(m) is not None else "")
               for m in SPEED_LINE]
     requests = (cell.suites.get("speed") or {}).get("num_requests", SUITE_DEFAULTS["speed"]["num_requests"])
-    return [str(cell.config.get("model", "?")), "random", str(requests), *values, f"`{cell.id}`"]
+    return [cell.model or "?", "random", str(requests), *values, f"`{cell.id}`"]
 
 
 def _all_gates(results: RunResults) -> str:
@@ -366,9 +366,8 @@ def _quarantine_note(cell: CellResult) -> tuple[str, ...]:
 
 
 def _config_line(cell: CellResult) -> str:
-    config = cell.config
-    items = [f"`{config['model']}`"] if config.get("model") else []
-    items += summary_items(config)  # each setting as its row says (ground/sglang/settings.py)
+    items = [f"`{cell.model}`"] if cell.model else []
+    items += summary_items(cell.config or {})  # each setting as its row says (ground/sglang/settings.py)
     time_spent = time_line(cell)
     if time_spent:
         items.append(time_spent)
@@ -391,24 +390,24 @@ def time_line(cell: CellResult) -> str:
 
 
 def _quality_table(cell: CellResult, metrics: Mapping) -> str:
-    model = cell.config.get("model", "?")
+    model = cell.model or "?"
     rows = [[model, dataset, _scored_by(cell, metric, name), _sample_size(metric, metrics),
              _quality_value(metric, metrics)]
             for metric, (dataset, name) in QUALITY_ROWS.items() if metrics.get(metric) is not None]
-    note = cell.gpqa or {}
-    if note.get("partial") and note.get("accuracy") is not None:  # never a metric: shown, not gated
+    note = cell.gpqa
+    if note is not None and note.partial and note.accuracy is not None:  # never a metric: shown, not gated
         rows.insert(0, [model, "GPQA", f"{_scored_by(cell, 'gpqa_accuracy', 'Accuracy')}, PARTIAL",
-                        f"{note.get('samples')} of {note.get('planned_samples')} samples",
-                        f"{format_value('gpqa_accuracy', note['accuracy'])} (partial: not gated)"])
+                        f"{note.samples} of {note.planned_samples} samples",
+                        f"{format_value('gpqa_accuracy', note.accuracy)} (partial: not gated)"])
     return table(["Model", "Dataset", "Metric", "n", "value"], rows) if rows else ""
 
 
 def _scored_by(cell: CellResult, metric: str, name: str) -> str:
     """The metric's label, naming the GPQA scorer that produced the figure when the run recorded one."""
-    if metric == "gpqa_accuracy" and cell.gpqa and cell.gpqa.get("scorer"):
-        differs = cell.gpqa.get("cli_differences") or {}
+    if metric == "gpqa_accuracy" and cell.gpqa and cell.gpqa.scorer:
+        differs = cell.gpqa.cli_differences
         unlike = f"; sent unlike its CLI: {', '.join(differs)}" if differs else ""
-        return f"{name} (scorer {cell.gpqa['scorer']}{unlike})"
+        return f"{name} (scorer {cell.gpqa.scorer}{unlike})"
     return name
 
 

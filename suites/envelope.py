@@ -14,24 +14,14 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Sequence
 
+from ground.measurements import Envelope, EnvelopeBoundary, EnvelopePoint
 from suites.server import Server
 from suites.speed import SpeedSettings, build_prompts, run_measurement
 
 BOOTSTRAP_RESAMPLES = 400
-
-
-@dataclass(frozen=True)
-class Point:
-    concurrency: int
-    input_len: int
-    requests: int
-    tpot_ms_speculative: float | None
-    tpot_ms_reference: float | None
-    speedup: float | None
-    speedup_stderr: float | None
 
 
 def _tpots(server: Server, settings: SpeedSettings, prompts: Sequence[str]) -> list[float]:
@@ -50,7 +40,7 @@ def _bootstrap_stderr(ours: Sequence[float], theirs: Sequence[float], seed: int)
 
 def sweep(server: Server, reference: Server, base: SpeedSettings, concurrencies: Sequence[int],
           input_lens: Sequence[int], min_requests: int, output_len: int, overhead: float,
-          tokens_per_word: float) -> list[Point]:
+          tokens_per_word: float) -> list[EnvelopePoint]:
     points = []
     for input_len in input_lens:
         for concurrency in concurrencies:
@@ -60,14 +50,14 @@ def sweep(server: Server, reference: Server, base: SpeedSettings, concurrencies:
             prompts = build_prompts(requests, input_len, overhead, tokens_per_word, seed=concurrency * 100003 + input_len)
             ours, theirs = _tpots(server, settings, prompts), _tpots(reference, settings, prompts)
             speedup = statistics.median(theirs) / statistics.median(ours) if ours and theirs else None
-            points.append(Point(concurrency, input_len, requests,
+            points.append(EnvelopePoint(concurrency, input_len, requests,
                                 statistics.median(ours) * 1000 if ours else None,
                                 statistics.median(theirs) * 1000 if theirs else None, speedup,
                                 _bootstrap_stderr(ours, theirs, seed=concurrency + input_len)))
     return points
 
 
-def boundary(points: Sequence[Point], input_len: int) -> tuple[float | None, bool]:
+def boundary(points: Sequence[EnvelopePoint], input_len: int) -> tuple[float | None, bool]:
     """(the concurrency where the speedup at ``input_len`` falls to 1, censored: every point pays)."""
     row = sorted((p for p in points if p.input_len == input_len and p.speedup is not None), key=lambda p: p.concurrency)
     if not row:
@@ -82,8 +72,9 @@ def boundary(points: Sequence[Point], input_len: int) -> tuple[float | None, boo
     return float(row[-1].concurrency), True
 
 
-def envelope_record(points: Sequence[Point]) -> dict:
+def envelope_record(points: Sequence[EnvelopePoint]) -> dict:
+    """The speed_envelope record of the suite output (results.json's ``envelope``: ``ground.measurements.Envelope``)."""
     lens = sorted({p.input_len for p in points})
-    boundaries = {str(length): dict(zip(("concurrency", "censored"), boundary(points, length))) for length in lens}
-    return {"points": [vars(p) for p in points], "boundaries": boundaries, "dataset": "random text",
-            "method": "median TPOT without speculation / with it per point; boundary log-interpolated in concurrency"}
+    return Envelope(tuple(points), {str(length): EnvelopeBoundary(*boundary(points, length)) for length in lens},
+                    "random text", "median TPOT without speculation / with it per point; boundary log-interpolated "
+                    "in concurrency").to_dict()

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ground.measurements import TEST_OUTCOMES, SuiteTestOutcome
 from ground.suites import METRIC_NAMES
 
-TEST_OUTCOMES = ("passed", "failed", "skipped", "error")
 # Beside the output file: every GPQA sample, appended as it is scored (suites/test_gpqa.py), read by the run's
 # progress line (suites/runner.py) and by `dspark-ci rescore` when the output file was never written.
 GPQA_SAMPLES_FILE = "gpqa-samples.jsonl"
@@ -27,7 +27,7 @@ GPQA_SAMPLES_FILE = "gpqa-samples.jsonl"
 class SuiteOutput:
     metrics: dict[str, float] = field(default_factory=dict)
     records: dict[str, list[dict]] = field(default_factory=dict)
-    tests: list[dict] = field(default_factory=list)
+    tests: list[SuiteTestOutcome] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
     def add_metrics(self, metrics: dict[str, float | None]) -> None:
@@ -47,11 +47,10 @@ class SuiteOutput:
 
     def add_test(self, nodeid: str, outcome: str, duration: float, message: str | None) -> None:
         assert outcome in TEST_OUTCOMES, outcome
-        self.tests.append({"nodeid": nodeid, "outcome": outcome, "duration": round(duration, 3),
-                           "message": message})
+        self.tests.append(SuiteTestOutcome(nodeid, outcome, round(duration, 3), message))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"metrics": self.metrics, "records": self.records, "tests": self.tests,
+        return {"metrics": self.metrics, "records": self.records, "tests": [test.to_dict() for test in self.tests],
                 "warnings": self.warnings}
 
     def write(self, path: Path) -> None:

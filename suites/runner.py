@@ -22,6 +22,7 @@ import requests
 
 import suites as suites_package
 from ground.errors import DsparkError, InfraError
+from ground.measurements import Acceptance, Envelope, GpqaSummary, SuiteTestOutcome
 from ground.suites import effective_options
 from launchers import interrupts
 from launchers.contract import Deployment, LaunchFailed
@@ -63,7 +64,7 @@ class Watch:
 @dataclass(frozen=True)
 class SuiteOutcome:
     metrics: dict = field(default_factory=dict)
-    tests: list = field(default_factory=list)  # [{"nodeid", "outcome", "duration", "message"}]
+    tests: tuple[SuiteTestOutcome, ...] = ()
     warnings: list = field(default_factory=list)
     records: dict = field(default_factory=dict)
     exit_code: int | None = 0
@@ -274,31 +275,31 @@ def _stop(process: subprocess.Popen | WarmChild, grace_s: float, out_path: Path,
         process.wait(timeout=5)
 
 
-def gpqa_note(records: Mapping[str, list]) -> dict | None:
+def gpqa_note(records: Mapping[str, list]) -> GpqaSummary | None:
     """How the GPQA figure was produced (CellResult.gpqa), from the suite's summary record; None without one."""
     summaries = records.get("gpqa_summary") or []
     if not summaries:
         return None
     summary = summaries[-1]
-    return {"scorer": summary.get("scorer", "sglang"), "partial": bool(summary.get("partial")),
-            "samples": summary.get("samples"), "planned_samples": summary.get("planned_samples"),
-            "accuracy": summary.get("accuracy"), "cli_differences": sorted(summary.get("cli_differences") or {}),
-            # a partial figure is never gated, so neither are its questions
-            **({"per_question": summary["per_question"]} if summary.get("per_question") and not summary.get("partial")
-               else {})}
+    partial = bool(summary.get("partial"))
+    return GpqaSummary(summary.get("scorer", "sglang"), partial, summary.get("samples"),
+                       summary.get("planned_samples"), summary.get("accuracy"),
+                       tuple(sorted(summary.get("cli_differences") or {})),
+                       # a partial figure is never gated, so neither are its questions
+                       {} if partial else summary.get("per_question") or {})
 
 
-def acceptance_note(records: Mapping[str, list]) -> dict | None:
+def acceptance_note(records: Mapping[str, list]) -> Acceptance | None:
     """Acceptance per position and category, drift and losslessness (CellResult.acceptance), from the accept suite's
     accept_detail record; None without one."""
     details = records.get("accept_detail") or []
-    return dict(details[-1]) if details else None
+    return Acceptance.from_dict(details[-1]) if details and details[-1] else None
 
 
-def envelope_note(records: Mapping[str, list]) -> dict | None:
+def envelope_note(records: Mapping[str, list]) -> Envelope | None:
     """Where speculation pays (CellResult.envelope), from the speed suite's speed_envelope record; None without one."""
     envelopes = records.get("speed_envelope") or []
-    return dict(envelopes[-1]) if envelopes else None
+    return Envelope.from_dict(envelopes[-1]) if envelopes and envelopes[-1] else None
 
 
 def written_outcome(work_dir: Path) -> SuiteOutcome:
@@ -310,9 +311,9 @@ def _outcome(out_path: Path, returncode: int | None, log_path: Path, stopped_by:
     try:
         data = json.loads(out_path.read_text())
     except (OSError, ValueError):
-        return SuiteOutcome(exit_code=returncode, stopped_by=stopped_by, tests=[{
-            "nodeid": "suites", "outcome": "error", "duration": 0.0,
-            "message": f"pytest exited {returncode} without results; see {log_path}"}])
-    return SuiteOutcome(metrics=data.get("metrics", {}), tests=data.get("tests", []),
+        return SuiteOutcome(exit_code=returncode, stopped_by=stopped_by, tests=(SuiteTestOutcome(
+            "suites", "error", 0.0, f"pytest exited {returncode} without results; see {log_path}"),))
+    return SuiteOutcome(metrics=data.get("metrics", {}),
+                        tests=tuple(SuiteTestOutcome.from_dict(t) for t in data.get("tests") or ()),
                         warnings=data.get("warnings", []), records=data.get("records", {}),
                         exit_code=returncode, stopped_by=stopped_by)

@@ -9,6 +9,7 @@ import pytest
 
 from reports.gates import evaluate
 from ground.records import CellResult
+from ground.sglang.settings import CellConfig
 from tests.simulator_process import running_simulator
 from tests.suite_runs import REPO, run_suite
 
@@ -73,7 +74,7 @@ def test_lossy_sampling_is_red_while_greedy_parity_holds(tmp_path, fault, verdic
     assert code == 0, log  # greedy parity and top_k=1 hold either way
     outcomes = {t["nodeid"].rsplit("::", 1)[-1]: t["outcome"] for t in output["tests"]}
     assert outcomes["test_greedy_output_equals_reference"] == outcomes["test_top_k_one_is_greedy"] == "passed"
-    cell = CellResult(id="c", config={"speculative_algorithm": "DSPARK"}, expect={}, metrics=output["metrics"])
+    cell = CellResult(id="c", config=CellConfig(speculative_algorithm="DSPARK"), expect={}, metrics=output["metrics"])
     [gate] = [g for g in evaluate(cell, output["metrics"], None) if g.metric == "sampled_greedy_share"]
     assert gate.verdict == verdict, gate
 

@@ -13,9 +13,10 @@ from dspark_ci.evidence import FLAKY, Sampling, more_evidence
 from dspark_ci.pipeline import verdict
 from ground.errors import ExitCode
 from ground.records import CellResult, GateResult, RunResults, Status
+from ground.sglang.settings import CellConfig
 from ground.stats import INCONCLUSIVE, PASSED, Verdict
 
-CELL = CellResult(id="c", config={"speculative_algorithm": "DSPARK"}, expect={"outcome": "serve"})
+CELL = CellResult(id="c", config=CellConfig(speculative_algorithm="DSPARK"), expect={"outcome": "serve"})
 
 
 def _gate(verdict: str) -> GateResult:

@@ -109,11 +109,11 @@ def quarantined_run(tmp_path: Path, today: dt.date) -> Path:
                         today, "q.yaml:2"),
         QuarantineEntry("old-*", "fixed since", "https://github.com/sgl-project/sglang/issues/8",
                         today - dt.timedelta(days=1), "q.yaml:6")))
-    cells = [CellResult("boots-tp8", {}, Expect(), status=Status.ERROR, exit_code=ExitCode.INFRA,
+    cells = [CellResult("boots-tp8", None, Expect(), status=Status.ERROR, exit_code=ExitCode.INFRA,
                         error="launch timeout: rank 0 not healthy after 600 s"),
-             CellResult("boots-tp4", {}, Expect(), status=Status.PASSED),
-             CellResult("boots-tp2", {}, Expect(), status=Status.INCONCLUSIVE),
-             CellResult("old-tp2", {}, Expect(), status=Status.PASSED)]
+             CellResult("boots-tp4", None, Expect(), status=Status.PASSED),
+             CellResult("boots-tp2", None, Expect(), status=Status.INCONCLUSIVE),
+             CellResult("old-tp2", None, Expect(), status=Status.PASSED)]
     results = RunResults("r1", "2026-01-01T00:00:00+00:00", "2026-01-01T00:01:00+00:00", "local", ("m.yaml",),
                          tuple(apply(quarantine, cell, today) for cell in cells))
     (tmp_path / "run").mkdir()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ground.records import CellResult, GateResult, RunResults, Status
+from ground.sglang.settings import CellConfig
 from reports.html import render_html
 from reports.plots import CHARTS, _metric_figure
 
@@ -22,7 +23,7 @@ BADGE_RED, BADGE_GREEN = (0xCF, 0x22, 0x2E), (0x1A, 0x7F, 0x37)
 
 
 def results() -> RunResults:
-    config = {"model": "m", "tp": 8}
+    config = CellConfig(model="m", tp=8)
     cells = (
         CellResult(id="good", config=config, expect={"outcome": "serve"}, status=Status.PASSED,
                    metrics={"gpqa_accuracy": 0.97, "gpqa_stderr": 0.03}),

@@ -10,12 +10,14 @@ import pytest
 from reports.baseline_file import load_baseline
 from dataclasses import replace
 
+from ground.measurements import BootMetrics, GpqaSummary, SuiteTestOutcome
 from ground.records import CellResult
+from ground.sglang.settings import CellConfig
 from ground.stats import chance_pass_probability
 from reports.gates import evaluate
 
-SPECULATIVE = CellResult(id="cell-a", config={"speculative_algorithm": "DSPARK"}, expect={"outcome": "serve"})
-PLAIN = CellResult(id="cell-a", config={"speculative_algorithm": None}, expect={"outcome": "serve"})
+SPECULATIVE = CellResult(id="cell-a", config=CellConfig(speculative_algorithm="DSPARK"), expect={"outcome": "serve"})
+PLAIN = CellResult(id="cell-a", config=CellConfig(), expect={"outcome": "serve"})
 
 
 def baseline_file(tmp_path, metrics_yaml: str, pattern: str = "cell-a"):
@@ -67,10 +69,10 @@ def test_gpqa_gate_respects_sampling_error(tmp_path, accuracy, stderr_now, verdi
 def test_gpqa_paired_over_questions_when_the_baseline_kept_them(tmp_path):
     (tmp_path / "q.json").write_text(json.dumps({f"q{i}": float(i % 3 != 0) for i in range(60)}))
     baseline = baseline_file(tmp_path, GPQA.replace("}", ", max_drop: 0.02, per_question: q.json}"))
-    same = {f"q{i}": [int(i % 3 != 0), 1] for i in range(60)}
-    worse = {q: [0, 1] if i < 12 else outcome for i, (q, outcome) in enumerate(same.items())}
+    same = {f"q{i}": (int(i % 3 != 0), 1) for i in range(60)}
+    worse = {q: (0, 1) if i < 12 else outcome for i, (q, outcome) in enumerate(same.items())}
     for per_question, verdict in ((same, "passed"), (worse, "regressed")):
-        cell = replace(PLAIN, gpqa={"per_question": per_question})
+        cell = replace(PLAIN, gpqa=GpqaSummary(per_question=per_question))
         gate = only_gate(evaluate(cell, {"gpqa_accuracy": 0.6, "gpqa_stderr": 0.06}, baseline))
         # one answer per question: the exact test over the discordant questions, named in the gate
         assert gate["verdict"] == verdict and "McNemar exact test" in gate["test"] and "of 60 questions" in gate["test"]
@@ -189,10 +191,10 @@ def test_a_regate_of_an_unchanged_run_gives_the_runs_verdicts_and_only_on_the_su
     from reports.gates import family_levels, regate, status_of
 
     baseline = baseline_file(tmp_path, SPEED, pattern="cell-*")
-    tests = ({"nodeid": "suites/test_speed.py::test_speed", "outcome": "passed"},
-             {"nodeid": "suites/test_accept.py::test_accept", "outcome": "passed"})
+    tests = (SuiteTestOutcome("suites/test_speed.py::test_speed", "passed"),
+             SuiteTestOutcome("suites/test_accept.py::test_accept", "passed"))
     one = replace(SPECULATIVE, id="cell-a", metrics=_speed_boot(6.83), tests=tests)
-    boots = tuple(_speed_boot(t) for t in (6.9, 6.7, 6.95, 6.85))
+    boots = tuple(BootMetrics(_speed_boot(t)) for t in (6.9, 6.7, 6.95, 6.85))
     four = replace(SPECULATIVE, id="cell-b", boots=boots, tests=tests,
                    metrics={"tpot_ms_median": 6.85, "accept_length": 3.25})
     levels = family_levels([one, four], baseline, max_boots=12)
@@ -226,7 +228,8 @@ def test_zero_noise_without_a_request_bound_is_refused_and_with_one_floored_sayi
 def test_unpaired_gpqa_reads_every_boot_not_the_last_and_never_falls_back_to_a_fixed_line(tmp_path):
     """The last boot re-ran only speed (GPQA was decided... or not): the GPQA gate reads the pooled accuracy."""
     baseline = baseline_file(tmp_path, GPQA)
-    boots = ({"gpqa_accuracy": 0.30, "gpqa_stderr": 0.035, "tpot_ms_median": 6.8}, {"tpot_ms_median": 6.8})
+    boots = (BootMetrics({"gpqa_accuracy": 0.30, "gpqa_stderr": 0.035, "tpot_ms_median": 6.8}),
+             BootMetrics({"tpot_ms_median": 6.8}))
     cell = replace(PLAIN, boots=boots)
     gate = only_gate(evaluate(cell, {"gpqa_accuracy": 0.30, "gpqa_stderr": 0.035, "tpot_ms_median": 6.8}, baseline))
     assert gate["verdict"] == "regressed" and "unpaired" in gate["test"]
@@ -240,8 +243,8 @@ def test_gpqa_on_fixed_answers_is_one_look_with_the_gates_whole_alpha_and_final(
     (tmp_path / "q.json").write_text(json.dumps({f"q{i}": 1.0 for i in range(198)}))
     baseline = baseline_file(tmp_path, GPQA.replace("}", ", max_drop: 0.02, per_question: q.json}"))
     levels = Levels.family(gates=9, max_boots=12)
-    lost_ten = {f"q{i}": [0 if i < 10 else 1, 1] for i in range(198)}  # -5 points on 198 questions
-    cell = replace(PLAIN, gpqa={"per_question": lost_ten})
+    lost_ten = {f"q{i}": (0 if i < 10 else 1, 1) for i in range(198)}  # -5 points on 198 questions
+    cell = replace(PLAIN, gpqa=GpqaSummary(per_question=lost_ten))
     gate = evaluate(cell, {"gpqa_accuracy": 188 / 198, "gpqa_stderr": 0.015}, baseline, levels)[-1]
     assert gate.verdict == "regressed" and gate.statistic.final
     assert gate.statistic.alpha == pytest.approx(0.01 / 9)  # not the first look's 1/27 of it

@@ -41,7 +41,7 @@ def test_non_finite_metrics_are_written_as_null(tmp_path):
 
 def _unwritable(results: RunResults) -> RunResults:
     """Results holding a value JSON cannot spell (a set), as a bug elsewhere might produce."""
-    return replace(results, cells=(replace(results.cells[0], config={"bad": {"not", "json"}}),))
+    return replace(results, cells=(replace(results.cells[0], metrics={"bad": {"not", "json"}}),))
 
 
 def test_missing_results_names_the_file(tmp_path):

@@ -26,7 +26,7 @@ def parser() -> argparse.ArgumentParser:
 
 def printed_rerun(args: argparse.Namespace) -> list[str]:
     """The command the report prints for the failed cells, read back as argv (without `dspark-ci run`)."""
-    failed = CellResult(id="c1", config={}, expect=Expect(), status=Status.FAILED)
+    failed = CellResult(id="c1", config=None, expect=Expect(), status=Status.FAILED)
     results = RunResults(run_id="r", started_at=None, finished_at=None, launcher=args.launcher,
                          matrices=tuple(args.matrices), cells=(failed,), run_options=run_verb.rerun_options(args))
     command = rerun_command(results)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ground.measurements import GpqaSummary
 from ground.records import CellResult
 from reports.markdown import _scored_by
 from suites.config import merge_options
@@ -39,7 +40,7 @@ def test_every_option_set_unlike_the_cli_is_recorded_and_shown():
     options = merge_options({"gpqa": {"scorer": "sgl-eval", "repeats": 1}}, ["gpqa.max_tokens=4096"], "o.json")["gpqa"]
     differences = scorer_cli_differences(options)
     assert differences == {"repeats": {"ours": 1, "sgl_eval": 8}, "max_tokens": {"ours": 4096, "sgl_eval": None}}
-    cell = CellResult(id="c", config={}, expect={}, gpqa={"scorer": "sgl-eval", "cli_differences": sorted(differences)})
+    cell = CellResult(id="c", config=None, expect={}, gpqa=GpqaSummary("sgl-eval", cli_differences=tuple(sorted(differences))))
     assert _scored_by(cell, "gpqa_accuracy", "Accuracy") == \
         "Accuracy (scorer sgl-eval; sent unlike its CLI: max_tokens, repeats)"
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from ground.records import CellResult, GateResult, RunResults, Status
+from ground.sglang.settings import CellConfig
 from ground.stats import Verdict
 from reports.junit import render_junit
 from reports.markdown import render_markdown
 
 UNDECIDED = Verdict("inconclusive", 0.01, -0.004, 0.031, 0.025, "relative", "t on log values, 1 boot(s) vs 8 "
                     "baseline run(s)", 0.0014, 0.05, 1, detect=0.05)
-CELL = CellResult(id="cell-a", config={"speculative_algorithm": "DSPARK"}, expect={"outcome": "serve"},
+CELL = CellResult(id="cell-a", config=CellConfig(speculative_algorithm="DSPARK"), expect={"outcome": "serve"},
                   suites={"speed": {}}, status=Status.INCONCLUSIVE, metrics={"tpot_ms_median": 6.9},
                   gates=(GateResult("tpot_ms_median", "<=", 6.98, 6.9, False, UNDECIDED),))
 RUN = RunResults("r1", "2026-12-01T00:00:00+00:00", "2026-12-01T00:01:00+00:00", "local", (), cells=(CELL,))

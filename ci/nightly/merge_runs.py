@@ -67,7 +67,7 @@ def cell_durations(runs: list[tuple[Path, RunResults]]) -> dict[str, float]:
 
 
 def _missing_cell(cell_id: str) -> CellResult:
-    return CellResult(id=cell_id, config={}, expect=Expect(), status=Status.ERROR, error=MISSING_ERROR)
+    return CellResult(id=cell_id, config=None, expect=Expect(), status=Status.ERROR, error=MISSING_ERROR)
 
 
 def planned_cells(path: Path) -> list[str]:
