@@ -184,7 +184,7 @@ def test_what_a_killed_run_left_is_removed_by_cleanup_from_the_ledger(cluster, t
     group.create()
     group.wait_running()  # pods exist and run: the state a SIGKILL would leave behind
     entries = Ledger(run_id, tmp_path / "run").entries()
-    assert sorted(e["kind"] for e in entries) == ["LeaderWorkerSet", "Secret", "Service"]
+    assert sorted(e.kind or "" for e in entries) == ["LeaderWorkerSet", "Secret", "Service"]
     removed = [catalog.get("k8s").remove_started(e) for e in entries]
     assert all(removed), removed
     assert group_left(launcher, run_id) == []

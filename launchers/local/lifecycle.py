@@ -24,7 +24,7 @@ from ground.errors import InfraError
 from ground.sglang.release import sglang_error_line
 from launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, Capacity, LaunchContext, LaunchFailed, RankExit, culprit,
                                 group_failed)
-from launchers.ledger import Ledger
+from launchers.ledger import Ledger, LedgerEntry
 from launchers.local.options import LocalOptions
 from launchers.logs import rank_log_path, tail
 from launchers.plan_types import LaunchPlan, Placement, RankCommand
@@ -200,24 +200,24 @@ def _is_stopped(pid: int) -> bool:
         return False
 
 
-def remove_started(entry: dict, dry_run: bool = False) -> str | None:
+def remove_started(entry: LedgerEntry, dry_run: bool = False) -> str | None:
     """Kill the process group a dead run left: its leader if the pid still belongs to the process it started, and
     every member carrying the run's mark, even once the leader is gone (a launcher that forked the real server and
     exited leaves the server in its group); with them, the shared memory they held. ``dry_run``: only say so."""
-    pid, started, run_id = entry.get("pid"), entry.get("pid_started"), entry.get("run_id")
-    if not isinstance(pid, int):
+    pid, started, run_id = entry.pid, entry.pid_started, entry.run_id
+    if pid is None:
         return None
     leader = _same_process(pid, started)
     if leader is None and _pid_reused(pid, started):
         return None  # the pid belongs to someone else now: its group cannot be ours any more
     also = [leader, *descendants(pid)] if leader else []
-    pgid = entry.get("pgid", pid)
+    pgid = pid if entry.pgid is None else entry.pgid
     killed = ([*group_members(pgid, run_id), *(p for p in also if p.is_running())] if dry_run
               else kill_group(pgid, run_id, also))
     if not killed:
         return None  # already dead (killed with the run, PDEATHSIG) and its group empty: nothing to remove
-    what = "the suites' pytest" if entry.get("what") == "suites" else f"node rank {entry.get('rank')}"
-    return f"process {pid} (cell {entry.get('cell')}, {what}) and its group: {len(killed)} process(es)"
+    what = "the suites' pytest" if entry.what == "suites" else f"node rank {entry.rank}"
+    return f"process {pid} (cell {entry.cell}, {what}) and its group: {len(killed)} process(es)"
 
 
 def _same_process(pid: int, started: float | None) -> psutil.Process | None:
