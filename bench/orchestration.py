@@ -27,7 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dspark_ci import cell_run, pipeline  # noqa: E402
 from ground.measurements import SuiteTestOutcome  # noqa: E402
 from dspark_ci.progress import Progress  # noqa: E402
+from launchers.contract import LaunchContext  # noqa: E402
 from launchers.local.lifecycle import LocalLauncher  # noqa: E402
+from launchers.local.options import LocalOptions  # noqa: E402
 from launchers.plan_types import Placement  # noqa: E402
 from suites.runner import SuiteOutcome  # noqa: E402
 
@@ -82,7 +84,8 @@ def run_once(size: int) -> float:
         with mock.patch.object(cell_run, "run_suites", lambda request, watched=(), watch=None: instant), \
                 mock.patch.dict("os.environ", {"DSPARK_STATE_DIR": str(root / "state")}):
             started = time.perf_counter()
-            code = pipeline.run(options, InstantLauncher(), progress=Progress(open("/dev/null", "w"), live=False))
+            launcher = InstantLauncher(LocalOptions(), LaunchContext(options.run_id, options.out))
+            code = pipeline.run(options, launcher, progress=Progress(open("/dev/null", "w"), live=False))
             elapsed = time.perf_counter() - started
         assert code == 0, code
         return elapsed

@@ -19,6 +19,7 @@ from typing import Any, Mapping, cast
 from launchers.contract import LaunchContext, Launcher, LauncherModule
 from launchers.docker.options import DockerOptions
 from launchers.k8s.options import K8sOptions
+from launchers.ledger import LedgerEntry
 from launchers.local.options import LocalOptions
 from launchers.optionset import Declared, declared, from_values
 from launchers.slurm.options import SlurmOptions
@@ -42,7 +43,7 @@ class LauncherKind:
         """The launcher, from the command line's values (by argparse dest; missing or None: not given)."""
         return self.load().build(context, from_values(self.options, given, context.caller_env))
 
-    def remove_started(self, entry: dict, dry_run: bool = False) -> str | None:
+    def remove_started(self, entry: LedgerEntry, dry_run: bool = False) -> str | None:
         return self.load().remove_started(entry, dry_run)
 
 

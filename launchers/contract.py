@@ -25,6 +25,7 @@ from typing import Any, ContextManager, Mapping, Protocol, Sequence, runtime_che
 
 from ground.errors import DsparkError, InfraError
 from ground.sglang.release import is_peer_loss, sglang_error_line
+from launchers.ledger import LedgerEntry
 from launchers.plan_types import LaunchPlan, Placement
 
 # The simulated SGLang server (default), real SGLang, or SGLang's own front end (HTTP server, tokenizer,
@@ -244,7 +245,7 @@ class LauncherModule(Protocol):
         """The launcher for one run, from the run's context and the launcher's own options record
         (``launchers/<kind>/options.py``, already checked)."""
 
-    def remove_started(self, entry: dict, dry_run: bool = False) -> str | None:
-        """Remove one ledger entry of a dead run (``launchers.ledger``), saying what was removed; None if it was
+    def remove_started(self, entry: LedgerEntry, dry_run: bool = False) -> str | None:
+        """Remove what one ledger entry of a dead run names (``launchers.ledger``), saying what was removed; None if it was
         already gone. Touches nothing that does not carry that run's id. ``dry_run``: remove nothing, but say
         exactly what would be removed (the same checks, so `cleanup --dry-run` and `cleanup` agree)."""

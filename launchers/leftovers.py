@@ -28,9 +28,9 @@ def remove_recorded(ledger: Ledger, dry_run: bool = False) -> Removal:
     launcher's own checks), so what a dry run lists is what a real one removes."""
     removed, problems = [], []
     for entry in ledger.entries():
-        kind = catalog.BY_NAME.get(entry.get("launcher", ""))
+        kind = catalog.BY_NAME.get(entry.launcher)
         if kind is None:
-            problems.append(f"run {ledger.run_id}: unknown launcher {entry.get('launcher')!r} in {ledger.path}")
+            problems.append(f"run {ledger.run_id}: unknown launcher {entry.launcher!r} in {ledger.path}")
             continue
         try:
             what = kind.remove_started(entry, dry_run)

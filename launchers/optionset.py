@@ -1,6 +1,6 @@
 """A launcher's own options, declared once (like nox's ``_options.py``): each is a field of the launcher's frozen
 options record (``launchers/<kind>/options.py``) whose metadata says its flag, environment variable, help and
-check. ``dspark-ci run``'s argparse flags, the rerun command and the launcher's settings all derive from it::
+check. ``dspark-ci run``'s argparse flags and the rerun command derive from it, and the launcher reads it as is::
 
     @dataclass(frozen=True)
     class SlurmOptions:

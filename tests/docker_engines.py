@@ -1,4 +1,4 @@
-"""What the Docker tests share: the engines under test, launcher settings, and leftover checks.
+"""What the Docker tests share: the engines under test, a launcher on them, and leftover checks.
 
 Engine 1 is ``DOCKER_HOST`` (or the default socket), engine 2 is ``DSPARK_DOCKER_HOST2``; `.ci/docker-up.sh`
 starts both and builds the simulator image into each. Without them the tests skip, saying so, unless
@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import os
 import uuid
+from pathlib import Path
 
 import docker
 import pytest
 
 from ground.errors import InfraError
-from launchers.docker.spec import LABEL_RUN, SIM_IMAGE, DockerSettings
-from launchers.docker.hosts import DockerHost, Inventory, connect
+from launchers.contract import LaunchContext
+from launchers.docker.hosts import HOSTS_ENV, Inventory, connect, load_inventory
+from launchers.docker.lifecycle import DockerLauncher
+from launchers.docker.options import DockerOptions
+from launchers.docker.spec import LABEL_RUN
+from launchers.docker.tuning import SIM_IMAGE, DockerTuning
 from tests.sim_plans import FAST_SIM
 
 ENGINE1 = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
@@ -45,16 +50,28 @@ def require_engine(url: str) -> docker.DockerClient:
     return client
 
 
+def engines(*urls: str) -> str:
+    """The inventory as a user gives it in $DSPARK_DOCKER_HOSTS: engine i is node i, at 127.0.0.(i+1) (they share
+    this machine's network)."""
+    return " ".join(f"{url}=127.0.0.{i + 1}" for i, url in enumerate(urls))
+
+
 def inventory(*urls: str) -> Inventory:
-    """Engine i is node i, at 127.0.0.(i+1) (they share this machine's network)."""
-    hosts = tuple(DockerHost(url=url, address=f"127.0.0.{i + 1}", where="test") for i, url in enumerate(urls))
-    return Inventory(hosts, source="test inventory")
+    return load_inventory(None, {HOSTS_ENV: engines(*urls)})
 
 
-def settings(run_id: str, hosts: Inventory, faults: str = "", boot_timeout_s: float = 60.0, **env) -> DockerSettings:
-    caller_env = {**FAST_SIM, "DSPARK_SIM_FAULTS": faults, "HF_TOKEN": SECRET, **env}
-    return DockerSettings(server="sim", inventory=hosts, caller_env=caller_env, boot_timeout_s=boot_timeout_s,
-                          poll_s=0.2, stop_timeout_s=2, pull="never", run_id=run_id)
+FAST_TEARDOWN = DockerTuning(poll_s=0.2, stop_timeout_s=2)
+
+
+def launcher_on(run_id: str, run_dir: Path, *urls: str, faults: str = "", boot_timeout_s: float = 60.0,
+                server: str = "sim", image: str | None = None, tuning: DockerTuning = FAST_TEARDOWN,
+                **env: str) -> DockerLauncher:
+    """A Docker launcher of run ``run_id`` (ledger in ``run_dir``) on the engines ``urls``, the simulator told
+    ``faults``; its images are the engines' own (no pull)."""
+    caller_env = {**FAST_SIM, "DSPARK_SIM_FAULTS": faults, "HF_TOKEN": SECRET, HOSTS_ENV: engines(*urls), **env}
+    context = LaunchContext(run_id=run_id, run_dir=run_dir, server=server, boot_timeout_s=boot_timeout_s,
+                            caller_env=caller_env)
+    return DockerLauncher(DockerOptions(pull="never", image=image), context, tuning)
 
 
 def new_run_id() -> str:

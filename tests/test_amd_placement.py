@@ -6,21 +6,20 @@ whose hardware has no image is refused when planned."""
 from __future__ import annotations
 
 import subprocess
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from ground.errors import InfraError
-from launchers.docker.lifecycle import DockerLauncher
-from launchers.docker.spec import SIM_IMAGE, DockerSettings, container_spec
+from launchers.docker.spec import container_spec
+from launchers.docker.tuning import SIM_IMAGE, DockerTuning
 from launchers.slurm.lifecycle import SlurmLauncher
 from launchers.slurm.script import render_job
 from launchers.contract import LaunchContext
 from launchers.slurm.options import SlurmOptions
 from tests.cli_under_test import DSPARK_CI
-from tests.docker_engines import ENGINE1, containers_of, inventory, new_run_id, require_engine
+from tests.docker_engines import ENGINE1, containers_of, inventory, launcher_on, new_run_id, require_engine
 from tests.sim_plans import make_plan
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,14 +42,17 @@ def amd_plan(launcher, hardware: str = "mi355"):
     return replace(make_plan(launcher.placement(1), 1, "amd-cell"), hardware=hardware)
 
 
-def test_docker_asks_a_real_engine_for_kfd_dri_and_video_and_no_nvidia_request():
+NO_HF_CACHE = DockerTuning(hf_cache=None, poll_s=0.2, stop_timeout_s=2)
+
+
+def test_docker_asks_a_real_engine_for_kfd_dri_and_video_and_no_nvidia_request(tmp_path):
     client = require_engine(ENGINE1)
-    launcher = DockerLauncher(DockerSettings(server="sglang", inventory=inventory(ENGINE1), hf_cache=None))
+    launcher = launcher_on(new_run_id(), tmp_path / "run", ENGINE1, server="sglang", tuning=NO_HF_CACHE)
     plan = amd_plan(launcher)
     assert launcher.image_for(plan) == ROCM_MI35X
     spec = container_spec(plan.ranks[0], inventory(ENGINE1).hosts[0], SIM_IMAGE,
                           {"dspark-ci.run": new_run_id(), "dspark-ci.cell": "amd-cell", "dspark-ci.launch": "probe"},
-                          launcher.settings, plan.accelerator)
+                          launcher.context, launcher.tuning, plan.accelerator)
     container = client.containers.create(**spec)
     try:
         host_config = container.attrs["HostConfig"]
@@ -64,14 +66,13 @@ def test_docker_asks_a_real_engine_for_kfd_dri_and_video_and_no_nvidia_request()
     ("mi355", 'adding custom device "/dev/kfd"'),  # this machine has no AMD GPU: the engine looked for one
     ("h200", "capabilities: [[gpu]]"),  # nor an NVIDIA one
 ])
-def test_each_accelerator_reaches_the_engine_as_its_own_devices_and_nothing_is_left(hardware, engine_says):
+def test_each_accelerator_reaches_the_engine_as_its_own_devices_and_nothing_is_left(hardware, engine_says, tmp_path):
     client = require_engine(ENGINE1)
     run_id = new_run_id()
-    launcher = DockerLauncher(DockerSettings(server="sglang", image=SIM_IMAGE, inventory=inventory(ENGINE1),
-                                             pull="never", run_id=run_id, hf_cache=None, boot_timeout_s=20,
-                                             poll_s=0.2, stop_timeout_s=2))
+    launcher = launcher_on(run_id, tmp_path / "run", ENGINE1, server="sglang", image=SIM_IMAGE, boot_timeout_s=20,
+                           tuning=NO_HF_CACHE)
     with pytest.raises(InfraError, match="could not start node rank 0") as raised:
-        with launcher.launch(amd_plan(launcher, hardware), Path(tempfile.mkdtemp())):
+        with launcher.launch(amd_plan(launcher, hardware), tmp_path / "logs"):
             pass
     assert engine_says in str(raised.value)
     assert containers_of(run_id, [client]) == []

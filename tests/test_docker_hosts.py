@@ -13,10 +13,12 @@ import pytest
 
 from ground.errors import BadInput
 from ground.sglang.release import accelerator
+from launchers.contract import LaunchContext
 from launchers.docker.lifecycle import DockerLauncher
-from launchers.docker.spec import (LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, DockerSettings, container_spec,
-                                   device_environment)
-from launchers.docker.hosts import load_inventory
+from launchers.docker.options import DockerOptions
+from launchers.docker.spec import LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, container_spec, device_environment
+from launchers.docker.hosts import HOSTS_ENV, load_inventory
+from launchers.docker.tuning import DockerTuning
 from tests.cli_under_test import DSPARK_CI
 from launchers.plan_types import SGLANG_ENTRYPOINT, LaunchPlan, RankCommand
 
@@ -59,9 +61,15 @@ def test_default_is_the_local_engine(environ, url):
     assert [h.url for h in load_inventory(None, environ).hosts] == [url]
 
 
-def test_too_few_hosts_for_a_multi_node_cell_is_bad_input():
-    inventory = load_inventory(None, {"DSPARK_DOCKER_HOSTS": "unix:///var/run/docker.sock"})
-    launcher = DockerLauncher(DockerSettings(inventory=inventory))
+def launcher_of(tmp_path, server: str = "sim", run_id: str = "r1", env: dict | None = None,
+                **options) -> DockerLauncher:
+    """A Docker launcher that only places and chooses images here (no engine is dialled); ``env``: the caller's."""
+    context = LaunchContext(run_id=run_id, run_dir=tmp_path / "run", server=server, caller_env=env or {})
+    return DockerLauncher(DockerOptions(**options), context)
+
+
+def test_too_few_hosts_for_a_multi_node_cell_is_bad_input(tmp_path):
+    launcher = launcher_of(tmp_path, env={HOSTS_ENV: "unix:///var/run/docker.sock"})
     with pytest.raises(BadInput) as failure:
         launcher.placement(2)
     assert "a 2-node cell needs 2 Docker hosts, the inventory lists 1" in str(failure.value)
@@ -108,8 +116,8 @@ def spec_for(tmp_path, server: str, device: str, gpus_line: str = "", hardware: 
     path.write_text(f"hosts:\n  - url: ssh://ci@node-1\n{gpus_line}")
     host = load_inventory(str(path), {}).hosts[0]
     command = RankCommand(0, [*SGLANG_ENTRYPOINT, "--model-path", "m", "--device", device])
-    settings = DockerSettings(server=server, inventory=load_inventory(None, {}))
-    return container_spec(command, host, "img", LABELS, settings, accelerator(device, hardware))
+    context = LaunchContext(run_id="r1", run_dir=tmp_path / "run", server=server, caller_env={})
+    return container_spec(command, host, "img", LABELS, context, DockerTuning(), accelerator(device, hardware))
 
 
 def test_simulator_containers_get_no_devices_and_run_the_simulator(tmp_path):
@@ -164,8 +172,8 @@ def test_amd_containers_get_kfd_dri_and_the_video_group_not_an_nvidia_request(tm
     ("sglang", None, None, "lmsysorg/sglang:v0.5.23"),
     ("sglang", "override:1", "my/sglang:dev", "override:1"),
 ], ids=["simulator-replaces-cell-image", "cell-image", "device-default", "override-wins"])
-def test_image_choice(server, image_setting, plan_image, expected):
-    launcher = DockerLauncher(DockerSettings(server=server, image=image_setting, inventory=load_inventory(None, {})))
+def test_image_choice(tmp_path, server, image_setting, plan_image, expected):
+    launcher = launcher_of(tmp_path, server, image=image_setting)
     plan = LaunchPlan("c", (RankCommand(0, list(SGLANG_ENTRYPOINT)),), "http://h/health", "http://h", image=plan_image)
     assert launcher.image_for(plan) == expected
 
@@ -175,8 +183,8 @@ def test_image_choice(server, image_setting, plan_image, expected):
     ("mi355", "lmsysorg/sglang:v0.5.23-rocm700-mi35x"),  # docker/rocm.Dockerfile: gfx950 -> -rocm700-mi35x
     ("mi300x", "lmsysorg/sglang:v0.5.23-rocm700-mi30x"),  # gfx942 -> -rocm700-mi30x
 ])
-def test_amd_hardware_runs_the_rocm_release_image(hardware, expected):
-    launcher = DockerLauncher(DockerSettings(server="sglang", inventory=load_inventory(None, {})))
+def test_amd_hardware_runs_the_rocm_release_image(tmp_path, hardware, expected):
+    launcher = launcher_of(tmp_path, "sglang")
     plan = LaunchPlan("c", (RankCommand(0, [*SGLANG_ENTRYPOINT, "--device", "cuda"]),), "http://h/health", "http://h",
                       hardware=hardware)
     assert launcher.image_for(plan) == expected
@@ -188,7 +196,7 @@ def remote_launcher(tmp_path, run_id: str) -> DockerLauncher:
     path = tmp_path / f"hosts-{run_id}.yaml"
     path.write_text("hosts:\n  - url: ssh://ci@node-1\n    address: 127.0.0.1\n"
                     "  - url: ssh://ci@node-2\n    address: 127.0.0.2\n")
-    return DockerLauncher(DockerSettings(run_id=run_id, inventory=load_inventory(str(path), {})))
+    return launcher_of(tmp_path, run_id=run_id, hosts=str(path))
 
 
 def test_two_runs_on_the_same_remote_engines_get_different_ports(tmp_path):
@@ -269,7 +277,7 @@ def gpu_launcher(tmp_path, run_id: str, *gpus_lines: str) -> DockerLauncher:
     path = tmp_path / f"hosts-{run_id}.yaml"
     path.write_text("hosts:\n" + "".join(f"  - url: ssh://ci@node-{i + 1}\n    address: 127.0.0.{i + 1}\n{line}"
                                          for i, line in enumerate(gpus_lines)))
-    return DockerLauncher(DockerSettings(run_id=run_id, inventory=load_inventory(str(path), {})))
+    return launcher_of(tmp_path, run_id=run_id, hosts=str(path))
 
 
 def leased_gpus(launcher: DockerLauncher, placement) -> list[tuple[str, tuple[int, ...]]]:
@@ -296,7 +304,7 @@ def test_an_8_gpu_host_holds_two_4_gpu_cells_side_by_side_each_with_gpus_of_its_
     assert leases[1] == [("127.0.0.1", (0, 1, 2, 3))] and leases[2] == [("127.0.0.1", (4, 5, 6, 7))]
     spec = container_spec(RankCommand(0, [*SGLANG_ENTRYPOINT, "--device", "cuda"]), launcher._leases.hosts_of(
         LaunchPlan("c", (), "", f"http://{third.leader_addr}:{third.port}"))[0], "img", LABELS,
-        DockerSettings(server="sglang"), "nvidia")
+        LaunchContext("r1", tmp_path / "run", server="sglang", caller_env={}), DockerTuning(), "nvidia")
     assert spec["device_requests"][0]["DeviceIDs"] == ["4", "5", "6", "7"]  # the container sees its own GPUs only
     launcher._leases.release(LaunchPlan("c", (), "", f"http://{second.leader_addr}:{second.port}"))
     assert leased_gpus(launcher, launcher.placement(1, 4)) == [("127.0.0.1", (0, 1, 2, 3))]  # given back, reused

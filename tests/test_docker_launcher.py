@@ -23,8 +23,7 @@ from launchers.docker.lifecycle import DockerLauncher
 from launchers.docker.spec import LABEL_CELL, LABEL_RANK, LABEL_RUN
 from ground.state import STATE_DIR_ENV
 from tests.cli_under_test import DSPARK_CI
-from tests.docker_engines import (ENGINE1, ENGINE2, SECRET, containers_of, inventory, new_run_id,
-                                  require_engine, settings)
+from tests.docker_engines import ENGINE1, ENGINE2, SECRET, containers_of, launcher_on, new_run_id, require_engine
 from tests.sim_plans import make_plan
 
 pytestmark = pytest.mark.docker
@@ -68,7 +67,7 @@ def launched_until_failure(launcher: DockerLauncher, plan, logs: Path) -> Launch
 
 
 def test_one_node_serves_a_chat_request(tmp_path, engine1, run_id):
-    launcher = DockerLauncher(settings(run_id, inventory(ENGINE1)))
+    launcher = launcher_on(run_id, tmp_path / "run", ENGINE1)
     plan = make_plan(launcher.placement(1), 1, "docker-one-node")
     with launcher.launch(plan, tmp_path) as deployment:
         client = OpenAI(base_url=f"{deployment.base_url}/v1", api_key="unused")
@@ -83,9 +82,9 @@ def test_one_node_serves_a_chat_request(tmp_path, engine1, run_id):
 
 
 def test_two_nodes_run_on_two_engines(tmp_path, engine1, engine2, run_id):
-    launcher = DockerLauncher(settings(run_id, inventory(ENGINE1, ENGINE2)))
+    launcher = launcher_on(run_id, tmp_path / "run", ENGINE1, ENGINE2)
     plan = make_plan(launcher.placement(2), 2, "docker-two-nodes")
-    with launcher.launch(plan, tmp_path) as deployment:
+    with launcher.launch(plan, tmp_path / "logs") as deployment:
         ranks_on = {name: [c.labels[LABEL_RANK] for c in engine.containers.list(filters={"label": f"{LABEL_RUN}={run_id}"})]
                     for name, engine in (("engine1", engine1), ("engine2", engine2))}
         assert ranks_on == {"engine1": ["0"], "engine2": ["1"]}
@@ -95,13 +94,13 @@ def test_two_nodes_run_on_two_engines(tmp_path, engine1, engine2, run_id):
         assert reply.choices[0].message.content
         deployment.check()
     assert_nothing_left(run_id, engine1, engine2)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["0.log", "1.log"]
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["0.log", "1.log"]
 
 
 @pytest.mark.parametrize("boot_seconds", ["30", "0.2"], ids=["while-booting", "while-serving"])
 def test_node_loss_names_the_rank_and_tears_the_group_down(tmp_path, engine1, engine2, run_id, boot_seconds):
-    launcher = DockerLauncher(settings(run_id, inventory(ENGINE1, ENGINE2), faults="rank_exit=1:3",
-                                       boot_timeout_s=120, DSPARK_SIM_BOOT_SECONDS=boot_seconds))
+    launcher = launcher_on(run_id, tmp_path / "run", ENGINE1, ENGINE2, faults="rank_exit=1:3",
+                                       boot_timeout_s=120, DSPARK_SIM_BOOT_SECONDS=boot_seconds)
     failure = launched_until_failure(launcher, make_plan(launcher.placement(2), 2, "docker-node-loss"), tmp_path)
     assert not isinstance(failure, LaunchTimeout)  # it failed fast, not at the boot deadline
     assert failure.node_rank == 1 and failure.rank_exit_code not in (None, 0)
@@ -110,7 +109,7 @@ def test_node_loss_names_the_rank_and_tears_the_group_down(tmp_path, engine1, en
 
 
 def test_boot_rejection_surfaces_sglangs_error_line(tmp_path, engine1, run_id):
-    launcher = DockerLauncher(settings(run_id, inventory(ENGINE1), faults=f"boot_reject={REJECTION}"))
+    launcher = launcher_on(run_id, tmp_path / "run", ENGINE1, faults=f"boot_reject={REJECTION}")
     failure = launched_until_failure(launcher, make_plan(launcher.placement(1), 1, "docker-rejected"), tmp_path)
     assert failure.node_rank == 0 and failure.rank_exit_code not in (None, 0)
     assert failure.sglang_error.endswith(f"ValueError: {REJECTION}")
@@ -120,7 +119,7 @@ def test_boot_rejection_surfaces_sglangs_error_line(tmp_path, engine1, run_id):
 
 
 def test_boot_timeout_is_infrastructure_trouble(tmp_path, engine1, run_id):
-    launcher = DockerLauncher(settings(run_id, inventory(ENGINE1), faults="hang_boot", boot_timeout_s=3))
+    launcher = launcher_on(run_id, tmp_path / "run", ENGINE1, faults="hang_boot", boot_timeout_s=3)
     with pytest.raises(LaunchTimeout) as failure:
         with launcher.launch(make_plan(launcher.placement(1), 1, "docker-hang"), tmp_path):
             pytest.fail("a hanging boot became healthy")
@@ -130,7 +129,7 @@ def test_boot_timeout_is_infrastructure_trouble(tmp_path, engine1, run_id):
 
 def test_secrets_reach_the_container_but_no_log_or_error(tmp_path, engine1, run_id):
     # The server is made to print the secret (as its rejection message): logs and errors must mask it.
-    launcher = DockerLauncher(settings(run_id, inventory(ENGINE1)))
+    launcher = launcher_on(run_id, tmp_path / "run", ENGINE1)
     plan = make_plan(launcher.placement(1), 1, "docker-secret", env={"DSPARK_SIM_FAULTS": "boot_reject=token ${HF_TOKEN}"})
     failure = launched_until_failure(launcher, plan, tmp_path)
     assert failure.sglang_error.endswith("ValueError: token ***")  # it arrived, and was masked
@@ -142,17 +141,14 @@ def test_secrets_reach_the_container_but_no_log_or_error(tmp_path, engine1, run_
 # --- interrupted runs, in a subprocess as a user's terminal would have it ---------------------------
 
 DRIVER = """
-import dataclasses, os, sys, time
+import os, sys, time
 from pathlib import Path
-from launchers.docker.lifecycle import DockerLauncher
 from launchers.ledger import Ledger
-from tests.docker_engines import ENGINE1, ENGINE2, inventory, settings
+from tests.docker_engines import ENGINE1, ENGINE2, launcher_on
 from tests.sim_plans import make_plan
 
-nnodes = int(os.environ["NNODES"])
-hosts = inventory(*[ENGINE1, ENGINE2][:nnodes])
-ledger = Ledger(os.environ["RUN_ID"], Path(os.environ["LOGS"]))
-ledger.register(os.environ)  # as `dspark-ci run` does: `cleanup --run ID` finds it
+nnodes, logs = int(os.environ["NNODES"]), Path(os.environ["LOGS"])
+Ledger(os.environ["RUN_ID"], logs).register(os.environ)  # as `dspark-ci run` does: `cleanup --run ID` finds it
 if os.environ.get("INTERRUPT_IN_CREATE"):  # Ctrl-C lands while a (slow) engine is still creating the container
     import signal, threading
     from docker.models.containers import ContainerCollection
@@ -167,9 +163,9 @@ if os.environ.get("INTERRUPT_IN_CREATE"):  # Ctrl-C lands while a (slow) engine 
         return made[0]
 
     ContainerCollection.create = interrupted_create
-launcher = DockerLauncher(dataclasses.replace(
-    settings(os.environ["RUN_ID"], hosts, faults=os.environ["FAULTS"], boot_timeout_s=120), ledger=ledger))
-with launcher.launch(make_plan(launcher.placement(nnodes), nnodes, "docker-interrupted"), Path(os.environ["LOGS"])):
+launcher = launcher_on(os.environ["RUN_ID"], logs, *[ENGINE1, ENGINE2][:nnodes], faults=os.environ["FAULTS"],
+                       boot_timeout_s=120)
+with launcher.launch(make_plan(launcher.placement(nnodes), nnodes, "docker-interrupted"), logs):
     print("serving", flush=True)
     time.sleep(300)
 """
@@ -287,7 +283,7 @@ def test_rank_0_crash_across_two_engines_is_named_with_its_sglang_line(tmp_path,
     milliseconds on two engines' clocks: rank 0 is the culprit, every time, with SGLang's line."""
     for attempt in range(3):
         run_id = new_run_id()
-        launcher = DockerLauncher(settings(run_id, inventory(ENGINE1, ENGINE2), faults="crash_first_prefill"))
+        launcher = launcher_on(run_id, tmp_path / "run", ENGINE1, ENGINE2, faults="crash_first_prefill")
         plan = make_plan(launcher.placement(2), 2, "docker-rank0-crash")
         with pytest.raises(LaunchFailed) as failure:
             with launcher.launch(plan, tmp_path / str(attempt)) as deployment:

@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from launchers.docker.spec import DockerSettings, engine_volumes, image_for
+from launchers.contract import LaunchContext
+from launchers.docker.options import DockerOptions
+from launchers.docker.spec import engine_volumes, image_for
+from launchers.docker.tuning import DockerTuning
 from launchers.materialize import server_argv, server_python
 from launchers.plan_types import RankCommand
 from sglang_sim.cpu_engine import (ENTRY, MODEL_DIR, engine_argv, engine_env, flag_value, refusal,
@@ -61,11 +64,12 @@ def test_every_launcher_runs_the_wrapper_with_the_engine_venv(tmp_path):
     rank = RankCommand(node_rank=0, argv=("python3", "-m", "sglang.launch_server", "--model-path", "m"), env={})
     python = server_python("sglang-engine", env)
     assert server_argv(rank, "sglang-engine", python)[:2] == [python, str(ENTRY)]
-    settings = DockerSettings(server="sglang-engine", caller_env=env)
-    mounts = engine_volumes(settings)
+    context = LaunchContext("r1", tmp_path / "run", server="sglang-engine", caller_env=env)
+    mounts = engine_volumes(context)
     assert {str(tmp_path / "venv"): {"bind": str(tmp_path / "venv"), "mode": "ro"}}.items() <= mounts.items()
     assert all(volume["mode"] == "ro" for volume in mounts.values())
-    assert image_for(settings, None) == settings.sim_image  # type: ignore[arg-type]
+    tuning = DockerTuning()
+    assert image_for(DockerOptions(), context, tuning, None) == tuning.sim_image  # type: ignore[arg-type]
 
 
 def test_a_dspark_cell_is_refused_before_anything_starts(tmp_path):

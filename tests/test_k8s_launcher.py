@@ -21,6 +21,7 @@ import pytest
 from ground.errors import BadInput, InfraError
 from launchers.k8s import group as k8s_group, lifecycle as k8s, spec as k8s_spec
 from launchers.k8s.options import K8sOptions
+from launchers.k8s.tuning import K8sTuning
 from launchers.contract import LaunchContext, LaunchFailed
 from launchers.plan_types import LaunchPlan
 from tests.sim_plans import FAST_SIM, make_plan
@@ -36,15 +37,13 @@ def cluster() -> dict:
     return require_k8s()
 
 
-def launcher_for(cluster: dict, tmp_path: Path, faults: str = "", **settings) -> k8s.K8sLauncher:
+def launcher_for(cluster: dict, tmp_path: Path, faults: str = "", boot_timeout_s: float = 40.0,
+                 tuning: K8sTuning = K8sTuning(), **options) -> k8s.K8sLauncher:
+    """The launcher on the test cluster (``options``: more --k8s-* values), the simulator told ``faults``."""
     env = {**os.environ, **FAST_SIM, "DSPARK_SIM_FAULTS": faults, "HF_TOKEN": "hf_k8s_secret"}
     context = LaunchContext(run_id=f"k8s-{uuid.uuid4().hex[:8]}", run_dir=tmp_path / "run", server="sim",
-                            boot_timeout_s=40.0, caller_env=env)
-    launcher = k8s.build(context, K8sOptions(**cluster))
-    if settings:
-        import dataclasses
-        launcher = k8s.K8sLauncher(dataclasses.replace(launcher.settings, **settings))
-    return launcher
+                            boot_timeout_s=boot_timeout_s, caller_env=env)
+    return k8s.K8sLauncher(K8sOptions(**{**cluster, **options}), context, tuning)
 
 
 def group_left(launcher: k8s.K8sLauncher, run_id: str) -> list[str]:
@@ -66,17 +65,18 @@ def test_preflight_passes_on_the_test_api_server_and_names_a_missing_namespace(c
 
 
 def test_the_api_server_refuses_a_malformed_lws_and_the_launcher_says_bad_input(cluster, tmp_path):
-    launcher = launcher_for(cluster, tmp_path, patches=({"spec": {"leaderWorkerTemplate":
-                                                                  {"restartPolicy": "Sometimes"}}},))
+    patch = tmp_path / "site.yaml"
+    patch.write_text("spec:\n  leaderWorkerTemplate:\n    restartPolicy: Sometimes\n")
+    launcher = launcher_for(cluster, tmp_path, extra=str(patch))
     plan = make_plan(launcher.placement(1), 1, "k8s-malformed")
     with pytest.raises(BadInput) as caught:
         with launcher.launch(plan, tmp_path / "logs"):
             pytest.fail("the API server accepted an unknown restartPolicy")
     assert "restartPolicy" in str(caught.value) and "Sometimes" in str(caught.value)
-    assert group_left(launcher, launcher.settings.run_id) == []
+    assert group_left(launcher, launcher.context.run_id) == []
     # the Secret created before the refused LWS is gone too
     secrets = launcher.api.core.list_namespaced_secret(
-        launcher.api.namespace, label_selector=f"{k8s_spec.LABEL_RUN}={k8s_spec.label_value(launcher.settings.run_id)}").items
+        launcher.api.namespace, label_selector=f"{k8s_spec.LABEL_RUN}={k8s_spec.label_value(launcher.context.run_id)}").items
     assert secrets == []
 
 
@@ -86,7 +86,7 @@ def test_two_ranks_get_worker_indices_0_and_1_and_rank_1_joins(cluster, tmp_path
     logs = tmp_path / "logs"
     with launcher.launch(plan, logs) as deployment:
         pods = launcher.api.core.list_namespaced_pod(
-            launcher.api.namespace, label_selector=f"{k8s_spec.LABEL_RUN}={k8s_spec.label_value(launcher.settings.run_id)}").items
+            launcher.api.namespace, label_selector=f"{k8s_spec.LABEL_RUN}={k8s_spec.label_value(launcher.context.run_id)}").items
         assert sorted(p.metadata.labels[k8s_spec.LWS_INDEX_LABEL] for p in pods) == ["0", "1"]
         assert deployment.boot_seconds > 0 and deployment.pending_seconds >= 0
         deadline = time.monotonic() + 10
@@ -94,7 +94,7 @@ def test_two_ranks_get_worker_indices_0_and_1_and_rank_1_joins(cluster, tmp_path
             time.sleep(0.2)
     assert "Node rank 1 joined rank 0" in (logs / "1.log").read_text()  # streamed through the API server
     assert "hf_k8s_secret" not in (logs / "0.log").read_text() + (logs / "1.log").read_text()
-    assert group_left(launcher, launcher.settings.run_id) == []
+    assert group_left(launcher, launcher.context.run_id) == []
 
 
 def test_rank_1_exiting_is_reported_with_its_log_tail_within_seconds(cluster, tmp_path):
@@ -108,22 +108,22 @@ def test_rank_1_exiting_is_reported_with_its_log_tail_within_seconds(cluster, tm
     assert caught.value.node_rank == 1 and caught.value.reason == "exited" and caught.value.rank_exit_code
     assert "rank_exit" in (caught.value.sglang_error or "") and caught.value.last_lines
     assert time.monotonic() - started < 30
-    assert group_left(launcher, launcher.settings.run_id) == []
+    assert group_left(launcher, launcher.context.run_id) == []
 
 
 def test_an_image_that_cannot_be_pulled_fails_at_once_with_the_reason(cluster, tmp_path):
-    launcher = launcher_for(cluster, tmp_path, image="unpullable/sglang:nope")
+    launcher = launcher_for(cluster, tmp_path, tuning=K8sTuning(sim_image="unpullable/sglang:nope"))
     started = time.monotonic()
     with pytest.raises(LaunchFailed) as caught:
         with launcher.launch(make_plan(launcher.placement(1), 1, "k8s-pull"), tmp_path / "logs"):
             pytest.fail("the image cannot be pulled")
     assert "ImagePullBackOff" in str(caught.value) and time.monotonic() - started < 20  # not the boot timeout
     assert "Failed to pull image" in str(caught.value)  # the kubelet's event
-    assert group_left(launcher, launcher.settings.run_id) == []
+    assert group_left(launcher, launcher.context.run_id) == []
 
 
 def test_an_unschedulable_group_times_out_on_pending_with_the_schedulers_reason(cluster, tmp_path):
-    launcher = launcher_for(cluster, tmp_path, pending_timeout_s=4.0)
+    launcher = launcher_for(cluster, tmp_path, tuning=K8sTuning(pending_timeout_s=4.0))
     plan = make_plan(launcher.placement(1), 1, "k8s-big")
     plan = LaunchPlan(**{**plan.__dict__, "gpus_per_node": 16})
     with pytest.raises(LaunchFailed) as caught:
@@ -131,7 +131,7 @@ def test_an_unschedulable_group_times_out_on_pending_with_the_schedulers_reason(
             pytest.fail("16 GPUs do not fit an 8-GPU node")
     assert "Insufficient nvidia.com/gpu" in str(caught.value) and "boot timeout had not started" in str(caught.value)
     assert "FailedScheduling" in str(caught.value)  # the scheduler's event
-    assert group_left(launcher, launcher.settings.run_id) == []
+    assert group_left(launcher, launcher.context.run_id) == []
 
 
 def test_the_smoke_matrix_runs_green_through_the_cli_on_k8s(cluster, tmp_path):
@@ -167,7 +167,7 @@ def test_proxy_reach_goes_through_the_api_server_which_refuses_loopback_pods(clu
             pytest.fail("kube-apiserver proxied to a loopback pod IP")
     assert "will not proxy" in str(caught.value) and "--k8s-reach pod-ip" in str(caught.value)
     assert time.monotonic() - started < 20
-    assert group_left(launcher, launcher.settings.run_id) == []
+    assert group_left(launcher, launcher.context.run_id) == []
 
 
 def test_what_a_killed_run_left_is_removed_by_cleanup_from_the_ledger(cluster, tmp_path):
@@ -177,14 +177,13 @@ def test_what_a_killed_run_left_is_removed_by_cleanup_from_the_ledger(cluster, t
     from launchers.ledger import Ledger
 
     launcher = launcher_for(cluster, tmp_path)
-    run_id = launcher.settings.run_id
+    run_id = launcher.context.run_id
     (tmp_path / "logs").mkdir()
-    group = k8s_group.Group(make_plan(launcher.placement(2), 2, "k8s-killed"), tmp_path / "logs", launcher.settings,
-                            launcher.api)
+    group = k8s_group.Group(make_plan(launcher.placement(2), 2, "k8s-killed"), tmp_path / "logs", launcher)
     group.create()
     group.wait_running()  # pods exist and run: the state a SIGKILL would leave behind
     entries = Ledger(run_id, tmp_path / "run").entries()
-    assert sorted(e["kind"] for e in entries) == ["LeaderWorkerSet", "Secret", "Service"]
+    assert sorted(e.kind or "" for e in entries) == ["LeaderWorkerSet", "Secret", "Service"]
     removed = [catalog.get("k8s").remove_started(e) for e in entries]
     assert all(removed), removed
     assert group_left(launcher, run_id) == []

@@ -138,8 +138,8 @@ def test_two_nodes_serve_from_two_slurm_nodes_then_nothing_is_left(cluster, tmp_
     assert "sbatch" in script.splitlines()[2] and "#SBATCH --gpus-per-node=1" in script
     for path in logs.iterdir():
         assert SECRET not in path.read_text(errors="replace"), path
-    recorded = [e for e in Ledger("slurm-test", tmp_path / "run").entries() if e.get("job_id")]
-    assert [e["job_id"] for e in recorded] == [job_id] and recorded[0]["launcher"] == "slurm"
+    recorded = [e for e in Ledger("slurm-test", tmp_path / "run").entries() if e.job_id]
+    assert [e.job_id for e in recorded] == [job_id] and recorded[0].launcher == "slurm"
 
 
 def test_a_rank_exit_names_node_rank_1_within_seconds(cluster, tmp_path, marker, monkeypatch):
@@ -167,8 +167,7 @@ def test_a_rank_exit_names_node_rank_1_within_seconds(cluster, tmp_path, marker,
     assert "node rank 1 on " in str(err) and "1.log" in str(err)
     exited_at = float((logs / "1.exit").read_text().split()[-1])
     assert reported_at[0] - exited_at < 3.0, f"reported {reported_at[0] - exited_at:.1f}s after rank 1 exited"
-    job_id = job_id or next(iter(e["job_id"] for e in Ledger("slurm-test", tmp_path / "run").entries()
-                                 if e.get("job_id")))
+    job_id = job_id or next(iter(e.job_id for e in Ledger("slurm-test", tmp_path / "run").entries() if e.job_id))
     assert_nothing_left(marker, job_id)
 
 
@@ -268,7 +267,7 @@ def run_killed_by(signum: int, run_dir: Path, marker: str) -> subprocess.Popen:
 def test_sigterm_tears_the_job_down(cluster, tmp_path, marker):
     run_dir = tmp_path / "run"
     run_killed_by(signal.SIGTERM, run_dir, marker)
-    job_id = next(e["job_id"] for e in Ledger("r" + marker, run_dir).entries() if e.get("job_id"))
+    job_id = next(e.job_id for e in Ledger("r" + marker, run_dir).entries() if e.job_id)
     assert_nothing_left(marker, job_id)
 
 
@@ -276,9 +275,9 @@ def test_a_killed_run_leaves_a_job_that_remove_started_cancels(cluster, tmp_path
     run_dir = tmp_path / "run"
     run_killed_by(signal.SIGKILL, run_dir, marker)
     entries = Ledger("r" + marker, run_dir).entries()
-    job_id = next(e["job_id"] for e in entries if e.get("job_id"))
+    job_id = next(e.job_id for e in entries if e.job_id)
     assert len(jobs_with(marker)) == 1 and commands.job_processes(job_id), "a hard kill leaves the job running"
-    removed = [lifecycle.remove_started(json.loads(json.dumps(e))) for e in entries]
+    removed = [lifecycle.remove_started(e) for e in entries]
     assert [bool(r) for r in removed].count(True) == 1 and f"Slurm job {job_id}" in next(r for r in removed if r)
     assert_nothing_left(marker, job_id)
     assert all(lifecycle.remove_started(e) is None for e in entries), "a second cleanup finds nothing"

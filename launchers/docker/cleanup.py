@@ -12,6 +12,7 @@ import requests
 
 from launchers.docker.hosts import connect
 from launchers.docker.spec import LABEL_RUN
+from launchers.ledger import LedgerEntry
 
 if TYPE_CHECKING:
     from launchers.docker.group import LogPump
@@ -40,17 +41,19 @@ def remove_leftover(container) -> None:
         container.remove(force=True, v=True)
 
 
-def remove_started(entry: dict, dry_run: bool = False) -> str | None:
+def remove_started(entry: LedgerEntry, dry_run: bool = False) -> str | None:
     """Remove the container a dead run recorded in its ledger, on the engine it recorded (catalog contract);
     ``dry_run``: only say so."""
-    client = connect(entry["engine"])
+    if not (entry.engine and entry.container):
+        return None
+    client = connect(entry.engine)
     try:
-        container = client.containers.get(entry["container"])
-        if container.labels.get(LABEL_RUN) != entry.get("run_id"):
+        container = client.containers.get(entry.container)
+        if container.labels.get(LABEL_RUN) != entry.run_id:
             return None  # the name was reused by another run: not ours to touch
         if not dry_run:
             remove_leftover(container)
-        return f"container {entry['container']} on {entry['engine']} (cell {entry.get('cell')}, rank {entry.get('rank')})"
+        return f"container {entry.container} on {entry.engine} (cell {entry.cell}, rank {entry.rank})"
     except docker.errors.NotFound:
         return None
     finally:

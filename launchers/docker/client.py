@@ -14,7 +14,7 @@ import requests
 from docker.utils import parse_repository_tag
 
 from ground.errors import InfraError
-from launchers.docker.spec import SIM_IMAGE
+from launchers.docker.tuning import SIM_IMAGE
 
 
 def ensure_image(client: docker.DockerClient, url: str, image: str, policy: str) -> None:

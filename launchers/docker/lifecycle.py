@@ -3,9 +3,9 @@
 This module is the launcher (placement, preflight, launch); a launch's containers are ``launchers/docker/group.py``,
 the engine calls ``client.py``, removal ``cleanup.py``, what a container looks like ``spec.py``.
 
-Used like the local launcher::
+Used like every launcher (``launchers.contract``)::
 
-    launcher = DockerLauncher(DockerSettings(server="sim", inventory=load_inventory(path, os.environ)))
+    launcher = DockerLauncher(DockerOptions(hosts="hosts.yaml"), LaunchContext(run_id, run_dir, caller_env=os.environ))
     with launcher.launch(launcher_plan, logs_dir) as deployment:
         ...  # deployment.base_url; deployment.check() raises LaunchFailed if a rank died
 
@@ -31,15 +31,16 @@ from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 from urllib.parse import urlparse
 
-from ground.errors import InfraError
-from launchers.contract import Capacity, LaunchContext, Need, best_fit, gpus_wanted
+from ground.errors import BadInput, InfraError
+from launchers.contract import SERVERS, Capacity, LaunchContext, Need, best_fit, gpus_wanted
 from launchers.docker.cleanup import remove_started
 from launchers.docker.client import ensure_image
 from launchers.docker.group import DockerDeployment, Group, RankContainer
 from launchers.docker.hosts import DockerHost, Inventory, clients, load_inventory
 from launchers.docker.options import DockerOptions
-from launchers.docker.spec import (LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, DockerSettings, container_env,
-                                   container_spec, device_environment, files_to_copy, image_for)
+from launchers.docker.spec import (LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, container_env, container_spec,
+                                   device_environment, files_to_copy, image_for)
+from launchers.docker.tuning import DockerTuning
 from launchers.ledger import Ledger
 from launchers.logs import rank_log_path
 from launchers.materialize import secret_values
@@ -54,10 +55,7 @@ REMOTE_PORT_TRIES = 20
 
 def build(context: LaunchContext, options: DockerOptions) -> "DockerLauncher":
     """The catalog's constructor (launchers.catalog): --hosts, --pull and --image, checked, in ``options``."""
-    return DockerLauncher(DockerSettings(
-        server=context.server, image=options.image, pull=options.pull, boot_timeout_s=context.boot_timeout_s,
-        inventory=load_inventory(options.hosts, context.caller_env), caller_env=dict(context.caller_env),
-        run_id=context.run_id, ledger=Ledger(context.run_id, context.run_dir)))
+    return DockerLauncher(options, context)
 
 
 class HostLeases:
@@ -158,19 +156,25 @@ def _plan_key(plan: LaunchPlan) -> tuple[str, int]:
 class DockerLauncher:
     name = "docker"
 
-    def __init__(self, settings: DockerSettings | None = None):
-        self.settings = settings or DockerSettings()
+    def __init__(self, options: DockerOptions, context: LaunchContext, tuning: DockerTuning = DockerTuning()):
+        """The user's options as declared (one record), the run's context, and what no user sets. The engines are
+        the inventory ``--hosts`` names, else the caller's $DSPARK_DOCKER_HOSTS, else the local engine."""
+        if context.server not in SERVERS:
+            raise BadInput("--server", f"unknown server {context.server!r}", f"choose from {', '.join(SERVERS)}")
+        self.options, self.context, self.tuning = options, context, tuning
+        self.ledger = Ledger(context.run_id, context.run_dir)  # every container is recorded here before it exists
+        self.inventory = load_inventory(options.hosts, context.caller_env)
         # Each run starts its remote ports at its own offset (0..9990): concurrent runs rarely even try the same.
-        start = int(hashlib.sha256(self.settings.run_id.encode()).hexdigest(), 16) % 1000 * 10
+        start = int(hashlib.sha256(context.run_id.encode()).hexdigest(), 16) % 1000 * 10
         self._remote_offsets = (start + i for i in itertools.count())
-        self._leases = HostLeases(self.settings.inventory)
+        self._leases = HostLeases(self.inventory)
 
     def capacity(self) -> Capacity:
         """With every host's GPUs in the inventory, as many cells side by side as their GPUs fit (a node takes its
         ``gpus_per_node`` on one host: two 4-GPU cells share an 8-GPU host); without them, as many as the inventory
         lists hosts (a host serves one node of one cell at a time: its GPUs go to that container); with no
         inventory, the one local engine runs one cell at a time."""
-        inventory = self.settings.inventory
+        inventory = self.inventory
         if inventory.local_nodes_on_loopback:
             return Capacity(1, None, "no Docker hosts inventory (--hosts): the local engine runs one cell at a time")
         gpus = self._leases.host_gpus
@@ -201,11 +205,11 @@ class DockerLauncher:
         not start on the same numbers), each pair checked free on every node before use."""
         for _ in range(REMOTE_PORT_TRIES):
             offset = next(self._remote_offsets)
-            port, dist_port = self.settings.port + offset, self.settings.dist_port + offset
+            port, dist_port = self.tuning.port + offset, self.tuning.dist_port + offset
             if all(port_is_free(h.address, p) for h in hosts for p in (port, dist_port)):
                 return port, dist_port
         raise InfraError(f"no free port pair found on {', '.join(h.address for h in hosts)} after "
-                         f"{REMOTE_PORT_TRIES} tries from {self.settings.port}: check what listens there")
+                         f"{REMOTE_PORT_TRIES} tries from {self.tuning.port}: check what listens there")
 
     def preflight(self, plans: Sequence[LaunchPlan]) -> None:
         """Before any launch: every engine the cells need answers and holds their image (pulled now, per
@@ -213,32 +217,32 @@ class DockerLauncher:
         images_by_engine: dict[str, set[str]] = {}
         for plan in plans:
             image = self.image_for(plan)
-            for host in self.settings.inventory.hosts_for(len(plan.ranks)):
+            for host in self.inventory.hosts_for(len(plan.ranks)):
                 images_by_engine.setdefault(host.url, set()).add(image)
         with clients(images_by_engine) as engines:
             for url, client in engines.items():
                 for image in sorted(images_by_engine[url]):
-                    ensure_image(client, url, image, self.settings.pull)
+                    ensure_image(client, url, image, self.options.pull)
 
     def image_for(self, plan: LaunchPlan) -> str:
-        return image_for(self.settings, plan)
+        return image_for(self.options, self.context, self.tuning, plan)
 
     @contextlib.contextmanager
     def launch(self, plan: LaunchPlan, logs_dir: Path) -> Iterator["DockerDeployment"]:
         logs_dir.mkdir(parents=True, exist_ok=True)
-        hosts = self._leases.hosts_of(plan) or self.settings.inventory.hosts_for(len(plan.ranks))
+        hosts = self._leases.hosts_of(plan) or self.inventory.hosts_for(len(plan.ranks))
         image = self.image_for(plan)
-        labels = {LABEL_RUN: self.settings.run_id, LABEL_CELL: plan.cell_id, LABEL_LAUNCH: uuid.uuid4().hex[:8]}
+        labels = {LABEL_RUN: self.context.run_id, LABEL_CELL: plan.cell_id, LABEL_LAUNCH: uuid.uuid4().hex[:8]}
         with clients(host.url for host in hosts) as engines, sigterm_as_interrupt():
-            group = Group(labels, engines, self.settings.stop_timeout_s, self.settings.ledger)
+            group = Group(labels, engines, self.tuning.stop_timeout_s, self.ledger)
             try:
                 for url, client in engines.items():
-                    ensure_image(client, url, image, self.settings.pull)
+                    ensure_image(client, url, image, self.options.pull)
                 started = time.monotonic()
                 for command, host in zip(plan.ranks, hosts):
                     group.start(self._rank_container(command, host, image, labels, plan.accelerator, logs_dir))
                 deployment = DockerDeployment(plan.cell_id, plan.base_url, group)
-                wait_until_ready(OurServer(plan), Deadline(self.settings.boot_timeout_s, self.settings.poll_s),
+                wait_until_ready(OurServer(plan), Deadline(self.context.boot_timeout_s, self.tuning.poll_s),
                                  deployment.check, cell_id=plan.cell_id, last_lines=group.rank0_tail)
                 deployment.boot_seconds = time.monotonic() - started  # container starts included
                 yield deployment
@@ -249,11 +253,11 @@ class DockerLauncher:
 
     def _rank_container(self, command: RankCommand, host: DockerHost, image: str, labels: Mapping[str, str],
                         accelerator: str, logs_dir: Path) -> "RankContainer":
-        s = self.settings
-        env = {**device_environment(host, accelerator, s.server),
-               **container_env(command, s.caller_env, s.forward_env_prefixes)}
+        context, prefixes = self.context, self.tuning.forward_env_prefixes
+        env = {**device_environment(host, accelerator, context.server),
+               **container_env(command, context.caller_env, prefixes)}
         return RankContainer(command=command, host=host,
-                              spec=container_spec(command, host, image, labels, s, accelerator),
-                              env=env, secrets=secret_values(command.env, s.caller_env),
-                              files=files_to_copy(env, s.forward_env_prefixes),
+                              spec=container_spec(command, host, image, labels, context, self.tuning, accelerator),
+                              env=env, secrets=secret_values(command.env, context.caller_env),
+                              files=files_to_copy(env, prefixes),
                               log_path=rank_log_path(logs_dir, command.node_rank))

@@ -7,53 +7,26 @@ rank, launch) so teardown and ``dspark-ci cleanup`` find it. The engine lifecycl
 
 from __future__ import annotations
 
-import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from docker.types import DeviceRequest
 
 from ground.errors import BadInput
-from ground.run_id import new_run_id
 from ground.sglang.release import AMD, ASCEND, NVIDIA
-from launchers.contract import SERVERS
-from launchers.docker.hosts import DockerHost, Inventory, load_inventory
-from launchers.ledger import Ledger
+from launchers.contract import LaunchContext
+from launchers.docker.hosts import DockerHost
+from launchers.docker.options import DockerOptions
+from launchers.docker.tuning import DockerTuning
 from launchers.plan_types import LaunchPlan, RankCommand
 from launchers.materialize import resolve_env, server_argv, server_python
 
-SIM_IMAGE = "dspark-ci/sglang-sim:latest"
 REPO = Path(__file__).resolve().parents[2]
 
 # Labels on everything we create: how teardown and `dspark-ci cleanup` find it.
 LABEL_RUN, LABEL_CELL, LABEL_RANK, LABEL_LAUNCH = "dspark-ci.run", "dspark-ci.cell", "dspark-ci.rank", "dspark-ci.launch"
 HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
-
-
-@dataclass(frozen=True)
-class DockerSettings:
-    server: str = "sim"  # "sim": the simulator image; "sglang": real SGLang images with devices
-    image: str | None = None  # one image for every cell (overrides everything below)
-    sim_image: str = SIM_IMAGE
-    pull: str = "missing"  # never | missing | always
-    boot_timeout_s: float = 600.0
-    poll_s: float = 0.5
-    stop_timeout_s: int = 5  # SIGTERM grace before the engine kills a container
-    shm_size: str = "32g"
-    hf_cache: str | None = "/root/.cache/huggingface"  # host path on each engine's machine (real SGLang only)
-    inventory: Inventory = field(default_factory=lambda: load_inventory(None, os.environ))
-    caller_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
-    forward_env_prefixes: tuple[str, ...] = ("DSPARK_SIM_",)  # caller variables every container gets
-    run_id: str = field(default_factory=new_run_id)
-    ledger: Ledger | None = None  # where every container is recorded before it is created (None: not recorded)
-    port: int = 30000  # for remote engines (local ones get free ports, like the local launcher)
-    dist_port: int = 20000
-
-    def __post_init__(self):
-        if self.server not in SERVERS:
-            raise BadInput("--server", f"unknown server {self.server!r}", f"choose from {', '.join(SERVERS)}")
 
 
 def _cuda_access(host: DockerHost) -> dict:
@@ -99,44 +72,44 @@ DEVICE_ACCESS: dict[str, Callable[[DockerHost], dict]] = {NVIDIA: _cuda_access, 
 
 
 def container_spec(command: RankCommand, host: DockerHost, image: str, labels: Mapping[str, str],
-                   settings: DockerSettings, accelerator: str) -> dict:
+                   context: LaunchContext, tuning: DockerTuning, accelerator: str) -> dict:
     """Keyword arguments for ``client.containers.create`` for one node rank (no secrets resolved here; the
     environment is the caller's, see ``container_env``, plus what ``device_environment`` adds)."""
     volumes: dict[str, dict[str, str]] = {}
     spec: dict[str, Any] = {
         "image": image,
-        "command": server_argv(command, settings.server, python=_container_python(settings)),
+        "command": server_argv(command, context.server, python=_container_python(context)),
         "name": container_name(labels, command.node_rank),
         "labels": {**labels, LABEL_RANK: str(command.node_rank)},
         "network_mode": "host",  # ranks reach each other and we reach rank 0 as on bare nodes
         "ipc_mode": "host",
-        "shm_size": settings.shm_size,
+        "shm_size": tuning.shm_size,
         "init": True,  # a real PID 1 forwards SIGTERM, so `stop` is quick
         "detach": True,
         "volumes": volumes,
     }
-    if settings.server == "sglang":  # the simulator needs no devices and downloads nothing
+    if context.server == "sglang":  # the simulator needs no devices and downloads nothing
         access = DEVICE_ACCESS.get(accelerator, lambda _host: {})(host)
         volumes.update(access.pop("volumes", {}))
         access.pop("environment", None)
         spec.update(access)
-        if settings.hf_cache:
-            volumes[settings.hf_cache] = {"bind": HF_CACHE_IN_CONTAINER, "mode": "rw"}
-    volumes.update(engine_volumes(settings))
+        if tuning.hf_cache:
+            volumes[tuning.hf_cache] = {"bind": HF_CACHE_IN_CONTAINER, "mode": "rw"}
+    volumes.update(engine_volumes(context))
     return spec
 
 
-def _container_python(settings: DockerSettings) -> str:
-    return server_python(settings.server, settings.caller_env) if settings.server == "sglang-engine" else "python3"
+def _container_python(context: LaunchContext) -> str:
+    return server_python(context.server, context.caller_env) if context.server == "sglang-engine" else "python3"
 
 
-def engine_volumes(settings: DockerSettings) -> dict[str, dict[str, str]]:
+def engine_volumes(context: LaunchContext) -> dict[str, dict[str, str]]:
     """SGLang's real engine on the CPU (--server sglang-engine) runs in the simulator's Debian image from this
     machine's SGLang venv, the Python installation it links to and this checkout, bind-mounted read-only at the
     same paths: no image to build or pull, no network."""
-    if settings.server != "sglang-engine":
+    if context.server != "sglang-engine":
         return {}
-    venv = Path(server_python(settings.server, settings.caller_env)).parent.parent
+    venv = Path(server_python(context.server, context.caller_env)).parent.parent
     return {str(path): {"bind": str(path), "mode": "ro"} for path in (venv, *_base_python(venv), REPO)}
 
 
@@ -177,13 +150,13 @@ def files_to_copy(env: Mapping[str, str], prefixes: tuple[str, ...]) -> list[Pat
 
 
 
-def image_for(settings: DockerSettings, plan: LaunchPlan) -> str:
+def image_for(options: DockerOptions, context: LaunchContext, tuning: DockerTuning, plan: LaunchPlan) -> str:
     """The image a plan runs in: --image, else the simulator's, else the cell's, else SGLang's release image for
     its device and hardware (ROCm images for AMD hardware)."""
-    if settings.image:
-        return settings.image
-    if settings.server in ("sim", "sglang-engine"):
-        return settings.sim_image
+    if options.image:
+        return options.image
+    if context.server in ("sim", "sglang-engine"):
+        return tuning.sim_image
     image = plan.image_to_run
     if not image:
         raise BadInput(plan.cell_id, f"no container image for device {plan.device!r} on {plan.hardware or 'its hardware'}",

@@ -10,6 +10,7 @@ from typing import Sequence
 from ground.errors import InfraError
 from launchers.k8s import spec as k8s_spec
 from launchers.k8s.client import Api, api_errors, connect, status_message
+from launchers.ledger import LedgerEntry
 
 
 def delete_all(api: Api, objects: Sequence[tuple[str, str]], lws_name: str | None, wait_s: float) -> str | None:
@@ -69,13 +70,13 @@ def exists(api: Api, kind: str, name: str) -> bool:
     return True
 
 
-def remove_started(entry: dict, dry_run: bool = False) -> str | None:
+def remove_started(entry: LedgerEntry, dry_run: bool = False) -> str | None:
     """Delete one object a dead run recorded (catalog contract), if it is still there; None if already gone.
     ``dry_run``: only say so."""
-    kind, name, ns = entry.get("kind"), entry.get("name"), entry.get("namespace")
+    kind, name, ns = entry.kind, entry.name, entry.namespace
     if not (kind and name and ns):
         return None
-    api = connect(entry.get("kubeconfig"), ns)
+    api = connect(entry.kubeconfig, ns)
     api_exception, http_error = api_errors()
     try:
         if not exists(api, kind, name):
@@ -84,4 +85,4 @@ def remove_started(entry: dict, dry_run: bool = False) -> str | None:
         raise InfraError(f"cannot reach {api.where} to remove {kind} {name}: {status_message(err)}") from None
     if not dry_run and (left := delete_all(api, [(kind, name)], name if kind == k8s_spec.LWS_KIND else None, 60.0)):
         raise InfraError(f"still there after deletion: {left}")
-    return f"{kind} {name} in namespace {ns} (cell {entry.get('cell')}) on {api.where}"
+    return f"{kind} {name} in namespace {ns} (cell {entry.cell}) on {api.where}"

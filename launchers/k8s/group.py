@@ -17,14 +17,14 @@ from launchers import interrupts
 from launchers.contract import LOG_LINES_KEPT, LOG_LINES_SEARCHED, RankExit, group_failed
 from launchers.k8s import spec as k8s_spec
 from launchers.k8s.cleanup import delete_all
-from launchers.k8s.client import Api, api_errors, status_message
+from launchers.k8s.client import api_errors, status_message
 from launchers.k8s.wait import PodStuck
 from launchers.logs import rank_log_path, tail
 from launchers.materialize import redact, secret_values
 from launchers.plan_types import LaunchPlan
 
 if TYPE_CHECKING:
-    from launchers.k8s.lifecycle import K8sSettings
+    from launchers.k8s.lifecycle import K8sLauncher
 
 # Waiting reasons that never resolve on their own (kubelet's names).
 STUCK_REASONS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull",
@@ -56,11 +56,12 @@ def _epoch(value: Any) -> float:
 class Group:
     """One cell's LeaderWorkerSet: created, watched, deleted."""
 
-    def __init__(self, plan: LaunchPlan, logs_dir: Path, settings: K8sSettings, api: Api):
-        self.plan, self.logs_dir, self.settings, self.api = plan, logs_dir, settings, api
+    def __init__(self, plan: LaunchPlan, logs_dir: Path, launcher: K8sLauncher):
+        self.plan, self.logs_dir, self.launcher = plan, logs_dir, launcher
+        self.context, self.tuning, self.api = launcher.context, launcher.tuning, launcher.api
         self.token = uuid.uuid4().hex[:6]
         self.name = k8s_spec.object_name(plan.cell_id, self.token)
-        self.secrets = secret_values(plan.ranks[0].env, settings.caller_env)
+        self.secrets = secret_values(plan.ranks[0].env, self.context.caller_env)
         self.created: list[tuple[str, str]] = []  # (kind, name) created, for teardown
         self.started = time.monotonic()
         self.running_since = self.started
@@ -73,19 +74,19 @@ class Group:
 
     # creation -------------------------------------------------------------------------------------------
     def objects(self) -> tuple[dict | None, dict, dict]:
-        s = self.settings
-        image = s.image or (k8s_spec.SIM_IMAGE if s.server == "sim" else None)
-        forwarded = {k: v for k, v in s.caller_env.items() if k.startswith(s.forward_env_prefixes)}
+        context, tuning = self.context, self.tuning
+        image = tuning.sim_image if context.server == "sim" else None  # None: the cell's
+        forwarded = {k: v for k, v in context.caller_env.items() if k.startswith(tuning.forward_env_prefixes)}
         lws, service = k8s_spec.manifests(self.plan, name=self.name, namespace=self.api.namespace, image=image,
-                                          server=s.server, run_id=s.run_id, secret_name=self.name,
-                                          extra_env=forwarded, patches=s.patches)
+                                          server=context.server, run_id=context.run_id, secret_name=self.name,
+                                          extra_env=forwarded, patches=self.launcher.patches)
         names = sorted({e["valueFrom"]["secretKeyRef"]["key"] for e in _containers_env(lws)
                         if "secretKeyRef" in e.get("valueFrom", {})})
         secret = None
         if names:
             secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                       "metadata": {**lws["metadata"], "name": self.name},
-                      "stringData": {n: s.caller_env.get(n, "") for n in names}}
+                      "stringData": {n: context.caller_env.get(n, "") for n in names}}
         return secret, lws, service
 
     def create(self) -> None:
@@ -99,9 +100,8 @@ class Group:
             if body is None:
                 continue
             name = body["metadata"]["name"]
-            if self.settings.ledger:
-                self.settings.ledger.record("k8s", self.plan.cell_id, None, kind=kind, name=name, namespace=ns,
-                                            kubeconfig=self.settings.kubeconfig, server=self.api.where)
+            self.launcher.ledger.record("k8s", self.plan.cell_id, None, kind=kind, name=name, namespace=ns,
+                                        kubeconfig=self.launcher.options.kubeconfig, server=self.api.where)
             try:
                 call(body)
             except api_exception as err:
@@ -137,7 +137,7 @@ class Group:
 
     def wait_running(self) -> None:
         """Until every pod of the group runs (the pending limit), failing at once on a stuck pod."""
-        s, shown = self.settings, None
+        tuning, shown = self.tuning, None
         while True:
             pods = self.pods(max_age_s=0)
             self.check(pods)
@@ -149,10 +149,10 @@ class Group:
                 return
             waited = time.monotonic() - self.started
             why = self._pending_reason(pods) or f"{len(pods)} of {len(self.plan.ranks)} pod(s) created"
-            if s.progress and why != shown:
-                s.progress(f"{self.plan.cell_id}: LeaderWorkerSet {self.name} pending ({why})")
+            if tuning.progress and why != shown:
+                tuning.progress(f"{self.plan.cell_id}: LeaderWorkerSet {self.name} pending ({why})")
                 shown = why
-            if waited >= s.pending_timeout_s:
+            if waited >= self.launcher.pending_timeout_s:
                 events = [e for p in pods for e in self.warnings(p.metadata.name)]
                 raise PodStuck(cell_id=self.plan.cell_id, reason="timeout", node_rank=0, hint=(
                     f"the group's pods were not all running after {waited:.0f}s ({why}); the boot timeout had not "
@@ -160,7 +160,7 @@ class Group:
                     + f". `kubectl -n {self.api.namespace} describe pods -l {k8s_spec.LWS_NAME_LABEL}={self.name}`"
                     " says more"))
             interrupts.check()  # a Ctrl-C or SIGTERM is a flag: acted on here
-            time.sleep(s.poll_s)
+            time.sleep(tuning.poll_s)
 
     def warnings(self, pod_name: str, keep: int = 3) -> list[str]:
         """The pod's last Warning events, "Reason: message" (none if events may not be read)."""
@@ -276,11 +276,11 @@ class Group:
     def teardown(self) -> None:
         """Delete (foreground propagation), then wait until no pod of the group is left; never raises."""
         self._stop.set()
-        left = delete_all(self.api, [(k, n) for k, n in reversed(self.created)], self.name,
-                          self.settings.delete_wait_s)
+        wait_s = self.tuning.delete_wait_s
+        left = delete_all(self.api, [(k, n) for k, n in reversed(self.created)], self.name, wait_s)
         if left:
-            print(f"dspark-ci: {left} of LeaderWorkerSet {self.name} still there {self.settings.delete_wait_s:g}s "
-                  f"after deletion; `dspark-ci cleanup --run {self.settings.run_id}` tries again", file=sys.stderr)
+            print(f"dspark-ci: {left} of LeaderWorkerSet {self.name} still there {wait_s:g}s after deletion; "
+                  f"`dspark-ci cleanup --run {self.context.run_id}` tries again", file=sys.stderr)
         self._drain_logs(2.0)
 
 

@@ -2,7 +2,7 @@
 
 Used like every launcher (``launchers.contract``)::
 
-    launcher = build(context, {"kubeconfig": None, "namespace": "sglang-ci", "k8s_extra": "site.yaml"})
+    launcher = K8sLauncher(K8sOptions(namespace="sglang-ci", extra="site.yaml"), LaunchContext(run_id, run_dir))
     launcher.preflight(plans)       # the API answers, the LWS CRD is installed, the namespace exists, we may create
     with launcher.launch(plan, logs_dir) as deployment:
         ...                         # deployment.base_url is rank 0's pod; check() raises if a pod of the group failed
@@ -22,12 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
-import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Iterator, Sequence
 
 from ground.errors import InfraError
 from launchers.k8s import spec as k8s_spec
@@ -35,6 +32,7 @@ from launchers.k8s.cleanup import remove_started
 from launchers.k8s.client import Api, api_errors, connect, quantity, status_message, POD_QUOTA_KEYS
 from launchers.k8s.group import Group, K8sDeployment
 from launchers.k8s.options import K8sOptions
+from launchers.k8s.tuning import K8sTuning
 from launchers.k8s.wait import ProxyHealth
 from launchers.contract import Capacity, LaunchContext
 from launchers.ledger import Ledger
@@ -42,42 +40,13 @@ from launchers.plan_types import LaunchPlan, Placement
 from launchers.processes import signals_deferred, sigterm_as_interrupt
 from launchers.readiness import Deadline, OurServer, wait_until_ready
 
-__all__ = ["K8sLauncher", "K8sSettings", "build", "remove_started"]  # remove_started: the catalog's contract
-
-DEFAULT_PENDING_TIMEOUT_S = {"sim": 120.0, "sglang": 1800.0}
-
-
-def _stderr_progress(message: str) -> None:
-    print(f"dspark-ci: {message}", file=sys.stderr, flush=True)
-
-
-@dataclass(frozen=True)
-class K8sSettings:
-    server: str = "sim"
-    kubeconfig: str | None = None  # None: $KUBECONFIG, ~/.kube/config, else in-cluster
-    namespace: str | None = None  # None: the kubeconfig context's namespace, else "default"
-    patches: tuple[dict, ...] = ()
-    reach: str = "pod-ip"
-    image: str | None = None  # None: the cell's (sglang) or the simulator image (sim)
-    boot_timeout_s: float = 600.0
-    pending_timeout_s: float = 120.0
-    delete_wait_s: float = 60.0
-    poll_s: float = 0.5
-    run_id: str = "manual"
-    ledger: Ledger | None = None
-    caller_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
-    forward_env_prefixes: tuple[str, ...] = ("DSPARK_SIM_",)
-    progress: Callable[[str], None] | None = _stderr_progress
+__all__ = ["K8sLauncher", "build", "remove_started"]  # remove_started: the catalog's contract
 
 
 def build(context: LaunchContext, options: K8sOptions) -> "K8sLauncher":
     """The catalog's constructor (launchers.catalog): --kubeconfig, --namespace, --k8s-extra, --k8s-reach, checked,
     in ``options``."""
-    return K8sLauncher(K8sSettings(
-        server=context.server, kubeconfig=options.kubeconfig, namespace=options.namespace,
-        patches=tuple(k8s_spec.load_patches(options.extra)), reach=options.reach,
-        boot_timeout_s=context.boot_timeout_s, pending_timeout_s=DEFAULT_PENDING_TIMEOUT_S.get(context.server, 600.0),
-        run_id=context.run_id, ledger=Ledger(context.run_id, context.run_dir), caller_env=dict(context.caller_env)))
+    return K8sLauncher(options, context)
 
 
 # --- the launcher --------------------------------------------------------------------------------------
@@ -85,15 +54,25 @@ def build(context: LaunchContext, options: K8sOptions) -> "K8sLauncher":
 class K8sLauncher:
     name = "k8s"
 
-    def __init__(self, settings: K8sSettings | None = None):
-        self.settings = settings or K8sSettings()
+    def __init__(self, options: K8sOptions, context: LaunchContext, tuning: K8sTuning = K8sTuning()):
+        """The user's options as declared (one record), the run's context, and what no user sets."""
+        self.options, self.context, self.tuning = options, context, tuning
+        self.ledger = Ledger(context.run_id, context.run_dir)  # every object is recorded here before it is created
+        self.patches = tuple(k8s_spec.load_patches(options.extra))  # --k8s-extra, read and checked once
         self._api: Api | None = None
 
     @property
     def api(self) -> Api:
+        """The API server the kubeconfig names (None: $KUBECONFIG, ~/.kube/config, else in-cluster), in --namespace
+        (else the kubeconfig context's, else "default"); connected on first use."""
         if self._api is None:
-            self._api = connect(self.settings.kubeconfig, self.settings.namespace)
+            self._api = connect(self.options.kubeconfig, self.options.namespace)
         return self._api
+
+    @property
+    def pending_timeout_s(self) -> float:
+        """Pods not all running by then: the cell fails naming why (the boot timeout has not started)."""
+        return self.tuning.pending_timeout_for(self.context.server)
 
     def placement(self, nnodes: int, gpus_per_node: int | None = None) -> Placement:
         """Every pod binds its own IP; rank 0 is LWS's leader address; the same ports in every pod."""
@@ -157,7 +136,7 @@ class K8sLauncher:
     @contextlib.contextmanager
     def launch(self, plan: LaunchPlan, logs_dir: Path) -> Iterator["K8sDeployment"]:
         logs_dir.mkdir(parents=True, exist_ok=True)
-        group = Group(plan, logs_dir, self.settings, self.api)
+        group = Group(plan, logs_dir, self)
         with sigterm_as_interrupt():
             try:
                 group.create()
@@ -165,8 +144,8 @@ class K8sLauncher:
                 deployment = K8sDeployment(plan.cell_id, group)
                 leader = dataclasses.replace(plan, base_url=deployment.base_url,
                                              health_url=f"{deployment.base_url}/health")
-                strategy = OurServer(leader) if self.settings.reach == "pod-ip" else ProxyHealth(group, leader)
-                wait_until_ready(strategy, Deadline(self.settings.boot_timeout_s, self.settings.poll_s),
+                strategy = OurServer(leader) if self.options.reach == "pod-ip" else ProxyHealth(group, leader)
+                wait_until_ready(strategy, Deadline(self.context.boot_timeout_s, self.tuning.poll_s),
                                  deployment.check, cell_id=plan.cell_id, last_lines=group.rank0_tail)
                 deployment.boot_seconds = time.monotonic() - group.running_since
                 deployment.pending_seconds = group.pending_seconds

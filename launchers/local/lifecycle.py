@@ -8,15 +8,13 @@ sends SIGTERM to every group, waits a grace period, then SIGKILLs what is left. 
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Iterator, Sequence
 
 import psutil
 
@@ -24,8 +22,9 @@ from ground.errors import InfraError
 from ground.sglang.release import sglang_error_line
 from launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, Capacity, LaunchContext, LaunchFailed, RankExit, culprit,
                                 group_failed)
-from launchers.ledger import Ledger
+from launchers.ledger import Ledger, LedgerEntry
 from launchers.local.options import LocalOptions
+from launchers.local.tuning import LocalTuning
 from launchers.logs import rank_log_path, tail
 from launchers.plan_types import LaunchPlan, Placement, RankCommand
 from launchers.processes import (descendants, die_with_parent, free_port, group_members, kill_group, run_env,
@@ -50,23 +49,9 @@ PEER_NOTICE_S = 10.0  # a rank that died silently: how long its peers get to say
 PEER_LINES_SEARCHED = 200  # SGLang follows the error with crash diagnostics
 
 
-@dataclass(frozen=True)
-class LocalSettings:
-    server: str = "sim"  # one of launchers.contract.SERVERS
-    boot_timeout_s: float = 600.0
-    poll_s: float = 0.5
-    stop_grace_s: float = 10.0
-    python: str = sys.executable
-    caller_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
-    ledger: Ledger | None = None  # where every started process is recorded first (None: not recorded)
-
-
 def build(context: LaunchContext, options: LocalOptions) -> "LocalLauncher":
     """The catalog's constructor (launchers.catalog): the local launcher takes no options of its own."""
-    python = server_python(context.server, context.caller_env)
-    return LocalLauncher(LocalSettings(server=context.server, boot_timeout_s=context.boot_timeout_s,
-                                       python=python, caller_env=dict(context.caller_env),
-                                       ledger=Ledger(context.run_id, context.run_dir)))
+    return LocalLauncher(options, context)
 
 
 @dataclass
@@ -125,8 +110,11 @@ class LocalDeployment:
 class LocalLauncher:
     name = "local"
 
-    def __init__(self, settings: LocalSettings = LocalSettings()):
-        self.settings = settings
+    def __init__(self, options: LocalOptions, context: LaunchContext, tuning: LocalTuning = LocalTuning()):
+        """The user's options as declared (one record), the run's context, and what no user sets."""
+        self.options, self.context, self.tuning = options, context, tuning
+        self.ledger = Ledger(context.run_id, context.run_dir)  # every process is recorded here as it starts
+        self.python = tuning.python or server_python(context.server, context.caller_env)
 
     def capacity(self) -> Capacity:
         """One cell at a time: cells side by side would share this CPU and disturb each other's timings."""
@@ -135,14 +123,15 @@ class LocalLauncher:
 
     def preflight(self, plans: Sequence[LaunchPlan]) -> None:
         """What the server needs must be importable by the Python that runs it, before anything starts."""
-        if self.settings.server not in PREFLIGHT_MODULES or not plans:
+        server = self.context.server
+        if server not in PREFLIGHT_MODULES or not plans:
             return
-        python = self.settings.python if self.settings.server in SGLANG_VENV_SERVERS else plans[0].ranks[0].argv[0]
-        modules, fix = PREFLIGHT_MODULES[self.settings.server]
+        python = self.python if server in SGLANG_VENV_SERVERS else plans[0].ranks[0].argv[0]
+        modules, fix = PREFLIGHT_MODULES[server]
         probe = [python, "-c", "import importlib.util as u, sys; "
                  f"sys.exit(any(u.find_spec(m) is None for m in {modules!r}))"]
         try:
-            found = subprocess.run(probe, capture_output=True, timeout=60, env=dict(self.settings.caller_env))
+            found = subprocess.run(probe, capture_output=True, timeout=60, env=dict(self.context.caller_env))
         except (OSError, subprocess.TimeoutExpired) as err:
             raise InfraError(f"cannot run {python} to look for {', '.join(modules)} ({err}): {fix}") from None
         if found.returncode != 0:
@@ -163,7 +152,7 @@ class LocalLauncher:
             deployment = LocalDeployment(plan.cell_id, plan.base_url, ranks)
             deployment.boot_seconds = wait_until_ready(
                 OurServer(plan),
-                Deadline(self.settings.boot_timeout_s, self.settings.poll_s),
+                Deadline(self.context.boot_timeout_s, self.tuning.poll_s),
                 deployment.check, cell_id=plan.cell_id, last_lines=deployment.rank0_log_tail,
             )
             yield deployment
@@ -171,23 +160,22 @@ class LocalLauncher:
             with signals_deferred():  # a second Ctrl-C must not leave a rank behind
                 for rank in ranks:  # a stopped rank (SIGSTOP) cannot act on SIGTERM: let it, not wait out the grace
                     signal_group(rank.process.pid, signal.SIGCONT)
-                stop_all([rank.process for rank in ranks], self.settings.stop_grace_s)
+                stop_all([rank.process for rank in ranks], self.tuning.stop_grace_s)
 
     def _start(self, cell_id: str, command: RankCommand, logs_dir: Path) -> _Rank:
-        argv = server_argv(command, self.settings.server, self.settings.python)
-        ledger = self.settings.ledger
-        env = run_env({**self.settings.caller_env, **resolve_env(command.env, self.settings.caller_env)},
-                      ledger.run_id if ledger else None)
-        secrets = secret_values(command.env, self.settings.caller_env)
+        argv = server_argv(command, self.context.server, self.python)
+        caller_env = self.context.caller_env
+        env = run_env({**caller_env, **resolve_env(command.env, caller_env)}, self.context.run_id)
+        secrets = secret_values(command.env, caller_env)
         log_path = rank_log_path(logs_dir, command.node_rank)
         with open(log_path, "w") as log:
             log.write(redact(f"# node rank {command.node_rank}: {' '.join(argv)}\n", secrets))
             log.flush()
             process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                        env=env, start_new_session=True, preexec_fn=die_with_parent())
-        if ledger:  # recorded at once: a hard kill between start and record is covered by PDEATHSIG
-            ledger.record(self.name, cell_id, command.node_rank, pid=process.pid, pgid=process.pid,
-                          pid_started=started_at(process.pid), log=str(log_path))
+        # Recorded at once: a hard kill between start and record is covered by PDEATHSIG.
+        self.ledger.record(self.name, cell_id, command.node_rank, pid=process.pid, pgid=process.pid,
+                           pid_started=started_at(process.pid), log=str(log_path))
         rank = _Rank(command, process, log_path)
         rank.watch()
         return rank
@@ -200,24 +188,24 @@ def _is_stopped(pid: int) -> bool:
         return False
 
 
-def remove_started(entry: dict, dry_run: bool = False) -> str | None:
+def remove_started(entry: LedgerEntry, dry_run: bool = False) -> str | None:
     """Kill the process group a dead run left: its leader if the pid still belongs to the process it started, and
     every member carrying the run's mark, even once the leader is gone (a launcher that forked the real server and
     exited leaves the server in its group); with them, the shared memory they held. ``dry_run``: only say so."""
-    pid, started, run_id = entry.get("pid"), entry.get("pid_started"), entry.get("run_id")
-    if not isinstance(pid, int):
+    pid, started, run_id = entry.pid, entry.pid_started, entry.run_id
+    if pid is None:
         return None
     leader = _same_process(pid, started)
     if leader is None and _pid_reused(pid, started):
         return None  # the pid belongs to someone else now: its group cannot be ours any more
     also = [leader, *descendants(pid)] if leader else []
-    pgid = entry.get("pgid", pid)
+    pgid = pid if entry.pgid is None else entry.pgid
     killed = ([*group_members(pgid, run_id), *(p for p in also if p.is_running())] if dry_run
               else kill_group(pgid, run_id, also))
     if not killed:
         return None  # already dead (killed with the run, PDEATHSIG) and its group empty: nothing to remove
-    what = "the suites' pytest" if entry.get("what") == "suites" else f"node rank {entry.get('rank')}"
-    return f"process {pid} (cell {entry.get('cell')}, {what}) and its group: {len(killed)} process(es)"
+    what = "the suites' pytest" if entry.what == "suites" else f"node rank {entry.rank}"
+    return f"process {pid} (cell {entry.cell}, {what}) and its group: {len(killed)} process(es)"
 
 
 def _same_process(pid: int, started: float | None) -> psutil.Process | None:

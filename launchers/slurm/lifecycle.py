@@ -20,7 +20,7 @@ from ground.errors import BadInput, InfraError
 from ground.sglang.release import is_peer_loss
 from launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, Capacity, LaunchContext, LaunchTimeout, RankExit,
                                 culprit, group_failed)
-from launchers.ledger import Ledger
+from launchers.ledger import Ledger, LedgerEntry
 from launchers.logs import rank_log_path, tail
 from launchers.plan_types import LaunchPlan, Placement
 from launchers import interrupts
@@ -379,22 +379,22 @@ def jobs_named(name: str, comment: str, env: Mapping[str, str], timeout_s: float
             if job and found == comment]
 
 
-def remove_started(entry: dict, dry_run: bool = False) -> str | None:
+def remove_started(entry: LedgerEntry, dry_run: bool = False) -> str | None:
     """Cancel the job a dead run recorded in its ledger (catalog contract), if it is still there and still
     carries that run's id in its name or comment; None if it was already over or gone. ``dry_run``: only say
     so."""
     env = dict(os.environ)
-    if entry.get("cluster_conf"):
-        env["SLURM_CONF"] = entry["cluster_conf"]
-    timeout, run_id = 30.0, str(entry.get("run_id") or "")
+    if entry.cluster_conf:
+        env["SLURM_CONF"] = entry.cluster_conf
+    timeout, run_id = 30.0, entry.run_id
     if not run_id:
         return None
-    if entry.get("job_id"):
-        info = job_info(str(entry["job_id"]), env, timeout)
+    if entry.job_id:
+        info = job_info(entry.job_id, env, timeout)
         ours = run_id in info.get("JobName", "") or f"run={run_id}:" in info.get("Comment", "")
-        ids = [str(entry["job_id"])] if ours and not is_over(info["JobState"]) else []
-    elif entry.get("job_name") and entry.get("comment"):
-        ids = jobs_named(entry["job_name"], entry["comment"], env, timeout)
+        ids = [entry.job_id] if ours and not is_over(info["JobState"]) else []
+    elif entry.job_name and entry.comment:
+        ids = jobs_named(entry.job_name, entry.comment, env, timeout)
     else:
         return None
     for job_id in ids if not dry_run else ():
@@ -405,5 +405,5 @@ def remove_started(entry: dict, dry_run: bool = False) -> str | None:
         raise InfraError(f"Slurm job(s) still there after scancel: {'; '.join(problems)}")
     if not ids:
         return None
-    return (f"Slurm job {', '.join(ids)} (cell {entry.get('cell')}, {entry.get('job_name')}) on "
-            f"{entry.get('cluster_conf') or 'the default cluster'}")
+    return (f"Slurm job {', '.join(ids)} (cell {entry.cell}, {entry.job_name}) on "
+            f"{entry.cluster_conf or 'the default cluster'}")
