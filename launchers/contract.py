@@ -33,6 +33,9 @@ from launchers.plan_types import LaunchPlan, Placement
 # on this CPU serving a tiny Llama (sglang_sim/cpu_engine/).
 SERVERS = ("sim", "sglang", "sglang-frontend", "sglang-engine")
 SIMULATED_SERVERS = ("sim", "sglang-frontend")  # the engine is the simulator's: DSPARK_SIM_* decide what it does
+# The simulator's container image (docker/build-sim-image.sh builds it into each Docker engine; a cluster's
+# registry holds it for Kubernetes): what a container launcher runs for --server sim.
+SIM_IMAGE = "dspark-ci/sglang-sim:latest"
 
 
 @dataclass(frozen=True)

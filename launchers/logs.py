@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from pathlib import Path
 
@@ -17,3 +18,8 @@ def tail(path: Path, lines: int = 20) -> list[str]:
             return [line.rstrip("\n") for line in deque(handle, maxlen=lines)]
     except FileNotFoundError:
         return []
+
+
+def stderr_progress(message: str) -> None:
+    """How a launcher says what it waits for (a pending job's or pod's reason) while a cell waits: on stderr."""
+    print(f"dspark-ci: {message}", file=sys.stderr, flush=True)

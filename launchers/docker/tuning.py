@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SIM_IMAGE = "dspark-ci/sglang-sim:latest"  # docker/build-sim-image.sh builds it into each engine
+from launchers.contract import SIM_IMAGE
 
 
 @dataclass(frozen=True)

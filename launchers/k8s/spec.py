@@ -45,7 +45,6 @@ CONTAINER = "sglang"
 POD_IP_ENV = "DSPARK_POD_IP"
 PORT, DIST_PORT = 30000, 20000
 DEFAULT_SECRET = "dspark-ci-secrets"  # `kubectl create secret generic dspark-ci-secrets --from-literal=HF_TOKEN=...`
-SIM_IMAGE = "dspark-ci/sglang-sim:latest"
 
 ACCELERATORS: Mapping[str, str] = {NVIDIA: "nvidia.com/gpu", AMD: "amd.com/gpu", ASCEND: "huawei.com/Ascend910"}
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

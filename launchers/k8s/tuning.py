@@ -7,20 +7,16 @@ read as is); what the run decides (its id, run dir, server, boot timeout, the ca
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from launchers.k8s.spec import SIM_IMAGE
+from launchers.contract import SIM_IMAGE
+from launchers.logs import stderr_progress
 
 # How long a cell's pods may stay pending (scheduled, images pulled) by default: the simulator's small image on a
 # test cluster, or a real SGLang image (tens of GB) on a GPU node pool that may scale up first.
 PENDING_TIMEOUT_S = {"sim": 120.0, "sglang": 1800.0}
 OTHER_PENDING_TIMEOUT_S = 600.0
-
-
-def _stderr_progress(message: str) -> None:
-    print(f"dspark-ci: {message}", file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
@@ -30,7 +26,7 @@ class K8sTuning:
     delete_wait_s: float = 60.0  # after deletion: until no pod of the group is left
     poll_s: float = 0.5
     forward_env_prefixes: tuple[str, ...] = ("DSPARK_SIM_",)  # caller variables every pod gets
-    progress: Callable[[str], None] | None = _stderr_progress  # pending reasons while the pods wait
+    progress: Callable[[str], None] | None = stderr_progress  # pending reasons while the pods wait
 
     def pending_timeout_for(self, server: str) -> float:
         return self.pending_timeout_s or PENDING_TIMEOUT_S.get(server, OTHER_PENDING_TIMEOUT_S)

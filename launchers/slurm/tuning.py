@@ -10,9 +10,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-
-def _stderr_progress(message: str) -> None:
-    print(f"dspark-ci: {message}", file=sys.stderr, flush=True)
+from launchers.logs import stderr_progress
 
 
 @dataclass(frozen=True)
@@ -24,4 +22,4 @@ class SlurmTuning:
     port_range: tuple[int, int] | None = None  # None: ports free on this machine (one-host clusters)
     python: str = sys.executable  # the simulator's interpreter (absolute: slurmd's PATH is not ours)
     forward_env_prefixes: tuple[str, ...] = ("DSPARK_SIM_",)  # caller variables written into the script
-    progress: Callable[[str], None] | None = _stderr_progress  # pending reasons while the job waits
+    progress: Callable[[str], None] | None = stderr_progress  # pending reasons while the job waits
