@@ -26,7 +26,7 @@ from ground.errors import BadInput, InfraError
 from launchers import catalog
 from launchers.contract import LaunchContext, LaunchFailed, LaunchTimeout, group_failed
 from launchers.ledger import Ledger
-from launchers.plan_types import LaunchPlan
+from launchers.plan_types import LaunchPlan, Placement
 from launchers.slurm import commands, lifecycle, script
 from launchers.slurm.lifecycle import SlurmLauncher
 from launchers.slurm.options import SlurmOptions
@@ -364,3 +364,19 @@ def test_the_smoke_matrix_runs_green_through_the_cli_on_slurm(cluster, tmp_path)
     assert [h.split()[3] for h in headers] == ["0", "1"] and nodes[0] != nodes[1], headers
     queued = subprocess.run(["squeue", "-h", "-o", "%k"], capture_output=True, text=True, timeout=20).stdout
     assert results["run_id"] not in queued  # every job of the run has left the queue
+
+
+def test_a_survivors_marker_seen_first_does_not_make_it_the_culprit(monkeypatch):
+    """On a busy node the rank that only noticed its peer's death can write its exit marker before the peer does:
+    judged alone it would be blamed. The lost rank's own marker, a moment later, names the culprit."""
+    from launchers.contract import RankExit
+
+    noticed = RankExit(0, 1, 10.2, ["RuntimeError: NCCL communicator was aborted: node rank 1 disconnected"])
+    died = RankExit(1, 1, 10.0, ["ValueError: rank_exit fault (sglang_sim)"])
+    seen = iter([[noticed], [noticed], [noticed, died]])
+    job = object.__new__(lifecycle._Job)
+    job.plan = make_plan(Placement.loopback(2, port=30000, dist_port=20000), 2, "cell-a")
+    monkeypatch.setattr(job, "exits", lambda: next(seen, [noticed, died]), raising=False)
+    monkeypatch.setattr(lifecycle, "SETTLE_S", 0.0)
+    assert {e.node_rank for e in job._settled_exits()} == {0, 1}
+    assert group_failed("cell-a", job._settled_exits(), []).node_rank == 1

@@ -37,6 +37,9 @@ from launchers.slurm.tuning import SlurmTuning
 
 SETTLE_S = 0.5  # after one task's exit marker, let the tasks dying of losing it write theirs
 MARKER_GRACE_S = 3.0  # a job seen ended: how long its exit markers may lag (shared file systems)
+# Every exit seen so far died of losing a peer: how long to wait for the lost rank's own marker. On a busy node
+# the survivor's marker can land first, and judged alone it would be blamed for what it only noticed.
+LOST_RANK_WAIT_S = 10.0
 INFO_MAX_AGE_S = 1.0  # Deployment.check() runs every second: one scontrol call per second at most
 JOB_END_WAIT_S = 10.0  # a job ended from outside: how long to wait for its final state (CANCELLED, TIMEOUT...)
 _EXIT_MARKER = re.compile(r"rank (\d+) exited (-?\d+) at ([0-9.]+)( after SIGTERM)?")
@@ -286,17 +289,27 @@ class _Job:
 
     def check(self) -> None:
         if self.exits():
-            time.sleep(SETTLE_S)  # the ranks that die of losing this one are a moment behind
-            self._judge(self.exits())
+            self._judge(self._settled_exits())
         if self.info()["JobState"] in RUNNING_STATES:
             return
         deadline = time.monotonic() + MARKER_GRACE_S
         while time.monotonic() < deadline:  # the job ended: its tasks' markers may still be on their way
             if self.exits():
-                time.sleep(SETTLE_S)
-                self._judge(self.exits())
+                self._judge(self._settled_exits())
             time.sleep(0.2)
         self._raise_job_ended([])
+
+    def _settled_exits(self) -> list[RankExit]:
+        """The exits seen once the ranks dying of losing one have written theirs, and, while every exit seen says
+        it lost a peer, once the rank it lost has (bounded by LOST_RANK_WAIT_S: a node that vanished writes none)."""
+        time.sleep(SETTLE_S)  # the ranks that die of losing this one are a moment behind
+        exits = self.exits()
+        deadline = time.monotonic() + LOST_RANK_WAIT_S
+        while (len(exits) < len(self.plan.ranks) and all(is_peer_loss(e.sglang_error) for e in exits)
+               and time.monotonic() < deadline):
+            time.sleep(0.2)
+            exits = self.exits()
+        return exits
 
     def _judge(self, exits: list[RankExit]) -> None:
         """A rank that failed of its own accord is the culprit (launchers.contract.culprit). Ranks that Slurm
