@@ -23,7 +23,7 @@ from launchers.launch_plan import plan_launch
 from launchers.processes import signals_deferred
 from matrices.cell import Cell
 
-JOIN_POLL_S = 0.5  # how often a thread waiting for the reference looks at the run's interrupt flag
+JOIN_POLL_S = 0.5  # how often a waiting thread looks at the run's interrupt flag
 
 
 def launches_reference(cell: Cell, names: tuple[str, ...]) -> bool:
@@ -51,13 +51,18 @@ def without_speculation(cell: Cell) -> Cell:
 
 
 class ReferenceBoot:
-    """One reference deployment booting in its own thread; ``deployment()`` waits for it, ``close()`` cancels a boot
-    still under way and tears the deployment down. Use it as a context manager around the cell's own launch."""
+    """One reference deployment in a thread of its own, from its launch to its teardown; ``deployment()`` waits
+    until it is up, ``close()`` cuts a boot still under way short, or lets the thread tear the deployment down.
+
+    The thread holds the deployment for its whole life, not just its boot: a local rank dies with the thread that
+    started it (PR_SET_PDEATHSIG, which the local launcher sets so that no rank outlives a killed run, follows the
+    creating thread, not the process)."""
 
     def __init__(self, cell: Cell, launcher: Launcher, logs_dir: Path, stage: Callable[[str], None]):
-        self._stack = contextlib.ExitStack()
         self._deployment: Any = None
         self._error: BaseException | None = None
+        self._up = threading.Event()  # booted, or failed to
+        self._release = threading.Event()  # the cell is done with it
         self._thread = threading.Thread(target=self._run, args=(cell, launcher, logs_dir, stage),
                                         name=f"reference-{cell.id}", daemon=True)
 
@@ -66,9 +71,15 @@ class ReferenceBoot:
             reference = without_speculation(cell)
             stage(f"{cell.id}: launching the non-speculative reference")
             plan = plan_launch(reference, launcher.placement(reference.nnodes, reference.config.gpus_per_node))
-            self._deployment = self._stack.enter_context(launcher.launch(plan, logs_dir / "reference"))
+            with launcher.launch(plan, logs_dir / "reference") as deployment:
+                self._deployment = deployment
+                self._up.set()
+                while not self._release.wait(JOIN_POLL_S):  # a run's Ctrl-C tears it down from here too
+                    interrupts.check()
         except BaseException as err:  # noqa: BLE001 - handed to the cell's thread, which raises it
             self._error = err
+        finally:
+            self._up.set()
 
     def __enter__(self) -> "ReferenceBoot":
         self._thread.start()
@@ -79,23 +90,22 @@ class ReferenceBoot:
 
     def deployment(self) -> Any:
         """The reference, once healthy; its launch's error (LaunchFailed, a timeout, an interrupt) raised here."""
-        # A blocking join would not see the run's Ctrl-C, nor a KeyboardInterrupt raised into this thread by
+        # A blocking wait would not see the run's Ctrl-C, nor a KeyboardInterrupt raised into this thread by
         # interrupts.interrupt: poll, and look at the flag between polls.
-        while self._thread.is_alive():
-            self._thread.join(JOIN_POLL_S)
+        while not self._up.wait(JOIN_POLL_S):
             interrupts.check()
         if self._error is not None:
             raise self._error
         return self._deployment
 
     def close(self) -> None:
-        """Cut a boot still under way short (its launcher tears down what it started, as on Ctrl-C), wait for the
-        thread whatever else happens, then tear the reference down."""
+        """Cut a boot still under way short (its launcher tears down what it started, as on Ctrl-C), or let the
+        thread tear the deployment down; wait for the thread whatever else happens."""
         with signals_deferred():  # a Ctrl-C now waits until the reference is gone
-            if self._thread.is_alive():
+            if not self._up.is_set():
                 interrupts.interrupt(self._thread)
+            self._release.set()
             self._thread.join()
-            self._stack.close()
 
 
 def reference_boot(cell: Cell, names: tuple[str, ...], launcher: Launcher, logs_dir: Path,

@@ -107,3 +107,33 @@ def test_no_reference_is_booted_for_suites_that_compare_with_none(tmp_path):
     with reference_boot(cell, ("sanity", "gpqa"), launcher, tmp_path, lambda _: None) as booting:
         assert booting is None
     assert launcher.started == []
+
+
+def test_a_reference_started_in_its_own_thread_keeps_serving_until_the_cell_is_done(tmp_path):
+    """A real simulated server through the local launcher. Its ranks die with the thread that started them
+    (PR_SET_PDEATHSIG follows the creating thread): a thread that only booted the reference and ended would have
+    taken it down the moment it was up."""
+    import os
+    import uuid
+
+    import requests
+
+    from launchers.contract import LaunchContext
+    from launchers.local.lifecycle import LocalLauncher
+    from launchers.local.options import LocalOptions
+    from launchers.processes import remove_run_temp_dir
+    from tests.sim_plans import FAST_SIM
+
+    run_id = f"reference-{uuid.uuid4().hex[:8]}"
+    context = LaunchContext(run_id=run_id, run_dir=tmp_path / "run", server="sim", boot_timeout_s=60,
+                            caller_env={**os.environ, **FAST_SIM})
+    cell = speculative_cell()
+    try:
+        with ReferenceBoot(cell, LocalLauncher(LocalOptions(), context), tmp_path / "logs", lambda _: None) as booting:
+            deployment = booting.deployment()
+            for _ in range(10):  # the booting thread has long returned from the launcher's wait by now
+                assert requests.get(f"{deployment.base_url}/health", timeout=10).status_code == 200
+                deployment.check()
+                time.sleep(0.2)
+    finally:
+        remove_run_temp_dir(run_id)
