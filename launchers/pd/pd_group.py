@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping
 
@@ -33,11 +34,26 @@ def blamed(failures: list[LaunchFailed]) -> LaunchFailed:
     return (own or failures)[0]
 
 
+@dataclass(frozen=True)
+class RoleEndpoint:
+    """Where one role instance answers, beside the router (its own /metrics: the suites' TTFT split)."""
+
+    role: str  # "prefill" | "decode"
+    index: int
+    base_url: str
+
+
 class PDDeployment:
     def __init__(self, cell_id: str, base_url: str, members: list[tuple[RoleInstance, Deployment]],
                  router: RouterProcess):
         self.cell_id, self.base_url, self.members, self.router = cell_id, base_url, members, router
         self.boot_seconds = 0.0
+
+    @property
+    def endpoints(self) -> tuple[RoleEndpoint, ...]:
+        """Every role instance where its deployment answers (a Slurm job's node, not the plan's placeholder)."""
+        return tuple(RoleEndpoint(instance.role, instance.index, deployment.base_url)
+                     for instance, deployment in self.members)
 
     @property
     def decode_urls(self) -> list[str]:
@@ -84,4 +100,4 @@ def _launched(stack: contextlib.ExitStack, launcher: Launcher, instance: RoleIns
         raise as_role(err, instance, cell_id) from None
 
 
-__all__ = ["PDDeployment", "PDPlan", "as_role", "blamed", "launch_pd"]
+__all__ = ["PDDeployment", "PDPlan", "RoleEndpoint", "as_role", "blamed", "launch_pd"]
