@@ -12,17 +12,21 @@ Each role times its part of the request under SGLang's stage names (python/sglan
 req_time_stats.py, ``RequestStage`` and ``SchedulerReqTimeStats``), in ``sglang:per_stage_req_latency_seconds``:
 - prefill: ``prefill_bootstrap`` (until the decode side asked for the room: SGLang's bootstrap queue), its wait for
   the forward (``sglang:queue_time_seconds``: SGLang observes ``prefill_waiting`` there, not per stage),
-  ``prefill_forward``, ``prefill_transfer_kv_cache`` (until the decode side has the room's transfer);
+  ``prefill_forward`` (one at a time), ``prefill_transfer_kv_cache`` (until the decode side has the room's
+  transfer); where it holds each request shows in SGLang's prefill queue gauges (``PREFILL_QUEUES``), and a request
+  it finished in ``sglang:num_requests_total``;
 - decode (``sglang_sim.prometheus``, once the request is done): ``decode_prepare``, ``decode_bootstrap``,
   ``decode_transferred`` (waiting for the transfer), ``decode_waiting`` (for a running slot), ``fake_output`` (the
   prebuilt batch that emits the prefill's token: one scheduler iteration).
 Faults (``DSPARK_SIM_PREFILL_FAULTS`` / ``DSPARK_SIM_DECODE_FAULTS`` add to ``DSPARK_SIM_FAULTS`` on that role):
-``pd_transfer_fail``, ``pd_random_hidden``, ``pd_prefill_stall``.
+``pd_transfer_fail``, ``pd_random_hidden``, ``pd_prefill_stall`` (the prefill's forward never ends: that request
+stays running, every later one queued, and none finishes; /health still answers).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import hashlib
 import json
@@ -30,7 +34,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import Any, Iterator, Mapping, Protocol
 
 import aiohttp
 from aiohttp import web
@@ -98,9 +102,37 @@ class Transfers:
 
 
 class StageObserver(Protocol):
-    """Where a prefill's request times go (sglang_sim.prometheus.ServerMetrics)."""
+    """Where a prefill's request times and queues go (sglang_sim.prometheus.ServerMetrics)."""
 
-    def prefilled(self, queue_seconds: float, stages: Mapping[str, float]) -> None: ...
+    def prefilled(self, queue_seconds: float, stages: Mapping[str, float], streaming: bool) -> None: ...
+
+    def prefill_queues(self, held: Mapping[str, int]) -> None: ...
+
+
+# Where a PD prefill server holds a request, by the gauge SGLang's prefill scheduler reports it in.
+PREFILL_QUEUES = ("num_prefill_bootstrap_queue_reqs", "num_queue_reqs", "num_running_reqs",
+                  "num_prefill_inflight_queue_reqs")
+
+
+@dataclass
+class PrefillQueues:
+    """How many routed requests the prefill holds in each queue, sent to /metrics as they move."""
+
+    metrics: StageObserver | None
+    held: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PREFILL_QUEUES, 0))
+
+    @contextlib.contextmanager
+    def holding(self, queue: str) -> Iterator[None]:
+        self._move(queue, 1)
+        try:
+            yield
+        finally:
+            self._move(queue, -1)
+
+    def _move(self, queue: str, by: int) -> None:
+        self.held[queue] += by
+        if self.metrics is not None:
+            self.metrics.prefill_queues(self.held)
 
 
 def _faults(names: list[str]) -> set[str]:
@@ -116,6 +148,10 @@ class Disaggregation:
     transfers: Transfers = field(default_factory=Transfers)
     # a prefill server runs one forward at a time: a request that arrives during another's waits (its queue time)
     forward: asyncio.Lock = field(default_factory=asyncio.Lock)
+    queues: PrefillQueues = field(init=False)
+
+    def __post_init__(self):
+        self.queues = PrefillQueues(self.metrics)
 
     @classmethod
     def of(cls, mode: str, fault_names: list[str], prefill_ms_per_token: float,
@@ -141,34 +177,43 @@ class Disaggregation:
         received = time.monotonic()
         number = int(body["bootstrap_room"])
         room = self.transfers.room(number)
-        if "pd_prefill_stall" in self.faults:
-            logger.warning("[sglang_sim fault pd_prefill_stall] prefill stalls")
-            await asyncio.Event().wait()
         try:
-            await asyncio.wait_for(room.asked.wait(), TRANSFER_WAIT_S)  # SGLang's bootstrap queue
+            with self.queues.holding("num_prefill_bootstrap_queue_reqs"):  # until the decode side bootstrapped
+                await asyncio.wait_for(room.asked.wait(), TRANSFER_WAIT_S)
             queued = time.monotonic()
-            async with self.forward:
-                started = time.monotonic()
-                await asyncio.sleep(prompt_tokens_of(body) * self.prefill_ms_per_token / 1000)
-            digest = prompt_digest(body)
-            if "pd_random_hidden" in self.faults:
-                digest = os.urandom(32).hex()
-            done = time.monotonic()
-            room.payload = {"hidden": digest}
+            started, done = await self._forward(body)
+            room.payload = {"hidden": os.urandom(32).hex() if "pd_random_hidden" in self.faults
+                            else prompt_digest(body)}
             room.ready.set()
-            # SGLang's prefill answers once its transfer is done (or failed)
-            await asyncio.wait_for(room.taken.wait(), TRANSFER_WAIT_S)
+            with self.queues.holding("num_prefill_inflight_queue_reqs"):  # SGLang's prefill answers once its
+                await asyncio.wait_for(room.taken.wait(), TRANSFER_WAIT_S)  # transfer is done (or failed)
         except asyncio.TimeoutError:
             logger.error(f"bootstrap_room {number}: the decode side never asked for its transfer or never took it")
         else:
             if self.metrics is not None and room.sent:
                 self.metrics.prefilled(started - queued, {"prefill_bootstrap": queued - received,
                                                           "prefill_forward": done - started,
-                                                          "prefill_transfer_kv_cache": time.monotonic() - done})
+                                                          "prefill_transfer_kv_cache": time.monotonic() - done},
+                                       bool(body.get("stream")))
         finally:
             self.transfers.rooms.pop(number, None)
         return web.json_response({"object": "prefill", "bootstrap_room": body["bootstrap_room"],
                                   "meta_info": {"finish_reason": {"type": "length", "length": 1}}})
+
+    async def _forward(self, body: dict) -> tuple[float, float]:
+        """The prompt's forward, one at a time: (started, done) on time.monotonic()."""
+        with self.queues.holding("num_queue_reqs"):
+            await self.forward.acquire()
+        try:
+            with self.queues.holding("num_running_reqs"):
+                started = time.monotonic()
+                if "pd_prefill_stall" in self.faults:  # the forward never ends; every later request queues
+                    logger.warning("[sglang_sim fault pd_prefill_stall] prefill stalls")
+                    await asyncio.Event().wait()
+                await asyncio.sleep(prompt_tokens_of(body) * self.prefill_ms_per_token / 1000)
+                return started, time.monotonic()
+        finally:
+            self.forward.release()
 
     async def _decode(self, request: web.Request, handler, body: dict) -> web.StreamResponse:
         received_monotonic, received_wall = time.monotonic(), time.time()

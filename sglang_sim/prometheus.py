@@ -105,10 +105,17 @@ class ServerMetrics:
                       "decode_waiting": admitted - gen.transferred, "fake_output": first - admitted}
         self._stages(gen.dp_rank, stages)
 
-    def prefilled(self, queue_seconds: float, stages: Mapping[str, float]) -> None:
-        """A PD prefill server's request (sglang_sim.disaggregation), once its transfer is done."""
+    def prefilled(self, queue_seconds: float, stages: Mapping[str, float], streaming: bool) -> None:
+        """A PD prefill server's request (sglang_sim.disaggregation), once its transfer is done: its queue wait,
+        its stages, and the request counted as its tokenizer counts one it finished."""
         self._series("sglang:queue_time_seconds").observe(max(queue_seconds, 0.0))
         self._stages(0, stages)
+        self._series("sglang:num_requests", is_streaming="true" if streaming else "false").inc()
+
+    def prefill_queues(self, held: Mapping[str, int]) -> None:
+        """A PD prefill scheduler's queue gauges (bootstrap, waiting, running, transfer in flight)."""
+        for name, count in held.items():
+            self._series(f"sglang:{name}").set(count)
 
     def _stages(self, dp_rank: int, stages: Mapping[str, float]) -> None:
         for stage, seconds in stages.items():
