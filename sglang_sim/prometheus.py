@@ -4,9 +4,10 @@ labels and buckets (``sglang_sim.metric_families``, taken from the real front en
 One registry per server (no process-global state). What the simulator knows is measured: requests running and
 queued, tokens held (KV use), generation throughput and the spec gauges per logging window, each finished
 request's tokens, verify calls, TTFT, inter-token latency, time per output token, queue time and the request's
-stages (a PD role's by their PD names: sglang_sim.disaggregation), the HTTP requests by endpoint, this process's
-CPU time, the boot time. What it does not model (SWA and Mamba pools, PD-disaggregation queue gauges, DP-attention
-balance, CUDA graphs, prefix cache, grammar, routing keys) is sent as an idle SGLang sends it: zero.
+stages (a PD role's by their PD names, and a PD prefill's queue gauges: sglang_sim.disaggregation), the HTTP
+requests by endpoint, this process's CPU time, the boot time. What it does not model (SWA and Mamba pools, a PD
+decode's queue gauges, DP-attention balance, CUDA graphs, prefix cache, grammar, routing keys) is sent as an idle
+SGLang sends it: zero.
 prometheus_client drops a counter name's ``_total`` and adds it back on exposition, so ``sglang:prompt_tokens``
 here is ``sglang:prompt_tokens_total`` on the wire, as SGLang's.
 """
