@@ -115,6 +115,14 @@ def test_ttft_split_is_each_stages_window_mean_over_the_role_and_says_what_the_s
     assert "the decode server serves no /metrics" in unserved.not_reported[0]
 
 
+def test_role_urls_name_a_pd_role_and_its_server():
+    from suites.config import RoleURL, SuiteInputError
+    assert RoleURL.parse("prefill=http://10.0.0.1:30000/v1/") == RoleURL("prefill", "http://10.0.0.1:30000")
+    for bad in ("mixed=http://h:1", "http://h:1", "decode="):
+        with pytest.raises(SuiteInputError, match="expected ROLE=URL with ROLE one of prefill, decode"):
+            RoleURL.parse(bad)
+
+
 def test_report_shows_a_pd_cells_ttft_split_and_what_the_servers_did_not_report():
     from ground.records import CellResult, RunResults, Status
     from reports.markdown import render_markdown
