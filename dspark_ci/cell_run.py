@@ -156,7 +156,7 @@ def _boot_and_measure(cell: Cell, ctx: CellContext, result: CellResult, clock: C
                 base_url=deployment.base_url, names=names, model=cell.config.model,
                 options=ctx.suite_defaults({n: dict(cell.suites.get(n, {})) for n in names}),
                 work_dir=logs_dir, reference_url=reference.base_url if reference else None, on_progress=ctx.detail,
-                ledger=ctx.ledger, cell_id=cell.id),
+                ledger=ctx.ledger, cell_id=cell.id, roles=deployment.endpoints if cell.disaggregated else ()),
                 watched=[d for d in (deployment, reference) if d is not None], watch=ctx.watch)
             deployment.check()  # a rank that died while we measured invalidates the numbers
         # after the PD group is gone, so the baseline never waits for nodes the group holds (a small cluster)

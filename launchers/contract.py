@@ -54,7 +54,7 @@ class LaunchFailed(DsparkError):
     """A rank exited (at boot or later), stopped answering, or rank 0 never became healthy."""
 
     cell_id: str
-    reason: str  # "exited" | "timeout" | "unresponsive"
+    reason: str  # "exited" | "timeout" | "unresponsive" | "stalled" (holds requests, finishes none)
     node_rank: int | None = None
     rank_exit_code: int | None = None  # the rank's own exit status (exit_code is dspark-ci's)
     last_lines: list[str] = field(default_factory=list)
@@ -70,6 +70,7 @@ class LaunchFailed(DsparkError):
         heads = {"timeout": f"{self.cell_id}: {self.role + ' ' if self.role else ''}rank 0 did not become healthy "
                             "in time",
                  "unresponsive": f"{self.cell_id}: {who} {self.node_rank} stopped answering",
+                 "stalled": f"{self.cell_id}: {who} {self.node_rank} stopped finishing requests",
                  "exited": f"{self.cell_id}: {who} {self.node_rank} exited with code {self.rank_exit_code}"}
         parts = [heads.get(self.reason, heads["exited"])]
         if self.sglang_error:

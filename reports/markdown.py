@@ -20,7 +20,7 @@ from reports.acceptance import acceptance_section, envelope_section
 from reports.baseline_file import Baseline
 from reports.gates import describe_gate, explain, levels_line
 from ground.suites import SUITE_DEFAULTS
-from reports.metrics import SPEED_DETAIL, SPEED_LINE, STDERR_OF, format_value, label
+from reports.metrics import SPEED_DETAIL, SPEED_LINE, STDERR_OF, TTFT_SPLIT, format_value, label
 from reports.results import error_headline, quarantine_line, rejection_message
 
 OVERVIEW_METRICS = ("accept_length", "output_throughput_tok_s", "ttft_ms_mean", "tpot_ms_mean", "gpqa_accuracy")
@@ -430,7 +430,17 @@ def _quality_value(metric: str, metrics: Mapping) -> str:
 def _speed_tables(metrics: Mapping) -> str:
     tables = [table([label(m) for m in columns], [[format_value(m, metrics.get(m)) for m in columns]])
               for columns in (SPEED_LINE, *SPEED_DETAIL) if any(metrics.get(m) is not None for m in columns)]
-    return "\n\n".join(tables)
+    return "\n\n".join(text for text in (*tables, _ttft_split_table(metrics)) if text)
+
+
+def _ttft_split_table(metrics: Mapping) -> str:
+    """A disaggregated cell's mean TTFT and the parts its servers reported; a part they did not is said so."""
+    ttft, *parts = TTFT_SPLIT
+    if not any(metrics.get(m) is not None for m in parts):
+        return ""
+    cells = [format_value(m, metrics[m]) if metrics.get(m) is not None else "not reported by the server"
+             for m in parts]
+    return table([label(m) for m in TTFT_SPLIT], [[format_value(ttft, metrics.get(ttft)), *cells]])
 
 
 def _gates_table(cell: CellResult, metrics: Mapping, baseline: Baseline | None) -> str:

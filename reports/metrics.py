@@ -78,6 +78,10 @@ METRICS: dict[str, Metric] = {
        for kind, suffix in (("", ""), ("_chunk", " per chunk"), ("_token", " per token"))
        for stat, label, noise in (("mean", "Avg", MEDIAN_NOISE), ("median", "Median", MEDIAN_NOISE),
                                   ("p90", "P90", P90_NOISE), ("p99", "P99", P99_NOISE))},
+    # A disaggregated cell's mean TTFT split by its servers' stages (suites/ttft_split.py): means, banded as TTFT's.
+    "ttft_prefill_queue_ms": Metric(LOWER, "Prefill queue (ms)", ".1f", "speed", noise=MEAN_TTFT_NOISE),
+    "ttft_transfer_ms": Metric(LOWER, "KV transfer (ms)", ".1f", "speed", noise=MEAN_TTFT_NOISE),
+    "ttft_first_decode_ms": Metric(LOWER, "First decode (ms)", ".1f", "speed", noise=MEAN_TTFT_NOISE),
     # End-to-end latency is mostly decode time, the reciprocal of throughput: the same band.
     "e2e_latency_s_mean": Metric(LOWER, "Avg Lat (s)", ".3f", "speed", noise=THROUGHPUT_NOISE),
     "output_throughput_tok_s": Metric(HIGHER, "Avg Thpt (tok/s)", ".2f", "speed", noise=THROUGHPUT_NOISE,
@@ -117,6 +121,8 @@ SPEED_DETAIL = (
     ("itl_ms_mean", "itl_ms_median", "itl_ms_p90", "itl_ms_p99", "itl_chunk_ms_mean", "itl_token_ms_mean"),
     ("client_ttfb_ms_median", "client_ttfb_ms_p99", "client_loop_lag_ms_p99"),
 )
+# A disaggregated cell's mean TTFT beside its split (shown when the servers reported any part of it).
+TTFT_SPLIT = ("ttft_ms_mean", "ttft_prefill_queue_ms", "ttft_transfer_ms", "ttft_first_decode_ms")
 
 
 def format_value(name: str, value) -> str:

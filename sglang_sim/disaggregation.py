@@ -8,13 +8,25 @@ The router sends each request to one prefill and one decode server at once, with
   transfer that cannot be had fails the request as SGLang's decode does (HTTP 500), and one whose hidden state is
   not the prompt's (sglang#7242: random decode-side hidden states) leaves the server healthy but drafting blind,
   so its acceptance drops (``HIDDEN_OK``, read by the engine).
+Each role times its part of the request under SGLang's stage names (python/sglang/srt/observability/
+req_time_stats.py, ``RequestStage`` and ``SchedulerReqTimeStats``), in ``sglang:per_stage_req_latency_seconds``:
+- prefill: ``prefill_bootstrap`` (until the decode side asked for the room: SGLang's bootstrap queue), its wait for
+  the forward (``sglang:queue_time_seconds``: SGLang observes ``prefill_waiting`` there, not per stage),
+  ``prefill_forward`` (one at a time), ``prefill_transfer_kv_cache`` (until the decode side has the room's
+  transfer); where it holds each request shows in SGLang's prefill queue gauges (``PREFILL_QUEUES``), and a request
+  it finished in ``sglang:num_requests_total``;
+- decode (``sglang_sim.prometheus``, once the request is done): ``decode_prepare``, ``decode_bootstrap``,
+  ``decode_transferred`` (waiting for the transfer), ``decode_waiting`` (for a running slot), ``fake_output`` (the
+  prebuilt batch that emits the prefill's token: one scheduler iteration).
 Faults (``DSPARK_SIM_PREFILL_FAULTS`` / ``DSPARK_SIM_DECODE_FAULTS`` add to ``DSPARK_SIM_FAULTS`` on that role):
-``pd_transfer_fail``, ``pd_random_hidden``, ``pd_prefill_stall``.
+``pd_transfer_fail``, ``pd_random_hidden``, ``pd_prefill_stall`` (the prefill's forward never ends: that request
+stays running, every later one queued, and none finishes; /health still answers).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import hashlib
 import json
@@ -22,7 +34,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping, Protocol
 
 import aiohttp
 from aiohttp import web
@@ -55,19 +67,72 @@ def prompt_tokens_of(body: Mapping[str, Any]) -> int:
     return max(1, len(json.dumps(body.get("messages") or body.get("prompt") or body.get("text") or "")) // 4)
 
 
+@dataclass(frozen=True)
+class Transferred:
+    """What the decode side knows of a routed request's transfer (``TRANSFERRED``, read by the engine): when the
+    request reached this server and when its room's transfer arrived (time.monotonic(); the wall clock beside)."""
+
+    received_monotonic: float
+    received_wall: float
+    arrived: float
+
+
+TRANSFERRED: contextvars.ContextVar[Transferred | None] = contextvars.ContextVar("dspark_transferred", default=None)
+
+
+@dataclass
+class Room:
+    """One bootstrap room on the prefill side: the decode side asked for it, the prefill put it, decode took it."""
+
+    asked: asyncio.Event = field(default_factory=asyncio.Event)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    taken: asyncio.Event = field(default_factory=asyncio.Event)
+    payload: dict | None = None
+    sent: bool = False  # taken with its payload (not refused by a fault)
+
+
 @dataclass
 class Transfers:
-    """The prefill side: rooms whose prefill finished, and who waits for them."""
+    """The prefill side's rooms, until the prefill that filled one has seen it taken."""
 
-    rooms: dict[int, dict] = field(default_factory=dict)
-    arrived: dict[int, asyncio.Event] = field(default_factory=dict)
+    rooms: dict[int, Room] = field(default_factory=dict)
 
-    def event(self, room: int) -> asyncio.Event:
-        return self.arrived.setdefault(room, asyncio.Event())
+    def room(self, number: int) -> Room:
+        return self.rooms.setdefault(number, Room())
 
-    def put(self, room: int, payload: dict) -> None:
-        self.rooms[room] = payload
-        self.event(room).set()
+
+class StageObserver(Protocol):
+    """Where a prefill's request times and queues go (sglang_sim.prometheus.ServerMetrics)."""
+
+    def prefilled(self, queue_seconds: float, stages: Mapping[str, float], streaming: bool) -> None: ...
+
+    def prefill_queues(self, held: Mapping[str, int]) -> None: ...
+
+
+# Where a PD prefill server holds a request, by the gauge SGLang's prefill scheduler reports it in.
+PREFILL_QUEUES = ("num_prefill_bootstrap_queue_reqs", "num_queue_reqs", "num_running_reqs",
+                  "num_prefill_inflight_queue_reqs")
+
+
+@dataclass
+class PrefillQueues:
+    """How many routed requests the prefill holds in each queue, sent to /metrics as they move."""
+
+    metrics: StageObserver | None
+    held: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PREFILL_QUEUES, 0))
+
+    @contextlib.contextmanager
+    def holding(self, queue: str) -> Iterator[None]:
+        self._move(queue, 1)
+        try:
+            yield
+        finally:
+            self._move(queue, -1)
+
+    def _move(self, queue: str, by: int) -> None:
+        self.held[queue] += by
+        if self.metrics is not None:
+            self.metrics.prefill_queues(self.held)
 
 
 def _faults(names: list[str]) -> set[str]:
@@ -79,11 +144,21 @@ class Disaggregation:
     mode: str  # "prefill" | "decode"
     faults: set[str]
     prefill_ms_per_token: float
+    metrics: StageObserver | None = None  # None: the server was started without --enable-metrics
     transfers: Transfers = field(default_factory=Transfers)
+    # a prefill server runs one forward at a time: a request that arrives during another's waits (its queue time)
+    forward: asyncio.Lock = field(default_factory=asyncio.Lock)
+    queues: PrefillQueues = field(init=False)
+
+    def __post_init__(self):
+        self.queues = PrefillQueues(self.metrics)
 
     @classmethod
-    def of(cls, mode: str, fault_names: list[str], prefill_ms_per_token: float) -> "Disaggregation | None":
-        return cls(mode, _faults(fault_names), prefill_ms_per_token) if mode in ("prefill", "decode") else None
+    def of(cls, mode: str, fault_names: list[str], prefill_ms_per_token: float,
+           metrics: StageObserver | None = None) -> "Disaggregation | None":
+        if mode not in ("prefill", "decode"):
+            return None
+        return cls(mode, _faults(fault_names), prefill_ms_per_token, metrics)
 
     def middleware(self):
         @web.middleware
@@ -99,20 +174,49 @@ class Disaggregation:
         return disaggregate
 
     async def _prefill(self, body: dict) -> web.Response:
-        if "pd_prefill_stall" in self.faults:
-            logger.warning("[sglang_sim fault pd_prefill_stall] prefill stalls")
-            await asyncio.Event().wait()
-        started = time.time()
-        await asyncio.sleep(prompt_tokens_of(body) * self.prefill_ms_per_token / 1000)
-        digest = prompt_digest(body)
-        if "pd_random_hidden" in self.faults:
-            digest = os.urandom(32).hex()
-        self.transfers.put(int(body["bootstrap_room"]), {"hidden": digest, "prefill_started": started,
-                                                         "prefill_done": time.time()})
+        received = time.monotonic()
+        number = int(body["bootstrap_room"])
+        room = self.transfers.room(number)
+        try:
+            with self.queues.holding("num_prefill_bootstrap_queue_reqs"):  # until the decode side bootstrapped
+                await asyncio.wait_for(room.asked.wait(), TRANSFER_WAIT_S)
+            queued = time.monotonic()
+            started, done = await self._forward(body)
+            room.payload = {"hidden": os.urandom(32).hex() if "pd_random_hidden" in self.faults
+                            else prompt_digest(body)}
+            room.ready.set()
+            with self.queues.holding("num_prefill_inflight_queue_reqs"):  # SGLang's prefill answers once its
+                await asyncio.wait_for(room.taken.wait(), TRANSFER_WAIT_S)  # transfer is done (or failed)
+        except asyncio.TimeoutError:
+            logger.error(f"bootstrap_room {number}: the decode side never asked for its transfer or never took it")
+        else:
+            if self.metrics is not None and room.sent:
+                self.metrics.prefilled(started - queued, {"prefill_bootstrap": queued - received,
+                                                          "prefill_forward": done - started,
+                                                          "prefill_transfer_kv_cache": time.monotonic() - done},
+                                       bool(body.get("stream")))
+        finally:
+            self.transfers.rooms.pop(number, None)
         return web.json_response({"object": "prefill", "bootstrap_room": body["bootstrap_room"],
                                   "meta_info": {"finish_reason": {"type": "length", "length": 1}}})
 
+    async def _forward(self, body: dict) -> tuple[float, float]:
+        """The prompt's forward, one at a time: (started, done) on time.monotonic()."""
+        with self.queues.holding("num_queue_reqs"):
+            await self.forward.acquire()
+        try:
+            with self.queues.holding("num_running_reqs"):
+                started = time.monotonic()
+                if "pd_prefill_stall" in self.faults:  # the forward never ends; every later request queues
+                    logger.warning("[sglang_sim fault pd_prefill_stall] prefill stalls")
+                    await asyncio.Event().wait()
+                await asyncio.sleep(prompt_tokens_of(body) * self.prefill_ms_per_token / 1000)
+                return started, time.monotonic()
+        finally:
+            self.forward.release()
+
     async def _decode(self, request: web.Request, handler, body: dict) -> web.StreamResponse:
+        received_monotonic, received_wall = time.monotonic(), time.time()
         room, url = body["bootstrap_room"], f"http://{body.get('bootstrap_host')}:{body.get('bootstrap_port')}"
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TRANSFER_WAIT_S)) as session:
@@ -126,18 +230,26 @@ class Disaggregation:
                                       f"transfer from {url} failed: {err}", "type": "InternalServerError",
                                       "code": 500}, status=500)
         HIDDEN_OK.set(payload.get("hidden") == prompt_digest(body))
+        TRANSFERRED.set(Transferred(received_monotonic, received_wall, time.monotonic()))
         return await handler(request)
 
     async def bootstrap_handler(self, request: web.Request) -> web.Response:
-        room = int(request.match_info["room"])
-        if "pd_transfer_fail" in self.faults:
-            return web.json_response({"error": "[sglang_sim fault pd_transfer_fail] transfer failed"}, status=500)
+        number = int(request.match_info["room"])
+        room = self.transfers.room(number)
+        room.asked.set()
         try:
-            await asyncio.wait_for(self.transfers.event(room).wait(), TRANSFER_WAIT_S)
-        except asyncio.TimeoutError:
-            return web.json_response({"error": f"room {room} never prefilled"}, status=504)
-        self.transfers.arrived.pop(room, None)
-        return web.json_response(self.transfers.rooms.pop(room))
+            if "pd_transfer_fail" in self.faults:
+                return web.json_response({"error": "[sglang_sim fault pd_transfer_fail] transfer failed"},
+                                         status=500)
+            try:
+                await asyncio.wait_for(room.ready.wait(), TRANSFER_WAIT_S)
+            except asyncio.TimeoutError:
+                self.transfers.rooms.pop(number, None)
+                return web.json_response({"error": f"room {number} never prefilled"}, status=504)
+            room.sent = True
+            return web.json_response(room.payload)
+        finally:
+            room.taken.set()
 
     def bootstrap_app(self) -> web.Application:
         app = web.Application()

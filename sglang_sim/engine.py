@@ -25,7 +25,7 @@ from sglang_sim.emission_log import EmissionLog
 from sglang_sim.prometheus import ServerMetrics
 from sglang_sim.noise import BootNoise
 from sglang_sim.reasoning import ReasoningCount
-from sglang_sim.disaggregation import alpha_now
+from sglang_sim.disaggregation import TRANSFERRED, alpha_now
 from sglang_sim.speculation import AcceptModel, SpecShape, SpecStats, draw_accepted, prompt_category
 from sglang_sim.textgen import Ask, Persona, reply_tokens
 from sglang_sim.tokenizer import EOS_TOKEN_ID, token_id
@@ -91,6 +91,9 @@ class Generation:
     finish_reason: dict | None = None
     arrived: Instant = field(default_factory=Instant.now)
     admitted: float | None = None  # time.monotonic() when its rank took it from the queue
+    # a PD decode server's routed request: time.monotonic() when its transfer arrived (``arrived`` is when the
+    # request reached the server, before the transfer); None: the request prefills here
+    transferred: float | None = None
     first_token: Instant | None = None  # when the engine handed the first token to the HTTP layer
     last_token: Instant | None = None  # ... and the last one (so far)
     # Each emission (the prefill token, then each decode or verify step's tokens): when it was handed
@@ -211,7 +214,10 @@ class Engine:
         rank = next(self._next_rank)
         spec = SpecStats(self.shape) if self.shape is not None else None
         reported_dp_rank = rank.dp_rank if self.args.dp_size > 1 else None
+        transfer = TRANSFERRED.get()  # set by sglang_sim.disaggregation on a PD decode server's routed request
+        arrived = Instant.now() if transfer is None else Instant(transfer.received_monotonic, transfer.received_wall)
         return Generation(uuid.uuid4().hex, rank.dp_rank, reported_dp_rank, job.prompt_tokens, spec,
+                          arrived=arrived, transferred=transfer.arrived if transfer is not None else None,
                           reasoning=ReasoningCount(job.require_reasoning))
 
     async def run(self, gen: Generation, job: Job) -> AsyncGenerator[list[str], None]:
@@ -267,7 +273,10 @@ class Engine:
         # The warmup's time is part of DSPARK_SIM_BOOT_SECONDS (until /health says 200): it takes none of its own.
         prefill_ms, step_seconds = ((0.0, 0.0) if job.warmup else
                                     (self.config.prefill_ms_per_token, self.step_seconds * self.noise.request_factor()))
-        clock = time.perf_counter() + job.prompt_tokens * prefill_ms / 1000
+        # A PD decode server never runs the prompt's forward: it has the KV, and its first batch (the prebuilt one
+        # that emits the prefill's token) takes one scheduler iteration.
+        first_seconds = job.prompt_tokens * prefill_ms / 1000 if gen.transferred is None else step_seconds
+        clock = time.perf_counter() + first_seconds
         await _sleep_until(clock)
         if not job.warmup:
             self._on_prefill()

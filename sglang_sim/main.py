@@ -188,7 +188,7 @@ async def _serve_rank0(args: ServerArgs, config: SimConfig, env: SglangEnv, arch
         "(sglang_sim: a peer rank exited)"))))
     if args.nnodes > 1:
         await leader.listen(*split_addr(args.dist_init_addr or f"{args.host}:20000"))
-    pd = Disaggregation.of(args.disaggregation_mode, config.faults.names, config.prefill_ms_per_token)
+    pd = Disaggregation.of(args.disaggregation_mode, config.faults.names, config.prefill_ms_per_token, metrics)
     bootstrap = await _start_bootstrap(pd, args)
     runner = await _start_site(api_app(state, [pd.middleware()] if pd else []), args.host, args.port)
     logger.info(f"Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")

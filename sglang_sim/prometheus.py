@@ -3,11 +3,13 @@ labels and buckets (``sglang_sim.metric_families``, taken from the real front en
 
 One registry per server (no process-global state). What the simulator knows is measured: requests running and
 queued, tokens held (KV use), generation throughput and the spec gauges per logging window, each finished
-request's tokens, verify calls, TTFT, inter-token latency, time per output token, queue and prefill time, the
-HTTP requests by endpoint, this process's CPU time, the boot time. What it does not model (SWA and Mamba pools,
-PD-disaggregation queues, DP-attention balance, CUDA graphs, prefix cache, grammar, routing keys) is sent as an
-idle SGLang sends it: zero. prometheus_client drops a counter name's ``_total`` and adds it back on exposition,
-so ``sglang:prompt_tokens`` here is ``sglang:prompt_tokens_total`` on the wire, as SGLang's.
+request's tokens, verify calls, TTFT, inter-token latency, time per output token, queue time and the request's
+stages (a PD role's by their PD names, and a PD prefill's queue gauges: sglang_sim.disaggregation), the HTTP
+requests by endpoint, this process's CPU time, the boot time. What it does not model (SWA and Mamba pools, a PD
+decode's queue gauges, DP-attention balance, CUDA graphs, prefix cache, grammar, routing keys) is sent as an idle
+SGLang sends it: zero.
+prometheus_client drops a counter name's ``_total`` and adds it back on exposition, so ``sglang:prompt_tokens``
+here is ``sglang:prompt_tokens_total`` on the wire, as SGLang's.
 """
 
 from __future__ import annotations
@@ -88,14 +90,37 @@ class ServerMetrics:
         self._series("sglang:spec_accept_rate", dp_rank).set(accept_rate)
 
     def _scheduled(self, gen) -> None:
-        """SchedulerReqTimeStats' observations of one request: its queue wait and its prefill."""
+        """SchedulerReqTimeStats' observations of one request: its queue wait (from when it could be scheduled: on a
+        PD decode server, once its transfer arrived) and its stages, by SGLang's names for the server's role."""
         admitted = gen.admitted if gen.admitted is not None else gen.arrived.monotonic
         first = gen.first_token.monotonic if gen.first_token is not None else admitted
-        self._series("sglang:queue_time_seconds", gen.dp_rank).observe(admitted - gen.arrived.monotonic)
-        stage = "sglang:per_stage_req_latency_seconds"
-        self._series(stage, gen.dp_rank, stage="request_process").observe(0.0)
-        self._series(stage, gen.dp_rank, stage="prefill_forward").observe(max(first - admitted, 0.0))
-        self._series("sglang:prefill_effective_tokens", gen.dp_rank, mode="input").inc(gen.prompt_tokens)
+        schedulable = gen.transferred if gen.transferred is not None else gen.arrived.monotonic
+        self._series("sglang:queue_time_seconds", gen.dp_rank).observe(max(admitted - schedulable, 0.0))
+        if gen.transferred is None:
+            stages = {"request_process": 0.0, "prefill_forward": first - admitted}
+            self._series("sglang:prefill_effective_tokens", gen.dp_rank, mode="input").inc(gen.prompt_tokens)
+        else:  # set_decode_prealloc/transfer_queue_entry_time, set_wait_queue_entry_time, set_forward_entry_time,
+            # set_decode_prebuilt_finish_time: here the request is preallocated and bootstrapped as it arrives
+            stages = {"decode_prepare": 0.0, "decode_bootstrap": 0.0,
+                      "decode_transferred": gen.transferred - gen.arrived.monotonic,
+                      "decode_waiting": admitted - gen.transferred, "fake_output": first - admitted}
+        self._stages(gen.dp_rank, stages)
+
+    def prefilled(self, queue_seconds: float, stages: Mapping[str, float], streaming: bool) -> None:
+        """A PD prefill server's request (sglang_sim.disaggregation), once its transfer is done: its queue wait,
+        its stages, and the request counted as its tokenizer counts one it finished."""
+        self._series("sglang:queue_time_seconds").observe(max(queue_seconds, 0.0))
+        self._stages(0, stages)
+        self._series("sglang:num_requests", is_streaming="true" if streaming else "false").inc()
+
+    def prefill_queues(self, held: Mapping[str, int]) -> None:
+        """A PD prefill scheduler's queue gauges (bootstrap, waiting, running, transfer in flight)."""
+        for name, count in held.items():
+            self._series(f"sglang:{name}").set(count)
+
+    def _stages(self, dp_rank: int, stages: Mapping[str, float]) -> None:
+        for stage, seconds in stages.items():
+            self._series("sglang:per_stage_req_latency_seconds", dp_rank, stage=stage).observe(max(seconds, 0.0))
 
     # --- the tokenizer's (TokenizerMetricsCollector) -------------------------------------------------
 

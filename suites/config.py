@@ -23,6 +23,26 @@ class SuiteInputError(Exception):
     """Bad suite input (options, dataset, reference file). ``str()`` is the whole message for the user."""
 
 
+ROLES = ("prefill", "decode")  # a disaggregated deployment's servers behind its router
+
+
+@dataclass(frozen=True)
+class RoleURL:
+    """One server of a disaggregated deployment, addressed directly (its /metrics), beside the router."""
+
+    role: str  # one of ROLES
+    base_url: str
+
+    @classmethod
+    def parse(cls, flag: str) -> "RoleURL":
+        """``--role-url ROLE=URL``. Raises SuiteInputError."""
+        role, sep, url = flag.partition("=")
+        if not sep or role not in ROLES or not url:
+            raise SuiteInputError(f"--role-url {flag}: expected ROLE=URL with ROLE one of {', '.join(ROLES)}, "
+                                  "e.g. prefill=http://10.0.0.1:30000")
+        return cls(role, normalize_base_url(url))
+
+
 @dataclass(frozen=True)
 class SuiteConfig:
     base_url: str | None  # the server under test, "http://HOST:PORT" (no /v1)
@@ -36,6 +56,7 @@ class SuiteConfig:
     cache_dir: Path = Path.home() / ".cache" / "dspark-ci"
     out_path: Path | None = None
     progress_path: Path | None = None  # --dspark-progress: requests done so far (suites.progress_file)
+    roles: tuple[RoleURL, ...] = ()  # --role-url: a disaggregated deployment's servers (the speed suite's TTFT split)
 
     def suite(self, name: str) -> Mapping[str, Any]:
         return self.options[name]

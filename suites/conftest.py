@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from suites.config import (
-    SuiteConfig, SuiteInputError, freeze, load_options_file, merge_options, normalize_base_url,
+    RoleURL, SuiteConfig, SuiteInputError, freeze, load_options_file, merge_options, normalize_base_url,
 )
 from suites.output import SuiteOutput
 from suites.server import NotTheServer, Server, connect
@@ -43,6 +43,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--dspark-progress", metavar="FILE", help="keep the requests done so far here (one line)")
     group.addoption("--gpqa-dataset", metavar="PATH|URL", help="GPQA CSV (overrides gpqa.dataset)")
     group.addoption("--reference-url", help="parity: the same deployment without speculation")
+    group.addoption("--role-url", action="append", default=[], metavar="ROLE=URL",
+                    help="a disaggregated deployment's prefill or decode server behind --base-url (repeatable): "
+                         "speed splits TTFT by the stages it reports")
     group.addoption("--reference-file", metavar="FILE.json", help="parity: recorded reference outputs")
     group.addoption("--save-reference", metavar="FILE.json",
                     help="parity: write the outputs of --base-url as a reference file")
@@ -86,6 +89,7 @@ def _build_config(config: pytest.Config) -> SuiteConfig:
         reference_file=path_or_none(opt.reference_file), save_reference=path_or_none(opt.save_reference),
         cache_dir=Path(opt.cache_dir) if opt.cache_dir else Path.home() / ".cache" / "dspark-ci",
         out_path=path_or_none(opt.dspark_out), progress_path=path_or_none(opt.dspark_progress),
+        roles=tuple(RoleURL.parse(flag) for flag in opt.role_url),
     )
 
 

@@ -27,6 +27,7 @@ from ground.suites import effective_options
 from launchers import interrupts
 from launchers.contract import Deployment, LaunchFailed
 from launchers.ledger import Ledger
+from launchers.pd.pd_group import RoleEndpoint
 from launchers.processes import die_with_parent, group_members, kill_group, run_env, signal_group, started_at
 from suites.output import GPQA_SAMPLES_FILE
 from suites.progress_file import read_progress
@@ -82,6 +83,7 @@ class SuiteRequest:
     extra_args: tuple[str, ...] = ()
     ledger: Ledger | None = None  # pytest's process group is recorded there (`cleanup --run` finds its workers)
     cell_id: str = ""
+    roles: tuple[RoleEndpoint, ...] = ()  # a disaggregated deployment's servers behind base_url (the router)
     # "gpqa 37/198 requests, accuracy 62.2%" (suites.progress_file)
     on_progress: Callable[[str], None] = field(default=lambda _text: None, compare=False)
 
@@ -122,6 +124,8 @@ def run_suites(request: SuiteRequest, watched: Sequence[Deployment] = (), watch:
         argv += ["--model", request.model]
     if request.reference_url:
         argv += ["--reference-url", request.reference_url]
+    for endpoint in request.roles:
+        argv += ["--role-url", f"{endpoint.role}={endpoint.base_url}"]
     with open(work_dir / "suites.log", "w") as log:
         log.write("# " + " ".join(argv) + "\n")
         log.flush()

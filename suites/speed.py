@@ -52,7 +52,9 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Mapping, Sequence
 import aiohttp
 
 from ground.stats import bootstrap_stderr, ratio_stderr
+from suites.config import RoleURL
 from suites.server import Server
+from suites.ttft_split import RoleReading, read_roles
 
 if TYPE_CHECKING:
     import openai
@@ -171,6 +173,10 @@ class WorkerJob:
     max_tokens: int
     ignore_eos: bool
     client: str  # "aiohttp" | "openai"
+    # A disaggregated deployment's servers: their /metrics are read as the window opens (suites.ttft_split), by
+    # the worker that ``reads_roles`` while the others wait
+    roles: tuple[RoleURL, ...] = ()
+    reads_roles: bool = False
 
 
 @dataclass(frozen=True)
@@ -179,6 +185,7 @@ class WorkerResult:
     loop_lag_ms: tuple[float, ...]  # how late the event loop woke a 10 ms sleeper: >> 0 means saturated
     connections_warmed: int | None = None  # connections opened before the window (None: the client cannot tell)
     connections_opened_in_window: int | None = None  # 0 when the warmed pool sufficed
+    roles_at_window: tuple[RoleReading, ...] | None = None  # the roles' /metrics as the window opened
 
 
 # ---------------------------------------------------------------- prompts
@@ -227,6 +234,7 @@ async def _run_worker(job: WorkerJob, barrier) -> WorkerResult:
             await asyncio.to_thread(barrier.wait)
         # Right before the window: SGLang closes a connection idle for 5 s (SGLANG_TIMEOUT_KEEP_ALIVE).
         warmed = await client.open_connections(job.concurrency)
+        roles_at_window = await _roles_at_window(job, barrier)
         opened_before = client.connections_opened
         lag: list[float] = []
         probe = asyncio.create_task(_probe_loop_lag(lag))
@@ -235,7 +243,18 @@ async def _run_worker(job: WorkerJob, barrier) -> WorkerResult:
         opened_after = client.connections_opened  # None for both when the client cannot tell
         in_window = None if opened_before is None or opened_after is None else opened_after - opened_before
     return WorkerResult(timings=tuple(timings), loop_lag_ms=tuple(lag), connections_warmed=warmed,
-                        connections_opened_in_window=in_window)
+                        connections_opened_in_window=in_window, roles_at_window=roles_at_window)
+
+
+async def _roles_at_window(job: WorkerJob, barrier) -> tuple[RoleReading, ...] | None:
+    """The roles' /metrics right before the window: read by one worker, the others held until it has (no request of
+    the window may finish a stage before the read, none of the warm-up after it)."""
+    if not job.roles:
+        return None
+    reading = await asyncio.to_thread(read_roles, job.roles) if job.reads_roles else None
+    if barrier is not None:
+        await asyncio.to_thread(barrier.wait)
+    return reading
 
 
 async def _run_phase(client: "AiohttpStreams | OpenAIStreams", job: WorkerJob,
@@ -475,14 +494,17 @@ async def _probe_loop_lag(lag: list[float]) -> None:
 
 
 def run_measurement(server: Server, settings: SpeedSettings, prompts: Sequence[str],
-                    warmup_prompts: Sequence[str]) -> list[WorkerResult]:
+                    warmup_prompts: Sequence[str], roles: Sequence[RoleURL] = ()) -> list[WorkerResult]:
+    """The workers' results; with ``roles``, the first one's ``roles_at_window`` holds their /metrics as the window
+    opened."""
     workers = min(settings.workers, settings.concurrency)  # each worker keeps at least one stream open
     jobs = [
         WorkerJob(api_base=server.api_base, api_key=server.api_key, model=server.model,
                   timeout=server.request_timeout, prompts=tuple(prompts[w::workers]),
                   warmup_prompts=tuple(warmup_prompts[w::workers]),
                   concurrency=settings.concurrency // workers + (1 if w < settings.concurrency % workers else 0),
-                  max_tokens=settings.output_len, ignore_eos=settings.ignore_eos, client=settings.client)
+                  max_tokens=settings.output_len, ignore_eos=settings.ignore_eos, client=settings.client,
+                  roles=tuple(roles), reads_roles=w == 0)
         for w in range(workers)
     ]
     if workers == 1:

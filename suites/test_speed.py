@@ -1,7 +1,10 @@
 """Streaming speed: ttft_ms_*, tpot_ms_*, itl_ms_* (bench_serving's ITL), itl_chunk_ms_*, itl_token_ms_*,
 e2e_latency_s_mean, output_throughput_tok_s, input_tokens_mean, output_tokens_mean, and the client's own
 overhead client_loop_lag_ms_p99, client_ttfb_ms_*; records "speed" (per request) and "speed_summary". With
---reference-url (the deployment without speculation) also speculative_speedup (its median TPOT / ours).
+--reference-url (the deployment without speculation) also speculative_speedup (its median TPOT / ours). With
+--role-url (a disaggregated deployment's servers behind the router) also ttft_prefill_queue_ms, ttft_transfer_ms,
+ttft_first_decode_ms, as far as the servers report their stages (suites/ttft_split.py; a warning names each one
+they do not).
 
 Options (suite "speed"): num_requests, concurrency, input_len, output_len, warmup_requests, workers,
 ignore_eos; sweep_concurrency, sweep_input_len, sweep_min_requests, sweep_output_len: with a reference and a
@@ -19,9 +22,10 @@ import pytest
 from suites.envelope import envelope_record, sweep
 from suites.server import connect
 from suites.speed import (
-    SpeedSettings, build_prompts, calibrate, client_overhead_metrics, percentile, run_measurement,
+    SpeedSettings, WorkerResult, build_prompts, calibrate, client_overhead_metrics, percentile, run_measurement,
     server_reports_accept_length, speed_metrics, timing_record,
 )
+from suites.ttft_split import read_roles, ttft_split
 
 # A client event loop that wakes a 10 ms sleeper this late (p99) is too busy to timestamp chunks well
 # (bench/speed_fidelity.py: TPOT errors above 1 % came with p99 lags of 15 ms and more).
@@ -34,7 +38,8 @@ def speed_run(server, suite_config, suite_output):
     overhead, tokens_per_word = calibrate(server)
     prompts = build_prompts(settings.num_requests, settings.input_len, overhead, tokens_per_word, seed=1)
     warmup = build_prompts(settings.warmup_requests, settings.input_len, overhead, tokens_per_word, seed=2)
-    results = run_measurement(server, settings, prompts, warmup)
+    results = run_measurement(server, settings, prompts, warmup, suite_config.roles)
+    stage_means_ms = _ttft_split(suite_config, results, suite_output)
     timings = [timing for result in results for timing in result.timings]
     lag = [value for result in results for value in result.loop_lag_ms]
 
@@ -50,6 +55,7 @@ def speed_run(server, suite_config, suite_output):
         "client_loop_lag_ms": {"median": statistics.median(lag), "p99": lag_p99} if lag else None,
         "connections": {"warmed": _total(r.connections_warmed for r in results),
                         "opened_in_window": _total(r.connections_opened_in_window for r in results)},
+        "stage_means_ms": stage_means_ms,
     }])
     if lag_p99 is not None and lag_p99 > LOOP_LAG_WARN_MS:
         suite_output.warn(f"speed: the client's event loop ran {lag_p99:.1f} ms late (p99): timings may be "
@@ -59,6 +65,19 @@ def speed_run(server, suite_config, suite_output):
         _speculation_pays(suite_config, settings, prompts, warmup, timings, suite_output)
         _envelope(server, suite_config, settings, overhead, tokens_per_word, suite_output)
     return timings
+
+
+def _ttft_split(suite_config, results: list[WorkerResult], suite_output) -> dict[str, float] | None:
+    """A disaggregated deployment's TTFT split over the window (suites/ttft_split.py), read from its servers right
+    after the window; the stage means behind it (None without --role-url)."""
+    before = next((r.roles_at_window for r in results if r.roles_at_window is not None), None)
+    if before is None:
+        return None
+    split = ttft_split(before, read_roles(suite_config.roles))
+    suite_output.add_metrics(split.metrics)
+    for note in split.not_reported:
+        suite_output.warn(f"speed: {note}")
+    return split.stage_means_ms
 
 
 def _envelope(server, suite_config, settings, overhead, tokens_per_word, suite_output) -> None:

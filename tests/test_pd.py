@@ -78,6 +78,66 @@ def test_bad_roles_are_refused_with_their_line(tmp_path, text, says):
     assert says in str(err.value) and f"{matrix}:" in str(err.value)
 
 
+def _metrics_text(**histograms: tuple[float, int]) -> str:
+    """/metrics as SGLang exposes it, with each histogram's Σ seconds and count: ``prefill_bootstrap=(0.5, 10)`` is
+    the per-stage family's series of that stage, ``queue_time=(...)`` sglang:queue_time_seconds."""
+    lines = ["# TYPE sglang:per_stage_req_latency_seconds histogram", "# TYPE sglang:queue_time_seconds histogram"]
+    for name, (seconds, count) in histograms.items():
+        family, labels = (("sglang:queue_time_seconds", 'tp_rank="0"') if name == "queue_time" else
+                          ("sglang:per_stage_req_latency_seconds", f'stage="{name}",tp_rank="0"'))
+        lines += [f'{family}_bucket{{{labels},le="+Inf"}} {count}', f"{family}_sum{{{labels}}} {seconds}",
+                  f"{family}_count{{{labels}}} {count}"]
+    return "\n".join(lines) + "\n"
+
+
+def test_ttft_split_is_each_stages_window_mean_over_the_role_and_says_what_the_server_does_not_report():
+    from suites.config import RoleURL
+    from suites.ttft_split import RoleReading, parse_totals, ttft_split
+    prefills = RoleURL("prefill", "http://p0"), RoleURL("prefill", "http://p1")
+    decode = RoleURL("decode", "http://d0")
+    idle = parse_totals(_metrics_text(prefill_bootstrap=(1.0, 10), queue_time=(2.0, 10),
+                                      prefill_transfer_kv_cache=(0.1, 10), decode_waiting=(0.0, 0)))
+    before = (RoleReading(prefills[0], idle), RoleReading(prefills[1], idle), RoleReading(decode, idle))
+    after = (  # the window: 4 requests on prefill 0, 6 on prefill 1; the decode server times no fake_output
+        RoleReading(prefills[0], parse_totals(_metrics_text(prefill_bootstrap=(1.4, 14), queue_time=(2.4, 14),
+                                                            prefill_transfer_kv_cache=(0.14, 14)))),
+        RoleReading(prefills[1], parse_totals(_metrics_text(prefill_bootstrap=(1.6, 16), queue_time=(2.3, 16),
+                                                            prefill_transfer_kv_cache=(0.16, 16)))),
+        RoleReading(decode, parse_totals(_metrics_text(decode_waiting=(0.02, 10)))),
+    )
+    split = ttft_split(before, after)
+    # (0.4 + 0.6) s over 10 bootstraps and (0.4 + 0.3) s over 10 queue waits: 100 ms + 70 ms
+    assert split.metrics == pytest.approx({"ttft_prefill_queue_ms": 170.0, "ttft_transfer_ms": 10.0})
+    assert split.not_reported == ('ttft_first_decode_ms not reported by the server (no '
+                                  'sglang:per_stage_req_latency_seconds{stage="fake_output"} observed on the decode '
+                                  'server in the window)',)
+    unserved = ttft_split(before, (*after[:2], RoleReading(decode, None)))
+    assert "the decode server serves no /metrics" in unserved.not_reported[0]
+
+
+def test_role_urls_name_a_pd_role_and_its_server():
+    from suites.config import RoleURL, SuiteInputError
+    assert RoleURL.parse("prefill=http://10.0.0.1:30000/v1/") == RoleURL("prefill", "http://10.0.0.1:30000")
+    for bad in ("mixed=http://h:1", "http://h:1", "decode="):
+        with pytest.raises(SuiteInputError, match="expected ROLE=URL with ROLE one of prefill, decode"):
+            RoleURL.parse(bad)
+
+
+def test_report_shows_a_pd_cells_ttft_split_and_what_the_servers_did_not_report():
+    from ground.records import CellResult, RunResults, Status
+    from reports.markdown import render_markdown
+    cell = CellResult(id="pd", config={"speculative_algorithm": "DSPARK"}, expect={"outcome": "serve"},
+                      status=Status.PASSED, metrics={"ttft_ms_mean": 41.0, "ttft_prefill_queue_ms": 3.3,
+                                                     "ttft_first_decode_ms": 5.5})
+    text = render_markdown(RunResults("r1", None, None, "local", (), cells=(cell,)))
+    assert "| Avg TTFT (ms) | Prefill queue (ms) | KV transfer (ms) | First decode (ms) |" in text
+    assert "| 41.0 | 3.3 | not reported by the server | 5.5 |" in text
+    colocated = render_markdown(RunResults("r1", None, None, "local", (), cells=(
+        CellResult(id="c", config={}, expect={"outcome": "serve"}, status=Status.PASSED,
+                   metrics={"ttft_ms_mean": 41.0}),)))
+    assert "Prefill queue" not in colocated
+
+
 def test_equivalence_passes_equal_fails_shifted_and_says_inconclusive_when_unsure():
     rng = random.Random(1)
     base = [rng.gauss(3.0, 0.4) for _ in range(60)]
@@ -172,10 +232,11 @@ def test_a_failed_transfer_fails_the_request_at_decode(tmp_path):
         group.close()
 
 
-def _run(tmp_path: Path, env: dict, timeout: float = 400) -> tuple[subprocess.CompletedProcess, dict]:
+def _run(tmp_path: Path, env: dict, timeout: float = 400, args: tuple[str, ...] = ()
+         ) -> tuple[subprocess.CompletedProcess, dict]:
     tag = uuid.uuid4().hex
     out = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "dspark_ci", "run", PD, "--cell", ONE_EACH, "--out", str(out)],
+    done = subprocess.run([sys.executable, "-m", "dspark_ci", "run", PD, "--cell", ONE_EACH, "--out", str(out), *args],
                           env={**os.environ, "CI": "true", "DSPARK_TEST_RUN": tag, **env}, capture_output=True,
                           text=True, timeout=timeout, cwd=REPO)
     assert_no_process_with_env("DSPARK_TEST_RUN", tag)
@@ -194,6 +255,52 @@ def test_run_pd_cell_green_through_the_router(tmp_path):
     assert cell["metrics"]["parity_mismatches"] == 0  # greedy text holds through PD
     logs = tmp_path / "run" / "logs" / ONE_EACH
     assert (logs / "router.log").exists() and (logs / "prefill-0").is_dir() and (logs / "decode-0").is_dir()
+
+
+@needs_router
+def test_run_pd_cell_splits_ttft_into_prefill_queue_transfer_and_first_decode(tmp_path):
+    done, cell = _run(tmp_path, {}, args=("--suites", "speed"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    metrics = cell["metrics"]
+    parts = [metrics[name] for name in ("ttft_prefill_queue_ms", "ttft_transfer_ms", "ttft_first_decode_ms")]
+    assert all(part > 0 for part in parts), parts
+    # server-side stages, the prefill's forward and what the router and the client add left out: never past the
+    # TTFT the client measured
+    assert sum(parts) <= metrics["ttft_ms_mean"], (parts, metrics["ttft_ms_mean"])
+    assert metrics["ttft_first_decode_ms"] >= 5.0  # the prebuilt batch: one decode step (DSPARK_SIM_DECODE_STEP_MS)
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "| Avg TTFT (ms) | Prefill queue (ms) | KV transfer (ms) | First decode (ms) |" in report
+
+
+@needs_router
+def test_run_prefill_stall_red_naming_the_prefill_before_a_request_would_time_out(tmp_path):
+    from ground.suites import SUITE_DEFAULTS
+    from suites.runner import REQUEST_BASE_S, REQUEST_PER_TOKEN_S
+    done, cell = _run(tmp_path, {"DSPARK_SIM_PREFILL_FAULTS": "pd_prefill_stall"})
+    assert done.returncode != 0 and cell["status"] in ("error", "failed")
+    assert "prefill rank 0 stopped finishing requests" in cell["error"], cell["error"]
+    assert "sglang:num_requests_total" in cell["error"]  # what it read, so a user can look for themselves
+    # the sanity check's requests come first: red before the first of them would have timed out
+    first_timeout = REQUEST_BASE_S + REQUEST_PER_TOKEN_S * SUITE_DEFAULTS["sanity"]["max_tokens"]
+    assert cell["measure_seconds"] < first_timeout, cell["measure_seconds"]
+
+
+def test_a_prefill_holding_requests_without_finishing_one_is_stalled_until_it_finishes_one():
+    from launchers.pd.prefill_watch import PrefillLoad, StallClock, prefill_load
+    clock = StallClock()
+    for now, load in ((0.0, PrefillLoad(held=0, finished=5)), (1.0, PrefillLoad(held=3, finished=5)),
+                      (31.0, PrefillLoad(held=4, finished=5))):
+        clock.observe(load, now)
+    assert clock.stalled_for(31.5) == 30.5
+    clock.observe(PrefillLoad(held=4, finished=6), 32.0)  # one finished: it moves
+    assert clock.stalled_for(40.0) == 0.0
+    clock.observe(None, 41.0)  # no /metrics to judge by: never a stall
+    assert clock.stalled_for(90.0) == 0.0
+    text = ('sglang:num_queue_reqs{tp_rank="0"} 2\nsglang:num_running_reqs{tp_rank="0"} 1\n'
+            'sglang:num_running_reqs{tp_rank="1",dp_rank="1"} 1\n'
+            'sglang:num_requests_total{is_streaming="true"} 7\nsglang:num_requests_total{is_streaming="false"} 2\n')
+    assert prefill_load(text) == PrefillLoad(held=4, finished=9)
+    assert prefill_load("sglang:num_requests_total 3\n") is None  # a server without the scheduler's gauges
 
 
 @needs_router

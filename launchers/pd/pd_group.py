@@ -1,12 +1,14 @@
 """A disaggregated cell's group: every role instance launched by the selected launcher's own ``launch()`` (its
 ranks, health wait, logs, ledger and teardown stay the launcher's), SGLang's router started in front, all watched
-as one deployment and torn down together. The culprit is named by role: "decode rank 1 exited"."""
+as one deployment and torn down together, each prefill also for a stall (launchers/pd/prefill_watch.py).
+The culprit is named by role: "decode rank 1 exited", "prefill rank 0 stopped finishing requests"."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping
 
@@ -14,6 +16,7 @@ from ground.sglang.release import is_peer_loss
 from launchers.contract import LaunchFailed, Launcher, Deployment
 from launchers.ledger import Ledger
 from launchers.pd.pd_plan import PDPlan, RoleInstance, plan_pd, router_command
+from launchers.pd.prefill_watch import PREFILL_STALL_S, PrefillWatch
 from launchers.pd.router_process import RouterProcess, local_router
 from launchers.processes import free_port
 from matrices.cell import Cell
@@ -33,11 +36,27 @@ def blamed(failures: list[LaunchFailed]) -> LaunchFailed:
     return (own or failures)[0]
 
 
+@dataclass(frozen=True)
+class RoleEndpoint:
+    """Where one role instance answers, beside the router (its own /metrics: the suites' TTFT split)."""
+
+    role: str  # "prefill" | "decode"
+    index: int
+    base_url: str
+
+
 class PDDeployment:
     def __init__(self, cell_id: str, base_url: str, members: list[tuple[RoleInstance, Deployment]],
                  router: RouterProcess):
         self.cell_id, self.base_url, self.members, self.router = cell_id, base_url, members, router
         self.boot_seconds = 0.0
+        self.prefill_watches: list[tuple[RoleInstance, PrefillWatch]] = []  # once the group serves (watch_prefills)
+
+    @property
+    def endpoints(self) -> tuple[RoleEndpoint, ...]:
+        """Every role instance where its deployment answers (a Slurm job's node, not the plan's placeholder)."""
+        return tuple(RoleEndpoint(instance.role, instance.index, deployment.base_url)
+                     for instance, deployment in self.members)
 
     @property
     def decode_urls(self) -> list[str]:
@@ -55,6 +74,27 @@ class PDDeployment:
             first = blamed(failures)
             raise dataclasses.replace(first, hint="; ".join(filter(None, [first.hint, *others])))
         self.router.check(self.cell_id)
+        self._check_prefills()
+
+    def watch_prefills(self, stack: contextlib.ExitStack) -> None:
+        """Watch every prefill for a stall from now until ``stack`` closes."""
+        for instance, deployment in self.members:
+            if instance.role == "prefill":
+                watch = PrefillWatch(deployment.base_url)
+                stack.callback(watch.stop)
+                self.prefill_watches.append((instance, watch))
+
+    def _check_prefills(self) -> None:
+        for instance, watch in self.prefill_watches:
+            stalled = watch.stalled_for()
+            if stalled > PREFILL_STALL_S:
+                held = f"{watch.last.held:.0f} request(s)" if watch.last else "requests"
+                raise LaunchFailed(cell_id=self.cell_id, reason="stalled", role="prefill",
+                                   node_rank=instance.index * len(instance.plan.ranks),
+                                   hint=f"{watch.base_url} has held {held} waiting or running and finished none "
+                                        f"for {stalled:.0f} s (its /metrics: sglang:num_queue_reqs, "
+                                        "sglang:num_running_reqs, sglang:num_requests_total); the decode side waits "
+                                        "for transfers that do not come")
 
 
 @contextlib.contextmanager
@@ -73,6 +113,7 @@ def launch_pd(launcher: Launcher, cell: Cell, logs_dir: Path, env: Mapping[str, 
         deployment = PDDeployment(cell.id, command.base_url, members, router)
         router.wait_ready(cell.id, len(members), boot_timeout_s, deployment.check)
         deployment.boot_seconds = time.monotonic() - started
+        deployment.watch_prefills(stack)
         yield deployment
 
 
@@ -84,4 +125,4 @@ def _launched(stack: contextlib.ExitStack, launcher: Launcher, instance: RoleIns
         raise as_role(err, instance, cell_id) from None
 
 
-__all__ = ["PDDeployment", "PDPlan", "as_role", "blamed", "launch_pd"]
+__all__ = ["PDDeployment", "PDPlan", "RoleEndpoint", "as_role", "blamed", "launch_pd"]
