@@ -125,15 +125,16 @@ def test_role_urls_name_a_pd_role_and_its_server():
 
 def test_report_shows_a_pd_cells_ttft_split_and_what_the_servers_did_not_report():
     from ground.records import CellResult, RunResults, Status
+    from ground.sglang.settings import CellConfig
     from reports.markdown import render_markdown
-    cell = CellResult(id="pd", config={"speculative_algorithm": "DSPARK"}, expect={"outcome": "serve"},
+    cell = CellResult(id="pd", config=CellConfig(speculative_algorithm="DSPARK"), expect={"outcome": "serve"},
                       status=Status.PASSED, metrics={"ttft_ms_mean": 41.0, "ttft_prefill_queue_ms": 3.3,
                                                      "ttft_first_decode_ms": 5.5})
     text = render_markdown(RunResults("r1", None, None, "local", (), cells=(cell,)))
     assert "| Avg TTFT (ms) | Prefill queue (ms) | KV transfer (ms) | First decode (ms) |" in text
     assert "| 41.0 | 3.3 | not reported by the server | 5.5 |" in text
     colocated = render_markdown(RunResults("r1", None, None, "local", (), cells=(
-        CellResult(id="c", config={}, expect={"outcome": "serve"}, status=Status.PASSED,
+        CellResult(id="c", config=CellConfig(), expect={"outcome": "serve"}, status=Status.PASSED,
                    metrics={"ttft_ms_mean": 41.0}),)))
     assert "Prefill queue" not in colocated
 
