@@ -52,6 +52,12 @@ class Proposal:
     per_question: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
 
+
+# What a run's server was, as a baseline's reader needs to hear it (environment.server; None: not recorded).
+SERVER_SAYS = {"sim": "the simulated SGLang server", "sglang-frontend": "SGLang's front end before the simulated engine",
+               "sglang-engine": "SGLang's real engine on a CPU, serving a tiny model with random weights",
+               None: "a server the run did not record"}
+
 def propose(runs: Sequence[tuple[str, RunResults]], description: str | None = None,
             per_question_stem: str | None = None) -> Proposal:
     """A baseline file from ``runs`` ((where, results) each); raises ``BadInput`` for a run that is not good.
@@ -223,7 +229,8 @@ def _header(runs: Sequence[tuple[str, RunResults]], gated: dict[str, list[CellRe
     if too_noisy:
         lines.append(f"Not gated, too noisy to gate anything (run-to-run noise of {1 / NOISE_RUN_SDS:.0%} or more; "
                      "re-record on a quieter machine): " + "; ".join(too_noisy))
-    if any(results.environment.get("server") != "sglang" for _, results in runs):
-        lines.append("Measured on the simulated SGLang server (or a run that did not record its server): "
+    servers = {results.environment.get("server") for _, results in runs} - {"sglang"}
+    if servers:
+        lines.append(f"Measured on {' and '.join(sorted(SERVER_SAYS.get(s, SERVER_SAYS[None]) for s in servers))}: "
                      "re-record on GPUs with --server sglang before gating real hardware.")
     return "".join(f"# {line}\n" for line in lines)
