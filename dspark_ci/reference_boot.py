@@ -74,8 +74,10 @@ class ReferenceBoot:
             with launcher.launch(plan, logs_dir / "reference") as deployment:
                 self._deployment = deployment
                 self._up.set()
-                while not self._release.wait(JOIN_POLL_S):  # a run's Ctrl-C tears it down from here too
-                    interrupts.check()
+                # Up: it lives until the cell releases it, Ctrl-C included. The cell's thread acts on a Ctrl-C and
+                # then releases it; torn down from here on its own, it would read to the cell as a rank that exited.
+                while not self._release.wait(JOIN_POLL_S):
+                    pass
         except BaseException as err:  # noqa: BLE001 - handed to the cell's thread, which raises it
             self._error = err
         finally:
