@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ground.errors import InfraError
+from ground.sglang.release import DEFAULT_VERSION, ROCM_IMAGES
 from launchers.docker.spec import container_spec
 from launchers.docker.tuning import SIM_IMAGE, DockerTuning
 from launchers.slurm.lifecycle import SlurmLauncher
@@ -23,7 +24,7 @@ from tests.docker_engines import ENGINE1, containers_of, inventory, launcher_on,
 from tests.sim_plans import make_plan
 
 REPO = Path(__file__).resolve().parent.parent
-ROCM_MI35X = "lmsysorg/sglang:v0.5.23-rocm700-mi35x"
+ROCM_MI35X = ROCM_IMAGES["mi355"]
 
 
 def test_a_cell_whose_hardware_has_no_image_is_refused_at_plan_time(tmp_path):
@@ -31,8 +32,8 @@ def test_a_cell_whose_hardware_has_no_image_is_refused_at_plan_time(tmp_path):
     matrix.write_text("hardware: {cuda: mi450}\ndefaults: {model: m, tp: 8}\ninclude:\n  - {}\n  - {hardware: mi355}\n")
     done = subprocess.run([*DSPARK_CI, "plan", str(matrix)], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert done.returncode == 2
-    assert done.stderr.startswith(f"dspark-ci plan: {matrix}:4: hardware mi450 is AMD (ROCm) and SGLang 0.5.23 "
-                                  "publishes no ROCm image for it")
+    assert done.stderr.startswith(f"dspark-ci plan: {matrix}:4: hardware mi450 is AMD (ROCm) and "
+                                  f"SGLang {DEFAULT_VERSION} publishes no ROCm image for it")
     matrix.write_text("hardware: {cuda: mi450}\ndefaults: {model: m, tp: 8, image: my/sglang:rocm-mi450}\n"
                       "include:\n  - {}\n  - {hardware: mi355, image: null, id_suffix: mi355}\n")
     assert subprocess.run([*DSPARK_CI, "plan", str(matrix)], capture_output=True, cwd=REPO, timeout=60).returncode == 0

@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's own bench_serving beside the speed suite (bench/sglang_bench_serving.py).
+"""The pinned SGLang release's own bench_serving beside the speed suite (bench/sglang_bench_serving.py).
 
 Runs in the SGLang venv that ``bash .ci/sglang-bench-serving.sh`` makes (``.ci/run`` installs it;
 $DSPARK_SGLANG_PYTHON, else the repo's .cache/sglang-venv). Skipped, with the reason, only where no such
@@ -15,6 +15,7 @@ import statistics
 import pytest
 
 from bench.sglang_bench_serving import build_tokenizer, count_with_tokenizer, find_python, run_bench_serving
+from ground.sglang.release import DEFAULT_VERSION
 from sglang_sim.openai_api import render_chat
 from sglang_sim.tokenizer import count_tokens
 from suites.speed import random_text
@@ -73,7 +74,7 @@ def test_bench_serving_runs_our_traffic_and_counts_per_token(python, tmp_path):
         run = run_bench_serving(python, url, "sim/model", prompts, OUTPUT_LEN, CONCURRENCY, 2, tmp_path / "bench",
                                 prompt_lens=prompt_lens)
     metrics, requests = run.metrics, run.requests
-    assert run.sglang_version == "0.5.23"
+    assert run.sglang_version == DEFAULT_VERSION
     assert metrics.completed == REQUESTS and re.search(rf"^Successful requests: +{REQUESTS} *$", run.summary, re.M)
     assert [r.output_len for r in requests] == [OUTPUT_LEN] * REQUESTS and not any(r.error for r in requests)
 

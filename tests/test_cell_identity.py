@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ground.sglang.release import DEFAULT_VERSION
 from tests.cli_under_test import DSPARK_CI
 from tests.test_run_cli import assert_speed_at_worst_undecided
 
@@ -37,7 +38,8 @@ def run_cell(env: dict, out: Path, **sim: str) -> dict:
 
 def test_identity_is_stable_across_launches_and_names_what_changed(env, tmp_path):
     first, again = run_cell(env, tmp_path / "a"), run_cell(env, tmp_path / "b")
-    assert first["hash"] == again["hash"] and first["build"] == "sim 0.5.23"  # free ports differ, the identity not
+    # free ports differ, the identity not
+    assert first["hash"] == again["hash"] and first["build"] == f"sim {DEFAULT_VERSION}"
     reseeded = run_cell(env, tmp_path / "c", DSPARK_SIM_SEED="5")
     assert reseeded["setup"] != first["setup"]
     assert [part for part in first["parts"] if first["parts"][part] != reseeded["parts"][part]] == ["env"]
@@ -66,19 +68,19 @@ PARTS = {"server": "s", "argv": "a", "env": "e", "model": "m", "suites": "u", "d
 
 def test_a_file_from_before_identities_still_reads_and_the_comparison_says_it_cannot_tell(env, tmp_path):
     old = results_file(tmp_path / "old", "old", None)
-    new = results_file(tmp_path / "new", "new", {"build": "sim 0.5.23", "parts": PARTS})
+    new = results_file(tmp_path / "new", "new", {"build": "sim 1.0.0", "parts": PARTS})
     done = cli(env, "report", str(new), "--compare", str(old))
     assert done.returncode == 0, done.stderr
     assert "Identity: unknown (a run predates cell identities)" in done.stdout
 
 
 def test_baseline_record_refuses_runs_of_another_setup_or_build(env, tmp_path):
-    a = results_file(tmp_path / "a", "a", {"build": "sim 0.5.23", "parts": PARTS})
-    b = results_file(tmp_path / "b", "b", {"build": "sim 0.5.23", "parts": {**PARTS, "dataset": "other"}})
-    c = results_file(tmp_path / "c", "c", {"build": "sim 0.5.24", "parts": PARTS})
+    a = results_file(tmp_path / "a", "a", {"build": "sim 1.0.0", "parts": PARTS})
+    b = results_file(tmp_path / "b", "b", {"build": "sim 1.0.0", "parts": {**PARTS, "dataset": "other"}})
+    c = results_file(tmp_path / "c", "c", {"build": "sim 1.0.1", "parts": PARTS})
     same = cli(env, "baseline", "record", str(a), str(a))
     assert same.returncode == 0, same.stderr
-    for other, why in ((b, "measured differently: dataset"), (c, "build sim 0.5.23 vs sim 0.5.24")):
+    for other, why in ((b, "measured differently: dataset"), (c, "build sim 1.0.0 vs sim 1.0.1")):
         done = cli(env, "baseline", "record", str(a), str(other))
         assert done.returncode == 2, done.stderr
         assert f"{other}: {CELL} was not measured as in the other runs ({why})" in done.stderr

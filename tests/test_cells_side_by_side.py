@@ -19,6 +19,7 @@ from xml.etree import ElementTree
 import pytest
 
 from dspark_ci.cell_queue import longest_first
+from ground.sglang.release import DEFAULT_VERSION
 from launchers.contract import Capacity
 from matrices import load_cells
 from reports.history_db import cell_seconds
@@ -28,7 +29,7 @@ from tests.process_table import assert_no_process_with_env
 REPO = Path(__file__).resolve().parent.parent
 MATRIX = """\
 description: three one-node cells side by side; the b5 cell crashes on its first prefill
-sglang: ">=0.5.23"
+sglang: ">={version}"
 hardware: {{cuda: h200}}
 defaults:
   model: deepseek-ai/DeepSeek-V4-Flash
@@ -57,7 +58,7 @@ HEALTHY = ("dsv4-flash-tp8-a2a-none-dspark-b3-cuda", "dsv4-flash-tp8-a2a-none-ds
 class SideBySide:
     def __init__(self, tmp_path: Path, decode_ms: int = 5, requests: int = 8):
         self.matrix = tmp_path / "side_by_side.yaml"
-        self.matrix.write_text(MATRIX.format(decode_ms=decode_ms, requests=requests))
+        self.matrix.write_text(MATRIX.format(version=DEFAULT_VERSION, decode_ms=decode_ms, requests=requests))
         self.out = tmp_path / "run"
         self.tag = uuid.uuid4().hex
         self.env = {**os.environ, "CI": "true", "DSPARK_TEST_RUN": self.tag,

@@ -16,26 +16,26 @@ SHA = "b" * 40
 
 
 def test_bisect_dispatches_one_pinned_cell_to_the_bisect_workflow(capsys, sglang_repo, permissions_file):
-    code, result, _ = chatops_json(capsys, sglang_repo, permissions_file, f"/bisect {CELL} tpot_ms_median 0.5.23..0.5.31",
+    code, result, _ = chatops_json(capsys, sglang_repo, permissions_file, f"/bisect {CELL} tpot_ms_median 1.0.0..1.0.8",
                                    "maintainer", "MEMBER", "--head-sha", SHA)
     assert code == 0, result
     (action,) = result["plan"]["actions"]
     assert action["workflow"] == "bisect.yml" and action["inputs"]["runner"] == "8-gpu-h200"
     assert {k: action["inputs"][k] for k in ("cell", "metric", "good", "bad", "sha", "matrix")} == {
-        "cell": CELL, "metric": "tpot_ms_median", "good": "0.5.23", "bad": "0.5.31", "sha": SHA,
+        "cell": CELL, "metric": "tpot_ms_median", "good": "1.0.0", "bad": "1.0.8", "sha": SHA,
         "matrix": "matrices/nightly.yaml"}
-    assert f"bisect of `{CELL}` (tpot_ms_median) over `0.5.23`..`0.5.31`" in result["reply"]
+    assert f"bisect of `{CELL}` (tpot_ms_median) over `1.0.0`..`1.0.8`" in result["reply"]
     assert decision._allowed(action, result["reply"], load_fleet())  # the act job carries it out
     assert "bisect.yml" in render_all()  # and the workflow it dispatches exists
 
 
 @pytest.mark.parametrize("comment, problem", [
     ("/bisect", "usage: /bisect CELL METRIC GOOD..BAD"),
-    (f"/bisect {CELL} tpot_ms_median 0.5.23", "usage: /bisect"),
-    (f"/bisect {CELL} tpot_ms_median 0.5.23..$(id)", "a build is a version, tag or commit"),
-    (f"/bisect {CELL} TPOT;rm 0.5.23..0.5.31", "a metric name is lower-case"),
-    (f"/bisect {CELL} gpqa_num_questions 0.5.23..0.5.31", "not a metric with a better direction"),
-    ("/bisect dsv4-flash-* tpot_ms_median 0.5.23..0.5.31", "/bisect chases exactly one cell"),
+    (f"/bisect {CELL} tpot_ms_median 1.0.0", "usage: /bisect"),
+    (f"/bisect {CELL} tpot_ms_median 1.0.0..$(id)", "a build is a version, tag or commit"),
+    (f"/bisect {CELL} TPOT;rm 1.0.0..1.0.8", "a metric name is lower-case"),
+    (f"/bisect {CELL} gpqa_num_questions 1.0.0..1.0.8", "not a metric with a better direction"),
+    ("/bisect dsv4-flash-* tpot_ms_median 1.0.0..1.0.8", "/bisect chases exactly one cell"),
 ])
 def test_bad_bisect_comments_are_refused_without_dispatch(capsys, sglang_repo, permissions_file, comment, problem):
     code, result, _ = chatops_json(capsys, sglang_repo, permissions_file, comment)
@@ -43,7 +43,7 @@ def test_bad_bisect_comments_are_refused_without_dispatch(capsys, sglang_repo, p
 
 
 def test_bisect_needs_what_rerun_test_needs(capsys, sglang_repo, permissions_file):
-    code, result, _ = chatops_json(capsys, sglang_repo, permissions_file, f"/bisect {CELL} failure 0.5.23..0.5.31",
+    code, result, _ = chatops_json(capsys, sglang_repo, permissions_file, f"/bisect {CELL} failure 1.0.0..1.0.8",
                                    "someone", "NONE")
     assert code == 1 and "needs write access" in result["reply"] and result["plan"]["actions"] == []
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from dspark_ci.cli import VERBS
+from ground.sglang.release import DEFAULT_VERSION
 from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,7 +31,7 @@ def assert_one_short_message(done: subprocess.CompletedProcess, code: int, says:
 
 def test_version():
     done = dspark("--version")
-    assert done.returncode == 0 and done.stdout.startswith("dspark-ci ") and "SGLang 0.5.23" in done.stdout
+    assert done.returncode == 0 and done.stdout.startswith("dspark-ci ") and f"SGLang {DEFAULT_VERSION}" in done.stdout
 
 
 @pytest.mark.parametrize("flag, value", [("--boot-timeout", "-1"), ("--boot-timeout", "0"), ("--boot-timeout", "nan"),
@@ -100,7 +101,8 @@ def test_sim_help_documents_the_simulator_first_then_sglangs_flags():
 def test_a_mistyped_sim_flag_is_sglangs_own_error_line():
     done = dspark("sim", "--model-path", "m", "--prot", "30000")
     assert done.returncode == 2
-    # SGLang 0.5.23's prepare_server_args: argparse.ArgumentParser(prog="sglang serve"), no suggestion appended
+    # the pinned SGLang release's prepare_server_args: argparse.ArgumentParser(prog="sglang serve"), no suggestion
+    # appended
     assert done.stderr.splitlines()[-1] == "sglang serve: error: unrecognized arguments: --prot 30000"
     assert len(done.stderr.splitlines()) == 2, done.stderr
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ground.errors import BadInput
-from ground.sglang.release import accelerator
+from ground.sglang.release import DEVICE_IMAGES, ROCM_IMAGES, accelerator
 from launchers.contract import LaunchContext
 from launchers.docker.lifecycle import DockerLauncher
 from launchers.docker.options import DockerOptions
@@ -167,9 +167,9 @@ def test_amd_containers_get_kfd_dri_and_the_video_group_not_an_nvidia_request(tm
 
 
 @pytest.mark.parametrize("server, image_setting, plan_image, expected", [
-    ("sim", None, "lmsysorg/sglang:v0.5.23", "dspark-ci/sglang-sim:latest"),
+    ("sim", None, DEVICE_IMAGES["cuda"], "dspark-ci/sglang-sim:latest"),
     ("sglang", None, "my/sglang:dev", "my/sglang:dev"),
-    ("sglang", None, None, "lmsysorg/sglang:v0.5.23"),
+    ("sglang", None, None, DEVICE_IMAGES["cuda"]),
     ("sglang", "override:1", "my/sglang:dev", "override:1"),
 ], ids=["simulator-replaces-cell-image", "cell-image", "device-default", "override-wins"])
 def test_image_choice(tmp_path, server, image_setting, plan_image, expected):
@@ -178,16 +178,16 @@ def test_image_choice(tmp_path, server, image_setting, plan_image, expected):
     assert launcher.image_for(plan) == expected
 
 
-@pytest.mark.parametrize("hardware, expected", [
-    ("h200", "lmsysorg/sglang:v0.5.23"),
-    ("mi355", "lmsysorg/sglang:v0.5.23-rocm700-mi35x"),  # docker/rocm.Dockerfile: gfx950 -> -rocm700-mi35x
-    ("mi300x", "lmsysorg/sglang:v0.5.23-rocm700-mi30x"),  # gfx942 -> -rocm700-mi30x
+@pytest.mark.parametrize("hardware, expected, family", [
+    ("h200", DEVICE_IMAGES["cuda"], ""),
+    ("mi355", ROCM_IMAGES["mi355"], "-mi35x"),  # docker/rocm.Dockerfile: gfx950 -> -rocm700-mi35x
+    ("mi300x", ROCM_IMAGES["mi300x"], "-mi30x"),  # gfx942 -> -rocm700-mi30x
 ])
-def test_amd_hardware_runs_the_rocm_release_image(tmp_path, hardware, expected):
+def test_amd_hardware_runs_the_rocm_release_image(tmp_path, hardware, expected, family):
     launcher = launcher_of(tmp_path, "sglang")
     plan = LaunchPlan("c", (RankCommand(0, [*SGLANG_ENTRYPOINT, "--device", "cuda"]),), "http://h/health", "http://h",
                       hardware=hardware)
-    assert launcher.image_for(plan) == expected
+    assert launcher.image_for(plan) == expected and expected.endswith(family)  # the GPU family's image
 
 
 def remote_launcher(tmp_path, run_id: str) -> DockerLauncher:

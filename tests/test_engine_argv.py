@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ground.sglang.release import DEFAULT_VERSION
 from launchers.contract import LaunchContext
 from launchers.docker.options import DockerOptions
 from launchers.docker.spec import engine_volumes, image_for
@@ -44,7 +45,7 @@ def test_a_draft_algorithm_gets_the_shipped_draft():
 
 @pytest.mark.parametrize("algorithm", ["DSPARK", "DFLASH"])
 def test_algorithms_without_a_cpu_branch_are_refused_with_the_reason(algorithm):
-    assert "no CPU branch in SGLang 0.5.23" in refusal(["--speculative-algorithm", algorithm])
+    assert f"no CPU branch in SGLang {DEFAULT_VERSION}" in refusal(["--speculative-algorithm", algorithm])
     assert refusal(["--speculative-algorithm", "NGRAM"]) is None and refusal([]) is None
 
 
@@ -77,7 +78,7 @@ def test_a_dspark_cell_is_refused_before_anything_starts(tmp_path):
               "--cell", "dsv4-flash-tp8-a2a-none-dspark-b7-cuda")
     done = run()
     assert done.returncode == 2, done.stderr
-    assert "DSPARK has no CPU branch in SGLang 0.5.23" in done.stderr and not run.out.exists()
+    assert f"DSPARK has no CPU branch in SGLang {DEFAULT_VERSION}" in done.stderr and not run.out.exists()
 
 
 def test_intel_amx_only_once_the_cpu_kernels_serve_its_attention():

@@ -1,7 +1,7 @@
-"""The simulator held to SGLang 0.5.23's real engine on this CPU (the third target beside the simulator and SGLang's
-own front end, tests/test_frontend_conformance.py): the same NGRAM launch and the same requests to both; compared
-are meta_info keys, usage arithmetic, finish reasons, /server_info and internal_states keys, /metrics families and
-the speculative counters (meta_info spec_verify_ct and spec_accept_length, internal_states avg_spec_accept_length).
+"""The simulator held to the pinned SGLang release's real engine on this CPU (the third target beside the simulator
+and SGLang's own front end, tests/test_frontend_conformance.py): the same NGRAM launch and the same requests to both;
+compared are meta_info keys, usage arithmetic, finish reasons, /server_info and internal_states keys, /metrics families
+and the speculative counters (meta_info spec_verify_ct and spec_accept_length, internal_states avg_spec_accept_length).
 Every remaining difference is listed with why in ``KNOWN_DIFFERENCES``; a listed one that no longer shows fails too.
 Skipped, with the command, where the engine venv is not given (DSPARK_SGLANG_ENGINE_PYTHON)."""
 
@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import requests
 
+from ground.sglang.release import DEFAULT_VERSION
 from tests.simulator_process import running_simulator
 from tests.test_frontend_conformance import diff_shapes, metric_labels, shape
 
@@ -31,8 +32,8 @@ PROMPT = "Write a short story about a robot"
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}], "temperature": 0, "max_tokens": 24,
         "return_spec_tokens_details": True}
 
-# Why each remaining difference stays -> (where, what) as ``differences`` reports them. Seen on 0.5.23's engine
-# running NGRAM on this CPU (the simulator's engine answers the front end's IPC, which carries none of these).
+# Why each remaining difference stays -> (where, what) as ``differences`` reports them. Seen on the pinned release's
+# engine running NGRAM on this CPU (the simulator's engine answers the front end's IPC, which carries none of these).
 KNOWN_GROUPS: dict[str, tuple[tuple[str, str], ...]] = {
     "SGLang's scheduler reports which weight version produced each token range (weight_versions: "
     "[{version, start, end}]) and the cache source of cached tokens; the simulated engine has one fixed weight "
@@ -126,6 +127,6 @@ def test_every_difference_from_the_engine_is_known_and_explained(both):
     found = differences(both["simulator"], both["engine"])
     unexplained = {key: line for key, line in found.items() if key not in KNOWN_DIFFERENCES}
     gone = [key for key in KNOWN_DIFFERENCES if key not in found]
-    assert not unexplained, "the simulator differs from SGLang 0.5.23's real engine:\n" + "\n".join(
+    assert not unexplained, f"the simulator differs from SGLang {DEFAULT_VERSION}'s real engine:\n" + "\n".join(
         f"  {where}: {line}" for (where, _), line in sorted(unexplained.items()))
     assert not gone, f"listed differences no longer seen (remove them from KNOWN_DIFFERENCES): {gone}"

@@ -1,7 +1,8 @@
-"""`dspark-ci run --server sglang-engine`: SGLang 0.5.23's real engine on this CPU (matrices/cpu-engine.yaml), as a
-user meets it: speculation that is lossless and accepts more than one token per step by SGLang's own counters, and
-a node lost mid-measurement that turns the cell red naming that node, with SGLang's own line. Skipped, with the
-command, where the engine venv is not given (DSPARK_SGLANG_ENGINE_PYTHON=$(bash .ci/sglang-engine.sh))."""
+"""`dspark-ci run --server sglang-engine`: the pinned SGLang release's real engine on this CPU
+(matrices/cpu-engine.yaml), as a user meets it: speculation that is lossless and accepts more than one token per
+step by SGLang's own counters, and a node lost mid-measurement that turns the cell red naming that node, with
+SGLang's own line. Skipped, with the command, where the engine venv is not given
+(DSPARK_SGLANG_ENGINE_PYTHON=$(bash .ci/sglang-engine.sh))."""
 
 from __future__ import annotations
 

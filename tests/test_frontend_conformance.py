@@ -1,4 +1,4 @@
-"""The simulator's HTTP layer held to SGLang 0.5.23's own, on the same requests.
+"""The simulator's HTTP layer held to the pinned SGLang release's own, on the same requests.
 
 Two servers with the same argv and the same simulated engine: the embedded simulator (``python -m sglang_sim``)
 and SGLang's own front end in front of it (``--server sglang-frontend``: SGLang's FastAPI app, TokenizerManager,
@@ -21,6 +21,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from ground.sglang.release import DEFAULT_VERSION
 from suites.runner import SYNTHETIC_GPQA
 from tests.simulator_process import FRONTEND_MISSING, frontend_venv, running_simulator
 
@@ -217,7 +218,7 @@ def test_every_difference_from_sglang_is_known_and_explained(both):
     found = differences(both["simulator"], both["sglang"])
     unexplained = {key: line for key, line in found.items() if key not in KNOWN_DIFFERENCES}
     gone = [key for key in KNOWN_DIFFERENCES if key not in found]
-    assert not unexplained, "the simulator differs from SGLang 0.5.23's own front end:\n" + "\n".join(
+    assert not unexplained, f"the simulator differs from SGLang {DEFAULT_VERSION}'s own front end:\n" + "\n".join(
         f"  {where}: {what}: {line}" if not line.startswith(what) else f"  {where}: {line}"
         for (where, what), line in sorted(unexplained.items()))
     assert not gone, f"listed differences no longer seen (remove them from KNOWN_DIFFERENCES): {gone}"

@@ -14,6 +14,7 @@ import subprocess
 
 import pytest
 
+from ground.sglang.release import DEFAULT_VERSION
 from sglang_sim.frontend import REPO, frontend_env
 from tests.golden_files import GOLDEN_DIR, assert_golden
 from tests.simulator_process import FRONTEND_MISSING, frontend_venv
@@ -32,8 +33,8 @@ def probe() -> dict:
     return json.loads(done.stdout)
 
 
-def test_the_messages_the_stand_in_speaks_are_sglang_0_5_23s(probe):
-    assert probe["sglang"] == "0.5.23", f"the front-end venv holds sglang {probe['sglang']}, not 0.5.23"
+def test_the_messages_the_stand_in_speaks_are_the_pinned_releases(probe):
+    assert probe["sglang"] == DEFAULT_VERSION, f"the front-end venv holds sglang {probe['sglang']}, not the pinned one"
     # One line per message: its fields in order, "*" marking those a sender must set.
     lines = [f"{name}: " + ", ".join(field + ("*" if required else "") for field, required in fields)
              for name, fields in probe["messages"].items()]

@@ -1,7 +1,7 @@
-"""`dspark-ci run --server sglang-frontend`: SGLang 0.5.23's own front end in front of the simulated engine, as a
-user runs it. Faults come out as they do on the simulator (tests/test_run_cli.py has the same cases there), with
-SGLang's error line and no process left behind. The runs are skipped, with the command, where the front-end venv
-is not installed (``bash .ci/sglang-frontend.sh``); the refusals need nothing."""
+"""`dspark-ci run --server sglang-frontend`: the pinned SGLang release's own front end in front of the simulated
+engine, as a user runs it. Faults come out as they do on the simulator (tests/test_run_cli.py has the same cases
+there), with SGLang's error line and no process left behind. The runs are skipped, with the command, where the
+front-end venv is not installed (``bash .ci/sglang-frontend.sh``); the refusals need nothing."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ def write_run(directory: Path, run_id: str, minute: int, tpot: float, passed: bo
     (directory / "results.json").write_text(json.dumps({
         "schema": 1, "run_id": run_id, "started_at": f"2026-11-30T10:{minute:02d}:00+00:00",
         "finished_at": f"2026-11-30T10:{minute:02d}:30+00:00", "launcher": "local", "matrices": ["matrices/smoke.yaml"],
-        "environment": {"server": "sim", "sglang_version": "0.5.23", "hostname": "ci-1"},
+        "environment": {"server": "sim", "sglang_version": "1.0.0", "hostname": "ci-1"},
         "cells": [{"id": CELL, "status": "passed" if passed else "failed", "config": {"model": "m"},
                    "expect": {"outcome": "serve"}, "error": None if passed else "gate failed",
                    "metrics": {"tpot_ms_median": tpot, "accept_length": 3.2, "output_throughput_tok_s": 530.0},
@@ -52,7 +52,7 @@ def test_history_lists_runs_newest_first(remembered):
     assert done.returncode == 0, done.stderr
     listed = [line.split()[0] for line in done.stdout.splitlines()[2:]]
     assert listed == ["run-d", "run-c", "run-b", "run-a"]
-    assert "sim" in done.stdout and "0.5.23" in done.stdout and str(runs[0]) in done.stdout
+    assert "sim" in done.stdout and "1.0.0" in done.stdout and str(runs[0]) in done.stdout
 
 
 def test_history_trend_names_the_last_good_and_first_bad_run(remembered):

@@ -38,7 +38,7 @@ def test_axes_cross_in_written_order_and_exclude_drops_combinations(tmp_path):
 
 def test_include_adds_cells_from_defaults_and_overrides_patch_every_match(tmp_path):
     cells = by_id(cells_of(tmp_path, """\
-        sglang: ">=0.5.23"
+        sglang: ">=1.0.0"
         hardware: {cuda: h200}
         defaults: {model: org/m, tp: 8, speculative_algorithm: DSPARK}
         axes:
@@ -56,7 +56,7 @@ def test_include_adds_cells_from_defaults_and_overrides_patch_every_match(tmp_pa
     # matched after defaults apply: the include entry never set enable_dp_lm_head, so it is false
     assert sorted(c.id for c in rejected) == ["m-tp8-dp4-dpattn-a2a-none-dspark-cuda",
                                               "m-tp8-dp8-dpattn-a2a-none-dspark-cuda"]
-    assert all(c.expect.sglang == ">=0.5.23" for c in cells.values())
+    assert all(c.expect.sglang == ">=1.0.0" for c in cells.values())
     assert cells["m-tp8-dp8-dpattn-lmhead-a2a-none-dspark-cuda"].expect.outcome == "serve"
     # an overridden cell still points at the line that declared it, not at the override
     assert cells["m-tp8-dp4-dpattn-a2a-none-dspark-cuda"].line == 9

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from dspark_ci.cli import main
+from ground.sglang.release import DEFAULT_VERSION
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -107,7 +108,7 @@ CASES = {
                               "id must be lowercase letters", "write it like `id: dsv4-flash-tp8-custom`"),
     "unknown-launch-flag-in-extra-args": Case(
         HEAD + "  extra_args:\n    - --mem-fraction-static\n    - '0.8'\n    - --tp-sise\ninclude: [{}]\n", 7,
-        "--tp-sise is not a flag of SGLang 0.5.23's launch_server", "did you mean '--tp-size'?"),
+        f"--tp-sise is not a flag of SGLang {DEFAULT_VERSION}'s launch_server", "did you mean '--tp-size'?"),
     "extra-args-repeat-a-config-flag": Case(HEAD + "  extra_args: [--tp-size, '4']\ninclude: [{tp: 8}]\n", 5,
                                             "extra_args repeats --tp-size, which the matrix config already sets",
                                             "set the config key instead"),
@@ -127,7 +128,7 @@ CASES = {
     "expect-bare-word": Case(HEAD + "include:\n  - expect: reject\n", 5,
                              "expect must be `serve` or a mapping", "outcome: reject"),
     "bad-version-spec": Case('sglang: latest\n' + HEAD + "include: [{}]\n", 1,
-                             "sglang must be a PEP 440 version specifier", 'sglang: ">=0.5.23"'),
+                             "sglang must be a PEP 440 version specifier", f'sglang: ">={DEFAULT_VERSION}"'),
     "axis-not-a-list": Case(HEAD + "axes:\n  dp: 4\n", 5,
                             "axis dp must be a non-empty list of values", "write it like `dp: [4, ...]`"),
     "exclude-matches-nothing": Case(HEAD + "  enable_dp_attention: true\n  tp: 8\naxes:\n  dp: [2, 4]\n"

@@ -1,4 +1,4 @@
-"""Every shipped matrix cell's expectation agrees with the simulator's model of SGLang 0.5.23's admission.
+"""Every shipped matrix cell's expectation agrees with the simulator's model of the pinned SGLang release's admission.
 
 The expectations in matrices/*.yaml and the rules in sglang_sim/admission.py were each written from SGLang's
 source, separately; this pins that they tell the same story, cell by cell, for the exact argv `plan` emits.

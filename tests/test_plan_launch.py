@@ -1,4 +1,4 @@
-"""Launch plans: every command line is one SGLang 0.5.23 accepts, and says what the cell means."""
+"""Launch plans: every command line is one the pinned SGLang release accepts, and says what the cell means."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 from dspark_ci.cli import main
 from ground.sglang.flags import load_flags
+from ground.sglang.release import DEFAULT_VERSION
 from ground.sglang.settings import SETTINGS
 from launchers.launch_plan import plan_launch
 from launchers.plan_types import SGLANG_ENTRYPOINT, Placement
@@ -16,7 +17,7 @@ from matrices import load_cells
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = sorted(str(p.relative_to(REPO)) for p in (REPO / "matrices").glob("*.yaml"))
-SGLANG_0_5_23 = load_flags("0.5.23")
+PINNED_FLAGS = load_flags(DEFAULT_VERSION)
 
 
 def shipped_cells():
@@ -24,14 +25,14 @@ def shipped_cells():
 
 
 @pytest.mark.parametrize("cell", shipped_cells(), ids=lambda c: c.id)
-def test_every_argv_uses_only_sglang_0_5_23_flags(cell):
+def test_every_argv_uses_only_the_pinned_releases_flags(cell):
     plan = plan_launch(cell, Placement.template(cell.nnodes))
-    parser = SGLANG_0_5_23.argument_parser()
+    parser = PINNED_FLAGS.argument_parser()
     for rank in plan.ranks:
         assert rank.argv[:3] == SGLANG_ENTRYPOINT
         flags = [t for t in rank.argv[3:] if t.startswith("--")]
-        unknown = [f for f in flags if SGLANG_0_5_23.get(f) is None]
-        assert not unknown, f"{cell.id}: not in SGLang 0.5.23: {unknown}"
+        unknown = [f for f in flags if PINNED_FLAGS.get(f) is None]
+        assert not unknown, f"{cell.id}: not in SGLang {DEFAULT_VERSION}: {unknown}"
         parser.parse_args(list(rank.argv[3:]))  # values and choices too (exits on error)
 
 
@@ -68,12 +69,12 @@ include: [{}]
 
 
 def test_sglang_reads_the_cell_config_from_the_argv(tmp_path):
-    """Parse the planned argv with SGLang 0.5.23's flag set and read back what the server gets."""
+    """Parse the planned argv with the pinned SGLang release's flag set and read back what the server gets."""
     matrix = tmp_path / "all.yaml"
     matrix.write_text(EVERYTHING)
     [cell] = load_cells([str(matrix)])
     [rank] = plan_launch(cell, Placement.loopback(1, port=31000, dist_port=21000)).ranks
-    args = SGLANG_0_5_23.argument_parser().parse_args(list(rank.argv[3:]))
+    args = PINNED_FLAGS.argument_parser().parse_args(list(rank.argv[3:]))
     seen = {k: v for k, v in vars(args).items() if v is not None}
     assert seen == {
         "model_path": "org/target", "speculative_draft_model_path": "org/draft", "device": "cuda",
@@ -84,7 +85,7 @@ def test_sglang_reads_the_cell_config_from_the_argv(tmp_path):
         "trust_remote_code": True, "enable_metrics": True, "mem_fraction_static": "0.8",
         "host": "127.0.0.1", "port": "31000",
     }
-    # Attention DP is spelled the 0.5.23 way: no deprecated --dp-size/--enable-dp-attention pair.
+    # Attention DP is spelled the pinned release's way: no deprecated --dp-size/--enable-dp-attention pair.
     assert "--dp-size" not in rank.argv and "--enable-dp-attention" not in rank.argv
     assert rank.env == {"SGLANG_RAGGED_VERIFY_MODE": "static", "HF_TOKEN": "${HF_TOKEN}",
                         "SGLANG_ENABLE_CP_V2": "1"}
@@ -158,7 +159,7 @@ def test_json_cells_have_the_contract_keys(matrix, monkeypatch, capsys):
         assert CONTRACT_CONFIG_KEYS <= cell["config"].keys(), cell["id"]
         assert cell["matrix"] == matrix
         assert cell["expect"]["outcome"] in ("serve", "reject")
-        assert cell["expect"]["sglang"] == ">=0.5.23"
+        assert cell["expect"]["sglang"] == f">={DEFAULT_VERSION}"
         assert (cell["expect"]["message"] is None) == (cell["expect"]["outcome"] == "serve")
         for ranks, nnodes in planned_rank_groups(cell):
             assert [r["node_rank"] for r in ranks] == list(range(nnodes)), cell["id"]

@@ -1,4 +1,4 @@
-"""``dspark-ci preflight``: SGLang 0.5.23's own resolver on every rank, as a user sees it through the CLI.
+"""``dspark-ci preflight``: the pinned SGLang release's own resolver on every rank, as a user sees it through the CLI.
 
 Needs the resolver environment (``bash .ci/sglang-resolver.sh``; ``.ci/run`` installs it); skipped with the reason
 where no Python with sglang is found. Exit 3 without it is tested everywhere.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-
+from ground.sglang.release import DEFAULT_VERSION
 from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent
@@ -25,7 +25,7 @@ def preflight(*args: str, env: dict | None = None) -> subprocess.CompletedProces
 def test_nightly_agrees_with_every_judged_cell_and_lists_the_hardware_bound_apart(sglang_python):
     done = preflight("matrices/nightly.yaml", "--sglang", sglang_python)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SGLang 0.5.23" in done.stdout and "stubbed modules: torchvision" in done.stdout
+    assert f"SGLang {DEFAULT_VERSION}" in done.stdout and "stubbed modules: torchvision" in done.stdout
     assert "0 disagree" in done.stdout
     hardware = done.stdout.split("needs the hardware (not judged on a CPU):")[1]
     assert "megamoe needs a CUDA SM90 GPU" in hardware and "torch_npu is required" in hardware
@@ -34,7 +34,7 @@ def test_nightly_agrees_with_every_judged_cell_and_lists_the_hardware_bound_apar
 
 def _matrix(tmp_path: Path, body: str) -> str:
     path = tmp_path / "m.yaml"
-    path.write_text("sglang: \">=0.5.23\"\nhardware: {cuda: h200}\ndefaults:\n"
+    path.write_text(f"sglang: \">={DEFAULT_VERSION}\"\nhardware: {{cuda: h200}}\ndefaults:\n"
                     + "".join(f"  {k}: {v}\n" for k, v in DSPARK_DP.items()) + body)
     return str(path)
 

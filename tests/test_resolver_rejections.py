@@ -1,6 +1,6 @@
-"""``dspark-ci run --rejections resolver``: expected rejections SGLang 0.5.23's own resolver decides on this CPU are
-recorded as decided by it and never launched; hardware-bound ones still launch. Needs the resolver environment
-(``bash .ci/sglang-resolver.sh``); skipped with the reason where no Python with sglang is found.
+"""``dspark-ci run --rejections resolver``: expected rejections the pinned SGLang release's own resolver decides on
+this CPU are recorded as decided by it and never launched; hardware-bound ones still launch. Needs the resolver
+environment (``bash .ci/sglang-resolver.sh``); skipped with the reason where no Python with sglang is found.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import os
 import subprocess
 from pathlib import Path
 
-
+from ground.sglang.release import DEFAULT_VERSION
 from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent
@@ -19,14 +19,14 @@ DECIDED = ("dsv4-flash-tp8-dp2-dpattn-a2a-none-dspark-cuda", "dsv4-flash-tp8-dp8
            "dsv4-flash-tp8-dp2-dpattn-lmhead-cp4-a2a-none-dspark-cuda",
            "dsv4-flash-tp8-dp8-dpattn-lmhead-a2a-none-dflash-cuda")
 HARDWARE_BOUND = ("dsv4-flash-tp8-dp8-dpattn-lmhead-a2a-megamoe-dspark-rv-compact-cuda",)  # megamoe's SM90 probe
-WRONG_MESSAGE = """\
+WRONG_MESSAGE = f"""\
 description: an expected rejection whose message is not SGLang's
-sglang: ">=0.5.23"
-hardware: {cuda: h200}
-defaults: {model: deepseek-ai/DeepSeek-V4-Flash, model_slug: dsv4-flash, device: cuda, gpus_per_node: 8, tp: 8,
-           moe_a2a_backend: none, speculative_algorithm: DSPARK}
+sglang: ">={DEFAULT_VERSION}"
+hardware: {{cuda: h200}}
+defaults: {{model: deepseek-ai/DeepSeek-V4-Flash, model_slug: dsv4-flash, device: cuda, gpus_per_node: 8, tp: 8,
+           moe_a2a_backend: none, speculative_algorithm: DSPARK}}
 include:
-  - {dp: 2, enable_dp_attention: true, expect: {outcome: reject, message: 'some other refusal'}}
+  - {{dp: 2, enable_dp_attention: true, expect: {{outcome: reject, message: 'some other refusal'}}}}
 """
 
 
@@ -51,7 +51,7 @@ def test_rejections_the_resolver_decides_are_not_launched_and_hardware_bound_one
     for cell_id in HARDWARE_BOUND:
         assert "decided_by" not in cells[cell_id] and (tmp_path / "run" / "logs" / cell_id / "0.log").is_file()
     report = (tmp_path / "run" / "report.md").read_text()
-    assert report.count("Decided by SGLang 0.5.23's resolver, not launched.") == len(DECIDED)
+    assert report.count(f"Decided by SGLang {DEFAULT_VERSION}'s resolver, not launched.") == len(DECIDED)
 
 
 def test_a_rejection_with_another_message_fails_decided_by_the_resolver(tmp_path, sglang_python):

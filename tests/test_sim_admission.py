@@ -1,6 +1,6 @@
-"""The simulator takes SGLang 0.5.23's argv and refuses what SGLang refuses, with SGLang's own words.
+"""The simulator takes the pinned SGLang release's argv and refuses what SGLang refuses, with SGLang's own words.
 
-Messages are copied from SGLang 0.5.23's source (arg_groups/speculative_hook.py, parallel_hook.py,
+Messages are copied from that release's source (arg_groups/speculative_hook.py, parallel_hook.py,
 deepseek_v4_hook.py, overrides.py); a rejected launch exits 1 and its last stderr line is the
 exception SGLang would print. argv SGLang's argparse refuses exits 2.
 """
@@ -188,7 +188,7 @@ ADMITTED = [
     pytest.param(["--dp-size", "2"], "sim/tiny", {"dp_size": 2, "speculative_algorithm": None}, 2,
                  id="plain-dp-replicas"),
     # overrides._data_parallelism_defaults: one DP rank turns the DP LM head off instead of refusing it
-    # (checked against SGLang 0.5.23's resolver by tests/test_sim_conformance.py).
+    # (checked against the pinned release's resolver by tests/test_sim_conformance.py).
     pytest.param(["--enable-dp-lm-head"], "sim/tiny", {"enable_dp_lm_head": False}, 1,
                  id="dp-lm-head-quietly-off-with-one-dp-rank"),
     pytest.param(DSV4_CP + DSPARK + ["--enable-dp-lm-head"], DSV4, {"enable_dp_lm_head": False, "attn_cp_size": 8},

@@ -16,6 +16,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from ground.sglang.release import DEFAULT_VERSION
 from tests.sim_fixtures import module_sim, sim  # noqa: F401 (fixtures)
 
 GAMMA = 3
@@ -446,7 +447,7 @@ def test_server_info_accept_length_is_absent_until_the_first_step_then_cumulativ
         served[meta["dp_rank"]][0] += meta["completion_tokens"] - 1
         served[meta["dp_rank"]][1] += meta["spec_verify_ct"]
     info = requests.get(server.url("/get_server_info"), timeout=5).json()
-    assert info["version"] == "0.5.23" and info["dp_size"] == 2
+    assert info["version"] == DEFAULT_VERSION and info["dp_size"] == 2
     for rank, state in enumerate(info["internal_states"]):  # in DP rank order, as SGLang's
         tokens, steps = served[rank]
         assert steps > 0  # requests are spread over the ranks
@@ -464,8 +465,8 @@ def _metric_samples(server) -> dict:
 
 
 def test_metrics_counters_exist_from_the_startup_warmup_unless_skipped(sim):
-    # SGLang 0.5.23 (http_server._execute_server_warmup) sends itself one greedy /generate of 8 tokens before
-    # /health says 200, and its tokenizer counts it; its labelled counters appear only once moved.
+    # The pinned SGLang release (http_server._execute_server_warmup) sends itself one greedy /generate of 8 tokens
+    # before /health says 200, and its tokenizer counts it; its labelled counters appear only once moved.
     counters = ("sglang:generation_tokens_total", "sglang:spec_verify_calls_total", "sglang:num_requests_total")
     warm = sim([*SPEC_ARGS, "--enable-metrics"])
     samples = _metric_samples(warm)
@@ -522,7 +523,7 @@ def test_metrics_verify_calls_agree_with_the_steps_streamed(sim):
 
 def test_metrics_show_a_request_in_flight_then_what_it_cost(sim):
     # SGLang's scheduler gauges (running requests, KV tokens held), its HTTP middleware's counters by route and
-    # its tokenizer's latency histograms, as SGLang 0.5.23's front end sends them.
+    # its tokenizer's latency histograms, as the pinned SGLang release's front end sends them.
     server = sim([*SPEC_ARGS, "--enable-metrics", "--skip-server-warmup"], env={"DSPARK_SIM_DECODE_STEP_MS": "40"})
     gauge = (("engine_type", "unified"), ("moe_ep_rank", "0"), ("pp_rank", "0"), ("tp_rank", "0"))
     route = (("endpoint", "/v1/chat/completions"), ("method", "POST"))

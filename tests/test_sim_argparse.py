@@ -1,6 +1,6 @@
 """The simulator's argparse errors are SGLang's own, byte for byte: what a launcher's log shows
-for a mistyped flag must read as real SGLang's would. Compared with SGLang 0.5.23's parser itself, run in its
-resolver venv ($DSPARK_SGLANG_PYTHON, `bash .ci/sglang-resolver.sh`)."""
+for a mistyped flag must read as real SGLang's would. Compared with the pinned SGLang release's parser itself, run
+in its resolver venv ($DSPARK_SGLANG_PYTHON, `bash .ci/sglang-resolver.sh`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The simulator's admission (sglang_sim/admission.py) held to SGLang 0.5.23's own resolver.
+"""The simulator's admission (sglang_sim/admission.py) held to the pinned SGLang release's own resolver.
 
 A generated grid of launches people run (tp 1-16, attention DP in both spellings, DP LM head, a2a backends,
 CP flags, every speculative algorithm, two nodes, SGLang's environment variables; DeepSeek-V4 and Llama config
@@ -15,6 +15,7 @@ import random
 import pytest
 
 from ground.errors import InfraError
+from ground.sglang.release import DEFAULT_VERSION
 from ground.sglang.resolver import MODEL_CONFIG_DIR, Resolution, locate, prepare_argv, resolve
 from sglang_sim.admission import Rejected, SglangEnv, admit, guess_architecture
 from sglang_sim.args import parse_server_args
@@ -100,7 +101,8 @@ def resolver():
 def test_the_simulator_admits_exactly_what_sglang_admits(resolver):
     launches = grid()
     described, real = resolve(resolver, launches)
-    assert described.version == "0.5.23", f"the grid was written for 0.5.23, the resolver is {described.version}"
+    assert described.version == DEFAULT_VERSION, (f"the grid was written for {DEFAULT_VERSION}, "
+                                                   f"the resolver is {described.version}")
     judged = [(launch, truth) for launch, truth in zip(launches, real) if truth.verdict != "hardware"]
     unexpected = [truth for truth in real if truth.verdict == "environment"]
     assert not unexpected, f"the resolver environment lacks a module: {unexpected[0].line}"

@@ -23,6 +23,7 @@ import pytest
 import requests
 
 from ground.errors import BadInput, InfraError
+from ground.sglang.release import DEVICE_IMAGES
 from launchers import catalog
 from launchers.contract import LaunchContext, LaunchFailed, LaunchTimeout, group_failed
 from launchers.ledger import Ledger
@@ -36,6 +37,7 @@ from tests.sim_plans import FAST_SIM, make_plan
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "hf_slurm_secret_marker_4417"
 PARTITION = os.environ.get("DSPARK_SLURM_PARTITION") or None
+CUDA_IMAGE = DEVICE_IMAGES["cuda"]
 
 
 def _unavailable(reason: str):
@@ -307,7 +309,7 @@ def test_build_reads_the_catalog_options():
 def test_the_script_expands_node_rank_inside_each_task(tmp_path):
     """SGLang's sbatch example expands $SLURM_NODEID in the batch shell (every node rank 0): here it is only
     read inside the task function, and the script is valid bash in every container mode."""
-    for container in (None, "pyxis:lmsysorg/sglang:v0.5.23", "apptainer:/images/sglang.sif"):
+    for container in (None, f"pyxis:{CUDA_IMAGE}", "apptainer:/images/sglang.sif"):
         options = SlurmOptions(container=container)
         context = LaunchContext(run_id="r1", run_dir=tmp_path / "run", caller_env={"HF_TOKEN": SECRET})
         launcher = SlurmLauncher(options, context)
@@ -320,9 +322,9 @@ def test_the_script_expands_node_rank_inside_each_task(tmp_path):
         path = tmp_path / "job.sbatch"
         path.write_text(spec.script)
         assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
-    assert "--container-image=lmsysorg/sglang:v0.5.23" in script.render_job(
+    assert f"--container-image={CUDA_IMAGE}" in script.render_job(
         make_plan(launcher.placement(1), 1, "c"), tmp_path,
-        replace(options, container="pyxis:lmsysorg/sglang:v0.5.23"), context, launcher.tuning, "tok").script
+        replace(options, container=f"pyxis:{CUDA_IMAGE}"), context, launcher.tuning, "tok").script
     gres = script.render_job(with_gpus(make_plan(launcher.placement(1), 1, "c"), 4), tmp_path,
                             replace(options, gpus="gres", container=None), context, launcher.tuning, "tok").script
     assert "#SBATCH --gres=gpu:4" in gres

@@ -43,7 +43,8 @@ def test_under_speculation_itl_per_chunk_and_per_token_differ_by_the_accept_leng
     assert 1.5 < tokens_per_chunk <= GAMMA + 1  # several tokens per chunk, each counted from per-chunk usage
     # Per token = Σ gaps / Σ tokens; per chunk = Σ gaps / Σ chunks: their ratio is the tokens per chunk.
     assert metrics["itl_chunk_ms_mean"] / metrics["itl_token_ms_mean"] == pytest.approx(tokens_per_chunk, rel=1e-6)
-    # bench_serving 0.5.23 prints per-token ITL when /server_info reports an accept length: so do we, as itl_ms_*.
+    # The pinned release's bench_serving prints per-token ITL when /server_info reports an accept length: so do we,
+    # as itl_ms_*.
     assert metrics["itl_ms_mean"] == metrics["itl_token_ms_mean"]
     assert metrics["itl_ms_p99"] == metrics["itl_token_ms_p99"]
     [summary] = output["records"]["speed_summary"]

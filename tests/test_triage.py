@@ -27,17 +27,18 @@ def cell(cell_id: str, status: str, build: str, error: str | None = None, infras
 def nights() -> list[list[dict]]:
     lost = f"lost Docker engine {ENGINE} while watching node rank 0 (connection refused)"
     return [
-        [cell("reg", "passed", "sim 0.5.23"), cell("flaky", "passed", "sim 0.5.23"), cell("broken", "failed", "sim 0.5.23", "gate"),
-         cell("infra", "passed", "sim 0.5.23"), cell("other", "passed", "sim 0.5.23")],
-        [cell("reg", "passed", "sim 0.5.23"), cell("flaky", "failed", "sim 0.5.23", "gate"),
-         cell("broken", "failed", "sim 0.5.23", "gate"), cell("infra", "passed", "sim 0.5.23"),
-         cell("other", "error", "sim 0.5.23", lost, infrastructure=True)],
-        [cell("reg", "failed", "sim 0.5.24", "gate"), cell("flaky", "passed", "sim 0.5.23"),
-         cell("broken", "failed", "sim 0.5.24", "gate"), cell("infra", "passed", "sim 0.5.24"),
-         cell("other", "passed", "sim 0.5.24")],
-        [cell("reg", "failed", "sim 0.5.24", "gate"), cell("flaky", "failed", "sim 0.5.23", "gate"),
-         cell("broken", "failed", "sim 0.5.24", "gate"), cell("infra", "error", "sim 0.5.24", lost, infrastructure=True),
-         cell("other", "passed", "sim 0.5.24")],
+        [cell("reg", "passed", "sim 1.0.0"), cell("flaky", "passed", "sim 1.0.0"),
+         cell("broken", "failed", "sim 1.0.0", "gate"), cell("infra", "passed", "sim 1.0.0"),
+         cell("other", "passed", "sim 1.0.0")],
+        [cell("reg", "passed", "sim 1.0.0"), cell("flaky", "failed", "sim 1.0.0", "gate"),
+         cell("broken", "failed", "sim 1.0.0", "gate"), cell("infra", "passed", "sim 1.0.0"),
+         cell("other", "error", "sim 1.0.0", lost, infrastructure=True)],
+        [cell("reg", "failed", "sim 1.0.1", "gate"), cell("flaky", "passed", "sim 1.0.0"),
+         cell("broken", "failed", "sim 1.0.1", "gate"), cell("infra", "passed", "sim 1.0.1"),
+         cell("other", "passed", "sim 1.0.1")],
+        [cell("reg", "failed", "sim 1.0.1", "gate"), cell("flaky", "failed", "sim 1.0.0", "gate"),
+         cell("broken", "failed", "sim 1.0.1", "gate"), cell("infra", "error", "sim 1.0.1", lost, infrastructure=True),
+         cell("other", "passed", "sim 1.0.1")],
     ]
 
 
@@ -59,8 +60,8 @@ def test_triage_classifies_each_failing_cell_and_names_the_node(tmp_path):
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     kinds = {t["cell"]: (t["kind"], t["why"]) for t in report["failing"]}
-    assert kinds["reg"] == ("regression", "passed in night-2, failing since night-3 (build sim 0.5.23 → sim 0.5.24)")
-    assert kinds["flaky"] == ("flaky", "the same identity (sim 0.5.23) passed in night-3 and failed in night-4")
+    assert kinds["reg"] == ("regression", "passed in night-2, failing since night-3 (build sim 1.0.0 → sim 1.0.1)")
+    assert kinds["flaky"] == ("flaky", "the same identity (sim 1.0.0) passed in night-3 and failed in night-4")
     assert kinds["infra"][0] == "infrastructure" and ENGINE in kinds["infra"][1]
     assert kinds["broken"][0] == "broken" and set(kinds) == {"reg", "flaky", "infra", "broken"}  # "other" passes now
     signals = {s["node"]: (s["failures"], s["of"]) for s in report["node_signals"]}
