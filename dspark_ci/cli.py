@@ -80,7 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     chosen = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(chosen if chosen in VERBS else None).parse_args(argv)
     try:
-        return int(args._module.run(args))
+        code = int(args._module.run(args))
+        if args.verb == "run":  # its final files are written: a signal from here on is said, not lost
+            interrupts.hold_until_exit(lambda line: print(f"dspark-ci run: {line}", file=sys.stderr, flush=True))
+        return code
     except DsparkError as err:
         print(f"dspark-ci {args.verb}: {err}", file=sys.stderr)
         return int(err.exit_code)

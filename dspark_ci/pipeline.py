@@ -18,7 +18,6 @@ import errno
 import functools
 import itertools
 import os
-import signal
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -194,9 +193,7 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
     if writer.results.interrupted:  # what the files say is what the exit code says: 130 (dspark_ci/cli.py)
         progress.done(f"interrupted; what was measured is in {run_dir}/")
         raise KeyboardInterrupt("interrupted")
-    if interrupts.requested() is not None:
-        progress.done(f"{signal.Signals(interrupts.requested() or 2).name} came as the final files were written: "
-                      "the run had finished, nothing to stop")
+    interrupts.announce_late(progress.done)
     progress.done(f"results in {run_dir}/ (results.json, junit.xml, report.md, report.html, logs/)")
     rerun = rerun_command(writer.results)
     if rerun:

@@ -22,7 +22,7 @@ import ctypes
 import signal
 import threading
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 _lock = threading.Lock()
 
@@ -84,6 +84,33 @@ def requested() -> int | None:
 
 def reset() -> None:
     _requested.clear()
+    _announced.clear()
+
+
+_announced: list[int] = []  # the late signal already said (once is enough)
+HELD_AT_EXIT = frozenset({signal.SIGINT, signal.SIGTERM})
+
+
+def announce_late(say: Callable[[str], None]) -> None:
+    """Once a run's final files are written: say, once, that a Ctrl-C or SIGTERM came since (the run had finished;
+    there was nothing left to stop), so an exit 0 after a signal is never silent."""
+    came = requested()
+    if came is not None and not _announced:
+        _announced.append(came)
+        say(f"{signal.Signals(came).name} came as the final files were written: the run had finished, nothing to stop")
+
+
+def hold_until_exit(say: Callable[[str], None]) -> None:
+    """The last thing a finished run does: Ctrl-C and SIGTERM are blocked from here to the process's exit (held,
+    never delivered), and one that came before the block, handled or still pending, is said. Between the run's own
+    last look at the flag and its exit, a signal would otherwise be neither acted on nor said."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, HELD_AT_EXIT)
+    pending = sorted(signal.sigpending() & HELD_AT_EXIT)
+    if pending and not _requested:
+        _requested.append(int(pending[0]))
+    announce_late(say)
 
 
 def check() -> None:
