@@ -26,9 +26,10 @@ ratio widened to 3 × noise, GPQA value − 2·√(s² + s_now²)) are judged on
 Printed per metric and planted level: red (regressed), caught (not green: red or inconclusive), green, for the
 statistical gates, and red for today's; per nightly: the share of clean nights that were red anywhere; the mean
 boots (and GPQA repeats) spent per cell against today's one. ``--shipped`` also measures the shipped baselines and
-their cells as they are (``bench/gate_power_shipped.py``). ``--e2e N`` also runs N nights of the smoke matrix end to
-end on the simulator (``dspark-ci run`` with the noise knobs of ``E2E_NOISE`` set, clean, accept length −5 %, TPOT
-+5 %) and reports every gate. ``--smoke``: seconds, for CI.
+their cells as they are (``bench/gate_power_shipped.py``). ``--e2e N`` also runs N nights end to end on the
+simulator (``bench/gate_power_e2e.py``: ``dspark-ci run`` with the noise knobs set; the smoke matrix clean, accept
+length −5 %, TPOT +5 %, and a 198-question GPQA cell clean and −5 points) and reports every gate. ``--smoke``:
+seconds, for CI.
 """
 
 from __future__ import annotations
@@ -36,10 +37,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -78,6 +77,7 @@ STDERR_NAME = {"tpot_ms_median": "tpot_ms_median_stderr", "output_throughput_tok
                "accept_length": "accept_length_stderr", "accept_rate": "accept_rate_stderr"}
 PLANTED = (0.0, 0.02, 0.03, 0.05, 0.10)
 SPEED_METRICS = ("tpot_ms_median", "output_throughput_tok_s")
+E2E_DEFAULT = "clean,accept_length -5%,tpot +5%,gpqa198 clean,gpqa198 -5pt"  # bench/gate_power_e2e.py
 # Design candidate (--node-share ρ): a control variate. The share ρ of the per-boot speed variance that is node-level
 # (clocks, thermals, neighbours) is shared by the non-speculative reference's boot on the same node; the gate reads
 # spec / reference × the reference's baseline, whose per-boot noise is σ_b·√(2(1 − ρ)) and per-request σ_r·√2. The
@@ -301,51 +301,6 @@ def report(repeats: list[dict[str, dict[str, float]]], nights: int, baseline_run
     return "\n".join(line for line in lines if line)
 
 
-# The benchmark's noise model as the simulator's knobs (sglang_sim/config.py): per-boot decode-step jitter (the
-# speed metrics' run-to-run part), per-request jitter on top, and a per-boot shift of the accept probability α of
-# 0.003, which moves the smoke matrix's accept length by ACCEPT_BOOT (0.8 %: dL/dα ≈ 8.1 at α = 0.7, L ≈ 3.1). GPQA
-# keeps its fixed answers: the shipped smoke baseline's per-question record is of fixed answers on 20 questions
-# (GPQA_CONCENTRATION belongs to the 198-question model above, for which no baseline is shipped).
-E2E_NOISE = {"DSPARK_SIM_STEP_JITTER_BOOT": f"{SPEED_BOOT:g}", "DSPARK_SIM_STEP_JITTER_REQUEST": "0.05",
-             "DSPARK_SIM_ACCEPT_DRIFT_BOOT": "0.003"}
-# scenario -> (what it plants: extra DSPARK_SIM_* settings, the suites it runs); accept_prob 0.674 instead of the smoke
-# matrix's 0.7 lowers the accept length by about 5 % (measured here: 0.68 gave −3.9 %, 3.25 → 3.12)
-E2E_SCENARIOS = {
-    "clean": ({}, "accept,speed,gpqa"),  # every suite the smoke cells list (sanity always runs)
-    "accept_length -5%": ({"DSPARK_SIM_REGRESSION": "0.5.0:accept_prob=0.674"}, "accept"),
-    "tpot +5%": ({"DSPARK_SIM_FAULTS": "slow_decode=1.05"}, "speed"),
-}
-
-
-def e2e(nights: int, out: Path, scenarios: tuple[str, ...] = tuple(E2E_SCENARIOS)) -> str:
-    """Nights of the smoke matrix end to end (`dspark-ci run` on the simulator with the benchmark's noise knobs
-    on, against the shipped baselines/smoke.yaml): every gate's verdicts, the cells' statuses, the runs' exit codes
-    and the boots spent, per scenario: the pipeline, not only the arithmetic."""
-    lines = [f"e2e noise knobs: {' '.join(f'{k}={v}' for k, v in E2E_NOISE.items())}"]
-    repo = Path(__file__).resolve().parent.parent
-    for scenario in scenarios:
-        planted, suites = E2E_SCENARIOS[scenario]
-        gates: dict[str, dict[str, int]] = {}
-        codes, boots = [], []
-        for night in range(nights):
-            run_dir = out / f"e2e-{scenario.replace(' ', '_')}-{night}"
-            env = {**os.environ, **E2E_NOISE, **planted, "DSPARK_STATE_DIR": str(out / "state"),
-                   "DSPARK_HISTORY": str(out / "state" / "history.sqlite")}  # never the user's, even if they set it
-            done = subprocess.run([sys.executable, "-m", "dspark_ci", "run", "matrices/smoke.yaml", "--suites", suites,
-                                   "--out", str(run_dir), "-q"], cwd=repo, env=env, capture_output=True)
-            codes.append(done.returncode)
-            for cell in json.loads((run_dir / "results.json").read_text())["cells"]:
-                boots += [len(cell.get("boots") or [cell])] if cell["status"] != "rejected_as_expected" else []
-                for gate in cell["gates"]:
-                    tally = gates.setdefault(gate["metric"], {})
-                    tally[gate["verdict"]] = tally.get(gate["verdict"], 0) + 1
-        shown = "; ".join(f"{metric} {counts}" for metric, counts in gates.items())
-        lines.append(f"e2e {scenario}: run exit codes {dict(sorted((c, codes.count(c)) for c in set(codes)))} over "
-                     f"{nights} runs; gate verdicts (every cell): {shown}; {statistics.fmean(boots or [0]):.2f} boots "
-                     "per measured cell")
-    return "\n".join(lines)
-
-
 # --- Acceptance gates (a separate mode: `--acceptance`): sampled losslessness and per-position acceptance --------
 # Losslessness: each night samples LOSSLESS_PROMPTS × LOSSLESS_SAMPLES on each server (the accept suite's defaults);
 # a lossless sampler's share of greedy-equal samples is the reference's, p0; fault lossy_sampling sends every second
@@ -457,10 +412,13 @@ def main() -> int:
     parser.add_argument("--e2e", type=int, default=0, metavar="N", help="also N end-to-end nights on the simulator")
     parser.add_argument("--acceptance", action="store_true",
                         help="only the acceptance gates: sampled losslessness and per-position acceptance")
-    parser.add_argument("--e2e-scenarios", default=",".join(E2E_SCENARIOS),
-                        help=f"which end-to-end scenarios (comma-separated of: {', '.join(E2E_SCENARIOS)})")
+    parser.add_argument("--e2e-scenarios", default=E2E_DEFAULT,
+                        help=f"which end-to-end scenarios, comma-separated (default {E2E_DEFAULT}; "
+                             "bench/gate_power_e2e.py lists them)")
     parser.add_argument("--e2e-out", metavar="DIR", help="keep the end-to-end runs' directories here (default: a "
                         "temporary directory)")
+    parser.add_argument("--e2e-baseline-runs", type=int, default=5, metavar="K",
+                        help="clean runs the 198-question GPQA cell's baseline is recorded from (default 5)")
     parser.add_argument("--shipped", action="store_true",
                         help="also the shipped baselines and their cells as they are (bench/gate_power_shipped.py)")
     parser.add_argument("--smoke", action="store_true", help="a few seconds: 2 nights, 1 repeat (CI)")
@@ -491,9 +449,11 @@ def main() -> int:
         print(shipped_report(nights=5 if args.smoke else max(args.nights, 20), seed=args.seed,
                              max_boots=args.max_boots))
     if args.e2e:
+        from bench.gate_power_e2e import e2e
+
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(args.e2e_out or tmp)
-            print(e2e(args.e2e, out, tuple(args.e2e_scenarios.split(","))))
+            print(e2e(args.e2e, out, tuple(args.e2e_scenarios.split(",")), args.e2e_baseline_runs))
     return 0
 
 

@@ -51,10 +51,12 @@ def distractors(rng: random.Random, correct: int) -> list[int]:
     return sorted(wrong)
 
 
-def main(count: int = 60) -> None:
+def main(count: int = 60, out: Path = OUT) -> None:
+    """``count`` questions into ``out``. The draws are sequential, so a longer file (the 198-question one the gate
+    power bench writes for a GPQA-Diamond-sized cell) starts with this file's rows."""
     rng = random.Random(2024)
     seen: set[str] = set()
-    with OUT.open("w", newline="") as handle:
+    with out.open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(COLUMNS)
         for index in range(count):
