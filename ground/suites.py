@@ -17,6 +17,11 @@ DEFAULT_SUITES = ("accept", "speed")
 ALWAYS_SUITES = ("sanity",)
 # Speculation-only measurements: they mean nothing on a deployment without a draft model.
 SPECULATIVE_SUITES = ("accept", "parity")
+# A client event loop that wakes a 10 ms sleeper this late (p99, ``client_loop_lag_ms_p99``) was starved of CPU: the
+# machine, not the server, set its timings (bench/speed_fidelity.py: TPOT errors above 1 % came with p99 lags of 15 ms
+# and more; on a saturated 2-core runner SGLang's front end read throughput 17 % low with TPOT unchanged). The speed
+# suite warns, and the statistical gates set such a boot's timings aside.
+SATURATED_LOOP_LAG_MS = 10.0
 
 # Every metric a suite may report, and the suite that measures it (CONTRACT.md names).
 METRIC_SUITE: Mapping[str, str] = MappingProxyType({

@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Mapping
+from typing import Callable, Mapping
 
 from ground import stats
 from ground.measurements import BootMetrics
 from ground.records import CellResult, GateResult, RunResults, Status
-from ground.suites import SUITE_DEFAULTS, suite_of
+from ground.suites import SATURATED_LOOP_LAG_MS, SUITE_DEFAULTS, suite_of
 from reports.baseline_file import NOISE_RUN_SDS, Baseline, MetricSpec
 from reports.metrics import HIGHER, LOWER, METRICS, STDERR_OF, format_value, in_table_order
+
+LOOP_LAG_METRIC = "client_loop_lag_ms_p99"  # the speed suite's measure of its own CPU starvation
 
 # accept_length at or below ~1 means no draft token is being accepted: the accept suite's own floor, one fact
 COLLAPSE_FLOOR = SUITE_DEFAULTS["accept"]["min_accept_length"]
@@ -110,6 +112,15 @@ class Evidence:
         name = STDERR_OF.get(metric)
         return [float(error) / float(value) for boot in self.boots
                 if name and (error := boot.value(name)) is not None and (value := boot.value(metric))]
+
+    def timed_by_the_server(self) -> tuple["Evidence", tuple[float, ...]]:
+        """The boots whose timings are the server's, and the client lags (p99, ms) of those set aside: a client
+        event loop that ran ``SATURATED_LOOP_LAG_MS`` late was starved of CPU, so its TTFT, TPOT and throughput
+        may measure the machine."""
+        lags = [boot.value(LOOP_LAG_METRIC) for boot in self.boots]
+        kept = tuple(boot for boot, lag in zip(self.boots, lags) if lag is None or lag <= SATURATED_LOOP_LAG_MS)
+        dropped = tuple(float(lag) for lag in lags if lag is not None and lag > SATURATED_LOOP_LAG_MS)
+        return replace(self, boots=kept), dropped
 
 
 def explain(cell: CellResult, metrics: Mapping, baseline: Baseline | None) -> dict[tuple, str]:
@@ -255,12 +266,37 @@ def _statistic(spec_key: tuple[MetricSpec, str], evidence: Evidence, metrics: Ma
     if not values:
         return None
     better = LOWER if key == "max_ratio" else HIGHER
+    tolerance = getattr(spec, key) - 1
     # noise None (a gate without it is not statistical) or 0 (identical runs): BootReference floors it
     reference = stats.BootReference(spec.reference, int(spec.runs or DEFAULT_RUNS), spec.noise or 0.0,
                                     spec.request_noise or 0.0, spec.drift)
-    tolerance = getattr(spec, key) - 1
-    return stats.compare_boots(values, reference, better, tolerance, levels, _detect(spec, tolerance),
-                               evidence.request_errors(spec.metric))
+    def compare(boots: Evidence) -> stats.Verdict:
+        return stats.compare_boots(boots.values(spec.metric), reference, better, tolerance, levels,
+                                   _detect(spec, tolerance), boots.request_errors(spec.metric))
+
+    verdict = compare(evidence)
+    if verdict.verdict == stats.PASSED or METRICS[spec.metric].group != "speed":
+        return verdict
+    return _without_starved_clients(verdict, evidence, spec.metric, compare)
+
+
+def _without_starved_clients(verdict: stats.Verdict, evidence: Evidence, metric: str,
+                             compare: Callable[[Evidence], stats.Verdict]) -> stats.Verdict:
+    """A timing gate that did not pass, decided again on the boots whose client had the CPU. A client starved of
+    CPU reads every timing worse (TTFT and TPOT longer, throughput lower), never better: its boots may show a pass,
+    but anything else is for the other boots to show (set aside by the lag alone, whatever they read). Without
+    such a boot a regression stays inconclusive, and the gate waits for one (another look)."""
+    timed, saturated = evidence.timed_by_the_server()
+    if not saturated:
+        return verdict
+    if timed.values(metric):
+        return compare(timed)
+    if verdict.verdict == stats.INCONCLUSIVE:
+        return verdict
+    lags = ", ".join(f"{lag:.1f}" for lag in saturated)
+    why = (f"{verdict.describe()}, but every boot was timed by a client starved of CPU (event-loop lag p99 {lags} "
+           f"ms, over {SATURATED_LOOP_LAG_MS:g} ms), which reads every timing worse: the machine may have set them")
+    return replace(verdict, verdict=stats.INCONCLUSIVE, low=verdict.effect, high=verdict.effect, test=why, samples=0)
 
 
 def _detect(spec: MetricSpec, tolerance: float) -> float | None:

@@ -19,6 +19,8 @@ from dataclasses import replace
 
 import pytest
 
+from ground.suites import SATURATED_LOOP_LAG_MS
+
 from suites.envelope import envelope_record, sweep
 from suites.server import connect
 from suites.speed import (
@@ -27,9 +29,6 @@ from suites.speed import (
 )
 from suites.ttft_split import read_roles, ttft_split
 
-# A client event loop that wakes a 10 ms sleeper this late (p99) is too busy to timestamp chunks well
-# (bench/speed_fidelity.py: TPOT errors above 1 % came with p99 lags of 15 ms and more).
-LOOP_LAG_WARN_MS = 10.0
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +56,10 @@ def speed_run(server, suite_config, suite_output):
                         "opened_in_window": _total(r.connections_opened_in_window for r in results)},
         "stage_means_ms": stage_means_ms,
     }])
-    if lag_p99 is not None and lag_p99 > LOOP_LAG_WARN_MS:
-        suite_output.warn(f"speed: the client's event loop ran {lag_p99:.1f} ms late (p99): timings may be "
-                          f"inflated by the harness; raise speed.workers (BENCHMARKS.md)")
+    if lag_p99 is not None and lag_p99 > SATURATED_LOOP_LAG_MS:
+        suite_output.warn(f"speed: the client's event loop ran {lag_p99:.1f} ms late (p99): the machine was short of "
+                          f"CPU, so these timings are its, not the server's (the gates set them aside); free the "
+                          f"machine or raise speed.workers (BENCHMARKS.md)")
     _warn_on_short_outputs(timings, settings, suite_output)
     if suite_config.reference_url is not None:
         _speculation_pays(suite_config, settings, prompts, warmup, timings, suite_output)
