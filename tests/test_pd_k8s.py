@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -116,3 +117,38 @@ def test_a_pd_run_killed_hard_leaves_its_router_deployment_to_cleanup_from_the_l
     assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
     assert "removed Deployment" in cleaned.stdout, cleaned.stdout
     assert left_in_api(cluster, run_id) == []
+
+
+@needs_router
+def test_run_pd_cell_on_k8s_router_killed_red_naming_the_router(cluster, tmp_path):
+    """The router's container dies (its process killed, as an OOM kill would): the kubelet reports it terminated and
+    the cell goes red naming the router, its exit code and its log's end; nothing is left."""
+    import signal
+    import threading
+
+    from tests.k8s_cluster import standin
+
+    killed: list[int] = []
+
+    def kill_the_router() -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not killed:
+            for container in list(standin().containers.values()):
+                process = container.process
+                if process is not None and "sglang_router.launch_router" in " ".join(map(str, process.args)) \
+                        and process.poll() is None and container.log.stat().st_size > 0:
+                    time.sleep(3.0)  # serving, or still joining the roles: either way the router must be named
+                    os.killpg(process.pid, signal.SIGKILL)
+                    killed.append(process.pid)
+                    return
+            time.sleep(0.2)
+
+    killer = threading.Thread(target=kill_the_router, daemon=True)
+    killer.start()
+    done, cell, _ = _run(cluster, tmp_path, {})
+    killer.join(5)
+    assert killed, "the router's pod never ran"
+    assert done.returncode != 0 and cell["status"] in ("error", "failed"), done.stderr[-3000:]
+    assert "router rank 0 exited with code 137" in cell["error"], cell["error"]
+    assert "of Deployment" in cell["error"]  # where its log is, and which object it was
+    assert left_in_api(cluster, cell["run_id"]) == []

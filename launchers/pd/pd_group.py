@@ -11,7 +11,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import TYPE_CHECKING, Iterator, Mapping, cast
 
 from ground.sglang.release import is_peer_loss
 from launchers.contract import LaunchFailed, Launcher, Deployment
@@ -22,6 +22,9 @@ from launchers.pd.k8s_router import k8s_router
 from launchers.pd.router_process import Router, local_router
 from launchers.processes import free_port
 from matrices.cell import Cell
+
+if TYPE_CHECKING:
+    from launchers.k8s.lifecycle import K8sLauncher
 
 
 def as_role(err: LaunchFailed, instance: RoleInstance, cell_id: str) -> LaunchFailed:
@@ -129,7 +132,7 @@ def _process_router(launcher: Launcher, cell: Cell, members: list[tuple[RoleInst
 def _k8s_router(launcher: Launcher, cell: Cell, members: list[tuple[RoleInstance, Deployment]], logs_dir: Path,
                 env: Mapping[str, str], ledger: Ledger | None) -> contextlib.AbstractContextManager[Router]:
     """The router as the Deployment `dspark-ci plan --format k8s` prints, through the same API server."""
-    return k8s_router(launcher, cell, members, logs_dir)  # type: ignore[arg-type]  # the k8s launcher, by name
+    return k8s_router(cast("K8sLauncher", launcher), cell, members, logs_dir)  # ROUTERS: by the launcher's name
 
 
 # Where a launcher runs the router (by launcher name); any other: a process of the run.
