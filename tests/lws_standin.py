@@ -16,8 +16,15 @@ LWS objects of ONE namespace:
   gives each pod its own loopback IP (127.100.x.y), writes pod status (Running, then terminated with the exit
   code), serves logs on a kubelet-like HTTPS endpoint the API server streams from (``pods/log``), and on pod
   deletion stops the process and removes the pod.
-- garbage collector: a LeaderWorkerSet deleted with foreground propagation keeps its ``foregroundDeletion``
-  finalizer until its pods are gone; the stand-in deletes the pods, then removes the finalizer.
+- Deployment controller (PD's router): for each Deployment, ``replicas`` pods ``<deployment>-<hash>-<random>``
+  from its template, labelled ``pod-template-hash``, created once. Deviation: no ReplicaSet in between (the pod's
+  owner is the Deployment), and a pod that ends is neither restarted nor replaced (the kubelet here restarts no
+  container; dspark-ci reports the router's exit either way).
+- cluster DNS: a Service's name as a URL's host in a container's command (``http://<svc>:30000``, also
+  ``<svc>.<ns>`` and ``<svc>.<ns>.svc.cluster.local``) is replaced by the IP of the pod its selector picks.
+  Deviation: no name resolution and no kube-proxy here; the pod is reached at that IP on any port.
+- garbage collector: a LeaderWorkerSet or Deployment deleted with foreground propagation keeps its
+  ``foregroundDeletion`` finalizer until its pods are gone; the stand-in deletes the pods, then removes the finalizer.
 """
 
 from __future__ import annotations
@@ -72,6 +79,7 @@ class LwsStandIn:
     def __init__(self, kubeconfig: str, namespace: str, poll_s: float = 0.25):
         api_client = config.new_client_from_config(config_file=kubeconfig)
         self.core, self.custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
+        self.apps = client.AppsV1Api(api_client)
         self.namespace, self.poll_s = namespace, poll_s
         self.node = f"standin-{namespace}"[:60]
         self.work = Path(mkdtemp(prefix=f"lws-standin-{namespace}-"))
@@ -115,6 +123,11 @@ class LwsStandIn:
     def remove_namespace(self) -> None:
         """Delete the namespace and finalize it ourselves (no namespace controller runs here)."""
         with contextlib.suppress(ApiException):  # what a failed test left: finalizing would orphan it in etcd
+            for deployment in self.apps.list_namespaced_deployment(self.namespace).items:
+                self.apps.patch_namespaced_deployment(deployment.metadata.name, self.namespace,
+                                                      [{"op": "replace", "path": "/metadata/finalizers", "value": []}])
+                self.apps.delete_namespaced_deployment(deployment.metadata.name, self.namespace,
+                                                       _preload_content=False)
             for lws in self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL)["items"]:
                 self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL,
                                                            lws["metadata"]["name"], {"metadata": {"finalizers": []}})
@@ -153,12 +166,22 @@ class LwsStandIn:
                 continue
             live.add(name)
             self._reconcile(lws, pods)
+        for deployment in self.apps.list_namespaced_deployment(self.namespace).items:
+            owned = [p for p in pods.values() if _owner(p, "Deployment") == deployment.metadata.name]
+            if deployment.metadata.deletion_timestamp:
+                self._collect_deployment(deployment, owned)
+                continue
+            live.add(deployment.metadata.name)
+            self._reconcile_deployment(deployment, owned)
         for pod in pods.values():  # pods whose LWS is gone (background deletion): the garbage collector's job
             owner = (pod.metadata.labels or {}).get(L_NAME)
             if owner and owner not in live and not pod.metadata.deletion_timestamp and any(
                     o.kind == "LeaderWorkerSet" for o in pod.metadata.owner_references or []):
                 if not any(lw["metadata"]["name"] == owner for lw in lwss):
                     self._delete_pod(pod.metadata.name)
+            elif _owner(pod, "Deployment") and _owner(pod, "Deployment") not in live \
+                    and not pod.metadata.deletion_timestamp:
+                self._delete_pod(pod.metadata.name)
         for pod in pods.values():
             self._kubelet(pod)
 
@@ -171,6 +194,50 @@ class LwsStandIn:
             rest = [f for f in lws["metadata"]["finalizers"] if f != "foregroundDeletion"]
             self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL,
                                                        lws["metadata"]["name"], {"metadata": {"finalizers": rest}})
+
+    def _collect_deployment(self, deployment, owned: list) -> None:
+        for pod in owned:
+            if not pod.metadata.deletion_timestamp:
+                self._delete_pod(pod.metadata.name)
+        finalizers = deployment.metadata.finalizers or []
+        if not owned and "foregroundDeletion" in finalizers:
+            # a JSON patch: a strategic merge patch merges metadata.finalizers (patchStrategy merge), never shortens it
+            self.apps.patch_namespaced_deployment(deployment.metadata.name, self.namespace, [{
+                "op": "replace", "path": "/metadata/finalizers",
+                "value": [f for f in finalizers if f != "foregroundDeletion"]}])
+
+    def _reconcile_deployment(self, deployment, owned: list) -> None:
+        """The Deployment's pods, created once (what its ReplicaSet would create)."""
+        template = self.apps.api_client.sanitize_for_serialization(deployment.spec.template)
+        pod_hash = hashlib.sha1(repr(template).encode()).hexdigest()[:10]
+        wanted = (deployment.spec.replicas or 1) - len(owned)
+        for _ in range(wanted if deployment.metadata.uid not in self.created_pods else 0):
+            pod_name = f"{deployment.metadata.name}-{pod_hash}-{uuid.uuid4().hex[:5]}"
+            owner = {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment.metadata.name,
+                     "uid": deployment.metadata.uid, "controller": True, "blockOwnerDeletion": True}
+            meta = template.get("metadata") or {}
+            pod_spec = copy.deepcopy(template["spec"])
+            pod_spec["nodeName"] = self.node
+            self.core.create_namespaced_pod(self.namespace, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+                "name": pod_name, "labels": {**(meta.get("labels") or {}), "pod-template-hash": pod_hash},
+                "ownerReferences": [owner]}, "spec": pod_spec})
+        self.created_pods.add(deployment.metadata.uid)
+
+    def _service_hosts(self) -> dict[str, str]:
+        """Cluster DNS, stood in for: each Service's name -> the IP of a pod its selector picks."""
+        pods = self.core.list_namespaced_pod(self.namespace).items
+        hosts = {}
+        for service in self.core.list_namespaced_service(self.namespace).items:
+            selector = service.spec.selector or {}
+            picked = [p for p in pods if selector and selector.items() <= (p.metadata.labels or {}).items()
+                      and p.metadata.name in self.ips]
+            if picked:
+                hosts[service.metadata.name] = self.ips[picked[0].metadata.name]
+        return hosts
+
+    def _resolve(self, arg: str, hosts: dict[str, str]) -> str:
+        suffix = rf"(?:\.{re.escape(self.namespace)}(?:\.svc(?:\.cluster\.local)?)?)?"
+        return re.sub(rf"(?<=//)([a-z0-9-]+){suffix}(?=[:/]|$)", lambda m: hosts.get(m.group(1), m.group(0)), arg)
 
     def _delete_pod(self, name: str) -> None:
         with contextlib.suppress(ApiException):
@@ -264,6 +331,9 @@ class LwsStandIn:
                 return
             env = self._env(pod, spec, ip)
             argv = [expand(a, env) for a in [*(spec.command or []), *(spec.args or [])]]
+            if any("//" in a for a in argv):
+                hosts = self._service_hosts()
+                argv = [self._resolve(a, hosts) for a in argv]
             if argv and argv[0] in ("python3", "python"):
                 argv[0] = sys.executable
             with open(log, "w") as out:
@@ -370,6 +440,10 @@ class LwsStandIn:
         self._server = server
         threading.Thread(target=server.serve_forever, name="standin-kubelet", daemon=True).start()
         return server.server_address[1]
+
+
+def _owner(pod, kind: str) -> str | None:
+    return next((o.name for o in pod.metadata.owner_references or [] if o.kind == kind), None)
 
 
 def unique_name(prefix: str) -> str:

@@ -368,6 +368,10 @@ def test_k8s_plan_has_a_leaderworkerset_per_role_instance_and_the_router():
     urls = [argv[i + 1] for i, a in enumerate(argv) if a in ("--prefill", "--decode")]
     assert len(urls) == 4 and {u.split("//")[1].split(":")[0] for u in urls} == leaders
     assert argv[argv.index("--prefill") + 2] == "8998"  # each prefill URL followed by its bootstrap port
+    # the router hands decode the prefill's Service as bootstrap host: that Service must forward the bootstrap port
+    first_prefill = argv[argv.index("--prefill") + 1].split("//")[1].split(":")[0]
+    service = next(o for o in objects if o["kind"] == "Service" and o["metadata"]["name"] == first_prefill)
+    assert {"name": "bootstrap", "port": 8998, "targetPort": 8998, "protocol": "TCP"} in service["spec"]["ports"]
     assert "&id" not in done.stdout  # plain YAML, no anchors
 
 

@@ -13,9 +13,9 @@ from launchers.k8s.client import Api, api_errors, connect, status_message
 from launchers.ledger import LedgerEntry
 
 
-def delete_all(api: Api, objects: Sequence[tuple[str, str]], lws_name: str | None, wait_s: float) -> str | None:
-    """Delete the objects (foreground propagation) and wait until they and the group's pods are gone.
-    Returns what is still there after ``wait_s``, or None."""
+def delete_all(api: Api, objects: Sequence[tuple[str, str]], pods_selector: str | None, wait_s: float) -> str | None:
+    """Delete the objects (foreground propagation) and wait until they and their pods (``pods_selector``) are
+    gone. Returns what is still there after ``wait_s``, or None."""
     from kubernetes import client
 
     api_exception, http_error = api_errors()
@@ -29,6 +29,9 @@ def delete_all(api: Api, objects: Sequence[tuple[str, str]], lws_name: str | Non
                 api.custom.delete_namespaced_custom_object(k8s_spec.LWS_GROUP, k8s_spec.LWS_VERSION, ns,
                                                            k8s_spec.LWS_PLURAL, name, body=body, _request_timeout=10,
                                                            _preload_content=False)
+            elif kind == "Deployment":  # PD's router
+                apps(api).delete_namespaced_deployment(name, ns, body=body, _request_timeout=10,
+                                                       _preload_content=False)
             elif kind == "Service":  # no dependents: a plain delete (foreground would wait for a GC to no end)
                 api.core.delete_namespaced_service(name, ns, _request_timeout=10, _preload_content=False)
             elif kind == "Secret":
@@ -37,9 +40,8 @@ def delete_all(api: Api, objects: Sequence[tuple[str, str]], lws_name: str | Non
     while True:
         left = []
         with contextlib.suppress(api_exception, http_error, OSError):
-            if lws_name:
-                pods = api.core.list_namespaced_pod(ns, label_selector=f"{k8s_spec.LWS_NAME_LABEL}={lws_name}",
-                                                    _request_timeout=10).items
+            if pods_selector:
+                pods = api.core.list_namespaced_pod(ns, label_selector=pods_selector, _request_timeout=10).items
                 left += [f"pod {p.metadata.name}" for p in pods]
             for kind, name in objects:
                 if exists(api, kind, name):
@@ -51,12 +53,21 @@ def delete_all(api: Api, objects: Sequence[tuple[str, str]], lws_name: str | Non
         time.sleep(0.5)
 
 
+def apps(api: Api):
+    """The apps/v1 API (Deployments) on the same connection."""
+    from kubernetes import client
+
+    return client.AppsV1Api(api.core.api_client)
+
+
 def exists(api: Api, kind: str, name: str) -> bool:
     api_exception = api_errors()[0]
     try:
         if kind == k8s_spec.LWS_KIND:
             api.custom.get_namespaced_custom_object(k8s_spec.LWS_GROUP, k8s_spec.LWS_VERSION, api.namespace,
                                                     k8s_spec.LWS_PLURAL, name, _request_timeout=10)
+        elif kind == "Deployment":
+            apps(api).read_namespaced_deployment(name, api.namespace, _request_timeout=10)
         elif kind == "Service":
             api.core.read_namespaced_service(name, api.namespace, _request_timeout=10)
         elif kind == "Secret":
@@ -83,6 +94,7 @@ def remove_started(entry: LedgerEntry, dry_run: bool = False) -> str | None:
             return None
     except (api_exception, http_error, OSError) as err:
         raise InfraError(f"cannot reach {api.where} to remove {kind} {name}: {status_message(err)}") from None
-    if not dry_run and (left := delete_all(api, [(kind, name)], name if kind == k8s_spec.LWS_KIND else None, 60.0)):
+    pods = f"{k8s_spec.LWS_NAME_LABEL}={name}" if kind == k8s_spec.LWS_KIND else None  # a Deployment stays until its pods go
+    if not dry_run and (left := delete_all(api, [(kind, name)], pods, 60.0)):
         raise InfraError(f"still there after deletion: {left}")
     return f"{kind} {name} in namespace {ns} (cell {entry.cell}) on {api.where}"

@@ -38,6 +38,9 @@ class K8sDeployment:
     def __init__(self, cell_id: str, group: "Group"):
         self.cell_id, self._group = cell_id, group
         self.base_url = group.leader_url()
+        # rank 0 as other pods reach it (PD's router): the leader Service, which lists a prefill's bootstrap port
+        self.service_url = f"http://{group.name}-leader:{k8s_spec._port_of(group.plan.ranks[0].argv)}"
+        self.image = group.image
         self.boot_seconds = 0.0
         self.pending_seconds = 0.0  # scheduling and pulling, before the boot clock started
 
@@ -67,6 +70,7 @@ class Group:
         self.running_since = self.started
         self.pending_seconds = 0.0
         self.leader_pod = ""
+        self.image = ""  # what the pods run, once created
         self._pods: list[Any] = []
         self._pods_at = float("-inf")
         self._streams: dict[str, threading.Thread] = {}
@@ -91,6 +95,7 @@ class Group:
 
     def create(self) -> None:
         secret, lws, service = self.objects()
+        self.image = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["image"]
         ns, api_exception = self.api.namespace, api_errors()[0]
         for kind, body, call in (
                 ("Secret", secret, lambda b: self.api.core.create_namespaced_secret(ns, b)),
@@ -234,28 +239,9 @@ class Group:
         if name in self._streams or not started:
             return
         rank = self.rank_of(pod)
-        path = rank_log_path(self.logs_dir, rank)
-
-        def follow() -> None:
-            api_exception, http_error = api_errors()
-            with open(path, "a", encoding="utf-8") as log:
-                log.write(f"# node rank {rank}: pod {name} of LeaderWorkerSet {self.name}\n")
-                log.flush()
-                try:
-                    response = self.api.core.read_namespaced_pod_log(
-                        name, self.api.namespace, container=k8s_spec.CONTAINER, follow=True,
-                        _preload_content=False)
-                    for chunk in response.stream(4096):
-                        log.write(redact(chunk.decode("utf-8", "replace"), self.secrets))
-                        log.flush()
-                        if self._stop.is_set():
-                            break
-                except (api_exception, http_error, OSError) as err:
-                    log.write(f"# dspark-ci: log stream of pod {name} ended: {status_message(err)}\n")
-
-        thread = threading.Thread(target=follow, name=f"log-{name}", daemon=True)
-        self._streams[name] = thread
-        thread.start()
+        self._streams[name] = follow_log(self.api, name, rank_log_path(self.logs_dir, rank),
+                                         f"node rank {rank}: pod {name} of LeaderWorkerSet {self.name}",
+                                         self.secrets, self._stop)
 
     def _drain_logs(self, timeout_s: float = 3.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -277,11 +263,37 @@ class Group:
         """Delete (foreground propagation), then wait until no pod of the group is left; never raises."""
         self._stop.set()
         wait_s = self.tuning.delete_wait_s
-        left = delete_all(self.api, [(k, n) for k, n in reversed(self.created)], self.name, wait_s)
+        left = delete_all(self.api, [(k, n) for k, n in reversed(self.created)],
+                          f"{k8s_spec.LWS_NAME_LABEL}={self.name}", wait_s)
         if left:
             print(f"dspark-ci: {left} of LeaderWorkerSet {self.name} still there {wait_s:g}s after deletion; "
                   f"`dspark-ci cleanup --run {self.context.run_id}` tries again", file=sys.stderr)
         self._drain_logs(2.0)
+
+
+def follow_log(api: Any, pod: str, path: Path, header: str, secrets: list[str], stop: threading.Event,
+               container: str = k8s_spec.CONTAINER) -> threading.Thread:
+    """Stream a pod's log through the API server (pods/log) into ``path``, secrets redacted, until it ends or
+    ``stop`` is set."""
+    def follow() -> None:
+        api_exception, http_error = api_errors()
+        with open(path, "a", encoding="utf-8") as log:
+            log.write(f"# {header}\n")
+            log.flush()
+            try:
+                response = api.core.read_namespaced_pod_log(pod, api.namespace, container=container, follow=True,
+                                                            _preload_content=False)
+                for chunk in response.stream(4096):
+                    log.write(redact(chunk.decode("utf-8", "replace"), secrets))
+                    log.flush()
+                    if stop.is_set():
+                        break
+            except (api_exception, http_error, OSError) as err:
+                log.write(f"# dspark-ci: log stream of pod {pod} ended: {status_message(err)}\n")
+
+    thread = threading.Thread(target=follow, name=f"log-{pod}", daemon=True)
+    thread.start()
+    return thread
 
 
 def _containers_env(lws: dict) -> list[dict]:

@@ -175,7 +175,7 @@ def manifests(plan: LaunchPlan, *, name: str, namespace: str | None = "default",
     service = {"apiVersion": "v1", "kind": "Service",
                "metadata": {**copy.deepcopy(metadata), "name": f"{name}-leader"},
                "spec": {"selector": {LWS_NAME_LABEL: name, LWS_INDEX_LABEL: "0"},
-                        "ports": [{"name": "http", "port": port, "targetPort": port, "protocol": "TCP"}]}}
+                        "ports": _service_ports(argv, port)}}
     for patch in patches:
         kind = patch.get("kind", LWS_KIND)
         if kind == LWS_KIND:
@@ -183,6 +183,16 @@ def manifests(plan: LaunchPlan, *, name: str, namespace: str | None = "default",
         elif kind == "Service":
             service = merge(service, patch)
     return [lws, service]
+
+
+def _service_ports(argv: Sequence[str], port: int) -> list[dict]:
+    """The leader's HTTP port, and a PD prefill's bootstrap port: the router hands decode servers the prefill's
+    host (this Service) to fetch the KV cache from, and a Service forwards only the ports it lists."""
+    ports = [{"name": "http", "port": port, "targetPort": port, "protocol": "TCP"}]
+    if "--disaggregation-bootstrap-port" in argv:
+        bootstrap = int(argv[list(argv).index("--disaggregation-bootstrap-port") + 1])
+        ports.append({"name": "bootstrap", "port": bootstrap, "targetPort": bootstrap, "protocol": "TCP"})
+    return ports
 
 
 def _port_of(argv: Sequence[str]) -> int:

@@ -48,7 +48,8 @@ class PodStuck(LaunchTimeout):
     """A pod of the group cannot run (not schedulable, image not pullable, config refused): its reason named."""
 
     def __str__(self) -> str:
-        parts = [f"{self.cell_id}: node rank {self.node_rank} cannot start: {self.hint}"]
+        who = f"{self.role} rank" if self.role else "node rank"  # a PD cell's role, or its router
+        parts = [f"{self.cell_id}: {who} {self.node_rank} cannot start: {self.hint}"]
         if self.last_lines:
             parts.append("last log lines:\n    " + "\n    ".join(self.last_lines[-10:]))
         return "\n  ".join(parts)

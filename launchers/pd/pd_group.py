@@ -1,5 +1,6 @@
 """A disaggregated cell's group: every role instance launched by the selected launcher's own ``launch()`` (its
-ranks, health wait, logs, ledger and teardown stay the launcher's), SGLang's router started in front, all watched
+ranks, health wait, logs, ledger and teardown stay the launcher's), SGLang's router started in front (on Kubernetes
+the Deployment `dspark-ci plan --format k8s` prints, launchers/pd/k8s_router.py; else a process of the run), all watched
 as one deployment and torn down together, each prefill also for a stall (launchers/pd/prefill_watch.py).
 The culprit is named by role: "decode rank 1 exited", "prefill rank 0 stopped finishing requests"."""
 
@@ -10,16 +11,20 @@ import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import TYPE_CHECKING, Iterator, Mapping, cast
 
 from ground.sglang.release import is_peer_loss
 from launchers.contract import LaunchFailed, Launcher, Deployment
 from launchers.ledger import Ledger
 from launchers.pd.pd_plan import PDPlan, RoleInstance, plan_pd, router_command
 from launchers.pd.prefill_watch import PREFILL_STALL_S, PrefillWatch
-from launchers.pd.router_process import RouterProcess, local_router
+from launchers.pd.k8s_router import k8s_router
+from launchers.pd.router_process import Router, local_router
 from launchers.processes import free_port
 from matrices.cell import Cell
+
+if TYPE_CHECKING:
+    from launchers.k8s.lifecycle import K8sLauncher
 
 
 def as_role(err: LaunchFailed, instance: RoleInstance, cell_id: str) -> LaunchFailed:
@@ -47,7 +52,7 @@ class RoleEndpoint:
 
 class PDDeployment:
     def __init__(self, cell_id: str, base_url: str, members: list[tuple[RoleInstance, Deployment]],
-                 router: RouterProcess):
+                 router: Router):
         self.cell_id, self.base_url, self.members, self.router = cell_id, base_url, members, router
         self.boot_seconds = 0.0
         self.prefill_watches: list[tuple[RoleInstance, PrefillWatch]] = []  # once the group serves (watch_prefills)
@@ -106,15 +111,32 @@ def launch_pd(launcher: Launcher, cell: Cell, logs_dir: Path, env: Mapping[str, 
                    bootstrap_port_of=lambda index: free_port())
     with contextlib.ExitStack() as stack:
         members = [(instance, _launched(stack, launcher, instance, cell.id, logs_dir)) for instance in plan.instances]
-        # the router joins the deployments where they answer (a Slurm job's node is known once it runs)
-        command = router_command(cell, plan.instances, {i.label: d.base_url for i, d in members}, "127.0.0.1",
-                                 free_port(), free_port())
-        router = stack.enter_context(local_router(command, cell.id, logs_dir, env, ledger))
-        deployment = PDDeployment(cell.id, command.base_url, members, router)
+        start = ROUTERS.get(launcher.name, _process_router)
+        router = stack.enter_context(start(launcher, cell, members, logs_dir, env, ledger))
+        deployment = PDDeployment(cell.id, router.base_url, members, router)
         router.wait_ready(cell.id, len(members), boot_timeout_s, deployment.check)
         deployment.boot_seconds = time.monotonic() - started
         deployment.watch_prefills(stack)
         yield deployment
+
+
+def _process_router(launcher: Launcher, cell: Cell, members: list[tuple[RoleInstance, Deployment]], logs_dir: Path,
+                    env: Mapping[str, str], ledger: Ledger | None) -> contextlib.AbstractContextManager[Router]:
+    """The router as a process of the run, joining the deployments where they answer (a Slurm job's node is known
+    once it runs)."""
+    command = router_command(cell, [i for i, _ in members], {i.label: d.base_url for i, d in members}, "127.0.0.1",
+                             free_port(), free_port())
+    return local_router(command, cell.id, logs_dir, env, ledger)
+
+
+def _k8s_router(launcher: Launcher, cell: Cell, members: list[tuple[RoleInstance, Deployment]], logs_dir: Path,
+                env: Mapping[str, str], ledger: Ledger | None) -> contextlib.AbstractContextManager[Router]:
+    """The router as the Deployment `dspark-ci plan --format k8s` prints, through the same API server."""
+    return k8s_router(cast("K8sLauncher", launcher), cell, members, logs_dir)  # ROUTERS: by the launcher's name
+
+
+# Where a launcher runs the router (by launcher name); any other: a process of the run.
+ROUTERS = {"k8s": _k8s_router}
 
 
 def _launched(stack: contextlib.ExitStack, launcher: Launcher, instance: RoleInstance, cell_id: str,

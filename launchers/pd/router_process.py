@@ -1,5 +1,6 @@
-"""sglang-router as a process of the run (local and Slurm launchers: it runs where dspark-ci runs), recorded in the
-ledger before it starts, watched like a rank, stopped with the group."""
+"""sglang-router as a process of the run (local, Docker and Slurm launchers: it runs where dspark-ci runs), recorded
+in the ledger, watched like a rank, stopped with the group; and ``Router``, what a PD group needs of its router
+wherever it runs (on Kubernetes: launchers/pd/k8s_router.py)."""
 
 from __future__ import annotations
 
@@ -36,16 +37,15 @@ def check_installed(env: Mapping[str, str]) -> None:
         raise InfraError(f"sglang-router is not importable by {python}: {INSTALL_HINT}")
 
 
-class RouterProcess:
-    def __init__(self, command: RouterCommand, process: subprocess.Popen, log_path: Path):
-        self.command, self.process, self.log_path = command, process, log_path
+class Router:
+    """A PD group's router wherever it runs: where it answers, its log, ``check()`` (raises when it died) and the
+    wait until it lists every worker healthy."""
+
+    base_url: str
+    log_path: Path
 
     def check(self, cell_id: str) -> None:
-        code = self.process.poll()
-        if code is not None:
-            raise LaunchFailed(cell_id=cell_id, reason="exited", node_rank=0, rank_exit_code=code,
-                               last_lines=tail(self.log_path, LOG_LINES_KEPT), role="router",
-                               hint=f"full log: {self.log_path}")
+        raise NotImplementedError
 
     def wait_ready(self, cell_id: str, workers: int, timeout_s: float, also_check) -> float:
         """Until the router answers /health and lists every worker healthy (it registers them as it checks them)."""
@@ -54,14 +54,27 @@ class RouterProcess:
             self.check(cell_id)
             also_check()
             with contextlib.suppress(requests.RequestException, ValueError):
-                if requests.get(f"{self.command.base_url}/health", timeout=5).status_code == 200:
-                    listed = requests.get(f"{self.command.base_url}/workers", timeout=5).json().get("workers", [])
+                if requests.get(f"{self.base_url}/health", timeout=5).status_code == 200:
+                    listed = requests.get(f"{self.base_url}/workers", timeout=5).json().get("workers", [])
                     if sum(1 for w in listed if w.get("is_healthy")) >= workers:
                         return time.monotonic() - started
             time.sleep(0.5)
         raise LaunchTimeout(cell_id=cell_id, reason="timeout", role="router",
                             last_lines=tail(self.log_path, LOG_LINES_KEPT),
                             hint=f"the router did not list {workers} healthy workers within {timeout_s:g} s")
+
+
+class RouterProcess(Router):
+    def __init__(self, command: RouterCommand, process: subprocess.Popen, log_path: Path):
+        self.command, self.process, self.log_path = command, process, log_path
+        self.base_url = command.base_url
+
+    def check(self, cell_id: str) -> None:
+        code = self.process.poll()
+        if code is not None:
+            raise LaunchFailed(cell_id=cell_id, reason="exited", node_rank=0, rank_exit_code=code,
+                               last_lines=tail(self.log_path, LOG_LINES_KEPT), role="router",
+                               hint=f"full log: {self.log_path}")
 
 
 @contextlib.contextmanager
