@@ -444,6 +444,94 @@ def acceptance_power(nights: int, seed: int) -> str:
     return "\n".join(lines)
 
 
+# --- Where speculation pays (a separate mode: `--envelope`): the boundary does not move inward ---------------------
+# The smoke matrix's sweep at one input length: grid ENVELOPE_GRID, max(c, 4) requests per point on each server, each
+# SWEEP_OUTPUT tokens. A request's TPOT is (verify steps × a step's cost) / (tokens − 1) with its steps drawn as the
+# simulator draws acceptance (alpha 0.7, gamma 7) and the simulator's per-request step jitter; a verify step costs
+# 1 + ENVELOPE_COST × shift per running request past 8 (sglang_sim.engine._verify_cost, every stream open), the
+# reference's step 1. Scenario -> (cost per stream past 8, where the true speedup falls to 1).
+ENVELOPE_GRID, SWEEP_OUTPUT, SWEEP_MIN_REQUESTS, STEP_JITTER_REQUEST = (1, 8, 32, 128), 32, 4, 0.05
+ENVELOPE_COST, ENVELOPE_BASELINE = 0.01, 128
+ENVELOPE_GATES = 13  # the smoke cell's statistical gates with this one: the family its alpha is split over
+
+
+def _break_even_cost(concurrency: float, speedup: float = 1.0) -> float:
+    """The cost per stream past 8 at which the median speedup is ``speedup`` at ``concurrency``: the median TPOT of a
+    speculative request per unit step cost, from a large draw (acceptance varies per request, so this is not the
+    mean accept length's cost)."""
+    rng = random.Random(0)
+    unit = statistics.median(_sweep_tpots(rng, 20000, 0.0, jitter=False))
+    return (1 / (unit * speedup) - 1) / (concurrency - 8)
+
+
+def _sweep_tpots(rng: random.Random, concurrency: int, cost: float | None, jitter: bool = True) -> list[float]:
+    """Per-request TPOTs at one point; ``cost`` None: the reference without speculation."""
+    from sglang_sim.speculation import AcceptModel, draw_accepted
+
+    alphas = AcceptModel(POSITION_ALPHA, max_accept=POSITION_GAMMA).alphas()
+    tpots = []
+    for _ in range(max(concurrency, SWEEP_MIN_REQUESTS)):
+        steps, tokens = 0, 1  # the prefill's token, then verify steps
+        while tokens < SWEEP_OUTPUT:
+            tokens += 1 if cost is None else draw_accepted(rng, alphas, POSITION_GAMMA) + 1
+            steps += 1
+        step = 1.0 if cost is None else 1 + max(0, concurrency - 8) * cost
+        noise = math.exp(rng.gauss(0, STEP_JITTER_REQUEST)) if jitter else 1.0
+        tpots.append(step * steps / (min(tokens, SWEEP_OUTPUT) - 1) * noise)
+    return tpots
+
+
+ENVELOPE_SCENARIOS = {
+    "clean (pays at 128: speedup 1.4)": ENVELOPE_COST,
+    "clean at the edge (speedup 1.0 at 128)": _break_even_cost(128),
+    "at the detection line (speedup 0.95 at 128)": _break_even_cost(128, 0.95),
+    "shift: pays up to 120": _break_even_cost(120),
+    "shift: pays up to 100": _break_even_cost(100),
+    "shift: pays up to 64": _break_even_cost(64),
+    "shift: pays up to 32 (envelope_shift=9)": ENVELOPE_COST * 9,
+}
+
+
+def envelope_night(rng: random.Random, cost: float, baseline) -> str:
+    """One night's sweep through reports.gates.evaluate: the never_inward gate's verdict."""
+    from ground.measurements import Envelope, EnvelopeBoundary, EnvelopePoint
+    from suites.envelope import boundary, speedup_stderr
+
+    points = []
+    for concurrency in ENVELOPE_GRID:
+        ours, theirs = _sweep_tpots(rng, concurrency, cost), _sweep_tpots(rng, concurrency, None)
+        points.append(EnvelopePoint(concurrency, 256, len(ours), statistics.median(ours), statistics.median(theirs),
+                                    statistics.median(theirs) / statistics.median(ours),
+                                    speedup_stderr(ours, theirs, seed=rng.getrandbits(32))))
+    found = boundary(points, 256)
+    envelope = Envelope(tuple(points), {"256": EnvelopeBoundary(*found)}, "random text", "")
+    metrics = {"speculation_boundary_concurrency": found[0]}
+    cell = CellResult(id="c", config=CellConfig(speculative_algorithm="DSPARK"), expect={}, metrics=metrics,
+                      envelope=envelope)
+    gates = evaluate(cell, metrics, baseline, stats.Levels.family(ENVELOPE_GATES))
+    return next(g.verdict for g in gates if g.metric == "speculation_boundary_concurrency")
+
+
+def envelope_power(nights: int, seed: int) -> str:
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "envelope.yaml"
+        path.write_text(f"schema: 1\ncells:\n  c:\n    speculation_boundary_concurrency: {{value: {ENVELOPE_BASELINE}, "
+                        "never_inward: true}\n")
+        baseline = load_baseline(path)
+    lines = [f"Envelope gate ({nights} nights; grid {list(ENVELOPE_GRID)}, baseline boundary {ENVELOPE_BASELINE}, "
+             f"alpha split over {ENVELOPE_GATES} gates):"]
+    for name, cost in ENVELOPE_SCENARIOS.items():
+        verdicts = [envelope_night(rng, cost, baseline) for _ in range(nights)]
+        lines.append(f"  {name}: red {verdicts.count(stats.REGRESSED) / nights:.1%}, green "
+                     f"{verdicts.count(stats.PASSED) / nights:.1%}, inconclusive "
+                     f"{verdicts.count(stats.INCONCLUSIVE) / nights:.1%}")
+    return "\n".join(lines)
+
+
+SMOKE_MODE_NIGHTS = 3  # nights of each separate mode under --smoke
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nights", type=int, default=200)
@@ -457,6 +545,8 @@ def main() -> int:
     parser.add_argument("--e2e", type=int, default=0, metavar="N", help="also N end-to-end nights on the simulator")
     parser.add_argument("--acceptance", action="store_true",
                         help="only the acceptance gates: sampled losslessness and per-position acceptance")
+    parser.add_argument("--envelope", action="store_true",
+                        help="only the gate on where speculation pays (the boundary does not move inward)")
     parser.add_argument("--e2e-scenarios", default=",".join(E2E_SCENARIOS),
                         help=f"which end-to-end scenarios (comma-separated of: {', '.join(E2E_SCENARIOS)})")
     parser.add_argument("--e2e-out", metavar="DIR", help="keep the end-to-end runs' directories here (default: a "
@@ -470,14 +560,19 @@ def main() -> int:
     parser.add_argument("--beta-spending", choices=sorted(stats.BETA_SPENDING), default=stats.BETA_SCHEDULE,
                         help=f"how β is spread over the looks (ground.stats.BETA_SPENDING; default {stats.BETA_SCHEDULE})")
     args = parser.parse_args()
-    if args.acceptance:
-        print(acceptance_power(args.nights, args.seed))
+    modes = {"acceptance": acceptance_power, "envelope": envelope_power}
+    if any(getattr(args, mode) for mode in modes):
+        for mode, power in modes.items():
+            if getattr(args, mode):
+                print(power(SMOKE_MODE_NIGHTS if args.smoke else args.nights, args.seed))
         return 0
     stats.BETA_SCHEDULE = args.beta_spending  # before the worker processes fork: they inherit it
     global NODE_SHARE
     NODE_SHARE = args.node_share
     if args.smoke:
         args.nights, args.repeats, args.jobs = 2, 1, 1
+        for power in modes.values():  # the separate modes too, so CI's smoke run finds them broken
+            print(power(SMOKE_MODE_NIGHTS, args.seed))
     started = time.monotonic()
     seeds = [args.seed + k for k in range(args.repeats)]
     if args.nights > 0:  # --nights 0: only --shipped / --e2e
