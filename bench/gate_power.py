@@ -456,15 +456,16 @@ ENVELOPE_GATES = 13  # the smoke cell's statistical gates with this one: the fam
 
 
 def _break_even_cost(concurrency: float, speedup: float = 1.0) -> float:
-    """The cost per stream past 8 at which the median speedup is ``speedup`` at ``concurrency``: the median TPOT of a
-    speculative request per unit step cost, from a large draw (acceptance varies per request, so this is not the
-    mean accept length's cost)."""
+    """The cost per stream past 8 at which the median speedup is ``speedup`` at ``concurrency``: the medians of both
+    servers' per-request TPOTs per unit step cost, from a large draw (acceptance varies per request, so this is not
+    the mean accept length's cost)."""
     rng = random.Random(0)
-    unit = statistics.median(_sweep_tpots(rng, 20000, 0.0, jitter=False))
-    return (1 / (unit * speedup) - 1) / (concurrency - 8)
+    unit = statistics.median(_sweep_tpots(rng, 40000, 0.0))
+    reference = statistics.median(_sweep_tpots(rng, 40000, None))
+    return (reference / (unit * speedup) - 1) / (concurrency - 8)
 
 
-def _sweep_tpots(rng: random.Random, concurrency: int, cost: float | None, jitter: bool = True) -> list[float]:
+def _sweep_tpots(rng: random.Random, concurrency: int, cost: float | None) -> list[float]:
     """Per-request TPOTs at one point; ``cost`` None: the reference without speculation."""
     from sglang_sim.speculation import AcceptModel, draw_accepted
 
@@ -476,8 +477,7 @@ def _sweep_tpots(rng: random.Random, concurrency: int, cost: float | None, jitte
             tokens += 1 if cost is None else draw_accepted(rng, alphas, POSITION_GAMMA) + 1
             steps += 1
         step = 1.0 if cost is None else 1 + max(0, concurrency - 8) * cost
-        noise = math.exp(rng.gauss(0, STEP_JITTER_REQUEST)) if jitter else 1.0
-        tpots.append(step * steps / (min(tokens, SWEEP_OUTPUT) - 1) * noise)
+        tpots.append(step * steps / (min(tokens, SWEEP_OUTPUT) - 1) * math.exp(rng.gauss(0, STEP_JITTER_REQUEST)))
     return tpots
 
 
@@ -529,6 +529,84 @@ def envelope_power(nights: int, seed: int) -> str:
     return "\n".join(lines)
 
 
+# --- Per-category acceptance (a separate mode: `--categories`) ---------------------------------------------------------
+# The smoke accept suite's builtin workload: 40 requests over its categories (20 prompts, each asked twice), each
+# request up to CATEGORY_TOKENS tokens drawn as the simulator draws them (alpha 0.7 times the simulator's default factor
+# per category, gamma 7), a per-boot shift of alpha (ACCEPT_DRIFT_BOOT, as E2E_NOISE); gated against a baseline of
+# BASELINE_RUNS boots with min_ratio 0.9 per category, family-wise over the cell's gates (accept length, its 7
+# positions, the categories). Planted: the code category's alpha times a factor (fault category_regression=code: 0.6).
+CATEGORY_REQUESTS = {"code": 6, "writing": 8, "stem": 12, "humanities": 4, "math": 6, "long_context": 4}
+CATEGORY_TOKENS, ACCEPT_DRIFT_BOOT = 256, 0.003
+CATEGORY_PLANTED = {"clean": 1.0, "code x0.95": 0.95, "code x0.9": 0.9, "code x0.8": 0.8, "category_regression=code (x0.6)": 0.6}
+
+
+def _category_boot(rng: random.Random, code_factor: float = 1.0) -> dict:
+    """One boot's accept_length_CATEGORY (with per-request stderrs)."""
+    from sglang_sim.sim_config import SimConfig
+    from sglang_sim.speculation import AcceptModel, draw_accepted
+
+    alpha = POSITION_ALPHA + rng.gauss(0, ACCEPT_DRIFT_BOOT)
+    factors = {**SimConfig().category_accept}
+    factors["code"] = factors.get("code", 1.0) * code_factor
+    model = AcceptModel(alpha, max_accept=POSITION_GAMMA, category_factors=factors)
+    metrics = {}
+    for category, requests in CATEGORY_REQUESTS.items():
+        alphas = model.alphas(category if category in factors else "other")
+        lengths = []
+        for _ in range(requests):
+            steps, tokens = 0, 1
+            while tokens < CATEGORY_TOKENS:
+                tokens += draw_accepted(rng, alphas, POSITION_GAMMA) + 1
+                steps += 1
+            lengths.append(tokens / steps)
+        metrics[f"accept_length_{category}"] = statistics.fmean(lengths)
+        metrics[f"accept_length_{category}_stderr"] = statistics.stdev(lengths) / math.sqrt(requests)
+    return metrics
+
+
+def category_baseline(rng: random.Random, directory: Path) -> Path:
+    boots = [_category_boot(rng) for _ in range(BASELINE_RUNS)]
+    lines = ["schema: 1", "cells:", "  c:"]
+    for category in CATEGORY_REQUESTS:
+        name = f"accept_length_{category}"
+        values = [b[name] for b in boots]
+        mean = statistics.fmean(values)
+        lines.append(f"    {name}: {{value: {mean:.6g}, min_ratio: 0.9, noise: {statistics.stdev(values) / mean:.6g}, "
+                     f"runs: {len(values)}, request_noise: {statistics.fmean(b[name + '_stderr'] for b in boots) / mean:.6g}}}")
+    path = directory / "categories.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+CATEGORY_FAMILY = 15  # the smoke cell's acceptance gates: accept length, accept rate, 7 positions, 6 categories
+
+
+def category_night(rng: random.Random, baseline, code_factor: float) -> tuple[str, bool]:
+    """(the code category's verdict, whether any other category's gate was red) for one boot."""
+    metrics = _category_boot(rng, code_factor)
+    cell = CellResult(id="c", config=CellConfig(speculative_algorithm="DSPARK"), expect={}, metrics=metrics)
+    gates = evaluate(cell, metrics, baseline, stats.Levels.family(CATEGORY_FAMILY))
+    verdicts = {g.metric: g.verdict for g in gates if g.statistic is not None}
+    others = any(v == stats.REGRESSED for m, v in verdicts.items() if m != "accept_length_code")
+    return verdicts["accept_length_code"], others
+
+
+def category_power(nights: int, seed: int) -> str:
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        baseline = load_baseline(category_baseline(rng, Path(tmp)))
+    lines = [f"Per-category gates ({nights} nights; {sum(CATEGORY_REQUESTS.values())} requests of {CATEGORY_TOKENS} "
+             f"tokens over {len(CATEGORY_REQUESTS)} categories, baseline {BASELINE_RUNS} boots, alpha split over "
+             f"{CATEGORY_FAMILY} gates):"]
+    for name, factor in CATEGORY_PLANTED.items():
+        results = [category_night(rng, baseline, factor) for _ in range(nights)]
+        code = [verdict for verdict, _ in results]
+        lines.append(f"  {name}: code red {code.count(stats.REGRESSED) / nights:.1%}, green "
+                     f"{code.count(stats.PASSED) / nights:.1%}; another category red "
+                     f"{sum(other for _, other in results) / nights:.1%}")
+    return "\n".join(lines)
+
+
 SMOKE_MODE_NIGHTS = 3  # nights of each separate mode under --smoke
 
 
@@ -547,6 +625,8 @@ def main() -> int:
                         help="only the acceptance gates: sampled losslessness and per-position acceptance")
     parser.add_argument("--envelope", action="store_true",
                         help="only the gate on where speculation pays (the boundary does not move inward)")
+    parser.add_argument("--categories", action="store_true",
+                        help="only the per-category acceptance gates (a regression planted in one category)")
     parser.add_argument("--e2e-scenarios", default=",".join(E2E_SCENARIOS),
                         help=f"which end-to-end scenarios (comma-separated of: {', '.join(E2E_SCENARIOS)})")
     parser.add_argument("--e2e-out", metavar="DIR", help="keep the end-to-end runs' directories here (default: a "
@@ -560,7 +640,7 @@ def main() -> int:
     parser.add_argument("--beta-spending", choices=sorted(stats.BETA_SPENDING), default=stats.BETA_SCHEDULE,
                         help=f"how β is spread over the looks (ground.stats.BETA_SPENDING; default {stats.BETA_SCHEDULE})")
     args = parser.parse_args()
-    modes = {"acceptance": acceptance_power, "envelope": envelope_power}
+    modes = {"acceptance": acceptance_power, "envelope": envelope_power, "categories": category_power}
     if any(getattr(args, mode) for mode in modes):
         for mode, power in modes.items():
             if getattr(args, mode):

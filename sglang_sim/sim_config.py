@@ -44,6 +44,7 @@ class Faults:
     nonstream_garbage: bool = False  # non-streamed replies carry random letters (streams stay right)
     nonstream_empty: bool = False  # non-streamed replies carry no text (streams stay right)
     usage_doubled: bool = False  # non-streamed usage counts twice the completion tokens
+    category_regression: str | None = None  # drafts on this prompt category accept less often (others unchanged)
 
     @property
     def names(self) -> list[str]:
@@ -93,6 +94,15 @@ def _count_fault(name: str, least: int) -> Callable[[str | None], dict]:
     return parse
 
 
+def _category_regression(value: str | None) -> dict:
+    from sglang_sim.speculation import CATEGORIES
+
+    if value not in CATEGORIES:
+        raise SimConfigError(f"fault 'category_regression' needs a category the simulated draft tells apart: "
+                             f"category_regression={{{','.join(CATEGORIES)}}} (got {value!r})")
+    return {"category_regression": value}
+
+
 # fault name -> parser of its optional "=VALUE" part, returning the Faults fields it sets
 FAULT_PARSERS: dict[str, Callable[[str | None], dict]] = {
     "accept_collapse": _flag("accept_collapse"),
@@ -114,6 +124,7 @@ FAULT_PARSERS: dict[str, Callable[[str | None], dict]] = {
     "nonstream_garbage": _flag("nonstream_garbage"),
     "nonstream_empty": _flag("nonstream_empty"),
     "usage_doubled": _flag("usage_doubled"),
+    "category_regression": _category_regression,
 }
 
 
@@ -147,6 +158,9 @@ FAULT_HELP: dict[str, tuple[str, str]] = {
                                                "letters, streamed ones stay right"),
     "nonstream_empty": ("nonstream_empty", "non-streamed replies carry no text, streamed ones stay right"),
     "usage_doubled": ("usage_doubled", "non-streamed usage counts twice the completion tokens (and still adds up)"),
+    "category_regression": ("category_regression=CATEGORY", "drafts on prompts of CATEGORY (code, math, long_context "
+                                                            "or other) accept 0.6 times as often; other categories "
+                                                            "keep theirs"),
 }
 
 
@@ -380,4 +394,15 @@ class SimConfig:
         values: dict[str, Any] = {name: knob.parse(knob.env, environ.get(knob.env, knob.default).strip())
                   for name, knob in KNOBS.items()}
         config = cls(**values)
-        return config.regression.applied(config) if config.regression else config
+        return _category_regressed(config.regression.applied(config) if config.regression else config)
+
+
+def _category_regressed(config: SimConfig) -> SimConfig:
+    """Fault category_regression folded into the per-category factors on alpha the acceptance model reads."""
+    from sglang_sim.speculation import CATEGORY_REGRESSION_ACCEPT
+
+    category = config.faults.category_regression
+    if category is None:
+        return config
+    factors = {**config.category_accept, category: config.category_accept.get(category, 1.0) * CATEGORY_REGRESSION_ACCEPT}
+    return replace(config, category_accept=MappingProxyType(factors))

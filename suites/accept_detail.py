@@ -28,6 +28,7 @@ import numpy as np
 import openai
 
 from ground.stats import ratio_stderr
+from ground.suites import ACCEPT_CATEGORIES, category_metric
 from suites.prompts import Prompt
 from suites.server import Server
 
@@ -93,6 +94,20 @@ def by_category(requests: Sequence) -> dict[str, dict]:
                         "positions": [{"position": row["position"], "rate": row["rate"]} for row in positions(members)],
                         "accept_length_histogram": accept_length_histogram(members)}
     return detail
+
+
+def category_metrics(requests: Sequence) -> dict[str, float | None]:
+    """accept_length_CATEGORY (Σ completion tokens / Σ verify steps over the category's requests, as accept_length)
+    and its per-request standard error, for each category of ``ground.suites.ACCEPT_CATEGORIES`` the workload has."""
+    metrics: dict[str, float | None] = {}
+    for category in ACCEPT_CATEGORIES:
+        members = [r for r in requests if r.spec_verify_ct and r.category == category]
+        if not members:
+            continue
+        tokens, steps = [r.completion_tokens for r in members], [r.spec_verify_ct for r in members]
+        metrics[category_metric(category)] = sum(tokens) / sum(steps)
+        metrics[f"{category_metric(category)}_stderr"] = ratio_stderr(tokens, steps)
+    return metrics
 
 
 def position_source(requests: Sequence) -> str | None:

@@ -1,4 +1,5 @@
-"""Speculative acceptance: accept_length, accept_rate, accept_rate_pos1..8 (per draft position), and at the sampled
+"""Speculative acceptance: accept_length, accept_rate, accept_rate_pos1..8 (per draft position), accept_length_CATEGORY
+(per category of the workload: code, math, long_context, MT-Bench's others), and at the sampled
 setting accept_length_sampled; with a non-speculative reference (--reference-url) the losslessness figures
 sampled_greedy_share[_reference][_stderr]. Records "accept" (per request, with category and histogram),
 "accept_server" (server-side figures), "accept_summary" (the /metrics cross-check), "accept_detail" (per position,
@@ -21,7 +22,7 @@ from suites.accept import (
     server_side_figures, take_snapshot, with_spec,
 )
 from suites.accept_detail import (
-    accept_length_histogram, by_category, drift, greedy_like_share, greedy_texts, position_metrics, position_source,
+    accept_length_histogram, by_category, category_metrics, drift, greedy_like_share, greedy_texts, position_metrics, position_source,
     positions,
 )
 from suites.config import SuiteInputError
@@ -71,7 +72,7 @@ def accept_run(server, suite_config, suite_output, detail):
     server_side = server_side_figures(before, after, requests)
     messages = disagreements(requests, server_side.figures, options["disagreement_tolerance"])
     table = positions(requests)
-    suite_output.add_metrics({**metrics, **position_metrics(table)})
+    suite_output.add_metrics({**metrics, **position_metrics(table), **category_metrics(requests)})
     suite_output.add_records("accept", [request_record(r) for r in requests])
     suite_output.add_records("accept_server", [{**figure, "speculative_algorithm": after.speculative_algorithm}
                                                for figure in server_side.figures])
