@@ -28,7 +28,9 @@ statistical gates, and red for today's; per nightly: the share of clean nights t
 boots (and GPQA repeats) spent per cell against today's one. ``--shipped`` also measures the shipped baselines and
 their cells as they are (``bench/gate_power_shipped.py``). ``--e2e N`` also runs N nights of the smoke matrix end to
 end on the simulator (``dspark-ci run`` with the noise knobs of ``E2E_NOISE`` set, clean, accept length −5 %, TPOT
-+5 %) and reports every gate. ``--smoke``: seconds, for CI.
++5 %) and reports every gate. Separate modes, each its own section of BENCHMARKS.md: ``--acceptance`` (sampled
+losslessness, per-position acceptance), ``--envelope`` (where speculation pays: the boundary does not move inward),
+``--categories`` (acceptance per category). ``--smoke``: seconds, for CI (every mode, a few nights each).
 """
 
 from __future__ import annotations
