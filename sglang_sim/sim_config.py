@@ -37,6 +37,7 @@ class Faults:
     position_regression: int | None = None  # draft positions >= this accept half as often; earlier ones make up
     accept_drift: int | None = None  # after this many requests, every draft is accepted less often (EPLB-like)
     lossy_sampling: bool = False  # at temperature > 0 speculation skews samples toward the greedy text
+    spec_ignores_top_p: bool = False  # a speculative server samples as if top_p were 1
     envelope_shift: float = 1.0  # verify steps' cost per running request past the knee, times this
     pd_transfer_fail: bool = False  # a prefill's bootstrap server fails every transfer (decode answers 500)
     pd_random_hidden: bool = False  # a prefill hands decode random hidden states (acceptance drops, text holds)
@@ -117,6 +118,7 @@ FAULT_PARSERS: dict[str, Callable[[str | None], dict]] = {
     "position_regression": _count_fault("position_regression", 2),
     "accept_drift": _count_fault("accept_drift", 0),
     "lossy_sampling": _flag("lossy_sampling"),
+    "spec_ignores_top_p": _flag("spec_ignores_top_p"),
     "envelope_shift": lambda value: {"envelope_shift": _number("envelope_shift", value or "", minimum=1.0)},
     "pd_transfer_fail": _flag("pd_transfer_fail"),
     "pd_random_hidden": _flag("pd_random_hidden"),
@@ -150,6 +152,8 @@ FAULT_HELP: dict[str, tuple[str, str]] = {
                                                 "faster: speculation stops paying at a lower concurrency"),
     "lossy_sampling": ("lossy_sampling", "at temperature > 0, half the samples of a speculative server follow the "
                                          "greedy text (a draft sampler ignoring temperature); greedy output stays exact"),
+    "spec_ignores_top_p": ("spec_ignores_top_p", "a speculative server's sampler ignores top_p (as one fork's "
+                                                 "speculative path did): top_p near 0 still samples; greedy stays exact"),
     "pd_transfer_fail": ("pd_transfer_fail", "PD prefill: every KV/hidden-state transfer fails (decode answers 500)"),
     "pd_random_hidden": ("pd_random_hidden", "PD prefill: hands decode random hidden states (sglang#7242): "
                                              "acceptance drops, text and health hold"),

@@ -184,6 +184,15 @@ def greedy_like_share(server: Server, prompts: Sequence[Prompt], samples: int, t
     return SampledShare(sum(g == t for g, t in counted), len(counted), len(items) - len(counted))
 
 
+def repeated_words(texts: Sequence[str | None]) -> int:
+    """Words that repeat an earlier word of the same text, summed over ``texts`` (what a repetition penalty cuts)."""
+    total = 0
+    for text in texts:
+        words = [word.strip(".,;:!?").lower() for word in (text or "").split()]
+        total += len(words) - len(set(words))
+    return total
+
+
 def greedy_texts(server: Server, prompts: Sequence[Prompt], tokens: int, concurrency: int,
                  **sampling) -> list[str | None]:
     body = {"temperature": 0.0, **sampling}
@@ -191,7 +200,8 @@ def greedy_texts(server: Server, prompts: Sequence[Prompt], tokens: int, concurr
                            concurrency, label="accept greedy")
 
 
-OPENAI_SAMPLING = ("temperature", "top_p")  # the rest (top_k, penalties of SGLang's own) go in extra_body
+# OpenAI's own sampling parameters; the rest (top_k, SGLang's repetition_penalty) go in extra_body
+OPENAI_SAMPLING = ("temperature", "top_p", "frequency_penalty", "presence_penalty")
 
 
 def _text(client: openai.OpenAI, model: str, text: str, tokens: int, body: dict) -> str | None:
