@@ -539,7 +539,8 @@ def envelope_power(nights: int, seed: int) -> str:
 # positions, the categories). Planted: the code category's alpha times a factor (fault category_regression=code: 0.6).
 CATEGORY_REQUESTS = {"code": 6, "writing": 8, "stem": 12, "humanities": 4, "math": 6, "long_context": 4}
 CATEGORY_TOKENS, ACCEPT_DRIFT_BOOT = 256, 0.003
-CATEGORY_PLANTED = {"clean": 1.0, "code x0.95": 0.95, "code x0.9": 0.9, "code x0.8": 0.8, "category_regression=code (x0.6)": 0.6}
+CATEGORY_PLANTED = {"clean": 1.0, "code x0.95": 0.95, "code x0.9": 0.9, "code x0.8": 0.8,
+                    "category_regression=code (x0.6)": 0.6}
 
 
 def _category_boot(rng: random.Random, code_factor: float = 1.0) -> dict:
@@ -573,8 +574,9 @@ def category_baseline(rng: random.Random, directory: Path) -> Path:
         name = f"accept_length_{category}"
         values = [b[name] for b in boots]
         mean = statistics.fmean(values)
+        request = statistics.fmean(b[name + "_stderr"] for b in boots) / mean
         lines.append(f"    {name}: {{value: {mean:.6g}, min_ratio: 0.9, noise: {statistics.stdev(values) / mean:.6g}, "
-                     f"runs: {len(values)}, request_noise: {statistics.fmean(b[name + '_stderr'] for b in boots) / mean:.6g}}}")
+                     f"runs: {len(values)}, request_noise: {request:.6g}}}")
     path = directory / "categories.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path

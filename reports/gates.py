@@ -318,10 +318,11 @@ def envelope_statistic(envelope: Envelope | None, boundary: float, levels: stats
     speedup must not be shown below 1, nor the boundary's interval lie wholly inward of it.
 
     Each point's speedup (reference median TPOT / speculative) has its standard error from the bootstrap over both
-    servers' requests; on the log scale, Student t (``_speedup_interval``). Red when any point's interval at 1 − alpha/m lies below 1, or the
-    boundary computed from the points' upper ends falls inward of ``boundary`` (Bonferroni over the m = points + 1
-    tests: the gate's alpha holds for the lot); green when every point's lower end at 1 − beta is above
-    1 − ENVELOPE_DETECT; inconclusive otherwise (an interval that straddles break-even is not a coin flip).
+    servers' requests; on the log scale, Student t (``_speedup_interval``). Red when any point's interval at
+    1 − alpha/m lies below 1, or the boundary computed from the points' upper ends falls inward of ``boundary``
+    (Bonferroni over the m = points + 1 tests: the gate's alpha holds for the lot); green when every point's lower
+    end at 1 − beta is above 1 − ENVELOPE_DETECT; inconclusive otherwise (an interval that straddles break-even is
+    not a coin flip).
     None when no sweep was measured (the gate then fails as not measured)."""
     length = envelope.shortest_input_len if envelope is not None else None
     if envelope is None or length is None:
@@ -346,8 +347,9 @@ def envelope_statistic(envelope: Envelope | None, boundary: float, levels: stats
     effect, low, high = ends[worst.concurrency]
     test = (f"speedup at each of {len(inside)} sweep concurrencies <= {boundary:g} (input {length} tokens; worst at "
             f"{worst.concurrency}: {1 + effect:.2f} [{1 + low:.2f}, {1 + high:.2f}]) against 1, t on log speedup (√n "
-            f"degrees of freedom) with bootstrap errors over both servers' requests, Bonferroni over {len(inside) + 1} tests; boundary "
-            f"{_boundary_text(lower)}-{_boundary_text(upper)} vs the baseline's {boundary:g}")
+            f"degrees of freedom) with bootstrap errors over both servers' requests, Bonferroni over "
+            f"{len(inside) + 1} tests; boundary {_boundary_text(lower)}-{_boundary_text(upper)} vs the baseline's "
+            f"{boundary:g}")
     return stats.Verdict(verdict, effect, low, high, ENVELOPE_TOLERANCE, stats.RELATIVE, test, point_levels.alpha,
                          levels.beta,
                          sum(p.requests for p in inside), -ENVELOPE_DETECT)

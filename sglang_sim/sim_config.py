@@ -408,5 +408,6 @@ def _category_regressed(config: SimConfig) -> SimConfig:
     category = config.faults.category_regression
     if category is None:
         return config
-    factors = {**config.category_accept, category: config.category_accept.get(category, 1.0) * CATEGORY_REGRESSION_ACCEPT}
+    factor = config.category_accept.get(category, 1.0) * CATEGORY_REGRESSION_ACCEPT
+    factors = {**config.category_accept, category: factor}
     return replace(config, category_accept=MappingProxyType(factors))

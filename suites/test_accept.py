@@ -237,8 +237,8 @@ def test_penalty_cuts_repetition(plain_greedy, server, suite_config, name):
     before = repeated_words(plain)
     if not before:
         pytest.skip(f"the greedy text repeats no word in {tokens} tokens: {name} has nothing to act on")
-    penalised = greedy_texts(server, _sampling_prompts(suite_config), tokens, suite_config.suite("accept")["concurrency"],
-                             **{name: PENALTIES[name]})
+    concurrency = suite_config.suite("accept")["concurrency"]
+    penalised = greedy_texts(server, _sampling_prompts(suite_config), tokens, concurrency, **{name: PENALTIES[name]})
     after = repeated_words(penalised)
     assert after < before, (f"{name}={PENALTIES[name]:g} left {after} repeated words against {before} without it "
                             f"(greedy, {tokens} tokens per prompt): the penalty is ignored under speculation")
