@@ -36,6 +36,7 @@ FAULT_VALUES: dict[str, tuple[str, ...]] = {
     "position_regression": ("position_regression=3",),  # the per-position gates' planted regression
     "accept_drift": ("accept_drift=20",),  # mid-run: after the sanity suite's requests and half the accept suite's
     "envelope_shift": ("envelope_shift=4",),  # speculation stops paying at a quarter of the concurrency
+    "category_regression": ("category_regression=code",),  # the code category's drafts accept 0.6 times as often
 }
 
 

@@ -28,8 +28,10 @@ statistical gates, and red for today's; per nightly: the share of clean nights t
 boots (and GPQA repeats) spent per cell against today's one. ``--shipped`` also measures the shipped baselines and
 their cells as they are (``bench/gate_power_shipped.py``). ``--e2e N`` also runs N nights end to end on the
 simulator (``bench/gate_power_e2e.py``: ``dspark-ci run`` with the noise knobs set; the smoke matrix clean, accept
-length −5 %, TPOT +5 %, and a 198-question GPQA cell clean and −5 points) and reports every gate. ``--smoke``:
-seconds, for CI.
+length −5 %, TPOT +5 %, and a 198-question GPQA cell clean and −5 points) and reports every gate. Separate modes,
+each its own section of BENCHMARKS.md: ``--acceptance`` (sampled losslessness, per-position acceptance),
+``--envelope`` (where speculation pays: the boundary does not move inward), ``--categories`` (acceptance per
+category). ``--smoke``: seconds, for CI (every mode, a few nights each).
 """
 
 from __future__ import annotations
@@ -406,6 +408,174 @@ def acceptance_power(nights: int, seed: int) -> str:
     return "\n".join(lines)
 
 
+# --- Where speculation pays (a separate mode: `--envelope`): the boundary does not move inward ---------------------
+# The smoke matrix's sweep at one input length: grid ENVELOPE_GRID, max(c, 4) requests per point on each server, each
+# SWEEP_OUTPUT tokens. A request's TPOT is (verify steps × a step's cost) / (tokens − 1) with its steps drawn as the
+# simulator draws acceptance (alpha 0.7, gamma 7) and the simulator's per-request step jitter; a verify step costs
+# 1 + ENVELOPE_COST × shift per running request past 8 (sglang_sim.engine._verify_cost, every stream open), the
+# reference's step 1. Scenario -> (cost per stream past 8, where the true speedup falls to 1).
+ENVELOPE_GRID, SWEEP_OUTPUT, SWEEP_MIN_REQUESTS, STEP_JITTER_REQUEST = (1, 8, 32, 128), 32, 4, 0.05
+ENVELOPE_COST, ENVELOPE_BASELINE = 0.01, 128
+ENVELOPE_GATES = 13  # the smoke cell's statistical gates with this one: the family its alpha is split over
+
+
+def _break_even_cost(concurrency: float, speedup: float = 1.0) -> float:
+    """The cost per stream past 8 at which the median speedup is ``speedup`` at ``concurrency``: the medians of both
+    servers' per-request TPOTs per unit step cost, from a large draw (acceptance varies per request, so this is not
+    the mean accept length's cost)."""
+    rng = random.Random(0)
+    unit = statistics.median(_sweep_tpots(rng, 40000, 0.0))
+    reference = statistics.median(_sweep_tpots(rng, 40000, None))
+    return (reference / (unit * speedup) - 1) / (concurrency - 8)
+
+
+def _sweep_tpots(rng: random.Random, concurrency: int, cost: float | None) -> list[float]:
+    """Per-request TPOTs at one point; ``cost`` None: the reference without speculation."""
+    from sglang_sim.speculation import AcceptModel, draw_accepted
+
+    alphas = AcceptModel(POSITION_ALPHA, max_accept=POSITION_GAMMA).alphas()
+    tpots = []
+    for _ in range(max(concurrency, SWEEP_MIN_REQUESTS)):
+        steps, tokens = 0, 1  # the prefill's token, then verify steps
+        while tokens < SWEEP_OUTPUT:
+            tokens += 1 if cost is None else draw_accepted(rng, alphas, POSITION_GAMMA) + 1
+            steps += 1
+        step = 1.0 if cost is None else 1 + max(0, concurrency - 8) * cost
+        tpots.append(step * steps / (min(tokens, SWEEP_OUTPUT) - 1) * math.exp(rng.gauss(0, STEP_JITTER_REQUEST)))
+    return tpots
+
+
+ENVELOPE_SCENARIOS = {
+    "clean (pays at 128: speedup 1.4)": ENVELOPE_COST,
+    "clean at the edge (speedup 1.0 at 128)": _break_even_cost(128),
+    "at the detection line (speedup 0.95 at 128)": _break_even_cost(128, 0.95),
+    "shift: pays up to 120": _break_even_cost(120),
+    "shift: pays up to 100": _break_even_cost(100),
+    "shift: pays up to 64": _break_even_cost(64),
+    "shift: pays up to 32 (envelope_shift=9)": ENVELOPE_COST * 9,
+}
+
+
+def envelope_night(rng: random.Random, cost: float, baseline) -> str:
+    """One night's sweep through reports.gates.evaluate: the never_inward gate's verdict."""
+    from ground.measurements import Envelope, EnvelopeBoundary, EnvelopePoint
+    from suites.envelope import boundary, speedup_stderr
+
+    points = []
+    for concurrency in ENVELOPE_GRID:
+        ours, theirs = _sweep_tpots(rng, concurrency, cost), _sweep_tpots(rng, concurrency, None)
+        points.append(EnvelopePoint(concurrency, 256, len(ours), statistics.median(ours), statistics.median(theirs),
+                                    statistics.median(theirs) / statistics.median(ours),
+                                    speedup_stderr(ours, theirs, seed=rng.getrandbits(32))))
+    found = boundary(points, 256)
+    envelope = Envelope(tuple(points), {"256": EnvelopeBoundary(*found)}, "random text", "")
+    metrics = {"speculation_boundary_concurrency": found[0]}
+    cell = CellResult(id="c", config=CellConfig(speculative_algorithm="DSPARK"), expect={}, metrics=metrics,
+                      envelope=envelope)
+    gates = evaluate(cell, metrics, baseline, stats.Levels.family(ENVELOPE_GATES))
+    return next(g.verdict for g in gates if g.metric == "speculation_boundary_concurrency")
+
+
+def envelope_power(nights: int, seed: int) -> str:
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "envelope.yaml"
+        path.write_text(f"schema: 1\ncells:\n  c:\n    speculation_boundary_concurrency: {{value: {ENVELOPE_BASELINE}, "
+                        "never_inward: true}\n")
+        baseline = load_baseline(path)
+    lines = [f"Envelope gate ({nights} nights; grid {list(ENVELOPE_GRID)}, baseline boundary {ENVELOPE_BASELINE}, "
+             f"alpha split over {ENVELOPE_GATES} gates):"]
+    for name, cost in ENVELOPE_SCENARIOS.items():
+        verdicts = [envelope_night(rng, cost, baseline) for _ in range(nights)]
+        lines.append(f"  {name}: red {verdicts.count(stats.REGRESSED) / nights:.1%}, green "
+                     f"{verdicts.count(stats.PASSED) / nights:.1%}, inconclusive "
+                     f"{verdicts.count(stats.INCONCLUSIVE) / nights:.1%}")
+    return "\n".join(lines)
+
+
+# --- Per-category acceptance (a separate mode: `--categories`) ---------------------------------------------------------
+# The smoke accept suite's builtin workload: 40 requests over its categories (20 prompts, each asked twice), each
+# request up to CATEGORY_TOKENS tokens drawn as the simulator draws them (alpha 0.7 times the simulator's default factor
+# per category, gamma 7), a per-boot shift of alpha (ACCEPT_DRIFT_BOOT, as gate_power_e2e.E2E_NOISE); gated against a baseline of
+# BASELINE_RUNS boots with min_ratio 0.9 per category, family-wise over the cell's gates (accept length, its 7
+# positions, the categories). Planted: the code category's alpha times a factor (fault category_regression=code: 0.6).
+CATEGORY_REQUESTS = {"code": 6, "writing": 8, "stem": 12, "humanities": 4, "math": 6, "long_context": 4}
+CATEGORY_TOKENS, ACCEPT_DRIFT_BOOT = 256, 0.003
+CATEGORY_PLANTED = {"clean": 1.0, "code x0.95": 0.95, "code x0.9": 0.9, "code x0.8": 0.8,
+                    "category_regression=code (x0.6)": 0.6}
+
+
+def _category_boot(rng: random.Random, code_factor: float = 1.0) -> dict:
+    """One boot's accept_length_CATEGORY (with per-request stderrs)."""
+    from sglang_sim.sim_config import SimConfig
+    from sglang_sim.speculation import AcceptModel, draw_accepted
+
+    alpha = POSITION_ALPHA + rng.gauss(0, ACCEPT_DRIFT_BOOT)
+    factors = {**SimConfig().category_accept}
+    factors["code"] = factors.get("code", 1.0) * code_factor
+    model = AcceptModel(alpha, max_accept=POSITION_GAMMA, category_factors=factors)
+    metrics = {}
+    for category, requests in CATEGORY_REQUESTS.items():
+        alphas = model.alphas(category if category in factors else "other")
+        lengths = []
+        for _ in range(requests):
+            steps, tokens = 0, 1
+            while tokens < CATEGORY_TOKENS:
+                tokens += draw_accepted(rng, alphas, POSITION_GAMMA) + 1
+                steps += 1
+            lengths.append(tokens / steps)
+        metrics[f"accept_length_{category}"] = statistics.fmean(lengths)
+        metrics[f"accept_length_{category}_stderr"] = statistics.stdev(lengths) / math.sqrt(requests)
+    return metrics
+
+
+def category_baseline(rng: random.Random, directory: Path) -> Path:
+    boots = [_category_boot(rng) for _ in range(BASELINE_RUNS)]
+    lines = ["schema: 1", "cells:", "  c:"]
+    for category in CATEGORY_REQUESTS:
+        name = f"accept_length_{category}"
+        values = [b[name] for b in boots]
+        mean = statistics.fmean(values)
+        request = statistics.fmean(b[name + "_stderr"] for b in boots) / mean
+        lines.append(f"    {name}: {{value: {mean:.6g}, min_ratio: 0.9, noise: {statistics.stdev(values) / mean:.6g}, "
+                     f"runs: {len(values)}, request_noise: {request:.6g}}}")
+    path = directory / "categories.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+CATEGORY_FAMILY = 15  # the smoke cell's acceptance gates: accept length, accept rate, 7 positions, 6 categories
+
+
+def category_night(rng: random.Random, baseline, code_factor: float) -> tuple[str, bool]:
+    """(the code category's verdict, whether any other category's gate was red) for one boot."""
+    metrics = _category_boot(rng, code_factor)
+    cell = CellResult(id="c", config=CellConfig(speculative_algorithm="DSPARK"), expect={}, metrics=metrics)
+    gates = evaluate(cell, metrics, baseline, stats.Levels.family(CATEGORY_FAMILY))
+    verdicts = {g.metric: g.verdict for g in gates if g.statistic is not None}
+    others = any(v == stats.REGRESSED for m, v in verdicts.items() if m != "accept_length_code")
+    return verdicts["accept_length_code"], others
+
+
+def category_power(nights: int, seed: int) -> str:
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        baseline = load_baseline(category_baseline(rng, Path(tmp)))
+    lines = [f"Per-category gates ({nights} nights; {sum(CATEGORY_REQUESTS.values())} requests of {CATEGORY_TOKENS} "
+             f"tokens over {len(CATEGORY_REQUESTS)} categories, baseline {BASELINE_RUNS} boots, alpha split over "
+             f"{CATEGORY_FAMILY} gates):"]
+    for name, factor in CATEGORY_PLANTED.items():
+        results = [category_night(rng, baseline, factor) for _ in range(nights)]
+        code = [verdict for verdict, _ in results]
+        lines.append(f"  {name}: code red {code.count(stats.REGRESSED) / nights:.1%}, green "
+                     f"{code.count(stats.PASSED) / nights:.1%}; another category red "
+                     f"{sum(other for _, other in results) / nights:.1%}")
+    return "\n".join(lines)
+
+
+SMOKE_MODE_NIGHTS = 3  # nights of each separate mode under --smoke
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nights", type=int, default=200)
@@ -419,6 +589,10 @@ def main() -> int:
     parser.add_argument("--e2e", type=int, default=0, metavar="N", help="also N end-to-end nights on the simulator")
     parser.add_argument("--acceptance", action="store_true",
                         help="only the acceptance gates: sampled losslessness and per-position acceptance")
+    parser.add_argument("--envelope", action="store_true",
+                        help="only the gate on where speculation pays (the boundary does not move inward)")
+    parser.add_argument("--categories", action="store_true",
+                        help="only the per-category acceptance gates (a regression planted in one category)")
     parser.add_argument("--e2e-scenarios", default=E2E_DEFAULT,
                         help=f"which end-to-end scenarios, comma-separated (default {E2E_DEFAULT}; "
                              "bench/gate_power_e2e.py lists them)")
@@ -437,14 +611,19 @@ def main() -> int:
     parser.add_argument("--beta-spending", choices=sorted(stats.BETA_SPENDING), default=stats.BETA_SCHEDULE,
                         help=f"how β is spread over the looks (ground.stats.BETA_SPENDING; default {stats.BETA_SCHEDULE})")
     args = parser.parse_args()
-    if args.acceptance:
-        print(acceptance_power(args.nights, args.seed))
+    modes = {"acceptance": acceptance_power, "envelope": envelope_power, "categories": category_power}
+    if any(getattr(args, mode) for mode in modes):
+        for mode, power in modes.items():
+            if getattr(args, mode):
+                print(power(SMOKE_MODE_NIGHTS if args.smoke else args.nights, args.seed))
         return 0
     stats.BETA_SCHEDULE = args.beta_spending  # before the worker processes fork: they inherit it
     global NODE_SHARE, ACCEPT_DETECT
     NODE_SHARE, ACCEPT_DETECT = args.node_share, args.accept_detect
     if args.smoke:
         args.nights, args.repeats, args.jobs = 2, 1, 1
+        for power in modes.values():  # the separate modes too, so CI's smoke run finds them broken
+            print(power(SMOKE_MODE_NIGHTS, args.seed))
     started = time.monotonic()
     seeds = [args.seed + k for k in range(args.repeats)]
     if args.nights > 0:  # --nights 0: only --shipped / --e2e

@@ -11,6 +11,7 @@ writes its keys in the order the suites write them, so a results.json reads back
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
@@ -380,6 +381,22 @@ class EnvelopeBoundary:
         return cls(data.get("concurrency"), bool(data.get("censored")))
 
 
+def crossing(row: "list[tuple[int, float]]") -> tuple[float | None, bool]:
+    """Where a speedup along concurrency falls to 1: ``row`` is (concurrency, speedup) in increasing concurrency.
+    Interpolated linearly in log concurrency between the last point that pays and the first that does not; 0 when
+    the first point does not pay; (the largest concurrency, censored) when every point pays; None without points.
+    One rule for the sweep's boundary (suites/envelope.py) and for its interval in the envelope gate."""
+    if not row:
+        return None, False
+    if row[0][1] < 1:
+        return 0.0, False
+    for (c_pays, s_pays), (c_not, s_not) in zip(row, row[1:]):
+        if s_pays >= 1 > s_not:
+            a, b = math.log(c_pays), math.log(c_not)
+            return math.exp(a + (s_pays - 1) / (s_pays - s_not) * (b - a)), False
+    return float(row[-1][0]), True
+
+
 @dataclass(frozen=True)
 class Envelope:
     """Where speculation pays: the speedup per (concurrency, input length) and the boundary per input length
@@ -393,6 +410,16 @@ class Envelope:
     def __post_init__(self):
         object.__setattr__(self, "points", tuple(self.points))
         object.__setattr__(self, "boundaries", MappingProxyType(dict(self.boundaries)))
+
+    def row(self, input_len: int) -> tuple[EnvelopePoint, ...]:
+        """The points measured at ``input_len`` that have a speedup, in increasing concurrency."""
+        return tuple(sorted((p for p in self.points if p.input_len == input_len and p.speedup is not None),
+                            key=lambda p: p.concurrency))
+
+    @property
+    def shortest_input_len(self) -> int | None:
+        """The input length speculation_boundary_concurrency is read at (None: no points)."""
+        return min((p.input_len for p in self.points), default=None)
 
     def to_dict(self) -> dict:
         return {"points": [p.to_dict() for p in self.points],

@@ -23,6 +23,18 @@ SPECULATIVE_SUITES = ("accept", "parity")
 # suite warns, and the statistical gates set such a boot's timings aside.
 SATURATED_LOOP_LAG_MS = 10.0
 
+# The accept workload's categories with a metric of their own, accept_length_CATEGORY (suites/prompts.py files each
+# prompt under one): those that matter for speculation (drafts accept more on code and math, less on long inputs),
+# then MT-Bench's others. A question file's other categories are in the records only.
+SPECULATION_CATEGORIES = ("code", "math", "long_context")
+ACCEPT_CATEGORIES = SPECULATION_CATEGORIES + ("writing", "roleplay", "reasoning", "extraction", "stem", "humanities")
+
+
+def category_metric(category: str) -> str:
+    """The metric of one category's accept length: ``accept_length_code``."""
+    return f"accept_length_{category}"
+
+
 # Every metric a suite may report, and the suite that measures it (CONTRACT.md names).
 METRIC_SUITE: Mapping[str, str] = MappingProxyType({
     "gpqa_accuracy": "gpqa", "gpqa_stderr": "gpqa", "gpqa_num_questions": "gpqa", "gpqa_repeats": "gpqa",
@@ -30,6 +42,9 @@ METRIC_SUITE: Mapping[str, str] = MappingProxyType({
     "accept_length": "accept", "accept_rate": "accept",
     # per draft position k: accepted / proposed over verify steps, and its per-request stderr (suites/accept_detail.py)
     **{f"accept_rate_pos{k}{suffix}": "accept" for k in range(1, 9) for suffix in ("", "_stderr")},
+    # per category of the accept workload: its accept length and per-request stderr (never the speed suite's random
+    # text, whose acceptance is not draft quality)
+    **{f"{category_metric(c)}{suffix}": "accept" for c in ACCEPT_CATEGORIES for suffix in ("", "_stderr")},
     # at the sampled setting (accept.sampled_temperature), and the losslessness figures: the share of samples whose
     # first accept.lossless_tokens tokens equal the greedy text, on this server and on the non-speculative reference
     "accept_length_sampled": "accept",

@@ -53,6 +53,10 @@ SPEC_KEYS = {"value": (-math.inf, True), "stderr": (0.0, True), "min": (-math.in
              "detect": (0.0, False), "drift": (0.0, True)}
 # Not a number: a JSON file beside the baseline, {question id: mean score} (`baseline record` writes it).
 PER_QUESTION_KEY = "per_question"
+# Not a number: `true` on the boundary where speculation pays makes it a statistical gate that the boundary does not
+# move inward: every sweep point at or below `value` must not be shown to stop paying (reports/gates.py).
+NEVER_INWARD_KEY = "never_inward"
+NEVER_INWARD_METRICS = ("speculation_boundary_concurrency",)
 FRACTION_KEYS = ("value", "stderr", "min", "max")  # keys that carry the metric's own unit
 # A ratio gate must point the way the metric gets worse, or it would fail on improvements.
 RATIO_KEY_FOR = {HIGHER: "min_ratio", LOWER: "max_ratio", NEUTRAL: None}
@@ -89,6 +93,7 @@ class MetricSpec:
     # The allowance for drift between the baseline's runs and today (one sd, a fraction of the value); None: the
     # stated default (ground.stats.DEFAULT_DRIFT)
     drift: float | None = None
+    never_inward: bool = False  # the envelope gate (NEVER_INWARD_KEY)
 
     def ratio(self, key: str) -> float:
         """The ratio gate actually applied: the stated ``min_ratio``/``max_ratio``, widened to
@@ -221,15 +226,20 @@ def _entry(path: Path, pattern: str, key_node: yaml.Node, node: yaml.Node) -> Ba
 def _metric_spec(path: Path, metric: str, key_node: yaml.Node, node: yaml.Node) -> MetricSpec:
     fields: dict[str, float] = {}
     per_question = None
+    never_inward = False
     for key, key_node, value_node in mapping_items(path, node, metric):
         if key == PER_QUESTION_KEY and metric in STDERR_OF:
             per_question = _per_question(path, value_node)
+            continue
+        if key == NEVER_INWARD_KEY and metric in NEVER_INWARD_METRICS:
+            never_inward = _never_inward(path, metric, value_node)
             continue
         if key not in SPEC_KEYS:
             raise BadInput(where(path, key_node), f"unknown key {key!r} for {metric}",
                            f"allowed: {', '.join(SPEC_KEYS)}")
         fields[key] = _number(path, metric, key, value_node)
-    spec = MetricSpec(metric=metric, where=where(path, key_node), per_question=per_question, **fields)
+    spec = MetricSpec(metric=metric, where=where(path, key_node), per_question=per_question,
+                      never_inward=never_inward, **fields)
     _check_spec(spec)
     return spec
 
@@ -248,6 +258,13 @@ def _per_question(path: Path, node: yaml.Node) -> Mapping[str, float]:
     if not isinstance(data, dict) or not all(isinstance(v, (int, float)) for v in data.values()):
         raise BadInput(where(path, node), f"per_question file {record} is not {{question id: mean score}}")
     return MappingProxyType({str(k): float(v) for k, v in data.items()})
+
+
+def _never_inward(path: Path, metric: str, node: yaml.Node) -> bool:
+    value = scalar(node)
+    if not isinstance(value, bool):
+        raise BadInput(where(path, node), f"{metric}.{NEVER_INWARD_KEY} must be true or false, not {describe(node)}")
+    return value
 
 
 def _number(path: Path, metric: str, key: str, node: yaml.Node) -> float:
@@ -290,8 +307,10 @@ def _range_problems(spec: MetricSpec, given: set[str]):
 def _spec_problems(spec: MetricSpec):
     given = {key for key in SPEC_KEYS if getattr(spec, key) is not None}
     better = METRICS[spec.metric].better
-    if not given & set(GATE_KEYS):
+    if not given & set(GATE_KEYS) and not spec.never_inward:
         yield "no gate", f"add one of {', '.join(GATE_KEYS)}"
+    if spec.never_inward and "value" not in given:
+        yield f"{NEVER_INWARD_KEY} needs the baseline's boundary `value`", "add value: (the recorded boundary)"
     for ratio_key in ("min_ratio", "max_ratio"):
         if ratio_key in given and RATIO_KEY_FOR[better] != ratio_key:
             if better == NEUTRAL:

@@ -24,10 +24,10 @@ from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 from ground import stats
-from ground.measurements import BootMetrics
+from ground.measurements import BootMetrics, Envelope, EnvelopePoint, crossing
 from ground.records import CellResult, GateResult, RunResults, Status
 from ground.suites import SATURATED_LOOP_LAG_MS, SUITE_DEFAULTS, suite_of
-from reports.baseline_file import NOISE_RUN_SDS, Baseline, MetricSpec
+from reports.baseline_file import NEVER_INWARD_KEY, NOISE_RUN_SDS, Baseline, MetricSpec
 from reports.metrics import HIGHER, LOWER, METRICS, STDERR_OF, format_value, in_table_order
 
 LOOP_LAG_METRIC = "client_loop_lag_ms_p99"  # the speed suite's measure of its own CPU starvation
@@ -84,6 +84,7 @@ def statistical_gates(cell: CellResult, baseline: Baseline | None) -> int:
 
 def _statistical_keys(spec: MetricSpec) -> list[str]:
     keys = ["max_drop_stderr"] if spec.max_drop_stderr is not None else []
+    keys += [NEVER_INWARD_KEY] if spec.never_inward else []
     if spec.noise is not None:
         keys += [key for key in ("min_ratio", "max_ratio") if getattr(spec, key) is not None]
     return keys
@@ -96,12 +97,13 @@ class Evidence:
 
     boots: tuple[BootMetrics, ...]
     gpqa_questions: Mapping[str, tuple[float, ...]]
+    envelope: Envelope | None = None  # the speed suite's sweep: where speculation pays
 
     @classmethod
     def of(cls, cell: CellResult, metrics: Mapping) -> "Evidence":
         per_question = cell.gpqa.per_question if cell.gpqa else {}
         questions = {q: (1.0,) * right + (0.0,) * (asked - right) for q, (right, asked) in per_question.items()}
-        return cls(boots=cell.boots or (BootMetrics(metrics),), gpqa_questions=questions)
+        return cls(boots=cell.boots or (BootMetrics(metrics),), gpqa_questions=questions, envelope=cell.envelope)
 
     def values(self, metric: str) -> list[float]:
         """Every boot's figure of ``metric``, zeros included (a boot that measured 0 is evidence, not noise)."""
@@ -253,7 +255,7 @@ def _spec_limits(spec: MetricSpec, metrics: Mapping) -> list[Limit]:
         limits.append(Limit(name, "<=", spec.reference * ratio,
                             f"{reference} × {ratio:g}{_widened(spec, 'max_ratio')} ({where})",
                             (spec, "max_ratio") if "max_ratio" in statistical else None))
-    return limits
+    return limits + _never_inward_limits(spec)
 
 
 def _statistic(spec_key: tuple[MetricSpec, str], evidence: Evidence, metrics: Mapping,
@@ -262,6 +264,8 @@ def _statistic(spec_key: tuple[MetricSpec, str], evidence: Evidence, metrics: Ma
     spec, key = spec_key
     if key == "max_drop_stderr":
         return _gpqa_statistic(spec, evidence, metrics, levels)
+    if key == NEVER_INWARD_KEY:
+        return envelope_statistic(evidence.envelope, spec.reference, levels)
     values = evidence.values(spec.metric)
     if not values:
         return None
@@ -326,6 +330,90 @@ def _gpqa_statistic(spec: MetricSpec, evidence: Evidence, metrics: Mapping,
     se_base = spec.reference_stderr
     return stats.compare_estimates(value, se_base if se_now is None else se_now, spec.reference, se_base, better,
                                    tolerance, levels, questions, f"{questions} questions", _detect(spec, tolerance))
+
+
+# --- Where speculation pays: the boundary does not move inward (baseline key `never_inward`) ---
+# A pass rules out a sweep point at or below the baseline's boundary whose speedup is this far below break-even.
+ENVELOPE_DETECT = 0.05
+# The tolerance: no loss at all below break-even (a speedup under 1 is red once shown). Negative zero, so the verdict
+# reads it as a limit on the lower side (Verdict.in_indifference_zone compares signs).
+ENVELOPE_TOLERANCE = -0.0
+
+
+def _never_inward_limits(spec: MetricSpec) -> list[Limit]:
+    if not spec.never_inward:
+        return []
+    return [Limit(spec.metric, ">=", spec.reference, f"speculation still pays at every sweep concurrency up to the "
+                  f"baseline's boundary {spec.reference:g}, none shown below a speedup of 1 ({spec.where})",
+                  (spec, NEVER_INWARD_KEY))]
+
+
+def envelope_statistic(envelope: Envelope | None, boundary: float, levels: stats.Levels) -> stats.Verdict | None:
+    """The boundary where speculation pays has not moved inward of ``boundary`` (the baseline's): at every sweep
+    concurrency at or below it (the shortest input length, where speculation_boundary_concurrency is read) the
+    speedup must not be shown below 1, nor the boundary's interval lie wholly inward of it.
+
+    Each point's speedup (reference median TPOT / speculative) has its standard error from the bootstrap over both
+    servers' requests; on the log scale, Student t (``_speedup_interval``). Red when any point's interval at
+    1 − alpha/m lies below 1, or the boundary computed from the points' upper ends falls inward of ``boundary``
+    (Bonferroni over the m = points + 1 tests: the gate's alpha holds for the lot); green when every point's lower
+    end at 1 − beta is above 1 − ENVELOPE_DETECT; inconclusive otherwise (an interval that straddles break-even is
+    not a coin flip).
+    None when no sweep was measured (the gate then fails as not measured)."""
+    length = envelope.shortest_input_len if envelope is not None else None
+    if envelope is None or length is None:
+        return None
+    row = envelope.row(length)
+    inside = [p for p in row if p.concurrency <= boundary]
+    if not inside:
+        return stats.no_statistic(f"no sweep point at input length {length} at or below the baseline's boundary "
+                                  f"{boundary:g}", 0.0, ENVELOPE_TOLERANCE, stats.RELATIVE, levels, -ENVELOPE_DETECT)
+    point_levels = replace(levels, alpha=levels.alpha / (len(inside) + 1))
+    ends = {p.concurrency: _speedup_interval(p, point_levels) for p in row}
+    upper = crossing([(c, 1 + high) for c, (_, _, high) in ends.items()])
+    lower = crossing([(c, 1 + low) for c, (_, low, _) in ends.items()])
+    verdicts = [(p, stats.decide(*ends[p.concurrency], ENVELOPE_TOLERANCE, -ENVELOPE_DETECT,
+                                              stats.HIGHER)) for p in inside]
+    inward = upper[0] is not None and not upper[1] and upper[0] < boundary
+    if inward or any(v == stats.REGRESSED for _, v in verdicts):
+        verdict = stats.REGRESSED
+    else:
+        verdict = stats.PASSED if all(v == stats.PASSED for _, v in verdicts) else stats.INCONCLUSIVE
+    worst = min(inside, key=lambda p: ends[p.concurrency][2 if verdict == stats.REGRESSED else 1])
+    effect, low, high = ends[worst.concurrency]
+    test = (f"speedup at each of {len(inside)} sweep concurrencies <= {boundary:g} (input {length} tokens; worst at "
+            f"{worst.concurrency}: {1 + effect:.2f} [{1 + low:.2f}, {1 + high:.2f}]) against 1, t on log speedup (√n "
+            f"degrees of freedom) with bootstrap errors over both servers' requests, Bonferroni over "
+            f"{len(inside) + 1} tests; boundary {_boundary_text(lower)}-{_boundary_text(upper)} vs the baseline's "
+            f"{boundary:g}")
+    return stats.Verdict(verdict, effect, low, high, ENVELOPE_TOLERANCE, stats.RELATIVE, test, point_levels.alpha,
+                         levels.beta,
+                         sum(p.requests for p in inside), -ENVELOPE_DETECT)
+
+
+def _speedup_interval(point: EnvelopePoint, levels: stats.Levels) -> tuple[float, float, float]:
+    """(speedup − 1, its lower end at 1 − beta, its upper end at 1 − alpha), from the point's bootstrap error; an
+    unknown error (one request) is an unbounded interval: that point cannot decide.
+
+    Student t with √n degrees of freedom (n: the point's requests), not normal: a bootstrap (or any) estimate of a
+    median's error is itself uncertain, with a relative error of order n^(-1/4) (Hall and Martin, 1988), and a
+    normal quantile on it is red several times too often at a family's small alpha (bench/gate_power.py
+    --envelope: 1.5 % red at break-even against the 0.015 % planned; measured there)."""
+    speedup = point.speedup or 0.0
+    if speedup <= 0:
+        return -1.0, -1.0, -1.0
+    if not point.speedup_stderr:
+        return speedup - 1, -1.0, math.inf
+    student, se = stats.scipy_stats().t, point.speedup_stderr / speedup
+    df = math.sqrt(max(point.requests, 1))
+    low = math.exp(math.log(speedup) - student.isf(levels.beta, df) * se)
+    high = math.exp(math.log(speedup) + student.isf(levels.alpha, df) * se)
+    return speedup - 1, low - 1, high - 1
+
+
+def _boundary_text(found: tuple[float | None, bool]) -> str:
+    concurrency, censored = found
+    return "?" if concurrency is None else f"{concurrency:.0f}{'+' if censored else ''}"
 
 
 def _widened(spec: MetricSpec, key: str) -> str:

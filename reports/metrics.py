@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Mapping
 
+from ground.suites import ACCEPT_CATEGORIES, category_metric
+
 HIGHER, LOWER, NEUTRAL = "higher", "lower", "neutral"  # which direction is better
 NOISE_STDERRS = 2.0  # a change (or a gate) within this many combined standard errors is sampling noise
 
@@ -54,6 +56,11 @@ METRICS: dict[str, Metric] = {
                                      request_stderr=f"accept_rate_pos{k}_stderr") for k in range(1, 9)},
     **{f"accept_rate_pos{k}_stderr": Metric(NEUTRAL, f"Accept rate pos {k} per-request stderr", ".4f", "info")
        for k in range(1, 9)},
+    # Per category of the accept workload (suites/accept_detail.py): fewer requests each, so the band is P90's.
+    **{category_metric(c): Metric(HIGHER, f"Accept length ({c.replace('_', ' ')})", ".2f", "quality", noise=P90_NOISE,
+                                  request_stderr=f"{category_metric(c)}_stderr") for c in ACCEPT_CATEGORIES},
+    **{f"{category_metric(c)}_stderr": Metric(NEUTRAL, f"Accept length ({c.replace('_', ' ')}) per-request stderr",
+                                              ".3f", "info") for c in ACCEPT_CATEGORIES},
     # At the sampled setting: shown, gated only through a baseline (acceptance is lower when sampling, by design).
     "accept_length_sampled": Metric(HIGHER, "Accept length (sampled)", ".2f", "info", noise=ACCEPT_NOISE),
     # Losslessness at temperature > 0: the share of samples equal to the greedy text, with speculation (gated

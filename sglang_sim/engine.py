@@ -27,7 +27,7 @@ from sglang_sim.noise import BootNoise
 from sglang_sim.reasoning import ReasoningCount
 from sglang_sim.disaggregation import TRANSFERRED, alpha_now
 from sglang_sim.speculation import AcceptModel, SpecShape, SpecStats, draw_accepted, prompt_category
-from sglang_sim.textgen import Ask, Persona, reply_tokens
+from sglang_sim.textgen import ARGMAX_PROBABILITY, Ask, Persona, reply_tokens
 from sglang_sim.tokenizer import EOS_TOKEN_ID, token_id
 
 logger = logging.getLogger("sglang_sim")
@@ -199,14 +199,20 @@ class Engine:
     def reports_dp_rank(self) -> bool:
         return len(self.ranks) > 1
 
-    def sample_key(self, temperature: float, top_k: int | None = None) -> str:
-        """Greedy samples share one key (same text every time), and so does top_k=1 (only the argmax is left to
-        sample); sampled ones get a fresh key. Fault lossy_sampling: a speculative server's draft sampler ignores
-        the temperature, and every second sample comes out as the greedy text."""
+    def sample_key(self, temperature: float, top_k: int | None = None, top_p: float | None = None) -> str:
+        """Greedy samples share one key (same text every time), and so do top_k=1 and a top_p at or below the
+        argmax's probability (only the argmax is left to sample: SGLang's top-p keeps the smallest set reaching
+        top_p, and the argmax always); sampled ones get a fresh key. The simulated model's argmax holds
+        ARGMAX_PROBABILITY at every step; how much a wider nucleus narrows the samples is not modelled. Fault
+        lossy_sampling: a speculative server's draft sampler ignores the temperature, and every second sample comes
+        out as the greedy text. Fault spec_ignores_top_p: a speculative server samples as if top_p were 1."""
         count = next(self._sample_counter)
-        if temperature == 0 or top_k == 1:
+        speculative_faults = self.config.faults if self.shape is not None else None
+        if speculative_faults is not None and speculative_faults.spec_ignores_top_p:
+            top_p = None
+        if temperature == 0 or top_k == 1 or (top_p is not None and top_p <= ARGMAX_PROBABILITY):
             return "greedy"
-        if self.config.faults.lossy_sampling and self.shape is not None and count % 2 == 0:
+        if speculative_faults is not None and speculative_faults.lossy_sampling and count % 2 == 0:
             return "greedy"
         return f"sample-{count}"
 

@@ -15,7 +15,7 @@ from sglang_sim.args import SGLANG_VERSION
 from sglang_sim.choices import Choices
 from sglang_sim.engine import Generation, Job
 from sglang_sim.prometheus import MAX_TOTAL_NUM_TOKENS
-from sglang_sim.openai_api import BadRequest, error_response
+from sglang_sim.openai_api import BadRequest, error_response, parse_penalties
 from sglang_sim.server_state import ServerState, json_response, sse_event
 from sglang_sim.textgen import Ask
 from sglang_sim.tokenizer import count_tokens
@@ -148,8 +148,8 @@ def _generate_jobs(state: ServerState, body: dict) -> tuple[list[Job], bool]:
     jobs = []
     for prompt in prompts:
         prompt_tokens = count_tokens(prompt)
-        ask = Ask(prompt, prompt, state.engine.sample_key(temperature, params.get("top_k")), False,
-                  bool(params.get("ignore_eos")))
+        ask = Ask(prompt, prompt, state.engine.sample_key(temperature, params.get("top_k"), params.get("top_p")), False,
+                  bool(params.get("ignore_eos")), parse_penalties(params))
         jobs.append(Job(ask, prompt_tokens, int(state.max_new_tokens(prompt_tokens, max_new_tokens)), stream,
                         temperature=float(temperature or 0)))
     return jobs, batched

@@ -20,7 +20,7 @@ from sglang_sim.choices import Choices
 from sglang_sim.engine import Generation, Job
 from sglang_sim.reasoning import ReasoningCount, reasoning_requested, separates_reasoning
 from sglang_sim.server_state import ServerState, json_response, sse_event
-from sglang_sim.textgen import Ask
+from sglang_sim.textgen import Ask, Penalties
 from sglang_sim.tokenizer import THINK_END, THINK_START, count_tokens, encode, token_id
 
 DEFAULT_MODEL_NAME = "default"
@@ -56,6 +56,8 @@ class Sampling:
     max_tokens: int | None
     temperature: float
     top_k: int | None  # 1 leaves only the argmax: greedy
+    top_p: float | None  # at or below the argmax's probability: greedy too (Engine.sample_key)
+    penalties: Penalties  # frequency, presence and repetition penalties (sglang_sim.textgen)
     ignore_eos: bool
     stream: bool
     include_usage: bool  # the usage chunk at the end
@@ -133,11 +135,24 @@ def parse_sampling(body: dict, state: ServerState, default_max_tokens: int | Non
     stream_options = body.get("stream_options") or {}
     return Sampling(model=body.get("model") or DEFAULT_MODEL_NAME, n=n, max_tokens=max_tokens,
                     temperature=1.0 if temperature is None else temperature, top_k=_number(body, "top_k", None, int),
+                    top_p=_number(body, "top_p", None), penalties=parse_penalties(body),
                     ignore_eos=bool(body.get("ignore_eos", False)), stream=bool(body.get("stream", False)),
                     include_usage=bool(stream_options.get("include_usage"))
                     or state.args.stream_response_default_include_usage,
                     continuous_usage=bool(stream_options.get("continuous_usage_stats")),
                     spec_details=bool(body.get("return_spec_tokens_details", False)))
+
+
+def parse_penalties(body: dict) -> Penalties:
+    """The repetition-shaping parameters, with the bounds SGLang's SamplingParams.verify holds them to."""
+    penalties = Penalties(_number(body, "frequency_penalty", 0.0), _number(body, "presence_penalty", 0.0),
+                          _number(body, "repetition_penalty", 1.0))
+    for name, value in (("frequency_penalty", penalties.frequency), ("presence_penalty", penalties.presence)):
+        if not -2 <= value <= 2:
+            raise BadRequest(f"{name} must be in [-2, 2], got {value}.")
+    if not 0 <= penalties.repetition <= 2:
+        raise BadRequest(f"repetition_penalty must be in [0, 2], got {penalties.repetition}.")
+    return penalties
 
 
 def _text_of(content: Any) -> str:
@@ -169,8 +184,8 @@ def _jobs(state: ServerState, prompt: str, question: str, sampling: Sampling, th
           require_reasoning: bool = False) -> list[Job]:
     prompt_tokens = count_tokens(prompt)
     limit = state.max_new_tokens(prompt_tokens, sampling.max_tokens)
-    return [Job(Ask(prompt, question, state.engine.sample_key(sampling.temperature, sampling.top_k), thinking,
-                    sampling.ignore_eos),
+    return [Job(Ask(prompt, question, state.engine.sample_key(sampling.temperature, sampling.top_k, sampling.top_p),
+                    thinking, sampling.ignore_eos, sampling.penalties),
                 prompt_tokens, limit, sampling.stream, require_reasoning=require_reasoning,
                 temperature=sampling.temperature)
             for _ in range(sampling.n)]

@@ -37,6 +37,7 @@ class Faults:
     position_regression: int | None = None  # draft positions >= this accept half as often; earlier ones make up
     accept_drift: int | None = None  # after this many requests, every draft is accepted less often (EPLB-like)
     lossy_sampling: bool = False  # at temperature > 0 speculation skews samples toward the greedy text
+    spec_ignores_top_p: bool = False  # a speculative server samples as if top_p were 1
     envelope_shift: float = 1.0  # verify steps' cost per running request past the knee, times this
     pd_transfer_fail: bool = False  # a prefill's bootstrap server fails every transfer (decode answers 500)
     pd_random_hidden: bool = False  # a prefill hands decode random hidden states (acceptance drops, text holds)
@@ -44,6 +45,7 @@ class Faults:
     nonstream_garbage: bool = False  # non-streamed replies carry random letters (streams stay right)
     nonstream_empty: bool = False  # non-streamed replies carry no text (streams stay right)
     usage_doubled: bool = False  # non-streamed usage counts twice the completion tokens
+    category_regression: str | None = None  # drafts on this prompt category accept less often (others unchanged)
 
     @property
     def names(self) -> list[str]:
@@ -93,6 +95,15 @@ def _count_fault(name: str, least: int) -> Callable[[str | None], dict]:
     return parse
 
 
+def _category_regression(value: str | None) -> dict:
+    from sglang_sim.speculation import CATEGORIES
+
+    if value not in CATEGORIES:
+        raise SimConfigError(f"fault 'category_regression' needs a category the simulated draft tells apart: "
+                             f"category_regression={{{','.join(CATEGORIES)}}} (got {value!r})")
+    return {"category_regression": value}
+
+
 # fault name -> parser of its optional "=VALUE" part, returning the Faults fields it sets
 FAULT_PARSERS: dict[str, Callable[[str | None], dict]] = {
     "accept_collapse": _flag("accept_collapse"),
@@ -107,6 +118,7 @@ FAULT_PARSERS: dict[str, Callable[[str | None], dict]] = {
     "position_regression": _count_fault("position_regression", 2),
     "accept_drift": _count_fault("accept_drift", 0),
     "lossy_sampling": _flag("lossy_sampling"),
+    "spec_ignores_top_p": _flag("spec_ignores_top_p"),
     "envelope_shift": lambda value: {"envelope_shift": _number("envelope_shift", value or "", minimum=1.0)},
     "pd_transfer_fail": _flag("pd_transfer_fail"),
     "pd_random_hidden": _flag("pd_random_hidden"),
@@ -114,6 +126,7 @@ FAULT_PARSERS: dict[str, Callable[[str | None], dict]] = {
     "nonstream_garbage": _flag("nonstream_garbage"),
     "nonstream_empty": _flag("nonstream_empty"),
     "usage_doubled": _flag("usage_doubled"),
+    "category_regression": _category_regression,
 }
 
 
@@ -139,6 +152,8 @@ FAULT_HELP: dict[str, tuple[str, str]] = {
                                                 "faster: speculation stops paying at a lower concurrency"),
     "lossy_sampling": ("lossy_sampling", "at temperature > 0, half the samples of a speculative server follow the "
                                          "greedy text (a draft sampler ignoring temperature); greedy output stays exact"),
+    "spec_ignores_top_p": ("spec_ignores_top_p", "a speculative server's sampler ignores top_p (as one fork's "
+                                                 "speculative path did): top_p near 0 still samples; greedy stays exact"),
     "pd_transfer_fail": ("pd_transfer_fail", "PD prefill: every KV/hidden-state transfer fails (decode answers 500)"),
     "pd_random_hidden": ("pd_random_hidden", "PD prefill: hands decode random hidden states (sglang#7242): "
                                              "acceptance drops, text and health hold"),
@@ -147,6 +162,9 @@ FAULT_HELP: dict[str, tuple[str, str]] = {
                                                "letters, streamed ones stay right"),
     "nonstream_empty": ("nonstream_empty", "non-streamed replies carry no text, streamed ones stay right"),
     "usage_doubled": ("usage_doubled", "non-streamed usage counts twice the completion tokens (and still adds up)"),
+    "category_regression": ("category_regression=CATEGORY", "drafts on prompts of CATEGORY (code, math, long_context "
+                                                            "or other) accept 0.6 times as often; other categories "
+                                                            "keep theirs"),
 }
 
 
@@ -380,4 +398,16 @@ class SimConfig:
         values: dict[str, Any] = {name: knob.parse(knob.env, environ.get(knob.env, knob.default).strip())
                   for name, knob in KNOBS.items()}
         config = cls(**values)
-        return config.regression.applied(config) if config.regression else config
+        return _category_regressed(config.regression.applied(config) if config.regression else config)
+
+
+def _category_regressed(config: SimConfig) -> SimConfig:
+    """Fault category_regression folded into the per-category factors on alpha the acceptance model reads."""
+    from sglang_sim.speculation import CATEGORY_REGRESSION_ACCEPT
+
+    category = config.faults.category_regression
+    if category is None:
+        return config
+    factor = config.category_accept.get(category, 1.0) * CATEGORY_REGRESSION_ACCEPT
+    factors = {**config.category_accept, category: factor}
+    return replace(config, category_accept=MappingProxyType(factors))

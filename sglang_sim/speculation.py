@@ -51,6 +51,8 @@ CATEGORY_WORDS: dict[str, tuple[str, ...]] = {
     "math": ("prove", "solve", "equation", "integral", "calculate", "compute", "math"),
 }
 LONG_CONTEXT_TOKENS = 2048  # prompts at least this long are long context, whatever they ask
+CATEGORIES = (*CATEGORY_WORDS, "long_context", "other")  # every category prompt_category returns
+CATEGORY_REGRESSION_ACCEPT = 0.6  # fault category_regression=NAME: the factor on alpha for that category's prompts
 SAMPLED_ACCEPT = 0.85  # factor on alpha at temperature > 0
 DRIFT_ACCEPT = 0.6  # fault accept_drift: the factor on alpha after the step (an EPLB rebalance gone wrong)
 LATE_POSITION_FACTOR = 0.5  # fault position_regression=K: accepted / proposed at positions >= K halves

@@ -7,8 +7,9 @@ speculative decoding guarantees. Tokens are produced lazily: no work for tokens 
 
 from __future__ import annotations
 
+import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 from sglang_sim.gpqa_answers import LETTERS, GpqaAnswerKey, parse_gpqa_prompt
@@ -40,6 +41,36 @@ class Persona:
 
 
 @dataclass(frozen=True)
+class Penalties:
+    """SGLang's repetition-shaping sampling parameters (OpenAI's frequency and presence penalties, SGLang's
+    repetition_penalty); the defaults change nothing."""
+
+    frequency: float = 0.0  # subtracted from a token's logit once per earlier occurrence
+    presence: float = 0.0  # subtracted once from the logit of a token that occurred before
+    repetition: float = 1.0  # a token that occurred before has its logit divided by it (> 1: less likely)
+
+    def on(self, count: int) -> float:
+        """How much a word seen ``count`` times so far loses against the others, in logits (negative: gains)."""
+        if count == 0:
+            return 0.0
+        return self.frequency * count + self.presence + math.log(self.repetition) * REPETITION_LOGIT
+
+    @property
+    def active(self) -> bool:
+        return self != Penalties()
+
+
+# The simulated model's logits: at every word, how far the word it picks (the argmax when greedy) lies above the next
+# best is drawn from [0, MAX_MARGIN); SGLang's repetition_penalty divides a positive logit by r, which moves a logit of
+# REPETITION_LOGIT by about ln(r) times it.
+MAX_MARGIN = 2.0
+REPETITION_LOGIT = 3.0
+# The probability of the model's most likely token at every step when sampling: a top_p at or below it leaves the
+# argmax alone, and the sample is the greedy text (sglang_sim.engine.Engine.sample_key).
+ARGMAX_PROBABILITY = 0.3
+
+
+@dataclass(frozen=True)
 class Ask:
     """One sample to generate: the prompt and what shapes the text."""
 
@@ -48,6 +79,7 @@ class Ask:
     sample_key: str  # "greedy", or something unique per sample when temperature > 0
     thinking: bool = False
     ignore_eos: bool = False
+    penalties: Penalties = field(default_factory=Penalties)
 
 
 def _rng(*parts: object) -> random.Random:
@@ -55,16 +87,47 @@ def _rng(*parts: object) -> random.Random:
     return random.Random("\x1f".join(map(str, parts)))
 
 
-def _sentence(rng: random.Random) -> str:
-    words = [rng.choice(WORDS) for _ in range(rng.randint(6, 18))]
-    return " ".join(words).capitalize() + "."
+class Words:
+    """The model's word choices for one reply: the text's own random stream, reshaped by the penalties. A word the
+    stream picks loses its lead to the next best word when its penalty exceeds its margin (both drawn from a stream
+    of their own, so a reply without penalties is the text it always was); with a negative penalty a word seen
+    before may win instead."""
+
+    def __init__(self, rng: random.Random, penalties: Penalties, seed: tuple):
+        self.rng, self.penalties = rng, penalties
+        self.logits = _rng("logits", *seed) if penalties.active else None
+        self.counts: dict[str, int] = {}
+
+    def choice(self) -> str:
+        word = self.rng.choice(WORDS)
+        if self.logits is not None:
+            word = self._penalised(word)
+        self.counts[word] = self.counts.get(word, 0) + 1
+        return word
+
+    def _penalised(self, word: str) -> str:
+        assert self.logits is not None
+        margin = self.logits.uniform(0.0, MAX_MARGIN)
+        penalty = self.penalties.on(self.counts.get(word, 0))
+        if penalty > margin:  # another word, less penalised, now leads
+            fresh = [w for w in WORDS if self.penalties.on(self.counts.get(w, 0)) < penalty - margin]
+            return self.logits.choice(fresh) if fresh else word
+        if penalty == 0 and self.counts:  # a negative penalty lifts a word seen before above this one
+            best = min(self.counts, key=lambda w: (self.penalties.on(self.counts[w]), w))
+            return best if -self.penalties.on(self.counts[best]) > margin else word
+        return word
 
 
-def _prose(rng: random.Random, sentences: int) -> str:
-    return " ".join(_sentence(rng) for _ in range(sentences))
+def _sentence(words: Words) -> str:
+    chosen = [words.choice() for _ in range(words.rng.randint(6, 18))]
+    return " ".join(chosen).capitalize() + "."
 
 
-def _gpqa_reply(persona: Persona, ask: Ask, rng: random.Random) -> tuple[str, str] | None:
+def _prose(words: Words, sentences: int) -> str:
+    return " ".join(_sentence(words) for _ in range(sentences))
+
+
+def _gpqa_reply(persona: Persona, ask: Ask, words: Words) -> tuple[str, str] | None:
     """(reasoning, final answer text) for a GPQA prompt, else None."""
     prompt = parse_gpqa_prompt(ask.question)
     if prompt is None:
@@ -79,7 +142,7 @@ def _gpqa_reply(persona: Persona, ask: Ask, rng: random.Random) -> tuple[str, st
         letter = right
     else:
         letter = fate.choice([other for other in LETTERS if other != right])
-    reasoning = "Let me work through this step by step. " + _prose(rng, rng.randint(3, 10))
+    reasoning = "Let me work through this step by step. " + _prose(words, words.rng.randint(3, 10))
     final = f"The best match is {letter}) {prompt.options[letter]}\n\nAnswer: {letter}"
     return reasoning, final
 
@@ -92,13 +155,14 @@ def _answers_right(persona: Persona, ask: Ask, fate: random.Random) -> bool:
     return _rng("gpqa-sample", persona.seed, persona.nonce, ask.prompt, ask.sample_key).random() < probability
 
 
-def _visible_text(persona: Persona, ask: Ask, rng: random.Random) -> list[str]:
+def _visible_text(persona: Persona, ask: Ask, words: Words) -> list[str]:
     """The natural reply as tokens (thinking included), before EOS."""
-    gpqa = _gpqa_reply(persona, ask, rng)
+    gpqa = _gpqa_reply(persona, ask, words)
     if gpqa is not None:
         reasoning, final = gpqa
     else:
-        reasoning, final = _prose(rng, rng.randint(2, 6)), _prose(rng, rng.randint(2, 8))
+        rng = words.rng
+        reasoning, final = _prose(words, rng.randint(2, 6)), _prose(words, rng.randint(2, 8))
     if ask.thinking:
         return [THINK_START, *tokenize(reasoning), THINK_END, *tokenize("\n\n" + final)]
     if gpqa is not None:
@@ -106,9 +170,9 @@ def _visible_text(persona: Persona, ask: Ask, rng: random.Random) -> list[str]:
     return tokenize(final)
 
 
-def _endless_prose(rng: random.Random) -> Iterator[str]:
+def _endless_prose(words: Words) -> Iterator[str]:
     while True:
-        yield from tokenize(" " + _sentence(rng))
+        yield from tokenize(" " + _sentence(words))
 
 
 def _endless_gibberish(rng: random.Random) -> Iterator[str]:
@@ -127,6 +191,7 @@ def reply_tokens(persona: Persona, ask: Ask) -> Iterator[str]:
         for _ in range(rng.randint(20, 200)):
             yield next(gibberish)
         return
-    yield from _visible_text(persona, ask, rng)
+    words = Words(rng, ask.penalties, (persona.seed, ask.prompt, ask.sample_key))
+    yield from _visible_text(persona, ask, words)
     if ask.ignore_eos:
-        yield from _endless_prose(rng)
+        yield from _endless_prose(words)

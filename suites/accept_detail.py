@@ -28,6 +28,7 @@ import numpy as np
 import openai
 
 from ground.stats import ratio_stderr
+from ground.suites import ACCEPT_CATEGORIES, category_metric
 from suites.prompts import Prompt
 from suites.server import Server
 
@@ -93,6 +94,20 @@ def by_category(requests: Sequence) -> dict[str, dict]:
                         "positions": [{"position": row["position"], "rate": row["rate"]} for row in positions(members)],
                         "accept_length_histogram": accept_length_histogram(members)}
     return detail
+
+
+def category_metrics(requests: Sequence) -> dict[str, float | None]:
+    """accept_length_CATEGORY (Σ completion tokens / Σ verify steps over the category's requests, as accept_length)
+    and its per-request standard error, for each category of ``ground.suites.ACCEPT_CATEGORIES`` the workload has."""
+    metrics: dict[str, float | None] = {}
+    for category in ACCEPT_CATEGORIES:
+        members = [r for r in requests if r.spec_verify_ct and r.category == category]
+        if not members:
+            continue
+        tokens, steps = [r.completion_tokens for r in members], [r.spec_verify_ct for r in members]
+        metrics[category_metric(category)] = sum(tokens) / sum(steps)
+        metrics[f"{category_metric(category)}_stderr"] = ratio_stderr(tokens, steps)
+    return metrics
 
 
 def position_source(requests: Sequence) -> str | None:
@@ -169,6 +184,15 @@ def greedy_like_share(server: Server, prompts: Sequence[Prompt], samples: int, t
     return SampledShare(sum(g == t for g, t in counted), len(counted), len(items) - len(counted))
 
 
+def repeated_words(texts: Sequence[str | None]) -> int:
+    """Words that repeat an earlier word of the same text, summed over ``texts`` (what a repetition penalty cuts)."""
+    total = 0
+    for text in texts:
+        words = [word.strip(".,;:!?").lower() for word in (text or "").split()]
+        total += len(words) - len(set(words))
+    return total
+
+
 def greedy_texts(server: Server, prompts: Sequence[Prompt], tokens: int, concurrency: int,
                  **sampling) -> list[str | None]:
     body = {"temperature": 0.0, **sampling}
@@ -176,7 +200,8 @@ def greedy_texts(server: Server, prompts: Sequence[Prompt], tokens: int, concurr
                            concurrency, label="accept greedy")
 
 
-OPENAI_SAMPLING = ("temperature", "top_p")  # the rest (top_k, penalties of SGLang's own) go in extra_body
+# OpenAI's own sampling parameters; the rest (top_k, SGLang's repetition_penalty) go in extra_body
+OPENAI_SAMPLING = ("temperature", "top_p", "frequency_penalty", "presence_penalty")
 
 
 def _text(client: openai.OpenAI, model: str, text: str, tokens: int, body: dict) -> str | None:

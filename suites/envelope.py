@@ -11,13 +11,12 @@ none does. Accept figures from these requests are on random text: never draft qu
 
 from __future__ import annotations
 
-import math
 import random
 import statistics
 from dataclasses import replace
 from typing import Sequence
 
-from ground.measurements import Envelope, EnvelopeBoundary, EnvelopePoint
+from ground.measurements import Envelope, EnvelopeBoundary, EnvelopePoint, crossing
 from suites.server import Server
 from suites.speed import SpeedSettings, build_prompts, run_measurement
 
@@ -29,7 +28,8 @@ def _tpots(server: Server, settings: SpeedSettings, prompts: Sequence[str]) -> l
             if t.tpot is not None]
 
 
-def _bootstrap_stderr(ours: Sequence[float], theirs: Sequence[float], seed: int) -> float | None:
+def speedup_stderr(ours: Sequence[float], theirs: Sequence[float], seed: int) -> float | None:
+    """Standard error of median(theirs) / median(ours), by bootstrap over the requests of both sides."""
     if len(ours) < 2 or len(theirs) < 2:
         return None
     rng = random.Random(seed)
@@ -53,23 +53,14 @@ def sweep(server: Server, reference: Server, base: SpeedSettings, concurrencies:
             points.append(EnvelopePoint(concurrency, input_len, requests,
                                 statistics.median(ours) * 1000 if ours else None,
                                 statistics.median(theirs) * 1000 if theirs else None, speedup,
-                                _bootstrap_stderr(ours, theirs, seed=concurrency + input_len)))
+                                speedup_stderr(ours, theirs, seed=concurrency + input_len)))
     return points
 
 
 def boundary(points: Sequence[EnvelopePoint], input_len: int) -> tuple[float | None, bool]:
     """(the concurrency where the speedup at ``input_len`` falls to 1, censored: every point pays)."""
     row = sorted((p for p in points if p.input_len == input_len and p.speedup is not None), key=lambda p: p.concurrency)
-    if not row:
-        return None, False
-    if row[0].speedup is not None and row[0].speedup < 1:
-        return 0.0, False
-    for paying, not_paying in zip(row, row[1:]):
-        if paying.speedup >= 1 > not_paying.speedup:  # type: ignore[operator]
-            a, b = math.log(paying.concurrency), math.log(not_paying.concurrency)
-            fraction = (paying.speedup - 1) / (paying.speedup - not_paying.speedup)  # type: ignore[operator]
-            return math.exp(a + fraction * (b - a)), False
-    return float(row[-1].concurrency), True
+    return crossing([(p.concurrency, p.speedup) for p in row if p.speedup is not None])
 
 
 def envelope_record(points: Sequence[EnvelopePoint]) -> dict:

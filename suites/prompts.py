@@ -36,9 +36,8 @@ class Prompt:
     source: str  # "builtin" | "mtbench" | a file path: CONTRACT.md, accept suite
 
 
-# The categories that matter for speculation (drafts accept more on code and math, less on long inputs), and MT-Bench's
-# own (writing, roleplay, reasoning, extraction, stem, humanities) for everything else. MT-Bench's "coding" is "code".
-SPECULATION_CATEGORIES = ("code", "math", "long_context")
+# The categories: ground.suites.ACCEPT_CATEGORIES (those that matter for speculation, then MT-Bench's own for everything
+# else). MT-Bench's "coding" is "code".
 CATEGORY_ALIASES = {"coding": "code"}
 BUILTIN_CATEGORIES = ("code", "writing", "stem", "humanities", "code", "stem", "math", "writing", "stem", "stem",
                       "writing", "stem", "code", "stem", "humanities", "writing")

@@ -1,4 +1,5 @@
-"""Speculative acceptance: accept_length, accept_rate, accept_rate_pos1..8 (per draft position), and at the sampled
+"""Speculative acceptance: accept_length, accept_rate, accept_rate_pos1..8 (per draft position), accept_length_CATEGORY
+(per category of the workload: code, math, long_context, MT-Bench's others), and at the sampled
 setting accept_length_sampled; with a non-speculative reference (--reference-url) the losslessness figures
 sampled_greedy_share[_reference][_stderr]. Records "accept" (per request, with category and histogram),
 "accept_server" (server-side figures), "accept_summary" (the /metrics cross-check), "accept_detail" (per position,
@@ -21,8 +22,8 @@ from suites.accept import (
     server_side_figures, take_snapshot, with_spec,
 )
 from suites.accept_detail import (
-    accept_length_histogram, by_category, drift, greedy_like_share, greedy_texts, position_metrics, position_source,
-    positions,
+    accept_length_histogram, by_category, category_metrics, drift, greedy_like_share, greedy_texts, position_metrics,
+    position_source, positions, repeated_words,
 )
 from suites.config import SuiteInputError
 from suites.datasets import load_questions
@@ -71,7 +72,7 @@ def accept_run(server, suite_config, suite_output, detail):
     server_side = server_side_figures(before, after, requests)
     messages = disagreements(requests, server_side.figures, options["disagreement_tolerance"])
     table = positions(requests)
-    suite_output.add_metrics({**metrics, **position_metrics(table)})
+    suite_output.add_metrics({**metrics, **position_metrics(table), **category_metrics(requests)})
     suite_output.add_records("accept", [request_record(r) for r in requests])
     suite_output.add_records("accept_server", [{**figure, "speculative_algorithm": after.speculative_algorithm}
                                                for figure in server_side.figures])
@@ -185,3 +186,59 @@ def test_top_k_one_is_greedy(accept_run, server, suite_config):
     differing = [i for i, (a, b) in enumerate(zip(greedy, top_k)) if a != b]
     assert not differing, (f"top_k=1 at temperature {options['sampled_temperature']} differs from greedy output on "
                            f"prompts {differing}: a sampling parameter is ignored under speculation")
+
+
+# Sampling parameters honoured under speculation, each against the same requests without it (a speculative path that
+# ignores one, as forks have, is caught here, on any server). top_p this small leaves only the argmax (SGLang's top-p
+# keeps the argmax and drops every token past the first whose cumulative probability exceeds it).
+TOP_P_NEAR_ZERO = 1e-6
+PENALTIES = {"frequency_penalty": 2.0, "presence_penalty": 2.0, "repetition_penalty": 2.0}  # the strongest allowed
+PENALTY_TOKENS = 32  # long enough for greedy text to repeat words (at most accept.max_tokens)
+
+
+def _sampling_prompts(suite_config) -> list[Prompt]:
+    options = suite_config.suite("accept")
+    workload, _ = load_workload(options["workload"], suite_config.cache_dir)
+    return [p for p in workload if p.category != "long_context"][:options["lossless_prompts"]]
+
+
+def test_top_p_near_zero_is_greedy(accept_run, server, suite_config):
+    """At the sampled temperature, top_p near 0 must give the greedy text, while the same requests without top_p
+    sample something else on some prompt (else top_p's effect cannot be seen here)."""
+    options = suite_config.suite("accept")
+    if not options["sampled_temperature"]:
+        pytest.skip("accept.sampled_temperature is 0: greedy only")
+    prompts, tokens, concurrency = _sampling_prompts(suite_config), options["lossless_tokens"], options["concurrency"]
+    sampled = {"temperature": options["sampled_temperature"]}
+    greedy = greedy_texts(server, prompts, tokens, concurrency)
+    wide = greedy_texts(server, prompts, tokens, concurrency, **sampled)
+    if all(a == b for a, b in zip(greedy, wide)):
+        pytest.skip(f"samples at temperature {sampled['temperature']} equal the greedy text on every prompt: "
+                    "top_p has no room to show its effect")
+    narrow = greedy_texts(server, prompts, tokens, concurrency, top_p=TOP_P_NEAR_ZERO, **sampled)
+    differing = [i for i, (a, b) in enumerate(zip(greedy, narrow)) if a != b]
+    assert not differing, (f"top_p={TOP_P_NEAR_ZERO:g} at temperature {sampled['temperature']} differs from greedy "
+                           f"output on prompts {differing}: top_p is ignored under speculation")
+
+
+@pytest.fixture(scope="module")
+def plain_greedy(accept_run, server, suite_config):
+    """Greedy text of the sampling prompts without any penalty: what each penalty is compared with."""
+    options = suite_config.suite("accept")
+    tokens = min(PENALTY_TOKENS, options["max_tokens"])
+    return tokens, greedy_texts(server, _sampling_prompts(suite_config), tokens, options["concurrency"])
+
+
+@pytest.mark.parametrize("name", sorted(PENALTIES))
+def test_penalty_cuts_repetition(plain_greedy, server, suite_config, name):
+    """A strong frequency, presence or repetition penalty must leave fewer repeated words in the greedy text than
+    the same requests without it."""
+    tokens, plain = plain_greedy
+    before = repeated_words(plain)
+    if not before:
+        pytest.skip(f"the greedy text repeats no word in {tokens} tokens: {name} has nothing to act on")
+    concurrency = suite_config.suite("accept")["concurrency"]
+    penalised = greedy_texts(server, _sampling_prompts(suite_config), tokens, concurrency, **{name: PENALTIES[name]})
+    after = repeated_words(penalised)
+    assert after < before, (f"{name}={PENALTIES[name]:g} left {after} repeated words against {before} without it "
+                            f"(greedy, {tokens} tokens per prompt): the penalty is ignored under speculation")

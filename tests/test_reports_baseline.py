@@ -157,3 +157,33 @@ def test_identical_runs_never_record_a_zero_noise(tmp_path):
         proposal.text
     throughput = load_baseline(path).specs_for(cell.id).get("output_throughput_tok_s")
     assert throughput is None or not throughput.noise  # nothing to bound it with: no noise written, never 0
+
+
+def test_baseline_record_writes_per_position_and_per_category_gates(tmp_path):
+    """Acceptance by draft position and by category is recorded as accept length is: value, noise over the runs,
+    per-request noise, and a 10 % ratio gate that reads back as a statistical gate."""
+    import dataclasses
+
+    from reports.baseline_file import load_baseline
+    from reports.baseline_proposal import propose
+    from reports.gates import statistical_gates
+    from reports.results import load_results
+
+    fixture = load_results(RUN_FIXTURE / "results.json")
+    cell = fixture.cells[0]
+    runs = []
+    for shift in (1.0, 1.01, 0.99):
+        acceptance = {"accept_length_code": 3.6 * shift, "accept_length_code_stderr": 0.12,
+                      "accept_length_long_context": 2.0 * shift, "accept_length_long_context_stderr": 0.06,
+                      "accept_rate_pos1": 0.66 * shift, "accept_rate_pos1_stderr": 0.02}
+        measured = dataclasses.replace(cell, metrics={**cell.metrics, **acceptance})
+        runs.append((f"run{shift}", dataclasses.replace(fixture, cells=(measured,))))
+    path = tmp_path / "baseline.yaml"
+    path.write_text(propose(runs).text)
+    baseline = load_baseline(path)
+    specs = baseline.specs_for(cell.id)
+    for metric, value in (("accept_length_code", 3.6), ("accept_length_long_context", 2.0), ("accept_rate_pos1", 0.66)):
+        spec = specs[metric]
+        assert spec.value == pytest.approx(value) and spec.min_ratio == 0.9 and spec.runs == 3
+        assert spec.noise == pytest.approx(0.01, rel=0.01) and spec.request_noise
+    assert statistical_gates(cell, baseline) >= 3

@@ -16,7 +16,8 @@ from typing import Any
 MESSAGES = ("TokenizedGenerateReqInput", "BatchTokenizedGenerateReqInput", "BatchTokenIDOutput", "AbortReq",
             "GetInternalStateReq", "GetInternalStateReqOutput", "FlushCacheReqInput", "FlushCacheReqOutput",
             "SetInternalStateReq", "SetInternalStateReqOutput", "FreezeGCReq")
-SAMPLING_FIELDS_READ = ("max_new_tokens", "temperature", "top_k", "ignore_eos", "skip_special_tokens",
+SAMPLING_FIELDS_READ = ("max_new_tokens", "temperature", "top_k", "top_p", "frequency_penalty", "presence_penalty",
+                        "repetition_penalty", "ignore_eos", "skip_special_tokens",
                         "spaces_between_special_tokens", "no_stop_trim")
 
 

@@ -51,7 +51,7 @@ from sglang_sim.prometheus import MAX_TOTAL_NUM_TOKENS, kv_gauges
 from sglang_sim.noise import BootNoise
 from sglang_sim.native_api import WARMUP_MAX_NEW_TOKENS, WARMUP_PROMPT
 from sglang_sim.speculation import SpecShape
-from sglang_sim.textgen import Ask, Persona
+from sglang_sim.textgen import Ask, Penalties, Persona
 
 logger = logging.getLogger("sglang_sim")
 HEALTH_CHECK_RID_PREFIX = "HEALTH_CHECK"  # sglang/srt/constants.py
@@ -168,7 +168,9 @@ class StandIn:
         temperature = 0.0 if greedy else (params.temperature or 1.0)
         # SGLang's chat layer decided whether the model reasons (its reasoning parser's rule): it thinks then.
         thinking = bool(req.require_reasoning)
-        ask = Ask(prompt, question_of(prompt), self.engine.sample_key(temperature), thinking, bool(params.ignore_eos))
+        penalties = Penalties(params.frequency_penalty, params.presence_penalty, params.repetition_penalty)
+        ask = Ask(prompt, question_of(prompt), self.engine.sample_key(temperature, top_p=params.top_p), thinking,
+                  bool(params.ignore_eos), penalties)
         return Job(ask, len(prompt_ids), int(limit), bool(req.stream), require_reasoning=thinking, warmup=internal,
                    temperature=temperature)
 
