@@ -179,7 +179,16 @@ def simulator_args(workload: Workload, concurrency: int) -> list[str]:
     the kernel spreads connections over the shards unevenly: each rank may take them all, so none queues."""
     ranks = workload.shards
     dp = ["--tp-size", str(ranks), "--dp-size", str(ranks)] if ranks > 1 else []
-    return [*SPECULATIVE_ARGS, *dp, "--max-running-requests", str(max(concurrency, 48))]
+    return [*SPECULATIVE_ARGS, *dp, "--enable-metrics", "--max-running-requests", str(max(concurrency, 48))]
+
+
+def simulator_cpu_seconds(url: str) -> float:
+    """The simulator's CPU time so far, every shard's (its /metrics process_cpu_seconds, summed over shards)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = requests.get(f"{url}/metrics", timeout=30).text
+    return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+               if sample.name == "sglang:process_cpu_seconds_total")
 
 
 @contextlib.contextmanager
@@ -262,13 +271,23 @@ def make_bench_serving(python: str) -> Callable:
 
 
 def measure(tool: str, run: Callable, workload: Workload, sent: Traffic, concurrency: int) -> Repeat:
+    """One repeat; besides the figures, CPU time per chunk the measured requests got: the simulator's (all shards;
+    its capacity per core is the inverse, whatever else runs on the machine) and the bench process's own (the
+    in-process suite's client; not bench_serving's, a subprocess)."""
     load = os.getloadavg()[0]
     with fresh_simulator(workload, concurrency, FRONTEND_PYTHON.get(tool)) as sim:
+        sim_cpu, client_cpu = simulator_cpu_seconds(sim.url), time.process_time()
         measured = run(sim, workload, sent, concurrency)
+        client_cpu = time.process_time() - client_cpu
+        sim_cpu = simulator_cpu_seconds(sim.url) - sim_cpu
+    chunks = max(1, sum(len(t.emissions) for t in measured.truth))
+    cpu = {"sim_cpu_us_per_chunk": sim_cpu / chunks * 1e6,
+           **({"client_cpu_us_per_chunk": client_cpu / chunks * 1e6} if tool in ("suite", "suite-openai") else {})}
     ours = measured.ours
     repeat = Repeat(tool, concurrency, ours, server_samples(measured.truth).stats(),
-                    pacing(measured.truth, workload.step_ms), load, measured.extra)
-    print(f"  {tool} conc {concurrency}: load {load:.2f}, pacing {repeat.pacing}"
+                    pacing(measured.truth, workload.step_ms), load, {**measured.extra, **cpu})
+    print(f"  {tool} conc {concurrency}: load {load:.2f}, simulator {cpu['sim_cpu_us_per_chunk']:.0f} us CPU/chunk, "
+          f"pacing {repeat.pacing}"
           f"{'' if repeat.kept else ' (discarded: ' + ', '.join(repeat.pacing.off) + ')'}, TPOT {ours['tpot_mean']:.2f} ms vs truth "
           f"{repeat.truth['tpot_mean']:.2f}, TTFT excess {repeat.ttft_excess_ms:.1f} ms", file=sys.stderr, flush=True)
     return repeat
@@ -356,9 +375,10 @@ def ttft_table(repeats: Sequence[Repeat], tools: Sequence[str]) -> str:
 
 def repeats_table(repeats: Sequence[Repeat]) -> str:
     rows = [[str(r.concurrency), r.tool, f"{r.load_average:.2f}", str(r.pacing),
+             f"{r.extra['sim_cpu_us_per_chunk']:.0f}", f"{r.extra.get('client_cpu_us_per_chunk', float('nan')):.0f}",
              "kept" if r.kept else "discarded: " + ", ".join(r.pacing.off)] for r in repeats]
-    return markdown_table(["conc", "tool", "load average (1 min) before", "simulator pacing (gap / step: median / mean / p99)", "rule"],
-                          rows)
+    return markdown_table(["conc", "tool", "load average (1 min) before", "simulator pacing (gap / step: median / mean / p99)",
+                           "simulator CPU us / chunk", "client CPU us / chunk", "rule"], rows)
 
 
 def verdicts(repeats: Sequence[Repeat], concurrency: int) -> list[str]:
@@ -377,6 +397,9 @@ def verdicts(repeats: Sequence[Repeat], concurrency: int) -> list[str]:
                 worst = max(abs(r.ours[key] / r.truth[key] - 1) for r in suite)
                 lines.append(f"at {conc} streams, the suite's {name} is within {worst:.2%} of the truth in every "
                              f"kept repeat ({'within' if worst <= 0.01 else 'NOT within'} 1 %)")
+    per_chunk = [r.extra["sim_cpu_us_per_chunk"] for r in repeats]
+    lines.append(f"simulator CPU per chunk over all repeats: {spread(per_chunk, '.0f')} us (min / median / max), so "
+                 f"one core paces about {1e6 / statistics.median(per_chunk):,.0f} chunks/s (at the median)")
     kept = [r for r in repeats if r.kept and r.concurrency == concurrency]
     suite = [r for r in kept if r.tool == "suite"]
     others = [r for r in kept if r.tool == "bench_serving"]
