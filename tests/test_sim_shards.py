@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import time
 
@@ -15,6 +16,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from launchers.processes import RUN_ENV, group_members
 from tests.sim_fixtures import run_sim_to_exit, sim  # noqa: F401 (fixture)
 
 SPEC_ARGS = ["--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", "sim/draft",
@@ -103,9 +105,13 @@ def test_a_sharded_server_serves_concurrent_streams_and_adds_up_as_one(sim, tmp_
 
 
 def test_killing_the_server_leaves_no_shard(sim):
-    server = sim([*TWO_RANKS], env=SHARDED)
+    run_id = f"shards-{os.getpid()}"
+    server = sim([*TWO_RANKS], env={**SHARDED, RUN_ENV: run_id})
     shards = shard_processes(server)
     assert len(shards) == 2
+    # what a launcher's cleanup looks for: its run's mark in the server's process group, shards included
+    found = {proc.pid for proc in group_members(os.getpgid(server.process.pid), run_id)}
+    assert {server.process.pid, *(proc.pid for proc in shards)} <= found
     server.process.send_signal(signal.SIGKILL)  # no chance to stop them: they die with it
     server.process.wait(timeout=10)
     assert gone(shards)
