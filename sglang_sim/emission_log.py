@@ -1,7 +1,9 @@
 """``DSPARK_SIM_EMISSION_LOG``: one JSON line per finished request, the server's side of a benchmark.
 
-A line is written once per request (when it finishes, aborted ones included) into a buffered file,
-flushed within ``FLUSH_SECONDS`` and at shutdown; a crash (``os._exit``) loses at most that much.
+A line is written once per request (when it finishes, aborted ones included), kept and appended within
+``FLUSH_SECONDS`` and at shutdown, whole lines in one write to a file opened O_APPEND, so the shards of one
+server (sglang_sim.engine_shards) can share the file without cutting each other's lines; a crash (``os._exit``) loses at
+most that much.
 Times are the engine's hand-over of tokens to the HTTP handler, which writes them in the same
 event-loop turn. Every instant is on two clocks (``engine.Instant``); README.md says how to align.
 """
@@ -12,14 +14,13 @@ import asyncio
 import json
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, BinaryIO
 
 if TYPE_CHECKING:
     from sglang_sim.engine import Generation
 
 logger = logging.getLogger("sglang_sim")
 FLUSH_SECONDS = 0.5
-BUFFER_BYTES = 1 << 16
 
 
 def emission_record(gen: Generation, streaming: bool) -> dict:
@@ -46,24 +47,21 @@ def emission_record(gen: Generation, streaming: bool) -> dict:
 class EmissionLog:
     """Appends ``emission_record`` lines; owned by the server, closed at shutdown."""
 
-    def __init__(self, file: TextIO):
+    def __init__(self, file: BinaryIO):
         self._file = file
+        self._lines: list[bytes] = []
         self._flush_pending = False
         self._broken = False
 
     @classmethod
     def open(cls, path: Path) -> "EmissionLog":
         """Raises OSError when the path cannot be appended to (the caller's exit 2)."""
-        return cls(path.open("a", encoding="utf-8", buffering=BUFFER_BYTES))
+        return cls(path.open("ab", buffering=0))
 
     def record(self, gen: Generation, streaming: bool) -> None:
         if self._broken:
             return
-        try:
-            self._file.write(json.dumps(emission_record(gen, streaming)) + "\n")
-        except OSError as err:  # e.g. the disk filled up: say so once, keep serving
-            self._give_up(err)
-            return
+        self._lines.append(json.dumps(emission_record(gen, streaming)).encode() + b"\n")
         if not self._flush_pending:
             self._flush_pending = True
             asyncio.get_running_loop().call_later(FLUSH_SECONDS, self._flush)
@@ -72,9 +70,14 @@ class EmissionLog:
         self._flush_pending = False
         if self._broken or self._file.closed:
             return
+        pending, self._lines = b"".join(self._lines), []
         try:
-            self._file.flush()
-        except OSError as err:
+            while pending:  # a regular file takes it whole; a short write's rest follows
+                written = self._file.write(pending)
+                if not written:
+                    raise OSError("the file took nothing")
+                pending = pending[written:]
+        except OSError as err:  # e.g. the disk filled up: say so once, keep serving
             self._give_up(err)
 
     def _give_up(self, err: OSError) -> None:

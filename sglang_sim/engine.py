@@ -16,7 +16,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, AsyncGenerator, AsyncIterator, Callable, NamedTuple
+from typing import Any, AsyncGenerator, AsyncIterator, Callable, Iterator, NamedTuple, Sequence
 
 from sglang_sim.admission import SglangEnv
 from sglang_sim.args import ServerArgs
@@ -178,14 +178,20 @@ class Job:
 class Engine:
     def __init__(self, args: ServerArgs, config: SimConfig, env: SglangEnv, shape: SpecShape | None,
                  persona: Persona, on_prefill: Callable[[], None], metrics: ServerMetrics | None = None,
-                 emission_log: EmissionLog | None = None, noise: BootNoise | None = None):
+                 emission_log: EmissionLog | None = None, noise: BootNoise | None = None,
+                 owned: Sequence[int] | None = None, counters: Callable[[str], Iterator[int]] | None = None):
+        """``owned``: the DP ranks this process schedules (a shard's, sglang_sim.engine_shards; default all of them);
+        ``counters``: where the counters that order requests server-wide come from (a shard's are shared with
+        its siblings; default this process's own)."""
         self.args, self.config, self.env, self.shape, self.persona = args, config, env, shape, persona
         cap = args.max_running_requests  # per DP rank's scheduler; None: as many as memory allows (unbounded here)
         self.ranks = [RankState(rank, asyncio.Semaphore(cap) if cap else None)
                       for rank in range(args.num_dp_ranks)]
-        self._next_rank = itertools.cycle(self.ranks)
+        self.owned = [self.ranks[rank] for rank in (owned if owned is not None else range(args.num_dp_ranks))]
+        self._next_rank = itertools.cycle(self.owned)
         self._on_prefill = on_prefill  # where the crash_first_prefill fault strikes
-        self._sample_counter = itertools.count()
+        counter = counters or (lambda name: itertools.count())
+        self._sample_counter = counter("sample")
         self.metrics = metrics
         self.emission_log = emission_log
         self.noise = noise or BootNoise.of(config)
@@ -193,7 +199,7 @@ class Engine:
         self.alpha = 0.0 if config.faults.accept_collapse else self.noise.alpha(config.accept_prob)
         self.accept_model = AcceptModel(self.alpha, config.accept_decay, config.faults.position_regression,
                                         shape.max_accept if shape is not None else 0, config.category_accept)
-        self._served = itertools.count()  # client requests past prefill, in order (fault accept_drift counts them)
+        self._served = counter("served")  # client requests past prefill, in order (fault accept_drift counts them)
 
     @property
     def reports_dp_rank(self) -> bool:
@@ -383,10 +389,10 @@ class Engine:
         self._scheduler_changed(rank)
 
     def internal_states(self, server_args: dict) -> list[dict]:
-        """/server_info's internal_states: one entry per DP rank, in rank order (SGLang's entries do not name
-        their rank)."""
+        """/server_info's internal_states: one entry per DP rank this process schedules, in rank order (SGLang's
+        entries do not name their rank; ``owned`` says which they are)."""
         states = []
-        for rank in self.ranks:
+        for rank in self.owned:
             state = {**server_args, "world_size": self.args.tp_size * self.args.pp_size
                      * self.args.dp_size, "effective_max_running_requests_per_dp": self.args.max_running_requests,
                      "last_gen_throughput": rank.last_gen_throughput, "num_running_reqs": rank.running,

@@ -80,6 +80,15 @@ async def _always_healthy(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
+def shard_peer_app(state: ServerState) -> web.Application:
+    """What a shard answers its siblings on its peer socket: its own ranks' states and /metrics (sglang_sim.engine_shards)."""
+    app = web.Application()
+    app[ServerState.KEY] = state
+    app.router.add_get(native_api.SHARD_STATES_PATH, native_api.shard_states)
+    app.router.add_get(native_api.SHARD_METRICS_PATH, native_api.shard_metrics)
+    return app
+
+
 def dummy_health_app() -> web.Application:
     """What SGLang's node ranks >= 1 serve: a /health that always says 200, proving nothing."""
     app = web.Application()

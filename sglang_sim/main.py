@@ -27,10 +27,11 @@ from sglang_sim.emission_log import EmissionLog
 from sglang_sim.engine import Engine
 from sglang_sim.failures import SCHEDULER_FRAMES, die, print_lines, rejection_traceback, traceback_tail
 from sglang_sim.gpqa_answers import GpqaAnswerKey, GpqaDatasetError
-from sglang_sim.http_app import api_app, dummy_health_app
+from sglang_sim.http_app import api_app, dummy_health_app, shard_peer_app
 from sglang_sim.prometheus import ServerMetrics
 from sglang_sim.rendezvous import Leader, join, split_addr
 from sglang_sim.server_state import ServerState
+from sglang_sim.engine_shards import Shard, serve_sharded, usable_cores
 from sglang_sim.speculation import SpecShape
 from sglang_sim.noise import BootNoise
 from sglang_sim.textgen import Persona
@@ -77,27 +78,74 @@ def main(argv: list[str] | None = None, serve_rank0: "ServeRank0 | None" = None)
         return 1
     if resolved.node_rank != 0:
         return _run(_serve_other_rank(resolved, config))
-    return (serve_rank0 or _serve)(resolved, config, env, architecture, answer_key)
+    if serve_rank0 is not None:
+        return serve_rank0(resolved, config, env, architecture, answer_key)
+    try:
+        shards = _shard_count(resolved, config)
+    except ValueError as err:
+        print(f"sglang_sim: {err}", file=sys.stderr)
+        return 2
+    if shards == 1:
+        return _serve(resolved, config, env, architecture, answer_key)
+    return _serve_shards(shards, resolved, config, env, architecture, answer_key)
 
 
 # (admitted args, config, SGLang's environment, architecture, GPQA answer key) -> exit code
 ServeRank0 = Callable[[ServerArgs, SimConfig, SglangEnv, str, GpqaAnswerKey], int]
 
 
+def _shard_count(args: ServerArgs, config: SimConfig) -> int:
+    """DSPARK_SIM_SHARDS resolved against the launch (auto: one per DP rank, at most one per usable core, and one
+    where shards cannot be: several node ranks or a PD role); ValueError when an explicit count cannot be had."""
+    env = KNOBS["shards"].env
+    single = args.nnodes > 1 or args.disaggregation_mode != "null"
+    if config.shards is None:
+        return 1 if single else max(1, min(args.num_dp_ranks, usable_cores()))
+    if config.shards > 1 and single:
+        raise ValueError(f"{env}={config.shards}: shards serve one node without PD disaggregation; set it to 1 "
+                         "with --nnodes > 1 or --disaggregation-mode")
+    if config.shards > args.num_dp_ranks:
+        raise ValueError(f"{env}={config.shards}: each shard schedules whole DP ranks and this launch has "
+                         f"{args.num_dp_ranks}; raise --dp-size (or --attn-dp-size) or lower {env}")
+    return config.shards
+
+
+def _open_emission_log(config: SimConfig) -> EmissionLog | None:
+    """Raises OSError (the caller's exit 2) when the log cannot be appended to."""
+    return EmissionLog.open(config.emission_log) if config.emission_log is not None else None
+
+
+def _emission_log_error(config: SimConfig, err: OSError) -> int:
+    print(f"sglang_sim: {KNOBS['emission_log'].env}={config.emission_log}: cannot append to it "
+          f"({err.strerror or err})", file=sys.stderr)
+    return 2
+
+
 def _serve(args: ServerArgs, config: SimConfig, env: SglangEnv, architecture: str,
-           answer_key: GpqaAnswerKey) -> int:
-    """Serve node rank 0. It owns the emission log: exit 2 when it cannot be appended to."""
+           answer_key: GpqaAnswerKey, noise: BootNoise | None = None, shard: Shard | None = None) -> int:
+    """Serve node rank 0 (or one shard of it). It owns the emission log: exit 2 when it cannot be appended to."""
     try:
-        emission_log = EmissionLog.open(config.emission_log) if config.emission_log is not None else None
+        emission_log = _open_emission_log(config)
     except OSError as err:
-        print(f"sglang_sim: {KNOBS['emission_log'].env}={config.emission_log}: cannot append to it "
-              f"({err.strerror or err})", file=sys.stderr)
-        return 2
+        return _emission_log_error(config, err)
     try:
-        return _run(_serve_rank0(args, config, env, architecture, answer_key, emission_log))
+        return _run(_serve_rank0(args, config, env, architecture, answer_key, emission_log, noise, shard))
     finally:
         if emission_log is not None:
             emission_log.close()
+
+
+def _serve_shards(count: int, args: ServerArgs, config: SimConfig, env: SglangEnv, architecture: str,
+                  answer_key: GpqaAnswerKey) -> int:
+    """Node rank 0 as ``count`` shard processes (sglang_sim.engine_shards), one boot's noise drawn for them all."""
+    try:
+        log = _open_emission_log(config)  # each shard appends on its own; a bad path is found before the fork
+    except OSError as err:
+        return _emission_log_error(config, err)
+    if log is not None:
+        log.close()
+    noise = BootNoise.of(config)
+    return serve_sharded(count, lambda shard: _serve(args, config, env, architecture, answer_key, noise, shard))
 
 
 def _run(serving) -> int:
@@ -163,26 +211,42 @@ def _crash_on_prefill(config: SimConfig):
     return on_prefill
 
 
-async def _start_site(app: web.Application, host: str, port: int) -> web.AppRunner:
+async def _start_site(app: web.Application, host: str, port: int, reuse_port: bool = False) -> web.AppRunner:
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
+    await web.TCPSite(runner, host, port, reuse_port=reuse_port or None).start()
+    return runner
+
+
+async def _start_peer_site(state: ServerState, shard: Shard) -> web.AppRunner:
+    runner = web.AppRunner(shard_peer_app(state), access_log=None)
+    await runner.setup()
+    await web.UnixSite(runner, shard.socket(shard.index)).start()
     return runner
 
 
 async def _serve_rank0(args: ServerArgs, config: SimConfig, env: SglangEnv, architecture: str,
-                       answer_key: GpqaAnswerKey, emission_log: EmissionLog | None) -> int:
+                       answer_key: GpqaAnswerKey, emission_log: EmissionLog | None, noise: BootNoise | None = None,
+                       shard: Shard | None = None) -> int:
+    """``shard``: this process is one of the server's shards (sglang_sim.engine_shards), ``noise`` the boot's draws."""
     stop = _stop_on_signals()
-    _arm_rank_exit(config, 0)
+    first = shard is None or shard.index == 0  # what the server does once, its first shard does
+    if first:
+        _arm_rank_exit(config, 0)
     shape = SpecShape.of(args)
     num_dp_ranks = args.num_dp_ranks
-    metrics = (ServerMetrics(args, num_dp_ranks, native_api.startup_times(config.boot_seconds))
+    metrics = (ServerMetrics(args, num_dp_ranks, native_api.startup_times(config.boot_seconds) if first else None,
+                             pid=shard.server_pid if shard else None)
                if args.enable_metrics else None)
-    noise = BootNoise.of(config)
+    noise = noise or BootNoise.of(config)
+    if shard is not None:
+        noise = noise.counting_requests_with(shard.counter("requests"))
     persona = Persona(config.seed, config.gpqa_accuracy, answer_key, garbage=config.faults.garbage_output,
                       concentration=config.gpqa_concentration, nonce=noise.nonce)
-    engine = Engine(args, config, env, shape, persona, _crash_on_prefill(config), metrics, emission_log, noise)
-    state = ServerState(args, config, engine, metrics, architecture)
+    engine = Engine(args, config, env, shape, persona, _crash_on_prefill(config), metrics, emission_log, noise,
+                    owned=shard.owned_ranks(num_dp_ranks) if shard else None,
+                    counters=shard.counter if shard else None)
+    state = ServerState(args, config, engine, metrics, architecture, shard=shard)
     leader = Leader(args.nnodes, on_rank_lost=lambda rank: die(traceback_tail(SCHEDULER_FRAMES, (
         f"RuntimeError: NCCL communicator was aborted: node rank {rank} disconnected "
         "(sglang_sim: a peer rank exited)"))))
@@ -190,13 +254,18 @@ async def _serve_rank0(args: ServerArgs, config: SimConfig, env: SglangEnv, arch
         await leader.listen(*split_addr(args.dist_init_addr or f"{args.host}:20000"))
     pd = Disaggregation.of(args.disaggregation_mode, config.faults.names, config.prefill_ms_per_token, metrics)
     bootstrap = await _start_bootstrap(pd, args)
-    runner = await _start_site(api_app(state, [pd.middleware()] if pd else []), args.host, args.port)
-    logger.info(f"Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
+    peer = await _start_peer_site(state, shard) if shard is not None else None
+    runner = await _start_site(api_app(state, [pd.middleware()] if pd else []), args.host, args.port,
+                               reuse_port=shard is not None)
+    if first:
+        logger.info(f"Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
     booting = asyncio.create_task(_boot(state, config, leader, shape))
     await stop.wait()
     booting.cancel()
     await leader.close()
     await runner.cleanup()
+    if peer is not None:
+        await peer.cleanup()
     if bootstrap is not None:
         await bootstrap.cleanup()
     return 0
@@ -226,8 +295,11 @@ async def _boot(state: ServerState, config: SimConfig, leader: Leader, shape: Sp
         await asyncio.Event().wait()
     if not args.skip_server_warmup:
         await native_api.warm_up(state)
+    if state.shard is not None:
+        await state.shard.all_ready()  # /health says 200 for the whole server, whichever shard answers
     state.ready = True
-    logger.info("The server is fired up and ready to roll!")
+    if state.shard is None or state.shard.index == 0:
+        logger.info("The server is fired up and ready to roll!")
 
 
 async def _serve_other_rank(args: ServerArgs, config: SimConfig) -> int:

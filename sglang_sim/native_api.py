@@ -17,6 +17,7 @@ from sglang_sim.engine import Generation, Job
 from sglang_sim.prometheus import MAX_TOTAL_NUM_TOKENS
 from sglang_sim.openai_api import BadRequest, error_response, parse_penalties
 from sglang_sim.server_state import ServerState, json_response, sse_event
+from sglang_sim.engine_shards import gathered, gathered_json, merge_expositions
 from sglang_sim.textgen import Ask
 from sglang_sim.tokenizer import count_tokens
 
@@ -24,6 +25,7 @@ logger = logging.getLogger("sglang_sim")
 # http_server._execute_server_warmup: the request SGLang sends itself before /health says 200
 WARMUP_PROMPT = "The capital city of France is"
 WARMUP_MAX_NEW_TOKENS = 8
+SHARD_STATES_PATH, SHARD_METRICS_PATH = "/shard/internal_states", "/shard/metrics"  # on a shard's peer socket
 FLUSHED = ("Cache flushed.\nPlease check backend logs for more details. "
            "(When there are running or waiting requests, the operation will not be performed.)\n")
 
@@ -80,19 +82,43 @@ def _scheduler_state(state: ServerState) -> dict:
     return {"startup_time": times, "memory_usage": memory}
 
 
-async def server_info(request: web.Request) -> web.Response:
-    state = _state(request)
+def _server_args(state: ServerState) -> dict:
     server_args = {name: value for name, value in state.args.to_dict().items() if name not in NOT_A_FIELD}
     server_args.update(UNFLAGGED_FIELDS)
+    return server_args
+
+
+def _rank_states(state: ServerState) -> list[list]:
+    """[DP rank, internal_states entry] of each rank this process schedules."""
+    entries = state.engine.internal_states(_server_args(state))
+    return [[rank.dp_rank, entry] for rank, entry in zip(state.engine.owned, entries)]
+
+
+async def server_info(request: web.Request) -> web.Response:
+    state = _state(request)
+    server_args = _server_args(state)
     scheduler_info = {"status": "ready", "max_total_num_tokens": MAX_TOTAL_NUM_TOKENS,
                       "max_req_input_len": state.context_length - 1, "hicache_object_layout": None}
+    answers = await gathered_json(_rank_states(state), state.shard, SHARD_STATES_PATH)  # every shard's ranks
+    ranked = sorted((pair for answer in answers for pair in answer), key=lambda pair: pair[0])
     # SGLang drops the signal handler from each entry (not serialisable over its IPC).
     internal_states = [{**{k: v for k, v in entry.items() if k != "custom_sigquit_handler"}, **_scheduler_state(state)}
-                       for entry in state.engine.internal_states(server_args)]
+                       for _, entry in ranked]
     return json_response({**server_args, "launch_command": state.args.launch_command, **scheduler_info,
                           "kv_events": None, "startup_time": startup_times(state.config.boot_seconds),
                           "internal_states": internal_states, "version": str(state.config.version or SGLANG_VERSION),
                           "frontend": "python"})
+
+
+async def shard_states(request: web.Request) -> web.Response:
+    """A sibling shard asks for this shard's ranks (sglang_sim.engine_shards)."""
+    return json_response(_rank_states(_state(request)))
+
+
+async def shard_metrics(request: web.Request) -> web.Response:
+    """A sibling shard asks for this shard's own /metrics."""
+    metrics = _state(request).metrics
+    return web.Response(body=metrics.render() if metrics is not None else b"")
 
 
 async def deprecated(request: web.Request, name: str, handler) -> web.Response:
@@ -125,7 +151,10 @@ async def metrics(request: web.Request) -> web.Response:
     metrics = _state(request).metrics
     if metrics is None:  # SGLang serves /metrics only with --enable-metrics
         raise web.HTTPNotFound()
+    state = _state(request)
     body = metrics.render()
+    if state.shard is not None:  # the server's figures: every shard's series added up
+        body = merge_expositions(await gathered(body, state.shard, SHARD_METRICS_PATH))
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 
@@ -192,7 +221,7 @@ async def warm_up(state: ServerState) -> None:
     """SGLang's startup warmup (unless --skip-server-warmup): one greedy /generate of 8 tokens, one prompt per
     DP rank. It goes through the engine like any request, so the /metrics counters exist (and count it) by the
     time the server is healthy; a labelled counter appears only once a request has moved it."""
-    ranks = len(state.engine.ranks)
+    ranks = len(state.engine.owned)  # a shard warms up its own ranks
     body = {"text": WARMUP_PROMPT if ranks == 1 else [WARMUP_PROMPT] * ranks,
             "sampling_params": {"temperature": 0, "max_new_tokens": WARMUP_MAX_NEW_TOKENS}}
     jobs, _ = _generate_jobs(state, body)

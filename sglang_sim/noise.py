@@ -26,7 +26,8 @@ import itertools
 import math
 import os
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Iterator
 
 
 @dataclass
@@ -38,7 +39,7 @@ class BootNoise:
     request_jitter: float = 0.0  # σ of each request's own step factor (log scale)
     nonce: str = ""  # salts per-sample GPQA draws so two boots answer independently ("" when off)
     _seed: int = 0
-    _requests: itertools.count = field(default_factory=itertools.count)
+    _requests: Iterator[int] = field(default_factory=itertools.count)
 
     @classmethod
     def of(cls, config) -> "BootNoise":
@@ -53,6 +54,11 @@ class BootNoise:
         return cls(step_factor=math.exp(rng.gauss(0.0, step_jitter_boot)) if step_jitter_boot else 1.0,
                    accept_shift=rng.gauss(0.0, accept_drift_boot) if accept_drift_boot else 0.0,
                    request_jitter=step_jitter_request, nonce=f"{seed:x}", _seed=seed)
+
+    def counting_requests_with(self, requests: Iterator[int]) -> "BootNoise":
+        """The same boot's draws, its requests numbered by ``requests`` (a counter shared by a server's shards, so
+        the per-request stream is the one server's, whichever process serves the request)."""
+        return replace(self, _requests=requests)
 
     def request_factor(self) -> float:
         """The step-time factor of the next request (1.0 without per-request jitter)."""

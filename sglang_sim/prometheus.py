@@ -38,11 +38,14 @@ def kv_gauges(used: int) -> dict[str, float]:
 
 
 class ServerMetrics:
-    def __init__(self, args: ServerArgs, num_dp_ranks: int, startup_time: Mapping[str, Any] | None = None):
+    def __init__(self, args: ServerArgs, num_dp_ranks: int, startup_time: Mapping[str, Any] | None = None,
+                 pid: int | None = None):
+        """``pid``: the server's, when this process is one shard of it (sglang_sim.engine_shards: its series then carry
+        the same labels in every shard, and add up)."""
         self.registry = CollectorRegistry()
         engine_type = {"prefill": "prefill", "decode": "decode"}.get(args.disaggregation_mode, "unified")
         self._identity = {"model_name": args.model_name, "engine_type": engine_type, "tp_rank": "0", "pp_rank": "0",
-                          "moe_ep_rank": "0", "pid": str(os.getpid())}
+                          "moe_ep_rank": "0", "pid": str(pid or os.getpid())}
         self._with_dp_rank = num_dp_ranks > 1
         self._families = {family.name: family for family in load()}
         self._metrics = {family.name: self._declare(family) for family in self._families.values()}

@@ -15,6 +15,7 @@ from sglang_sim.args import ServerArgs
 from sglang_sim.sim_config import SimConfig
 from sglang_sim.engine import Engine
 from sglang_sim.prometheus import ServerMetrics
+from sglang_sim.engine_shards import Shard
 
 logger = logging.getLogger("sglang_sim")
 DEFAULT_CONTEXT_LENGTH = 32768
@@ -44,6 +45,7 @@ class ServerState:
     architecture: str
     startup_time: float = field(default_factory=time.time)
     ready: bool = False  # /health is 503 until the boot delay has passed and every node rank has joined
+    shard: Shard | None = None  # this process's place among the server's shards (DSPARK_SIM_SHARDS > 1)
 
     @property
     def context_length(self) -> int:

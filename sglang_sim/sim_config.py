@@ -236,6 +236,16 @@ def _optional(parse: Callable[[str, str], object]) -> Callable[[str, str], objec
 
 _integer = _converting(int, ValueError, "an integer")
 _optional_integer = _optional(_integer)
+
+
+def _shards(env: str, text: str) -> int | None:
+    """A positive count, or ``auto`` (None): as many shards as DP ranks, at most one per usable core."""
+    if text == "auto":
+        return None
+    count = cast(int, _integer(env, text))
+    if count < 1:
+        raise SimConfigError(f"{env}={text!r}: expected a count >= 1 or auto")
+    return count
 _version = _converting(Version, InvalidVersion, "a PEP 440 version, e.g. 0.5.24")
 _optional_version = _optional(_version)
 
@@ -364,6 +374,13 @@ KNOBS: dict[str, Knob] = {
                          "file to append one JSON line to per finished request: token counts and the monotonic "
                          "and wall-clock times of its arrival, first and last token (node rank 0 only)",
                          _optional_path),
+    # One process (the default) round-robins every request over the DP ranks exactly as SGLang's DP controller
+    # does, and paces ~8,000-13,000 chunks/s on a core (BENCHMARKS.md: 256 streams at 20 ms steps). More shards pace more streams but
+    # spread requests by connection (sglang_sim/engine_shards.py), so they are asked for, not guessed.
+    "shards": Knob("DSPARK_SIM_SHARDS", "1",
+                   "engine processes behind the one port, each scheduling its share of the DP ranks (N <= DP ranks; "
+                   "auto: min(DP ranks, usable cores)); more than 1 for more streams than one core paces (about 256 "
+                   "at 20 ms steps); not with --nnodes > 1 or PD disaggregation", _shards),
 }
 
 
@@ -392,6 +409,7 @@ class SimConfig:
     accept_drift_boot: float = 0.0
     gpqa_concentration: float = 0.0
     boot_seed: int | None = None
+    shards: int | None = 1  # None: auto
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> "SimConfig":
