@@ -90,7 +90,9 @@ def test_sim_help_documents_the_simulator_first_then_sglangs_flags():
     done = dspark("sim", "--help")
     assert done.returncode == 0, done.stderr
     text = done.stdout
-    assert text.startswith("usage: dspark-ci sim --model-path PATH") and len(text.splitlines()) < 300
+    # SGLang's ~450 flags are listed wrapped, many to a line, after the simulator's own knobs and faults: the whole
+    # help stays a few screens, not a line per flag (it grows by a line or two with each knob or fault).
+    assert text.startswith("usage: dspark-ci sim --model-path PATH") and len(text.splitlines()) < 350
     for knob in ("DSPARK_SIM_ACCEPT_PROB", "DSPARK_SIM_BOOT_SECONDS", "DSPARK_SIM_FAULTS", "DSPARK_SIM_GPQA_PATH"):
         assert knob in text
     for fault in ("accept_collapse", "boot_reject=MESSAGE", "rank_exit=RANK:SECONDS", "malformed_stream"):
