@@ -1,5 +1,5 @@
-"""Acceptance per category, gated: the accept suite against the simulator, judged by the shipped smoke baseline's
-per-category gates, with a regression planted in one category (fault category_regression) and without."""
+"""Acceptance per category, gated: the accept suite against the simulator, judged by the shipped per-category gates
+(baselines/smoke-categories.yaml), with a regression planted in one category (fault category_regression) and without."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def category_gates(tmp_path, faults: str) -> dict:
     assert code == 0, log
     metrics = output["metrics"]
     cell = CellResult(id=CELL, config=CellConfig(speculative_algorithm="DSPARK"), expect={}, metrics=metrics)
-    baseline = load_baseline(REPO / "baselines" / "smoke.yaml")
+    baseline = load_baseline(REPO / "baselines" / "smoke-categories.yaml")
     gates = evaluate(cell, metrics, baseline, family_levels([cell], baseline))
     return {g.metric: g for g in gates if g.metric.startswith("accept_length_")}
 
