@@ -80,9 +80,8 @@ def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "dspark_ci", *args], cwd=REPO, env=env, capture_output=True, text=True)
 
 
-def record_gpqa_baseline(out: Path, runs: int, env: dict[str, str]) -> Path:
+def record_gpqa_baseline(out: Path, runs: int, env: dict[str, str], matrix: Path, cell_env: dict[str, str]) -> Path:
     """`dspark-ci baseline record` from ``runs`` clean runs of the 198-question cell, as a user records one."""
-    matrix, cell_env = gpqa_cell(out)
     run_dirs = []
     for index in range(runs):
         run_dir = out / f"baseline-{index}"
@@ -117,8 +116,8 @@ def e2e(nights: int, out: Path, scenarios: tuple[str, ...] = tuple(E2E_SCENARIOS
     lines = [f"e2e noise knobs: {' '.join(f'{k}={v}' for k, v in E2E_NOISE.items())}"]
     targets: dict[str, tuple[list[str], dict[str, str]]] = {SMOKE: (["matrices/smoke.yaml"], {})}
     if any(E2E_SCENARIOS[name].matrix == GPQA_CELL for name in scenarios):
-        baseline = record_gpqa_baseline(out, baseline_runs, env)
         matrix, cell_env = gpqa_cell(out)
+        baseline = record_gpqa_baseline(out, baseline_runs, env, matrix, cell_env)
         targets[GPQA_CELL] = ([str(matrix), "--baseline", str(baseline)], cell_env)
         lines.append(f"gpqa198: {GPQA_QUESTIONS} questions × {GPQA_REPEATS} repeats, {GPQA_CELL_ENV}; baseline recorded "
                      f"from {baseline_runs} clean runs ({baseline})")

@@ -274,6 +274,7 @@ def _statistic(spec_key: tuple[MetricSpec, str], evidence: Evidence, metrics: Ma
     # noise None (a gate without it is not statistical) or 0 (identical runs): BootReference floors it
     reference = stats.BootReference(spec.reference, int(spec.runs or DEFAULT_RUNS), spec.noise or 0.0,
                                     spec.request_noise or 0.0, spec.drift)
+
     def compare(boots: Evidence) -> stats.Verdict:
         return stats.compare_boots(boots.values(spec.metric), reference, better, tolerance, levels,
                                    _detect(spec, tolerance), boots.request_errors(spec.metric))
