@@ -187,3 +187,23 @@ def test_baseline_record_writes_per_position_and_per_category_gates(tmp_path):
         assert spec.value == pytest.approx(value) and spec.min_ratio == 0.9 and spec.runs == 3
         assert spec.noise == pytest.approx(0.01, rel=0.01) and spec.request_noise
     assert statistical_gates(cell, baseline) >= 3
+
+
+def test_baseline_record_writes_the_boundary_every_run_reached_as_an_envelope_gate(tmp_path):
+    """Where speculation pays is recorded as the envelope gate: the smallest boundary the good runs read (a busy
+    run reads it lower, and each recorded run must pass its own baseline), never moving inward."""
+    import dataclasses
+
+    from reports.baseline_file import load_baseline
+    from reports.baseline_proposal import propose
+    from reports.results import load_results
+
+    fixture = load_results(RUN_FIXTURE / "results.json")
+    cell = fixture.cells[0]
+    runs = [(f"run{b}", dataclasses.replace(fixture, cells=(dataclasses.replace(
+        cell, metrics={**cell.metrics, "speculation_boundary_concurrency": b}),)))
+        for b in (128.0, 61.4, 97.0)]
+    path = tmp_path / "baseline.yaml"
+    path.write_text(propose(runs).text)
+    spec = load_baseline(path).specs_for(cell.id)["speculation_boundary_concurrency"]
+    assert spec.value == 61 and spec.never_inward
