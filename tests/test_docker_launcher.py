@@ -301,3 +301,28 @@ def test_rank_0_crash_across_two_engines_is_named_with_its_sglang_line(tmp_path,
         assert failure.value.node_rank == 0, str(failure.value)
         assert (failure.value.sglang_error or "").startswith("AssertionError"), str(failure.value)
         assert_nothing_left(run_id, engine1, engine2)
+
+
+def test_a_simulator_image_built_from_other_code_is_refused_before_any_container(tmp_path, engine1):
+    """An image left from an earlier checkout would measure another simulator than the tree reports for: the run
+    stops in preflight and says how to rebuild. The image is derived from the real one under a tag of its own, so
+    the shared image is never touched."""
+    import io
+    import uuid
+
+    tag = f"dspark-test/stale-sim:{uuid.uuid4().hex[:8]}"
+    dockerfile = b"FROM dspark-ci/sglang-sim:latest\nLABEL dspark-ci.source=0123456789abcdef\n"
+    engine1.images.build(fileobj=io.BytesIO(dockerfile), tag=tag, rm=True)
+    try:
+        run = subprocess.run([*DSPARK_CI, "run", "matrices/smoke.yaml", "--launcher", "docker", "--image", tag,
+                              "--pull", "never", "--out", str(tmp_path / "run")],
+                             cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 3, run.stderr[-2000:]
+        assert f"image {tag} on Docker engine" in run.stderr
+        assert "built from other code (source 0123456789abcdef" in run.stderr
+        assert "docker/build-sim-image.sh --docker-host" in run.stderr
+        assert not (tmp_path / "run").exists()
+        assert [c for c in engine1.containers.list(all=True, filters={"label": LABEL_RUN})
+                if c.attrs["Config"]["Image"] == tag] == []
+    finally:
+        engine1.images.remove(tag, force=True)

@@ -14,13 +14,14 @@ import requests
 from docker.utils import parse_repository_tag
 
 from ground.errors import InfraError
+from launchers.docker.image_source import IMAGE_KIND_LABEL, SIM_IMAGE_KIND, SOURCE_LABEL, sim_source_digest
 from launchers.docker.tuning import SIM_IMAGE
 
 
 def ensure_image(client: docker.DockerClient, url: str, image: str, policy: str) -> None:
     """The image on this engine, pulled by policy; InfraError with what to do when it cannot be had."""
     try:
-        client.images.get(image)
+        _check_sim_source(client.images.get(image), image, url)
         present = True
     except docker.errors.ImageNotFound:
         present = False
@@ -34,6 +35,19 @@ def ensure_image(client: docker.DockerClient, url: str, image: str, policy: str)
         except (docker.errors.APIError, requests.RequestException) as err:
             raise InfraError(f"cannot pull {image} onto Docker engine {url} ({str(err).splitlines()[0][:160]}); "
                              f"{_image_hint(image, url)}") from None
+
+
+def _check_sim_source(found, image: str, url: str) -> None:
+    """The simulator's image (under any tag) must run the code this dspark-ci is: one left from another checkout
+    is refused. Other images (SGLang's) are the user's to choose."""
+    labels = found.labels or {}
+    if labels.get(IMAGE_KIND_LABEL) != SIM_IMAGE_KIND:
+        return
+    built_from, here = labels.get(SOURCE_LABEL), sim_source_digest()
+    if built_from != here:
+        raise InfraError(f"image {image} on Docker engine {url} was built from other code (source "
+                         f"{built_from or 'not labelled'}, this tree {here}): rebuild it: "
+                         f"docker/build-sim-image.sh --docker-host {url} (seconds, from its cache)")
 
 
 def _image_hint(image: str, url: str) -> str:
