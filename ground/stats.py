@@ -285,11 +285,20 @@ class BootReference:
 
     def boot_noise(self, live_request_se: Sequence[float] = ()) -> tuple[float, str]:
         """One boot's run-to-run standard deviation (log scale) and where it comes from. Never 0: the baseline's
-        spread when its runs measured one (above ``RESOLUTION``); when its runs were identical (a deterministic
-        recording), the largest per-request standard error known, the baseline's or the live boots' own (a boot
-        whose requests draw fresh randomness varies at least that much), and never less than ``RESOLUTION``."""
+        spread when its runs measured one (above ``RESOLUTION``), widened when today's boots are noisier within
+        than the baseline's were (their per-request standard error, root mean square, above ``request_noise``:
+        that part of a boot's figure varies by the excess, which the baseline's spread cannot have seen); when its
+        runs were identical (a deterministic recording), the largest per-request standard error known, the
+        baseline's or the live boots' own (a boot whose requests draw fresh randomness varies at least that much),
+        and never less than ``RESOLUTION``."""
         if self.noise > RESOLUTION:
-            return self.noise, f"the baseline's {self.runs} runs"
+            source = f"the baseline's {self.runs} runs"
+            today = math.sqrt(statistics.fmean([se ** 2 for se in live_request_se])) if live_request_se else 0.0
+            if self.request_noise and today > self.request_noise:
+                widened = math.sqrt(self.noise ** 2 + today ** 2 - self.request_noise ** 2)
+                return widened, (f"{source} ({self.noise:.2%}), widened by today's per-request error {today:.2%} "
+                                 f"over theirs {self.request_noise:.2%}")
+            return self.noise, source
         floor = max([RESOLUTION, self.request_noise, *live_request_se])
         source = "per-request standard error" if floor > RESOLUTION else "the metric's resolution"
         return floor, f"{source}: the baseline's runs were identical"
@@ -312,9 +321,11 @@ def compare_boots(new_boots: Sequence[float], reference: BootReference, better: 
     and today by ``drift`` (one standard deviation, a fraction), which no number of boots today averages away.
     Student t with the pooled degrees of freedom.
 
-    A boot's per-request standard error (``live_request_se``, fractions) is not added where the baseline's runs
-    measured the noise: the suites send the same prompts every boot, so the spread between requests is mostly not
-    run-to-run noise, and what is lies in the runs' spread already; where they could not, it is the floor.
+    A boot's per-request standard error (``live_request_se``, fractions) is not added whole where the baseline's
+    runs measured the noise: the suites send the same prompts every boot, so the spread between requests is mostly
+    not run-to-run noise, and what is lies in the runs' spread already. Only its excess over the baseline's own
+    (``request_noise``) is: a boot noisier within than the recorded ones varies more, seen from one boot. Where the
+    runs could not measure the noise, it is the floor.
 
     A boot that measured 0 (or less) stays in: on a higher-is-better metric that is a collapse (red, effect
     −100 %); on a lower-is-better one a figure the metric cannot take (inconclusive, saying so).

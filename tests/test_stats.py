@@ -69,7 +69,7 @@ def test_clear_regressions_turn_red_and_an_unchanged_metric_passes_when_the_nois
 
 def test_noise_the_data_cannot_resolve_is_inconclusive_not_a_coin_toss():
     reference = BootReference(value=10.0, runs=3, noise=0.05)
-    verdict = compare_boots([10.4], reference, LOWER, 0.025, Levels.family(60))
+    verdict = compare_boots([10.6], reference, LOWER, 0.025, Levels.family(60))
     assert verdict.verdict == INCONCLUSIVE
     assert verdict.low < 0 and verdict.high > verdict.detection == pytest.approx(0.05)
     assert "1 boot(s) vs 3 baseline run(s)" in verdict.test
@@ -179,3 +179,15 @@ def test_a_pass_in_the_indifference_zone_says_so():
     assert verdict.verdict == PASSED
     assert "+3.2% [" in verdict.describe() and "passed: beyond the +2.5% tolerance, but +5.0% ruled out" in \
         verdict.describe()
+
+
+def test_a_boot_noisier_within_than_the_baseline_widens_its_own_interval():
+    """The baseline's runs saw 2 % per-request error; a boot with 6 % today (a busier machine, another client) varies
+    more than those runs did, which one boot shows: its interval widens by the excess, and the test says so. A boot
+    as quiet as the baseline's is judged exactly as before."""
+    reference = BootReference(value=10.0, runs=16, noise=0.005, request_noise=0.02)
+    quiet = compare_boots([10.6], reference, LOWER, 0.025, Levels(alpha=4e-5), live_request_se=[0.02])
+    noisy = compare_boots([10.6], reference, LOWER, 0.025, Levels(alpha=4e-5), live_request_se=[0.06])
+    assert quiet.verdict == REGRESSED and "widened" not in quiet.test
+    assert noisy.verdict == INCONCLUSIVE and noisy.low < 0 < noisy.high
+    assert "widened by today's per-request error 6.00% over theirs 2.00%" in noisy.test
