@@ -8,13 +8,16 @@ For each size N, side by side in one process:
            every few seconds; everything once at the end, report.html included)
   render   `dspark-ci report`'s work on the finished run: load results.json, render junit.xml, report.md and
            report.html (charts capped), write them
-and prints min/median/max seconds over the repeats, microseconds per cell, peak RSS, and the ratio of the
+and prints min/median/max seconds over the repeats, microseconds per cell, each stage's peak RSS (the process's,
+the N cells it holds included; Linux's VmHWM reset before the stage), the whole bench's peak RSS, and the ratio of the
 largest size's per-cell cost to the smallest's (1.0 = linear). Cells carry realistic metrics and gates.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import resource
 import statistics
 import sys
@@ -27,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from reports.live_results import ResultsWriter  # noqa: E402
 from ground.records import CellResult, GateResult, RunResults, Status  # noqa: E402
 from ground.sglang.settings import CellConfig  # noqa: E402
+from reports.history_db import HISTORY_ENV  # noqa: E402
 from reports.results import load_results  # noqa: E402
 from reports.writers import render_reports, write_rendered  # noqa: E402
 
@@ -50,10 +54,17 @@ def cell(index: int) -> CellResult:
         sglang_error="RuntimeError: NCCL" if status is Status.ERROR else None)
 
 
-def timed(action) -> float:
+def timed(action, peaks: list[float]) -> float:
+    """Seconds ``action`` took; its peak RSS (MB) appended to ``peaks`` where Linux can reset the peak."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")  # VmHWM := the RSS now (Linux >= 4.0)
     started = time.perf_counter()
     action()
-    return time.perf_counter() - started
+    took = time.perf_counter() - started
+    with contextlib.suppress(OSError, StopIteration):
+        status = Path("/proc/self/status").read_text().splitlines()
+        peaks.append(int(next(line for line in status if line.startswith("VmHWM:")).split()[1]) / 1024)
+    return took
 
 
 def write_run(run_dir: Path, cells: list[CellResult]) -> None:
@@ -77,26 +88,33 @@ def main() -> int:
     if args.smoke:
         args.cells, args.repeats = [100, 200], 1
     per_cell: dict[str, dict[int, float]] = {"write": {}, "render": {}}
-    print(f"{'cells':>7} {'stage':>7} {'min s':>8} {'median s':>9} {'max s':>8} {'µs/cell':>8}")
+    # The runs are recorded in a run history of the bench's own, never the user's (from the second run on, the final
+    # report.html draws trend charts from it, as a real run's does).
+    history = tempfile.TemporaryDirectory(prefix="results-scale-history-")
+    os.environ[HISTORY_ENV] = str(Path(history.name) / "history.sqlite")
+    print(f"{'cells':>7} {'stage':>7} {'min s':>8} {'median s':>9} {'max s':>8} {'µs/cell':>8} {'peak MB':>8}")
     for size in args.cells:
         cells = [cell(i) for i in range(size)]
         times: dict[str, list[float]] = {"write": [], "render": []}
+        peaks: dict[str, list[float]] = {"write": [], "render": []}
         for _ in range(args.repeats):
             with tempfile.TemporaryDirectory() as tmp:
                 run_dir = Path(tmp) / "run"
-                times["write"].append(timed(lambda: write_run(run_dir, cells)))
-                times["render"].append(timed(lambda: render_run(run_dir)))
+                times["write"].append(timed(lambda: write_run(run_dir, cells), peaks["write"]))
+                times["render"].append(timed(lambda: render_run(run_dir), peaks["render"]))
         for stage, values in times.items():
             median = statistics.median(values)
             per_cell[stage][size] = median / size
+            peak = f"{max(peaks[stage]):>8.0f}" if peaks[stage] else f"{'?':>8}"
             print(f"{size:>7} {stage:>7} {min(values):>8.2f} {median:>9.2f} {max(values):>8.2f} "
-                  f"{median / size * 1e6:>8.0f}")
+                  f"{median / size * 1e6:>8.0f} {peak}")
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     smallest, largest = min(args.cells), max(args.cells)
     for stage, costs in per_cell.items():
         print(f"{stage}: per-cell cost at {largest} cells / at {smallest} cells = "
               f"{costs[largest] / costs[smallest]:.2f} (1.0 = linear)")
     print(f"peak RSS {peak_mb:.0f} MB; python {sys.version.split()[0]}")
+    history.cleanup()
     return 0
 
 

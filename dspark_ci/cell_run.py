@@ -54,6 +54,7 @@ class CellContext:
     forwarded_env: Mapping[str, str] = field(default_factory=dict)  # caller variables every rank gets (DSPARK_SIM_*)
     ledger: Ledger | None = None  # where the suites' process group is recorded before it can start anything
     sampling: Sampling = Sampling()  # more boots for inconclusive gates, retries for failed cells
+    measuring: Callable[[], None] = lambda: None  # a cell's suites have started: the run waits on them from here
 
 
 def pending_result(cell: Cell) -> CellResult:
@@ -156,9 +157,12 @@ def _boot_and_measure(cell: Cell, ctx: CellContext, result: CellResult, clock: C
                 base_url=deployment.base_url, names=names, model=cell.config.model,
                 options=ctx.suite_defaults({n: dict(cell.suites.get(n, {})) for n in names}),
                 work_dir=logs_dir, reference_url=reference.base_url if reference else None, on_progress=ctx.detail,
+                on_started=ctx.measuring,
                 ledger=ctx.ledger, cell_id=cell.id, roles=deployment.endpoints if cell.disaggregated else ()),
                 watched=[d for d in (deployment, reference) if d is not None], watch=ctx.watch)
             deployment.check()  # a rank that died while we measured invalidates the numbers
+            if booting:  # measured: the reference goes down beside the cell's own teardown, not after it
+                booting.release()
         # after the PD group is gone, so the baseline never waits for nodes the group holds (a small cluster)
         if cell.disaggregated and "accept" in names and outcome.stopped_by is None:
             outcome = with_colocated_accept(outcome, _colocated_accept(cell, ctx, logs_dir))

@@ -19,6 +19,7 @@ import functools
 import itertools
 import os
 import sys
+import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -43,7 +44,7 @@ from matrices import load_cells
 from matrices.cell import Cell
 from matrices.quarantine import Quarantine
 from reports.baseline_file import load_baseline
-from ground.stats import Levels
+from ground.stats import Levels, scipy_stats
 from reports.gates import evaluate, statistical_gates
 from reports.history_db import cell_seconds, history_path
 from reports.markdown import rerun_command
@@ -175,7 +176,8 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
     ctx = CellContext(launcher=launcher, run_dir=run_dir, sglang_version=options.sglang_version,
                       suites=options.suites, gate=baselines.gate, stage=progress.stage, detail=progress.detail,
                       suite_defaults=suite_defaults, server=options.server, build=options.build,
-                      forwarded_env=options.forwarded_env, sampling=options.sampling, ledger=ledger)
+                      forwarded_env=options.forwarded_env, sampling=options.sampling, ledger=ledger,
+                      measuring=_prewarm_gates)
     try:
         try:
             _record_decided(cells, decided.results, writer, progress)
@@ -206,6 +208,18 @@ def run(options: RunOptions, launcher: Launcher, suite_defaults: Callable[[dict]
     if reason:
         progress.done(reason)
     return code if reported else max(code, ExitCode.FELL_SHORT)
+
+
+@functools.cache
+def _prewarm_gates() -> None:
+    """scipy.stats, which the cells' gates need, imported in a thread once the first cell's suites run: its second
+    of imports then falls in the run's idle minutes, never between a cell's last test and its verdict, nor in the
+    first boot, where the suites' warm worker needs the CPU."""
+    def load() -> None:
+        with contextlib.suppress(ImportError):  # missing: the gate that needs it says so, as before
+            scipy_stats()
+
+    threading.Thread(target=load, name="import scipy.stats", daemon=True).start()
 
 
 def _release(ledger: Ledger) -> None:

@@ -100,6 +100,11 @@ class ReferenceBoot:
             raise self._error
         return self._deployment
 
+    def release(self) -> None:
+        """The cell is done with it: its thread starts tearing it down now, beside the cell's own teardown
+        (``close`` then waits for it)."""
+        self._release.set()
+
     def close(self) -> None:
         """Cut a boot still under way short (its launcher tears down what it started, as on Ctrl-C), or let the
         thread tear the deployment down; wait for the thread whatever else happens."""

@@ -16,7 +16,6 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
-import requests
 import tenacity
 
 from ground.errors import InfraError
@@ -48,6 +47,8 @@ class HttpOk:
         return f"HTTP 200 from {self.url}"
 
     def probe(self, timeout_s: float) -> None:
+        import requests  # on use: `dspark-ci run` reaches its first launch without paying for its import
+
         try:
             response = requests.get(self.url, timeout=max(0.1, min(self.request_timeout_s, timeout_s)))
         except requests.RequestException as err:
@@ -73,6 +74,8 @@ class OurServer:
         return f"HTTP 200 from {self.plan.health_url} (and /server_info reporting our launch arguments)"
 
     def probe(self, timeout_s: float) -> None:
+        import requests  # as in HttpOk.probe
+
         HttpOk(self.plan.health_url, self.request_timeout_s).probe(timeout_s)
         try:
             response = requests.get(f"{self.plan.base_url}/server_info",

@@ -20,8 +20,6 @@ from pathlib import Path
 from typing import Mapping, Sequence
 from urllib.parse import urlparse
 
-import requests
-
 from suites.config import SuiteInputError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -67,6 +65,8 @@ def fetch(url: str, cache_dir: Path) -> Path:
     target = cache_dir / f"{hashlib.sha256(url.encode()).hexdigest()[:10]}-{name}"
     if target.is_file():
         return target
+    import requests  # on use: `dspark-ci run` imports this module before its first launch, rarely downloads
+
     cache_dir.mkdir(parents=True, exist_ok=True)
     try:
         response = requests.get(url, timeout=120)

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-import requests
 
 import suites as suites_package
 from ground.errors import DsparkError, InfraError
@@ -42,6 +41,11 @@ SYNTHETIC_GPQA = SUITES_DIR / "data" / "gpqa_synthetic.csv"
 REQUEST_BASE_S = 60.0
 REQUEST_PER_TOKEN_S = 0.25
 UNCAPPED_TOKENS = 65536  # a request without max_tokens: as long as a long thinking trace
+
+# The run's pytest loads no plugin the environment happens to have installed (hypothesis, xdist, benchmark, anyio's):
+# the suites use none, each cost seconds per cell to import (hypothesis at every session's end), and a measurement
+# must not depend on what else is installed. Standalone `pytest suites/` loads them as usual.
+SUITE_RUN_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,7 @@ class SuiteRequest:
     roles: tuple[RoleEndpoint, ...] = ()  # a disaggregated deployment's servers behind base_url (the router)
     # "gpqa 37/198 requests, accuracy 62.2%" (suites.progress_file)
     on_progress: Callable[[str], None] = field(default=lambda _text: None, compare=False)
+    on_started: Callable[[], None] = field(default=lambda: None, compare=False)  # pytest is running
 
     @property
     def request_timeout_s(self) -> float:
@@ -131,6 +136,7 @@ def run_suites(request: SuiteRequest, watched: Sequence[Deployment] = (), watch:
         log.flush()
         process = _start(argv, log, request)
         try:
+            request.on_started()
             def report() -> None:
                 _report_progress(progress_path, request.on_progress)
 
@@ -163,7 +169,7 @@ def _start(argv: list[str], log, request: SuiteRequest) -> subprocess.Popen | Wa
     warm worker (suites.warm_worker: the imports paid once per run, not per cell), or, without one, started as
     an interpreter of its own."""
     run_id = request.ledger.run_id if request.ledger else None
-    env, cwd = run_env(os.environ, run_id), str(SUITES_DIR.parent)
+    env, cwd = {**run_env(os.environ, run_id), **SUITE_RUN_ENV}, str(SUITES_DIR.parent)
     worker = _run_worker(request.ledger, request.cell_id)
     process: subprocess.Popen | WarmChild | None = None
     if worker is not None:
@@ -238,6 +244,8 @@ class _HealthProbe:
 
 
 def _answers(url: str, timeout_s: float) -> bool:
+    import requests  # on use: `dspark-ci run` reaches its first launch without paying for its import
+
     try:
         return requests.get(url, timeout=timeout_s).status_code == 200
     except requests.RequestException:

@@ -26,7 +26,6 @@ from dspark_ci.evidence import Sampling
 from dspark_ci.input_checks import check_before_launch
 from dspark_ci.run_flags import RERUN_DEFAULTS, RERUN_FLAGS, add_run_flags, argparse_type
 from ground.run_id import new_run_id
-from sglang_sim.frontend.launch import VOCABULARY_ENV
 from suites.prompts import PROMPTS
 from suites.runner import SYNTHETIC_GPQA
 from ground.suites import KNOWN_SUITES
@@ -93,6 +92,7 @@ def _caller_env(server: str, sglang_version: str) -> dict:
         env.setdefault("DSPARK_SIM_VERSION", sglang_version)  # the simulator is the version under test
     if server == "sglang-frontend":  # the suites' prompts reach the simulated engine as the simulator reads them
         from suites.speed import WORDS as SPEED_WORDS  # on use: the speed suite's stack (aiohttp) costs 0.4 s
+        from sglang_sim.frontend.launch import VOCABULARY_ENV  # on use: the front end's stack (asyncio, ssl)
 
         env.setdefault(VOCABULARY_ENV, "\n".join((*PROMPTS, " ".join(SPEED_WORDS))))
     return env

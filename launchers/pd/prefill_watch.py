@@ -16,8 +16,6 @@ import threading
 import time
 from dataclasses import dataclass
 
-import requests
-from prometheus_client.parser import text_string_to_metric_families
 
 # Past the 30 s within which an idle SGLang scheduler sets its gauges again (check_memory: "During idle time, also
 # collect metrics every 30 seconds"; until then they hold the last batch's counts), and inside the suites'
@@ -38,6 +36,8 @@ class PrefillLoad:
 
 def prefill_load(text: str) -> PrefillLoad | None:
     """The load in a Prometheus exposition (summed over DP ranks and labels); None without the families."""
+    from prometheus_client.parser import text_string_to_metric_families  # on use, as requests below
+
     held = finished = 0.0
     seen = False
     for family in text_string_to_metric_families(text):
@@ -95,6 +95,8 @@ class PrefillWatch:
             self._done.wait(self._poll_s)
 
     def _read(self) -> PrefillLoad | None:
+        import requests  # on use: `dspark-ci run` reaches its first launch without paying for requests' import
+
         try:
             response = requests.get(f"{self.base_url}/metrics", timeout=self._timeout_s)
         except requests.RequestException:

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 from typing import Iterator, Mapping
 
-import requests
 
 from ground.errors import InfraError
 from ground.sglang.router import ROUTER_ENTRYPOINT, ROUTER_PACKAGE, ROUTER_VERSION
@@ -49,6 +48,8 @@ class Router:
 
     def wait_ready(self, cell_id: str, workers: int, timeout_s: float, also_check) -> float:
         """Until the router answers /health and lists every worker healthy (it registers them as it checks them)."""
+        import requests  # on use: `dspark-ci run` reaches its first launch without paying for its import
+
         started = time.monotonic()
         while time.monotonic() - started < timeout_s:
             self.check(cell_id)
