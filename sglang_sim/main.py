@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import logging
 import os
 import signal
@@ -297,6 +298,9 @@ async def _boot(state: ServerState, config: SimConfig, leader: Leader, shape: Sp
         await native_api.warm_up(state)
     if state.shard is not None:
         await state.shard.all_ready()  # /health says 200 for the whole server, whichever shard answers
+    # What boot made lives as long as the server: out of the collector's reach, so a full collection walks only the
+    # requests' objects (at 1024 streams it walked ~100k more, a 50-150 ms stall of every stream's step).
+    gc.freeze()
     state.ready = True
     if state.shard is None or state.shard.index == 0:
         logger.info("The server is fired up and ready to roll!")
