@@ -82,6 +82,7 @@ class Workload:
     step_ms: float
     prefill_ms_per_token: float
     shards: int = 1
+    natural_lengths: bool = False  # replies end at the model's EOS (at most output_len): lengths spread
 
 
 @dataclass(frozen=True)
@@ -259,7 +260,7 @@ def run_suite(sim: Simulator, workload: Workload, sent: Traffic, concurrency: in
     prompts = sent.prompts
     settings = SpeedSettings(num_requests=len(prompts), concurrency=concurrency, input_len=workload.input_len,
                              output_len=workload.output_len, warmup_requests=len(sent.suite_warmup), workers=1,
-                             ignore_eos=True, client=client)
+                             ignore_eos=not workload.natural_lengths, client=client)
     results = run_measurement(server, settings, prompts, sent.suite_warmup)
     timings = [t for result in results for t in result.timings if t.ok]
     if len(timings) < len(prompts):
@@ -604,6 +605,10 @@ def main() -> None:
     parser.add_argument("--prefill-ms-per-token", type=float, default=0.5)
     parser.add_argument("--input-len", type=int, default=256)
     parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--natural-lengths", action="store_true",
+                        help="suite tools only: no ignore_eos, replies end where the simulated model says EOS (at most "
+                        "--output-len tokens), so their lengths spread and finishes (and the next arrivals) do not come "
+                        "in waves")
     parser.add_argument("--timeline", action="store_true",
                         help="print, per repeat, where the late emission gaps fall (per half second: arrivals, "
                         "finishes, gaps, late gaps)")
@@ -624,7 +629,10 @@ def main() -> None:
         PRINTED.add("timeline")
     if args.shards < 1:
         parser.error("--shards: at least 1")
-    workload = Workload(args.input_len, args.output_len, args.step_ms, args.prefill_ms_per_token, args.shards)
+    if args.natural_lengths and "bench_serving" in args.tools:
+        parser.error("--natural-lengths: the suite tools only (bench_serving sends --output-len with ignore_eos)")
+    workload = Workload(args.input_len, args.output_len, args.step_ms, args.prefill_ms_per_token, args.shards,
+                        args.natural_lengths)
     if args.engine:
         print(f"command: python {' '.join(sys.argv)}\nmachine: {machine()}\n"
               f"load average at start: {' '.join(f'{v:.2f}' for v in os.getloadavg())}\n"
@@ -639,8 +647,10 @@ def main() -> None:
           f"load average at start: {' '.join(f'{v:.2f}' for v in os.getloadavg())}\n"
           f"workload: DSpark simulator ({' '.join(simulator_args(workload, 0)[:-1])} max(conc, 48); "
           f"DSPARK_SIM_SHARDS={args.shards}, DSPARK_SIM_SPEC_BATCH_COST=0), step {args.step_ms:g} ms, prefill "
-          f"{args.prefill_ms_per_token:g} ms/token, {args.input_len} prompt tokens, {args.output_len} output tokens "
-          f"(ignore_eos), 2 x concurrency requests (at least 8); min / median / max over {args.repeats} kept repeats\n")
+          f"{args.prefill_ms_per_token:g} ms/token, {args.input_len} prompt tokens, "
+          f"{'up to ' if args.natural_lengths else ''}{args.output_len} output tokens "
+          f"({'the model ends at EOS' if args.natural_lengths else 'ignore_eos'}), 2 x concurrency requests (at least 8); "
+          f"min / median / max over {args.repeats} kept repeats\n")
     repeats = collect(args, workload, tools)
     print(f"Suite vs bench_serving vs the server's truth:\n\n{comparison_table(repeats, list(tools))}\n")
     print(f"TTFT excess over the server's TTFT, and the client's own overhead:\n\n"
