@@ -1,6 +1,6 @@
 """``DSPARK_SIM_SHARDS=N``: one server, N engine processes behind one port, for more streams than one core paces.
 
-The simulator's cost is per chunk (a step's wake-up, the SSE event, the socket write) and per request (~0.7 ms:
+The simulator's cost is per chunk (a step's wake-up, the SSE event, the socket write) and per request (~0.5-0.7 ms:
 parsing, metrics, the closing chunks): one process paces about 6,000-8,000 chunks/s on one core (BENCHMARKS.md), and
 past that its steps run late. SGLang with DP runs one scheduler process per DP rank behind one HTTP front; here each shard is a whole server (HTTP and the schedulers of
 its share of the DP ranks: shard i runs ranks i, i + N, ...), every shard listening on the same port with

@@ -48,7 +48,6 @@ class ServerMetrics:
                           "moe_ep_rank": "0", "pid": str(pid or os.getpid())}
         self._with_dp_rank = num_dp_ranks > 1
         self._children: dict[tuple, Any] = {}  # (family, DP rank, labels) -> its series: labels() costs ~5 us a call
-        self._ranks: dict[int, Any] = {}  # DP rank -> its scheduler state (engine.RankState), read at each render
         self._families = {family.name: family for family in load()}
         self._metrics = {family.name: self._declare(family) for family in self._families.values()}
         self._cpu_seconds = time.process_time()
@@ -92,16 +91,12 @@ class ServerMetrics:
     # --- the scheduler's, per DP rank (SchedulerMetricsCollector.log_stats) ---------------------------
 
     def scheduler_changed(self, rank) -> None:
-        """A rank's requests or tokens changed, or its log window closed: the gauges SGLang logs per batch, read from
-        the rank when /metrics is rendered (a request's arrival and finish cost a dict store, not nine gauge sets)."""
-        self._ranks[rank.dp_rank] = rank
-
-    def _scheduler_gauges(self) -> None:
-        for rank in self._ranks.values():
-            values = {"num_running_reqs": rank.running, "num_queue_reqs": rank.queued,
-                      "gen_throughput": rank.last_gen_throughput, **kv_gauges(rank.used_tokens)}
-            for name, value in values.items():
-                self._series(f"sglang:{name}", rank.dp_rank).set(value)
+        """A rank's requests or tokens changed, or its log window closed: the gauges SGLang logs per batch. Set now,
+        not when /metrics is read: a PD prefill sets num_queue_reqs/num_running_reqs of its own (prefill_queues)."""
+        values = {"num_running_reqs": rank.running, "num_queue_reqs": rank.queued,
+                  "gen_throughput": rank.last_gen_throughput, **kv_gauges(rank.used_tokens)}
+        for name, value in values.items():
+            self._series(f"sglang:{name}", rank.dp_rank).set(value)
 
     def spec_window(self, dp_rank: int, accept_length: float, accept_rate: float) -> None:
         self._series("sglang:spec_accept_length", dp_rank).set(accept_length)
@@ -194,7 +189,6 @@ class ServerMetrics:
         self._series("sglang:http_requests_active", endpoint=endpoint, method=method).dec()
 
     def render(self) -> bytes:
-        self._scheduler_gauges()
         now = time.process_time()
         self._series("sglang:process_cpu_seconds", component=CPU_COMPONENT).inc(max(now - self._cpu_seconds, 0.0))
         self._cpu_seconds = now
