@@ -19,13 +19,19 @@ The truth is the server's side of the same measured requests (by response id for
 last-parsed requests for bench_serving, whose warm-up ends before they start):
     TPOT  = (last − first emission) / (completion tokens − 1)      TTFT = first emission − arrival
     ITL per chunk = gaps between emissions; ITL per token = each gap / its tokens, once per token
+Two comparisons, never mixed: the simulator against its configured step (its emission gaps / DSPARK_SIM_DECODE_STEP_MS:
+does the reference keep its own time?) and each tool against the truth (the server's recorded emission times for
+the same requests: does the tool measure what the server did, late steps included?).
 Every figure is printed as min / median / max over the kept repeats. A repeat is discarded by rule, not
 by hand, when the simulator's own pacing is off: the median or the mean emission gap / configured step by more
 than PACING_TOLERANCE, or the p99 gap / step by more than TAIL_TOLERANCE (a repeat whose median stayed on time
 while a busy loop stretched the tail is no truth to measure against). The machine was then too busy for
 either side to be measured. The load average is
 printed before every repeat, and a discarded repeat says which of the three was off. Client and simulator share
-the machine's cores. The verify step costs the same at every batch size here (DSPARK_SIM_SPEC_BATCH_COST=0), so the
+the machine's cores. The arrivals are a fixed-concurrency benchmark's, as bench_serving's at --max-concurrency: the
+first `concurrency` requests arrive at once, and since every reply has the same length they finish within a few
+dozen steps of each other, their successors arriving in that window (a second wave, spread by the acceptance draws);
+--timeline prints, per repeat, where the late gaps fall against those arrivals and finishes. The verify step costs the same at every batch size here (DSPARK_SIM_SPEC_BATCH_COST=0), so the
 configured step is the gap the simulator owes at any concurrency. --shards N runs the simulator as N engine
 processes (DSPARK_SIM_SHARDS, with --dp-size N: each shard schedules one DP rank) for more streams than one core paces.
 """
@@ -76,6 +82,7 @@ class Workload:
     step_ms: float
     prefill_ms_per_token: float
     shards: int = 1
+    natural_lengths: bool = False  # replies end at the model's EOS (at most output_len): lengths spread
 
 
 @dataclass(frozen=True)
@@ -158,6 +165,27 @@ class Pacing:
         return f"{self.median:.3f} / {self.mean:.3f} / {self.p99:.3f}"
 
 
+def timeline(times: Sequence[ServerTimes], step_ms: float, bin_s: float = 0.5) -> str:
+    """Where the late gaps fall (--timeline): per half second from the first arrival, the requests that arrived and
+    finished, the emission gaps that ended, those over TAIL_TOLERANCE late, and the longest, in steps."""
+    start = min(t.arrival for t in times)
+    bins: dict[int, list[float]] = {}
+
+    def row(at: float) -> list[float]:
+        return bins.setdefault(int((at - start) / bin_s), [0, 0, 0, 0, 0.0])
+
+    for t in times:
+        row(t.arrival)[0] += 1
+        row(t.last_token)[1] += 1
+        for earlier, later in zip(t.emissions, t.emissions[1:]):
+            gap, cell = (later - earlier) * 1000 / step_ms, row(later)
+            cell[2] += 1
+            cell[3] += gap - 1 > TAIL_TOLERANCE
+            cell[4] = max(cell[4], gap)
+    rows = [[f"{index * bin_s:.1f}", *(f"{v:.0f}" for v in cell[:4]), f"{cell[4]:.2f}"] for index, cell in sorted(bins.items())]
+    return markdown_table(["s", "arrived", "finished", "gaps", "late gaps", "longest gap / step"], rows)
+
+
 def pacing(times: Sequence[ServerTimes], step_ms: float) -> Pacing:
     gaps = sorted(gap * 1000 / step_ms for t in times for gap in t.chunk_itl())
     if not gaps:
@@ -232,7 +260,7 @@ def run_suite(sim: Simulator, workload: Workload, sent: Traffic, concurrency: in
     prompts = sent.prompts
     settings = SpeedSettings(num_requests=len(prompts), concurrency=concurrency, input_len=workload.input_len,
                              output_len=workload.output_len, warmup_requests=len(sent.suite_warmup), workers=1,
-                             ignore_eos=True, client=client)
+                             ignore_eos=not workload.natural_lengths, client=client)
     results = run_measurement(server, settings, prompts, sent.suite_warmup)
     timings = [t for result in results for t in result.timings if t.ok]
     if len(timings) < len(prompts):
@@ -281,8 +309,11 @@ def measure(tool: str, run: Callable, workload: Workload, sent: Traffic, concurr
         client_cpu = time.process_time() - client_cpu
         sim_cpu = simulator_cpu_seconds(sim.url) - sim_cpu
     chunks = max(1, sum(len(t.emissions) for t in measured.truth))
-    cpu = {"sim_cpu_us_per_chunk": sim_cpu / chunks * 1e6,
+    span = max(t.last_token for t in measured.truth) - min(t.arrival for t in measured.truth)
+    cpu = {"sim_cpu_us_per_chunk": sim_cpu / chunks * 1e6, "chunks_per_s": chunks / span, "sim_cores": sim_cpu / span,
            **({"client_cpu_us_per_chunk": client_cpu / chunks * 1e6} if tool in ("suite", "suite-openai") else {})}
+    if "timeline" in PRINTED:
+        print(timeline(measured.truth, workload.step_ms), file=sys.stderr, flush=True)
     ours = measured.ours
     repeat = Repeat(tool, concurrency, ours, server_samples(measured.truth).stats(),
                     pacing(measured.truth, workload.step_ms), load, {**measured.extra, **cpu})
@@ -299,6 +330,7 @@ TOOLS: dict[str, Callable] = {"suite": lambda args: make_suite("aiohttp"),
                               "bench_serving": lambda args: make_bench_serving(args.bench_serving),
                               "suite-frontend": lambda args: make_suite("aiohttp")}
 FRONTEND_PYTHON: dict[str, str] = {}  # tool -> the Python running SGLang's own front end for it (set by main)
+PRINTED: set[str] = set()  # what main asked to print besides the tables ("timeline": --timeline)
 
 
 # ---------------------------------------------------------------- repeats
@@ -375,31 +407,41 @@ def ttft_table(repeats: Sequence[Repeat], tools: Sequence[str]) -> str:
 
 def repeats_table(repeats: Sequence[Repeat]) -> str:
     rows = [[str(r.concurrency), r.tool, f"{r.load_average:.2f}", str(r.pacing),
-             f"{r.extra['sim_cpu_us_per_chunk']:.0f}", f"{r.extra.get('client_cpu_us_per_chunk', float('nan')):.0f}",
+             f"{r.extra['sim_cpu_us_per_chunk']:.0f}", f"{r.extra['chunks_per_s']:,.0f}", f"{r.extra['sim_cores']:.2f}",
+             f"{r.extra.get('client_cpu_us_per_chunk', float('nan')):.0f}",
              "kept" if r.kept else "discarded: " + ", ".join(r.pacing.off)] for r in repeats]
-    return markdown_table(["conc", "tool", "load average (1 min) before", "simulator pacing (gap / step: median / mean / p99)",
-                           "simulator CPU us / chunk", "client CPU us / chunk", "rule"], rows)
+    return markdown_table(["conc", "tool", "load average (1 min) before",
+                           "simulator gap / configured step: median / mean / p99", "simulator CPU us / chunk",
+                           "simulator chunks/s", "simulator cores", "client CPU us / chunk", "rule"], rows)
 
 
-def verdicts(repeats: Sequence[Repeat], concurrency: int) -> list[str]:
-    """The claims, computed from the repeats (not written by hand): at every concurrency the simulator's pacing over
-    all its repeats (discarded ones too) and the suite's TPOT against the truth; at the highest, the TTFT excess."""
+def verdicts(repeats: Sequence[Repeat], concurrency: int, step_ms: float) -> list[str]:
+    """The claims, computed from the repeats (not written by hand): at every concurrency the simulator's emission gaps
+    against its configured step over all its repeats (discarded ones too), the suite's TPOT against the truth (the
+    server's own recorded emission times for the same requests), and the simulator's capacity; at the highest
+    concurrency, the TTFT excess."""
     lines = []
     for conc in sorted({r.concurrency for r in repeats}):
         every = [r for r in repeats if r.concurrency == conc]
         worst_mean = max(abs(r.pacing.mean - 1) for r in every)
-        lines.append(f"at {conc} streams, the simulator's mean emission gap is within {worst_mean:.2%} of its step in "
-                     f"all {len(every)} repeats ({'within' if worst_mean <= 0.02 else 'NOT within'} 2 %; "
-                     f"{sum(not r.kept for r in every)} discarded)")
+        lines.append(f"at {conc} streams, the simulator against its configured {step_ms:g} ms step: mean emission gap "
+                     f"within {worst_mean:.2%} in all {len(every)} repeats ({'within' if worst_mean <= 0.02 else 'NOT within'}"
+                     f" 2 %), p99 gap {spread([r.pacing.p99 for r in every], '.2f')} steps (min / median / max; the rule "
+                     f"keeps <= {1 + TAIL_TOLERANCE:g}); {sum(not r.kept for r in every)} discarded")
         suite = [r for r in every if r.kept and r.tool == "suite"]
         for key, name in (("tpot_mean", "TPOT mean"), ("tpot_p99", "TPOT p99")):
             if suite:
                 worst = max(abs(r.ours[key] / r.truth[key] - 1) for r in suite)
-                lines.append(f"at {conc} streams, the suite's {name} is within {worst:.2%} of the truth in every "
-                             f"kept repeat ({'within' if worst <= 0.01 else 'NOT within'} 1 %)")
+                lines.append(f"at {conc} streams, the suite's {name} against the truth (the server's recorded emission "
+                             f"times): within {worst:.2%} in every kept repeat ({'within' if worst <= 0.01 else 'NOT within'}"
+                             f" 1 %)")
+        lines.append(f"at {conc} streams the simulator emitted {spread([r.extra['chunks_per_s'] for r in every], ',.0f')} "
+                     f"chunks/s in total on {spread([r.extra['sim_cores'] for r in every], '.2f')} cores of CPU "
+                     f"(min / median / max)")
     per_chunk = [r.extra["sim_cpu_us_per_chunk"] for r in repeats]
-    lines.append(f"simulator CPU per chunk over all repeats: {spread(per_chunk, '.0f')} us (min / median / max), so "
-                 f"one core paces about {1e6 / statistics.median(per_chunk):,.0f} chunks/s (at the median)")
+    lines.append(f"simulator CPU per chunk over all repeats: {spread(per_chunk, '.0f')} us (min / median / max; a "
+                 f"request's own cost included), so one core paces about {1e6 / statistics.median(per_chunk):,.0f} "
+                 f"chunks/s (at the median)")
     kept = [r for r in repeats if r.kept and r.concurrency == concurrency]
     suite = [r for r in kept if r.tool == "suite"]
     others = [r for r in kept if r.tool == "bench_serving"]
@@ -563,6 +605,13 @@ def main() -> None:
     parser.add_argument("--prefill-ms-per-token", type=float, default=0.5)
     parser.add_argument("--input-len", type=int, default=256)
     parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--natural-lengths", action="store_true",
+                        help="suite tools only: no ignore_eos, replies end where the simulated model says EOS (at most "
+                        "--output-len tokens), so their lengths spread and finishes (and the next arrivals) do not come "
+                        "in waves")
+    parser.add_argument("--timeline", action="store_true",
+                        help="print, per repeat, where the late emission gaps fall (per half second: arrivals, "
+                        "finishes, gaps, late gaps)")
     parser.add_argument("--smoke", action="store_true",
                         help="CI's check that the bench still runs: the suite alone at 4 streams, short replies")
     args = parser.parse_args()
@@ -576,9 +625,14 @@ def main() -> None:
                      "make one with bash .ci/sglang-bench-serving.sh and .ci/sglang-frontend.sh, or pass --tools suite")
     if "suite-frontend" in args.tools:
         FRONTEND_PYTHON["suite-frontend"] = args.bench_serving
+    if args.timeline:
+        PRINTED.add("timeline")
     if args.shards < 1:
         parser.error("--shards: at least 1")
-    workload = Workload(args.input_len, args.output_len, args.step_ms, args.prefill_ms_per_token, args.shards)
+    if args.natural_lengths and "bench_serving" in args.tools:
+        parser.error("--natural-lengths: the suite tools only (bench_serving sends --output-len with ignore_eos)")
+    workload = Workload(args.input_len, args.output_len, args.step_ms, args.prefill_ms_per_token, args.shards,
+                        args.natural_lengths)
     if args.engine:
         print(f"command: python {' '.join(sys.argv)}\nmachine: {machine()}\n"
               f"load average at start: {' '.join(f'{v:.2f}' for v in os.getloadavg())}\n"
@@ -593,15 +647,17 @@ def main() -> None:
           f"load average at start: {' '.join(f'{v:.2f}' for v in os.getloadavg())}\n"
           f"workload: DSpark simulator ({' '.join(simulator_args(workload, 0)[:-1])} max(conc, 48); "
           f"DSPARK_SIM_SHARDS={args.shards}, DSPARK_SIM_SPEC_BATCH_COST=0), step {args.step_ms:g} ms, prefill "
-          f"{args.prefill_ms_per_token:g} ms/token, {args.input_len} prompt tokens, {args.output_len} output tokens "
-          f"(ignore_eos), 2 x concurrency requests (at least 8); min / median / max over {args.repeats} kept repeats\n")
+          f"{args.prefill_ms_per_token:g} ms/token, {args.input_len} prompt tokens, "
+          f"{'up to ' if args.natural_lengths else ''}{args.output_len} output tokens "
+          f"({'the model ends at EOS' if args.natural_lengths else 'ignore_eos'}), 2 x concurrency requests (at least 8); "
+          f"min / median / max over {args.repeats} kept repeats\n")
     repeats = collect(args, workload, tools)
     print(f"Suite vs bench_serving vs the server's truth:\n\n{comparison_table(repeats, list(tools))}\n")
     print(f"TTFT excess over the server's TTFT, and the client's own overhead:\n\n"
           f"{ttft_table(repeats, list(tools))}\n")
     print(f"Repeats (discarded when the median or mean gap is off by more than {PACING_TOLERANCE:.0%}, or the p99 "
           f"gap by more than {TAIL_TOLERANCE:.0%}):\n\n{repeats_table(repeats)}\n")
-    for line in verdicts(repeats, max(args.concurrencies)):
+    for line in verdicts(repeats, max(args.concurrencies), args.step_ms):
         print(line)
     print(f"\nload average at end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}; "
           f"whole run {time.monotonic() - started:.0f} s")

@@ -213,7 +213,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
         async for index, _ in steps:
             # SGLang streams the text so far (incremental_streaming_output is off by default)
             await send(sse_event(_output(choices.generations[index], index if batched else None)))
-        await send(b"data: [DONE]\n\n")
+        await send(b"data: [DONE]\n\n", last=True)
     return response
 
 

@@ -346,26 +346,28 @@ async def _chat_stream(request, state: ServerState, choices: Choices, sampling: 
     continuous = ContinuousUsage(choices, sampling, {"cached_tokens": 0} if state.args.enable_cache_report else None)
     async with state.streaming(request, response) as send, choices.stepping() as steps:
         async for index, tokens in steps:
+            events = []  # a step's chunks go out in one write, as SGLang's one yield per step does
             if index not in started:
                 started.add(index)
-                await send(_chat_chunk(rid, created, model, index, {"role": "assistant", "content": ""}))
+                events.append(_chat_chunk(rid, created, model, index, {"role": "assistant", "content": ""}))
             usage = continuous.step(index, tokens)
             reasoning, content = splits[index].split(tokens)
             if reasoning:
-                await send(_chat_chunk(rid, created, model, index, {"reasoning_content": reasoning}, usage=usage))
+                events.append(_chat_chunk(rid, created, model, index, {"reasoning_content": reasoning}, usage=usage))
             if content:
-                await send(_chat_chunk(rid, created, model, index, {"content": content}, usage=usage))
-        for index, gen in enumerate(choices.generations):
-            finish, matched = _finish(gen)
-            await send(_chat_chunk(rid, created, model, index, {}, finish, matched))
+                events.append(_chat_chunk(rid, created, model, index, {"content": content}, usage=usage))
+            if events:
+                await send(*events)
+        closing = [_chat_chunk(rid, created, model, index, {}, *_finish(gen))
+                   for index, gen in enumerate(choices.generations)]
         sglext = sglext_of(choices.generations, sampling, returns.sglext_ids(choices))
         if sglext is not None:
-            await send(sse_event({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-                                  "choices": [], "usage": None, "sglext": sglext}))
+            closing.append(sse_event({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+                                      "choices": [], "usage": None, "sglext": sglext}))
         if sampling.include_usage:
-            await send(sse_event({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-                                  "choices": [], "usage": usage_of(choices.generations, sampling.n)}))
-        await send(b"data: [DONE]\n\n")
+            closing.append(sse_event({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+                                      "choices": [], "usage": usage_of(choices.generations, sampling.n)}))
+        await send(*closing, b"data: [DONE]\n\n", last=True)
     return response
 
 
@@ -433,16 +435,17 @@ async def _completion_stream(request, state: ServerState, choices: Choices, samp
                     choice["prompt_token_ids"] = encode(choices.jobs[index].ask.prompt)
             await send(sse_event({"id": rid, "object": "text_completion", "created": created, "model": model,
                                   "choices": [choice], "usage": continuous.step(index, tokens)}))
+        closing = []
         sglext = sglext_of(choices.generations, sampling)
         if sglext is not None:
-            await send(sse_event({"id": rid, "object": "text_completion", "created": created, "model": model,
-                                  "choices": [], "usage": None, "sglext": sglext}))
+            closing.append(sse_event({"id": rid, "object": "text_completion", "created": created, "model": model,
+                                      "choices": [], "usage": None, "sglext": sglext}))
         if sampling.include_usage:
             usage = {key: value for key, value in usage_of(choices.generations, sampling.n).items()
                      if value is not None}
-            await send(sse_event({"id": rid, "object": "text_completion", "created": created, "model": model,
-                                  "choices": [], "usage": usage}))
-        await send(b"data: [DONE]\n\n")
+            closing.append(sse_event({"id": rid, "object": "text_completion", "created": created, "model": model,
+                                      "choices": [], "usage": usage}))
+        await send(*closing, b"data: [DONE]\n\n", last=True)
     return response
 
 

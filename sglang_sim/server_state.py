@@ -63,19 +63,23 @@ class ServerState:
 
     @contextlib.asynccontextmanager
     async def streaming(self, request: web.Request,
-                        response: web.StreamResponse) -> AsyncIterator[Callable[[bytes], Awaitable[None]]]:
-        """Yield ``send(event)``; a client that goes away just ends the stream."""
+                        response: web.StreamResponse) -> AsyncIterator[Callable[..., Awaitable[None]]]:
+        """Yield ``send(*events, last=False)``: the events in one write (one system call: a step's role and content
+        chunks, or the closing chunks, go out together), ``last`` ending the response with them; a client that goes
+        away just ends the stream."""
         sent = 0
 
-        async def send(event: bytes) -> None:
+        async def send(*events: bytes, last: bool = False) -> None:
             nonlocal sent
-            if self.config.faults.malformed_stream and sent == MALFORMED_STREAM_AFTER_EVENTS:
-                await response.write(event[: len(event) // 2])
+            cut = MALFORMED_STREAM_AFTER_EVENTS - sent
+            if self.config.faults.malformed_stream and 0 <= cut < len(events):
+                await response.write(b"".join(events[:cut]) + events[cut][: len(events[cut]) // 2])
                 if request.transport is not None:
                     request.transport.close()
                 raise _StreamBroken()
-            await response.write(event)
-            sent += 1
+            data = b"".join(events)
+            await (response.write_eof(data) if last else response.write(data))
+            sent += len(events)
 
         try:
             yield send

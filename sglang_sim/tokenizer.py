@@ -41,7 +41,10 @@ def tokenize(text: str) -> list[str]:
 
 
 def count_tokens(text: str) -> int:
-    return len(_PIECE.findall(text))
+    """``len(tokenize(text))`` at half the cost (every request counts its prompt): a word of n characters is
+    ceil(n / 6) pieces, its leading whitespace going with its first, and whitespace at the very end one more
+    (``str.split`` and ``re``'s ``\\s`` agree on what whitespace is)."""
+    return sum((len(word) + 5) // 6 for word in text.split()) + text[-1:].isspace()
 
 
 def token_id(piece: str) -> int:

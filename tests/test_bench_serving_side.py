@@ -17,7 +17,7 @@ import pytest
 from bench.sglang_bench_serving import build_tokenizer, count_with_tokenizer, find_python, run_bench_serving
 from ground.sglang.release import DEFAULT_VERSION
 from sglang_sim.openai_api import render_chat
-from sglang_sim.tokenizer import count_tokens
+from sglang_sim.tokenizer import count_tokens, tokenize
 from suites.speed import random_text
 from tests.simulator_process import SPECULATIVE_ARGS, running_simulator
 
@@ -99,3 +99,9 @@ def test_bench_serving_runs_our_traffic_and_counts_per_token(python, tmp_path):
         assert r.latency_s >= r.ttft_s + sum(r.itl_s)
         assert any(r.start_time <= s["arrival_monotonic"] and s["first_token_monotonic"] <= r.start_time + r.ttft_s
                    for s in server), f"request {r.index}: no server arrival between its send and first chunk"
+
+
+def test_the_simulators_prompt_count_is_its_tokenizers():
+    """Every request's prompt_tokens (``count_tokens``, the fast count) are the pieces its tokenizer splits it into."""
+    texts = EDGE_TEXTS + random_texts(3000, seed=1) + [random_text(random.Random(n), n) for n in (1, 7, 300)]
+    assert [count_tokens(text) for text in texts] == [len(tokenize(text)) for text in texts]
