@@ -12,6 +12,7 @@ import pytest
 from dspark_ci.evidence import FLAKY, Sampling, more_evidence
 from dspark_ci.pipeline import verdict
 from ground.errors import ExitCode
+from ground.measurements import Envelope, EnvelopePoint
 from ground.records import CellResult, GateResult, RunResults, Status
 from ground.sglang.settings import CellConfig
 from ground.stats import INCONCLUSIVE, PASSED, Verdict
@@ -129,3 +130,18 @@ def test_a_gate_more_boots_cannot_inform_is_not_measured_again():
     result = more_evidence(cell, ("speed", "gpqa"), Sampling(max_boots=8), lambda a, s: calls.append(a) or cell,
                            lambda pooled, s: pooled)
     assert calls == [] and result.status is Status.INCONCLUSIVE
+
+
+def test_a_later_boot_that_reran_only_acceptance_keeps_the_first_boots_sweep():
+    """The second boot re-runs only the undecided suites: the speed suite's sweep of the first boot is still what
+    the boundary gate tests (lost, the gate turned inconclusive with nothing to test, and a clean cell with it)."""
+    sweep = Envelope((EnvelopePoint(8, 256, 40, 6.0, 18.0, 3.0, 0.05),), {}, dataset="random", method="sweep")
+    first = replace(_measured(6.8), envelope=sweep)
+    judged = []
+
+    def judge(pooled, suites):
+        judged.append(pooled.envelope)
+        return replace(pooled, status=Status.PASSED)
+
+    result = more_evidence(first, ("accept", "speed"), Sampling(max_boots=2), lambda a, s: _measured(6.9), judge)
+    assert judged == [sweep] and result.envelope == sweep and len(result.boots) == 2
