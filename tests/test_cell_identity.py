@@ -13,7 +13,7 @@ import pytest
 
 from ground.sglang.release import DEFAULT_VERSION
 from tests.cli_under_test import DSPARK_CI
-from tests.test_run_cli import assert_speed_at_worst_undecided
+from tests.test_run_cli import FEW_BOOTS, assert_at_worst_undecided
 
 REPO = Path(__file__).resolve().parent.parent
 CELL = "dsv4-flash-tp8-a2a-none-dspark-b7-cuda"
@@ -29,12 +29,12 @@ def env(tmp_path) -> dict:
 
 
 def run_cell(env: dict, out: Path, **sim: str) -> dict:
-    # identity, not the verdict, is under test: two boots at most, so a loaded machine's undecided speed gates do
-    # not boot the cell again and again (each run's verdict is still checked below)
+    # identity, not the verdict, is under test: two boots at most, so undecided speed gates do not boot the cell
+    # again and again (each run's verdict is still checked below)
     done = cli({**env, **sim}, "run", "matrices/smoke.yaml", "--cell", CELL, "--suites", "speed", "--out", str(out),
-               "--max-boots", "2", "--quiet")
+               *FEW_BOOTS, "--quiet")
     cell = json.loads((out / "results.json").read_text())["cells"][0]
-    assert_speed_at_worst_undecided(cell, done)  # the simulator's speed on a loaded machine (test_run_cli)
+    assert_at_worst_undecided(cell, done)  # the simulator's speed on a loaded machine (test_run_cli)
     return cell["identity"]
 
 

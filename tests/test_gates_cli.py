@@ -2,9 +2,9 @@
 against the recorded baseline while unfaulted runs pass; a baseline recorded from good runs gates the same way;
 GPQA answering garbage fails with no baseline at all.
 
-The margins are far from the noise: on the smoke matrix's simulator settings median TPOT moves about 0.5%
-between runs on a quiet machine, the gate allows +2.5%, and slow_decode=1.1 adds 10%. Under heavy CPU load the
-simulator's timings stretch a few per cent, so an unfaulted run may honestly be inconclusive (never regressed).
+The shipped baseline was recorded under the benchmark's noise: median TPOT moves about 3% between runs, the gate
+allows +2.5% and a pass rules out +10%; slow_decode=1.1 adds 10%, red within a few boots. The unfaulted runs stop at
+their second look, so one may honestly be inconclusive (never regressed).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests.cli_under_test import DSPARK_CI
-from tests.test_run_cli import ONE_NODE, REPO, SMOKE, TIMING, Run, assert_speed_at_worst_undecided
+from tests.test_run_cli import FEW_BOOTS, ONE_NODE, REPO, SMOKE, TIMING, Run, assert_at_worst_undecided
 
 
 def gate(run: Run, metric: str) -> dict:
@@ -32,7 +32,7 @@ def good_runs(tmp_path_factory) -> list[Run]:
     runs = []
     history = tmp_path_factory.mktemp("history") / "history.sqlite"
     for _ in range(3):
-        run = Run(tmp_path_factory.mktemp("good"), SMOKE, "--cell", ONE_NODE, "--suites", "accept,speed")
+        run = Run(tmp_path_factory.mktemp("good"), SMOKE, "--cell", ONE_NODE, "--suites", "accept,speed", *FEW_BOOTS)
         run.env["DSPARK_HISTORY"] = str(history)
         run()
         runs.append(run)
@@ -42,7 +42,7 @@ def good_runs(tmp_path_factory) -> list[Run]:
 def test_unfaulted_runs_never_regress_the_speed_gates(good_runs):
     for run in good_runs:
         assert run.done is not None
-        assert_speed_at_worst_undecided(run.cell(ONE_NODE), run.done)
+        assert_at_worst_undecided(run.cell(ONE_NODE), run.done)
 
 
 def test_the_history_remembers_the_runs_and_report_html_plots_their_trend(good_runs):
@@ -58,8 +58,10 @@ def test_ten_percent_slower_decode_fails_the_tpot_gate_with_its_numbers(tmp_path
     done = run()
     assert done.returncode == 1
     tpot = gate(run, "tpot_ms_median")
-    assert not tpot["passed"] and tpot["value"] > tpot["threshold"] * 1.03  # far beyond the band, not at its edge
-    assert tpot["verdict"] == "regressed" and tpot["interval"][0] > tpot["tolerance"]  # the whole interval beyond
+    # past the line shown (the tolerance widened to the baseline's noise), and by about the planted 10 %
+    assert not tpot["passed"] and tpot["value"] > tpot["threshold"] and tpot["effect"] > 0.05
+    # red as results.json's numbers read: the interval wholly past no change, the effect past the tolerance
+    assert tpot["verdict"] == "regressed" == _verdict_of_interval(tpot) and tpot["interval"][0] > 0
     assert tpot["tolerance"] == pytest.approx(0.025)
     assert not gate(run, "output_throughput_tok_s")["passed"]
     said = f"tpot_ms_median = {tpot['value']:.2f}: {tpot['effect']:+.1%} [{tpot['interval'][0]:+.1%}"

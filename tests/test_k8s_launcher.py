@@ -25,7 +25,7 @@ from launchers.k8s.tuning import K8sTuning
 from launchers.contract import LaunchContext, LaunchFailed
 from launchers.plan_types import LaunchPlan
 from tests.sim_plans import FAST_SIM, make_plan
-from tests.test_run_cli import assert_speed_at_worst_undecided
+from tests.test_run_cli import assert_at_worst_undecided
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -148,7 +148,7 @@ def test_the_smoke_matrix_runs_green_through_the_cli_on_k8s(cluster, tmp_path):
     one_node = next(c for c in results["cells"] if c["config"]["nnodes"] == 1 and c["expect"]["outcome"] == "serve")
     assert statuses.pop(one_node["id"]) in ("passed", "inconclusive"), done.stderr[-3000:]
     assert sorted(statuses.values()) == ["passed", "rejected_as_expected"], done.stderr[-3000:]
-    assert_speed_at_worst_undecided(one_node, done)  # the simulator's speed on a loaded machine (test_run_cli)
+    assert_at_worst_undecided(one_node, done)  # the simulator's speed on a loaded machine (test_run_cli)
     two_nodes = next(c["id"] for c in results["cells"] if c["config"]["nnodes"] == 2)
     rank1 = (out / "logs" / two_nodes / "1.log").read_text()
     assert "Node rank 1 joined rank 0" in rank1 and "-0-1 of LeaderWorkerSet" in rank1

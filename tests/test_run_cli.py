@@ -54,21 +54,23 @@ class Run:
         assert_no_process_with_env("DSPARK_TEST_RUN", self.tag)
 
 
-# The simulator's speed is wall-clock time on a shared machine: under CPU load its TPOT and throughput drift a few
-# per cent from baselines/smoke.yaml (recorded on a quieter machine), and the statistical gates rightly say
-# "inconclusive" (exit 4) instead of guessing. Whether a slowdown is caught is test_gates_cli's business (against
-# the shipped baseline and one recorded in the test on this machine); here only an undecided speed verdict may
-# stand between the run and green.
+# baselines/smoke.yaml was recorded under the benchmark's noise (speed 3 %, acceptance 1.5-2.3 % run to run), and a
+# statistical gate takes that noise for each live boot: an unfaulted run decides within several boots, and a test
+# that caps its boots may honestly end "inconclusive" (exit 4) rather than guess. Whether a regression is caught is
+# test_gates_cli's business; here only an undecided statistical verdict may stand between the run and green.
 TIMING = {"tpot_ms_median", "output_throughput_tok_s"}
+# Unfaulted runs whose verdict is not under test: a boot and its second look, no more
+FEW_BOOTS = ("--max-boots", "2")
 
 
 def test_smoke_matrix_runs_end_to_end(tmp_path):
-    run = Run(tmp_path, SMOKE)
+    run = Run(tmp_path, SMOKE, *FEW_BOOTS)
     done = run()
     # The pipeline ran: every cell has its outcome, its files and logs, and measured what catches a broken server.
     statuses = {c["id"]: c["status"] for c in run.results()["cells"]}
     assert statuses.pop(ONE_NODE) in ("passed", "inconclusive"), done.stderr
-    assert statuses == {TWO_NODES: "passed", REJECTED: "rejected_as_expected"}, done.stderr
+    assert statuses.pop(TWO_NODES) in ("passed", "inconclusive"), done.stderr
+    assert statuses == {REJECTED: "rejected_as_expected"}, done.stderr
     for name in ("results.json", "junit.xml", "report.md", "report.html"):
         assert (run.out / name).stat().st_size > 0
     assert (run.out / "logs" / TWO_NODES / "1.log").exists()
@@ -76,20 +78,20 @@ def test_smoke_matrix_runs_end_to_end(tmp_path):
     measured = run.cell(ONE_NODE)["metrics"]
     assert measured["accept_length"] > 2 and measured["output_throughput_tok_s"] > 0
     assert "accept_length" in {g["metric"] for g in run.cell(ONE_NODE)["gates"]}
-    undecided = assert_speed_at_worst_undecided(run.cell(ONE_NODE), done)
+    undecided = assert_at_worst_undecided(run.cell(ONE_NODE), done)
     assert f"{ONE_NODE}: {'INCONCLUSIVE' if undecided else 'PASSED'}" in done.stderr
     if undecided:
         assert "a statistical gate could not decide (not a regression" in done.stderr
 
 
-def assert_speed_at_worst_undecided(cell: dict, done: subprocess.CompletedProcess) -> list[dict]:
-    """No gate of an unfaulted cell (results.json's) regressed; one that did not pass is a speed gate whose interval
-    has not ruled out its detection line, and the run exits 4 for it (green, exit 0, only when every gate passed).
-    Returns those undecided gates."""
+def assert_at_worst_undecided(cell: dict, done: subprocess.CompletedProcess) -> list[dict]:
+    """No gate of an unfaulted cell (results.json's) regressed; one that did not pass is a statistical gate whose
+    interval has not ruled out its detection line, and the run exits 4 for it (green, exit 0, only when every gate
+    passed). Returns those undecided gates."""
     gates = cell["gates"]
     assert {g["metric"] for g in gates} >= TIMING
     undecided = [g for g in gates if not g["passed"]]
-    assert all(g["metric"] in TIMING and g["verdict"] == "inconclusive" for g in undecided), undecided
+    assert all(g["verdict"] == "inconclusive" and g.get("interval") for g in undecided), undecided
     for gate in undecided:
         sign = 1 if gate["tolerance"] > 0 else -1  # worse-direction values positive
         assert max(sign * v for v in gate["interval"]) > sign * gate["detect"]
