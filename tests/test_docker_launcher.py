@@ -255,8 +255,8 @@ def test_run_verb_runs_smoke_cells_in_containers_on_two_engines(tmp_path, engine
     rejected = next(c["id"] for c in cells if c["expect"]["outcome"] == "reject")
     env = {**os.environ, "DSPARK_DOCKER_HOSTS": f"{ENGINE1}=127.0.0.1 {ENGINE2}=127.0.0.2"}
     # Placement across the engines is what is tested, so the suites are the accept suite's (with its reference beside
-    # the cell): the speed suite's gates hold wall-clock speed to a baseline recorded on a quiet machine, and a busy
-    # CI runner reads the simulator's throughput a few per cent low (tests/test_gates_cli.py tests those gates).
+    # the cell): the speed suite's wall-clock gates may take several boots to decide against the smoke baseline's
+    # noise (tests/test_gates_cli.py tests those gates).
     run = subprocess.run([*DSPARK_CI, "run", "matrices/smoke.yaml", "--launcher", "docker", "--cell", two_nodes,
                           "--cell", rejected, "--suites", "accept", "--out", str(tmp_path)], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=300)
