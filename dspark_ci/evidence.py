@@ -26,7 +26,6 @@ from ground.stats import look_boots
 from ground.suites import suite_of
 
 FLAKY = "flaky"
-SUITE_RECORDS = ("acceptance", "envelope")  # CellResult's records of one suite's run, beside its metrics
 # `run --max-boots` by default: a clean cell under 2 % run-to-run noise stops after 3-4 boots on average and a 5 %
 # regression is red in about 6, within this budget (bench/gate_power.py, BENCHMARKS.md)
 MAX_BOOTS = 12
@@ -132,7 +131,7 @@ def pooled(attempts: list[CellResult]) -> CellResult:
     warnings = tuple(dict.fromkeys(w for a in measured for w in a.warnings))
     # a later boot re-runs only the undecided suites: the sweep or acceptance detail of a suite it did not run is
     # the latest boot's that did, not lost (its gate would turn inconclusive with nothing to test)
-    records = {key: next((getattr(a, key) for a in reversed(measured) if getattr(a, key) is not None), None)
-               for key in SUITE_RECORDS}
+    acceptance = next((a.acceptance for a in reversed(measured) if a.acceptance is not None), None)
+    envelope = next((a.envelope for a in reversed(measured) if a.envelope is not None), None)
     return replace(measured[-1], metrics=metrics, boots=boots if len(boots) > 1 else (), gpqa=gpqa, tests=tests,
-                   warnings=warnings, **records)
+                   warnings=warnings, acceptance=acceptance, envelope=envelope)
