@@ -25,7 +25,7 @@ from launchers.k8s.tuning import K8sTuning
 from launchers.contract import LaunchContext, LaunchFailed
 from launchers.plan_types import LaunchPlan
 from tests.sim_plans import FAST_SIM, make_plan
-from tests.test_run_cli import assert_at_worst_undecided
+from tests.test_run_cli import FEW_BOOTS, assert_served_at_worst_undecided
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -140,15 +140,13 @@ def test_the_smoke_matrix_runs_green_through_the_cli_on_k8s(cluster, tmp_path):
 
     out = tmp_path / "run"
     env = {**os.environ, "DSPARK_STATE_DIR": str(tmp_path / "state"), "CI": "true"}
+    # the launcher is under test, not the verdict: two boots at most, an undecided gate accepted (never a red one)
     done = subprocess.run([*DSPARK_CI, "run", "matrices/smoke.yaml", "--launcher", "k8s", "--out", str(out),
-                           "--kubeconfig", cluster["kubeconfig"], "--namespace", cluster["namespace"]],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
+                           "--kubeconfig", cluster["kubeconfig"], "--namespace", cluster["namespace"], *FEW_BOOTS,
+                           "--accept-inconclusive"], cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
-    statuses = {c["id"]: c["status"] for c in results["cells"]}
-    one_node = next(c for c in results["cells"] if c["config"]["nnodes"] == 1 and c["expect"]["outcome"] == "serve")
-    assert statuses.pop(one_node["id"]) in ("passed", "inconclusive"), done.stderr[-3000:]
-    assert sorted(statuses.values()) == ["passed", "rejected_as_expected"], done.stderr[-3000:]
-    assert_at_worst_undecided(one_node, done)  # the simulator's speed on a loaded machine (test_run_cli)
+    assert_served_at_worst_undecided(results["cells"])
     two_nodes = next(c["id"] for c in results["cells"] if c["config"]["nnodes"] == 2)
     rank1 = (out / "logs" / two_nodes / "1.log").read_text()
     assert "Node rank 1 joined rank 0" in rank1 and "-0-1 of LeaderWorkerSet" in rank1
