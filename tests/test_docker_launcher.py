@@ -25,6 +25,7 @@ from ground.state import STATE_DIR_ENV
 from tests.cli_under_test import DSPARK_CI
 from tests.docker_engines import ENGINE1, ENGINE2, SECRET, containers_of, launcher_on, new_run_id, require_engine
 from tests.sim_plans import make_plan
+from tests.test_run_cli import FEW_BOOTS
 
 pytestmark = pytest.mark.docker
 REPO = Path(__file__).resolve().parents[1]
@@ -255,14 +256,16 @@ def test_run_verb_runs_smoke_cells_in_containers_on_two_engines(tmp_path, engine
     rejected = next(c["id"] for c in cells if c["expect"]["outcome"] == "reject")
     env = {**os.environ, "DSPARK_DOCKER_HOSTS": f"{ENGINE1}=127.0.0.1 {ENGINE2}=127.0.0.2"}
     # Placement across the engines is what is tested, so the suites are the accept suite's (with its reference beside
-    # the cell): the speed suite's wall-clock gates may take several boots to decide against the smoke baseline's
-    # noise (tests/test_gates_cli.py tests those gates).
+    # the cell), and two boots at most, an undecided gate accepted (never a red one): the statistical gates may take
+    # more boots to decide against the smoke baseline's noise (tests/test_gates_cli.py tests them).
     run = subprocess.run([*DSPARK_CI, "run", "matrices/smoke.yaml", "--launcher", "docker", "--cell", two_nodes,
-                          "--cell", rejected, "--suites", "accept", "--out", str(tmp_path)], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=300)
+                          "--cell", rejected, "--suites", "accept", "--out", str(tmp_path), *FEW_BOOTS,
+                          "--accept-inconclusive"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     results = json.loads((tmp_path / "results.json").read_text())
-    assert {c["id"]: c["status"] for c in results["cells"]} == {two_nodes: "passed", rejected: "rejected_as_expected"}
+    statuses = {c["id"]: c["status"] for c in results["cells"]}
+    assert statuses.pop(two_nodes) in ("passed", "inconclusive") and statuses == {rejected: "rejected_as_expected"}
+    assert [g for c in results["cells"] for g in c["gates"] if g.get("verdict") == "regressed"] == []
     assert (tmp_path / "logs" / two_nodes / "1.log").read_text().startswith(f"# node rank 1 on {ENGINE2}")
     for engine in (engine1, engine2):
         assert engine.containers.list(all=True, filters={"label": f"{LABEL_CELL}={two_nodes}"}) == []
