@@ -176,7 +176,16 @@ def start_driver(tmp_path: Path, run_id: str, nnodes: int, faults: str = "", **e
     env = {**os.environ, **extra, "RUN_ID": run_id, "NNODES": str(nnodes), "FAULTS": faults, "LOGS": str(tmp_path),
            "DOCKER_HOST": ENGINE1, "DSPARK_DOCKER_HOST2": ENGINE2, STATE_DIR_ENV: str(tmp_path / "state")}
     return subprocess.Popen([sys.executable, "-c", DRIVER], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True, preexec_fn=_as_from_a_terminal)
+
+
+def _as_from_a_terminal() -> None:
+    """The driver stands for a user's program under Ctrl-C: SIGINT and SIGTERM at their defaults and unblocked, as a
+    terminal starts it, whatever this test process inherited (a CI worker that held SIGINT blocked handed that on,
+    and the driver never saw its Ctrl-C)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # Python then raises KeyboardInterrupt on it
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def wait_for(condition, what: str, timeout_s: float = 90.0) -> None:
