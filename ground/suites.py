@@ -59,6 +59,8 @@ METRIC_SUITE: Mapping[str, str] = MappingProxyType({
     # the client's own overhead, beside TTFT
     "client_loop_lag_ms_p99": "speed", "client_ttfb_ms_median": "speed", "client_ttfb_ms_p99": "speed",
     "parity_mismatches": "parity",
+    # greedy outputs that first differ where the reference's logprobs tie (within parity.tie_ulps): counted, not red
+    "parity_tie_flips": "parity",
     # one boot's per-request standard errors (bootstrap over requests), for the statistical gates
     "accept_length_stderr": "accept", "accept_rate_stderr": "accept",
     "tpot_ms_median_stderr": "speed", "output_throughput_tok_s_stderr": "speed",
@@ -135,7 +137,12 @@ SUITE_DEFAULTS: dict[str, dict[str, Any]] = {
         "num_prompts": 8,
         "max_tokens": 64,
         "concurrency": 1,  # batching can change greedy numerics on real GPUs: one at a time by default
-        "max_mismatches": 0,  # the parity test fails above this many differing prompts
+        "max_mismatches": 0,  # the parity test fails above this many differing prompts (tie flips not counted)
+        "top_logprobs": 5,  # the reference's top logprobs per position: what tells a tie flip from a mismatch
+        "tie_ulps": 2.0,  # a first difference within this many bf16 steps of the logprob is a tie (suites/parity_ties.py)
+        # what the outputs are compared with: "without_speculation" (the same deployment without speculation) or
+        # "one_rank" (the same model without speculation on one node at tp 1: a multi-rank cell's numerics)
+        "reference": "without_speculation",
     },
 }
 
@@ -162,6 +169,7 @@ ALLOWED_VALUES: dict[tuple[str, str], tuple[str, ...]] = {
     ("gpqa", "extractor"): ("sglang", "openai"),
     ("speed", "client"): ("aiohttp", "openai"),
     ("accept", "api"): ("chat", "completions"),
+    ("parity", "reference"): ("without_speculation", "one_rank"),
 }
 
 # Counts and sizes, by option name: (least, most). Zero or less is a mistake, not a request for nothing; past the
@@ -176,6 +184,7 @@ OPTION_RANGES: dict[str, tuple[float, float]] = {
     "sweep_min_requests": (1, 10_000), "sweep_output_len": (2, MAX_TOKENS_BOUND),
     "lossless_prompts": (1, 10_000), "lossless_samples": (1, 10_000), "lossless_tokens": (1, 4096),
     "min_accept_length": (0.0, 1024.0), "disagreement_tolerance": (0.0, 1.0),
+    "top_logprobs": (1, 20), "tie_ulps": (0.0, 64.0),
 }
 
 

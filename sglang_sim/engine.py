@@ -27,6 +27,7 @@ from sglang_sim.noise import BootNoise
 from sglang_sim.reasoning import ReasoningCount
 from sglang_sim.disaggregation import TRANSFERRED, alpha_now
 from sglang_sim.speculation import AcceptModel, SpecShape, SpecStats, draw_accepted, prompt_category
+from sglang_sim import logprobs
 from sglang_sim.textgen import ARGMAX_PROBABILITY, Ask, Persona, reply_tokens
 from sglang_sim.tokenizer import EOS_TOKEN_ID, token_id
 
@@ -279,6 +280,8 @@ class Engine:
 
     async def _steps(self, gen: Generation, job: Job, rank: RankState) -> AsyncIterator[list[str]]:
         source = reply_tokens(self.persona, job.ask)
+        if self.shape is not None:  # the parity faults change what speculation emits (sglang_sim/logprobs.py)
+            source = logprobs.speculative_source(source, self.persona, job.ask, self.config.faults)
         # Acceptance is random per request but repeatable: greedy requests for the same prompt
         # accept the same drafts, as with a real draft model.
         accept_rng = random.Random(f"accept\x1f{self.config.seed}\x1f{job.ask.prompt}\x1f{job.ask.sample_key}")

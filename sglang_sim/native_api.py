@@ -10,7 +10,7 @@ import logging
 
 from aiohttp import web
 
-from sglang_sim import reply_faults
+from sglang_sim import logprobs, reply_faults
 from sglang_sim.args import SGLANG_VERSION
 from sglang_sim.choices import Choices
 from sglang_sim.engine import Generation, Job
@@ -207,6 +207,11 @@ async def generate(request: web.Request) -> web.StreamResponse:
         outputs = [_output(gen, None) for gen in generations]
         for output in outputs:  # faults of non-streamed replies only
             output["text"] = reply_faults.text(state.config.faults, output["text"])
+        if body.get("return_logprob"):  # tokenizer_manager.add_logprob_to_meta_info (sglang_sim/logprobs.py)
+            for output, gen, job in zip(outputs, generations, jobs):
+                output["meta_info"].update(logprobs.meta_info_fields(
+                    state.engine.persona, job.ask, gen.tokens, state.config.faults,
+                    int(body.get("top_logprobs_num") or 0), bool(body.get("return_text_in_logprobs"))))
         return json_response(outputs if batched else outputs[0])
     response = await state.open_stream(request)
     async with state.streaming(request, response) as send, choices.stepping() as steps:

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from aiohttp import web
 
-from sglang_sim import reply_faults
+from sglang_sim import logprobs, reply_faults
 from sglang_sim.args import ServerArgs
 from sglang_sim.choices import Choices
 from sglang_sim.engine import Generation, Job
@@ -314,6 +314,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             choice["response_token_ids"] = gen.output_ids()
         if returns.meta_info:  # serving_chat._build_chat_response: ret_item["meta_info"], as /generate has it
             choice["meta_info"] = gen.meta_info()
+        if body.get("logprobs"):  # serving_chat._process_response_logprobs (sglang_sim/logprobs.py)
+            choice["logprobs"] = logprobs.chat_logprobs(state.engine.persona, choices.jobs[index].ask, gen.tokens,
+                                                        state.config.faults, int(body.get("top_logprobs") or 0))
         response_choices.append(choice)
     payload = {"id": rid, "object": "chat.completion", "created": created, "model": sampling.model,
                "choices": response_choices,

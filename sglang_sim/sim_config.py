@@ -46,6 +46,8 @@ class Faults:
     nonstream_empty: bool = False  # non-streamed replies carry no text (streams stay right)
     usage_doubled: bool = False  # non-streamed usage counts twice the completion tokens
     category_regression: str | None = None  # drafts on this prompt category accept less often (others unchanged)
+    parity_tie_flip: bool = False  # greedy speculation takes a runner-up tied with the argmax (sglang_sim/logprobs.py)
+    parity_mismatch: bool = False  # greedy speculation takes a runner-up well below the argmax
 
     @property
     def names(self) -> list[str]:
@@ -127,6 +129,8 @@ FAULT_PARSERS: dict[str, Callable[[str | None], dict]] = {
     "nonstream_empty": _flag("nonstream_empty"),
     "usage_doubled": _flag("usage_doubled"),
     "category_regression": _category_regression,
+    "parity_tie_flip": _flag("parity_tie_flip"),
+    "parity_mismatch": _flag("parity_mismatch"),
 }
 
 
@@ -165,6 +169,10 @@ FAULT_HELP: dict[str, tuple[str, str]] = {
     "category_regression": ("category_regression=CATEGORY", "drafts on prompts of CATEGORY (code, math, long_context "
                                                             "or other) accept 0.6 times as often; other categories "
                                                             "keep theirs"),
+    "parity_tie_flip": ("parity_tie_flip", "the model's two best tokens at the 4th greedy position carry the same "
+                                           "logprob, and a speculative server takes the second: a tie flip"),
+    "parity_mismatch": ("parity_mismatch", "a speculative server's 4th greedy token is the model's second best, "
+                                           "0.25 or more below the best: a real parity mismatch"),
 }
 
 

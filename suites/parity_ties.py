@@ -1,0 +1,141 @@
+"""A tie flip or a mismatch: what the reference's logprobs say at the first token where two greedy outputs part.
+
+Greedy decoding takes the argmax. When two candidates carry the same logit, which one wins depends on the order a
+kernel reduced in (batch size, tensor-parallel all-reduce, speculative verify versus plain decode), and a correct
+engine may take either: SmolLM2-135M served by SGLang on a CPU said " dipped" without speculation and " began" with
+NGRAM at the same position, both at logprob -0.8713. So at the first difference the REFERENCE's logprobs of its own
+token and of the tested server's token (same prefix: the outputs agree up to there) decide.
+
+The epsilon. Both logprobs come from one softmax over the same logits, so their gap is the gap of the two logits
+(the log-sum-exp cancels). The logits are bf16: 8 significant bits, so around a value of magnitude m the
+representable values are ``2**(floor(log2 m) - 7)`` apart (one bf16 step). Two logits that are equal but for the
+order of a reduction land on the same bf16 value or on neighbours a step or two apart; a real bug (a wrong all-reduce,
+a draft token accepted against the target) moves a logit by far more. The API shows logprobs, not logits, so the
+step is taken at the magnitude of the larger of the two logprobs (the tested token's): epsilon =
+``tie_ulps * bf16_step(|logprob of the tested token|)``. At -0.8713 one step is 2**-8 = 0.0039 and the default 2
+steps allow 0.0078. A logit's own magnitude is usually larger than its logprob's, and its step with it: where
+kernels flip near-ties a whole logit step apart (GPUs batch-variant kernels), raise ``tie_ulps``. The rule errs
+toward red (a near tie read as a mismatch), never toward a gap of several steps read as a tie.
+
+The tested token outside the reference's top K: its logprob lies at or below the K-th (the floor). For any logprob
+l at or below the floor, gap - epsilon >= |l| * (1 - tie_ulps/128) - |reference logprob| (a bf16 step at magnitude
+m is at most m/128), which only grows as l falls; so when it is positive at the floor, every such token is beyond
+epsilon: a mismatch, soundly, with no second request. Otherwise (the top K all within about epsilon of the
+argmax, a K-way tie) it is undecided, and counted a mismatch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+BF16_SIGNIFICANT_BITS = 8
+SMALLEST_NORMAL = 2.0 ** -126  # bf16 has float32's exponent range
+
+MATCH, TIE_FLIP, MISMATCH = "match", "tie_flip", "mismatch"
+
+
+@dataclass(frozen=True)
+class TopLogprob:
+    """One candidate at one position, as OpenAI's chat ``logprobs.content[i].top_logprobs[j]`` has it."""
+
+    token: str
+    logprob: float
+    bytes: tuple[int, ...] | None = None
+
+    @property
+    def key(self) -> tuple[int, ...]:
+        """What tells two candidates apart: their bytes (the text may be a lossy display of a byte fragment)."""
+        return self.bytes if self.bytes is not None else tuple(self.token.encode())
+
+
+@dataclass(frozen=True)
+class PositionLogprobs:
+    """One generated position: the token taken, its logprob, and the top candidates there (``logprobs.content[i]``)."""
+
+    chosen: TopLogprob
+    top: tuple[TopLogprob, ...]
+
+    def logprob_of(self, candidate: TopLogprob) -> float | None:
+        """The logprob this position gives ``candidate``: None when it is outside the top candidates."""
+        if candidate.key == self.chosen.key:
+            return self.chosen.logprob
+        return next((entry.logprob for entry in self.top if entry.key == candidate.key), None)
+
+    @property
+    def floor(self) -> float | None:
+        """The lowest top logprob: a token outside the top list has at most this."""
+        return min((entry.logprob for entry in self.top), default=None)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """How the first difference was read: the verdict, the reference's logprob of each token, and why."""
+
+    verdict: str  # TIE_FLIP or MISMATCH
+    reference_logprob: float | None  # the reference's logprob of its own token
+    tested_logprob: float | None  # the reference's logprob of the tested server's token (None: outside its top K)
+    epsilon: float | None
+    reason: str
+
+
+def bf16_step(magnitude: float) -> float:
+    """The distance between neighbouring bf16 values around ``magnitude``."""
+    m = max(abs(magnitude), SMALLEST_NORMAL)
+    return 2.0 ** (math.floor(math.log2(m)) - (BF16_SIGNIFICANT_BITS - 1))
+
+
+def tie_epsilon(tested_logprob: float, tie_ulps: float) -> float:
+    return tie_ulps * bf16_step(tested_logprob)
+
+
+def decide(reference: PositionLogprobs | None, tested: TopLogprob | None, tie_ulps: float) -> Decision:
+    """Tie flip or mismatch, at a position where the reference took ``reference.chosen`` and the tested server
+    ``tested`` (None: what either side knows of it is missing, which leaves a mismatch)."""
+    if reference is None or tested is None:
+        side = "the reference" if reference is None else "the tested server"
+        return Decision(MISMATCH, None, None, None, f"undecidable: {side} gave no logprobs at this position")
+    ours, theirs = reference.chosen.logprob, reference.logprob_of(tested)
+    if theirs is None:
+        return _outside_top(reference, tie_ulps)
+    epsilon = tie_epsilon(theirs, tie_ulps)
+    gap = ours - theirs
+    verdict = TIE_FLIP if abs(gap) <= epsilon else MISMATCH
+    relation = "within" if verdict == TIE_FLIP else "beyond"
+    return Decision(verdict, ours, theirs, epsilon, f"logprob gap {gap:.4g} {relation} epsilon {epsilon:.4g}")
+
+
+def _outside_top(reference: PositionLogprobs, tie_ulps: float) -> Decision:
+    ours, floor = reference.chosen.logprob, reference.floor
+    if floor is None:
+        return Decision(MISMATCH, ours, None, None, "undecidable: the reference gave no top logprobs")
+    size = len(reference.top)
+    if abs(floor) * (1 - tie_ulps / 2 ** (BF16_SIGNIFICANT_BITS - 1)) > abs(ours):
+        return Decision(MISMATCH, ours, None, tie_epsilon(floor, tie_ulps),
+                        f"outside the reference's top {size}, whose floor {floor:.4g} is already beyond epsilon")
+    return Decision(MISMATCH, ours, None, tie_epsilon(floor, tie_ulps),
+                    f"undecided: outside the reference's top {size}, all within about epsilon of the argmax")
+
+
+def position_logprobs(content: Sequence[dict] | None) -> tuple[PositionLogprobs, ...] | None:
+    """Chat's ``logprobs.content`` (or a saved reference's copy of it) as records; None without one."""
+    if content is None:
+        return None
+    return tuple(PositionLogprobs(_top(item), tuple(_top(entry) for entry in item.get("top_logprobs") or ()))
+                 for item in content)
+
+
+def _top(item: dict) -> TopLogprob:
+    raw = item.get("bytes")
+    return TopLogprob(str(item.get("token") or ""), float(item["logprob"]),
+                      tuple(int(b) for b in raw) if raw is not None else None)
+
+
+def content_of(positions: Sequence[PositionLogprobs]) -> list[dict]:
+    """``position_logprobs`` undone: chat's shape, for a saved reference."""
+    return [{**_entry(p.chosen), "top_logprobs": [_entry(t) for t in p.top]} for p in positions]
+
+
+def _entry(top: TopLogprob) -> dict:
+    return {"token": top.token, "bytes": list(top.bytes) if top.bytes is not None else None, "logprob": top.logprob}

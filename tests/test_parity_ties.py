@@ -1,0 +1,139 @@
+"""Greedy parity tells a tie flip from a mismatch: the tie rule at its boundary, the simulator's logprobs in SGLang's
+shapes, and the parity suite run against simulated servers with the parity faults."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import requests
+
+from suites.parity import Output, compare, load_reference, save_reference, tally
+from suites.parity_ties import (MISMATCH, TIE_FLIP, PositionLogprobs, TopLogprob, bf16_step, decide,
+                                position_logprobs, tie_epsilon)
+from tests.simulator_process import SPECULATIVE_ARGS, running_simulator
+from tests.suite_runs import run_suite
+
+FAST = {"DSPARK_SIM_DECODE_STEP_MS": "1", "DSPARK_SIM_PREFILL_MS_PER_TOKEN": "0"}
+PROBE = -0.8713  # the SmolLM2 probe's tied logprob (" dipped" / " began")
+
+
+def position(best: float, *others: tuple[str, float]) -> PositionLogprobs:
+    chosen = TopLogprob(" dipped", best)
+    return PositionLogprobs(chosen, (chosen, *(TopLogprob(token, logprob) for token, logprob in others)))
+
+
+@pytest.mark.parametrize("magnitude, step", [(0.8713, 2.0 ** -8), (1.0, 2.0 ** -7), (3.5, 2.0 ** -6), (20.0, 0.125)])
+def test_a_bf16_step_is_two_to_the_exponent_less_seven(magnitude, step):
+    assert bf16_step(magnitude) == step and bf16_step(-magnitude) == step
+
+
+def test_the_probe_tie_is_a_tie_flip():
+    decision = decide(position(PROBE, (" began", PROBE)), TopLogprob(" began", PROBE), tie_ulps=2)
+    assert decision.verdict == TIE_FLIP and decision.tested_logprob == PROBE == decision.reference_logprob
+
+
+@pytest.mark.parametrize("ulps", [1, 2, 4])
+def test_the_boundary_is_tie_ulps_bf16_steps_both_ways(ulps):
+    epsilon = tie_epsilon(PROBE, ulps)
+    assert epsilon == ulps * 2.0 ** -8
+    just_within = PROBE - epsilon
+    assert decide(position(PROBE, (" began", just_within)), TopLogprob(" began", 0), ulps).verdict == TIE_FLIP
+    just_beyond = PROBE - epsilon * 1.01
+    assert decide(position(PROBE, (" began", just_beyond)), TopLogprob(" began", 0), ulps).verdict == MISMATCH
+
+
+def test_a_token_below_a_distant_top_k_floor_is_a_mismatch_without_asking_again():
+    decision = decide(position(-0.1, (" a", -2.0), (" b", -3.0)), TopLogprob(" zebra", -9.0), tie_ulps=2)
+    assert decision.verdict == MISMATCH and decision.tested_logprob is None
+    assert "already beyond epsilon" in decision.reason
+
+
+def test_a_token_below_a_top_k_that_is_all_tied_is_undecided_and_counted_a_mismatch():
+    decision = decide(position(-1.5, (" a", -1.5), (" b", -1.5)), TopLogprob(" zebra", -9.0), tie_ulps=2)
+    assert decision.verdict == MISMATCH and decision.reason.startswith("undecided")
+
+
+def test_without_the_references_logprobs_a_difference_is_a_mismatch():
+    assert decide(None, TopLogprob(" began", PROBE), tie_ulps=2).verdict == MISMATCH
+
+
+def _output(ids: tuple[int, ...], tokens: list[tuple[str, float]], top: list[list[tuple[str, float]]]) -> Output:
+    content = [{"token": t, "bytes": list(t.encode()), "logprob": lp,
+                "top_logprobs": [{"token": a, "bytes": list(a.encode()), "logprob": b} for a, b in row]}
+               for (t, lp), row in zip(tokens, top)]
+    return Output(text="".join(t for t, _ in tokens), token_ids=ids, logprobs=position_logprobs(content))
+
+
+REFERENCE = _output((5, 6, 7), [(" the", -0.2), (" cat", PROBE), (" sat", -0.3)],
+                    [[(" the", -0.2)], [(" cat", PROBE), (" dog", PROBE), (" rat", -4.0)], [(" sat", -0.3)]])
+
+
+@pytest.mark.parametrize("token, token_id, logprob, verdict", [
+    (" dog", 8, PROBE, TIE_FLIP), (" rat", 9, -4.0, MISMATCH)])
+def test_a_record_names_the_position_both_tokens_and_both_logprobs(token, token_id, logprob, verdict):
+    tested = _output((5, token_id, 7), [(" the", -0.2), (token, logprob), (" sat", -0.3)],
+                     [[(" the", -0.2)], [(token, logprob)], [(" sat", -0.3)]])
+    record = compare(0, "Write a short story about a cat.", tested, REFERENCE, tie_ulps=2)
+    assert (record.verdict, record.first_difference) == (verdict, 1)
+    assert (record.tested_token, record.tested_token_id, record.tested_logprob) == (token, token_id, logprob)
+    assert (record.reference_token, record.reference_token_id, record.reference_logprob) == (" cat", 6, PROBE)
+    assert record.epsilon == tie_epsilon(logprob, 2)
+    assert tally([record]) == {"parity_mismatches": int(verdict == MISMATCH), "parity_tie_flips": int(verdict == TIE_FLIP)}
+
+
+def test_a_saved_reference_keeps_its_logprobs_and_a_version_one_file_still_loads(tmp_path):
+    path = tmp_path / "reference.json"
+    save_reference(path, "m", 3, ["p"], [REFERENCE])
+    assert json.loads(path.read_text())["version"] == 2
+    assert load_reference(path, 1).outputs == (REFERENCE,)
+    old = {"format": "dspark-parity-reference", "version": 1, "model": "m", "max_tokens": 3,
+           "outputs": [{"prompt": "p", "text": REFERENCE.text, "token_ids": [5, 6, 7]}]}
+    path.write_text(json.dumps(old))
+    [loaded] = load_reference(path, 1).outputs or ()
+    tested = _output((5, 8, 7), [(" the", -0.2), (" dog", PROBE), (" sat", -0.3)], [[], [], []])
+    record = compare(0, "p", tested, loaded, tie_ulps=2)
+    assert record.verdict == MISMATCH and "reference gave no logprobs" in (record.reason or "")
+
+
+# --- the simulator's logprobs and the parity faults ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def plain_server(tmp_path_factory):
+    with running_simulator({**FAST, "DSPARK_SIM_FAULTS": "parity_tie_flip"},
+                           log_path=tmp_path_factory.mktemp("sim") / "plain.log") as url:
+        yield url
+
+
+def test_the_simulator_answers_logprobs_in_sglangs_shapes(plain_server):
+    chat = requests.post(f"{plain_server}/v1/chat/completions", timeout=30, json={
+        "model": "m", "messages": [{"role": "user", "content": "Hi"}], "temperature": 0, "max_tokens": 6,
+        "logprobs": True, "top_logprobs": 3, "return_token_ids": True}).json()["choices"][0]
+    content = chat["logprobs"]["content"]
+    assert len(content) == len(chat["response_token_ids"]) == 6
+    assert set(content[0]) == {"token", "bytes", "logprob", "top_logprobs"} and len(content[0]["top_logprobs"]) == 3
+    assert content[0]["top_logprobs"][0]["logprob"] == content[0]["logprob"]  # greedy: the best
+    assert content[3]["top_logprobs"][0]["logprob"] == content[3]["top_logprobs"][1]["logprob"]  # the planted tie
+    native = requests.post(f"{plain_server}/generate", timeout=30, json={
+        "text": "Hi", "sampling_params": {"temperature": 0, "max_new_tokens": 4}, "return_logprob": True,
+        "top_logprobs_num": 2}).json()["meta_info"]
+    assert native["output_token_logprobs_length"] == 4
+    logprob, token_id, text = native["output_token_logprobs"][0]
+    assert isinstance(logprob, float) and isinstance(token_id, int) and text is None
+    assert [len(row) for row in native["output_top_logprobs"]] == [2, 2, 2, 2]
+
+
+@pytest.mark.parametrize("fault, mismatches, ties, code", [
+    ("parity_tie_flip", 0, 8, pytest.ExitCode.OK), ("parity_mismatch", 8, 0, pytest.ExitCode.TESTS_FAILED)])
+def test_the_parity_suite_tells_a_tie_flip_from_a_mismatch(tmp_path, fault, mismatches, ties, code):
+    env = {**FAST, "DSPARK_SIM_FAULTS": fault}
+    with running_simulator(env, log_path=tmp_path / "plain.log") as plain, \
+            running_simulator(env, SPECULATIVE_ARGS, log_path=tmp_path / "spec.log") as spec:
+        done, output, log = run_suite(tmp_path, "parity", spec, "--reference-url", plain)
+    assert done == code, log
+    assert output["metrics"] == {"parity_mismatches": mismatches, "parity_tie_flips": ties}
+    record = output["records"]["parity"][0]
+    assert record["first_difference"] == 3 and record["verdict"] == ("tie_flip" if ties else "mismatch")
+    assert record["tested_token"] != record["reference_token"] and record["tested_logprob"] is not None
+    if mismatches:
+        assert "at token 3: tested" in log and "logprob" in log
