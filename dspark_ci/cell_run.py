@@ -29,7 +29,7 @@ from launchers.pd.pd_group import launch_pd
 from launchers.pd.pd_plan import template_plans
 from dspark_ci.pd_accept import PD_BOOT_TIMEOUT_S, equivalence_gates, with_colocated_accept
 from dspark_ci.evidence import Sampling, more_evidence
-from dspark_ci.reference_boot import colocated, reference_boot
+from dspark_ci.reference_boot import colocated, compares_layout, reference_boot
 from matrices.cell import Cell
 from reports.gates import status_of
 from suites.runner import (SuiteOutcome, SuiteRequest, Watch, acceptance_note, envelope_note, gpqa_note, run_suites,
@@ -277,8 +277,9 @@ def suite_names(cell: Cell, selected: tuple[str, ...] | None) -> tuple[str, ...]
     """The suites a serving cell runs: ``selected`` (--suites), else its own, else the defaults; always the
     sanity check first."""
     names = selected or tuple(cell.suites) or DEFAULT_SUITES
-    if not cell.speculative:  # speculation-only measurements mean nothing on a plain deployment
-        names = tuple(n for n in names if n not in SPECULATIVE_SUITES)
+    if not cell.speculative:  # speculation-only measurements mean nothing on a plain deployment (but for parity
+        # against one rank: a layout's own numerics)
+        names = tuple(n for n in names if n not in SPECULATIVE_SUITES or (n == "parity" and compares_layout(cell)))
     return with_always_suites(names)
 
 

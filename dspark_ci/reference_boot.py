@@ -50,6 +50,27 @@ def without_speculation(cell: Cell) -> Cell:
     return replace(base, id=f"{cell.id}-reference", config=base.config.without_speculation())
 
 
+def compares_layout(cell: Cell) -> bool:
+    """Whether the cell's parity compares it with the same model on one rank (``parity.reference: one_rank``)."""
+    options = cell.suites.get("parity") or {}
+    return options.get("reference", SUITE_DEFAULTS["parity"]["reference"]) == "one_rank"
+
+
+def one_rank(cell: Cell) -> Cell:
+    """A layout's reference: the same model without speculation on one node at tp, dp, pp and cp 1. Greedy tokens
+    must be the same at any layout up to bf16 ties; a numerics bug of tensor parallelism (an all-reduce skipped)
+    leaves every rank healthy, and only this comparison shows it."""
+    base = without_speculation(cell)
+    config = replace(base.config, nnodes=1, tp=1, dp=1, pp=1, cp=1, cp_strategy=None, enable_dp_attention=False,
+                     enable_dp_lm_head=False)
+    return replace(base, config=config)
+
+
+def reference_of(cell: Cell) -> Cell:
+    """The deployment a cell is compared with: ``one_rank`` for a layout parity, else ``without_speculation``."""
+    return one_rank(cell) if compares_layout(cell) else without_speculation(cell)
+
+
 class ReferenceBoot:
     """One reference deployment in a thread of its own, from its launch to its teardown; ``deployment()`` waits
     until it is up, ``close()`` cuts a boot still under way short, or lets the thread tear the deployment down.
@@ -68,8 +89,9 @@ class ReferenceBoot:
 
     def _run(self, cell: Cell, launcher: Launcher, logs_dir: Path, stage: Callable[[str], None]) -> None:
         try:
-            reference = without_speculation(cell)
-            stage(f"{cell.id}: launching the non-speculative reference")
+            reference = reference_of(cell)
+            stage(f"{cell.id}: launching the non-speculative reference"
+                  + (" on one rank" if compares_layout(cell) else ""))
             plan = plan_launch(reference, launcher.placement(reference.nnodes, reference.config.gpus_per_node))
             with launcher.launch(plan, logs_dir / "reference") as deployment:
                 self._deployment = deployment

@@ -30,6 +30,7 @@ QUALITY_ROWS = {
     "accept_length": ("accept", "Accept length"),
     "accept_rate": ("accept", "Accept rate"),
     "parity_mismatches": ("parity", "Mismatches"),
+    "parity_tie_flips": ("parity", "Tie flips"),
 }
 PROBLEM_WIDTH = 140  # characters of an error shown in a table cell
 DETAILED_PASSING_CELLS = 200  # up to this many cells in a run, every cell gets its own section

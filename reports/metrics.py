@@ -112,6 +112,8 @@ METRICS: dict[str, Metric] = {
                                                noise=P90_NOISE),
     # Greedy outputs with and without speculation must match token for token: every mismatch counts.
     "parity_mismatches": Metric(LOWER, "Parity mismatches", ".0f", "quality"),
+    # First differences where the reference's logprobs tie (suites/parity_ties.py): counted and shown, never a verdict.
+    "parity_tie_flips": Metric(NEUTRAL, "Parity tie flips", ".0f", "quality"),
 }
 
 # A metric whose sampling error is measured alongside it (for gates that respect noise).

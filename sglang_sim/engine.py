@@ -280,8 +280,9 @@ class Engine:
 
     async def _steps(self, gen: Generation, job: Job, rank: RankState) -> AsyncIterator[list[str]]:
         source = reply_tokens(self.persona, job.ask)
-        if self.shape is not None:  # the parity faults change what speculation emits (sglang_sim/logprobs.py)
-            source = logprobs.speculative_source(source, self.persona, job.ask, self.config.faults)
+        # the parity faults change what speculation, or tensor parallelism, emits (sglang_sim/logprobs.py)
+        source = logprobs.served_source(source, self.persona, job.ask, self.config.faults, self.shape is not None,
+                                        self.args.tp_size)
         # Acceptance is random per request but repeatable: greedy requests for the same prompt
         # accept the same drafts, as with a real draft model.
         accept_rng = random.Random(f"accept\x1f{self.config.seed}\x1f{job.ask.prompt}\x1f{job.ask.sample_key}")

@@ -12,10 +12,11 @@ logprobs, as a lossless engine does. Asked for logprobs, the simulator answers w
 - chat with ``logprobs: true`` (and ``top_logprobs``): ``choices[i].logprobs.content[j]`` as
   ``{token, bytes, logprob, top_logprobs: [{token, bytes, logprob}]}`` (serving_chat._build_token_logprobs_from_raw).
 
-Faults (CONTRACT.md; effective on a speculative server's greedy output, at position FAULT_POSITION):
+Faults (CONTRACT.md; each changes a greedy reply's token at position FAULT_POSITION):
 ``parity_tie_flip``: the model's two best candidates there carry the same logprob (on every server: it is the
 model's tie), and the speculative server takes the runner-up, as a different kernel order may: a tie, not a bug.
 ``parity_mismatch``: the speculative server takes the runner-up though it lies MIN_GAP or more below: a real bug.
+``tp_numerics``: a server at tp > 1 does the same, speculative or not (an all-reduce skipped: every rank healthy).
 """
 
 from __future__ import annotations
@@ -57,15 +58,15 @@ def candidates(persona: Persona, ask: Ask, index: int, best: str, tie: bool = Fa
     return tuple(table)
 
 
-def _faulted(faults: Any) -> bool:
-    return bool(faults.parity_tie_flip or faults.parity_mismatch)
-
-
-def speculative_source(source: Iterator[str], persona: Persona, ask: Ask, faults: Any) -> Iterator[str]:
-    """A speculative server's tokens: ``source``, but for a parity fault's runner-up at FAULT_POSITION (greedy)."""
-    if ask.sample_key != "greedy" or not _faulted(faults):
+def served_source(source: Iterator[str], persona: Persona, ask: Ask, faults: Any, speculative: bool,
+                  tp_size: int) -> Iterator[str]:
+    """The tokens a server emits: ``source`` (the model's own), but for a parity fault's runner-up at FAULT_POSITION
+    of a greedy reply: on a speculative server (parity_tie_flip, parity_mismatch) or at tp > 1 (tp_numerics)."""
+    tie = speculative and faults.parity_tie_flip
+    flips = tie or (speculative and faults.parity_mismatch) or (tp_size > 1 and faults.tp_numerics)
+    if ask.sample_key != "greedy" or not flips:
         return source
-    return _flipped(source, persona, ask, faults.parity_tie_flip)
+    return _flipped(source, persona, ask, tie)
 
 
 def _flipped(source: Iterator[str], persona: Persona, ask: Ask, tie: bool) -> Iterator[str]:

@@ -48,6 +48,7 @@ class Faults:
     category_regression: str | None = None  # drafts on this prompt category accept less often (others unchanged)
     parity_tie_flip: bool = False  # greedy speculation takes a runner-up tied with the argmax (sglang_sim/logprobs.py)
     parity_mismatch: bool = False  # greedy speculation takes a runner-up well below the argmax
+    tp_numerics: bool = False  # at tp > 1 greedy output takes a runner-up well below the argmax (an all-reduce skipped)
 
     @property
     def names(self) -> list[str]:
@@ -131,6 +132,7 @@ FAULT_PARSERS: dict[str, Callable[[str | None], dict]] = {
     "category_regression": _category_regression,
     "parity_tie_flip": _flag("parity_tie_flip"),
     "parity_mismatch": _flag("parity_mismatch"),
+    "tp_numerics": _flag("tp_numerics"),
 }
 
 
@@ -173,6 +175,8 @@ FAULT_HELP: dict[str, tuple[str, str]] = {
                                            "logprob, and a speculative server takes the second: a tie flip"),
     "parity_mismatch": ("parity_mismatch", "a speculative server's 4th greedy token is the model's second best, "
                                            "0.25 or more below the best: a real parity mismatch"),
+    "tp_numerics": ("tp_numerics", "at tp > 1 the 4th greedy token is the model's second best, 0.25 or more below "
+                                   "(an all-reduce skipped): every rank healthy, parity against one rank fails"),
 }
 
 
