@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import textwrap
 
-from tests.test_run_cli import ONE_NODE, SMOKE, Run
+from tests.test_run_cli import ONE_NODE, REPO, SMOKE, Run
 
 LAYOUT_MATRIX = textwrap.dedent("""\
     description: a tp-2 deployment's greedy tokens against the same model on one rank
@@ -58,3 +58,19 @@ def test_a_tensor_parallel_numerics_bug_is_caught_against_one_rank(tmp_path):
     done = broken()
     assert done.returncode == 1, done.stderr
     assert broken.cell(LAYOUT_CELL)["metrics"]["parity_mismatches"] == 3
+
+
+def test_a_layout_reference_is_the_same_model_on_one_rank_without_speculation():
+    from dspark_ci.cell_run import suite_names
+    from dspark_ci.reference_boot import reference_of
+    from matrices import load_cells
+
+    cells = {cell.id: cell for cell in load_cells([str(REPO / "matrices" / "cpu-engine.yaml")])}
+    two_nodes = cells["tiny-llama-2node-tp2-a2a-none-cpu"]
+    reference = reference_of(two_nodes).config
+    assert (reference.nnodes, reference.tp, reference.dp, reference.speculative) == (1, 1, 1, False)
+    assert reference.model == two_nodes.config.model
+    assert "parity" in suite_names(two_nodes, None)  # kept on a plain cell: it compares the layout
+    ngram = cells["tiny-llama-tp1-a2a-none-ngram-cpu"]
+    assert reference_of(ngram).config == ngram.config.without_speculation()
+    assert "parity" not in suite_names(cells["tiny-llama-tp1-a2a-none-cpu"], ("parity",))
