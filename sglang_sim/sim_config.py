@@ -46,6 +46,7 @@ class Faults:
     nonstream_empty: bool = False  # non-streamed replies carry no text (streams stay right)
     usage_doubled: bool = False  # non-streamed usage counts twice the completion tokens
     category_regression: str | None = None  # drafts on this prompt category accept less often (others unchanged)
+    garbled_logprobs: bool = False  # prompt logprobs unrelated to the text: log-likelihood MC falls to chance
 
     @property
     def names(self) -> list[str]:
@@ -111,6 +112,7 @@ FAULT_PARSERS: dict[str, Callable[[str | None], dict]] = {
     "crash_first_prefill": _flag("crash_first_prefill"),
     "hang_boot": _flag("hang_boot"),
     "garbage_output": _flag("garbage_output"),
+    "garbled_logprobs": _flag("garbled_logprobs"),
     "slow_decode": _slow_decode,
     "rank_exit": _rank_exit,
     "malformed_stream": _flag("malformed_stream"),
@@ -259,7 +261,8 @@ def _optional_text(env: str, text: str) -> str | None:
 
 
 # Regression effects that set a knob rather than inject a fault: name -> (SimConfig field, parser)
-SETTING_EFFECTS: dict[str, Callable[[str, str], object]] = {"accept_prob": _probability, "gpqa_accuracy": _probability}
+SETTING_EFFECTS: dict[str, Callable[[str, str], object]] = {"accept_prob": _probability, "gpqa_accuracy": _probability,
+                                                             "mc_accuracy": _probability}
 
 
 @dataclass(frozen=True)
@@ -342,6 +345,12 @@ KNOBS: dict[str, Knob] = {
                           _probability),
     "gpqa_path": Knob("DSPARK_SIM_GPQA_PATH", "",
                       "gpqa_diamond.csv used to recognise GPQA prompts and their right answers", _optional_path),
+    "mc_accuracy": Knob("DSPARK_SIM_MC_ACCURACY", "0.7",
+                        "share of multiple-choice items (DSPARK_SIM_MC_PATH) whose right continuation the prompt "
+                        "logprobs favour (fixed per item and seed)", _probability),
+    "mc_path": Knob("DSPARK_SIM_MC_PATH", "",
+                    "mc_countries.json-style items whose contexts and right continuations /generate's prompt "
+                    "logprobs know (sglang_sim/mc_logprobs.py)", _optional_path),
     "seed": Knob("DSPARK_SIM_SEED", "0", "seed of every random choice (text, acceptance, answers)", _integer),
     "faults": Knob("DSPARK_SIM_FAULTS", "", "comma-separated faults (CONTRACT.md)", _faults),
     "join_timeout_seconds": Knob("DSPARK_SIM_JOIN_TIMEOUT_SECONDS", "120",
@@ -397,6 +406,8 @@ class SimConfig:
     decode_step_ms: float = 20.0
     gpqa_accuracy: float = 0.7
     gpqa_path: Path | None = None
+    mc_accuracy: float = 0.7
+    mc_path: Path | None = None
     seed: int = 0
     faults: Faults = field(default_factory=Faults)
     join_timeout_seconds: float = 120.0

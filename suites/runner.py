@@ -34,6 +34,7 @@ from suites.warm_worker import WarmChild, WarmPytest, warm_worker
 
 SUITES_DIR = Path(suites_package.__file__).parent
 SYNTHETIC_GPQA = SUITES_DIR / "data" / "gpqa_synthetic.csv"
+MC_ITEMS = SUITES_DIR / "data" / "mc_countries.json"  # the mc suite's built-in items (suites/mc.py BUILTIN)
 
 
 # A request may take this long before its first token (queueing, a long prefill) plus this long per token it
