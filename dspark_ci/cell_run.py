@@ -32,8 +32,8 @@ from dspark_ci.evidence import Sampling, more_evidence
 from dspark_ci.reference_boot import colocated, compares_layout, reference_boot
 from matrices.cell import Cell
 from reports.gates import status_of
-from suites.runner import (SuiteOutcome, SuiteRequest, Watch, acceptance_note, envelope_note, gpqa_note, run_suites,
-                           written_outcome)
+from suites.runner import (SuiteOutcome, SuiteRequest, Watch, acceptance_note, envelope_note, gpqa_note, mc_note,
+                           run_suites, written_outcome)
 
 ERROR_LOG = "dspark-ci-error.log"
 
@@ -218,8 +218,8 @@ def _judge_rejection(result: CellResult, cell: Cell, err: LaunchFailed) -> CellR
 def _judge_measurement(result: CellResult, names: tuple[str, ...], outcome: SuiteOutcome,
                        ctx: CellContext) -> CellResult:
     measured = replace(result, metrics=outcome.metrics, warnings=tuple(outcome.warnings), tests=tuple(outcome.tests),
-                       gpqa=gpqa_note(outcome.records), acceptance=acceptance_note(outcome.records),
-                       envelope=envelope_note(outcome.records))
+                       gpqa=gpqa_note(outcome.records), mc=mc_note(outcome.records),
+                       acceptance=acceptance_note(outcome.records), envelope=envelope_note(outcome.records))
     return _judge(measured, names, ctx, outcome.stopped_by, equivalence_gates(outcome.records))
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from ground.errors import ExitCode
-from ground.measurements import BootMetrics
+from ground.measurements import BootMetrics, McSummary
 from ground.records import CellResult, Status
 from ground.stats import look_boots
 from ground.suites import suite_of
@@ -106,7 +106,7 @@ def _with_evidence(last: CellResult, attempts: list[CellResult]) -> CellResult:
     if len(measured) < 2:
         return last
     pool = pooled(measured)
-    return replace(last, metrics=pool.metrics, boots=pool.boots, gpqa=pool.gpqa)
+    return replace(last, metrics=pool.metrics, boots=pool.boots, gpqa=pool.gpqa, mc=pool.mc)
 
 
 def pooled(attempts: list[CellResult]) -> CellResult:
@@ -127,11 +127,27 @@ def pooled(attempts: list[CellResult]) -> CellResult:
         asked = sum(n for _, n in questions.values())
         gpqa = replace(gpqa, per_question=questions, samples=asked)
         metrics["gpqa_accuracy"] = sum(r for r, _ in questions.values()) / asked
+    mc = _pooled_mc(measured, metrics)
     tests = tuple(t for a in measured for t in a.tests or ())
     warnings = tuple(dict.fromkeys(w for a in measured for w in a.warnings))
     # a later boot re-runs only the undecided suites: the sweep or acceptance detail of a suite it did not run is
     # the latest boot's that did, not lost (its gate would turn inconclusive with nothing to test)
     acceptance = next((a.acceptance for a in reversed(measured) if a.acceptance is not None), None)
     envelope = next((a.envelope for a in reversed(measured) if a.envelope is not None), None)
-    return replace(measured[-1], metrics=metrics, boots=boots if len(boots) > 1 else (), gpqa=gpqa, tests=tests,
-                   warnings=warnings, acceptance=acceptance, envelope=envelope)
+    return replace(measured[-1], metrics=metrics, boots=boots if len(boots) > 1 else (), gpqa=gpqa, mc=mc,
+                   tests=tests, warnings=warnings, acceptance=acceptance, envelope=envelope)
+
+
+def _pooled_mc(measured: list[CellResult], metrics: dict) -> McSummary | None:
+    """The boots' multiple-choice items added up, as GPQA's questions (``mc_accuracy`` over all of them)."""
+    items: dict[str, tuple[int, int]] = {}
+    for attempt in measured:
+        for item, (right, asked) in (attempt.mc.per_item if attempt.mc else {}).items():
+            so_far = items.get(item, (0, 0))
+            items[item] = (so_far[0] + right, so_far[1] + asked)
+    mc = next((a.mc for a in reversed(measured) if a.mc), None)
+    if mc is None or not items:
+        return mc
+    asked = sum(n for _, n in items.values())
+    metrics["mc_accuracy"] = sum(r for r, _ in items.values()) / asked
+    return replace(mc, per_item=items, items=asked, accuracy=metrics["mc_accuracy"])

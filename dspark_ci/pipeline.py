@@ -48,7 +48,7 @@ from ground.stats import Levels, scipy_stats
 from reports.gates import evaluate, statistical_gates
 from reports.history_db import cell_seconds, history_path
 from reports.markdown import rerun_command
-from suites.runner import gpqa_note, prestart as prestart_suites, written_outcome
+from suites.runner import gpqa_note, mc_note, prestart as prestart_suites, written_outcome
 from suites.warm_worker import close_warm_workers
 from reports.live_results import ResultsWriter, cannot_write, now
 from reports.results import quarantine_line
@@ -340,7 +340,8 @@ def interrupted_result(cell: Cell, run_dir: Path) -> CellResult:
     result = not_run_result(cell, "interrupted (Ctrl-C or SIGTERM) before the cell finished; everything it "
                                   "started was torn down")
     written = written_outcome(run_dir / "logs" / cell.id)
-    return replace(result, warnings=tuple(written.warnings), gpqa=gpqa_note(written.records))
+    return replace(result, warnings=tuple(written.warnings), gpqa=gpqa_note(written.records),
+                   mc=mc_note(written.records))
 
 
 def not_run_result(cell: Cell, why: str) -> CellResult:

@@ -22,7 +22,7 @@ from typing import Any, Mapping
 HASH_CHARS = 16
 SETUP_PARTS = ("server", "argv", "env", "model", "suites", "dataset", "hardware")
 # Simulator knobs that say where things are or which build it pretends to be, not how it measures.
-NOT_IDENTITY_ENV = ("DSPARK_SIM_EMISSION_LOG", "DSPARK_SIM_GPQA_PATH", "DSPARK_SIM_VERSION")
+NOT_IDENTITY_ENV = ("DSPARK_SIM_EMISSION_LOG", "DSPARK_SIM_GPQA_PATH", "DSPARK_SIM_MC_PATH", "DSPARK_SIM_VERSION")
 
 
 def digest(value: Any) -> str:

@@ -1,5 +1,5 @@
 """What a cell's suites measured beyond its pooled metrics, as frozen records that ``CellResult`` carries: each suite
-test's outcome, each boot's figures, how the GPQA figure was produced, acceptance in detail, and where speculation
+test's outcome, each boot's figures, how the GPQA and multiple-choice figures were produced, acceptance in detail, and where speculation
 pays.
 
 The suites write these into their output file (suites/output.py) from a pytest process of their own;
@@ -128,6 +128,39 @@ class GpqaSummary:
         return cls(data.get("scorer") or "sglang", bool(data.get("partial")), data.get("samples"),
                    data.get("planned_samples"), data.get("accuracy"), tuple(data.get("cli_differences") or ()),
                    data.get("per_question") or {})
+
+
+@dataclass(frozen=True)
+class McSummary:
+    """How the log-likelihood multiple-choice figure was produced (the mc suite's summary record): a partial figure is
+    marked; a gate on MC pairs its items (``per_item``) with the baseline's; accuracy per kind of item."""
+
+    partial: bool = False  # the suites were stopped before every item was scored: shown, never gated
+    items: int | None = None  # items scored (pooled over boots: all of them)
+    planned_items: int | None = None
+    accuracy: float | None = None
+    # category -> (right, items)
+    per_category: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # item id -> (right, asked); none for a partial figure (never gated, so neither are its items)
+    per_item: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+
+    def __post_init__(self):
+        for name in ("per_category", "per_item"):
+            object.__setattr__(self, name, MappingProxyType(
+                {key: (int(right), int(asked)) for key, (right, asked) in getattr(self, name).items()}))
+
+    def to_dict(self) -> dict:
+        data = {"partial": self.partial, "items": self.items, "planned_items": self.planned_items,
+                "accuracy": self.accuracy,
+                "per_category": {key: list(tally) for key, tally in self.per_category.items()}}
+        if self.per_item:
+            data["per_item"] = {key: list(tally) for key, tally in self.per_item.items()}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "McSummary":
+        return cls(bool(data.get("partial")), data.get("items"), data.get("planned_items"), data.get("accuracy"),
+                   data.get("per_category") or {}, data.get("per_item") or {})
 
 
 # --- Acceptance in detail (the accept suite's accept_detail record; CONTRACT.md "acceptance") ---

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from ground.errors import ExitCode
 from ground.identity import CellIdentity
-from ground.measurements import Acceptance, BootMetrics, Envelope, GpqaSummary, SuiteTestOutcome
+from ground.measurements import Acceptance, BootMetrics, Envelope, GpqaSummary, McSummary, SuiteTestOutcome
 from ground.sglang.settings import CellConfig
 from ground.stats import INCONCLUSIVE, PASSED, REGRESSED, Verdict
 
@@ -219,6 +219,8 @@ class CellResult:
     # How the GPQA figure was produced (results.json key "gpqa", optional): the report names the scorer and marks a
     # partial figure.
     gpqa: GpqaSummary | None = None
+    # How the log-likelihood multiple-choice figure was produced (results.json key "mc", optional): per item and kind.
+    mc: McSummary | None = None
     # Acceptance per draft position and category, its source, drift and losslessness counts (results.json key
     # "acceptance", optional: CONTRACT.md), from the accept suite's accept_detail record.
     acceptance: Acceptance | None = None
@@ -285,6 +287,8 @@ class CellResult:
             data["sglang_error"] = self.sglang_error
         if self.gpqa is not None:
             data["gpqa"] = self.gpqa.to_dict()
+        if self.mc is not None:
+            data["mc"] = self.mc.to_dict()
         if self.acceptance is not None:
             data["acceptance"] = self.acceptance.to_dict()
         if self.envelope is not None:
@@ -343,6 +347,7 @@ class CellResult:
                    warnings=tuple(data.get("warnings") or ()),
                    tests=None if tests is None else tuple(SuiteTestOutcome.from_dict(t) for t in tests),
                    sglang_error=data.get("sglang_error"), gpqa=GpqaSummary.from_dict(gpqa) if gpqa else None,
+                   mc=McSummary.from_dict(data["mc"]) if data.get("mc") else None,
                    acceptance=Acceptance.from_dict(acceptance) if acceptance else None,
                    envelope=Envelope.from_dict(envelope) if envelope else None,
                    boots=tuple(BootMetrics.from_dict(boot) for boot in data.get("boots") or ()),
@@ -354,7 +359,7 @@ class CellResult:
 
 
 # The fields a caller might fill with results.json's own objects: only ``CellResult.from_dict`` turns those into records.
-_RECORD_FIELDS = {"config": CellConfig, "gpqa": GpqaSummary, "acceptance": Acceptance, "envelope": Envelope}
+_RECORD_FIELDS = {"config": CellConfig, "gpqa": GpqaSummary, "mc": McSummary, "acceptance": Acceptance, "envelope": Envelope}
 _RECORD_ITEMS = {"gates": GateResult, "tests": SuiteTestOutcome, "boots": BootMetrics}
 
 

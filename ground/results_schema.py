@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping
 
 from ground.identity import CellIdentity
 from ground.measurements import (AcceptCategory, AcceptDrift, Acceptance, AcceptPosition, BootMetrics, Envelope,
-                                 EnvelopeBoundary, EnvelopePoint, GpqaSummary, GreedyShare, PositionRate,
+                                 EnvelopeBoundary, EnvelopePoint, GpqaSummary, GreedyShare, McSummary, PositionRate,
                                  SampledAcceptance, SuiteTestOutcome)
 from ground.records import (SCHEMA, SCHEMA_VERSIONS, CellResult, CellTiming, Expect, GateResult, QuarantineEntry,
                             RunResults)
@@ -71,6 +71,7 @@ SMALLEST: dict[type, Callable[[], Any]] = {  # the record with nothing optional 
     CellTiming: CellTiming,
     SuiteTestOutcome: lambda: SuiteTestOutcome("n", "passed"),
     GpqaSummary: GpqaSummary,
+    McSummary: McSummary,
     Acceptance: lambda: Acceptance({}, 0.0, ""),
     AcceptPosition: lambda: AcceptPosition(1, 0, 0, None, None),
     PositionRate: lambda: PositionRate(1, None),

@@ -11,7 +11,7 @@ import json
 from types import MappingProxyType
 from typing import Any, Mapping
 
-KNOWN_SUITES = ("sanity", "gpqa", "accept", "speed", "parity")
+KNOWN_SUITES = ("sanity", "gpqa", "mc", "accept", "speed", "parity")
 DEFAULT_SUITES = ("accept", "speed")
 # Run on every serving cell whatever suites it selects (suites/sanity.py): no selection leaves a broken server green.
 ALWAYS_SUITES = ("sanity",)
@@ -39,6 +39,9 @@ def category_metric(category: str) -> str:
 METRIC_SUITE: Mapping[str, str] = MappingProxyType({
     "gpqa_accuracy": "gpqa", "gpqa_stderr": "gpqa", "gpqa_num_questions": "gpqa", "gpqa_repeats": "gpqa",
     "gpqa_no_answer": "gpqa",
+    # multiple choice by log-likelihood (suites/mc.py): the share of items whose right option the model finds most
+    # likely, its binomial standard error, and how many items
+    "mc_accuracy": "mc", "mc_stderr": "mc", "mc_num_items": "mc",
     "accept_length": "accept", "accept_rate": "accept",
     # per draft position k: accepted / proposed over verify steps, and its per-request stderr (suites/accept_detail.py)
     **{f"accept_rate_pos{k}{suffix}": "accept" for k in range(1, 9) for suffix in ("", "_stderr")},
@@ -102,6 +105,14 @@ SUITE_DEFAULTS: dict[str, dict[str, Any]] = {
         # band with every answer extracted (the path from prompt to score works), not that it beats chance.
         "answers_at_chance": False,
     },
+    "mc": {
+        "num_items": None,  # a seeded subsample of the kept items; None = every one
+        # which kinds of item (the data file's categories, comma-separated): the ones SmolLM2-135M answers well above
+        # chance (suites/data/README.md); "" = every kind in the file
+        "categories": "capital,continent",
+        "concurrency": 4,  # items in flight (each one /generate of its context and its four continuations)
+        "dataset": None,  # a file in mc_countries.json's format; None = suites/data/mc_countries.json
+    },
     "accept": {
         "num_requests": 32,
         "max_tokens": 256,
@@ -162,6 +173,8 @@ OPTION_TYPES: dict[tuple[str, str], tuple[type, ...]] = {
     ("gpqa", "max_tokens"): (int, type(None)),  # None: no max_tokens sent (the server's context decides)
     ("gpqa", "dataset"): (str, type(None)),
     ("gpqa", "chat_template_kwargs"): (dict, type(None)),
+    ("mc", "num_items"): (int, type(None)),
+    ("mc", "dataset"): (str, type(None)),
 }
 
 ALLOWED_VALUES: dict[tuple[str, str], tuple[str, ...]] = {
@@ -177,7 +190,7 @@ ALLOWED_VALUES: dict[tuple[str, str], tuple[str, ...]] = {
 # Token bounds: 1 Mi tokens is past any served context; concurrency: past SGLang's default --max-running-requests.
 MAX_TOKENS_BOUND = 1 << 20
 OPTION_RANGES: dict[str, tuple[float, float]] = {
-    "num_questions": (1, 100_000), "repeats": (1, 64), "concurrency": (1, 4096), "max_tokens": (1, MAX_TOKENS_BOUND),
+    "num_questions": (1, 100_000), "num_items": (1, 100_000), "repeats": (1, 64), "concurrency": (1, 4096), "max_tokens": (1, MAX_TOKENS_BOUND),
     "num_requests": (1, 100_000), "input_len": (1, MAX_TOKENS_BOUND), "output_len": (1, MAX_TOKENS_BOUND),
     "warmup_requests": (0, 10_000), "workers": (1, 64), "num_prompts": (1, 10_000), "max_mismatches": (0, 10_000),
     "temperature": (0.0, 2.0), "sampled_temperature": (0.0, 2.0), "sampled_top_p": (0.0, 1.0),

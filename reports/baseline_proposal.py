@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
@@ -35,6 +35,8 @@ RECORDED_GATES: dict[str, dict[str, float]] = {
     "tpot_ms_median": {"max_ratio": 1.025},
     "ttft_ms_median": {"max_ratio": 1.025},
     "gpqa_accuracy": {"max_drop_stderr": 2, "max_drop": 0.02},
+    # log-likelihood multiple choice: the same paired gate over items (reports/gates.py; BENCHMARKS.md: its power)
+    "mc_accuracy": {"max_drop_stderr": 2, "max_drop": 0.02},
     "parity_mismatches": {"max": 0},
     "speculative_speedup": {"min_ratio": 0.95},
     # per draft position and per category of the accept workload: fewer verify steps or requests each, so 10 %
@@ -67,8 +69,9 @@ SERVER_SAYS = {"sim": "the simulated SGLang server", "sglang-frontend": "SGLang'
 def propose(runs: Sequence[tuple[str, RunResults]], description: str | None = None,
             per_question_stem: str | None = None) -> Proposal:
     """A baseline file from ``runs`` ((where, results) each); raises ``BadInput`` for a run that is not good.
-    With ``per_question_stem`` each GPQA cell's per-question record goes to ``STEM.CELL.gpqa.json`` (named by
-    its spec's ``per_question``), so GPQA is gated paired over questions."""
+    With ``per_question_stem`` each GPQA cell's per-question record goes to ``STEM.CELL.gpqa.json`` and each MC cell's
+    per-item record to ``STEM.CELL.mc.json`` (named by its spec's ``per_question``), so both are gated paired over
+    questions (items)."""
     for where, results in runs:
         _check_good(where, results)
     gated = _gated_cells(runs)
@@ -78,11 +81,12 @@ def propose(runs: Sequence[tuple[str, RunResults]], description: str | None = No
                                                    for cell_id, measured in gated.items()}
     records: dict[str, dict[str, float]] = {}
     for cell_id, measured in gated.items():
-        questions = _per_question(measured)
-        if per_question_stem and questions and "gpqa_accuracy" in cells[cell_id]:
-            name = f"{per_question_stem}.{cell_id}.gpqa.json"
-            records[name] = questions
-            cells[cell_id]["gpqa_accuracy"]["per_question"] = name
+        for metric, (suite, tallies) in PAIRED_RECORDS.items():
+            units = _per_question(measured, tallies)
+            if per_question_stem and units and metric in cells[cell_id]:
+                name = f"{per_question_stem}.{cell_id}.{suite}.json"
+                records[name] = units
+                cells[cell_id][metric]["per_question"] = name
     header = _header(runs, gated, too_noisy, unestimated)
     body = {"schema": SCHEMA,
             "description": description or f"Recorded by dspark-ci baseline record from {len(runs)} run(s)",
@@ -92,11 +96,21 @@ def propose(runs: Sequence[tuple[str, RunResults]], description: str | None = No
     return Proposal(text=text, cells=len(cells), runs=len(runs), per_question=records)
 
 
-def _per_question(cells: list[CellResult]) -> dict[str, float]:
-    """Mean score per question over every run's repeats (the runs ask the same questions)."""
+# An accuracy gated paired over its units: the suite naming its record file (STEM.CELL.SUITE.json), and a cell's
+# per-unit tallies (unit id -> (right, asked)).
+PAIRED_RECORDS: dict[str, tuple[str, Callable[[CellResult], Mapping[str, tuple[int, int]]]]] = {
+    "gpqa_accuracy": ("gpqa", lambda cell: cell.gpqa.per_question if cell.gpqa else {}),
+    "mc_accuracy": ("mc", lambda cell: cell.mc.per_item if cell.mc else {}),
+}
+
+
+def _per_question(cells: list[CellResult],
+                  of: Callable[[CellResult], Mapping[str, tuple[int, int]]] = PAIRED_RECORDS["gpqa_accuracy"][1],
+                  ) -> dict[str, float]:
+    """Mean score per question (item) over every run's repeats (the runs ask the same questions)."""
     tallies: dict[str, list[int]] = {}
     for cell in cells:
-        for question, (right, asked) in (cell.gpqa.per_question if cell.gpqa else {}).items():
+        for question, (right, asked) in of(cell).items():
             tally = tallies.setdefault(question, [0, 0])
             tally[0], tally[1] = tally[0] + right, tally[1] + asked
     return {question: round(right / asked, DIGITS) for question, (right, asked) in sorted(tallies.items()) if asked}
@@ -151,8 +165,8 @@ def _cell_specs(cell_id: str, cells: list[CellResult], too_noisy: list[str],
         values = [value for value in found if value is not None and math.isfinite(value)]
         if len(values) < len(found):
             continue
-        if metric == "gpqa_accuracy":
-            spec = _gpqa_spec(cells, values)
+        if metric in PAIRED_RECORDS:
+            spec = _accuracy_spec(cells, metric, values)
         elif metric in NEVER_INWARD_METRICS:
             # the smallest reading, not the median: a busy run's client holds fewer streams open, and every run
             # that was good must pass the gate it records (only points at or below the value are tested)
@@ -167,7 +181,7 @@ def _cell_specs(cell_id: str, cells: list[CellResult], too_noisy: list[str],
                 too_noisy.append(f"{cell_id}: {metric} (noise {spec['noise']:.0%} run to run)")
                 continue
         if spec is not None:
-            statistical = "noise" in spec or metric == "gpqa_accuracy"  # `detect` belongs to a statistical gate
+            statistical = "noise" in spec or metric in PAIRED_RECORDS  # `detect` belongs to a statistical gate
             specs[metric] = {**spec, **{k: v for k, v in gate.items() if statistical or k != "detect"}}
     return specs
 
@@ -199,8 +213,8 @@ def _noise(cells: list[CellResult], metric: str, values: list[float], unestimate
     return spec
 
 
-def _gpqa_spec(cells: list[CellResult], values: list[float]) -> dict[str, float] | None:
-    found = [cell.metrics.get(STDERR_OF["gpqa_accuracy"]) for cell in cells]
+def _accuracy_spec(cells: list[CellResult], metric: str, values: list[float]) -> dict[str, float] | None:
+    found = [cell.metrics.get(STDERR_OF[metric]) for cell in cells]
     errors = [se for se in found if se is not None and math.isfinite(se)]
     if len(errors) < len(found):
         return None  # a floor without its sampling error is a flake waiting to happen

@@ -20,7 +20,7 @@ passes because its suite did not run would hide exactly the regressions it exist
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 from ground import stats
@@ -98,12 +98,17 @@ class Evidence:
     boots: tuple[BootMetrics, ...]
     gpqa_questions: Mapping[str, tuple[float, ...]]
     envelope: Envelope | None = None  # the speed suite's sweep: where speculation pays
+    mc_items: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # the mc suite's items, as GPQA's questions
 
     @classmethod
     def of(cls, cell: CellResult, metrics: Mapping) -> "Evidence":
-        per_question = cell.gpqa.per_question if cell.gpqa else {}
-        questions = {q: (1.0,) * right + (0.0,) * (asked - right) for q, (right, asked) in per_question.items()}
-        return cls(boots=cell.boots or (BootMetrics(metrics),), gpqa_questions=questions, envelope=cell.envelope)
+        return cls(boots=cell.boots or (BootMetrics(metrics),),
+                   gpqa_questions=_scores(cell.gpqa.per_question if cell.gpqa else {}), envelope=cell.envelope,
+                   mc_items=_scores(cell.mc.per_item if cell.mc else {}))
+
+    def paired_units(self, metric: str) -> Mapping[str, tuple[float, ...]]:
+        """Each unit's scores (question or item id -> 1/0 per sample) that ``metric``'s paired gate reads."""
+        return {"gpqa_accuracy": self.gpqa_questions, "mc_accuracy": self.mc_items}.get(metric, {})
 
     def values(self, metric: str) -> list[float]:
         """Every boot's figure of ``metric``, zeros included (a boot that measured 0 is evidence, not noise)."""
@@ -123,6 +128,10 @@ class Evidence:
         kept = tuple(boot for boot, lag in zip(self.boots, lags) if lag is None or lag <= SATURATED_LOOP_LAG_MS)
         dropped = tuple(float(lag) for lag in lags if lag is not None and lag > SATURATED_LOOP_LAG_MS)
         return replace(self, boots=kept), dropped
+
+
+def _scores(tallies: Mapping[str, tuple[int, int]]) -> Mapping[str, tuple[float, ...]]:
+    return {unit: (1.0,) * right + (0.0,) * (asked - right) for unit, (right, asked) in tallies.items()}
 
 
 def explain(cell: CellResult, metrics: Mapping, baseline: Baseline | None) -> dict[tuple, str]:
@@ -263,7 +272,7 @@ def _statistic(spec_key: tuple[MetricSpec, str], evidence: Evidence, metrics: Ma
     """The statistical decision of one gate, or None when its metric was not measured (the gate then fails)."""
     spec, key = spec_key
     if key == "max_drop_stderr":
-        return _gpqa_statistic(spec, evidence, metrics, levels)
+        return _paired_statistic(spec, evidence, metrics, levels)
     if key == NEVER_INWARD_KEY:
         return envelope_statistic(evidence.envelope, spec.reference, levels)
     values = evidence.values(spec.metric)
@@ -309,28 +318,36 @@ def _detect(spec: MetricSpec, tolerance: float) -> float | None:
     return None if spec.detect is None else math.copysign(spec.detect, tolerance)
 
 
-def _gpqa_statistic(spec: MetricSpec, evidence: Evidence, metrics: Mapping,
-                    levels: stats.Levels) -> stats.Verdict | None:
-    """Paired over questions when both sides kept them; else the two accuracies (pooled over every boot that ran
-    GPQA, never only the last boot) and their standard errors.
+# An accuracy gated paired over its units (``max_drop_stderr`` with a `per_question` record): what the unit is called
+# and the metric counting them.
+PAIRED_UNITS = {"gpqa_accuracy": ("questions", "gpqa_num_questions"), "mc_accuracy": ("items", "mc_num_items")}
 
-    A baseline whose per-question record is all 0 or 1 was recorded from a server that answers each question the
-    same way every time: a later boot repeats its answers and adds nothing, so the gate is planned as one look
-    with its whole share of alpha (``Levels.single_look``), and its verdict is final (no more boots for it)."""
+
+def _paired_statistic(spec: MetricSpec, evidence: Evidence, metrics: Mapping,
+                      levels: stats.Levels) -> stats.Verdict | None:
+    """GPQA's and MC's accuracy: paired over questions (items) when both sides kept them; else the two accuracies
+    (pooled over every boot that ran the suite, never only the last boot) and their standard errors.
+
+    A baseline whose per-unit record is all 0 or 1 was recorded from a server that answers each unit the same way
+    every time: a later boot repeats its answers and adds nothing, so the gate is planned as one look with its whole
+    share of alpha (``Levels.single_look``), and its verdict is final (no more boots for it)."""
     tolerance = -spec.drop_tolerance
     better = METRICS[spec.metric].better
-    if spec.per_question and len(set(spec.per_question) & set(evidence.gpqa_questions)) > 1:
+    unit, count = PAIRED_UNITS.get(spec.metric, ("samples", ""))
+    units = evidence.paired_units(spec.metric)
+    if spec.per_question and len(set(spec.per_question) & set(units)) > 1:
         fixed = all(score in (0.0, 1.0) for score in spec.per_question.values())
-        verdict = stats.compare_paired(evidence.gpqa_questions, spec.per_question, better, tolerance,
-                                       levels.single_look() if fixed else levels, detect=_detect(spec, tolerance))
+        verdict = stats.compare_paired(units, spec.per_question, better, tolerance,
+                                       levels.single_look() if fixed else levels, unit=unit,
+                                       detect=_detect(spec, tolerance))
         return replace(verdict, final=fixed)
     value, se_now = metrics.get(spec.metric), metrics.get(STDERR_OF[spec.metric])
     if value is None:
         return None
-    questions = int(metrics.get("gpqa_num_questions") or 0)
+    questions = int(metrics.get(count) or 0)
     se_base = spec.reference_stderr
     return stats.compare_estimates(value, se_base if se_now is None else se_now, spec.reference, se_base, better,
-                                   tolerance, levels, questions, f"{questions} questions", _detect(spec, tolerance))
+                                   tolerance, levels, questions, f"{questions} {unit}", _detect(spec, tolerance))
 
 
 # --- Where speculation pays: the boundary does not move inward (baseline key `never_inward`) ---

@@ -27,11 +27,15 @@ OVERVIEW_METRICS = ("accept_length", "output_throughput_tok_s", "ttft_ms_mean", 
 # Quality rows of a cell's first table: metric -> (dataset, metric label)
 QUALITY_ROWS = {
     "gpqa_accuracy": ("GPQA", "Accuracy"),
+    "mc_accuracy": ("MC (log-likelihood)", "Accuracy"),
     "accept_length": ("accept", "Accept length"),
     "accept_rate": ("accept", "Accept rate"),
     "parity_mismatches": ("parity", "Mismatches"),
     "parity_tie_flips": ("parity", "Tie flips"),
 }
+# An accuracy's sample size (the metric counting its units), and the share of replies beside it that gave no answer
+SAMPLE_SIZE = {"gpqa_accuracy": "gpqa_num_questions", "mc_accuracy": "mc_num_items"}
+NO_ANSWER = {"gpqa_accuracy": "gpqa_no_answer"}
 PROBLEM_WIDTH = 140  # characters of an error shown in a table cell
 DETAILED_PASSING_CELLS = 200  # up to this many cells in a run, every cell gets its own section
 
@@ -59,7 +63,8 @@ def pr_tables(results: RunResults) -> str:
     cells = [cell for cell in results.cells if cell.metrics]
     parts = [_section("Accuracy Tests", ["Model", "Dataset", "Metric", "Subset", "Num", "Score ± SE", "Cell"],
                       [_accuracy_row(cell, _gpqa_subset(results, cell)) for cell in cells
-                       if cell.metrics.get("gpqa_accuracy") is not None]),
+                       if cell.metrics.get("gpqa_accuracy") is not None]
+                      + [_mc_row(cell) for cell in cells if cell.metrics.get("mc_accuracy") is not None]),
              _section("Speed Tests", ["Model", "Dataset", "Num", "Avg Lat", "Avg TTFT", "Avg TPOT", "Avg Thpt",
                                       "Avg In", "Avg Out", "Cell"],
                       [_speed_row(cell) for cell in cells if any(cell.metrics.get(m) is not None for m in SPEED_LINE)]),
@@ -111,6 +116,12 @@ def _accuracy_row(cell: CellResult, subset: str) -> list[str]:
     metrics = cell.metrics
     return [cell.model or "?", "GPQA-Diamond", "Accuracy", subset,
             _sample_size("gpqa_accuracy", metrics), _quality_value("gpqa_accuracy", metrics), f"`{cell.id}`"]
+
+
+def _mc_row(cell: CellResult) -> list[str]:
+    kinds = (cell.suites.get("mc") or {}).get("categories", SUITE_DEFAULTS["mc"]["categories"]) or "all"
+    return [cell.model or "?", "countries (MC, log-likelihood)", "Accuracy", kinds,
+            _sample_size("mc_accuracy", cell.metrics), _quality_value("mc_accuracy", cell.metrics), f"`{cell.id}`"]
 
 
 def _speed_row(cell: CellResult) -> list[str]:
@@ -395,6 +406,9 @@ def _quality_table(cell: CellResult, metrics: Mapping) -> str:
     rows = [[model, dataset, _scored_by(cell, metric, name), _sample_size(metric, metrics),
              _quality_value(metric, metrics)]
             for metric, (dataset, name) in QUALITY_ROWS.items() if metrics.get(metric) is not None]
+    if cell.mc is not None and metrics.get("mc_accuracy") is not None:  # each kind of item: shown, gated as the whole
+        rows += [[model, f"MC (log-likelihood): {kind}", "Accuracy", str(asked), format_value("mc_accuracy", right / asked)]
+                 for kind, (right, asked) in cell.mc.per_category.items() if asked]
     note = cell.gpqa
     if note is not None and note.partial and note.accuracy is not None:  # never a metric: shown, not gated
         rows.insert(0, [model, "GPQA", f"{_scored_by(cell, 'gpqa_accuracy', 'Accuracy')}, PARTIAL",
@@ -413,10 +427,11 @@ def _scored_by(cell: CellResult, metric: str, name: str) -> str:
 
 
 def _sample_size(metric: str, metrics: Mapping) -> str:
-    if metric != "gpqa_accuracy" or metrics.get("gpqa_num_questions") is None:
+    count = SAMPLE_SIZE.get(metric)
+    if count is None or metrics.get(count) is None:
         return ""
-    repeats = metrics.get("gpqa_repeats") or 1
-    questions = f"{metrics['gpqa_num_questions']:.0f}"
+    repeats = metrics.get("gpqa_repeats") or 1 if metric == "gpqa_accuracy" else 1
+    questions = f"{metrics[count]:.0f}"
     return questions if repeats == 1 else f"{questions} × {repeats:.0f}"
 
 
@@ -425,6 +440,9 @@ def _quality_value(metric: str, metrics: Mapping) -> str:
     stderr = STDERR_OF.get(metric)  # its standard error's metric (reports.metrics), when it has one
     if stderr and metrics.get(stderr) is not None:
         value += f" ± {format_value(stderr, metrics[stderr])}"
+    unanswered = NO_ANSWER.get(metric)
+    if unanswered and metrics.get(unanswered) is not None:  # free-text extraction: how often it found no answer
+        value += f" (no answer in {format_value(unanswered, metrics[unanswered])})"
     return value
 
 

@@ -19,7 +19,7 @@ from typing import Callable
 
 from aiohttp import web
 
-from sglang_sim import native_api
+from sglang_sim import mc_logprobs, native_api
 from sglang_sim.admission import Rejected, SglangEnv, admit, guess_architecture
 from sglang_sim.args import ServerArgs, parse_server_args
 from sglang_sim.sim_config import KNOBS, SimConfig, SimConfigError
@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None, serve_rank0: "ServeRank0 | None" = None)
     try:
         config = SimConfig.from_env(role_environ(os.environ, args.disaggregation_mode))
         answer_key = GpqaAnswerKey.load(config.gpqa_path)
-    except (SimConfigError, GpqaDatasetError) as err:
+        mc_logprobs.answer_key(config.mc_path)  # a bad file is said at start, not on the first MC request
+    except (SimConfigError, GpqaDatasetError, mc_logprobs.McKeyError) as err:
         print(f"sglang_sim: {err}", file=sys.stderr)
         return 2
     busy = _port_taken(args.host, args.port)

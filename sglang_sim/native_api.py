@@ -10,7 +10,7 @@ import logging
 
 from aiohttp import web
 
-from sglang_sim import logprobs, reply_faults
+from sglang_sim import logprobs, mc_logprobs, reply_faults
 from sglang_sim.args import SGLANG_VERSION
 from sglang_sim.choices import Choices
 from sglang_sim.engine import Generation, Job
@@ -205,8 +205,9 @@ async def generate(request: web.Request) -> web.StreamResponse:
     if not jobs[0].streaming:
         generations = await choices.run_to_end()
         outputs = [_output(gen, None) for gen in generations]
-        for output in outputs:  # faults of non-streamed replies only
+        for index, (output, job) in enumerate(zip(outputs, jobs)):  # faults of non-streamed replies only
             output["text"] = reply_faults.text(state.config.faults, output["text"])
+            mc_logprobs.attach(state.config, body, job.ask.prompt, index, output["meta_info"])
         if body.get("return_logprob"):  # tokenizer_manager.add_logprob_to_meta_info (sglang_sim/logprobs.py)
             for output, gen, job in zip(outputs, generations, jobs):
                 output["meta_info"].update(logprobs.meta_info_fields(

@@ -49,6 +49,7 @@ class Faults:
     parity_tie_flip: bool = False  # greedy speculation takes a runner-up tied with the argmax (sglang_sim/logprobs.py)
     parity_mismatch: bool = False  # greedy speculation takes a runner-up well below the argmax
     tp_numerics: bool = False  # at tp > 1 greedy output takes a runner-up well below the argmax (an all-reduce skipped)
+    garbled_logprobs: bool = False  # prompt logprobs unrelated to the text: log-likelihood MC falls to chance
 
     @property
     def names(self) -> list[str]:
@@ -114,6 +115,7 @@ FAULT_PARSERS: dict[str, Callable[[str | None], dict]] = {
     "crash_first_prefill": _flag("crash_first_prefill"),
     "hang_boot": _flag("hang_boot"),
     "garbage_output": _flag("garbage_output"),
+    "garbled_logprobs": _flag("garbled_logprobs"),
     "slow_decode": _slow_decode,
     "rank_exit": _rank_exit,
     "malformed_stream": _flag("malformed_stream"),
@@ -271,7 +273,8 @@ def _optional_text(env: str, text: str) -> str | None:
 
 
 # Regression effects that set a knob rather than inject a fault: name -> (SimConfig field, parser)
-SETTING_EFFECTS: dict[str, Callable[[str, str], object]] = {"accept_prob": _probability, "gpqa_accuracy": _probability}
+SETTING_EFFECTS: dict[str, Callable[[str, str], object]] = {"accept_prob": _probability, "gpqa_accuracy": _probability,
+                                                             "mc_accuracy": _probability}
 
 
 @dataclass(frozen=True)
@@ -354,6 +357,12 @@ KNOBS: dict[str, Knob] = {
                           _probability),
     "gpqa_path": Knob("DSPARK_SIM_GPQA_PATH", "",
                       "gpqa_diamond.csv used to recognise GPQA prompts and their right answers", _optional_path),
+    "mc_accuracy": Knob("DSPARK_SIM_MC_ACCURACY", "0.7",
+                        "share of multiple-choice items (DSPARK_SIM_MC_PATH) whose right continuation the prompt "
+                        "logprobs favour (fixed per item and seed)", _probability),
+    "mc_path": Knob("DSPARK_SIM_MC_PATH", "",
+                    "mc_countries.json-style items whose contexts and right continuations /generate's prompt "
+                    "logprobs know (sglang_sim/mc_logprobs.py)", _optional_path),
     "seed": Knob("DSPARK_SIM_SEED", "0", "seed of every random choice (text, acceptance, answers)", _integer),
     "faults": Knob("DSPARK_SIM_FAULTS", "", "comma-separated faults (CONTRACT.md)", _faults),
     "join_timeout_seconds": Knob("DSPARK_SIM_JOIN_TIMEOUT_SECONDS", "120",
@@ -409,6 +418,8 @@ class SimConfig:
     decode_step_ms: float = 20.0
     gpqa_accuracy: float = 0.7
     gpqa_path: Path | None = None
+    mc_accuracy: float = 0.7
+    mc_path: Path | None = None
     seed: int = 0
     faults: Faults = field(default_factory=Faults)
     join_timeout_seconds: float = 120.0

@@ -21,7 +21,7 @@ from typing import Callable, Mapping, Sequence
 
 import suites as suites_package
 from ground.errors import DsparkError, InfraError
-from ground.measurements import Acceptance, Envelope, GpqaSummary, SuiteTestOutcome
+from ground.measurements import Acceptance, Envelope, GpqaSummary, McSummary, SuiteTestOutcome
 from ground.suites import effective_options
 from launchers import interrupts
 from launchers.contract import Deployment, LaunchFailed
@@ -34,6 +34,7 @@ from suites.warm_worker import WarmChild, WarmPytest, warm_worker
 
 SUITES_DIR = Path(suites_package.__file__).parent
 SYNTHETIC_GPQA = SUITES_DIR / "data" / "gpqa_synthetic.csv"
+MC_ITEMS = SUITES_DIR / "data" / "mc_countries.json"  # the mc suite's built-in items (suites/mc.py BUILTIN)
 
 
 # A request may take this long before its first token (queueing, a long prefill) plus this long per token it
@@ -299,6 +300,20 @@ def gpqa_note(records: Mapping[str, list]) -> GpqaSummary | None:
                        tuple(sorted(summary.get("cli_differences") or {})),
                        # a partial figure is never gated, so neither are its questions
                        {} if partial else summary.get("per_question") or {})
+
+
+def mc_note(records: Mapping[str, list]) -> McSummary | None:
+    """How the multiple-choice figure was produced (CellResult.mc), from the mc suite's summary record; None without
+    one."""
+    summaries = records.get("mc_summary") or []
+    if not summaries:
+        return None
+    summary = summaries[-1]
+    partial = bool(summary.get("partial"))
+    per_category = {name: (tally["right"], tally["items"]) for name, tally in (summary.get("per_category") or {}).items()}
+    return McSummary(partial, summary.get("items"), summary.get("planned_items"), summary.get("accuracy"), per_category,
+                     # a partial figure is never gated, so neither are its items
+                     {} if partial else summary.get("per_item") or {})
 
 
 def acceptance_note(records: Mapping[str, list]) -> Acceptance | None:

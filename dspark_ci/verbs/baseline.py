@@ -16,11 +16,12 @@ from reports.results import load_results, write_text_atomically
 EPILOG = """\
 Reads RUN/results.json of each run (every cell must have passed or been rejected as expected) and
 proposes, per measured cell: accept length and rate (min_ratio 0.95), output throughput (min_ratio
-0.97), median TPOT and TTFT (max_ratio 1.025), GPQA (value, stderr, max_drop_stderr 2, max_drop 0.02),
+0.97), median TPOT and TTFT (max_ratio 1.025), GPQA and MC (value, stderr, max_drop_stderr 2, max_drop 0.02),
 parity (max 0). Values are medians over the runs; with two or more runs each carries `noise` (the run-to-run
 standard deviation as a fraction of the value), `runs` and `request_noise` (the part of it one boot's
 per-request sampling explains), which make its gate a statistical verdict (baselines/README.md). With --out,
-GPQA's per-question outcomes go beside FILE (STEM.CELL.gpqa.json, named by `per_question`) for a paired gate.
+GPQA's per-question and MC's per-item outcomes go beside FILE (STEM.CELL.gpqa.json, STEM.CELL.mc.json, named by
+`per_question`) for a paired gate.
 Record from three or more repeats of the same run. Format: baselines/README.md.
 
 Without --out the proposal is printed. With --out FILE it is written (atomically) and checked by

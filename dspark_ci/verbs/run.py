@@ -27,7 +27,7 @@ from dspark_ci.input_checks import check_before_launch
 from dspark_ci.run_flags import RERUN_DEFAULTS, RERUN_FLAGS, add_run_flags, argparse_type
 from ground.run_id import new_run_id
 from suites.prompts import PROMPTS
-from suites.runner import SYNTHETIC_GPQA
+from suites.runner import MC_ITEMS, SYNTHETIC_GPQA
 from ground.suites import KNOWN_SUITES
 
 
@@ -89,6 +89,7 @@ def _caller_env(server: str, sglang_version: str) -> dict:
     env = dict(os.environ)
     if server in SIMULATED_SERVERS:
         env.setdefault("DSPARK_SIM_GPQA_PATH", str(SYNTHETIC_GPQA))
+        env.setdefault("DSPARK_SIM_MC_PATH", str(MC_ITEMS))  # the mc suite's items, whose answers the simulator knows
         env.setdefault("DSPARK_SIM_VERSION", sglang_version)  # the simulator is the version under test
     if server == "sglang-frontend":  # the suites' prompts reach the simulated engine as the simulator reads them
         from suites.speed import WORDS as SPEED_WORDS  # on use: the speed suite's stack (aiohttp) costs 0.4 s
