@@ -295,8 +295,14 @@ class Lossless:
         return {"prompts": self.prompts, "tokens": self.tokens, "temperature": self.temperature, "top_p": self.top_p,
                 "speculative": None if self.speculative is None else self.speculative.to_dict(),
                 "reference": None if self.reference is None else self.reference.to_dict(),
-                "greedy_equal": self.greedy_equal, "samples": self.samples, "family_p": self.family_p,
-                "untested": self.untested, "positions": [test.to_dict() for test in self.positions]}
+                "greedy_equal": self.greedy_equal, **self._test_dict()}
+
+    def _test_dict(self) -> dict:
+        """The per-position test's keys, where it ran (files written before it have none)."""
+        if self.samples is None:
+            return {}
+        return {"samples": self.samples, "family_p": self.family_p, "untested": self.untested,
+                "positions": [test.to_dict() for test in self.positions]}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Lossless":

@@ -114,7 +114,7 @@ SUITE_DEFAULTS: dict[str, dict[str, Any]] = {
         # Losslessness (needs a reference): prompts drawn on both servers, draws per prompt and server, tokens per
         # draw (positions 2..lossless_tokens are tested; bench/sampled_lossless.py: false alarms and power)
         "lossless_prompts": 4,
-        "lossless_samples": 48,
+        "lossless_samples": 64,
         "lossless_tokens": 6,
         # "chat" | "completions": sglang-router 0.3.2 drops return_spec_tokens_details from chat requests (kept
         # for completions), so a disaggregated cell, measured through the router, asks completions
