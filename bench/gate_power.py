@@ -29,7 +29,8 @@ boots (and GPQA repeats) spent per cell against today's one. ``--shipped`` also 
 their cells as they are (``bench/gate_power_shipped.py``). ``--e2e N`` also runs N nights end to end on the
 simulator (``bench/gate_power_e2e.py``: ``dspark-ci run`` with the noise knobs set; the smoke matrix clean, accept
 length −5 %, TPOT +5 %, and a 198-question GPQA cell clean and −5 points) and reports every gate. Separate modes,
-each its own section of BENCHMARKS.md: ``--acceptance`` (sampled losslessness, per-position acceptance),
+each its own section of BENCHMARKS.md: ``--acceptance`` (per-position acceptance; sampled losslessness is
+``bench/sampled_lossless.py``),
 ``--envelope`` (where speculation pays: the boundary does not move inward), ``--categories`` (acceptance per
 category). ``--smoke``: seconds, for CI (every mode, a few nights each).
 """
@@ -310,33 +311,11 @@ def report(repeats: list[dict[str, dict[str, float]]], nights: int, baseline_run
     return "\n".join(line for line in lines if line)
 
 
-# --- Acceptance gates (a separate mode: `--acceptance`): sampled losslessness and per-position acceptance --------
-# Losslessness: each night samples LOSSLESS_PROMPTS × LOSSLESS_SAMPLES on each server (the accept suite's defaults);
-# a lossless sampler's share of greedy-equal samples is the reference's, p0; fault lossy_sampling sends every second
-# sample as the greedy text (p0 + (1 - p0) / 2). p0 = 0 is the simulator (its samples never repeat the greedy text);
-# 0.3 is a real model whose first tokens at temperature 0.7 often follow the argmax.
-LOSSLESS_PROMPTS, LOSSLESS_SAMPLES = 8, 8
-LOSSLESS_P0 = (0.0, 0.3)
+# --- Acceptance gates (a separate mode: `--acceptance`): per-position acceptance ----------------------------------
+# (Sampled losslessness, tested per generated position, has a bench of its own: bench/sampled_lossless.py.)
 # Per position: the smoke accept suite (40 requests of ~85 verify steps, DSpark gamma 7, alpha 0.7), gated against a
 # baseline of BASELINE_RUNS boots with min_ratio 0.9 per position (accept_length 0.98); planted position_regression=3.
 POSITION_REQUESTS, POSITION_STEPS, POSITION_GAMMA, POSITION_ALPHA = 40, 85, 7, 0.7
-
-
-def _share(rng: random.Random, p: float, n: int) -> tuple[float, float]:
-    hits = sum(rng.random() < p for _ in range(n))
-    q = (hits + 0.5) / (n + 1)
-    return hits / n, math.sqrt(q * (1 - q) / n)
-
-
-def lossless_night(rng: random.Random, p0: float, lossy: bool, samples: int) -> str:
-    """One night's verdict of the losslessness gate (reports.gates.evaluate, no baseline)."""
-    spec, spec_se = _share(rng, p0 + (1 - p0) / 2 if lossy else p0, samples)
-    ref, ref_se = _share(rng, p0, samples)
-    metrics = {"sampled_greedy_share": spec, "sampled_greedy_share_stderr": spec_se,
-               "sampled_greedy_share_reference": ref, "sampled_greedy_share_reference_stderr": ref_se}
-    cell = CellResult(id="c", config=CellConfig(speculative_algorithm="DSPARK"), expect={}, metrics=metrics)
-    [gate] = [g for g in evaluate(cell, metrics, None) if g.metric == "sampled_greedy_share"]
-    return gate.verdict
 
 
 def _position_boot(rng: random.Random, alphas: tuple[float, ...]) -> dict:
@@ -386,15 +365,7 @@ def position_night(rng: random.Random, baseline, planted: bool) -> tuple[str, st
 
 def acceptance_power(nights: int, seed: int) -> str:
     rng = random.Random(seed)
-    lines = [f"Losslessness gate ({nights} nights; the accept suite's default is "
-             f"{LOSSLESS_PROMPTS}×{LOSSLESS_SAMPLES} samples per server):"]
-    for samples in (LOSSLESS_PROMPTS * LOSSLESS_SAMPLES, 4 * LOSSLESS_PROMPTS * LOSSLESS_SAMPLES):
-        for p0 in LOSSLESS_P0:
-            clean = [lossless_night(rng, p0, False, samples) for _ in range(nights)]
-            lossy = [lossless_night(rng, p0, True, samples) for _ in range(nights)]
-            lines.append(f"  {samples} samples, p0={p0:.1f}: lossy_sampling red {lossy.count(stats.REGRESSED) / nights:.1%}"
-                         f"; clean red {clean.count(stats.REGRESSED) / nights:.1%}, green "
-                         f"{clean.count(stats.PASSED) / nights:.1%}")
+    lines = []
     with tempfile.TemporaryDirectory() as tmp:
         baseline = load_baseline(position_baseline(rng, Path(tmp)))
         clean_nights = [position_night(rng, baseline, False) for _ in range(nights)]
@@ -588,7 +559,7 @@ def main() -> int:
                         help=f"the sequential budget per cell, as `run --max-boots` (default {MAX_BOOTS})")
     parser.add_argument("--e2e", type=int, default=0, metavar="N", help="also N end-to-end nights on the simulator")
     parser.add_argument("--acceptance", action="store_true",
-                        help="only the acceptance gates: sampled losslessness and per-position acceptance")
+                        help="only the per-position acceptance gates (sampled losslessness: bench/sampled_lossless.py)")
     parser.add_argument("--envelope", action="store_true",
                         help="only the gate on where speculation pays (the boundary does not move inward)")
     parser.add_argument("--categories", action="store_true",

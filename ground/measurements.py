@@ -17,6 +17,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from ground.position_homogeneity import PositionTest
+
 TEST_OUTCOMES = ("passed", "failed", "skipped", "error")  # a suite test's outcome, as pytest's junitxml names them
 FAILED_OUTCOMES = ("failed", "error")
 
@@ -306,9 +308,19 @@ class Lossless:
     tokens: int | None = None  # the first tokens compared with the greedy text
     temperature: float | None = None
     top_p: float | None = None
-    speculative: GreedyShare | None = None
+    speculative: GreedyShare | None = None  # draws equal to the greedy text (a figure, not the test)
     reference: GreedyShare | None = None
     greedy_equal: int | None = None  # prompts whose greedy output is the same on both
+    # The test of losslessness (ground/position_homogeneity.py): draws per prompt and side (the smaller side's
+    # fewest), the tests per prompt and generated position with their p-values, the positions left untested, and the
+    # family's p (min(1, m · min p)); the gate reads it at the run's alpha.
+    samples: int | None = None
+    family_p: float | None = None
+    untested: int | None = None
+    positions: tuple[PositionTest, ...] = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "positions", tuple(self.positions))
 
     def to_dict(self) -> dict:
         if self.skipped is not None:
@@ -316,7 +328,14 @@ class Lossless:
         return {"prompts": self.prompts, "tokens": self.tokens, "temperature": self.temperature, "top_p": self.top_p,
                 "speculative": None if self.speculative is None else self.speculative.to_dict(),
                 "reference": None if self.reference is None else self.reference.to_dict(),
-                "greedy_equal": self.greedy_equal}
+                "greedy_equal": self.greedy_equal, **self._test_dict()}
+
+    def _test_dict(self) -> dict:
+        """The per-position test's keys, where it ran (files written before it have none)."""
+        if self.samples is None:
+            return {}
+        return {"samples": self.samples, "family_p": self.family_p, "untested": self.untested,
+                "positions": [test.to_dict() for test in self.positions]}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Lossless":
@@ -325,7 +344,9 @@ class Lossless:
         shares = {side: GreedyShare.from_dict(data[side]) if data.get(side) else None
                   for side in ("speculative", "reference")}
         return cls(None, data.get("prompts"), data.get("tokens"), data.get("temperature"), data.get("top_p"),
-                   greedy_equal=data.get("greedy_equal"), **shares)
+                   greedy_equal=data.get("greedy_equal"), samples=data.get("samples"), family_p=data.get("family_p"),
+                   untested=data.get("untested"),
+                   positions=tuple(PositionTest(**test) for test in data.get("positions") or ()), **shares)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from ground.identity import CellIdentity
 from ground.measurements import (AcceptCategory, AcceptDrift, Acceptance, AcceptPosition, BootMetrics, Envelope,
                                  EnvelopeBoundary, EnvelopePoint, GpqaSummary, GreedyShare, McSummary, PositionRate,
                                  SampledAcceptance, SuiteTestOutcome)
+from ground.position_homogeneity import PositionTest
 from ground.records import (SCHEMA, SCHEMA_VERSIONS, CellResult, CellTiming, Expect, GateResult, QuarantineEntry,
                             RunResults)
 from ground.sglang.settings import CellConfig
@@ -79,6 +80,7 @@ SMALLEST: dict[type, Callable[[], Any]] = {  # the record with nothing optional 
     AcceptDrift: lambda: AcceptDrift(None, None, None, 0.0, 0, ""),
     SampledAcceptance: lambda: SampledAcceptance(0.0, None, None),
     GreedyShare: lambda: GreedyShare(0, 0, 0),
+    PositionTest: lambda: PositionTest(0, 2, 2, 0, 0.0, 1, 1.0, 1.0, 0, 0.0, 0.0),
     EnvelopePoint: lambda: EnvelopePoint(1, 1, 1, None, None, None, None),
     EnvelopeBoundary: lambda: EnvelopeBoundary(None),
     Envelope: lambda: Envelope((), {}, "", ""),

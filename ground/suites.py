@@ -48,10 +48,12 @@ METRIC_SUITE: Mapping[str, str] = MappingProxyType({
     # per category of the accept workload: its accept length and per-request stderr (never the speed suite's random
     # text, whose acceptance is not draft quality)
     **{f"{category_metric(c)}{suffix}": "accept" for c in ACCEPT_CATEGORIES for suffix in ("", "_stderr")},
-    # at the sampled setting (accept.sampled_temperature), and the losslessness figures: the share of samples whose
-    # first accept.lossless_tokens tokens equal the greedy text, on this server and on the non-speculative reference
+    # at the sampled setting (accept.sampled_temperature); losslessness: the per-position test's family p, its tests
+    # and draws per prompt and side (ground/position_homogeneity.py), and the share of draws equal to the greedy
+    # text on this server and on the non-speculative reference (a figure)
     "accept_length_sampled": "accept",
-    **{f"sampled_greedy_share{side}{suffix}": "accept" for side in ("", "_reference") for suffix in ("", "_stderr")},
+    "sampled_lossless_p": "accept", "sampled_lossless_tests": "accept", "sampled_lossless_samples": "accept",
+    "sampled_greedy_share": "accept", "sampled_greedy_share_reference": "accept",
     # mean / median / p90 / p99 of TTFT, TPOT and ITL, as bench_serving prints them; ITL three ways (suites/speed.py)
     **{f"{quantity}_ms_{stat}": "speed" for quantity in ("ttft", "tpot", "itl", "itl_chunk", "itl_token")
        for stat in ("mean", "median", "p90", "p99")},
@@ -122,9 +124,11 @@ SUITE_DEFAULTS: dict[str, dict[str, Any]] = {
         "workload": "builtin",  # "builtin" | "mtbench" (the 80 questions, fetched once) | a question.jsonl path
         "sampled_temperature": 0.7,  # the sampled setting the suite also measures (0: greedy only)
         "sampled_top_p": 0.95,
-        "lossless_prompts": 8,  # prompts sampled on both servers for the losslessness gate (needs a reference)
-        "lossless_samples": 8,  # samples per prompt and server
-        "lossless_tokens": 8,  # tokens compared with the greedy continuation
+        # Losslessness (needs a reference): prompts drawn on both servers, draws per prompt and server, tokens per
+        # draw (positions 2..lossless_tokens are tested; bench/sampled_lossless.py: false alarms and power)
+        "lossless_prompts": 4,
+        "lossless_samples": 64,
+        "lossless_tokens": 6,
         # "chat" | "completions": sglang-router 0.3.2 drops return_spec_tokens_details from chat requests (kept
         # for completions), so a disaggregated cell, measured through the router, asks completions
         "api": "chat",

@@ -10,6 +10,7 @@ import math
 from typing import Mapping
 
 from ground.measurements import AcceptCategory, AcceptDrift, EnvelopePoint, Lossless, SampledAcceptance
+from ground.position_homogeneity import ENDED, POOLED
 from ground.records import CellResult
 from reports.metrics import format_value
 
@@ -77,13 +78,34 @@ def _lossless_line(lossless: Lossless | None) -> str:
         return ""
     if lossless.skipped:
         return f"Sampled losslessness: not measured ({lossless.skipped})."
+    lines = [f"Sampled losslessness ({lossless.prompts} prompts × {lossless.samples} draws per side, temperature "
+             f"{lossless.temperature:g}, top_p {lossless.top_p}, positions 2..{lossless.tokens}): "
+             f"{len(lossless.positions)} per-position chi-square tests, {lossless.untested} positions untested "
+             f"(one token, or too thin for 5 expected draws), family p {_p(lossless.family_p)} (Holm; the gate "
+             "reads it at its α)."]
+    shown = sorted(lossless.positions, key=lambda t: t.p_value)[:SHOWN_TESTS]
+    if shown:
+        lines.append(_table(["Prompt", "Position", "Token", "With speculation", "Without", "χ² (df)", "p", "Holm p"],
+                            [[str(t.prompt), str(t.position), _token(t.token), f"{t.speculative_share:.0%}",
+                              f"{t.reference_share:.0%}", f"{t.statistic:.1f} ({t.dof})", _p(t.p_value),
+                              _p(t.adjusted_p)] for t in shown]))
     spec, ref = lossless.speculative, lossless.reference
-    if spec is None or ref is None:
-        return ""
-    return (f"Sampled losslessness: {spec.greedy_like}/{spec.samples} samples equal the greedy text with "
-            f"speculation, {ref.greedy_like}/{ref.samples} without (first {lossless.tokens} tokens, "
-            f"{lossless.prompts} prompts, temperature {lossless.temperature:g}); greedy output equal on "
-            f"{lossless.greedy_equal}/{lossless.prompts} prompts.")
+    if spec is not None and ref is not None:
+        lines.append(f"Draws equal to the greedy text (a figure, not the test): {spec.greedy_like}/{spec.samples} "
+                     f"with speculation, {ref.greedy_like}/{ref.samples} without; greedy output equal on "
+                     f"{lossless.greedy_equal}/{lossless.prompts} prompts.")
+    return "\n\n".join(lines)
+
+
+SHOWN_TESTS = 3  # the most significant per-position tests the report lists
+
+
+def _p(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2g}"
+
+
+def _token(token: int) -> str:
+    return {ENDED: "(end)", POOLED: "(rare, pooled)"}.get(token, str(token))
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:

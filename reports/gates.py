@@ -25,6 +25,8 @@ from typing import Callable, Mapping
 
 from ground import stats
 from ground.measurements import BootMetrics, Envelope, EnvelopePoint, crossing
+from ground import position_homogeneity as homogeneity
+from ground.position_homogeneity import ENDED, POOLED, POWER_BETA, PositionTest, detectable_shift, judge
 from ground.records import CellResult, GateResult, RunResults, Status
 from ground.suites import SATURATED_LOOP_LAG_MS, SUITE_DEFAULTS, suite_of
 from reports.baseline_file import NEVER_INWARD_KEY, NOISE_RUN_SDS, Baseline, MetricSpec
@@ -38,10 +40,7 @@ SPEEDUP_FLOOR = 1.0  # a speculative deployment no faster than the same one with
 GPQA_CHANCE = 0.25  # four choices
 CHANCE_FALSE_PASS = 0.01  # a guesser passes the chance floor at most this often (exact binomial)
 GATE_PRECISION = 6  # decimals kept in thresholds (ratios make long floats)
-# Losslessness at temperature > 0 (suites/accept_detail.py): the share of samples equal to the greedy text may exceed
-# the non-speculative reference's by this much (absolute) before it is a regression; a pass rules out LOSSLESS_DETECT.
-LOSSLESS_TOLERANCE = 0.05
-LOSSLESS_DETECT = 0.15
+LOSSLESS_METRIC = "sampled_lossless_p"  # the per-position test's family p (ground/position_homogeneity.py)
 DEFAULT_RUNS = 3  # boots behind a baseline's `noise` when it does not say (`baseline record` needs three)
 
 
@@ -62,7 +61,7 @@ def evaluate(cell: CellResult, metrics: Mapping, baseline: Baseline | None,
                 statistic = stats.no_statistic(f"{limit.metric} measured but no test could be computed from the "
                                                "boots kept", 0.0, 0.0, stats.ABSOLUTE, levels)
         else:
-            statistic = _floor_statistic(limit.metric, metrics, levels)
+            statistic = _floor_statistic(limit.metric, cell, metrics, levels)
         gates.append(_gate(limit.metric, limit.op, limit.threshold, value, statistic))
     return tuple(gates)
 
@@ -169,25 +168,50 @@ def _floor_limits(cell: CellResult, metrics: Mapping) -> list[Limit]:
 
 
 def _lossless(metrics: Mapping) -> list[Limit]:
-    """Sampling stays lossless under speculation: the share of samples equal to the greedy text is the reference's."""
-    reference = metrics.get("sampled_greedy_share_reference")
-    if metrics.get("sampled_greedy_share") is None or reference is None:
+    """Sampling stays lossless under speculation: no generated position's token distribution differs from the
+    non-speculative reference's (per-position chi-square, Holm), at the gate's alpha."""
+    if metrics.get(LOSSLESS_METRIC) is None:
         return []
-    return [Limit("sampled_greedy_share", "<=", reference + LOSSLESS_TOLERANCE, "lossless sampling: the "
-                  f"non-speculative reference's share + {LOSSLESS_TOLERANCE:g}")]
+    return [Limit(LOSSLESS_METRIC, ">=", stats.RUN_FALSE_RED, "lossless sampling: the family p of the per-position "
+                  "tests above the gate's α (the run's false-red rate, split over its statistical gates)")]
 
 
-def _floor_statistic(metric: str, metrics: Mapping, levels: stats.Levels) -> stats.Verdict | None:
-    """The statistical decision of a floor that has one (losslessness: two binomial shares), else None."""
-    if metric != "sampled_greedy_share":
+def _floor_statistic(metric: str, cell: CellResult, metrics: Mapping, levels: stats.Levels) -> stats.Verdict | None:
+    """The statistical decision of a floor that has one (losslessness: the per-position tests), else None."""
+    if metric != LOSSLESS_METRIC:
         return None
-    names = (metric, f"{metric}_stderr", f"{metric}_reference", f"{metric}_reference_stderr")
-    figures = [float(value) for name in names if (value := metrics.get(name)) is not None]
-    if len(figures) < len(names):
-        return None
-    new, new_se, base, base_se = figures
-    return stats.compare_estimates(new, new_se, base, base_se, LOWER, LOSSLESS_TOLERANCE, levels, 0,
-                                   "samples, speculative vs reference", LOSSLESS_DETECT)
+    lossless = cell.acceptance.lossless if cell.acceptance is not None else None
+    tests, samples = int(metrics.get("sampled_lossless_tests") or 0), int(metrics.get("sampled_lossless_samples") or 0)
+    untested = lossless.untested or 0 if lossless is not None else 0
+    verdict, why = judge(float(metrics[metric]), tests, untested, samples, levels.alpha)
+    shift = detectable_shift(samples, samples, tests, levels.alpha)
+    worst = min(lossless.positions, key=lambda t: t.p_value) if lossless is not None and lossless.positions else None
+    effect = 0.0 if worst is None else worst.speculative_share - worst.reference_share
+    test = f"chi-square homogeneity per prompt × generated position, Holm: {why}"
+    red = [t for t in lossless.positions if t.adjusted_p <= levels.alpha] if lossless is not None else []
+    if red:
+        test += f"; {len(red)} red position{'s' * (len(red) > 1)} (prompt, position): " + ", ".join(
+            f"({t.prompt}, {t.position})" for t in red)
+    if worst is not None:
+        test += f"; {_position_words(worst, levels.alpha)}"
+    if not tests:
+        return stats.no_statistic(test, 0.0, 0.0, stats.ABSOLUTE, levels)
+    return stats.Verdict(_VERDICTS[verdict], effect, effect, effect, 0.0, stats.ABSOLUTE, test, levels.alpha,
+                         POWER_BETA, tests * samples, None if math.isinf(shift) else shift)
+
+
+_VERDICTS = {homogeneity.GREEN: stats.PASSED, homogeneity.RED: stats.REGRESSED,
+             homogeneity.INCONCLUSIVE: stats.INCONCLUSIVE}
+
+
+def _position_words(test: PositionTest, alpha: float) -> str:
+    """"red at prompt 2, position 3: token 1234 in 52% of draws with speculation, 2% without (χ² 31.2, 1 df, p 2e-08,
+    Holm 4e-07)"."""
+    token = {ENDED: "the end of the reply", POOLED: "the rare tokens pooled"}.get(test.token, f"token {test.token}")
+    state = "red" if test.adjusted_p <= alpha else "most significant"
+    return (f"{state} at prompt {test.prompt}, position {test.position}: {token} in {test.speculative_share:.0%} of "
+            f"draws with speculation, {test.reference_share:.0%} without (χ² {test.statistic:.1f}, {test.dof} df, "
+            f"p {test.p_value:.2g}, Holm {test.adjusted_p:.2g}, {test.samples} draws per side)")
 
 
 def _speedup_floor(metrics: Mapping) -> list[Limit]:

@@ -67,13 +67,15 @@ METRICS: dict[str, Metric] = {
                                               ".3f", "info") for c in ACCEPT_CATEGORIES},
     # At the sampled setting: shown, gated only through a baseline (acceptance is lower when sampling, by design).
     "accept_length_sampled": Metric(HIGHER, "Accept length (sampled)", ".2f", "info", noise=ACCEPT_NOISE),
-    # Losslessness at temperature > 0: the share of samples equal to the greedy text, with speculation (gated
-    # against the reference's: reports/gates.py) and without it.
-    "sampled_greedy_share": Metric(LOWER, "Sampled = greedy share", ".1%", "quality", fraction=True),
+    # Losslessness at temperature > 0 (ground/position_homogeneity.py): the family p of the per-position tests
+    # (gated at the run's alpha: reports/gates.py), how many tests and draws it rests on; the share of draws equal to
+    # the greedy text, with speculation and without, is a figure only (it does not test losslessness).
+    "sampled_lossless_p": Metric(NEUTRAL, "Lossless sampling family p", ".2g", "quality"),
+    "sampled_lossless_tests": Metric(NEUTRAL, "Lossless sampling tests (prompt × position)", ".0f", "info"),
+    "sampled_lossless_samples": Metric(NEUTRAL, "Lossless sampling draws per prompt and side", ".0f", "info"),
+    "sampled_greedy_share": Metric(NEUTRAL, "Sampled = greedy share", ".1%", "info", fraction=True),
     "sampled_greedy_share_reference": Metric(NEUTRAL, "Sampled = greedy share (reference)", ".1%", "info",
                                              fraction=True),
-    **{f"sampled_greedy_share{side}_stderr": Metric(NEUTRAL, f"Sampled = greedy share{label} stderr", ".3f", "info")
-       for side, label in (("", ""), ("_reference", " (reference)"))},
     "ttft_ms_mean": Metric(LOWER, "Avg TTFT (ms)", ".1f", "speed", noise=MEAN_TTFT_NOISE),
     "ttft_ms_median": Metric(LOWER, "Median TTFT (ms)", ".1f", "speed", noise=MEDIAN_NOISE),
     "ttft_ms_p90": Metric(LOWER, "P90 TTFT (ms)", ".1f", "speed", noise=P90_NOISE),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import random
@@ -28,7 +29,7 @@ from sglang_sim.reasoning import ReasoningCount
 from sglang_sim.disaggregation import TRANSFERRED, alpha_now
 from sglang_sim.speculation import AcceptModel, SpecShape, SpecStats, draw_accepted, prompt_category
 from sglang_sim import logprobs
-from sglang_sim.textgen import ARGMAX_PROBABILITY, Ask, Persona, reply_tokens
+from sglang_sim.textgen import ARGMAX_PROBABILITY, Ask, Persona, argmax_mixed, reply_tokens
 from sglang_sim.tokenizer import EOS_TOKEN_ID, token_id
 
 logger = logging.getLogger("sglang_sim")
@@ -206,13 +207,16 @@ class Engine:
     def reports_dp_rank(self) -> bool:
         return len(self.ranks) > 1
 
-    def sample_key(self, temperature: float, top_k: int | None = None, top_p: float | None = None) -> str:
+    def sample_key(self, temperature: float, top_k: int | None = None, top_p: float | None = None,
+                   seed: int | None = None) -> str:
         """Greedy samples share one key (same text every time), and so do top_k=1 and a top_p at or below the
         argmax's probability (only the argmax is left to sample: SGLang's top-p keeps the smallest set reaching
         top_p, and the argmax always); sampled ones get a fresh key. The simulated model's argmax holds
         ARGMAX_PROBABILITY at every step; how much a wider nucleus narrows the samples is not modelled. Fault
         lossy_sampling: a speculative server's draft sampler ignores the temperature, and every second sample comes
-        out as the greedy text. Fault spec_ignores_top_p: a speculative server samples as if top_p were 1."""
+        out as the greedy text. Fault spec_ignores_top_p: a speculative server samples as if top_p were 1. A request's
+        ``seed`` (OpenAI's, SGLang's sampling_seed) names its sample: the same seed gives the same sample, as SGLang
+        gives with --enable-deterministic-inference (without it SGLang draws afresh whatever the seed)."""
         count = next(self._sample_counter)
         speculative_faults = self.config.faults if self.shape is not None else None
         if speculative_faults is not None and speculative_faults.spec_ignores_top_p:
@@ -221,7 +225,7 @@ class Engine:
             return "greedy"
         if speculative_faults is not None and speculative_faults.lossy_sampling and count % 2 == 0:
             return "greedy"
-        return f"sample-{count}"
+        return f"sample-{count}" if seed is None else f"seed-{seed}"
 
     def start(self, job: Job) -> Generation:
         rank = next(self._next_rank)
@@ -283,6 +287,12 @@ class Engine:
         # the parity faults change what speculation, or tensor parallelism, emits (sglang_sim/logprobs.py)
         source = logprobs.served_source(source, self.persona, job.ask, self.config.faults, self.shape is not None,
                                         self.args.tp_size)
+        share = self.config.faults.greedy_verify
+        if self.shape is not None and share and job.ask.sample_key != "greedy":
+            greedy = reply_tokens(self.persona, dataclasses.replace(job.ask, sample_key="greedy"))
+            # fault greedy_verify: drafts accepted because they are the argmax (greedy verification at temperature
+            # > 0) instead of by rejection sampling; the first token is the prefill's, sampled as it should be
+            source = argmax_mixed(source, greedy, random.Random(f"verify\x1f{job.ask.sample_key}"), share, first=1)
         # Acceptance is random per request but repeatable: greedy requests for the same prompt
         # accept the same drafts, as with a real draft model.
         accept_rng = random.Random(f"accept\x1f{self.config.seed}\x1f{job.ask.prompt}\x1f{job.ask.sample_key}")

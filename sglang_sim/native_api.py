@@ -177,7 +177,8 @@ def _generate_jobs(state: ServerState, body: dict) -> tuple[list[Job], bool]:
     jobs = []
     for prompt in prompts:
         prompt_tokens = count_tokens(prompt)
-        ask = Ask(prompt, prompt, state.engine.sample_key(temperature, params.get("top_k"), params.get("top_p")), False,
+        ask = Ask(prompt, prompt, state.engine.sample_key(temperature, params.get("top_k"), params.get("top_p"),
+                                                      params.get("sampling_seed")), False,
                   bool(params.get("ignore_eos")), parse_penalties(params))
         jobs.append(Job(ask, prompt_tokens, int(state.max_new_tokens(prompt_tokens, max_new_tokens)), stream,
                         temperature=float(temperature or 0)))

@@ -63,6 +63,7 @@ class Sampling:
     include_usage: bool  # the usage chunk at the end
     continuous_usage: bool  # stream_options.continuous_usage_stats: usage on every content chunk too
     spec_details: bool
+    seed: int | None = None  # names the sample (Engine.sample_key)
 
 
 # What serving_chat.OpenAIServingChat._convert_to_internal_request refuses on a stream, in its order
@@ -140,7 +141,8 @@ def parse_sampling(body: dict, state: ServerState, default_max_tokens: int | Non
                     include_usage=bool(stream_options.get("include_usage"))
                     or state.args.stream_response_default_include_usage,
                     continuous_usage=bool(stream_options.get("continuous_usage_stats")),
-                    spec_details=bool(body.get("return_spec_tokens_details", False)))
+                    spec_details=bool(body.get("return_spec_tokens_details", False)),
+                    seed=_number(body, "seed", None, int))
 
 
 def parse_penalties(body: dict) -> Penalties:
@@ -184,7 +186,8 @@ def _jobs(state: ServerState, prompt: str, question: str, sampling: Sampling, th
           require_reasoning: bool = False) -> list[Job]:
     prompt_tokens = count_tokens(prompt)
     limit = state.max_new_tokens(prompt_tokens, sampling.max_tokens)
-    return [Job(Ask(prompt, question, state.engine.sample_key(sampling.temperature, sampling.top_k, sampling.top_p),
+    return [Job(Ask(prompt, question, state.engine.sample_key(sampling.temperature, sampling.top_k, sampling.top_p,
+                                                            sampling.seed),
                     thinking, sampling.ignore_eos, sampling.penalties),
                 prompt_tokens, limit, sampling.stream, require_reasoning=require_reasoning,
                 temperature=sampling.temperature)

@@ -37,6 +37,7 @@ class Faults:
     position_regression: int | None = None  # draft positions >= this accept half as often; earlier ones make up
     accept_drift: int | None = None  # after this many requests, every draft is accepted less often (EPLB-like)
     lossy_sampling: bool = False  # at temperature > 0 speculation skews samples toward the greedy text
+    greedy_verify: float | None = None  # at temperature > 0 each token after the first is greedy with this chance
     spec_ignores_top_p: bool = False  # a speculative server samples as if top_p were 1
     envelope_shift: float = 1.0  # verify steps' cost per running request past the knee, times this
     pd_transfer_fail: bool = False  # a prefill's bootstrap server fails every transfer (decode answers 500)
@@ -99,6 +100,13 @@ def _count_fault(name: str, least: int) -> Callable[[str | None], dict]:
     return parse
 
 
+def _greedy_verify(value: str | None) -> dict:
+    share = _number("greedy_verify", value or "", minimum=0.0, maximum=1.0)
+    if share <= 0:
+        raise SimConfigError(f"fault 'greedy_verify' needs a share in (0, 1]: greedy_verify=SHARE (got {value!r})")
+    return {"greedy_verify": share}
+
+
 def _category_regression(value: str | None) -> dict:
     from sglang_sim.speculation import CATEGORIES
 
@@ -123,6 +131,7 @@ FAULT_PARSERS: dict[str, Callable[[str | None], dict]] = {
     "position_regression": _count_fault("position_regression", 2),
     "accept_drift": _count_fault("accept_drift", 0),
     "lossy_sampling": _flag("lossy_sampling"),
+    "greedy_verify": _greedy_verify,
     "spec_ignores_top_p": _flag("spec_ignores_top_p"),
     "envelope_shift": lambda value: {"envelope_shift": _number("envelope_shift", value or "", minimum=1.0)},
     "pd_transfer_fail": _flag("pd_transfer_fail"),
@@ -160,6 +169,9 @@ FAULT_HELP: dict[str, tuple[str, str]] = {
                                                 "faster: speculation stops paying at a lower concurrency"),
     "lossy_sampling": ("lossy_sampling", "at temperature > 0, half the samples of a speculative server follow the "
                                          "greedy text (a draft sampler ignoring temperature); greedy output stays exact"),
+    "greedy_verify": ("greedy_verify=SHARE", "at temperature > 0 a speculative server's tokens after the first are "
+                                             "the greedy text's with probability SHARE (drafts verified by argmax, "
+                                             "not by rejection sampling); the first token and greedy output stay exact"),
     "spec_ignores_top_p": ("spec_ignores_top_p", "a speculative server's sampler ignores top_p (as one fork's "
                                                  "speculative path did): top_p near 0 still samples; greedy stays exact"),
     "pd_transfer_fail": ("pd_transfer_fail", "PD prefill: every KV/hidden-state transfer fails (decode answers 500)"),

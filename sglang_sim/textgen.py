@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 from sglang_sim.gpqa_answers import LETTERS, GpqaAnswerKey, parse_gpqa_prompt
@@ -182,7 +182,26 @@ def _endless_gibberish(rng: random.Random) -> Iterator[str]:
 
 def reply_tokens(persona: Persona, ask: Ask) -> Iterator[str]:
     """The model's tokens, in order. Ends where the model would emit EOS, unless ``ignore_eos``:
-    then it goes on (as a model told to ignore EOS does) for as long as it is asked."""
+    then it goes on (as a model told to ignore EOS does) for as long as it is asked. A sample (not greedy) takes the
+    greedy text's token at each position with probability ARGMAX_PROBABILITY, as a model whose argmax holds that much
+    probability does (GPQA replies keep their own structure: their answer line must stay whole)."""
+    tokens = _model_tokens(persona, ask)
+    if ask.sample_key == "greedy" or persona.garbage or parse_gpqa_prompt(ask.question) is not None:
+        return tokens
+    greedy = _model_tokens(persona, replace(ask, sample_key="greedy"))
+    return argmax_mixed(tokens, greedy, _rng("argmax", persona.seed, ask.prompt, ask.sample_key), ARGMAX_PROBABILITY)
+
+
+def argmax_mixed(sampled: Iterator[str], greedy: Iterator[str], rng: random.Random, share: float,
+                 first: int = 0) -> Iterator[str]:
+    """``sampled`` with each token from position ``first`` on replaced, with probability ``share``, by ``greedy``'s
+    token at the same position (while ``greedy`` lasts). Ends where ``sampled`` ends."""
+    for position, token in enumerate(sampled):
+        argmax = next(greedy, None)
+        yield argmax if position >= first and argmax is not None and rng.random() < share else token
+
+
+def _model_tokens(persona: Persona, ask: Ask) -> Iterator[str]:
     rng = _rng("text", persona.seed, ask.prompt, ask.sample_key)
     if persona.garbage:
         gibberish = _endless_gibberish(rng)

@@ -12,10 +12,10 @@ histogram the verify counts give the mean only: per-position figures are then ab
 Drift: each request's accept length in the order the requests were sent; PELT (ruptures, mean shift, penalty
 ``DRIFT_PENALTY_K`` · σ² · ln n with σ from successive differences) finds where the level moved.
 
-Losslessness at temperature > 0: the same prompts sampled on the speculative server and on the reference without
-speculation; each sample's first ``tokens`` tokens either equal the greedy continuation or not. Speculative
-sampling is lossless when the share equal to greedy is the same on both (a draft sampler that ignores the
-temperature, or top-p/top-k, moves it toward greedy). The gate compares the two shares (reports/gates.py).
+Losslessness at temperature > 0: the same prompts drawn ``samples`` times on the speculative server and on the
+reference without speculation, each draw its own request with its own seed (``draws``), their token ids compared per
+generated position by ground/position_homogeneity.py (the statistics are there); the gate reads its family p at the
+run's alpha (reports/gates.py). How many draws equal the greedy text is kept as a figure, not as the test.
 """
 
 from __future__ import annotations
@@ -151,37 +151,44 @@ def drift(requests: Sequence) -> Drift:
                  tuple(series))
 
 
+# Seeds of the draws: one per request, and the two sides' never the same, so that a server that honours them
+# (SGLang with --enable-deterministic-inference; otherwise it draws afresh) still gives independent draws.
+SEED_SIDES = {"speculative": 1, "reference": 2}
+SEED_STRIDE = 1_000_000
+
+
 @dataclass(frozen=True)
-class SampledShare:
-    """How many samples' first ``tokens`` tokens equal the greedy continuation, on one server."""
+class Draw:
+    """One sampled reply: its token ids and its text."""
 
-    greedy_like: int
-    samples: int
-    failed: int
-
-    @property
-    def share(self) -> float | None:
-        return self.greedy_like / self.samples if self.samples else None
-
-    @property
-    def stderr(self) -> float | None:
-        """Binomial standard error with half a sample added each way, so a share of 0 or 1 is not certain."""
-        if not self.samples:
-            return None
-        p = (self.greedy_like + 0.5) / (self.samples + 1)
-        return math.sqrt(p * (1 - p) / self.samples)
+    ids: tuple[int, ...]
+    text: str
 
 
-def greedy_like_share(server: Server, prompts: Sequence[Prompt], samples: int, tokens: int, temperature: float,
-                      top_p: float | None, concurrency: int, greedy: Sequence[str | None]) -> SampledShare:
-    """Sample every prompt ``samples`` times; count the samples equal to ``greedy`` (per prompt, the greedy text)."""
+def draws(server: Server, prompts: Sequence[Prompt], samples: int, tokens: int, sampling: dict, concurrency: int,
+          side: str) -> list[list[Draw | None]]:
+    """Per prompt, ``samples`` draws of ``tokens`` tokens (None: the request failed or carried no token ids)."""
     items = [(index, repeat) for index in range(len(prompts)) for repeat in range(samples)]
-    body = {"temperature": temperature, **({"top_p": top_p} if top_p is not None else {})}
-    texts = server.ask_each(lambda client, item: _text(client, server.model, prompts[item[0]].text, tokens, body),
-                            items, concurrency, label="accept sampled")
-    counted = [(greedy[index], text) for (index, _), text in zip(items, texts)
-               if text is not None and greedy[index] is not None]
-    return SampledShare(sum(g == t for g, t in counted), len(counted), len(items) - len(counted))
+    first = SEED_SIDES[side] * SEED_STRIDE
+
+    def draw(client: openai.OpenAI, item: tuple[int, int]) -> Draw | None:
+        body = {**sampling, "seed": first + item[0] * samples + item[1], "return_token_ids": True}
+        return _draw(client, server.model, prompts[item[0]].text, tokens, body)
+
+    answers = server.ask_each(draw, items, concurrency, label=f"accept lossless ({side})")
+    return [answers[index * samples:(index + 1) * samples] for index in range(len(prompts))]
+
+
+def greedy_share(per_prompt: Sequence[Sequence[Draw | None]], greedy: Sequence[str | None]) -> dict:
+    """How many draws equal the greedy text of their prompt (a figure; the test is per position)."""
+    counted = [(text, draw.text) for text, prompt_draws in zip(greedy, per_prompt) for draw in prompt_draws
+               if draw is not None and text is not None]
+    failed = sum(draw is None for prompt_draws in per_prompt for draw in prompt_draws)
+    return {"greedy_like": sum(a == b for a, b in counted), "samples": len(counted), "failed": failed}
+
+
+def token_ids(per_prompt: Sequence[Sequence[Draw | None]]) -> list[list[tuple[int, ...] | None]]:
+    return [[None if draw is None else draw.ids for draw in prompt_draws] for prompt_draws in per_prompt]
 
 
 def repeated_words(texts: Sequence[str | None]) -> int:
@@ -201,16 +208,32 @@ def greedy_texts(server: Server, prompts: Sequence[Prompt], tokens: int, concurr
 
 
 # OpenAI's own sampling parameters; the rest (top_k, SGLang's repetition_penalty) go in extra_body
-OPENAI_SAMPLING = ("temperature", "top_p", "frequency_penalty", "presence_penalty")
+OPENAI_SAMPLING = ("temperature", "top_p", "frequency_penalty", "presence_penalty", "seed")
 
 
-def _text(client: openai.OpenAI, model: str, text: str, tokens: int, body: dict) -> str | None:
+def _reply(client: openai.OpenAI, model: str, text: str, tokens: int, body: dict):
     known = {key: value for key, value in body.items() if key in OPENAI_SAMPLING}
     extra = {key: value for key, value in body.items() if key not in OPENAI_SAMPLING}
     try:
-        response = client.chat.completions.create(model=model, messages=[{"role": "user", "content": text}],
-                                                  max_tokens=tokens, extra_body=extra or None, **known)
+        return client.chat.completions.create(model=model, messages=[{"role": "user", "content": text}],
+                                              max_tokens=tokens, extra_body=extra or None, **known)
     except openai.OpenAIError:
         return None
-    message = response.choices[0].message
+
+
+def _message_text(message) -> str:
     return (getattr(message, "reasoning_content", None) or "") + (message.content or "")
+
+
+def _text(client: openai.OpenAI, model: str, text: str, tokens: int, body: dict) -> str | None:
+    response = _reply(client, model, text, tokens, body)
+    return None if response is None else _message_text(response.choices[0].message)
+
+
+def _draw(client: openai.OpenAI, model: str, text: str, tokens: int, body: dict) -> Draw | None:
+    response = _reply(client, model, text, tokens, body)
+    if response is None:
+        return None
+    choice = response.model_dump()["choices"][0]
+    ids = choice.get("response_token_ids")
+    return None if ids is None else Draw(tuple(ids), _message_text(response.choices[0].message))

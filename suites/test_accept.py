@@ -1,7 +1,7 @@
 """Speculative acceptance: accept_length, accept_rate, accept_rate_pos1..8 (per draft position), accept_length_CATEGORY
 (per category of the workload: code, math, long_context, MT-Bench's others), and at the sampled
-setting accept_length_sampled; with a non-speculative reference (--reference-url) the losslessness figures
-sampled_greedy_share[_reference][_stderr]. Records "accept" (per request, with category and histogram),
+setting accept_length_sampled; with a non-speculative reference (--reference-url) the losslessness test's
+sampled_lossless_p, _tests, _samples (gated: reports/gates.py) and the figures sampled_greedy_share[_reference]. Records "accept" (per request, with category and histogram),
 "accept_server" (server-side figures), "accept_summary" (the /metrics cross-check), "accept_detail" (per position,
 per category, the accept-length histogram, drift along the run, the losslessness counts; CONTRACT.md).
 
@@ -22,9 +22,10 @@ from suites.accept import (
     server_side_figures, take_snapshot, with_spec,
 )
 from suites.accept_detail import (
-    accept_length_histogram, by_category, category_metrics, drift, greedy_like_share, greedy_texts, position_metrics,
-    position_source, positions, repeated_words,
+    accept_length_histogram, by_category, category_metrics, draws, drift, greedy_share, greedy_texts, position_metrics,
+    position_source, positions, repeated_words, token_ids,
 )
+from ground.position_homogeneity import compare
 from suites.config import SuiteInputError
 from suites.datasets import load_questions
 from suites.prompts import LONG_CONTEXT_QUESTIONS, Prompt, builtin_workload, category_of, long_context_document
@@ -109,29 +110,33 @@ def sampled_run(accept_run, server, suite_config, suite_output):
 
 @pytest.fixture(scope="module")
 def lossless_run(accept_run, server, suite_config, suite_output):
-    """Greedy and sampled outputs of the same prompts here and on the non-speculative reference."""
+    """Greedy outputs of the same prompts here and on the non-speculative reference, and ``lossless_samples`` draws
+    of each at the sampled setting on both, compared per generated position (ground/position_homogeneity.py)."""
     options = suite_config.suite("accept")
     _, _, detail = accept_run
     if suite_config.reference_url is None:
         detail["lossless"] = {"skipped": "no non-speculative reference (--reference-url)"}
         pytest.skip("losslessness needs the same deployment without speculation (--reference-url)")
     reference = connect(replace(suite_config, base_url=suite_config.reference_url, model=None))
-    workload, _ = load_workload(options["workload"], suite_config.cache_dir)
-    prompts = [p for p in workload if p.category != "long_context"][:options["lossless_prompts"]]
-    tokens, concurrency = options["lossless_tokens"], options["concurrency"]
+    prompts, tokens, concurrency = _sampling_prompts(suite_config), options["lossless_tokens"], options["concurrency"]
     greedy_here = greedy_texts(server, prompts, tokens, concurrency)
     greedy_there = greedy_texts(reference, prompts, tokens, concurrency)
-    shares = {name: greedy_like_share(target, prompts, options["lossless_samples"], tokens,
-                                      options["sampled_temperature"], options["sampled_top_p"], concurrency,
-                                      greedy_there)
-              for name, target in (("", server), ("_reference", reference))}
-    suite_output.add_metrics({f"sampled_greedy_share{side}{suffix}": getattr(share, attribute)
-                              for side, share in shares.items()
-                              for suffix, attribute in (("", "share"), ("_stderr", "stderr"))})
+    sampling = {"temperature": options["sampled_temperature"],
+                **({"top_p": options["sampled_top_p"]} if options["sampled_top_p"] is not None else {})}
+    drawn = {side: draws(target, prompts, options["lossless_samples"], tokens, sampling, concurrency, side)
+             for side, target in (("speculative", server), ("reference", reference))}
+    result = compare(token_ids(drawn["speculative"]), token_ids(drawn["reference"]), tokens)
+    shares = {side: greedy_share(drawn[side], greedy_there) for side in drawn}
+    suite_output.add_metrics({
+        "sampled_lossless_p": result.family_p, "sampled_lossless_tests": len(result.tests),
+        "sampled_lossless_samples": result.samples,
+        **{f"sampled_greedy_share{suffix}": share["greedy_like"] / share["samples"] if share["samples"] else None
+           for suffix, share in (("", shares["speculative"]), ("_reference", shares["reference"]))}})
     detail["lossless"] = {"prompts": len(prompts), "tokens": tokens, "temperature": options["sampled_temperature"],
-                          "top_p": options["sampled_top_p"],
-                          "speculative": vars(shares[""]), "reference": vars(shares["_reference"]),
-                          "greedy_equal": sum(a == b for a, b in zip(greedy_here, greedy_there))}
+                          "top_p": options["sampled_top_p"], **shares,
+                          "greedy_equal": sum(a == b for a, b in zip(greedy_here, greedy_there)),
+                          "samples": result.samples, "family_p": result.family_p, "untested": result.untested,
+                          "positions": [test.to_dict() for test in result.tests]}
     return greedy_here, greedy_there
 
 

@@ -8,6 +8,7 @@ import contextlib
 import pytest
 
 from reports.gates import evaluate
+from ground.measurements import Acceptance
 from ground.records import CellResult
 from ground.sglang.settings import CellConfig
 from tests.simulator_process import running_simulator
@@ -68,15 +69,18 @@ def test_accept_drift_is_found_at_the_request_it_started(tmp_path):
     assert clean["drift"]["change_at_request"] is None, clean["drift"]
 
 
-@pytest.mark.parametrize("fault, verdict", [("", "passed"), ("lossy_sampling", "regressed")])
+@pytest.mark.parametrize("fault, verdict", [("", "passed"), ("lossy_sampling", "regressed"),
+                                            ("greedy_verify=0.5", "regressed")])
 def test_lossy_sampling_is_red_while_greedy_parity_holds(tmp_path, fault, verdict):
     code, output, detail, log = accept(tmp_path, {"DSPARK_SIM_FAULTS": fault}, "num_requests=8", reference_env={})
     assert code == 0, log  # greedy parity and top_k=1 hold either way
     outcomes = {t["nodeid"].rsplit("::", 1)[-1]: t["outcome"] for t in output["tests"]}
     assert outcomes["test_greedy_output_equals_reference"] == outcomes["test_top_k_one_is_greedy"] == "passed"
-    cell = CellResult(id="c", config=CellConfig(speculative_algorithm="DSPARK"), expect={}, metrics=output["metrics"])
-    [gate] = [g for g in evaluate(cell, output["metrics"], None) if g.metric == "sampled_greedy_share"]
+    cell = CellResult(id="c", config=CellConfig(speculative_algorithm="DSPARK"), expect={}, metrics=output["metrics"],
+                      acceptance=Acceptance.from_dict(detail))
+    [gate] = [g for g in evaluate(cell, output["metrics"], None) if g.metric == "sampled_lossless_p"]
     assert gate.verdict == verdict, gate
+    assert all(test["position"] >= 2 for test in detail["lossless"]["positions"])
 
 
 def sweep(tmp_path, env, concurrencies, input_lens="[256]"):

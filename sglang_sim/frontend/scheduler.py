@@ -169,7 +169,8 @@ class StandIn:
         # SGLang's chat layer decided whether the model reasons (its reasoning parser's rule): it thinks then.
         thinking = bool(req.require_reasoning)
         penalties = Penalties(params.frequency_penalty, params.presence_penalty, params.repetition_penalty)
-        ask = Ask(prompt, question_of(prompt), self.engine.sample_key(temperature, top_p=params.top_p), thinking,
+        ask = Ask(prompt, question_of(prompt), self.engine.sample_key(temperature, top_p=params.top_p,
+                                                                        seed=params.sampling_seed), thinking,
                   bool(params.ignore_eos), penalties)
         return Job(ask, len(prompt_ids), int(limit), bool(req.stream), require_reasoning=thinking, warmup=internal,
                    temperature=temperature)
