@@ -64,6 +64,7 @@ class ServerSnapshot:
     rank_accept_lengths: tuple[float | None, ...]  # avg_spec_accept_length per DP rank, cumulative
     metrics_served: bool  # GET /metrics answered 200 (SGLang: --enable-metrics)
     counters: Mapping[str, float]  # GENERATION_TOKENS and VERIFY_CALLS as far as /metrics has them
+    num_draft_tokens: int | None = None  # speculative_num_draft_tokens: the most tokens one verify step can emit
 
 
 def take_snapshot(server: Server) -> ServerSnapshot:
@@ -79,6 +80,7 @@ def take_snapshot(server: Server) -> ServerSnapshot:
         metrics_served=samples is not None,
         counters={name: value for name in (GENERATION_TOKENS, VERIFY_CALLS)
                   if (value := (samples or {}).get(name)) is not None},
+        num_draft_tokens=(info or {}).get("speculative_num_draft_tokens"),
     )
 
 
@@ -220,6 +222,9 @@ def _window_start(before: ServerSnapshot) -> str:
 
 
 def _server_info_figure(before: ServerSnapshot, after: ServerSnapshot, requests: Sequence[RequestSpec]) -> dict:
+    reconstructed = _server_info_window(before, after)
+    if reconstructed is not None:
+        return reconstructed
     ranks = len(after.rank_accept_lengths)
     before_values = before.rank_accept_lengths or (None,) * ranks
     tokens_by_rank = _tokens_by_rank(requests, ranks)
@@ -240,6 +245,43 @@ def _server_info_figure(before: ServerSnapshot, after: ServerSnapshot, requests:
         "weighting": "tokens per dp_rank" if tokens_by_rank is not None else "equal (no dp_rank in responses)",
         "accept_length": tokens_sum / verify_sum if verify_sum else None, "ranks": per_rank,
     }
+
+
+def _server_info_window(before: ServerSnapshot, after: ServerSnapshot) -> dict | None:
+    """/server_info's figure over the window when the rank had verify steps before it (the sanity check's): its
+    cumulative ratio times /metrics' verify calls gives the tokens at each end (both count one step per request per
+    verify), so the cross-check still runs. None when that cannot be done (several ranks, no /metrics counters)."""
+    if len(after.rank_accept_lengths) != 1 or len(before.rank_accept_lengths) != 1:
+        return None
+    old, new = before.rank_accept_lengths[0], after.rank_accept_lengths[0]
+    if old is None or new is None or not all(VERIFY_CALLS in snapshot.counters for snapshot in (before, after)):
+        return None
+    calls_before, calls_after = before.counters[VERIFY_CALLS], after.counters[VERIFY_CALLS]
+    window = calls_after - calls_before
+    return {"source": "/server_info internal_states", "exact_window": window > 0, "counts_first_token": False,
+            "weighting": "one rank", "window_start": "cumulative ratio times /metrics verify calls at both ends",
+            "accept_length": (new * calls_after - old * calls_before) / window if window > 0 else None,
+            "ranks": [{"rank": 0, "before": old, "after": new, "window_tokens": None}]}
+
+
+def beyond_draft_bound(requests: Sequence[RequestSpec], snapshot: ServerSnapshot) -> list[str]:
+    """Accept lengths no verify step can give: one emits at most its accepted drafts + 1, i.e. num_draft_tokens
+    (SGLang: draft_per_round = num_draft_tokens - 1, accept tokens per step = correct drafts + 1). Such a figure
+    contradicts the server's own configuration: an error of measurement, never a result to gate."""
+    bound = snapshot.num_draft_tokens
+    if not bound:
+        return []
+    measured = with_spec(requests)
+    verify = sum(r.spec_verify_ct or 0 for r in measured)
+    ours = (sum(r.completion_tokens for r in measured) - len(measured)) / verify if verify else None
+    named = [("per-request (completion tokens - first token) / verify steps", ours)] + [
+        (f"/server_info avg_spec_accept_length of rank {rank}", value)
+        for rank, value in enumerate(snapshot.rank_accept_lengths)]
+    return [f"{name} {value:.3f} exceeds speculative_num_draft_tokens {bound} (the most one verify step emits)"
+            for name, value in named if value is not None and value > bound + BOUND_SLACK]
+
+
+BOUND_SLACK = 1e-9  # a ratio at the bound exactly is possible (every draft accepted); floats only
 
 
 def _tokens_by_rank(requests: Sequence[RequestSpec], ranks: int) -> dict[int, int] | None:

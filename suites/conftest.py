@@ -129,7 +129,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if call.excinfo is not None and isinstance(call.excinfo.value, API_ERRORS) and report.failed:
         error = call.excinfo.value
         report.longrepr = f"{item.nodeid}: the server's API failed: {type(error).__name__}: {error}"
+    if report.failed and Path(item.path).name == SANITY_MODULE:
+        item.config.stash.setdefault(SANITY_FAILED_KEY, item.nodeid)
     return report
+
+
+# The sanity check runs first; once it fails, the server is known broken and the cell is red whatever the other
+# suites measure: they are skipped at once (saying why), so the verdict does not wait minutes for them.
+SANITY_MODULE = "test_sanity.py"
+SANITY_FAILED_KEY = pytest.StashKey[str]()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    failed = item.config.stash.get(SANITY_FAILED_KEY, None)
+    if failed is not None and Path(item.path).name != SANITY_MODULE:
+        pytest.skip(f"not run: the sanity check failed ({failed}), so this cell is red whatever this suite measures")
 
 
 class OutputPlugin:

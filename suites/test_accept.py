@@ -18,7 +18,7 @@ from dataclasses import replace
 import pytest
 
 from suites.accept import (
-    Sampling, disagreements, impossible_requests, measure_requests, per_request_metrics, request_record,
+    Sampling, beyond_draft_bound, disagreements, impossible_requests, measure_requests, per_request_metrics, request_record,
     server_side_figures, take_snapshot, with_spec,
 )
 from suites.accept_detail import (
@@ -87,6 +87,7 @@ def accept_run(server, suite_config, suite_output, detail):
               or "none: the responses carry no spec_correct_drafts_histogram (mean figures from verify counts only)",
               "positions": table, "accept_length_histogram": accept_length_histogram(requests),
               "categories": by_category(requests), "drift": drift(requests).to_dict()})
+    detail["beyond_draft_bound"] = beyond_draft_bound(requests, after)
     return requests, metrics, detail
 
 
@@ -155,6 +156,14 @@ def test_accept_figures_agree_with_each_other(accept_run):
     requests, _, _ = accept_run
     problems = impossible_requests(requests)
     assert not problems, f"impossible measurement in {len(problems)} of {len(requests)} requests; first: {problems[0]}"
+
+
+def test_accept_lengths_within_the_draft_bound(accept_run):
+    """No accept length, ours or the server's, can exceed num_draft_tokens: one that does (a counter counted twice)
+    contradicts the server's configuration, an error of measurement whatever the gates say."""
+    _, _, detail = accept_run
+    problems = detail["beyond_draft_bound"]
+    assert not problems, f"impossible measurement: {'; '.join(problems)}"
 
 
 def test_accept_length_above_collapse_floor(accept_run, suite_config):

@@ -106,3 +106,13 @@ def test_usage_that_does_not_add_up_is_named():
              b'data: {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 8, "total_tokens": 18}}',
              b"data: [DONE]"]
     assert reply_problems(parse_stream(lines), 32) == ["usage does not add up: 9 prompt + 8 completion != 18 total tokens"]
+
+
+def test_a_failed_sanity_check_skips_the_cells_other_suites(tmp_path):
+    # The server is known broken once the sanity check fails: the cell is red then, not after every other suite.
+    code, cell, stderr = run_cell(tmp_path, "garbage_output", "--suites", "accept,speed")
+    assert code == 1, stderr
+    assert cell["status"] == "failed" and "sanity" in cell["error"], cell["error"]
+    others = [t for t in cell["tests"] if "test_sanity.py" not in t["nodeid"]]
+    assert others and all(t["outcome"] == "skipped" and "the sanity check failed" in t["message"] for t in others), (
+        [(t["nodeid"], t["outcome"], t["message"]) for t in others])
