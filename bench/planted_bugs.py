@@ -168,12 +168,13 @@ def run(cells: tuple[str, ...], shadow: Path, work: Path, matrix: str) -> dict:
 
 
 def evidence(cell: dict) -> list[str]:
-    """What a cell failed on, one line each: failed gates, failed tests, its error and SGLang's own line."""
-    lines = [f"gate {g['metric']} {g.get('value')} {g['op']} {g['threshold']}" for g in cell.get("gates") or []
-             if not g.get("passed")]
+    """What a cell failed on, one line each, the cell's own error first (a gate left unmeasured by a failed sanity
+    check is a consequence, not the cause): its error, SGLang's own line, failed tests, failed gates."""
+    lines = [f"{key}: {cell[key]}" for key in ("error", "sglang_error") if cell.get(key)]
     lines += [f"test {t['nodeid']}: {t.get('message') or ''}" for t in cell.get("tests") or []
               if t.get("outcome") in ("failed", "error")]
-    return lines + [f"{key}: {cell[key]}" for key in ("error", "sglang_error") if cell.get(key)]
+    return lines + [f"gate {g['metric']} {g.get('value')} {g['op']} {g['threshold']}" for g in cell.get("gates") or []
+                    if not g.get("passed")]
 
 
 def judge(bug: Bug | None, results: dict) -> tuple[str, str]:

@@ -1,7 +1,8 @@
 """Greedy parity: parity_mismatches, parity_tie_flips; records "parity" (one per prompt: match, tie flip or mismatch,
 with the first differing position, both tokens and the reference's logprobs of each).
 
-Options (suite "parity"): num_prompts, max_tokens, concurrency, max_mismatches, top_logprobs, tie_ulps. Needs
+Options (suite "parity"): num_prompts, max_tokens, concurrency, max_mismatches, top_logprobs, tie_ulps, reference
+(what `dspark-ci run` boots as --reference-url: dspark_ci/reference_boot.py). Needs
 --reference-url (the same deployment without speculation) or --reference-file (recorded outputs);
 --save-reference FILE writes this server's outputs in the reference format.
 """

@@ -46,6 +46,7 @@ from sglang_sim.engine import Engine, Generation, Job
 from sglang_sim.failures import SCHEDULER_FRAMES, print_lines, traceback_tail
 from sglang_sim.frontend.launch import MODEL_DIR_ENV, admitted
 from sglang_sim.frontend.vocab import Vocabulary
+from sglang_sim import logprobs
 from sglang_sim.gpqa_answers import GpqaAnswerKey
 from sglang_sim.prometheus import MAX_TOTAL_NUM_TOKENS, kv_gauges
 from sglang_sim.noise import BootNoise
@@ -83,6 +84,9 @@ class Running:
     sent_output: int = 0  # req.send_token_offset
     sent_decode: int = 0  # req.send_decode_id_offset
     task: asyncio.Task | None = None
+    # with return_logprob, per output id: (logprob, [(top logprob, top id), ...]) (sglang_sim/logprobs.py)
+    logprob_rows: list[tuple[float, list[tuple[float, int]]]] = field(default_factory=list)
+    logprob_pieces: int = 0  # engine tokens whose rows are in logprob_rows
 
     def decode_ids(self) -> tuple[list[int], int]:
         """Req.init_incremental_detokenize: the prompt's last ids, then every output id; and the read offset."""
@@ -203,11 +207,25 @@ class StandIn:
                 async for tokens in steps:
                     for piece in tokens:
                         running.output_ids.extend(self.vocabulary.ids(piece))
+                    if running.req.return_logprob:
+                        self._logprob_rows(running, job)
                     await self._send(running)
         except asyncio.CancelledError:
             pass
         finally:
             self.running.pop(running.req.rid, None)
+
+    def _logprob_rows(self, running: Running, job: Job) -> None:
+        """The new engine tokens' logprobs as rows per output id: a token of several ids carries its logprob on the
+        first (the rest are certain given it), the top candidates each by their first id."""
+        top = int(running.req.top_logprobs_num or 0)
+        rows = logprobs.positions(self.engine.persona, job.ask, running.gen.tokens, self.config.faults)
+        for taken, table in rows[running.logprob_pieces:]:
+            ids = self.vocabulary.ids(taken.piece)
+            candidates = [(c.logprob, self.vocabulary.ids(c.piece)[0]) for c in table[:top]]
+            running.logprob_rows.append((taken.logprob, candidates))
+            running.logprob_rows.extend((0.0, [(0.0, token)][:top]) for token in ids[1:])
+        running.logprob_pieces = len(rows)
 
     async def _send(self, running: Running, finish: dict | None = None) -> None:
         stats = running.time_stats
@@ -313,6 +331,19 @@ class StandIn:
             await self.dispatch(request)
 
 
+def _output_logprobs(running: Running) -> dict:
+    """BatchTokenIDOutput's output logprob fields for this step's ids: one list per request when it asked for
+    logprobs (the TokenizerManager indexes them then), else empty."""
+    if not running.req.return_logprob:
+        return {"output_token_logprobs_val": [], "output_token_logprobs_idx": [], "output_top_logprobs_val": [],
+                "output_top_logprobs_idx": []}
+    rows = running.logprob_rows[running.sent_output:len(running.output_ids)]
+    ids = running.output_ids[running.sent_output:]
+    return {"output_token_logprobs_val": [[value for value, _ in rows]], "output_token_logprobs_idx": [ids[:len(rows)]],
+            "output_top_logprobs_val": [[[v for v, _ in top] for _, top in rows]],
+            "output_top_logprobs_idx": [[[i for _, i in top] for _, top in rows]]}
+
+
 def token_output(io, running: Running, finish: dict | None = None) -> Any:
     """The BatchTokenIDOutput of one request's new step, as output_streamer.py builds it (marks it sent)."""
     gen, req = running.gen, running.req
@@ -330,9 +361,8 @@ def token_output(io, running: Running, finish: dict | None = None) -> Any:
         no_stop_trim=[params.no_stop_trim], prompt_tokens=[len(running.prompt_ids)],
         reasoning_tokens=[gen.reasoning.tokens],
         completion_tokens=[gen.completion_tokens], cached_tokens=[0],
-        input_token_logprobs_val=[], input_token_logprobs_idx=[], output_token_logprobs_val=[],
-        output_token_logprobs_idx=[], input_top_logprobs_val=[], input_top_logprobs_idx=[],
-        output_top_logprobs_val=[], output_top_logprobs_idx=[], input_token_ids_logprobs_val=[],
+        input_token_logprobs_val=[], input_token_logprobs_idx=[], input_top_logprobs_val=[],
+        input_top_logprobs_idx=[], **_output_logprobs(running), input_token_ids_logprobs_val=[],
         input_token_ids_logprobs_idx=[], output_token_ids_logprobs_val=[], output_token_ids_logprobs_idx=[],
         output_token_entropy_val=None, output_token_sampling_mask=None, output_hidden_states=[],
         routed_experts=None, indexer_topk=None, placeholder_tokens_idx=None, placeholder_tokens_val=None,
