@@ -7,7 +7,7 @@ import sys
 from packaging.requirements import Requirement
 
 for line in open(sys.argv[1]):
-    line = line.split("#", 1)[0].strip()
+    line = line.split(" --hash", 1)[0].split("#", 1)[0].strip()  # a pinned hash is pip's to check on install
     if not line:
         continue
     requirement = Requirement(line)

@@ -17,6 +17,7 @@ from ground.errors import BadInput
 from ground.suites import SUITE_DEFAULTS
 from matrices.cell import REJECT, Cell
 from sglang_sim.sim_config import SimConfig, SimConfigError
+from sglang_sim.cpu_engine import missing_checkpoint as engine_missing_checkpoint
 from sglang_sim.cpu_engine import refusal as engine_refusal
 from suites import sgl_eval_scorer
 from suites.config import SuiteInputError
@@ -37,7 +38,7 @@ def check_before_launch(cells: list[Cell], selected: tuple[str, ...] | None, ser
             _check_simulator(cell, caller_env, where)
             _warn_overridden(cell, caller_env, where, warned)
         if server == "sglang-engine":
-            _check_engine(cell, where)
+            _check_engine(cell, where, caller_env)
         if cell.expect.outcome == REJECT:
             continue
         names = suite_names(cell, selected)
@@ -46,13 +47,18 @@ def check_before_launch(cells: list[Cell], selected: tuple[str, ...] | None, ser
             _check_gpqa(options["gpqa"], where, cell.id)
 
 
-def _check_engine(cell: Cell, where: str) -> None:
-    """SGLang's real engine on this CPU serves only what the pinned SGLang release has a CPU branch for."""
+def _check_engine(cell: Cell, where: str, caller_env: Mapping[str, str]) -> None:
+    """SGLang's real engine on this CPU serves only what the pinned SGLang release has a CPU branch for, and a
+    real model only once it is installed and converted (nothing is downloaded at run time)."""
     algorithm = dict(cell.config).get("speculative_algorithm")
-    reason = engine_refusal(("--speculative-algorithm", str(algorithm)) if algorithm else ())
+    argv = ("--model-path", cell.config.model, *(("--speculative-algorithm", str(algorithm)) if algorithm else ()))
+    reason = engine_refusal(argv)
     if reason:
         raise BadInput(where, f"cell {cell.id}: {reason}",
                        "leave the cell out (--cell), or run it on a GPU (--server sglang) or the simulator")
+    missing = engine_missing_checkpoint(argv, caller_env)
+    if missing:
+        raise BadInput(where, f"cell {cell.id}: {missing}", "make it once, then run again")
 
 
 def _check_gpqa(options: Mapping, where: str, cell_id: str) -> None:

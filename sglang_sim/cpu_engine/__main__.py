@@ -1,7 +1,8 @@
 """``PYTHON sglang_sim/cpu_engine/__main__.py [the cell's launch_server flags]`` with the SGLang venv's Python
 (``.ci/sglang-engine.sh``): SGLang's real ``launch_server`` on this CPU (``sglang_sim.cpu_engine``).
 
-Refuses (exit 2) a speculative algorithm without a CPU branch; otherwise writes the model's weights once, then
+Refuses (exit 2) a speculative algorithm without a CPU branch (or without a draft for the model), and a real model
+not installed (``real_model.py``); otherwise writes or converts the model's weights once (cached), then
 replaces itself with ``python -m sglang.launch_server`` so that the process the launcher started, signals and
 watches is SGLang's own."""
 
@@ -27,7 +28,7 @@ def _kernel_ops(boot: Path) -> list[str]:
 def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run by path from a Python without this tree
     from sglang_sim import cpu_engine
-    from sglang_sim.cpu_engine import checkpoint
+    from sglang_sim.cpu_engine import checkpoint, real_model
 
     argv = sys.argv[1:]
     reason = cpu_engine.refusal(argv)
@@ -35,8 +36,15 @@ def main() -> int:
         print(f"ValueError: {reason}", file=sys.stderr, flush=True)
         return 2
     cache = cpu_engine.cache_root(os.environ)
-    target = checkpoint.ensure(cpu_engine.MODEL_DIR / "target", cache)
-    draft = checkpoint.ensure(cpu_engine.MODEL_DIR / "draft", cache, target_source=cpu_engine.MODEL_DIR / "target")
+    if cpu_engine.engine_model(argv).checkpoint == "gguf":
+        try:
+            target, draft = real_model.ensure(cache)
+        except real_model.ModelMissing as err:
+            print(f"ValueError: {err}", file=sys.stderr, flush=True)
+            return 2
+    else:
+        target = checkpoint.ensure(cpu_engine.MODEL_DIR / "target", cache)
+        draft = checkpoint.ensure(cpu_engine.MODEL_DIR / "draft", cache, target_source=cpu_engine.MODEL_DIR / "target")
     command = [sys.executable, "-m", "sglang.launch_server",
                *cpu_engine.engine_argv(argv, target, draft, _kernel_ops(cpu_engine.KERNELS_BOOT))]
     env = cpu_engine.engine_env(os.environ, argv)
