@@ -1,13 +1,16 @@
-"""Where the server's scheduler spent the speed window: on a CPU, waiting for one, or blocked (Linux schedstat).
+"""Where the server's scheduler spent the speed window: on a CPU, waiting for one, or stalled (Linux /proc).
 
 A server slowed by a loaded machine keeps its scheduler runnable: the time it loses is run-queue wait. A server
-slowed by its own code sleeping, waiting on a lock, a sync or a peer is not runnable meanwhile: that time is
-"blocked". ``/proc/PID/task/TID/schedstat`` gives a thread's time on a CPU and its run-queue wait (ns); wall
-time minus both is the time it was blocked. The thread read is each scheduler's main thread, the one that runs
-SGLang's event loop (``Scheduler.event_loop_*``: receive, schedule, run the batch, process the result): a decode
-step that sleeps 20 ms blocks it 20 ms per step, while the machine's load shows as run-queue wait instead. When
-the loop waits for its own helper threads (OpenMP), it spins on a CPU first, so load seldom turns into blocked
-time there.
+slowed by its own code sleeping, waiting on a lock, a sync or a peer is not runnable meanwhile. Two readings:
+- ``/proc/PID/task/PID/schedstat`` of each scheduler's main thread (the one that runs SGLang's event loop,
+  ``Scheduler.event_loop_*``): its time on a CPU and its run-queue wait (ns), per output token;
+- blocked time: the share of the window in which NO thread of the scheduler process was runnable (every
+  ``/proc/PID/task/*/stat`` state other than R), sampled every SAMPLE_S in a thread of the client, times the
+  window, per output token. The main thread alone is not enough: under load it waits on its own OpenMP helpers
+  when they are descheduled, and sleeps on a futex meanwhile (measured on the CPU engine at load 8-13: a healthy
+  scheduler's main thread blocked 7-30 ms per token, more than a planted 20 ms sleep per decode step added).
+  While a helper it waits on is in the run queue, the process is not stalled; during a sleep in the decode step
+  every thread is.
 
 Which processes: the deployment's processes named ``sglang::scheduler*`` (SGLang's process titles, one per
 rank), or, when none is (the simulator serves from the rank's own process), the ranks' root processes. Several
@@ -20,6 +23,8 @@ standalone run against a URL, or a deployment on another machine, has no such fi
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +34,7 @@ import psutil
 
 SCHEDULER_TITLE = "sglang::scheduler"  # setproctitle in sglang/srt/managers/scheduler.py, one per rank
 NS_PER_MS = 1e6
+SAMPLE_S = 0.005  # 200 samples a second: a 20 ms stall per decode step is 4 samples each time
 
 
 @dataclass(frozen=True)
@@ -90,19 +96,75 @@ def read(pids: Sequence[int]) -> tuple[ThreadTimes, ...]:
     return tuple(times)
 
 
-def window_share(before: Sequence[ThreadTimes], after: Sequence[ThreadTimes], tokens: int) -> WindowShare | None:
-    """The least-blocked scheduler's share of the window between the two readings, per output token; None when no
-    process was read at both ends or no token was generated."""
+def window_share(before: Sequence[ThreadTimes], after: Sequence[ThreadTimes], stalls: Sequence[StallCount],
+                 tokens: int) -> WindowShare | None:
+    """The least-stalled scheduler's share of the window between the two readings, per output token; None when no
+    process was read at both ends and sampled, or no token was generated."""
     if tokens <= 0:
         return None
-    start = {t.pid: t for t in before}
-    shares = [_share(start[t.pid], t, tokens) for t in after if t.pid in start]
+    start, sampled = {t.pid: t for t in before}, {c.pid: c for c in stalls if c.samples}
+    shares = [_share(start[t.pid], t, sampled[t.pid], tokens) for t in after if t.pid in start and t.pid in sampled]
     return min(shares, key=lambda share: share.blocked_ms_per_token, default=None)
 
 
-def _share(start: ThreadTimes, end: ThreadTimes, tokens: int) -> WindowShare:
+def _share(start: ThreadTimes, end: ThreadTimes, stalls: StallCount, tokens: int) -> WindowShare:
     wall = end.at_ns - start.at_ns
     on_cpu, runqueue = end.on_cpu_ns - start.on_cpu_ns, end.runqueue_ns - start.runqueue_ns
-    blocked = max(0, wall - on_cpu - runqueue)  # both clocks tick apart: a busy thread may read a hair over
     per_token = lambda ns: ns / NS_PER_MS / tokens  # noqa: E731
-    return WindowShare(end.pid, wall / NS_PER_MS, per_token(on_cpu), per_token(runqueue), per_token(blocked))
+    return WindowShare(end.pid, wall / NS_PER_MS, per_token(on_cpu), per_token(runqueue),
+                       per_token(wall * stalls.stalled / stalls.samples))
+
+
+@dataclass(frozen=True)
+class StallCount:
+    """How often one process was sampled, and how often none of its threads was runnable."""
+
+    pid: int
+    samples: int
+    stalled: int
+
+
+class StallSampler:
+    """Samples the thread states of ``pids`` every SAMPLE_S in a thread of its own, between ``start`` and ``stop``."""
+
+    def __init__(self, pids: Sequence[int]):
+        self._pids = tuple(pids)
+        self._counts = {pid: [0, 0] for pid in self._pids}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stall sampler", daemon=True)
+
+    def start(self) -> "StallSampler":
+        if self._pids:
+            self._thread.start()
+        return self
+
+    def stop(self) -> tuple[StallCount, ...]:
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        return tuple(StallCount(pid, samples, stalled) for pid, (samples, stalled) in self._counts.items())
+
+    def _run(self) -> None:
+        tasks = {pid: _tasks(pid) for pid in self._pids}  # a scheduler's threads are all started by the window
+        while not self._done.wait(SAMPLE_S):
+            for pid, paths in tasks.items():
+                states = [_state(path) for path in paths]
+                if any(states):
+                    self._counts[pid][0] += 1
+                    self._counts[pid][1] += "R" not in states
+
+
+def _tasks(pid: int) -> list[str]:
+    try:
+        return [f"/proc/{pid}/task/{tid}/stat" for tid in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return []
+
+
+def _state(path: str) -> str:
+    """A thread's state letter (R: running or runnable), "" when it is gone."""
+    try:
+        with open(path) as stat:
+            return stat.read().rpartition(")")[2].split(maxsplit=1)[0]
+    except (OSError, IndexError):
+        return ""

@@ -54,7 +54,7 @@ import aiohttp
 from ground.stats import bootstrap_stderr, ratio_stderr
 from suites import offcpu
 from suites.config import RoleURL
-from suites.offcpu import ThreadTimes
+from suites.offcpu import StallCount, ThreadTimes
 from suites.server import Server
 from suites.ttft_split import RoleReading, read_roles
 
@@ -193,6 +193,7 @@ class WorkerResult:
     roles_at_window: tuple[RoleReading, ...] | None = None  # the roles' /metrics as the window opened
     schedulers_at_window: tuple[ThreadTimes, ...] = ()  # the schedulers' schedstat as the window opened
     schedulers_after_window: tuple[ThreadTimes, ...] = ()  # and as this worker's last request ended
+    scheduler_stalls: tuple[StallCount, ...] = ()  # how often none of a scheduler's threads was runnable
 
 
 # ---------------------------------------------------------------- prompts
@@ -245,15 +246,18 @@ async def _run_worker(job: WorkerJob, barrier) -> WorkerResult:
         opened_before = client.connections_opened
         lag: list[float] = []
         probe = asyncio.create_task(_probe_loop_lag(lag))
+        sampler = offcpu.StallSampler(job.scheduler_pids if job.reads_roles else ()).start()
         schedulers_before = offcpu.read(job.scheduler_pids) if job.reads_roles else ()
         timings = await _run_phase(client, job, job.prompts)
         schedulers_after = offcpu.read(job.scheduler_pids) if job.reads_roles else ()
+        stalls = sampler.stop()
         probe.cancel()
         opened_after = client.connections_opened  # None for both when the client cannot tell
         in_window = None if opened_before is None or opened_after is None else opened_after - opened_before
     return WorkerResult(timings=tuple(timings), loop_lag_ms=tuple(lag), connections_warmed=warmed,
                         connections_opened_in_window=in_window, roles_at_window=roles_at_window,
-                        schedulers_at_window=schedulers_before, schedulers_after_window=schedulers_after)
+                        schedulers_at_window=schedulers_before, schedulers_after_window=schedulers_after,
+                        scheduler_stalls=stalls)
 
 
 async def _roles_at_window(job: WorkerJob, barrier) -> tuple[RoleReading, ...] | None:

@@ -1,8 +1,8 @@
 """Streaming speed: ttft_ms_*, tpot_ms_*, itl_ms_* (bench_serving's ITL), itl_chunk_ms_*, itl_token_ms_*,
 e2e_latency_s_mean, output_throughput_tok_s, input_tokens_mean, output_tokens_mean, and the client's own
 overhead client_loop_lag_ms_p99, client_ttfb_ms_*; with --server-pid (the launcher's, suites/offcpu.py) where the
-server's scheduler spent the window per output token: scheduler_blocked_ms_per_token (neither on a CPU nor waiting
-for one: a sleep, a lock, a sync), scheduler_cpu_ms_per_token, scheduler_runqueue_ms_per_token; records "speed"
+server's scheduler spent the window per output token: scheduler_blocked_ms_per_token (no thread of it runnable: a
+sleep, a lock, a sync), scheduler_cpu_ms_per_token, scheduler_runqueue_ms_per_token; records "speed"
 (per request) and "speed_summary". With --reference-url (the deployment without speculation) also
 speculative_speedup (its median TPOT / ours, the same requests sent to both in speedup_rounds alternating rounds)
 and speculative_speedup_stderr, records "speed_reference" and "speedup_rounds". With
@@ -83,7 +83,8 @@ def _scheduler_share(results: list[WorkerResult], timings) -> offcpu.WindowShare
     if reader is None:
         return None
     tokens = sum(t.completion_tokens for t in timings if t.ok)
-    return offcpu.window_share(reader.schedulers_at_window, reader.schedulers_after_window, tokens)
+    return offcpu.window_share(reader.schedulers_at_window, reader.schedulers_after_window, reader.scheduler_stalls,
+                               tokens)
 
 
 def _scheduler_record(share, schedulers, server_pids) -> dict:

@@ -1,5 +1,5 @@
-"""Where the server's scheduler spent the speed window (suites/offcpu.py): blocked time per output token tells a
-server that sleeps in its decode step from one that waits for a loaded CPU.
+"""Where the server's scheduler spent the speed window (suites/offcpu.py): blocked time per output token (no thread of
+the scheduler runnable) tells a server that sleeps in its decode step from one that waits for a loaded CPU.
 
 The simulator's decode steps are themselves sleeps (they stand for GPU time), so on it the figure is the modelled
 step plus what a fault adds: the tests look at what the fault adds, and at a process that sleeps against one that
@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from suites import offcpu
-from suites.offcpu import ThreadTimes
+from suites.offcpu import StallCount, ThreadTimes
 from tests.simulator_process import running_simulator
 from tests.suite_runs import run_suite
 
@@ -70,14 +70,18 @@ def sleeper_and_spinner():
 
 def test_a_sleeping_process_reads_as_blocked_and_a_spinning_one_as_on_a_cpu_or_waiting(sleeper_and_spinner):
     pids = list(sleeper_and_spinner.values())
+    sampler = offcpu.StallSampler(pids).start()
     before = offcpu.read(pids)
     time.sleep(1.0)
     after = offcpu.read(pids)
-    shares = {t.pid: offcpu._share(start, t, tokens=1) for start, t in zip(before, after)}
+    stalls = {count.pid: count for count in sampler.stop()}
+    shares = {t.pid: offcpu._share(start, t, stalls[t.pid], tokens=1) for start, t in zip(before, after)}
     sleeper, spinner = shares[sleeper_and_spinner["sleep"]], shares[sleeper_and_spinner["spin"]]
-    assert sleeper.blocked_ms_per_token > 0.8 * sleeper.wall_ms
+    # A loaded machine keeps a sleeper that wakes every 10 ms waiting in the run queue much of the time (70 % was
+    # seen at load 10 on 2 cores), never a spinner blocked.
+    assert sleeper.blocked_ms_per_token > 0.2 * sleeper.wall_ms
     # However loaded the machine, a busy loop is never blocked: it is on a CPU or waiting for one.
-    assert spinner.blocked_ms_per_token < 0.1 * spinner.wall_ms
+    assert spinner.blocked_ms_per_token == 0
     assert spinner.cpu_ms_per_token + spinner.runqueue_ms_per_token > 0.9 * spinner.wall_ms
 
 
@@ -86,11 +90,12 @@ def test_the_least_blocked_scheduler_stands_for_the_deployment():
         return ThreadTimes(pid, int(cpu_ms * 1e6), int(queue_ms * 1e6), int(at_ms * 1e6))
 
     before = [times(1, 0, 0, 0), times(2, 0, 0, 0)]
-    # rank 1 waited 300 ms on its peer (blocked), rank 2 only 100 ms; 100 tokens over one second
     after = [times(1, 500, 200, 1000), times(2, 700, 200, 1000)]
-    share = offcpu.window_share(before, after, tokens=100)
+    # rank 1 stalled 30 % of the window (waiting on its peer), rank 2 10 %; 100 tokens over one second
+    stalls = [StallCount(1, 200, 60), StallCount(2, 200, 20)]
+    share = offcpu.window_share(before, after, stalls, tokens=100)
     assert share is not None and share.pid == 2
     assert share.metrics() == pytest.approx({"scheduler_blocked_ms_per_token": 1.0, "scheduler_cpu_ms_per_token": 7.0,
                                              "scheduler_runqueue_ms_per_token": 2.0})
-    assert offcpu.window_share(before, after, tokens=0) is None
-    assert offcpu.window_share(before, [times(3, 1, 1, 1000)], tokens=100) is None  # never read at both ends
+    assert offcpu.window_share(before, after, stalls, tokens=0) is None
+    assert offcpu.window_share(before, [times(3, 1, 1, 1000)], stalls, tokens=100) is None  # never read at both ends
