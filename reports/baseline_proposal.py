@@ -182,8 +182,9 @@ def _ceilings(cells: list[CellResult]) -> dict[str, dict[str, float]]:
     """RECORDED_CEILINGS of the metrics every run measured."""
     specs = {}
     for metric, factor in RECORDED_CEILINGS.items():
-        values = [cell.metrics.get(metric) for cell in cells]
-        if values and all(value is not None and math.isfinite(value) for value in values):
+        found = [cell.metrics.get(metric) for cell in cells]
+        values = [float(value) for value in found if value is not None and math.isfinite(value)]
+        if values and len(values) == len(found):
             specs[metric] = {"value": _round(statistics.median(values)), "max": _round(factor * max(values))}
     return specs
 

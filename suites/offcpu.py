@@ -65,7 +65,8 @@ class WindowShare:
 
 def scheduler_pids(roots: Sequence[int]) -> tuple[int, ...]:
     """The scheduler processes of the deployment whose ranks are ``roots`` (see the module's docstring)."""
-    found, alive = [], []
+    found: list[int] = []
+    alive: list[int] = []
     for root in roots:
         try:
             process = psutil.Process(root)
