@@ -22,7 +22,7 @@ from ground.errors import BadInput, DsparkError, ExitCode, InfraError
 from ground.identity import CellIdentity, cell_identity
 from ground.records import CellResult, CellTiming, GateResult, Status
 from ground.suites import ALWAYS_SUITES, DEFAULT_SUITES, SPECULATIVE_SUITES, suite_of
-from launchers.contract import LaunchFailed, Launcher, LaunchTimeout
+from launchers.contract import LaunchFailed, Launcher, LaunchTimeout, LocalProcesses
 from launchers.ledger import Ledger
 from launchers.launch_plan import plan_launch
 from launchers.pd.pd_group import launch_pd
@@ -158,7 +158,8 @@ def _boot_and_measure(cell: Cell, ctx: CellContext, result: CellResult, clock: C
                 options=ctx.suite_defaults({n: dict(cell.suites.get(n, {})) for n in names}),
                 work_dir=logs_dir, reference_url=reference.base_url if reference else None, on_progress=ctx.detail,
                 on_started=ctx.measuring,
-                ledger=ctx.ledger, cell_id=cell.id, roles=deployment.endpoints if cell.disaggregated else ()),
+                ledger=ctx.ledger, cell_id=cell.id, roles=deployment.endpoints if cell.disaggregated else (),
+                server_pids=deployment.rank_pids if isinstance(deployment, LocalProcesses) else ()),
                 watched=[d for d in (deployment, reference) if d is not None], watch=ctx.watch)
             deployment.check()  # a rank that died while we measured invalidates the numbers
             if booting:  # measured: the reference goes down beside the cell's own teardown, not after it

@@ -69,8 +69,13 @@ METRIC_SUITE: Mapping[str, str] = MappingProxyType({
     # one boot's per-request standard errors (bootstrap over requests), for the statistical gates
     "accept_length_stderr": "accept", "accept_rate_stderr": "accept",
     "tpot_ms_median_stderr": "speed", "output_throughput_tok_s_stderr": "speed",
-    # median TPOT without speculation / with it, on the same requests ("speculation must pay")
-    "speculative_speedup": "speed",
+    # median TPOT without speculation / with it, on the same requests in alternating rounds ("speculation must pay"),
+    # and its per-request standard error (bootstrap over the requests of both sides)
+    "speculative_speedup": "speed", "speculative_speedup_stderr": "speed",
+    # where the server's scheduler spent the speed window per output token: blocked (a sleep, a lock, a sync), on a
+    # CPU, waiting for one (the machine's load); only through the launcher (suites/offcpu.py)
+    "scheduler_blocked_ms_per_token": "speed", "scheduler_cpu_ms_per_token": "speed",
+    "scheduler_runqueue_ms_per_token": "speed",
     # the concurrency where that speedup falls to 1, at the sweep's shortest input length (suites/envelope.py)
     "speculation_boundary_concurrency": "speed",
 })
@@ -147,6 +152,9 @@ SUITE_DEFAULTS: dict[str, dict[str, Any]] = {
         "sweep_input_len": [256],
         "sweep_min_requests": 4,  # requests per point at least (a point at concurrency c sends max(c, this))
         "sweep_output_len": 32,
+        # With the reference: the speedup's requests go to it and to this server in this many rounds, alternating
+        # which goes first, so the machine's load falls on both alike
+        "speedup_rounds": 4,
     },
     "parity": {
         "num_prompts": 8,
@@ -198,7 +206,7 @@ OPTION_RANGES: dict[str, tuple[float, float]] = {
     "num_requests": (1, 100_000), "input_len": (1, MAX_TOKENS_BOUND), "output_len": (1, MAX_TOKENS_BOUND),
     "warmup_requests": (0, 10_000), "workers": (1, 64), "num_prompts": (1, 10_000), "max_mismatches": (0, 10_000),
     "temperature": (0.0, 2.0), "sampled_temperature": (0.0, 2.0), "sampled_top_p": (0.0, 1.0),
-    "sweep_min_requests": (1, 10_000), "sweep_output_len": (2, MAX_TOKENS_BOUND),
+    "speedup_rounds": (1, 1000), "sweep_min_requests": (1, 10_000), "sweep_output_len": (2, MAX_TOKENS_BOUND),
     "lossless_prompts": (1, 10_000), "lossless_samples": (1, 10_000), "lossless_tokens": (1, 4096),
     "min_accept_length": (0.0, 1024.0), "disagreement_tolerance": (0.0, 1.0),
     "top_logprobs": (1, 20), "tie_ulps": (0.0, 64.0),

@@ -149,6 +149,16 @@ class Deployment(Protocol):
         """Raise LaunchFailed if any rank of the group has exited since launch (the first to fail named)."""
 
 
+@runtime_checkable
+class LocalProcesses(Protocol):
+    """A deployment whose ranks are processes of this machine (the local launcher's): the speed suite reads where
+    their schedulers spent its window (suites/offcpu.py), which no HTTP API tells."""
+
+    @property
+    def rank_pids(self) -> tuple[int, ...]:
+        """Each rank's root process (SGLang's launch_server, or the simulator's server)."""
+
+
 @dataclass(frozen=True)
 class Need:
     """What one cell in flight holds: its nodes, and the accelerators each node takes (None: not counted), for each

@@ -45,6 +45,12 @@ RECORDED_GATES: dict[str, dict[str, float]] = {
     # where speculation pays: the envelope gate (reports.gates), at the boundary every recorded run reached
     "speculation_boundary_concurrency": {NEVER_INWARD_KEY: True},
 }
+# metric -> the ceiling a recorded baseline writes for it: this many times the highest reading of the runs (a fixed
+# `max`, beside the median as `value`). For a figure that sits near zero on a healthy server and that a fault raises
+# by what it adds rather than by a ratio of itself: the scheduler's blocked time per output token
+# (suites/offcpu.py) moves with the machine's load (0.x to a few ms on a shared 2-core CPU) while a 20 ms sleep per
+# decode step adds 20 ms / (tokens per step), e.g. 10 at two streams.
+RECORDED_CEILINGS: dict[str, float] = {"scheduler_blocked_ms_per_token": 2.0}
 DIGITS = 4  # significant digits kept in recorded values
 RECOMMENDED_RUNS = 30  # runs a baseline should be recorded from for the gates' stated power (BENCHMARKS.md)
 # Cells whose measurements a baseline may be recorded from: passed, or undecided against an older baseline.
@@ -183,6 +189,17 @@ def _cell_specs(cell_id: str, cells: list[CellResult], too_noisy: list[str],
         if spec is not None:
             statistical = "noise" in spec or metric in PAIRED_RECORDS  # `detect` belongs to a statistical gate
             specs[metric] = {**spec, **{k: v for k, v in gate.items() if statistical or k != "detect"}}
+    return {**specs, **_ceilings(cells)}
+
+
+def _ceilings(cells: list[CellResult]) -> dict[str, dict[str, float]]:
+    """RECORDED_CEILINGS of the metrics every run measured."""
+    specs = {}
+    for metric, factor in RECORDED_CEILINGS.items():
+        found = [cell.metrics.get(metric) for cell in cells]
+        values = [float(value) for value in found if value is not None and math.isfinite(value)]
+        if values and len(values) == len(found):
+            specs[metric] = {"value": _round(statistics.median(values)), "max": _round(factor * max(values))}
     return specs
 
 

@@ -112,7 +112,15 @@ METRICS: dict[str, Metric] = {
     "client_ttfb_ms_median": Metric(NEUTRAL, "Median TTFB (ms)", ".1f", "speed"),
     "client_ttfb_ms_p99": Metric(NEUTRAL, "P99 TTFB (ms)", ".1f", "speed"),
     # Median TPOT of the same deployment without speculation / with it, same requests: speculation must pay.
-    "speculative_speedup": Metric(HIGHER, "Speculative speedup", ".2f", "quality", noise=THROUGHPUT_NOISE),
+    "speculative_speedup": Metric(HIGHER, "Speculative speedup", ".2f", "quality", noise=THROUGHPUT_NOISE,
+                                  request_stderr="speculative_speedup_stderr"),
+    "speculative_speedup_stderr": Metric(NEUTRAL, "Speculative speedup per-request stderr", ".3f", "info"),
+    # Where the scheduler's main thread spent the speed window, per output token (suites/offcpu.py): blocked is time
+    # neither on a CPU nor waiting for one (a sleep, a lock, a sync in the decode step), which the machine's load
+    # does not make; the run queue's wait is the load. Read from /proc through the launcher only.
+    "scheduler_blocked_ms_per_token": Metric(LOWER, "Scheduler blocked / token (ms)", ".3f", "speed"),
+    "scheduler_cpu_ms_per_token": Metric(NEUTRAL, "Scheduler CPU / token (ms)", ".3f", "speed"),
+    "scheduler_runqueue_ms_per_token": Metric(NEUTRAL, "Scheduler run queue / token (ms)", ".3f", "speed"),
     # The concurrency where the speedup falls to 1 (suites/envelope.py): gated by a baseline, never inward.
     "speculation_boundary_concurrency": Metric(HIGHER, "Speculation pays up to concurrency", ".0f", "quality",
                                                noise=P90_NOISE),
@@ -135,6 +143,7 @@ SPEED_DETAIL = (
     ("ttft_ms_median", "ttft_ms_p90", "ttft_ms_p99", "tpot_ms_median", "tpot_ms_p90", "tpot_ms_p99"),
     ("itl_ms_mean", "itl_ms_median", "itl_ms_p90", "itl_ms_p99", "itl_chunk_ms_mean", "itl_token_ms_mean"),
     ("client_ttfb_ms_median", "client_ttfb_ms_p99", "client_loop_lag_ms_p99"),
+    ("scheduler_blocked_ms_per_token", "scheduler_cpu_ms_per_token", "scheduler_runqueue_ms_per_token"),
 )
 # A disaggregated cell's mean TTFT beside its split (shown when the servers reported any part of it).
 TTFT_SPLIT = ("ttft_ms_mean", "ttft_prefill_queue_ms", "ttft_transfer_ms", "ttft_first_decode_ms")

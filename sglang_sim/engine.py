@@ -320,6 +320,8 @@ class Engine:
         while gen.finish_reason is None:
             clock += step_seconds * self._verify_cost(rank, gen)
             await _sleep_until(clock)
+            if not job.warmup and self.config.faults.decode_sleep:
+                clock += self._block(self.config.faults.decode_sleep)
             tokens = self._verify_step(gen, job, stats, source, accept_rng, alphas)
             gen.emitted(tokens)
             yield tokens
@@ -401,6 +403,14 @@ class Engine:
         rank.window_accept_tokens = rank.window_correct_drafts = rank.window_forward_ct = rank.window_generated = 0
         rank.window_started = now
         self._scheduler_changed(rank)
+
+    @staticmethod
+    def _block(ms: float) -> float:
+        """Fault decode_sleep: block the whole process (every stream with it), as a sleep in SGLang's decode step
+        holds its scheduler; the seconds it took, which the request's clock then owes."""
+        started = time.perf_counter()
+        time.sleep(ms / 1000)
+        return time.perf_counter() - started
 
     def internal_states(self, server_args: dict) -> list[dict]:
         """/server_info's internal_states: one entry per DP rank this process schedules, in rank order (SGLang's

@@ -31,6 +31,7 @@ class Faults:
     hang_boot: bool = False  # never becomes healthy
     garbage_output: bool = False  # random text, no parseable answer
     slow_decode: float = 1.0  # every decode step takes this many times longer
+    decode_sleep: float = 0.0  # ms: every decode step also blocks the server this long (time.sleep: no CPU used)
     rank_exit: tuple[int, float] | None = None  # (node rank, seconds after start)
     malformed_stream: bool = False  # streamed responses break off mid-event
     crash_once: str | None = None  # crash_first_prefill unless this file exists; creates it (fails once, then serves)
@@ -125,6 +126,7 @@ FAULT_PARSERS: dict[str, Callable[[str | None], dict]] = {
     "garbage_output": _flag("garbage_output"),
     "garbled_logprobs": _flag("garbled_logprobs"),
     "slow_decode": _slow_decode,
+    "decode_sleep": lambda value: {"decode_sleep": _number("decode_sleep", value or "", minimum=0.0)},
     "rank_exit": _rank_exit,
     "malformed_stream": _flag("malformed_stream"),
     "crash_once": _crash_once,
@@ -157,6 +159,8 @@ FAULT_HELP: dict[str, tuple[str, str]] = {
     "hang_boot": ("hang_boot", "never becomes healthy"),
     "garbage_output": ("garbage_output", "serves random text (answers unparseable or wrong)"),
     "slow_decode": ("slow_decode=FACTOR", "every decode step takes FACTOR times longer"),
+    "decode_sleep": ("decode_sleep=MS", "every decode step also blocks the server's process MS ms (time.sleep, no "
+                                        "CPU used: a sleep, lock or sync planted in the decode step)"),
     "rank_exit": ("rank_exit=RANK:SECONDS", "node rank RANK exits SECONDS after start"),
     "malformed_stream": ("malformed_stream", "a streamed response breaks off mid-event"),
     "crash_once": ("crash_once=PATH", "as crash_first_prefill unless PATH exists, which it creates: the first boot "

@@ -57,6 +57,9 @@ class SuiteConfig:
     out_path: Path | None = None
     progress_path: Path | None = None  # --dspark-progress: requests done so far (suites.progress_file)
     roles: tuple[RoleURL, ...] = ()  # --role-url: a disaggregated deployment's servers (the speed suite's TTFT split)
+    # --server-pid: the root process of each rank on this machine (the launcher's; the speed suite reads where its
+    # schedulers spent the window, suites.offcpu); none when run standalone against a URL
+    server_pids: tuple[int, ...] = ()
 
     def suite(self, name: str) -> Mapping[str, Any]:
         return self.options[name]

@@ -46,6 +46,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--role-url", action="append", default=[], metavar="ROLE=URL",
                     help="a disaggregated deployment's prefill or decode server behind --base-url (repeatable): "
                          "speed splits TTFT by the stages it reports")
+    group.addoption("--server-pid", action="append", default=[], type=int, metavar="PID",
+                    help="a rank's root process on this machine (repeatable; `dspark-ci run` gives them): the speed "
+                         "suite reads where its schedulers spent the window")
     group.addoption("--reference-file", metavar="FILE.json", help="parity: recorded reference outputs")
     group.addoption("--save-reference", metavar="FILE.json",
                     help="parity: write the outputs of --base-url as a reference file")
@@ -90,6 +93,7 @@ def _build_config(config: pytest.Config) -> SuiteConfig:
         cache_dir=Path(opt.cache_dir) if opt.cache_dir else Path.home() / ".cache" / "dspark-ci",
         out_path=path_or_none(opt.dspark_out), progress_path=path_or_none(opt.dspark_progress),
         roles=tuple(RoleURL.parse(flag) for flag in opt.role_url),
+        server_pids=tuple(opt.server_pid),
     )
 
 

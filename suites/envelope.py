@@ -1,4 +1,5 @@
-"""Where speculation pays: the speedup over the same deployment without speculation across concurrency and input
+"""Where speculation pays: the speedup over the same deployment without speculation on the speed suite's own
+requests (``alternating_speedup``), and over the same deployment without speculation across concurrency and input
 length, measured on one boot of each, and the boundary where it falls to 1.
 
 At each point (concurrency c, input length L) the same ``max(c, sweep_min_requests)`` requests (random text, as
@@ -13,12 +14,12 @@ from __future__ import annotations
 
 import random
 import statistics
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from ground.measurements import Envelope, EnvelopeBoundary, EnvelopePoint, crossing
 from suites.server import Server
-from suites.speed import SpeedSettings, build_prompts, run_measurement
+from suites.speed import RequestTiming, SpeedSettings, build_prompts, run_measurement
 
 BOOTSTRAP_RESAMPLES = 400
 
@@ -36,6 +37,53 @@ def speedup_stderr(ours: Sequence[float], theirs: Sequence[float], seed: int) ->
     ratios = [statistics.median(rng.choices(theirs, k=len(theirs))) / statistics.median(rng.choices(ours, k=len(ours)))
               for _ in range(BOOTSTRAP_RESAMPLES)]
     return statistics.stdev(ratios)
+
+
+@dataclass(frozen=True)
+class AlternatingSpeedup:
+    """The same requests sent to a speculative server and to its reference in rounds, alternating which goes first."""
+
+    ours: tuple[RequestTiming, ...]
+    theirs: tuple[RequestTiming, ...]
+    rounds: tuple[tuple[float, float], ...]  # each round's median TPOT (ms): ours, theirs
+
+    def metrics(self) -> dict[str, float]:
+        ours, theirs = _tpots_of(self.ours), _tpots_of(self.theirs)
+        if not ours or not theirs:
+            return {}
+        stderr = speedup_stderr(ours, theirs, seed=len(ours))
+        return {"speculative_speedup": statistics.median(theirs) / statistics.median(ours),
+                **({"speculative_speedup_stderr": stderr} if stderr is not None else {})}
+
+
+def alternating_speedup(server: Server, reference: Server, settings: SpeedSettings, prompts: Sequence[str],
+                        warmup: Sequence[str], rounds: int) -> AlternatingSpeedup:
+    """Round r sends prompts[r::rounds] to both servers, the reference first in even rounds: the machine's load
+    (another process, a neighbour's job) then falls on both sides alike, where measuring one side after the other
+    would hand each a load of its own. The reference is warmed first with ``warmup`` (this server already was)."""
+    once = replace(settings, warmup_requests=0, workers=1)
+    if warmup:
+        run_measurement(reference, once, warmup, ())
+    ours: list[RequestTiming] = []
+    theirs: list[RequestTiming] = []
+    medians = []
+    for index in range(rounds):
+        chunk = prompts[index::rounds]
+        if not chunk:
+            continue
+        servers = {"ours": server, "theirs": reference}
+        got = {side: [t for result in run_measurement(servers[side], once, chunk, ()) for t in result.timings]
+               for side in (("theirs", "ours") if index % 2 == 0 else ("ours", "theirs"))}  # dicts keep this order
+        ours.extend(got["ours"])
+        theirs.extend(got["theirs"])
+        ours_tpots, theirs_tpots = _tpots_of(got["ours"]), _tpots_of(got["theirs"])
+        if ours_tpots and theirs_tpots:
+            medians.append((statistics.median(ours_tpots) * 1000, statistics.median(theirs_tpots) * 1000))
+    return AlternatingSpeedup(tuple(ours), tuple(theirs), tuple(medians))
+
+
+def _tpots_of(timings: Sequence[RequestTiming]) -> list[float]:
+    return [t.tpot for t in timings if t.tpot is not None]
 
 
 def sweep(server: Server, reference: Server, base: SpeedSettings, concurrencies: Sequence[int],

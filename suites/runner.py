@@ -89,6 +89,7 @@ class SuiteRequest:
     ledger: Ledger | None = None  # pytest's process group is recorded there (`cleanup --run` finds its workers)
     cell_id: str = ""
     roles: tuple[RoleEndpoint, ...] = ()  # a disaggregated deployment's servers behind base_url (the router)
+    server_pids: tuple[int, ...] = ()  # each rank's root process on this machine (suites/offcpu.py reads them)
     # "gpqa 37/198 requests, accuracy 62.2%" (suites.progress_file)
     on_progress: Callable[[str], None] = field(default=lambda _text: None, compare=False)
     on_started: Callable[[], None] = field(default=lambda: None, compare=False)  # pytest is running
@@ -132,6 +133,8 @@ def run_suites(request: SuiteRequest, watched: Sequence[Deployment] = (), watch:
         argv += ["--reference-url", request.reference_url]
     for endpoint in request.roles:
         argv += ["--role-url", f"{endpoint.role}={endpoint.base_url}"]
+    for pid in request.server_pids:
+        argv += ["--server-pid", str(pid)]
     with open(work_dir / "suites.log", "w") as log:
         log.write("# " + " ".join(argv) + "\n")
         log.flush()

@@ -52,7 +52,9 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Mapping, Sequence
 import aiohttp
 
 from ground.stats import bootstrap_stderr, ratio_stderr
+from suites import offcpu
 from suites.config import RoleURL
+from suites.offcpu import StallCount, ThreadTimes
 from suites.server import Server
 from suites.ttft_split import RoleReading, read_roles
 
@@ -177,6 +179,9 @@ class WorkerJob:
     # the worker that ``reads_roles`` while the others wait
     roles: tuple[RoleURL, ...] = ()
     reads_roles: bool = False
+    # The deployment's scheduler processes (suites.offcpu): read right before and after the window by the worker
+    # that ``reads_roles``
+    scheduler_pids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -186,6 +191,9 @@ class WorkerResult:
     connections_warmed: int | None = None  # connections opened before the window (None: the client cannot tell)
     connections_opened_in_window: int | None = None  # 0 when the warmed pool sufficed
     roles_at_window: tuple[RoleReading, ...] | None = None  # the roles' /metrics as the window opened
+    schedulers_at_window: tuple[ThreadTimes, ...] = ()  # the schedulers' schedstat as the window opened
+    schedulers_after_window: tuple[ThreadTimes, ...] = ()  # and as this worker's last request ended
+    scheduler_stalls: tuple[StallCount, ...] = ()  # how often none of a scheduler's threads was runnable
 
 
 # ---------------------------------------------------------------- prompts
@@ -238,12 +246,18 @@ async def _run_worker(job: WorkerJob, barrier) -> WorkerResult:
         opened_before = client.connections_opened
         lag: list[float] = []
         probe = asyncio.create_task(_probe_loop_lag(lag))
+        sampler = offcpu.StallSampler(job.scheduler_pids if job.reads_roles else ()).start()
+        schedulers_before = offcpu.read(job.scheduler_pids) if job.reads_roles else ()
         timings = await _run_phase(client, job, job.prompts)
+        schedulers_after = offcpu.read(job.scheduler_pids) if job.reads_roles else ()
+        stalls = sampler.stop()
         probe.cancel()
         opened_after = client.connections_opened  # None for both when the client cannot tell
         in_window = None if opened_before is None or opened_after is None else opened_after - opened_before
     return WorkerResult(timings=tuple(timings), loop_lag_ms=tuple(lag), connections_warmed=warmed,
-                        connections_opened_in_window=in_window, roles_at_window=roles_at_window)
+                        connections_opened_in_window=in_window, roles_at_window=roles_at_window,
+                        schedulers_at_window=schedulers_before, schedulers_after_window=schedulers_after,
+                        scheduler_stalls=stalls)
 
 
 async def _roles_at_window(job: WorkerJob, barrier) -> tuple[RoleReading, ...] | None:
@@ -494,9 +508,10 @@ async def _probe_loop_lag(lag: list[float]) -> None:
 
 
 def run_measurement(server: Server, settings: SpeedSettings, prompts: Sequence[str],
-                    warmup_prompts: Sequence[str], roles: Sequence[RoleURL] = ()) -> list[WorkerResult]:
+                    warmup_prompts: Sequence[str], roles: Sequence[RoleURL] = (),
+                    scheduler_pids: Sequence[int] = ()) -> list[WorkerResult]:
     """The workers' results; with ``roles``, the first one's ``roles_at_window`` holds their /metrics as the window
-    opened."""
+    opened; with ``scheduler_pids``, its ``schedulers_*`` their schedstat around the window (suites.offcpu)."""
     workers = min(settings.workers, settings.concurrency)  # each worker keeps at least one stream open
     jobs = [
         WorkerJob(api_base=server.api_base, api_key=server.api_key, model=server.model,
@@ -504,7 +519,7 @@ def run_measurement(server: Server, settings: SpeedSettings, prompts: Sequence[s
                   warmup_prompts=tuple(warmup_prompts[w::workers]),
                   concurrency=settings.concurrency // workers + (1 if w < settings.concurrency % workers else 0),
                   max_tokens=settings.output_len, ignore_eos=settings.ignore_eos, client=settings.client,
-                  roles=tuple(roles), reads_roles=w == 0)
+                  roles=tuple(roles), reads_roles=w == 0, scheduler_pids=tuple(scheduler_pids))
         for w in range(workers)
     ]
     if workers == 1:

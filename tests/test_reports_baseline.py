@@ -207,3 +207,35 @@ def test_baseline_record_writes_the_boundary_every_run_reached_as_an_envelope_ga
     path.write_text(propose(runs).text)
     spec = load_baseline(path).specs_for(cell.id)["speculation_boundary_concurrency"]
     assert spec.value == 61 and spec.never_inward
+
+
+def test_baseline_record_writes_a_ceiling_on_blocked_time_and_the_speedup_with_its_request_noise(tmp_path):
+    """The scheduler's blocked time per token is recorded as a ceiling over the runs (it sits near zero and a planted
+    sleep adds to it, not a ratio of it); the speedup over the reference as a statistical ratio gate whose per-request
+    part is the suite's bootstrap error."""
+    import dataclasses
+
+    from reports.baseline_file import load_baseline
+    from reports.baseline_proposal import RECORDED_CEILINGS, propose
+    from reports.gates import evaluate
+    from reports.results import load_results
+
+    fixture = load_results(RUN_FIXTURE / "results.json")
+    cell = fixture.cells[0]
+    readings = ((0.4, 1.9), (2.3, 2.0), (1.1, 1.8))
+    runs = [(f"run{blocked}", dataclasses.replace(fixture, cells=(dataclasses.replace(cell, metrics={
+        **cell.metrics, "scheduler_blocked_ms_per_token": blocked, "speculative_speedup": speedup,
+        "speculative_speedup_stderr": 0.05}),))) for blocked, speedup in readings]
+    path = tmp_path / "baseline.yaml"
+    path.write_text(propose(runs).text)
+    specs = load_baseline(path).specs_for(cell.id)
+    ceiling = specs["scheduler_blocked_ms_per_token"]
+    assert ceiling.value == pytest.approx(1.1)
+    assert ceiling.max == pytest.approx(RECORDED_CEILINGS["scheduler_blocked_ms_per_token"] * 2.3)
+    speedup = specs["speculative_speedup"]
+    assert speedup.min_ratio == 0.95 and speedup.runs == 3 and speedup.request_noise == pytest.approx(0.05 / 1.9,
+                                                                                                      rel=0.05)
+    slept = {**cell.metrics, "scheduler_blocked_ms_per_token": 10.0}
+    [gate] = [g for g in evaluate(dataclasses.replace(cell, metrics=slept), slept, load_baseline(path))
+              if g.metric == "scheduler_blocked_ms_per_token"]
+    assert not gate.passed  # a 20 ms sleep per decode step at two streams: 10 ms a token

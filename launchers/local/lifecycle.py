@@ -103,6 +103,10 @@ class LocalDeployment:
                 return said
             time.sleep(SETTLE_S)
 
+    @property
+    def rank_pids(self) -> tuple[int, ...]:
+        return tuple(rank.process.pid for rank in self._ranks)
+
     def rank0_log_tail(self) -> list[str]:
         return tail(self._ranks[0].log_path, LOG_LINES_KEPT) if self._ranks else []
 
