@@ -20,7 +20,7 @@ from ground.errors import BadInput
 from ground.identity import unlike
 from ground.records import CellResult, RunResults, Status
 from ground.stats import RESOLUTION
-from ground.suites import ACCEPT_CATEGORIES, category_metric
+from ground.suites import ACCEPT_CATEGORIES, MAX_POSITIONS, category_metric
 from reports.baseline_file import NEVER_INWARD_KEY, NEVER_INWARD_METRICS, NOISE_RUN_SDS, SCHEMA
 from reports.metrics import REQUEST_STDERR_OF, STDERR_OF
 
@@ -38,7 +38,7 @@ RECORDED_GATES: dict[str, dict[str, float]] = {
     "parity_mismatches": {"max": 0},
     "speculative_speedup": {"min_ratio": 0.95},
     # per draft position and per category of the accept workload: fewer verify steps or requests each, so 10 %
-    **{f"accept_rate_pos{k}": {"min_ratio": 0.9} for k in range(1, 9)},
+    **{f"accept_rate_pos{k}": {"min_ratio": 0.9} for k in range(1, MAX_POSITIONS + 1)},
     **{category_metric(category): {"min_ratio": 0.9} for category in ACCEPT_CATEGORIES},
     # where speculation pays: the envelope gate (reports.gates), at the boundary every recorded run reached
     "speculation_boundary_concurrency": {NEVER_INWARD_KEY: True},
