@@ -2,7 +2,7 @@
 
 A nightly gate compares one night with a baseline, so a shift smaller than its tolerance never fails one: TPOT
 3 % slower since Tuesday is green every night. Over the history it is plain. Detection is ruptures' PELT with
-the least-squares (mean-shift) cost (``ruptures``: a maintained library; see README's dependency table for why
+the least-squares (mean-shift) cost (``ruptures``: a maintained library; docs/DEVELOPMENT.md says why
 not Otava or signal-processing-algorithms). Its penalty is ``PENALTY_K · σ² · ln n``, with σ the run-to-run
 noise estimated robustly from the series itself (median absolute successive difference), so a noisy metric
 needs a larger shift than a quiet one; on series of 10 to 30 runs of pure noise about 1 in 50 (n = 10: 1 in 15)

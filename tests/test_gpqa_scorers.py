@@ -2,7 +2,7 @@
 ``scorer: sgl-eval`` on one simulator, `dspark-ci rescore` of a run, Ctrl-C in the middle of GPQA.
 
 The sgl-eval tests need the sgl-eval package (`pip install -e '.[sgl-eval]'`) and are skipped with that
-reason without it; it is not in `.[test]` (README: about 550 MB of dependencies, and it pins openai<3).
+reason without it; it is not in `.[test]` (docs/DEVELOPMENT.md: about 550 MB of dependencies, and it pins openai<3).
 """
 
 from __future__ import annotations
