@@ -100,8 +100,9 @@ def main() -> int:
         for _ in range(args.repeats):
             with tempfile.TemporaryDirectory() as tmp:
                 run_dir = Path(tmp) / "run"
-                times["write"].append(timed(lambda: write_run(run_dir, cells), peaks["write"]))
-                times["render"].append(timed(lambda: render_run(run_dir), peaks["render"]))
+                # bound now: the lambdas run inside this iteration, but say so rather than rely on it
+                times["write"].append(timed(lambda d=run_dir, c=cells: write_run(d, c), peaks["write"]))
+                times["render"].append(timed(lambda d=run_dir: render_run(d), peaks["render"]))
         for stage, values in times.items():
             median = statistics.median(values)
             per_cell[stage][size] = median / size

@@ -394,7 +394,7 @@ def ttft_table(repeats: Sequence[Repeat], tools: Sequence[str]) -> str:
                 for tool in tools}
         suite = kept.get("suite", [])
 
-        def suite_extra(key: str, fmt: str = ".1f") -> str:
+        def suite_extra(key: str, fmt: str = ".1f", suite: list = suite) -> str:  # this concurrency's repeats
             return spread([r.extra[key] for r in suite], fmt)
 
         split = "—" if not suite else (f"{statistics.median(r.extra['before_server_ms_mean'] for r in suite):.1f} + "

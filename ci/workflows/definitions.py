@@ -40,7 +40,7 @@ REQUEST_INPUT = {"description": "Set by ChatOps: the command's identity, shown i
                                  "whose answer was lost is found instead of repeated",
                   "type": "string", "required": False, "default": ""}
 # The request as the run's title shows it (ci.chatops.github.run_title_tag, which finds it there).
-_TITLE_TAG = "format('{0}', inputs.request)".format(run_title_tag("{0}"))
+_TITLE_TAG = "format('{}', inputs.request)".format(run_title_tag("{0}"))
 
 
 _FROM_CHATOPS = "inputs.request != ''"
