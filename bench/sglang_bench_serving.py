@@ -347,7 +347,7 @@ def _check_complete(run: BenchServingRun, sent: int) -> None:
 
 
 def _check_prompt_lens(run: BenchServingRun, prompt_lens: Sequence[int]) -> None:
-    differing = [(r.index, expected, r.prompt_len) for r, expected in zip(run.requests, prompt_lens)
+    differing = [(r.index, expected, r.prompt_len) for r, expected in zip(run.requests, prompt_lens, strict=False)
                  if r.prompt_len != expected]
     if len(prompt_lens) != len(run.requests) or differing:
         raise BenchServingError(f"bench_serving's requests are not ours: {len(run.requests)} requests for "

@@ -177,7 +177,7 @@ def timeline(times: Sequence[ServerTimes], step_ms: float, bin_s: float = 0.5) -
     for t in times:
         row(t.arrival)[0] += 1
         row(t.last_token)[1] += 1
-        for earlier, later in zip(t.emissions, t.emissions[1:]):
+        for earlier, later in zip(t.emissions, t.emissions[1:], strict=False):
             gap, cell = (later - earlier) * 1000 / step_ms, row(later)
             cell[2] += 1
             cell[3] += gap - 1 > TAIL_TOLERANCE

@@ -139,7 +139,7 @@ class Levels:
             return cls(alpha=gate_alpha / looks, beta=beta / looks, looks=looks)
         plan = tuple((n, gate_alpha * n / sum(boots)) for n in boots)
         weights = BETA_SPENDING[BETA_SCHEDULE](boots)
-        beta_plan = tuple((n, beta * w / sum(weights)) for n, w in zip(boots, weights))
+        beta_plan = tuple((n, beta * w / sum(weights)) for n, w in zip(boots, weights, strict=False))
         return cls(alpha=plan[0][1], beta=beta_plan[0][1], looks=len(boots), plan=plan, beta_plan=beta_plan)
 
     def at_boots(self, boots: int) -> "Levels":

@@ -135,7 +135,7 @@ def _gated_cells(runs: Sequence[tuple[str, RunResults]]) -> dict[str, list[CellR
 def _check_same_identity(cell_id: str, cells: list[CellResult], wheres: list[str]) -> None:
     """Repeats of one measurement only: a baseline's noise over unlike setups or builds measures the difference."""
     first = next((cell.identity for cell in cells if cell.identity is not None), None)
-    for where, cell in zip(wheres, cells):
+    for where, cell in zip(wheres, cells, strict=False):
         if first is None or cell.identity is None or cell.identity.hash == first.hash:
             continue
         why = unlike(first, cell.identity) or f"build {first.build} vs {cell.identity.build}"
@@ -183,7 +183,7 @@ def _noise(cells: list[CellResult], metric: str, values: list[float], unestimate
     spec: dict[str, float] = {"noise": _round(statistics.stdev(values) / abs(statistics.median(values))),
                               "runs": len(values)}
     name = REQUEST_STDERR_OF.get(metric)
-    within = [stderr / value for cell, value in zip(cells, values) if name and (stderr := cell.metrics.get(name))]
+    within = [stderr / value for cell, value in zip(cells, values, strict=False) if name and (stderr := cell.metrics.get(name))]
     if len(within) == len(values):
         spec["request_noise"] = _round(statistics.fmean(within))
     if spec["noise"] <= RESOLUTION:

@@ -88,7 +88,7 @@ def change_points(metric: str, points: Sequence) -> list[ChangePoint]:
     breaks = ruptures.Pelt(model="l2", min_size=MIN_SEGMENT, jump=1).fit(values.reshape(-1, 1)).predict(
         pen=PENALTY_K * sigma ** 2 * np.log(len(values)))[:-1]
     edges = [0, *breaks, len(values)]
-    levels = [float(np.median(values[a:b])) for a, b in zip(edges, edges[1:])]
+    levels = [float(np.median(values[a:b])) for a, b in zip(edges, edges[1:], strict=False)]
     found = []
     for first, last in _groups(breaks, levels):
         start, end = edges[first], edges[last + 2]

@@ -178,7 +178,7 @@ def greedy_like_share(server: Server, prompts: Sequence[Prompt], samples: int, t
     body = {"temperature": temperature, **({"top_p": top_p} if top_p is not None else {})}
     texts = server.ask_each(lambda client, item: _text(client, server.model, prompts[item[0]].text, tokens, body),
                             items, concurrency, label="accept sampled")
-    counted = [(greedy[index], text) for (index, _), text in zip(items, texts)
+    counted = [(greedy[index], text) for (index, _), text in zip(items, texts, strict=False)
                if text is not None and greedy[index] is not None]
     return SampledShare(sum(g == t for g, t in counted), len(counted), len(items) - len(counted))
 

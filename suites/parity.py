@@ -81,7 +81,7 @@ def compare(prompt_index: int, prompt: str, tested: Output, reference: Output) -
 
 def first_difference(ours: Sequence, theirs: Sequence) -> int | None:
     """Index of the first differing element; the shorter length if one is a prefix; None if equal."""
-    for index, (a, b) in enumerate(zip(ours, theirs)):
+    for index, (a, b) in enumerate(zip(ours, theirs, strict=False)):
         if a != b:
             return index
     return None if len(ours) == len(theirs) else min(len(ours), len(theirs))
@@ -117,7 +117,7 @@ def load_reference(path: Path, num_prompts: int) -> Reference:
 def save_reference(path: Path, model: str, max_tokens: int, prompts: Sequence[str], outputs: Sequence[Output]) -> None:
     data = {"format": REFERENCE_FORMAT, "version": 1, "model": model, "max_tokens": max_tokens,
             "outputs": [{"prompt": p, "text": o.text, "token_ids": list(o.token_ids) if o.token_ids else None}
-                        for p, o in zip(prompts, outputs)]}
+                        for p, o in zip(prompts, outputs, strict=False)]}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1) + "\n")
 

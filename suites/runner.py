@@ -201,7 +201,7 @@ def _watch(process: subprocess.Popen | WarmChild, watched: Sequence[Deployment],
             if time.monotonic() - started > watch.suites_timeout_s:
                 return InfraError(f"the suites did not finish within {watch.suites_timeout_s:g} s (every rank still "
                                   "alive and answering); see suites.log")
-            for deployment, probe in zip(watched, probes):
+            for deployment, probe in zip(watched, probes, strict=False):
                 try:
                     deployment.check()
                 except LaunchFailed as err:

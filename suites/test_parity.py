@@ -46,7 +46,7 @@ def parity_records(server, reference, suite_config, suite_output):
         pytest.skip(f"outputs saved to {suite_config.save_reference}; nothing to compare against")
 
     records = [compare(i, prompt, ours, theirs)
-               for i, (prompt, ours, theirs) in enumerate(zip(reference.prompts, tested, expected))]
+               for i, (prompt, ours, theirs) in enumerate(zip(reference.prompts, tested, expected, strict=False))]
     suite_output.add_metrics({"parity_mismatches": sum(not r["match"] for r in records)})
     suite_output.add_records("parity", records)
     return records

@@ -68,7 +68,7 @@ def check_copy_all_layer_kv_cache_moves_rows_in_every_layer_gather_first():
     strides = torch.tensor([x.stride(0) * x.element_size() for x in layers])
     # overlapping move: 1<-0, 2<-1, 5<-7 (a target that is also a source reads its old row)
     ops.copy_all_layer_kv_cache_cpu(ptrs, strides, t([1, 2, 5]), t([0, 1, 7]))
-    for x, old in zip(layers, before):
+    for x, old in zip(layers, before, strict=False):
         want = old.clone()
         for tgt, src in ((1, 0), (2, 1), (5, 7)):
             want[tgt] = old[src]
@@ -178,7 +178,7 @@ def check_build_tree_full_mask_leaves_the_prefix_to_the_caller():
         assert bool(block[:, :s].all()), "prefix columns are the caller's (all True)"
         assert torch.equal(block[:, s:], qlen.view(bs, n, n)[b])
         at += n * (s + n)
-    assert all(torch.equal(x, y) for x, y in zip(*outs))
+    assert all(torch.equal(x, y) for x, y in zip(*outs, strict=False))
 
 
 def reference_verify(mask, candidates, target):

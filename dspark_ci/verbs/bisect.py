@@ -247,7 +247,7 @@ def markdown(cell_id: str, outcome: search.Outcome, reproduce: str | None) -> st
         lines += [f"Note: {outcome.why}", ""]
     judged = [("good end", outcome.ends[0]), ("bad end", outcome.ends[1])]
     judged += [(f"step {n}", step) for n, step in enumerate(outcome.steps, 1)]
-    judged += list(zip(("A/B parent", "A/B culprit"), outcome.ab))
+    judged += list(zip(("A/B parent", "A/B culprit"), outcome.ab, strict=False))
     rows = [[what, f"`{j.ref}`", j.judged, str(len(j.values) + j.failures + j.infra_failures),
              _values(j), (j.verdict.describe() if j.verdict else ""), j.how] for what, j in judged]
     lines += ["| | build | judged | runs | values | verdict | evidence |", "|---|---|---|---|---|---|---|"]

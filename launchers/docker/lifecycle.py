@@ -239,7 +239,7 @@ class DockerLauncher:
                 for url, client in engines.items():
                     ensure_image(client, url, image, self.options.pull)
                 started = time.monotonic()
-                for command, host in zip(plan.ranks, hosts):
+                for command, host in zip(plan.ranks, hosts, strict=False):
                     group.start(self._rank_container(command, host, image, labels, plan.accelerator, logs_dir))
                 deployment = DockerDeployment(plan.cell_id, plan.base_url, group)
                 wait_until_ready(OurServer(plan), Deadline(self.context.boot_timeout_s, self.tuning.poll_s),
