@@ -339,7 +339,8 @@ class CellResult:
                    expect=Expect.from_dict(data.get("expect") or {}),
                    runner=data.get("runner"), suites=data.get("suites") or {}, baseline=data.get("baseline"),
                    status=Status(data["status"]), error=data.get("error"), boot_seconds=data.get("boot_seconds"),
-                   metrics=data.get("metrics") or {}, gates=tuple(GateResult.from_dict(g) for g in data.get("gates") or ()),
+                   metrics=data.get("metrics") or {},
+                   gates=tuple(GateResult.from_dict(g) for g in data.get("gates") or ()),
                    warnings=tuple(data.get("warnings") or ()),
                    tests=None if tests is None else tuple(SuiteTestOutcome.from_dict(t) for t in tests),
                    sglang_error=data.get("sglang_error"), gpqa=GpqaSummary.from_dict(gpqa) if gpqa else None,
@@ -353,7 +354,8 @@ class CellResult:
                    exit_code=ExitCode.INFRA if data.get("infrastructure") else None)
 
 
-# The fields a caller might fill with results.json's own objects: only ``CellResult.from_dict`` turns those into records.
+# The fields a caller might fill with results.json's own objects: only ``CellResult.from_dict`` turns those into
+# records.
 _RECORD_FIELDS = {"config": CellConfig, "gpqa": GpqaSummary, "acceptance": Acceptance, "envelope": Envelope}
 _RECORD_ITEMS = {"gates": GateResult, "tests": SuiteTestOutcome, "boots": BootMetrics}
 

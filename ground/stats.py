@@ -32,8 +32,9 @@ Which test, and why (each verdict names its test, results.json key ``test``):
   at any alpha); t only with many fractional differences (averaged repeats), where the central limit holds;
 - GPQA without a per-question record: two estimates with their standard errors (normal).
 
-Distributions come from scipy (t, normal, binomial, Clopper–Pearson, bootstrap); nothing here re-derives them. Everything is
-plain floats in and a frozen record out, so the bisect, the gates and the power benchmark share one decision.
+Distributions come from scipy (t, normal, binomial, Clopper–Pearson, bootstrap); nothing here re-derives them.
+Everything is plain floats in and a frozen record out, so the bisect, the gates and the power benchmark share one
+decision.
 
 The API, smallest first:
 - ``decide(effect, low, high, tolerance, detect, better, surely_past=0)``: the three-way rule on an effect and

@@ -60,7 +60,8 @@ METRIC_SUITE: Mapping[str, str] = MappingProxyType({
        for stat in ("mean", "median", "p90", "p99")},
     "e2e_latency_s_mean": "speed", "output_throughput_tok_s": "speed",
     "input_tokens_mean": "speed", "output_tokens_mean": "speed",
-    # a disaggregated cell's mean TTFT split as its prefill and decode servers report their stages (suites/ttft_split.py)
+    # a disaggregated cell's mean TTFT split as its prefill and decode servers report their stages
+    # (suites/ttft_split.py)
     "ttft_prefill_queue_ms": "speed", "ttft_transfer_ms": "speed", "ttft_first_decode_ms": "speed",
     # the client's own overhead, beside TTFT
     "client_loop_lag_ms_p99": "speed", "client_ttfb_ms_median": "speed", "client_ttfb_ms_p99": "speed",

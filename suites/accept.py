@@ -234,7 +234,8 @@ def _server_info_figure(before: ServerSnapshot, after: ServerSnapshot, requests:
         tokens_sum += weight
         verify_sum += weight / new
     return {
-        "source": "/server_info internal_states", "exact_window": exact and verify_sum > 0 and tokens_by_rank is not None,
+        "source": "/server_info internal_states",
+        "exact_window": exact and verify_sum > 0 and tokens_by_rank is not None,
         # The scheduler counts tokens per verify step: a request's first token (from prefill) is not in it.
         "counts_first_token": False,
         "weighting": "tokens per dp_rank" if tokens_by_rank is not None else "equal (no dp_rank in responses)",

@@ -143,7 +143,8 @@ def run_suites(request: SuiteRequest, watched: Sequence[Deployment] = (), watch:
             stopped_by = _watch(process, watched, watch, report)
             report()  # the last state (e.g. gpqa 20/20 and its accuracy), even of a suite faster than one poll
         finally:
-            _stop(process, watch.stop_grace_s, out_path, request.ledger.run_id if request.ledger else None)  # no-op when it finished; on Ctrl-C it must not outlive us
+            # a no-op when it finished; on Ctrl-C it must not outlive us
+            _stop(process, watch.stop_grace_s, out_path, request.ledger.run_id if request.ledger else None)
     return _outcome(out_path, process.returncode, work_dir / "suites.log", stopped_by)
 
 

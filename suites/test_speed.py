@@ -9,7 +9,8 @@ they do not).
 Options (suite "speed"): num_requests, concurrency, input_len, output_len, warmup_requests, workers,
 ignore_eos; sweep_concurrency, sweep_input_len, sweep_min_requests, sweep_output_len: with a reference and a
 non-empty sweep_concurrency, the speedup at every point of the grid and speculation_boundary_concurrency (the
-concurrency where it falls to 1 at the shortest sweep input length), record "speed_envelope" (suites/envelope.py). Speed is gated by the run against a baseline; this suite fails only when requests fail.
+concurrency where it falls to 1 at the shortest sweep input length), record "speed_envelope" (suites/envelope.py).
+Speed is gated by the run against a baseline; this suite fails only when requests fail.
 """
 
 from __future__ import annotations
