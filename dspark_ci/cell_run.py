@@ -200,7 +200,8 @@ def identify(cell: Cell, ctx: CellContext) -> CellIdentity:
     options = ctx.suite_defaults({n: dict(cell.suites.get(n, {})) for n in measuring})
     dataset = options.get("gpqa", {}).pop("dataset", None)
     image = cell.image if ctx.server != "sim" and ctx.launcher.name != "local" else None
-    return cell_identity(server=f"{ctx.server} via {ctx.launcher.name}", build=" image ".join(filter(None, [ctx.build, image])),
+    return cell_identity(server=f"{ctx.server} via {ctx.launcher.name}",
+                         build=" image ".join(filter(None, [ctx.build, image])),
                          argv=[list(rank.argv) for rank in ranks],
                          env={**ctx.forwarded_env, **ranks[0].env}, model=cell.config.get("model"),
                          suites=options, dataset=dataset, hardware=cell.runner)

@@ -103,7 +103,9 @@ class MetricSpec:
             raise ValueError(f"{self.where}: {self.metric}: no {key} to apply")
         if not self.noise:
             return stated
-        return min(stated, 1 - NOISE_RUN_SDS * self.noise) if key == "min_ratio" else max(stated, 1 + NOISE_RUN_SDS * self.noise)
+        if key == "min_ratio":
+            return min(stated, 1 - NOISE_RUN_SDS * self.noise)
+        return max(stated, 1 + NOISE_RUN_SDS * self.noise)
 
     @property
     def tolerance(self) -> float:

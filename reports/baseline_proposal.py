@@ -60,7 +60,8 @@ class Proposal:
 
 
 # What a run's server was, as a baseline's reader needs to hear it (environment.server; None: not recorded).
-SERVER_SAYS = {"sim": "the simulated SGLang server", "sglang-frontend": "SGLang's front end before the simulated engine",
+SERVER_SAYS = {"sim": "the simulated SGLang server",
+               "sglang-frontend": "SGLang's front end before the simulated engine",
                "sglang-engine": "SGLang's real engine on a CPU, serving a tiny model with random weights",
                None: "a server the run did not record"}
 
@@ -183,7 +184,8 @@ def _noise(cells: list[CellResult], metric: str, values: list[float], unestimate
     spec: dict[str, float] = {"noise": _round(statistics.stdev(values) / abs(statistics.median(values))),
                               "runs": len(values)}
     name = REQUEST_STDERR_OF.get(metric)
-    within = [stderr / value for cell, value in zip(cells, values, strict=False) if name and (stderr := cell.metrics.get(name))]
+    within = [stderr / value for cell, value in zip(cells, values, strict=False)
+              if name and (stderr := cell.metrics.get(name))]
     if len(within) == len(values):
         spec["request_noise"] = _round(statistics.fmean(within))
     if spec["noise"] <= RESOLUTION:

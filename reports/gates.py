@@ -120,7 +120,8 @@ class Evidence:
         event loop that ran ``SATURATED_LOOP_LAG_MS`` late was starved of CPU, so its TTFT, TPOT and throughput
         may measure the machine."""
         lags = [boot.value(LOOP_LAG_METRIC) for boot in self.boots]
-        kept = tuple(boot for boot, lag in zip(self.boots, lags, strict=False) if lag is None or lag <= SATURATED_LOOP_LAG_MS)
+        kept = tuple(boot for boot, lag in zip(self.boots, lags, strict=False)
+                     if lag is None or lag <= SATURATED_LOOP_LAG_MS)
         dropped = tuple(float(lag) for lag in lags if lag is not None and lag > SATURATED_LOOP_LAG_MS)
         return replace(self, boots=kept), dropped
 

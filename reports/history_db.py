@@ -63,14 +63,16 @@ def _connect(path: Path, create: bool) -> Iterator[sqlite3.Connection]:
         path.parent.mkdir(parents=True, exist_ok=True)
         connection = sqlite3.connect(path, timeout=30)  # concurrent runs take turns
     except (OSError, sqlite3.Error) as err:
-        raise BadInput(str(path), f"cannot open the run history ({err})", f"check the path, or set {HISTORY_ENV}") from None
+        raise BadInput(str(path), f"cannot open the run history ({err})",
+                       f"check the path, or set {HISTORY_ENV}") from None
     try:
         connection.row_factory = sqlite3.Row
         connection.executescript(SCHEMA)
         with connection:
             yield connection
     except sqlite3.DatabaseError as err:
-        raise BadInput(str(path), f"not a dspark-ci run history ({err})", f"move it away, or set {HISTORY_ENV}") from None
+        raise BadInput(str(path), f"not a dspark-ci run history ({err})",
+                       f"move it away, or set {HISTORY_ENV}") from None
     finally:
         connection.close()
 
@@ -130,7 +132,8 @@ def runs(path: Path, limit: int | None = None) -> list[RunRow]:
         flaky: dict[str, list[str]] = {}
         for label in db.execute("SELECT run_id, cell_id FROM cell_labels WHERE label = 'flaky' ORDER BY cell_id"):
             flaky.setdefault(label["run_id"], []).append(label["cell_id"])
-    return [RunRow(r["run_id"], r["started_at"], r["server"], r["sglang_version"], tuple(json.loads(r["matrices"] or "[]")),
+    return [RunRow(r["run_id"], r["started_at"], r["server"], r["sglang_version"],
+                   tuple(json.loads(r["matrices"] or "[]")),
                    r["cells"], r["failed"], r["run_dir"], tuple(flaky.get(r["run_id"], ()))) for r in rows]
 
 
@@ -195,7 +198,8 @@ def regression(path: Path, cell_id: str, metric: str, until: str | None = None) 
         rows = db.execute(
             "SELECT g.run_id, MIN(g.passed) AS passed FROM gates g JOIN runs r USING (run_id) "
             "WHERE g.cell_id = ? AND g.metric = ? AND (? IS NULL OR r.started_at <= ?) "
-            "GROUP BY g.run_id ORDER BY MAX(r.started_at) DESC, g.run_id DESC", (cell_id, metric, until, until)).fetchall()
+            "GROUP BY g.run_id ORDER BY MAX(r.started_at) DESC, g.run_id DESC",
+            (cell_id, metric, until, until)).fetchall()
     if not rows or rows[0]["passed"]:
         return None, None
     first_bad = rows[0]["run_id"]

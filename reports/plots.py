@@ -60,7 +60,8 @@ def run_charts(results: RunResults) -> list[tuple[str, str]]:
             title = chart.title if len(shown) == len(cells) else f"{chart.title} (first {len(shown)} of {len(cells)} cells)"
             charts.append((title, _png(_metric_figure(chart, shown, title))))
     for cell in results.cells[:MAX_TREND_CELLS]:
-        for title, draw in (("Acceptance by draft position", acceptance_chart), ("Where speculation pays", envelope_chart)):
+        for title, draw in (("Acceptance by draft position", acceptance_chart),
+                            ("Where speculation pays", envelope_chart)):
             figure = draw(cell)
             if figure is not None:
                 charts.append((f"{title}: {cell.id}", _png(figure)))
@@ -82,7 +83,8 @@ def ratio_chart(comparison: Comparison) -> tuple[str, str] | None:
     ys = list(range(len(bars)))[::-1]
     colors = [{"better": BETTER_COLOR, "worse": WORSE_COLOR}.get(m.change or "", "#9e9e9e") for _, m in bars]
     # Bars grow from 1.0 (no change), so a 3 % regression is as visible as a 3 % gain.
-    container = axes.barh(ys, [(m.ratio if m.ratio is not None else 1.0) - 1.0 for _, m in bars], left=1.0, color=colors)
+    container = axes.barh(ys, [(m.ratio if m.ratio is not None else 1.0) - 1.0 for _, m in bars], left=1.0,
+                          color=colors)
     axes.bar_label(container, labels=[f"{m.ratio:.3f}" for _, m in bars], padding=3, fontsize=8)
     axes.set_yticks(ys, [f"{cell_id} · {label(m.metric)}" for cell_id, m in bars], fontsize=8)
     axes.axvline(1.0, color="black", linewidth=1)

@@ -107,7 +107,8 @@ def node_signals(path: Path, pattern: str = "*") -> list[NodeSignal]:
     for run in failures:
         for node in dict.fromkeys([*nodes_named(run.error or ""), *run.hosts]):
             counts[node] = counts.get(node, 0) + 1
-    return sorted((NodeSignal(node, n, len(failures)) for node, n in counts.items()), key=lambda s: (-s.failures, s.node))
+    return sorted((NodeSignal(node, n, len(failures)) for node, n in counts.items()),
+                  key=lambda s: (-s.failures, s.node))
 
 
 def _first_line(text: str | None) -> str:

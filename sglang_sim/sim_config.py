@@ -219,7 +219,8 @@ def _non_negative(env: str, text: str) -> float:
     return _number(env, text, minimum=0.0)
 
 
-def _converting(convert: Callable[[str], object], error: type[Exception], expected: str) -> Callable[[str, str], object]:
+def _converting(convert: Callable[[str], object], error: type[Exception],
+                expected: str) -> Callable[[str, str], object]:
     """A knob parser: ``convert(text)``, its ``error`` one SimConfigError naming the variable and what it expects."""
     def parse(env: str, text: str):
         try:

@@ -94,7 +94,8 @@ def resolve_builds(args: argparse.Namespace) -> list[str]:
     if args.good or args.bad:
         listed = _between(listed, args.good or listed[0], args.bad or listed[-1])
     if len(listed) < 2 or len(set(listed)) != len(listed):
-        raise BadInput("--builds", f"{len(listed)} build(s){', some repeated' if len(set(listed)) != len(listed) else ''}",
+        raise BadInput("--builds",
+                       f"{len(listed)} build(s){', some repeated' if len(set(listed)) != len(listed) else ''}",
                        "give at least two distinct builds, oldest first")
     return listed
 
@@ -155,7 +156,8 @@ def the_cell(args: argparse.Namespace) -> str:
     ids = [cell.id for cell in load_cells(list(args.matrices))]
     matched = fnmatch.filter(ids, args.cell[0])
     if len(matched) != 1:
-        raise BadInput(f"--cell {args.cell[0]}", f"matches {len(matched)} cells{': ' + ', '.join(matched[:5]) if matched else ''}",
+        raise BadInput(f"--cell {args.cell[0]}",
+                       f"matches {len(matched)} cells{': ' + ', '.join(matched[:5]) if matched else ''}",
                        "give a pattern matching exactly one cell (dspark-ci plan MATRIX --format table lists them)")
     return matched[0]
 

@@ -159,6 +159,7 @@ def image_for(options: DockerOptions, context: LaunchContext, tuning: DockerTuni
         return tuning.sim_image
     image = plan.image_to_run
     if not image:
-        raise BadInput(plan.cell_id, f"no container image for device {plan.device!r} on {plan.hardware or 'its hardware'}",
+        raise BadInput(plan.cell_id,
+                       f"no container image for device {plan.device!r} on {plan.hardware or 'its hardware'}",
                        "set `image:` in the matrix")
     return image
