@@ -86,7 +86,8 @@ def main() -> int:
     parser.add_argument("--matrix", default=str(REPO / "matrices" / "smoke.yaml"))
     parser.add_argument("--boot-timeout", default="8", help="seconds (hang_boot waits this long per cell)")
     parser.add_argument("--fault", action="append", help="only this fault (its name; repeatable)")
-    parser.add_argument("--smoke", action="store_true", help="CI's check that the bench still runs: one fault (boot_reject, quick), its run must not be green")
+    parser.add_argument("--smoke", action="store_true",
+                        help="CI's check that the bench still runs: one fault (boot_reject, quick), its run must not be green")
     args = parser.parse_args()
     if args.smoke:
         args.fault = ["boot_reject"]

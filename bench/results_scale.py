@@ -83,7 +83,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--smoke", action="store_true", help="CI's check that the bench still runs: 100 and 200 cells, once")
+    parser.add_argument("--smoke", action="store_true",
+                        help="CI's check that the bench still runs: 100 and 200 cells, once")
     args = parser.parse_args()
     if args.smoke:
         args.cells, args.repeats = [100, 200], 1

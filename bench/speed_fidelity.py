@@ -182,7 +182,8 @@ def timeline(times: Sequence[ServerTimes], step_ms: float, bin_s: float = 0.5) -
             cell[2] += 1
             cell[3] += gap - 1 > TAIL_TOLERANCE
             cell[4] = max(cell[4], gap)
-    rows = [[f"{index * bin_s:.1f}", *(f"{v:.0f}" for v in cell[:4]), f"{cell[4]:.2f}"] for index, cell in sorted(bins.items())]
+    rows = [[f"{index * bin_s:.1f}", *(f"{v:.0f}" for v in cell[:4]), f"{cell[4]:.2f}"]
+            for index, cell in sorted(bins.items())]
     return markdown_table(["s", "arrived", "finished", "gaps", "late gaps", "longest gap / step"], rows)
 
 
@@ -595,7 +596,8 @@ def main() -> None:
     parser.add_argument("--bench-serving", metavar="PYTHON", default=os.environ.get("DSPARK_SGLANG_PYTHON"),
                         help=f"the python of a venv with sglang {DEFAULT_VERSION} (.ci/sglang-bench-serving.sh makes one; "
                         ".ci/sglang-frontend.sh adds what suite-frontend needs)")
-    parser.add_argument("--engine", metavar="PYTHON", help=f"measure against SGLang {DEFAULT_VERSION}'s real engine on this CPU "
+    parser.add_argument("--engine", metavar="PYTHON",
+                        help=f"measure against SGLang {DEFAULT_VERSION}'s real engine on this CPU "
                         "(the venv of .ci/sglang-engine.sh) instead of the simulator: suite and bench_serving vs the "
                         "engine's own TTFT and TPOT histograms; the first --concurrencies value")
     parser.add_argument("--step-ms", type=float, default=20.0)

@@ -268,7 +268,8 @@ def check_decode_attention_writes_the_new_kv_and_matches_dense_softmax():
     table[0, :3] = t([11, 12, 63], I32)  # request 1: 3 tokens, the last (slot 63) new
     g = torch.Generator().manual_seed(2)
     q = torch.randn(2, heads, dim, generator=g).bfloat16()
-    new_k, new_v = torch.randn(2, kv_heads, dim, generator=g).bfloat16(), torch.randn(2, kv_heads, dim, generator=g).bfloat16()
+    new_k = torch.randn(2, kv_heads, dim, generator=g).bfloat16()
+    new_v = torch.randn(2, kv_heads, dim, generator=g).bfloat16()
     for cap, sink in ((0.0, None), (3.0, None), (0.0, torch.tensor([0.5, -1.0, 2.0, 0.0]))):
         out = torch.zeros(2, heads, dim, dtype=torch.bfloat16)
         logits = torch.zeros(2, heads, 8, dim + 1)

@@ -121,7 +121,8 @@ class GitHubStandIn:
 
 def _reaction_id(comment_id: int, content: str) -> int:
     """A stable id per (comment, content): the stand-in keeps reactions as pairs."""
-    return comment_id * 100 + sorted(("+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes")).index(content)
+    reactions = sorted(("+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes"))
+    return comment_id * 100 + reactions.index(content)
 
 
 def _new_comment(state: StandInState, body: str, user: dict, created_at: str) -> dict:
