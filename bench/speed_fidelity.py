@@ -31,9 +31,10 @@ printed before every repeat, and a discarded repeat says which of the three was 
 the machine's cores. The arrivals are a fixed-concurrency benchmark's, as bench_serving's at --max-concurrency: the
 first `concurrency` requests arrive at once, and since every reply has the same length they finish within a few
 dozen steps of each other, their successors arriving in that window (a second wave, spread by the acceptance draws);
---timeline prints, per repeat, where the late gaps fall against those arrivals and finishes. The verify step costs the same at every batch size here (DSPARK_SIM_SPEC_BATCH_COST=0), so the
-configured step is the gap the simulator owes at any concurrency. --shards N runs the simulator as N engine
-processes (DSPARK_SIM_SHARDS, with --dp-size N: each shard schedules one DP rank) for more streams than one core paces.
+--timeline prints, per repeat, where the late gaps fall against those arrivals and finishes. The verify step costs the
+same at every batch size here (DSPARK_SIM_SPEC_BATCH_COST=0), so the configured step is the gap the simulator owes at
+any concurrency. --shards N runs the simulator as N engine processes (DSPARK_SIM_SHARDS, with --dp-size N: each shard
+schedules one DP rank) for more streams than one core paces.
 """
 
 from __future__ import annotations

@@ -103,7 +103,8 @@ def _onset(window: np.ndarray, first_break: int, last_break: int, sigma: float) 
 
     PELT's mean-shift cost puts a gradual drift's break in its middle. Where a ramp (old level, straight line,
     new level) fits the window better than the detected step by more than a ramp's extra freedom explains
-    (``RAMP_EVIDENCE · σ² · ln n``), the change is a drift from the ramp's first run to its last; otherwise a step where found."""
+    (``RAMP_EVIDENCE · σ² · ln n``), the change is a drift from the ramp's first run to its last; otherwise a step where
+    found."""
     n = len(window)
     if n > MAX_RAMP_WINDOW:
         return first_break, last_break

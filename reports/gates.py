@@ -419,7 +419,8 @@ def _boundary_text(found: tuple[float | None, bool]) -> str:
 
 
 def _widened(spec: MetricSpec, key: str) -> str:
-    """How the ratio came about when the baseline measured noise: " (the larger of 1.025 and 3 × 0.5% run-to-run noise)"."""
+    """How the ratio came about when the baseline measured noise: " (the larger of 1.025 and 3 × 0.5% run-to-run
+    noise)"."""
     if not spec.noise:
         return ""
     return f" (the larger of {getattr(spec, key):g} and {NOISE_RUN_SDS:g} × {spec.noise:.1%} run-to-run noise)"

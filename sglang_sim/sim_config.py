@@ -376,8 +376,8 @@ KNOBS: dict[str, Knob] = {
                          "and wall-clock times of its arrival, first and last token (node rank 0 only)",
                          _optional_path),
     # One process (the default) round-robins every request over the DP ranks exactly as SGLang's DP controller
-    # does, and paces ~8,000-13,000 chunks/s on a core (BENCHMARKS.md: 256 streams at 20 ms steps). More shards pace more streams but
-    # spread requests by connection (sglang_sim/engine_shards.py), so they are asked for, not guessed.
+    # does, and paces ~8,000-13,000 chunks/s on a core (BENCHMARKS.md: 256 streams at 20 ms steps). More shards pace
+    # more streams but spread requests by connection (sglang_sim/engine_shards.py), so they are asked for, not guessed.
     "shards": Knob("DSPARK_SIM_SHARDS", "1",
                    "engine processes behind the one port, each scheduling its share of the DP ranks (N <= DP ranks; "
                    "auto: min(DP ranks, usable cores)); more than 1 for more streams than one core paces (about 256 "

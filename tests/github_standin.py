@@ -1,7 +1,7 @@
 """A local stand-in for the GitHub REST endpoints ChatOps uses, on 127.0.0.1 (tests only; not GitHub).
 
-It keeps comments, reactions, labels, dispatches, workflow runs and pushes to the PR's branch in memory, answers permission and pull
-requests from what a test set, and can be scripted to fail:
+It keeps comments, reactions, labels, dispatches, workflow runs and pushes to the PR's branch in memory, answers
+permission and pull requests from what a test set, and can be scripted to fail:
 - ``fail(method, path_regex, status, headers, body, times)`` answers the next ``times`` matching requests
   with that failure instead of carrying them out;
 - ``fault_after(method, path_regex, kind, times)`` is the worse case: the request is carried out, then its

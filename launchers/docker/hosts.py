@@ -3,7 +3,7 @@
 An inventory is a YAML file (``--hosts FILE``)::
 
     hosts:
-      - url: ssh://ci@gpu-node-1      # unix://, tcp:// or ssh:// (ssh goes through the ssh client: ~/.ssh/config applies)
+      - url: ssh://ci@gpu-node-1      # unix://, tcp:// or ssh:// (ssh goes through the ssh client)
         address: 10.0.0.11            # how the other nodes and this machine reach it (--dist-init-addr, health URL)
         gpus: [0, 1, 2, 3]            # explicit device ids, or a count; omitted: every device it has
         labels: {rack: a}             # free-form, shown in messages
