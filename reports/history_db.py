@@ -58,7 +58,8 @@ def history_path(env: Mapping[str, str] = os.environ) -> Path:
 def _connect(path: Path, create: bool) -> Iterator[sqlite3.Connection]:
     if not create and not path.is_file():
         raise BadInput(str(path), "no run history here yet",
-                       "runs are recorded when `dspark-ci run` finishes; add others with `dspark-ci history --add RUN_DIR`")
+                       "runs are recorded when `dspark-ci run` finishes; "
+                       "add others with `dspark-ci history --add RUN_DIR`")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         connection = sqlite3.connect(path, timeout=30)  # concurrent runs take turns
@@ -84,15 +85,17 @@ def record(path: Path, results: RunResults, run_dir: Path | str | None) -> None:
         for table in ("runs", "cells", "cell_facts", "metrics", "gates", "cell_times", "cell_labels"):
             db.execute(f"DELETE FROM {table} WHERE run_id = ?", (results.run_id,))
         db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", (
-            results.run_id, results.started_at, results.finished_at, results.launcher, json.dumps(list(results.matrices)),
+            results.run_id, results.started_at, results.finished_at, results.launcher,
+            json.dumps(list(results.matrices)),
             env.get("server"), env.get("sglang_version"), env.get("sglang_commit"),
             json.dumps(env.get("image_digests")) if env.get("image_digests") else None,
             json.dumps(env.get("hosts") or ([env["hostname"]] if env.get("hostname") else [])),
             json.dumps(dict(env), default=str), str(Path(run_dir).resolve()) if run_dir else None,
             len(results.cells), sum(cell.status.failing for cell in results.cells)))
         for cell in results.cells:
-            db.execute("INSERT INTO cells VALUES (?, ?, ?, ?, ?)", (results.run_id, cell.id, cell.status.value,
-                                                                   cell.runner, json.dumps(cell.config.to_dict() if cell.config else {}, default=str)))
+            config = json.dumps(cell.config.to_dict() if cell.config else {}, default=str)
+            db.execute("INSERT INTO cells VALUES (?, ?, ?, ?, ?)",
+                       (results.run_id, cell.id, cell.status.value, cell.runner, config))
             identity = cell.identity
             db.execute("INSERT INTO cell_facts VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (
                 results.run_id, cell.id, identity.hash if identity else None, identity.setup if identity else None,

@@ -57,7 +57,8 @@ def run_charts(results: RunResults) -> list[tuple[str, str]]:
         cells = [c for c in results.cells if any(c.metrics.get(m) is not None for m in chart.metrics)]
         shown = cells[:MAX_BARS // len(chart.metrics)]
         if shown:
-            title = chart.title if len(shown) == len(cells) else f"{chart.title} (first {len(shown)} of {len(cells)} cells)"
+            title = (chart.title if len(shown) == len(cells)
+                     else f"{chart.title} (first {len(shown)} of {len(cells)} cells)")
             charts.append((title, _png(_metric_figure(chart, shown, title))))
     for cell in results.cells[:MAX_TREND_CELLS]:
         for title, draw in (("Acceptance by draft position", acceptance_chart),

@@ -68,7 +68,8 @@ def _flaky(latest: history_db.Outcome, earlier: list[history_db.Outcome]) -> str
 
 
 def _regression(latest: history_db.Outcome, earlier: list[history_db.Outcome]) -> str | None:
-    passed = [run for run in earlier if run.status in PASSING and (not latest.setup or run.setup in (latest.setup, None))]
+    passed = [run for run in earlier
+              if run.status in PASSING and (not latest.setup or run.setup in (latest.setup, None))]
     if not passed:
         return None
     last_good = passed[-1]

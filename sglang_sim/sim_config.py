@@ -151,9 +151,11 @@ FAULT_HELP: dict[str, tuple[str, str]] = {
     "envelope_shift": ("envelope_shift=FACTOR", "a verify step's cost per running request past 8 grows FACTOR times "
                                                 "faster: speculation stops paying at a lower concurrency"),
     "lossy_sampling": ("lossy_sampling", "at temperature > 0, half the samples of a speculative server follow the "
-                                         "greedy text (a draft sampler ignoring temperature); greedy output stays exact"),
+                                         "greedy text (a draft sampler ignoring temperature); "
+                                         "greedy output stays exact"),
     "spec_ignores_top_p": ("spec_ignores_top_p", "a speculative server's sampler ignores top_p (as one fork's "
-                                                 "speculative path did): top_p near 0 still samples; greedy stays exact"),
+                                                 "speculative path did): top_p near 0 still samples; "
+                                                 "greedy stays exact"),
     "pd_transfer_fail": ("pd_transfer_fail", "PD prefill: every KV/hidden-state transfer fails (decode answers 500)"),
     "pd_random_hidden": ("pd_random_hidden", "PD prefill: hands decode random hidden states (sglang#7242): "
                                              "acceptance drops, text and health hold"),
@@ -197,7 +199,8 @@ def _number(name: str, text: str, minimum: float | None = None, maximum: float |
         value = float(text)
     except ValueError:
         raise SimConfigError(f"{name}={text!r}: expected a number") from None
-    if not math.isfinite(value) or (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+    if (not math.isfinite(value) or (minimum is not None and value < minimum)
+            or (maximum is not None and value > maximum)):
         bounds = f"[{minimum if minimum is not None else '-inf'}, {maximum if maximum is not None else 'inf'}]"
         raise SimConfigError(f"{name}={text!r}: expected a finite number in {bounds}")
     return value

@@ -307,7 +307,8 @@ def _bisect(command, event: CommentEvent, config: ChatOpsConfig, context: Contex
     request = command.bisect
     matches = [cell for cell in load_cells(list(config.matrices)) if fnmatch.fnmatchcase(cell.id, request.cell)]
     if len(matches) != 1:
-        why = (f"matches {len(matches)} cells ({', '.join(c.id for c in matches[:3])}{' ...' if len(matches) > 3 else ''})"
+        why = (f"matches {len(matches)} cells "
+               f"({', '.join(c.id for c in matches[:3])}{' ...' if len(matches) > 3 else ''})"
                if matches else "matches no matrix cell")
         return _rejected(plan, [(request.cell, f"{why}: /bisect chases exactly one cell")], f"{request.cell}: {why}")
     metric_problem = bisect_metric_problem(request.metric)

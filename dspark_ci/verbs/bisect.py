@@ -230,7 +230,8 @@ def reproduce_command(args: argparse.Namespace, cell_id: str, outcome: search.Ou
     if args.image_template:
         words += ["--image-template", args.image_template]
     # the simulator's settings, a planted regression included, are part of what is reproduced
-    env = [f"{k}={os.environ[k]}" for k in sorted(os.environ) if k.startswith("DSPARK_SIM_") and k != "DSPARK_SIM_VERSION"]
+    env = [f"{k}={os.environ[k]}" for k in sorted(os.environ)
+           if k.startswith("DSPARK_SIM_") and k != "DSPARK_SIM_VERSION"]
     return shlex.join([*env, *words])
 
 
