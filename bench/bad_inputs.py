@@ -38,17 +38,20 @@ def inputs(work: Path) -> dict[str, str]:
         "a 50 MB matrix": write("big.yaml", HEAD.encode() + b"#" * (50 * 2**20)),
         "a NUL byte": write("nul.yaml", HEAD + "description: a\x00b\ninclude: [{}]\n"),
         "an alias bomb under gpqa.chat_template_kwargs": write("bomb.yaml", BOMB),
-        "speed.num_requests: 1000000000": write("count.yaml", HEAD + "  suites:\n    speed: {num_requests: 1000000000}\n"
+        "speed.num_requests: 1000000000": write("count.yaml",
+                                                HEAD + "  suites:\n    speed: {num_requests: 1000000000}\n"
                                                 "include: [{}]\n"),
         "tp = gpus_per_node = 2**64": write("huge.yaml", HEAD.replace("tp: 1", f"tp: {2**64}")
-                                            .replace("gpus_per_node: 1", f"gpus_per_node: {2**64}") + "include: [{}]\n"),
+                                            .replace("gpus_per_node: 1",
+                                                     f"gpus_per_node: {2**64}") + "include: [{}]\n"),
         "90,000 nested [ (200 KB)": write("deep.yaml", HEAD + "x: " + "[" * 90000 + "]" * 90000 + "\ninclude: [{}]\n"),
         "2,000 nested [ in accept.num_requests": write("deep-accept.yaml", HEAD + "  suites:\n    accept: "
                                                      "{num_requests: " + "[" * 2000 + "1" + "]" * 2000 + "}\n"
                                                      "include: [{}]\n"),
         "a 5001-digit integer": write("digits.yaml", HEAD.replace("tp: 1", "tp: " + "9" * 5001) + "include: [{}]\n"),
         "a 5000-character model_slug": write("slug.yaml", HEAD + "  model_slug: " + "m" * 5000 + "\ninclude: [{}]\n"),
-        "a NUL byte in an env value": write("env-nul.yaml", HEAD + '  env: {DSPARK_SIM_SEED: "1\\0 2"}\ninclude: [{}]\n'),
+        "a NUL byte in an env value": write("env-nul.yaml",
+                                            HEAD + '  env: {DSPARK_SIM_SEED: "1\\0 2"}\ninclude: [{}]\n'),
         "slow_decode=inf": write("inf.yaml", HEAD + '  env: {DSPARK_SIM_FAULTS: "slow_decode=inf"}\ninclude: [{}]\n'),
     }
 

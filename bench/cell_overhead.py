@@ -54,7 +54,7 @@ def measure(matrix: str, mode: str, cells: list[str], tmp: Path) -> Split:
     first = min(dt.datetime.fromisoformat(c["started_at"]) for c in results["cells"] if c.get("started_at"))
     boot = statistics.fmean(c["boot_seconds"] for c in serving)
     tests = [session_seconds(out / "logs" / c["id"] / "suites.log") for c in serving]
-    other = statistics.fmean(c["seconds"] - c["boot_seconds"] - t for c, t in zip(serving, tests))
+    other = statistics.fmean(c["seconds"] - c["boot_seconds"] - t for c, t in zip(serving, tests, strict=False))
     return Split(wall, (first - started).total_seconds(), boot, statistics.fmean(tests), other)
 
 

@@ -121,7 +121,7 @@ def slurm(args: argparse.Namespace) -> int:
           f"{args.repeats} side-by-side and {args.one_at_a_time_repeats} one-at-a-time runs (min / median / max):")
     for label, results in runs.items():
         bounds = [max(r["node_seconds"] / nodes, r["longest"]) for r in results]
-        ratios = [r["makespan"] / bound for r, bound in zip(results, bounds)]
+        ratios = [r["makespan"] / bound for r, bound in zip(results, bounds, strict=False)]
         same = all(r["verdicts"] == reference for r in results)
         print(f"  {label:14} makespan {_spread([r['makespan'] for r in results])} s; lower bound "
               f"{_spread(bounds)} s; makespan / bound {_ratios(ratios)}; verdicts identical to one at a time: "

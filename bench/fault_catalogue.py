@@ -8,7 +8,8 @@ history, and prints one row per fault: the run's exit code and every cell's stat
 is ``passed``. A fault that acts only on serving (garbage text, a broken stream, a slow decode) leaves an expected
 rejection ``rejected_as_expected``: SGLang refuses that launch before anything is served, which is the right
 verdict for it; such cells are counted apart. ``rank_exit=R:S`` cannot act on a cell with R nodes or fewer (it has no
-rank R): such a cell is shown "n/a" and not counted. ``crash_once`` runs once per cell, each with its own marker. Exits 1 when any cell under any fault was green.
+rank R): such a cell is shown "n/a" and not counted. ``crash_once`` runs once per cell, each with its own marker. Exits
+1 when any cell under any fault was green.
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ def main() -> int:
     parser.add_argument("--matrix", default=str(REPO / "matrices" / "smoke.yaml"))
     parser.add_argument("--boot-timeout", default="8", help="seconds (hang_boot waits this long per cell)")
     parser.add_argument("--fault", action="append", help="only this fault (its name; repeatable)")
-    parser.add_argument("--smoke", action="store_true", help="CI's check that the bench still runs: one fault (boot_reject, quick), its run must not be green")
+    parser.add_argument("--smoke", action="store_true",
+                        help="CI's check that the bench still runs: one fault (boot_reject, quick), its run must not be green")
     args = parser.parse_args()
     if args.smoke:
         args.fault = ["boot_reject"]

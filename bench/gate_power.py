@@ -16,12 +16,13 @@ never gated) against a baseline recorded from ``BASELINE_RUNS`` good boots, unde
 
 Planted: 2, 3, 5, 10 % worse on TPOT, throughput, accept length or accept rate, and 3, 5, 10-point GPQA drops,
 each in a cell-night of its own (one metric at a time, so a metric's detection rate is its own); 0 is the clean
-nights, every serving cell clean, which also give the false-red rate per nightly. Every cell-night goes through ``reports.gates.evaluate``
-(the baseline written as a real baseline file and read with ``load_baseline``, GPQA paired over questions) and
-``status_of``; when a cell is inconclusive it takes another look with more boots (``LOOKS``: 1, 2, 4, 8 boots,
-each boot with its GPQA repeats), at levels that split the nightly's 1 % false-red rate over its 60 statistical
-gates and the 4 planned looks. Today's gates (the same baseline, one boot, value against the gate's ``threshold``:
-ratio widened to 3 × noise, GPQA value − 2·√(s² + s_now²)) are judged on the first boot of the same nights.
+nights, every serving cell clean, which also give the false-red rate per nightly. Every cell-night goes through
+``reports.gates.evaluate`` (the baseline written as a real baseline file and read with ``load_baseline``, GPQA paired
+over questions) and ``status_of``; when a cell is inconclusive it takes another look with more boots (``LOOKS``: 1, 2,
+4, 8 boots, each boot with its GPQA repeats), at levels that split the nightly's 1 % false-red rate over its 60
+statistical gates and the 4 planned looks. Today's gates (the same baseline, one boot, value against the gate's
+``threshold``: ratio widened to 3 × noise, GPQA value − 2·√(s² + s_now²)) are judged on the first boot of the same
+nights.
 
 Printed per metric and planted level: red (regressed), caught (not green: red or inconclusive), green, for the
 statistical gates, and red for today's; per nightly: the share of clean nights that were red anywhere; the mean
@@ -227,7 +228,8 @@ def cell_night(rng: random.Random, model: Model, baseline, levels, planted: dict
 
 
 def scenarios():
-    """(metric regressed or None, planted fraction or GPQA points): one clean scenario, then one per metric and level."""
+    """(metric regressed or None, planted fraction or GPQA points): one clean scenario, then one per metric and
+    level."""
     yield None, 0.0
     for metric in METRICS:
         for planted in PLANTED[1:]:
@@ -464,12 +466,12 @@ def envelope_power(nights: int, seed: int) -> str:
     return "\n".join(lines)
 
 
-# --- Per-category acceptance (a separate mode: `--categories`) ---------------------------------------------------------
+# --- Per-category acceptance (a separate mode: `--categories`) --------------------------------------------------------
 # The smoke accept suite's builtin workload: 40 requests over its categories (20 prompts, each asked twice), each
 # request up to CATEGORY_TOKENS tokens drawn as the simulator draws them (alpha 0.7 times the simulator's default factor
-# per category, gamma 7), a per-boot shift of alpha (ACCEPT_DRIFT_BOOT, as gate_power_e2e.E2E_NOISE); gated against a baseline of
-# BASELINE_RUNS boots with min_ratio 0.9 per category, family-wise over the cell's gates (accept length, its 7
-# positions, the categories). Planted: the code category's alpha times a factor (fault category_regression=code: 0.6).
+# per category, gamma 7), a per-boot shift of alpha (ACCEPT_DRIFT_BOOT, as gate_power_e2e.E2E_NOISE); gated against a
+# baseline of BASELINE_RUNS boots with min_ratio 0.9 per category, family-wise over the cell's gates (accept length, its
+# 7 positions, the categories). Planted: the code category's alpha times a factor (fault category_regression=code: 0.6).
 CATEGORY_REQUESTS = {"code": 6, "writing": 8, "stem": 12, "humanities": 4, "math": 6, "long_context": 4}
 CATEGORY_TOKENS, ACCEPT_DRIFT_BOOT = 256, 0.003
 CATEGORY_PLANTED = {"clean": 1.0, "code x0.95": 0.95, "code x0.9": 0.9, "code x0.8": 0.8,

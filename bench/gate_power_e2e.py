@@ -71,7 +71,8 @@ def gpqa_cell(out: Path) -> tuple[Path, dict[str, str]]:
     defaults["env"] = {**defaults["env"], **GPQA_CELL_ENV}
     defaults["suites"] = {"gpqa": {"num_questions": GPQA_QUESTIONS, "repeats": GPQA_REPEATS, "concurrency": 128}}
     matrix = out / "gpqa198.yaml"
-    matrix.write_text(yaml.safe_dump({"description": "GPQA-Diamond-sized cell for gate power", "sglang": smoke["sglang"],
+    matrix.write_text(yaml.safe_dump({"description": "GPQA-Diamond-sized cell for gate power",
+                                      "sglang": smoke["sglang"],
                                       "hardware": smoke["hardware"], "defaults": defaults, "include": [{}]}))
     return matrix, {"DSPARK_SIM_GPQA_PATH": str(dataset)}
 

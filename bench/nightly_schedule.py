@@ -75,7 +75,8 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--job-overhead-minutes", type=float, default=4.0)
-    parser.add_argument("--noise", type=float, default=0.2, help="night-to-night spread of a cell's duration (0.2: ±20 %%)")
+    parser.add_argument("--noise", type=float, default=0.2,
+                        help="night-to-night spread of a cell's duration (0.2: ±20 %%)")
     parser.add_argument("--smoke", action="store_true", help="CI's check that the bench still runs: 5 trials")
     args = parser.parse_args()
     if args.smoke:

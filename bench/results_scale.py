@@ -83,7 +83,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--smoke", action="store_true", help="CI's check that the bench still runs: 100 and 200 cells, once")
+    parser.add_argument("--smoke", action="store_true",
+                        help="CI's check that the bench still runs: 100 and 200 cells, once")
     args = parser.parse_args()
     if args.smoke:
         args.cells, args.repeats = [100, 200], 1
@@ -100,8 +101,9 @@ def main() -> int:
         for _ in range(args.repeats):
             with tempfile.TemporaryDirectory() as tmp:
                 run_dir = Path(tmp) / "run"
-                times["write"].append(timed(lambda: write_run(run_dir, cells), peaks["write"]))
-                times["render"].append(timed(lambda: render_run(run_dir), peaks["render"]))
+                # bound now: the lambdas run inside this iteration, but say so rather than rely on it
+                times["write"].append(timed(lambda d=run_dir, c=cells: write_run(d, c), peaks["write"]))
+                times["render"].append(timed(lambda d=run_dir: render_run(d), peaks["render"]))
         for stage, values in times.items():
             median = statistics.median(values)
             per_cell[stage][size] = median / size

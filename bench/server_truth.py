@@ -42,11 +42,11 @@ class ServerTimes:
 
     def chunk_itl(self) -> list[float]:
         """The gaps between emissions after the first: what a client's per-chunk ITL should read."""
-        return [later - earlier for earlier, later in zip(self.emissions, self.emissions[1:])]
+        return [later - earlier for earlier, later in zip(self.emissions, self.emissions[1:], strict=False)]
 
     def token_itl(self) -> list[float]:
         """Each gap / its emission's tokens, once per token: bench_serving's per-token ITL, at the source."""
-        return [gap / tokens for gap, tokens in zip(self.chunk_itl(), self.emission_tokens[1:])
+        return [gap / tokens for gap, tokens in zip(self.chunk_itl(), self.emission_tokens[1:], strict=False)
                 for _ in range(tokens)]
 
 

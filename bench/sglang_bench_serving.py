@@ -15,9 +15,9 @@ which only stubs torchvision (see there) and adds nothing to the run:
 
 Identical traffic. The CLI, not a driver calling ``benchmark()``: the release's ``openai`` dataset reproduces our
 prompts exactly. Each JSONL line is one request, ``{"messages": [{"role": "user", "content": PROMPT}],
-"max_tokens": OUTPUT_LEN, "stream_options": {"include_usage": true, "continuous_usage_stats": true}}``, read in file order (no shuffle, unlike
-``custom``) and sent in that order, all at once behind a ``--max-concurrency`` semaphore (rate inf), as the
-speed suite sends them. Each request is then the speed suite's: streamed chat completions to
+"max_tokens": OUTPUT_LEN, "stream_options": {"include_usage": true, "continuous_usage_stats": true}}``, read in file
+order (no shuffle, unlike ``custom``) and sent in that order, all at once behind a ``--max-concurrency`` semaphore (rate
+inf), as the speed suite sends them. Each request is then the speed suite's: streamed chat completions to
 ``/v1/chat/completions`` with the same messages, ``temperature`` 0.0, ``ignore_eos`` true (bench_serving's
 default) and ``stream_options`` from the line (extra fields pass through to the body); the one difference is
 the key of the output cap, ``max_completion_tokens`` (bench_serving always sends that; SGLang and the
@@ -347,7 +347,7 @@ def _check_complete(run: BenchServingRun, sent: int) -> None:
 
 
 def _check_prompt_lens(run: BenchServingRun, prompt_lens: Sequence[int]) -> None:
-    differing = [(r.index, expected, r.prompt_len) for r, expected in zip(run.requests, prompt_lens)
+    differing = [(r.index, expected, r.prompt_len) for r, expected in zip(run.requests, prompt_lens, strict=False)
                  if r.prompt_len != expected]
     if len(prompt_lens) != len(run.requests) or differing:
         raise BenchServingError(f"bench_serving's requests are not ours: {len(run.requests)} requests for "

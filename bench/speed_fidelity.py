@@ -31,9 +31,10 @@ printed before every repeat, and a discarded repeat says which of the three was 
 the machine's cores. The arrivals are a fixed-concurrency benchmark's, as bench_serving's at --max-concurrency: the
 first `concurrency` requests arrive at once, and since every reply has the same length they finish within a few
 dozen steps of each other, their successors arriving in that window (a second wave, spread by the acceptance draws);
---timeline prints, per repeat, where the late gaps fall against those arrivals and finishes. The verify step costs the same at every batch size here (DSPARK_SIM_SPEC_BATCH_COST=0), so the
-configured step is the gap the simulator owes at any concurrency. --shards N runs the simulator as N engine
-processes (DSPARK_SIM_SHARDS, with --dp-size N: each shard schedules one DP rank) for more streams than one core paces.
+--timeline prints, per repeat, where the late gaps fall against those arrivals and finishes. The verify step costs the
+same at every batch size here (DSPARK_SIM_SPEC_BATCH_COST=0), so the configured step is the gap the simulator owes at
+any concurrency. --shards N runs the simulator as N engine processes (DSPARK_SIM_SHARDS, with --dp-size N: each shard
+schedules one DP rank) for more streams than one core paces.
 """
 
 from __future__ import annotations
@@ -177,12 +178,13 @@ def timeline(times: Sequence[ServerTimes], step_ms: float, bin_s: float = 0.5) -
     for t in times:
         row(t.arrival)[0] += 1
         row(t.last_token)[1] += 1
-        for earlier, later in zip(t.emissions, t.emissions[1:]):
+        for earlier, later in zip(t.emissions, t.emissions[1:], strict=False):
             gap, cell = (later - earlier) * 1000 / step_ms, row(later)
             cell[2] += 1
             cell[3] += gap - 1 > TAIL_TOLERANCE
             cell[4] = max(cell[4], gap)
-    rows = [[f"{index * bin_s:.1f}", *(f"{v:.0f}" for v in cell[:4]), f"{cell[4]:.2f}"] for index, cell in sorted(bins.items())]
+    rows = [[f"{index * bin_s:.1f}", *(f"{v:.0f}" for v in cell[:4]), f"{cell[4]:.2f}"]
+            for index, cell in sorted(bins.items())]
     return markdown_table(["s", "arrived", "finished", "gaps", "late gaps", "longest gap / step"], rows)
 
 
@@ -394,7 +396,7 @@ def ttft_table(repeats: Sequence[Repeat], tools: Sequence[str]) -> str:
                 for tool in tools}
         suite = kept.get("suite", [])
 
-        def suite_extra(key: str, fmt: str = ".1f") -> str:
+        def suite_extra(key: str, fmt: str = ".1f", suite: list = suite) -> str:  # this concurrency's repeats
             return spread([r.extra[key] for r in suite], fmt)
 
         split = "—" if not suite else (f"{statistics.median(r.extra['before_server_ms_mean'] for r in suite):.1f} + "
@@ -595,7 +597,8 @@ def main() -> None:
     parser.add_argument("--bench-serving", metavar="PYTHON", default=os.environ.get("DSPARK_SGLANG_PYTHON"),
                         help=f"the python of a venv with sglang {DEFAULT_VERSION} (.ci/sglang-bench-serving.sh makes one; "
                         ".ci/sglang-frontend.sh adds what suite-frontend needs)")
-    parser.add_argument("--engine", metavar="PYTHON", help=f"measure against SGLang {DEFAULT_VERSION}'s real engine on this CPU "
+    parser.add_argument("--engine", metavar="PYTHON",
+                        help=f"measure against SGLang {DEFAULT_VERSION}'s real engine on this CPU "
                         "(the venv of .ci/sglang-engine.sh) instead of the simulator: suite and bench_serving vs the "
                         "engine's own TTFT and TPOT histograms; the first --concurrencies value")
     parser.add_argument("--step-ms", type=float, default=20.0)

@@ -197,11 +197,13 @@ def identify(cell: Cell, ctx: CellContext) -> CellIdentity:
     """The cell's identity as this run measures it: the argv as `dspark-ci plan` prints it (free ports and
     addresses differ from launch to launch, not the measurement), the suites with their resolved options."""
     ranks = [rank for plan in template_plans(cell) for rank in plan.ranks]  # every role instance's, for PD
-    measuring = [n for n in suite_names(cell, ctx.suites) if n not in ALWAYS_SUITES]  # the sanity check measures nothing
+    # the sanity check measures nothing
+    measuring = [n for n in suite_names(cell, ctx.suites) if n not in ALWAYS_SUITES]
     options = ctx.suite_defaults({n: dict(cell.suites.get(n, {})) for n in measuring})
     dataset = options.get("gpqa", {}).pop("dataset", None)
     image = cell.image if ctx.server != "sim" and ctx.launcher.name != "local" else None
-    return cell_identity(server=f"{ctx.server} via {ctx.launcher.name}", build=" image ".join(filter(None, [ctx.build, image])),
+    return cell_identity(server=f"{ctx.server} via {ctx.launcher.name}",
+                         build=" image ".join(filter(None, [ctx.build, image])),
                          argv=[list(rank.argv) for rank in ranks],
                          env={**ctx.forwarded_env, **ranks[0].env}, model=cell.config.get("model"),
                          suites=options, dataset=dataset, hardware=cell.runner)

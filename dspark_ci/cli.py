@@ -27,7 +27,8 @@ VERBS = {
     "chatops": "Parse a PR comment, check permission, resolve test paths, print the reply and dispatch plan.",
     "sim": "The simulated SGLang server: SGLang's launch_server flags; behaviour from DSPARK_SIM_* (sim --help).",
     "cleanup": "Remove exactly what a killed run recorded it started (processes, containers, jobs).",
-    "history": "The runs remembered (SQLite) and each cell's metrics across them, with the last good and first bad run.",
+    "history": "The runs remembered (SQLite) and each cell's metrics across them, "
+               "with the last good and first bad run.",
     "baseline": "Propose a baseline file (values, measured noise, tolerances) from good runs: baseline record RUN...",
     "bisect": "Re-run one cell across an ordered range of builds (versions, images) and name the first bad one.",
     "preflight": "Run SGLang's own argument resolution on every rank of every cell and compare with its expectation.",

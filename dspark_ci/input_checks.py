@@ -119,7 +119,8 @@ def _warn_overridden(cell: Cell, caller_env: Mapping[str, str], where: str, warn
     """A DSPARK_SIM_* the caller set and the cell's env overrides: said once per value pair, not dropped silently."""
     for key, value in cell.env.items():
         mine = caller_env.get(key)
-        if key.startswith("DSPARK_SIM_") and mine is not None and mine != str(value) and (key, mine, value) not in warned:
+        if (key.startswith("DSPARK_SIM_") and mine is not None and mine != str(value)
+                and (key, mine, value) not in warned):
             warned.add((key, mine, value))
             print(f"dspark-ci run: warning: {where}: the matrix sets {key}={value} for cell {cell.id} (and others "
                   f"it covers), overriding {key}={mine} from your environment", file=sys.stderr)

@@ -5,8 +5,8 @@ On a terminal: one live line, redrawn every second and cut to the terminal's wid
 a stale copy of itself on every redraw); finished cells are kept as lines of their own. Elsewhere (``CI`` set, a
 pipe, a file): plain lines, each with the wall-clock time and the run's elapsed time, and a long suite's progress at
 most every ``PLAIN_DETAIL_EVERY_S`` and once more when its stage ends (so its last figure, e.g. GPQA's final
-count and accuracy, is always in the log). ``verbosity`` 0 (``--quiet``) keeps only cells that did not pass and the run's
-last lines; 2 (``--verbose``) prints every stage and every progress change as a plain line, even on a terminal.
+count and accuracy, is always in the log). ``verbosity`` 0 (``--quiet``) keeps only cells that did not pass and the
+run's last lines; 2 (``--verbose``) prints every stage and every progress change as a plain line, even on a terminal.
 """
 
 from __future__ import annotations

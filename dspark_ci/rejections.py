@@ -58,7 +58,7 @@ def judge(cells: list[Cell], resolver: Resolver) -> tuple[Resolver, list[CellVer
             owners.append(cell.id)
     described, results = resolve(resolver, launches)
     by_cell: dict[str, list[Resolution]] = {c.id: [] for c in cells}
-    for owner, result in zip(owners, results):
+    for owner, result in zip(owners, results, strict=False):
         by_cell[owner].append(result)
     verdicts = [CellVerdict(c, by_cell[c.id]) for c in cells]
     lacking = next((v for v in verdicts if v.deciding[1].verdict == "environment"), None)

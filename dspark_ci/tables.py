@@ -4,7 +4,8 @@ from __future__ import annotations
 
 
 def text_table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(str(value)) for value in column) for column in zip(header, *rows)]
-    lines = ["  ".join(str(value).ljust(width) for value, width in zip(row, widths)).rstrip() for row in [header, *rows]]
+    widths = [max(len(str(value)) for value in column) for column in zip(header, *rows, strict=False)]
+    lines = ["  ".join(str(value).ljust(width) for value, width in zip(row, widths, strict=False)).rstrip()
+             for row in [header, *rows]]
     lines.insert(1, "  ".join("-" * width for width in widths))
     return "\n".join(lines)

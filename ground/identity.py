@@ -84,8 +84,8 @@ def cell_identity(*, server: str, build: str, argv: list[list[str]], env: Mappin
 
 
 def unlike(a: CellIdentity | None, b: CellIdentity | None) -> str | None:
-    """Why two results are not comparable ("measured differently: argv, dataset"), or None when they are (or one predates
-    identities: then nothing can be said, and the caller says that instead)."""
+    """Why two results are not comparable ("measured differently: argv, dataset"), or None when they are (or one
+    predates identities: then nothing can be said, and the caller says that instead)."""
     if a is None or b is None:
         return None
     differing = a.differences(b)

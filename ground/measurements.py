@@ -444,7 +444,7 @@ def crossing(row: "list[tuple[int, float]]") -> tuple[float | None, bool]:
         return None, False
     if row[0][1] < 1:
         return 0.0, False
-    for (c_pays, s_pays), (c_not, s_not) in zip(row, row[1:]):
+    for (c_pays, s_pays), (c_not, s_not) in zip(row, row[1:], strict=False):
         if s_pays >= 1 > s_not:
             a, b = math.log(c_pays), math.log(c_not)
             return math.exp(a + (s_pays - 1) / (s_pays - s_not) * (b - a)), False

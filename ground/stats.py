@@ -32,8 +32,9 @@ Which test, and why (each verdict names its test, results.json key ``test``):
   at any alpha); t only with many fractional differences (averaged repeats), where the central limit holds;
 - GPQA without a per-question record: two estimates with their standard errors (normal).
 
-Distributions come from scipy (t, normal, binomial, Clopper–Pearson, bootstrap); nothing here re-derives them. Everything is
-plain floats in and a frozen record out, so the bisect, the gates and the power benchmark share one decision.
+Distributions come from scipy (t, normal, binomial, Clopper–Pearson, bootstrap); nothing here re-derives them.
+Everything is plain floats in and a frozen record out, so the bisect, the gates and the power benchmark share one
+decision.
 
 The API, smallest first:
 - ``decide(effect, low, high, tolerance, detect, better, surely_past=0)``: the three-way rule on an effect and
@@ -139,7 +140,7 @@ class Levels:
             return cls(alpha=gate_alpha / looks, beta=beta / looks, looks=looks)
         plan = tuple((n, gate_alpha * n / sum(boots)) for n in boots)
         weights = BETA_SPENDING[BETA_SCHEDULE](boots)
-        beta_plan = tuple((n, beta * w / sum(weights)) for n, w in zip(boots, weights))
+        beta_plan = tuple((n, beta * w / sum(weights)) for n, w in zip(boots, weights, strict=False))
         return cls(alpha=plan[0][1], beta=beta_plan[0][1], looks=len(boots), plan=plan, beta_plan=beta_plan)
 
     def at_boots(self, boots: int) -> "Levels":

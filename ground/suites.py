@@ -30,6 +30,11 @@ SPECULATION_CATEGORIES = ("code", "math", "long_context")
 ACCEPT_CATEGORIES = SPECULATION_CATEGORIES + ("writing", "roleplay", "reasoning", "extraction", "stem", "humanities")
 
 
+# Draft positions with a metric of their own, accept_rate_pos1..N (CONTRACT.md); deeper positions are in the
+# records only (suites/accept_detail.py).
+MAX_POSITIONS = 8
+
+
 def category_metric(category: str) -> str:
     """The metric of one category's accept length: ``accept_length_code``."""
     return f"accept_length_{category}"
@@ -44,7 +49,8 @@ METRIC_SUITE: Mapping[str, str] = MappingProxyType({
     "mc_accuracy": "mc", "mc_stderr": "mc", "mc_num_items": "mc",
     "accept_length": "accept", "accept_rate": "accept",
     # per draft position k: accepted / proposed over verify steps, and its per-request stderr (suites/accept_detail.py)
-    **{f"accept_rate_pos{k}{suffix}": "accept" for k in range(1, 9) for suffix in ("", "_stderr")},
+    **{f"accept_rate_pos{k}{suffix}": "accept" for k in range(1, MAX_POSITIONS + 1)
+       for suffix in ("", "_stderr")},
     # per category of the accept workload: its accept length and per-request stderr (never the speed suite's random
     # text, whose acceptance is not draft quality)
     **{f"{category_metric(c)}{suffix}": "accept" for c in ACCEPT_CATEGORIES for suffix in ("", "_stderr")},
@@ -59,7 +65,8 @@ METRIC_SUITE: Mapping[str, str] = MappingProxyType({
        for stat in ("mean", "median", "p90", "p99")},
     "e2e_latency_s_mean": "speed", "output_throughput_tok_s": "speed",
     "input_tokens_mean": "speed", "output_tokens_mean": "speed",
-    # a disaggregated cell's mean TTFT split as its prefill and decode servers report their stages (suites/ttft_split.py)
+    # a disaggregated cell's mean TTFT split as its prefill and decode servers report their stages
+    # (suites/ttft_split.py)
     "ttft_prefill_queue_ms": "speed", "ttft_transfer_ms": "speed", "ttft_first_decode_ms": "speed",
     # the client's own overhead, beside TTFT
     "client_loop_lag_ms_p99": "speed", "client_ttfb_ms_median": "speed", "client_ttfb_ms_p99": "speed",

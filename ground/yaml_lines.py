@@ -106,7 +106,7 @@ def _read(path: Path | str, words: FileWords) -> str:
 # per level and Python's stack ends a few hundred levels down, with a traceback instead of a message.
 MAX_NESTING = 64
 MAX_DIGITS = 100  # an integer longer than this is no setting (and Python refuses to convert one of 4300)
-_LONG_NUMBER = re.compile(r"(?<![\w.])[-+]?\d{%d,}" % (MAX_DIGITS + 1))
+_LONG_NUMBER = re.compile(rf"(?<![\w.])[-+]?\d{{{MAX_DIGITS + 1},}}")
 
 
 def _check_digits(path: Path | str, text: str) -> None:

@@ -21,7 +21,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ContextManager, Mapping, Protocol, Sequence, runtime_checkable
+from contextlib import AbstractContextManager
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from ground.errors import DsparkError, InfraError
 from ground.sglang.release import is_peer_loss, sglang_error_line
@@ -246,7 +247,7 @@ class Launcher(Protocol):
         """How many cells may run side by side, and on how many nodes (called after ``preflight``); --max-parallel
         overrides the count, never the nodes."""
 
-    def launch(self, plan: LaunchPlan, logs_dir: Path) -> ContextManager[Deployment]:
+    def launch(self, plan: LaunchPlan, logs_dir: Path) -> AbstractContextManager[Deployment]:
         """Start every rank (recording each in the ledger first), wait for rank 0's health against the
         deadline, yield the deployment; on leaving, for any reason, tear the whole group down."""
 
@@ -260,6 +261,6 @@ class LauncherModule(Protocol):
         (``launchers/<kind>/options.py``, already checked)."""
 
     def remove_started(self, entry: LedgerEntry, dry_run: bool = False) -> str | None:
-        """Remove what one ledger entry of a dead run names (``launchers.ledger``), saying what was removed; None if it was
-        already gone. Touches nothing that does not carry that run's id. ``dry_run``: remove nothing, but say
+        """Remove what one ledger entry of a dead run names (``launchers.ledger``), saying what was removed; None if it
+        was already gone. Touches nothing that does not carry that run's id. ``dry_run``: remove nothing, but say
         exactly what would be removed (the same checks, so `cleanup --dry-run` and `cleanup` agree)."""

@@ -98,7 +98,7 @@ def launched_fields(argv: Sequence[str]) -> dict[str, str]:
     """The IDENTITY_FIELDS an argv sets, by SGLang's field name (any spelling of the flag)."""
     flags = load_flags()
     fields = {}
-    for token, value in zip(argv, argv[1:]):
+    for token, value in zip(argv, argv[1:], strict=False):
         flag = flags.get(token) if token.startswith("--") else None
         if flag is not None and flag.dest in IDENTITY_FIELDS and flag.kind == "value":
             fields[flag.dest] = value

@@ -84,7 +84,8 @@ LAYOUT_RULES: tuple[LayoutRule, ...] = (
                           and c["speculative_algorithm"] not in BLOCK_SIZE_ALGORITHMS),
                lambda c: (f"speculative_block_size is set but speculative_algorithm is "
                           f"{c['speculative_algorithm']!r}"),
-               lambda c: f"block sizes exist for {' and '.join(BLOCK_SIZE_ALGORITHMS)}; set one, or remove the block size"),
+               lambda c: f"block sizes exist for {' and '.join(BLOCK_SIZE_ALGORITHMS)}; "
+                         "set one, or remove the block size"),
     LayoutRule(("draft_model", "speculative_algorithm"),
                lambda c: c.get("draft_model") is not None and not c["speculative_algorithm"],
                lambda c: "draft_model is set but speculative_algorithm is not",
@@ -195,7 +196,8 @@ def _roles(config: dict, fragment: Fragment, path: str):
 
 def _pd_suites(suites):
     """Through sglang-router, acceptance is asked of completions unless the matrix says (ground/sglang/router.py)."""
-    return {name: ({"api": "completions", **options} if name == "accept" else options) for name, options in suites.items()}
+    return {name: ({"api": "completions", **options} if name == "accept" else options)
+            for name, options in suites.items()}
 
 
 def pd_runner(roles) -> str:

@@ -37,7 +37,8 @@ class Cell:
         if not isinstance(self.config, CellConfig):
             object.__setattr__(self, "config", CellConfig.from_dict(self.config))
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
-        object.__setattr__(self, "suites", MappingProxyType({k: MappingProxyType(dict(v)) for k, v in self.suites.items()}))
+        object.__setattr__(self, "suites",
+                           MappingProxyType({k: MappingProxyType(dict(v)) for k, v in self.suites.items()}))
 
     @property
     def nnodes(self) -> int:

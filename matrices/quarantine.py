@@ -52,7 +52,8 @@ def load_quarantine(path: Path | str) -> Quarantine:
                        "see baselines/quarantine.yaml for the shape")
     items = document.get("quarantine") or YamlList()
     if not isinstance(items, YamlList):
-        raise BadInput(f"{path}:{document.line_of('quarantine')}", "quarantine: is not a list", "give a list of entries")
+        raise BadInput(f"{path}:{document.line_of('quarantine')}", "quarantine: is not a list",
+                       "give a list of entries")
     return Quarantine(tuple(_entry(path, item, items.line_of(i)) for i, item in enumerate(items)), str(path))
 
 
@@ -63,7 +64,8 @@ def _entry(path: Path | str, item, line: int) -> QuarantineEntry:
     unknown = sorted(set(item) - set(FIELDS))
     missing = [name for name in FIELDS if item.get(name) in (None, "")]
     if unknown:
-        raise BadInput(f"{path}:{item.line_of(unknown[0])}", f"unknown key {unknown[0]!r}", f"the keys are {', '.join(FIELDS)}")
+        raise BadInput(f"{path}:{item.line_of(unknown[0])}", f"unknown key {unknown[0]!r}",
+                       f"the keys are {', '.join(FIELDS)}")
     if missing:
         raise BadInput(where, f"the entry has no {missing[0]}",
                        "every entry needs a cell glob, a reason, a link (issue) and an expiry date (YYYY-MM-DD)")
@@ -78,7 +80,8 @@ def _entry(path: Path | str, item, line: int) -> QuarantineEntry:
                        "write it as YYYY-MM-DD")
     link = str(item["link"])
     if not link.startswith(("https://", "http://")):
-        raise BadInput(f"{path}:{item.line_of('link')}", f"link: {link!r} is not a URL", "link the issue that tracks it")
+        raise BadInput(f"{path}:{item.line_of('link')}", f"link: {link!r} is not a URL",
+                       "link the issue that tracks it")
     return QuarantineEntry(str(item["cell"]), str(item["reason"]), link, expires, where)
 
 

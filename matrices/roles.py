@@ -101,7 +101,8 @@ def build_roles(config: Mapping[str, Any], written: Mapping[str, Mapping[str, An
 
 def _layout(c: CellConfig) -> str:
     parts = [f"{c.nnodes}node" if c.nnodes > 1 else "", f"tp{c.tp}", f"pp{c.pp}" if c.pp > 1 else "",
-             f"dp{c.dp}" if c.dp > 1 else "", "dpattn" if c.enable_dp_attention else "", f"cp{c.cp}" if c.cp > 1 else "",
+             f"dp{c.dp}" if c.dp > 1 else "", "dpattn" if c.enable_dp_attention else "",
+             f"cp{c.cp}" if c.cp > 1 else "",
              "nospec" if not c.speculative else ""]
     return "".join(p for p in parts if p)
 

@@ -212,7 +212,8 @@ def parse_matrix(doc, path: str) -> MatrixSpec:
     check_keys(doc, TOP_KEYS, top, "top-level")
     if "description" in doc:
         text(doc["description"], top.at(doc, "description"), "description", "description: nightly DSpark cells")
-    sglang = optional(version_spec)(doc.get("sglang"), top.at(doc, "sglang"), "sglang", f'sglang: ">={DEFAULT_VERSION}"')
+    sglang = optional(version_spec)(doc.get("sglang"), top.at(doc, "sglang"), "sglang",
+                                    f'sglang: ">={DEFAULT_VERSION}"')
     id_prefix = optional(slug)(doc.get("id_prefix"), top.at(doc, "id_prefix"), "id_prefix", "id_prefix: release")
     hardware_node = doc.get("hardware") or YamlMap()
     hw_where = top.at(doc, "hardware")

@@ -41,7 +41,8 @@ def acceptance_section(cell: CellResult) -> str:
     if histogram:
         total = sum(histogram.values())
         parts.append("Accept-length histogram (verify steps by tokens per step): " + ", ".join(
-            f"{length}: {count} ({count / total:.0%})" for length, count in sorted(histogram.items(), key=lambda i: int(i[0]))))
+            f"{length}: {count} ({count / total:.0%})"
+            for length, count in sorted(histogram.items(), key=lambda i: int(i[0]))))
     parts += [_drift_line(detail.drift), _sampled_line(detail.sampled), _lossless_line(detail.lossless)]
     return "\n\n".join(part for part in parts if part)
 

@@ -103,7 +103,9 @@ class MetricSpec:
             raise ValueError(f"{self.where}: {self.metric}: no {key} to apply")
         if not self.noise:
             return stated
-        return min(stated, 1 - NOISE_RUN_SDS * self.noise) if key == "min_ratio" else max(stated, 1 + NOISE_RUN_SDS * self.noise)
+        if key == "min_ratio":
+            return min(stated, 1 - NOISE_RUN_SDS * self.noise)
+        return max(stated, 1 + NOISE_RUN_SDS * self.noise)
 
     @property
     def tolerance(self) -> float:
@@ -345,7 +347,8 @@ def _spec_problems(spec: MetricSpec):
     if "stderr" in given and spec.metric not in STDERR_OF:
         yield "stderr is only known for " + ", ".join(STDERR_OF), "remove stderr"
     if "max_drop_stderr" in given and "stderr" not in given:
-        yield "max_drop_stderr needs the baseline's `stderr`", f"add stderr: (the baseline run's {STDERR_OF.get(spec.metric, 'stderr')})"
+        yield ("max_drop_stderr needs the baseline's `stderr`",
+               f"add stderr: (the baseline run's {STDERR_OF.get(spec.metric, 'stderr')})")
     if spec.min is not None and spec.max is not None and spec.min > spec.max:
         yield f"min {spec.min:g} is above max {spec.max:g}", "swap them"
 

@@ -20,7 +20,7 @@ from ground.errors import BadInput
 from ground.identity import unlike
 from ground.records import CellResult, RunResults, Status
 from ground.stats import RESOLUTION
-from ground.suites import ACCEPT_CATEGORIES, category_metric
+from ground.suites import ACCEPT_CATEGORIES, MAX_POSITIONS, category_metric
 from reports.baseline_file import NEVER_INWARD_KEY, NEVER_INWARD_METRICS, NOISE_RUN_SDS, SCHEMA
 from reports.metrics import REQUEST_STDERR_OF, STDERR_OF
 
@@ -40,7 +40,7 @@ RECORDED_GATES: dict[str, dict[str, float]] = {
     "parity_mismatches": {"max": 0},
     "speculative_speedup": {"min_ratio": 0.95},
     # per draft position and per category of the accept workload: fewer verify steps or requests each, so 10 %
-    **{f"accept_rate_pos{k}": {"min_ratio": 0.9} for k in range(1, 9)},
+    **{f"accept_rate_pos{k}": {"min_ratio": 0.9} for k in range(1, MAX_POSITIONS + 1)},
     **{category_metric(category): {"min_ratio": 0.9} for category in ACCEPT_CATEGORIES},
     # where speculation pays: the envelope gate (reports.gates), at the boundary every recorded run reached
     "speculation_boundary_concurrency": {NEVER_INWARD_KEY: True},
@@ -68,7 +68,8 @@ class Proposal:
 
 
 # What a run's server was, as a baseline's reader needs to hear it (environment.server; None: not recorded).
-SERVER_SAYS = {"sim": "the simulated SGLang server", "sglang-frontend": "SGLang's front end before the simulated engine",
+SERVER_SAYS = {"sim": "the simulated SGLang server",
+               "sglang-frontend": "SGLang's front end before the simulated engine",
                "sglang-engine": "SGLang's real engine on a CPU, serving a tiny model with random weights",
                None: "a server the run did not record"}
 
@@ -155,7 +156,7 @@ def _gated_cells(runs: Sequence[tuple[str, RunResults]]) -> dict[str, list[CellR
 def _check_same_identity(cell_id: str, cells: list[CellResult], wheres: list[str]) -> None:
     """Repeats of one measurement only: a baseline's noise over unlike setups or builds measures the difference."""
     first = next((cell.identity for cell in cells if cell.identity is not None), None)
-    for where, cell in zip(wheres, cells):
+    for where, cell in zip(wheres, cells, strict=False):
         if first is None or cell.identity is None or cell.identity.hash == first.hash:
             continue
         why = unlike(first, cell.identity) or f"build {first.build} vs {cell.identity.build}"
@@ -214,7 +215,8 @@ def _noise(cells: list[CellResult], metric: str, values: list[float], unestimate
     spec: dict[str, float] = {"noise": _round(statistics.stdev(values) / abs(statistics.median(values))),
                               "runs": len(values)}
     name = REQUEST_STDERR_OF.get(metric)
-    within = [stderr / value for cell, value in zip(cells, values) if name and (stderr := cell.metrics.get(name))]
+    within = [stderr / value for cell, value in zip(cells, values, strict=False)
+              if name and (stderr := cell.metrics.get(name))]
     if len(within) == len(values):
         spec["request_noise"] = _round(statistics.fmean(within))
     if spec["noise"] <= RESOLUTION:

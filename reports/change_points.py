@@ -2,7 +2,7 @@
 
 A nightly gate compares one night with a baseline, so a shift smaller than its tolerance never fails one: TPOT
 3 % slower since Tuesday is green every night. Over the history it is plain. Detection is ruptures' PELT with
-the least-squares (mean-shift) cost (``ruptures``: a maintained library; see README's dependency table for why
+the least-squares (mean-shift) cost (``ruptures``: a maintained library; docs/DEVELOPMENT.md says why
 not Otava or signal-processing-algorithms). Its penalty is ``PENALTY_K · σ² · ln n``, with σ the run-to-run
 noise estimated robustly from the series itself (median absolute successive difference), so a noisy metric
 needs a larger shift than a quiet one; on series of 10 to 30 runs of pure noise about 1 in 50 (n = 10: 1 in 15)
@@ -88,7 +88,7 @@ def change_points(metric: str, points: Sequence) -> list[ChangePoint]:
     breaks = ruptures.Pelt(model="l2", min_size=MIN_SEGMENT, jump=1).fit(values.reshape(-1, 1)).predict(
         pen=PENALTY_K * sigma ** 2 * np.log(len(values)))[:-1]
     edges = [0, *breaks, len(values)]
-    levels = [float(np.median(values[a:b])) for a, b in zip(edges, edges[1:])]
+    levels = [float(np.median(values[a:b])) for a, b in zip(edges, edges[1:], strict=False)]
     found = []
     for first, last in _groups(breaks, levels):
         start, end = edges[first], edges[last + 2]
@@ -103,7 +103,8 @@ def _onset(window: np.ndarray, first_break: int, last_break: int, sigma: float) 
 
     PELT's mean-shift cost puts a gradual drift's break in its middle. Where a ramp (old level, straight line,
     new level) fits the window better than the detected step by more than a ramp's extra freedom explains
-    (``RAMP_EVIDENCE · σ² · ln n``), the change is a drift from the ramp's first run to its last; otherwise a step where found."""
+    (``RAMP_EVIDENCE · σ² · ln n``), the change is a drift from the ramp's first run to its last; otherwise a step where
+    found."""
     n = len(window)
     if n > MAX_RAMP_WINDOW:
         return first_break, last_break

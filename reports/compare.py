@@ -132,7 +132,8 @@ def compare_markdown(comparison: Comparison) -> str:
     old_run, new_run = comparison.old_run, comparison.new_run
     parts = [f"## Compared with `{old_run}`", f"new/old: `{new_run}` over `{old_run}`. {_noise_rule()}"]
     for cell in comparison.cells:
-        parts.append(f"### `{cell.id}`: {status_text(Status(cell.old_status))} → {status_text(Status(cell.new_status))}")
+        parts.append(f"### `{cell.id}`: {status_text(Status(cell.old_status))} → "
+                     f"{status_text(Status(cell.new_status))}")
         parts.append(_identity_text(cell.identity))
         rows = [[label(m.metric), format_value(m.metric, m.old), format_value(m.metric, m.new),
                  "—" if m.ratio is None else f"{m.ratio:.{RATIO_DIGITS}f}", BETTER_TEXT[m.better],

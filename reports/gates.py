@@ -124,7 +124,8 @@ class Evidence:
         event loop that ran ``SATURATED_LOOP_LAG_MS`` late was starved of CPU, so its TTFT, TPOT and throughput
         may measure the machine."""
         lags = [boot.value(LOOP_LAG_METRIC) for boot in self.boots]
-        kept = tuple(boot for boot, lag in zip(self.boots, lags) if lag is None or lag <= SATURATED_LOOP_LAG_MS)
+        kept = tuple(boot for boot, lag in zip(self.boots, lags, strict=False)
+                     if lag is None or lag <= SATURATED_LOOP_LAG_MS)
         dropped = tuple(float(lag) for lag in lags if lag is not None and lag > SATURATED_LOOP_LAG_MS)
         return replace(self, boots=kept), dropped
 
@@ -459,7 +460,8 @@ def _boundary_text(found: tuple[float | None, bool]) -> str:
 
 
 def _widened(spec: MetricSpec, key: str) -> str:
-    """How the ratio came about when the baseline measured noise: " (the larger of 1.025 and 3 × 0.5% run-to-run noise)"."""
+    """How the ratio came about when the baseline measured noise: " (the larger of 1.025 and 3 × 0.5% run-to-run
+    noise)"."""
     if not spec.noise:
         return ""
     return f" (the larger of {getattr(spec, key):g} and {NOISE_RUN_SDS:g} × {spec.noise:.1%} run-to-run noise)"

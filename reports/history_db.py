@@ -58,19 +58,22 @@ def history_path(env: Mapping[str, str] = os.environ) -> Path:
 def _connect(path: Path, create: bool) -> Iterator[sqlite3.Connection]:
     if not create and not path.is_file():
         raise BadInput(str(path), "no run history here yet",
-                       "runs are recorded when `dspark-ci run` finishes; add others with `dspark-ci history --add RUN_DIR`")
+                       "runs are recorded when `dspark-ci run` finishes; "
+                       "add others with `dspark-ci history --add RUN_DIR`")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         connection = sqlite3.connect(path, timeout=30)  # concurrent runs take turns
     except (OSError, sqlite3.Error) as err:
-        raise BadInput(str(path), f"cannot open the run history ({err})", f"check the path, or set {HISTORY_ENV}") from None
+        raise BadInput(str(path), f"cannot open the run history ({err})",
+                       f"check the path, or set {HISTORY_ENV}") from None
     try:
         connection.row_factory = sqlite3.Row
         connection.executescript(SCHEMA)
         with connection:
             yield connection
     except sqlite3.DatabaseError as err:
-        raise BadInput(str(path), f"not a dspark-ci run history ({err})", f"move it away, or set {HISTORY_ENV}") from None
+        raise BadInput(str(path), f"not a dspark-ci run history ({err})",
+                       f"move it away, or set {HISTORY_ENV}") from None
     finally:
         connection.close()
 
@@ -82,15 +85,17 @@ def record(path: Path, results: RunResults, run_dir: Path | str | None) -> None:
         for table in ("runs", "cells", "cell_facts", "metrics", "gates", "cell_times", "cell_labels"):
             db.execute(f"DELETE FROM {table} WHERE run_id = ?", (results.run_id,))
         db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", (
-            results.run_id, results.started_at, results.finished_at, results.launcher, json.dumps(list(results.matrices)),
+            results.run_id, results.started_at, results.finished_at, results.launcher,
+            json.dumps(list(results.matrices)),
             env.get("server"), env.get("sglang_version"), env.get("sglang_commit"),
             json.dumps(env.get("image_digests")) if env.get("image_digests") else None,
             json.dumps(env.get("hosts") or ([env["hostname"]] if env.get("hostname") else [])),
             json.dumps(dict(env), default=str), str(Path(run_dir).resolve()) if run_dir else None,
             len(results.cells), sum(cell.status.failing for cell in results.cells)))
         for cell in results.cells:
-            db.execute("INSERT INTO cells VALUES (?, ?, ?, ?, ?)", (results.run_id, cell.id, cell.status.value,
-                                                                   cell.runner, json.dumps(cell.config.to_dict() if cell.config else {}, default=str)))
+            config = json.dumps(cell.config.to_dict() if cell.config else {}, default=str)
+            db.execute("INSERT INTO cells VALUES (?, ?, ?, ?, ?)",
+                       (results.run_id, cell.id, cell.status.value, cell.runner, config))
             identity = cell.identity
             db.execute("INSERT INTO cell_facts VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (
                 results.run_id, cell.id, identity.hash if identity else None, identity.setup if identity else None,
@@ -130,7 +135,8 @@ def runs(path: Path, limit: int | None = None) -> list[RunRow]:
         flaky: dict[str, list[str]] = {}
         for label in db.execute("SELECT run_id, cell_id FROM cell_labels WHERE label = 'flaky' ORDER BY cell_id"):
             flaky.setdefault(label["run_id"], []).append(label["cell_id"])
-    return [RunRow(r["run_id"], r["started_at"], r["server"], r["sglang_version"], tuple(json.loads(r["matrices"] or "[]")),
+    return [RunRow(r["run_id"], r["started_at"], r["server"], r["sglang_version"],
+                   tuple(json.loads(r["matrices"] or "[]")),
                    r["cells"], r["failed"], r["run_dir"], tuple(flaky.get(r["run_id"], ()))) for r in rows]
 
 
@@ -195,7 +201,8 @@ def regression(path: Path, cell_id: str, metric: str, until: str | None = None) 
         rows = db.execute(
             "SELECT g.run_id, MIN(g.passed) AS passed FROM gates g JOIN runs r USING (run_id) "
             "WHERE g.cell_id = ? AND g.metric = ? AND (? IS NULL OR r.started_at <= ?) "
-            "GROUP BY g.run_id ORDER BY MAX(r.started_at) DESC, g.run_id DESC", (cell_id, metric, until, until)).fetchall()
+            "GROUP BY g.run_id ORDER BY MAX(r.started_at) DESC, g.run_id DESC",
+            (cell_id, metric, until, until)).fetchall()
     if not rows or rows[0]["passed"]:
         return None, None
     first_bad = rows[0]["run_id"]

@@ -84,8 +84,7 @@ def _pieces(lines: list[str]) -> Iterator[tuple[list[str], str]]:
         if len(section) <= PIECE_LINES:
             piece += section
             continue
-        for lines_, part in _table_parts(section):
-            yield lines_, part
+        yield from _table_parts(section)
     if piece:
         yield piece, ""
 

@@ -285,7 +285,8 @@ def _failed_gates(results: RunResults, regressions: Mapping) -> str:
                  if gate.inconclusive]
     parts = ["## ❌ Failed gates\n\n" + "\n".join(lines)] if lines else []
     if undecided:
-        parts.append("## ❔ Inconclusive gates (neither green nor red: no real regression beyond the tolerance shown, the detection line not ruled out)\n\n"
+        parts.append("## ❔ Inconclusive gates (neither green nor red: no real regression beyond the tolerance shown, "
+                     "the detection line not ruled out)\n\n"
                      + "\n".join(undecided))
     return "\n\n".join(parts)
 

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping
 
-from ground.suites import ACCEPT_CATEGORIES, category_metric
+from ground.suites import ACCEPT_CATEGORIES, MAX_POSITIONS, category_metric
 
 HIGHER, LOWER, NEUTRAL = "higher", "lower", "neutral"  # which direction is better
 NOISE_STDERRS = 2.0  # a change (or a gate) within this many combined standard errors is sampling noise
@@ -57,9 +57,10 @@ METRICS: dict[str, Metric] = {
     # Per draft position k: accepted / proposed (suites/accept_detail.py). Deep positions rest on few accepted
     # drafts: their band is the per-position tests' in vLLM (2 %) widened to P90's.
     **{f"accept_rate_pos{k}": Metric(HIGHER, f"Accept rate pos {k}", ".1%", "quality", fraction=True, noise=P90_NOISE,
-                                     request_stderr=f"accept_rate_pos{k}_stderr") for k in range(1, 9)},
+                                     request_stderr=f"accept_rate_pos{k}_stderr")
+       for k in range(1, MAX_POSITIONS + 1)},
     **{f"accept_rate_pos{k}_stderr": Metric(NEUTRAL, f"Accept rate pos {k} per-request stderr", ".4f", "info")
-       for k in range(1, 9)},
+       for k in range(1, MAX_POSITIONS + 1)},
     # Per category of the accept workload (suites/accept_detail.py): fewer requests each, so the band is P90's.
     **{category_metric(c): Metric(HIGHER, f"Accept length ({c.replace('_', ' ')})", ".2f", "quality", noise=P90_NOISE,
                                   request_stderr=f"{category_metric(c)}_stderr") for c in ACCEPT_CATEGORIES},

@@ -57,10 +57,12 @@ def run_charts(results: RunResults) -> list[tuple[str, str]]:
         cells = [c for c in results.cells if any(c.metrics.get(m) is not None for m in chart.metrics)]
         shown = cells[:MAX_BARS // len(chart.metrics)]
         if shown:
-            title = chart.title if len(shown) == len(cells) else f"{chart.title} (first {len(shown)} of {len(cells)} cells)"
+            title = (chart.title if len(shown) == len(cells)
+                     else f"{chart.title} (first {len(shown)} of {len(cells)} cells)")
             charts.append((title, _png(_metric_figure(chart, shown, title))))
     for cell in results.cells[:MAX_TREND_CELLS]:
-        for title, draw in (("Acceptance by draft position", acceptance_chart), ("Where speculation pays", envelope_chart)):
+        for title, draw in (("Acceptance by draft position", acceptance_chart),
+                            ("Where speculation pays", envelope_chart)):
             figure = draw(cell)
             if figure is not None:
                 charts.append((f"{title}: {cell.id}", _png(figure)))
@@ -82,7 +84,8 @@ def ratio_chart(comparison: Comparison) -> tuple[str, str] | None:
     ys = list(range(len(bars)))[::-1]
     colors = [{"better": BETTER_COLOR, "worse": WORSE_COLOR}.get(m.change or "", "#9e9e9e") for _, m in bars]
     # Bars grow from 1.0 (no change), so a 3 % regression is as visible as a 3 % gain.
-    container = axes.barh(ys, [(m.ratio if m.ratio is not None else 1.0) - 1.0 for _, m in bars], left=1.0, color=colors)
+    container = axes.barh(ys, [(m.ratio if m.ratio is not None else 1.0) - 1.0 for _, m in bars], left=1.0,
+                          color=colors)
     axes.bar_label(container, labels=[f"{m.ratio:.3f}" for _, m in bars], padding=3, fontsize=8)
     axes.set_yticks(ys, [f"{cell_id} · {label(m.metric)}" for cell_id, m in bars], fontsize=8)
     axes.axvline(1.0, color="black", linewidth=1)
@@ -107,7 +110,7 @@ def _metric_figure(chart: Chart, cells: list[CellResult], title: str):
         container = axes.barh(ys, values, height=0.85, xerr=xerr, label=label(metric) if per_cell > 1 else None,
                               capsize=3 if xerr else 0)
         axes.bar_label(container, labels=[_bar_text(metric, c) for c in cells], padding=3, fontsize=8)
-        for y, value in zip(ys, values):
+        for y, value in zip(ys, values, strict=False):
             if math.isnan(value):  # no bar to label: say so where the bar would start
                 axes.text(0, y, " not measured", va="center", fontsize=8, color="#616161")
         _gate_ticks(axes, metric, cells, ys)
@@ -150,7 +153,7 @@ def _keep_values_readable(axes, chart: Chart, cells: list[CellResult]) -> None:
 
 
 def _gate_ticks(axes, metric: str, cells: list[CellResult], ys: Sequence[float]) -> None:
-    for y, cell in zip(ys, cells):
+    for y, cell in zip(ys, cells, strict=False):
         for gate in cell.gates:
             if gate.metric == metric:
                 axes.plot([gate.threshold] * 2, [y - 0.5, y + 0.5], color=GATE_COLOR, linewidth=2,
@@ -170,8 +173,8 @@ def _error_bars(chart: Chart, metric: str, cells: list[CellResult]) -> list[list
     if not METRICS[metric].fraction:
         return [spans, spans]
     values = [_number(c.metrics.get(metric)) for c in cells]
-    return [[0.0 if math.isnan(v) else min(s, v) for s, v in zip(spans, values)],
-            [0.0 if math.isnan(v) else min(s, 1.0 - v) for s, v in zip(spans, values)]]
+    return [[0.0 if math.isnan(v) else min(s, v) for s, v in zip(spans, values, strict=False)],
+            [0.0 if math.isnan(v) else min(s, 1.0 - v) for s, v in zip(spans, values, strict=False)]]
 
 
 def _bar_text(metric: str, cell: CellResult) -> str:
@@ -229,19 +232,19 @@ def _trend_figure(cell_id: str, metrics: list[str], by_metric: dict[str, list]):
 
     figure = Figure(figsize=(WIDTH_IN, 2.2 * len(metrics) + 0.6), dpi=DPI, layout="constrained")
     panels = figure.subplots(len(metrics), 1, squeeze=False)[:, 0]
-    for axes, metric in zip(panels, metrics):
+    for axes, metric in zip(panels, metrics, strict=False):
         points = by_metric[metric]
         xs = list(range(len(points)))
         values = [p.value for p in points]
         errors = by_metric.get(METRICS[metric].stderr or "", [])
         if METRICS[metric].fraction and len(errors) == len(points):
             # ±2 SE, clipped to what an accuracy can be: [0, 1].
-            low = [min(2 * e.value, v) for v, e in zip(values, errors)]
-            high = [min(2 * e.value, 1 - v) for v, e in zip(values, errors)]
+            low = [min(2 * e.value, v) for v, e in zip(values, errors, strict=False)]
+            high = [min(2 * e.value, 1 - v) for v, e in zip(values, errors, strict=False)]
             axes.errorbar(xs, values, yerr=[low, high], marker="o", capsize=3)
         else:
             axes.plot(xs, values, marker="o")
-        for x, value in zip(xs, values):
+        for x, value in zip(xs, values, strict=False):
             axes.annotate(format_value(metric, value), (x, value), textcoords="offset points", xytext=(0, 6),
                           ha="center", fontsize=7)
         _mark_change_points(axes, metric, points)

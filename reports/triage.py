@@ -68,7 +68,8 @@ def _flaky(latest: history_db.Outcome, earlier: list[history_db.Outcome]) -> str
 
 
 def _regression(latest: history_db.Outcome, earlier: list[history_db.Outcome]) -> str | None:
-    passed = [run for run in earlier if run.status in PASSING and (not latest.setup or run.setup in (latest.setup, None))]
+    passed = [run for run in earlier
+              if run.status in PASSING and (not latest.setup or run.setup in (latest.setup, None))]
     if not passed:
         return None
     last_good = passed[-1]
@@ -107,7 +108,8 @@ def node_signals(path: Path, pattern: str = "*") -> list[NodeSignal]:
     for run in failures:
         for node in dict.fromkeys([*nodes_named(run.error or ""), *run.hosts]):
             counts[node] = counts.get(node, 0) + 1
-    return sorted((NodeSignal(node, n, len(failures)) for node, n in counts.items()), key=lambda s: (-s.failures, s.node))
+    return sorted((NodeSignal(node, n, len(failures)) for node, n in counts.items()),
+                  key=lambda s: (-s.failures, s.node))
 
 
 def _first_line(text: str | None) -> str:

@@ -91,7 +91,8 @@ def write_failure_reports(run_dir: Path | str, results: RunResults, why: str) ->
     ET.SubElement(testcase, "error", {"type": "error", "message": why}).text = why
     root = ET.Element("testsuites", {key: suite.get(key, "") for key in ("name", "tests", "failures", "errors")})
     root.append(suite)
-    page = f"<!doctype html>\n<meta charset=\"utf-8\">\n<p><b style=\"color:#cf222e\">FAILED</b>: {html.escape(why)}</p>\n"
+    page = ("<!doctype html>\n<meta charset=\"utf-8\">\n"
+            f"<p><b style=\"color:#cf222e\">FAILED</b>: {html.escape(why)}</p>\n")
     for name, text in (("report.md", markdown), ("junit.xml", ET.tostring(root, encoding="unicode",
                                                                            xml_declaration=True) + "\n"),
                        ("report.html", page)):

@@ -1,4 +1,5 @@
-"""A simulated SGLang server of the release in ground/sglang/release.py: SGLang's flags, admission rules and HTTP API, no GPU.
+"""A simulated SGLang server of the release in ground/sglang/release.py: SGLang's flags, admission rules and HTTP API,
+no GPU.
 
 Run it as ``python -m sglang_sim [launch_server flags]`` or ``dspark-ci sim ...``; what it does
 beyond SGLang (latency, acceptance, accuracy, faults) comes from ``DSPARK_SIM_*`` variables

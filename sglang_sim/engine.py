@@ -133,7 +133,8 @@ class Generation:
 
     def meta_info(self) -> dict:
         """SGLang's meta_info: latency and spec fields arrive with the finished state only."""
-        info: dict[str, Any] = {"id": self.rid, "finish_reason": self.finish_reason, "prompt_tokens": self.prompt_tokens,
+        info: dict[str, Any] = {"id": self.rid, "finish_reason": self.finish_reason,
+                                "prompt_tokens": self.prompt_tokens,
                 "weight_version": "default", "num_retractions": 0, "reasoning_tokens": self.reasoning.tokens,
                 "completion_tokens": self.completion_tokens, "cached_tokens": 0, "dp_rank": self.reported_dp_rank}
         if self.finish_reason is not None:

@@ -2,9 +2,10 @@
 
 The simulator's cost is per chunk (a step's wake-up, the SSE event, the socket write) and per request (~0.5-0.7 ms:
 parsing, metrics, the closing chunks): one process paces about 6,000-8,000 chunks/s on one core (BENCHMARKS.md), and
-past that its steps run late. SGLang with DP runs one scheduler process per DP rank behind one HTTP front; here each shard is a whole server (HTTP and the schedulers of
-its share of the DP ranks: shard i runs ranks i, i + N, ...), every shard listening on the same port with
-SO_REUSEPORT, so the kernel spreads connections over the shards' cores. What a client sees of the one server stays one:
+past that its steps run late. SGLang with DP runs one scheduler process per DP rank behind one HTTP front; here each
+shard is a whole server (HTTP and the schedulers of its share of the DP ranks: shard i runs ranks i, i + N, ...), every
+shard listening on the same port with SO_REUSEPORT, so the kernel spreads connections over the shards' cores. What a
+client sees of the one server stays one:
 
 - ``/metrics`` and ``/server_info`` answer for the whole server: the shard asked gathers its siblings' figures over
   abstract unix sockets (counters, histograms and gauges summed series by series, ``internal_states`` in DP-rank

@@ -81,7 +81,8 @@ async def _always_healthy(request: web.Request) -> web.Response:
 
 
 def shard_peer_app(state: ServerState) -> web.Application:
-    """What a shard answers its siblings on its peer socket: its own ranks' states and /metrics (sglang_sim.engine_shards)."""
+    """What a shard answers its siblings on its peer socket: its own ranks' states and /metrics
+    (sglang_sim.engine_shards)."""
     app = web.Application()
     app[ServerState.KEY] = state
     app.router.add_get(native_api.SHARD_STATES_PATH, native_api.shard_states)

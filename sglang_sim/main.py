@@ -196,7 +196,8 @@ def _arm_rank_exit(config: SimConfig, node_rank: int) -> None:
         return
     seconds = config.faults.rank_exit[1]
     asyncio.get_running_loop().call_later(seconds, die, traceback_tail(
-        SCHEDULER_FRAMES, f"RuntimeError: [sglang_sim fault rank_exit] node rank {node_rank} exits after {seconds:g} s"))
+        SCHEDULER_FRAMES,
+        f"RuntimeError: [sglang_sim fault rank_exit] node rank {node_rank} exits after {seconds:g} s"))
 
 
 def _crash_on_prefill(config: SimConfig):

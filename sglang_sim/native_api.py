@@ -91,7 +91,7 @@ def _server_args(state: ServerState) -> dict:
 def _rank_states(state: ServerState) -> list[list]:
     """[DP rank, internal_states entry] of each rank this process schedules."""
     entries = state.engine.internal_states(_server_args(state))
-    return [[rank.dp_rank, entry] for rank, entry in zip(state.engine.owned, entries)]
+    return [[rank.dp_rank, entry] for rank, entry in zip(state.engine.owned, entries, strict=False)]
 
 
 async def server_info(request: web.Request) -> web.Response:

@@ -26,7 +26,8 @@ from sglang_sim.metric_families import Family, load
 
 METRIC_KINDS = {"counter": Counter, "gauge": Gauge, "histogram": Histogram}
 MAX_TOTAL_NUM_TOKENS = 1 << 24  # the KV pool the simulated scheduler reports (it never runs out)
-CPU_COMPONENT = "tokenizer"  # one process plays tokenizer and scheduler: its CPU time is counted once, as the tokenizer's
+# one process plays tokenizer and scheduler: its CPU time is counted once, as the tokenizer's
+CPU_COMPONENT = "tokenizer"
 
 
 def kv_gauges(used: int) -> dict[str, float]:

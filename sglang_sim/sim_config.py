@@ -177,7 +177,8 @@ FAULT_HELP: dict[str, tuple[str, str]] = {
                                              "the greedy text's with probability SHARE (drafts verified by argmax, "
                                              "not by rejection sampling); the first token and greedy output stay exact"),
     "spec_ignores_top_p": ("spec_ignores_top_p", "a speculative server's sampler ignores top_p (as one fork's "
-                                                 "speculative path did): top_p near 0 still samples; greedy stays exact"),
+                                                 "speculative path did): top_p near 0 still samples; "
+                                                 "greedy stays exact"),
     "pd_transfer_fail": ("pd_transfer_fail", "PD prefill: every KV/hidden-state transfer fails (decode answers 500)"),
     "pd_random_hidden": ("pd_random_hidden", "PD prefill: hands decode random hidden states (sglang#7242): "
                                              "acceptance drops, text and health hold"),
@@ -227,7 +228,8 @@ def _number(name: str, text: str, minimum: float | None = None, maximum: float |
         value = float(text)
     except ValueError:
         raise SimConfigError(f"{name}={text!r}: expected a number") from None
-    if not math.isfinite(value) or (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+    if (not math.isfinite(value) or (minimum is not None and value < minimum)
+            or (maximum is not None and value > maximum)):
         bounds = f"[{minimum if minimum is not None else '-inf'}, {maximum if maximum is not None else 'inf'}]"
         raise SimConfigError(f"{name}={text!r}: expected a finite number in {bounds}")
     return value
@@ -249,7 +251,8 @@ def _non_negative(env: str, text: str) -> float:
     return _number(env, text, minimum=0.0)
 
 
-def _converting(convert: Callable[[str], object], error: type[Exception], expected: str) -> Callable[[str, str], object]:
+def _converting(convert: Callable[[str], object], error: type[Exception],
+                expected: str) -> Callable[[str, str], object]:
     """A knob parser: ``convert(text)``, its ``error`` one SimConfigError naming the variable and what it expects."""
     def parse(env: str, text: str):
         try:
@@ -412,8 +415,8 @@ KNOBS: dict[str, Knob] = {
                          "and wall-clock times of its arrival, first and last token (node rank 0 only)",
                          _optional_path),
     # One process (the default) round-robins every request over the DP ranks exactly as SGLang's DP controller
-    # does, and paces ~8,000-13,000 chunks/s on a core (BENCHMARKS.md: 256 streams at 20 ms steps). More shards pace more streams but
-    # spread requests by connection (sglang_sim/engine_shards.py), so they are asked for, not guessed.
+    # does, and paces ~8,000-13,000 chunks/s on a core (BENCHMARKS.md: 256 streams at 20 ms steps). More shards pace
+    # more streams but spread requests by connection (sglang_sim/engine_shards.py), so they are asked for, not guessed.
     "shards": Knob("DSPARK_SIM_SHARDS", "1",
                    "engine processes behind the one port, each scheduling its share of the DP ranks (N <= DP ranks; "
                    "auto: min(DP ranks, usable cores)); more than 1 for more streams than one core paces (about 256 "

@@ -22,7 +22,7 @@ def onig_pattern(pattern: str = PIECE_PATTERN) -> str:
     Python counts as whitespace."""
     spaces = [code for code in range(sys.maxunicode + 1) if re.match(r"\s", chr(code))]
     ranges, start = [], spaces[0]
-    for previous, code in zip(spaces, spaces[1:] + [-1]):
+    for previous, code in zip(spaces, spaces[1:] + [-1], strict=False):
         if code != previous + 1:
             ranges.append(f"\\x{{{start:x}}}" + (f"-\\x{{{previous:x}}}" if previous != start else ""))
             start = code

@@ -229,7 +229,7 @@ def _server_info_figure(before: ServerSnapshot, after: ServerSnapshot, requests:
     before_values = before.rank_accept_lengths or (None,) * ranks
     tokens_by_rank = _tokens_by_rank(requests, ranks)
     per_rank, exact, tokens_sum, verify_sum = [], True, 0.0, 0.0
-    for rank, (old, new) in enumerate(zip(before_values, after.rank_accept_lengths)):
+    for rank, (old, new) in enumerate(zip(before_values, after.rank_accept_lengths, strict=False)):
         window_tokens = tokens_by_rank.get(rank, 0) if tokens_by_rank is not None else None
         per_rank.append({"rank": rank, "before": old, "after": new, "window_tokens": window_tokens})
         weight = 1.0 if window_tokens is None else window_tokens  # equal weights when dp_rank is unknown
@@ -239,7 +239,8 @@ def _server_info_figure(before: ServerSnapshot, after: ServerSnapshot, requests:
         tokens_sum += weight
         verify_sum += weight / new
     return {
-        "source": "/server_info internal_states", "exact_window": exact and verify_sum > 0 and tokens_by_rank is not None,
+        "source": "/server_info internal_states",
+        "exact_window": exact and verify_sum > 0 and tokens_by_rank is not None,
         # The scheduler counts tokens per verify step: a request's first token (from prefill) is not in it.
         "counts_first_token": False,
         "weighting": "tokens per dp_rank" if tokens_by_rank is not None else "equal (no dp_rank in responses)",

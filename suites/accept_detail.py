@@ -28,11 +28,10 @@ import numpy as np
 import openai
 
 from ground.stats import ratio_stderr
-from ground.suites import ACCEPT_CATEGORIES, category_metric
+from ground.suites import ACCEPT_CATEGORIES, MAX_POSITIONS, category_metric
 from suites.prompts import Prompt
 from suites.server import Server
 
-MAX_POSITIONS = 8  # accept_rate_pos1..8 are metrics (CONTRACT.md); deeper positions are in the records only
 HISTOGRAM_SOURCE = "spec_correct_drafts_histogram"
 DRIFT_PENALTY_K = 6.0  # as reports/change_points.py: about 1 in 50 pure-noise series shows a change
 DRIFT_MIN_SEGMENT = 4

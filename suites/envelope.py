@@ -95,7 +95,8 @@ def sweep(server: Server, reference: Server, base: SpeedSettings, concurrencies:
             requests = max(concurrency, min_requests)
             settings = replace(base, num_requests=requests, concurrency=concurrency, input_len=input_len,
                                output_len=output_len, warmup_requests=0, workers=1, ignore_eos=True)
-            prompts = build_prompts(requests, input_len, overhead, tokens_per_word, seed=concurrency * 100003 + input_len)
+            prompts = build_prompts(requests, input_len, overhead, tokens_per_word,
+                                    seed=concurrency * 100003 + input_len)
             ours, theirs = _tpots(server, settings, prompts), _tpots(reference, settings, prompts)
             speedup = statistics.median(theirs) / statistics.median(ours) if ours and theirs else None
             points.append(EnvelopePoint(concurrency, input_len, requests,

@@ -176,7 +176,7 @@ def build_sgl_eval_examples(rows: Sequence[Mapping[str, str]], num_questions: in
     if num_questions and num_questions > len(rows):
         raise SuiteInputError(f"gpqa.num_questions={num_questions}, but the dataset has {len(rows)}")
     entries = sgl_eval_scorer.entries(rows)
-    chosen = list(zip(rows, entries))[:num_questions or len(rows)]
+    chosen = list(zip(rows, entries, strict=False))[:num_questions or len(rows)]
     return [Example(row=row, permutation=_shown_order(row, entry), repeat=repeat, ns_entry=entry)
             for repeat in range(repeats) for row, entry in chosen]
 

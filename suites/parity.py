@@ -173,7 +173,7 @@ def tally(records: Sequence[ParityRecord]) -> dict[str, int]:
 
 def first_difference(ours: Sequence, theirs: Sequence) -> int | None:
     """Index of the first differing element; the shorter length if one is a prefix; None if equal."""
-    for index, (a, b) in enumerate(zip(ours, theirs)):
+    for index, (a, b) in enumerate(zip(ours, theirs, strict=False)):
         if a != b:
             return index
     return None if len(ours) == len(theirs) else min(len(ours), len(theirs))

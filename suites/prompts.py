@@ -69,9 +69,11 @@ def builtin_workload() -> tuple[Prompt, ...]:
     """The default accept workload: the fixed prompts (categories as MT-Bench would file them), two math prompts
     and two long-context ones, so code, math and long context each have prompts of their own."""
     document = long_context_document()
-    return (tuple(Prompt(text, category, "builtin") for text, category in zip(PROMPTS, BUILTIN_CATEGORIES))
+    return (tuple(Prompt(text, category, "builtin")
+                  for text, category in zip(PROMPTS, BUILTIN_CATEGORIES, strict=False))
             + tuple(Prompt(text, "math", "builtin") for text in MATH_PROMPTS)
-            + tuple(Prompt(f"{document}\n\n{question}", "long_context", "builtin") for question in LONG_CONTEXT_QUESTIONS))
+            + tuple(Prompt(f"{document}\n\n{question}", "long_context", "builtin")
+                    for question in LONG_CONTEXT_QUESTIONS))
 
 
 def category_of(name: str) -> str:

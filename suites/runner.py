@@ -147,7 +147,8 @@ def run_suites(request: SuiteRequest, watched: Sequence[Deployment] = (), watch:
             stopped_by = _watch(process, watched, watch, report)
             report()  # the last state (e.g. gpqa 20/20 and its accuracy), even of a suite faster than one poll
         finally:
-            _stop(process, watch.stop_grace_s, out_path, request.ledger.run_id if request.ledger else None)  # no-op when it finished; on Ctrl-C it must not outlive us
+            # a no-op when it finished; on Ctrl-C it must not outlive us
+            _stop(process, watch.stop_grace_s, out_path, request.ledger.run_id if request.ledger else None)
     return _outcome(out_path, process.returncode, work_dir / "suites.log", stopped_by)
 
 
@@ -205,7 +206,7 @@ def _watch(process: subprocess.Popen | WarmChild, watched: Sequence[Deployment],
             if time.monotonic() - started > watch.suites_timeout_s:
                 return InfraError(f"the suites did not finish within {watch.suites_timeout_s:g} s (every rank still "
                                   "alive and answering); see suites.log")
-            for deployment, probe in zip(watched, probes):
+            for deployment, probe in zip(watched, probes, strict=False):
                 try:
                     deployment.check()
                 except LaunchFailed as err:

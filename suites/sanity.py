@@ -322,7 +322,7 @@ def consistency_problems(reply: StreamReply) -> list[str]:
 def same_text_same_tokens(streamed: Sequence[StreamReply], chats: Sequence[StreamReply]) -> list[str]:
     """A non-streamed chat reply with exactly the streamed reply's text (same prompt, greedy) has as many tokens."""
     problems = []
-    for index, (one, other) in enumerate(zip(streamed, chats)):
+    for index, (one, other) in enumerate(zip(streamed, chats, strict=False)):
         counts = [(r.usage or {}).get("completion_tokens") for r in (one, other)]
         if one.text and one.text == other.text and all(isinstance(c, int) for c in counts) and counts[0] != counts[1]:
             problems.append(f"request {index}: impossible measurement: the same text counts {counts[0]} completion "

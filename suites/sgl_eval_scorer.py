@@ -10,7 +10,7 @@ from the package, each the function ``sgl-eval run gpqa`` itself calls:
     ``Answer: X``);
   - the aggregate: ``aggregate_with_math_metrics`` (NeMo-Skills ``MathMetrics``: pass@1[avg-of-k] with the
     across-runs standard deviation and error, pass@k, majority@k, no_answer).
-The package is an optional extra (`pip install -e '.[sgl-eval]'`, README: why); without it, asking for this
+The package is an optional extra (`pip install -e '.[sgl-eval]'`; why: docs/DEVELOPMENT.md); without it, asking for this
 scorer stops with that command. The modules imported are sgl-eval's internal ones (0.1.x has no public API
 for them): a release that moves them fails here with the names, not with different numbers.
 """

@@ -155,7 +155,7 @@ def per_token_itl(itl: Sequence[float], itl_tokens: Sequence[int] | None) -> lis
         return None
     values: list[float] = []
     pending = 0.0
-    for gap, tokens in zip(itl, itl_tokens):
+    for gap, tokens in zip(itl, itl_tokens, strict=False):
         pending += gap
         if tokens > 0:
             values.extend([pending / tokens] * tokens)

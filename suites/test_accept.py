@@ -183,7 +183,7 @@ def test_accept_at_sampled_setting(sampled_run):
 def test_greedy_output_equals_reference(lossless_run):
     """Speculation keeps greedy output exact (the sampled comparison is a gate: reports/gates.py)."""
     here, there = lossless_run
-    differing = [i for i, (a, b) in enumerate(zip(here, there)) if a != b]
+    differing = [i for i, (a, b) in enumerate(zip(here, there, strict=False)) if a != b]
     assert not differing, f"greedy output differs from the non-speculative reference on prompts {differing}"
 
 
@@ -197,7 +197,7 @@ def test_top_k_one_is_greedy(accept_run, server, suite_config):
     greedy = greedy_texts(server, prompts, options["lossless_tokens"], options["concurrency"])
     top_k = greedy_texts(server, prompts, options["lossless_tokens"], options["concurrency"],
                          top_k=1, temperature=options["sampled_temperature"])
-    differing = [i for i, (a, b) in enumerate(zip(greedy, top_k)) if a != b]
+    differing = [i for i, (a, b) in enumerate(zip(greedy, top_k, strict=False)) if a != b]
     assert not differing, (f"top_k=1 at temperature {options['sampled_temperature']} differs from greedy output on "
                            f"prompts {differing}: a sampling parameter is ignored under speculation")
 
@@ -226,11 +226,11 @@ def test_top_p_near_zero_is_greedy(accept_run, server, suite_config):
     sampled = {"temperature": options["sampled_temperature"]}
     greedy = greedy_texts(server, prompts, tokens, concurrency)
     wide = greedy_texts(server, prompts, tokens, concurrency, **sampled)
-    if all(a == b for a, b in zip(greedy, wide)):
+    if all(a == b for a, b in zip(greedy, wide, strict=False)):
         pytest.skip(f"samples at temperature {sampled['temperature']} equal the greedy text on every prompt: "
                     "top_p has no room to show its effect")
     narrow = greedy_texts(server, prompts, tokens, concurrency, top_p=TOP_P_NEAR_ZERO, **sampled)
-    differing = [i for i, (a, b) in enumerate(zip(greedy, narrow)) if a != b]
+    differing = [i for i, (a, b) in enumerate(zip(greedy, narrow, strict=False)) if a != b]
     assert not differing, (f"top_p={TOP_P_NEAR_ZERO:g} at temperature {sampled['temperature']} differs from greedy "
                            f"output on prompts {differing}: top_p is ignored under speculation")
 

@@ -131,7 +131,7 @@ def ttft_split(before: Sequence[RoleReading], after: Sequence[RoleReading]) -> S
         if all(part is not None for part in parts):
             metrics[figure.metric] = sum(part for part in parts if part is not None) * 1000
         else:
-            missing.append(_why(figure, [s for s, p in zip(figure.sources, parts) if p is None], after))
+            missing.append(_why(figure, [s for s, p in zip(figure.sources, parts, strict=False) if p is None], after))
     return Split(metrics, tuple(missing), {f"{role} {source}": mean * 1000 for (role, source), mean in means.items()})
 
 

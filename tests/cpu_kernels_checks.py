@@ -68,7 +68,7 @@ def check_copy_all_layer_kv_cache_moves_rows_in_every_layer_gather_first():
     strides = torch.tensor([x.stride(0) * x.element_size() for x in layers])
     # overlapping move: 1<-0, 2<-1, 5<-7 (a target that is also a source reads its old row)
     ops.copy_all_layer_kv_cache_cpu(ptrs, strides, t([1, 2, 5]), t([0, 1, 7]))
-    for x, old in zip(layers, before):
+    for x, old in zip(layers, before, strict=False):
         want = old.clone()
         for tgt, src in ((1, 0), (2, 1), (5, 7)):
             want[tgt] = old[src]
@@ -178,7 +178,7 @@ def check_build_tree_full_mask_leaves_the_prefix_to_the_caller():
         assert bool(block[:, :s].all()), "prefix columns are the caller's (all True)"
         assert torch.equal(block[:, s:], qlen.view(bs, n, n)[b])
         at += n * (s + n)
-    assert all(torch.equal(x, y) for x, y in zip(*outs))
+    assert all(torch.equal(x, y) for x, y in zip(*outs, strict=False))
 
 
 def reference_verify(mask, candidates, target):
@@ -268,7 +268,8 @@ def check_decode_attention_writes_the_new_kv_and_matches_dense_softmax():
     table[0, :3] = t([11, 12, 63], I32)  # request 1: 3 tokens, the last (slot 63) new
     g = torch.Generator().manual_seed(2)
     q = torch.randn(2, heads, dim, generator=g).bfloat16()
-    new_k, new_v = torch.randn(2, kv_heads, dim, generator=g).bfloat16(), torch.randn(2, kv_heads, dim, generator=g).bfloat16()
+    new_k = torch.randn(2, kv_heads, dim, generator=g).bfloat16()
+    new_v = torch.randn(2, kv_heads, dim, generator=g).bfloat16()
     for cap, sink in ((0.0, None), (3.0, None), (0.0, torch.tensor([0.5, -1.0, 2.0, 0.0]))):
         out = torch.zeros(2, heads, dim, dtype=torch.bfloat16)
         logits = torch.zeros(2, heads, 8, dim + 1)

@@ -1,7 +1,7 @@
 """A local stand-in for the GitHub REST endpoints ChatOps uses, on 127.0.0.1 (tests only; not GitHub).
 
-It keeps comments, reactions, labels, dispatches, workflow runs and pushes to the PR's branch in memory, answers permission and pull
-requests from what a test set, and can be scripted to fail:
+It keeps comments, reactions, labels, dispatches, workflow runs and pushes to the PR's branch in memory, answers
+permission and pull requests from what a test set, and can be scripted to fail:
 - ``fail(method, path_regex, status, headers, body, times)`` answers the next ``times`` matching requests
   with that failure instead of carrying them out;
 - ``fault_after(method, path_regex, kind, times)`` is the worse case: the request is carried out, then its
@@ -121,7 +121,8 @@ class GitHubStandIn:
 
 def _reaction_id(comment_id: int, content: str) -> int:
     """A stable id per (comment, content): the stand-in keeps reactions as pairs."""
-    return comment_id * 100 + sorted(("+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes")).index(content)
+    reactions = sorted(("+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes"))
+    return comment_id * 100 + reactions.index(content)
 
 
 def _new_comment(state: StandInState, body: str, user: dict, created_at: str) -> dict:

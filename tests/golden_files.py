@@ -1,7 +1,7 @@
 """Comparing generated text with a golden file under tests/golden/.
 
 After an intended change, regenerate with ``DSPARK_UPDATE_GOLDEN=1 python -m pytest tests/...`` (the one
-switch the README names for every golden file) and review the diff before committing.
+switch docs/DEVELOPMENT.md names for every golden file) and review the diff before committing.
 """
 
 from __future__ import annotations

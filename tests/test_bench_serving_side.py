@@ -88,7 +88,7 @@ def test_bench_serving_runs_our_traffic_and_counts_per_token(python, tmp_path):
     gaps = [gap for r in requests for gap in r.itl_s]
     assert statistics.fmean(gaps) * 1000 == pytest.approx(STEP_MS, rel=0.25)
     assert metrics.mean_itl_ms == pytest.approx(statistics.fmean(gaps) * 1000 / metrics.accept_length, rel=0.3)
-    per_token = [gap / count_tokens(chunk) for r in requests for gap, chunk in zip(r.itl_s, r.text_chunks)
+    per_token = [gap / count_tokens(chunk) for r in requests for gap, chunk in zip(r.itl_s, r.text_chunks, strict=False)
                  for _ in range(count_tokens(chunk))]
     assert metrics.mean_itl_ms == pytest.approx(statistics.fmean(per_token) * 1000, rel=1e-9)
 

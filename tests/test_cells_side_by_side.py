@@ -152,7 +152,7 @@ def test_two_4_gpu_docker_cells_share_an_8_gpu_host_and_the_third_waits_for_its_
 def test_cells_start_longest_first_within_the_nodes_there_are():
     cells = load_cells([str(REPO / "matrices" / "smoke.yaml")])
     by_id = {cell.id: cell for cell in cells}
-    known = {cell.id: seconds for cell, seconds in zip(cells, (10.0, 30.0, 20.0))}
+    known = {cell.id: seconds for cell, seconds in zip(cells, (10.0, 30.0, 20.0), strict=False)}
     assert [c.id for c in longest_first(cells, known)] == sorted(by_id, key=lambda i: -known[i])
     untimed = longest_first(cells, {})  # an expected rejection is short; more nodes take longer
     assert [c.nnodes for c in untimed] == [2, 1, 1] and untimed[-1].expect.outcome == "reject"

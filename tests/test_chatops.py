@@ -506,7 +506,8 @@ def test_pathological_specs_are_refused(capsys, sglang_repo, permissions_file, s
 
 
 def test_one_recursive_glob_is_allowed(capsys, sglang_repo, permissions_file):
-    code, result, _ = timed_chatops_json(capsys, sglang_repo, permissions_file, "/rerun-test registered/**/test_dspark_tp?.py")
+    code, result, _ = timed_chatops_json(capsys, sglang_repo, permissions_file,
+                                         "/rerun-test registered/**/test_dspark_tp?.py")
     assert (code, dispatched(result)) == (0, {"8-gpu-h200": ["registered/spec/test_dspark_tp8.py"]})
 
 

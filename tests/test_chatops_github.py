@@ -38,7 +38,8 @@ def github(monkeypatch):
         monkeypatch.setenv("GITHUB_API_URL", standin.url)
         standin.state.permissions.update({"maintainer": "write", "reader": "read"})
         # The head was pushed an hour ago: before any comment a test writes (a later push refuses the command).
-        standin.push(standin.state.head_sha, (datetime.now(timezone.utc) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ"))
+        standin.push(standin.state.head_sha,
+                     (datetime.now(timezone.utc) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ"))
         yield standin
 
 
@@ -172,7 +173,8 @@ def test_silence_for_a_comment_that_is_no_command(capsys, tmp_path, sglang_repo,
 
 def rerun_status(github: GitHubStandIn, comment_id: int, marker: str, status: str) -> subprocess.Popen:
     env = {**os.environ, "GITHUB_TOKEN": TOKEN, "GITHUB_API_URL": github.url, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, "-m", "ci.chatops.rerun_status", "--repo", "sgl-project/sglang", "--comment-id",
+    return subprocess.Popen([sys.executable, "-m", "ci.chatops.rerun_status", "--repo", "sgl-project/sglang",
+                             "--comment-id",
                              str(comment_id), "--marker", marker, "--status", status, "--run-url",
                              f"https://ci.example/runs/{marker[8]}"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -131,7 +131,8 @@ def test_boot_timeout_is_infrastructure_trouble(tmp_path, engine1, run_id):
 def test_secrets_reach_the_container_but_no_log_or_error(tmp_path, engine1, run_id):
     # The server is made to print the secret (as its rejection message): logs and errors must mask it.
     launcher = launcher_on(run_id, tmp_path / "run", ENGINE1)
-    plan = make_plan(launcher.placement(1), 1, "docker-secret", env={"DSPARK_SIM_FAULTS": "boot_reject=token ${HF_TOKEN}"})
+    plan = make_plan(launcher.placement(1), 1, "docker-secret",
+                     env={"DSPARK_SIM_FAULTS": "boot_reject=token ${HF_TOKEN}"})
     failure = launched_until_failure(launcher, plan, tmp_path)
     assert failure.sglang_error.endswith("ValueError: token ***")  # it arrived, and was masked
     assert SECRET not in str(failure)

@@ -26,7 +26,8 @@ from suites.runner import SYNTHETIC_GPQA
 from tests.simulator_process import FRONTEND_MISSING, frontend_venv, running_simulator
 
 MODEL = "deepseek-ai/DeepSeek-V4-Flash"
-ARGS = ("--device", "cuda", "--tp-size", "8", "--speculative-algorithm", "DSPARK", "--speculative-dspark-block-size", "3",
+ARGS = ("--device", "cuda", "--tp-size", "8", "--speculative-algorithm", "DSPARK",
+        "--speculative-dspark-block-size", "3",
         "--enable-metrics", "--reasoning-parser", "deepseek-v4")
 ENV = {"DSPARK_SIM_DECODE_STEP_MS": "2", "DSPARK_SIM_PREFILL_MS_PER_TOKEN": "0", "DSPARK_SIM_SEED": "0",
        "DSPARK_SIM_GPQA_PATH": str(SYNTHETIC_GPQA)}

@@ -50,9 +50,24 @@ def test_matrix_key_table_is_current_and_has_every_setting():
     assert all(f"| `{setting.key}` |" in readme for setting in SETTINGS)
 
 
-def test_readme_states_the_max_boots_default_the_code_has():
-    readme = (REPO / "README.md").read_text()
-    assert f"`--max-boots N`, default {MAX_BOOTS}" in readme
+def test_usage_states_the_max_boots_default_the_code_has():
+    text = (REPO / "docs" / "USING.md").read_text()
+    assert f"`--max-boots N`, default {MAX_BOOTS}" in text
+
+
+def readme_table(heading: str) -> list[str]:
+    """The first column of the table under the README's `## heading`, backticks stripped."""
+    section = (REPO / "README.md").read_text().split(f"\n## {heading}\n")[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("|---")]
+    return [row.split("|")[1].strip().strip("`") for row in rows[1:]]
+
+
+def test_readme_verb_table_has_every_verb_in_order():
+    assert readme_table("Verbs") == list(cli_reference.VERBS)
+
+
+def test_readme_exit_code_table_has_every_exit_code():
+    assert readme_table("Exit codes") == [str(int(code)) for code in ExitCode] + ["130"]
 
 
 def test_architecture_lists_every_status_and_the_launcher_methods_as_declared():

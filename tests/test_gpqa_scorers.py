@@ -2,7 +2,7 @@
 ``scorer: sgl-eval`` on one simulator, `dspark-ci rescore` of a run, Ctrl-C in the middle of GPQA.
 
 The sgl-eval tests need the sgl-eval package (`pip install -e '.[sgl-eval]'`) and are skipped with that
-reason without it; it is not in `.[test]` (README: about 550 MB of dependencies, and it pins openai<3).
+reason without it; it is not in `.[test]` (docs/DEVELOPMENT.md: about 550 MB of dependencies, and it pins openai<3).
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ def test_the_sgl_eval_cli_and_our_suite_score_every_sample_alike(tmp_path):
     for repeat in range(2):
         for line in (run_dir / f"output-rs{repeat}.jsonl").read_text().splitlines():
             pred = json.loads(line)
-            theirs[(int(pred["id"].split("-")[-1]), repeat)] = (pred["predicted_answer"], float(pred["symbolic_correct"]))
+            theirs[(int(pred["id"].split("-")[-1]), repeat)] = (pred["predicted_answer"],
+                                                                float(pred["symbolic_correct"]))
     records = ours["records"]["gpqa"]
     mine = {(index % len(rows), r["repeat"]): (r["extracted_answer"], r["score"]) for index, r in enumerate(records)}
     assert len(theirs) == len(mine) == 2 * len(rows)

@@ -1,7 +1,7 @@
 """Kubernetes manifests (launchers/k8s/spec.py), level 1: offline, against the real LWS CRD's schema.
 
-The CRD is the LWS project's own, vendored at launchers/k8s/crd/lws-crd.yaml; its openAPIV3Schema is what an API server with LWS
-installed validates against. Pure data: no cluster needed.
+The CRD is the LWS project's own, vendored at launchers/k8s/crd/lws-crd.yaml; its openAPIV3Schema is what an API server
+with LWS installed validates against. Pure data: no cluster needed.
 """
 
 from __future__ import annotations

@@ -67,8 +67,10 @@ def test_every_measurement_reads_into_records_and_writes_back_byte_for_byte():
     assert cell.config is not None and cell.config.tp == 8 and cell.speculative
     assert cell.failed_tests == ["suites/test_gpqa.py::test_gpqa: AssertionError: 3 requests failed"]
     assert {test.suite for test in cell.tests or ()} == {"accept", "gpqa"}
-    assert cell.gpqa is not None and cell.gpqa.per_question["q1"] == (1, 2) and cell.gpqa.cli_differences == ("max_tokens",)
-    assert [boot.value("accept_length") for boot in cell.boots] == [3.0, 3.2] and cell.boots[1].value("tpot_ms_median") is None
+    assert cell.gpqa is not None and cell.gpqa.per_question["q1"] == (1, 2)
+    assert cell.gpqa.cli_differences == ("max_tokens",)
+    assert [boot.value("accept_length") for boot in cell.boots] == [3.0, 3.2]
+    assert cell.boots[1].value("tpot_ms_median") is None
     assert cell.acceptance is not None and cell.acceptance.lossless is not None
     assert cell.acceptance.lossless.reference is not None and cell.acceptance.lossless.reference.failed == 1
     assert cell.acceptance.drift is not None and cell.acceptance.drift.change_at_request == 12

@@ -1,4 +1,5 @@
-"""The nightly's schedule (`python -m ci.nightly.shards`) and a shard's run (`python -m ci.nightly.shard_run`), through their CLIs."""
+"""The nightly's schedule (`python -m ci.nightly.shards`) and a shard's run (`python -m ci.nightly.shard_run`), through
+their CLIs."""
 
 from __future__ import annotations
 

@@ -344,7 +344,8 @@ def test_the_nightly_plan_and_shards_place_a_pd_cell_on_all_its_nodes(tmp_path):
     entries = json.loads(plan.stdout)["include"]
     two = next(e for e in entries if e["cell"] == TWO_EACH)
     assert two["runner"] == "4x8-gpu-h200" and two["nnodes"] == 4
-    assert two["roles"] == {"prefill": {"runner": "8-gpu-h200", "count": 2}, "decode": {"runner": "8-gpu-h200", "count": 2}}
+    assert two["roles"] == {"prefill": {"runner": "8-gpu-h200", "count": 2},
+                            "decode": {"runner": "8-gpu-h200", "count": 2}}
     (tmp_path / "plan.json").write_text(plan.stdout)
     shards = subprocess.run([sys.executable, "-m", "ci.nightly.shards", str(tmp_path / "plan.json")],
                             capture_output=True, text=True, timeout=120, cwd=REPO)

@@ -51,7 +51,8 @@ def left_in_api(cluster: dict, run_id: str) -> list[str]:
     lws = custom.list_namespaced_custom_object(k8s_spec.LWS_GROUP, k8s_spec.LWS_VERSION, ns, k8s_spec.LWS_PLURAL,
                                                label_selector=selector)["items"]
     return ([f"LeaderWorkerSet {o['metadata']['name']}" for o in lws]
-            + [f"Deployment {o.metadata.name}" for o in apps.list_namespaced_deployment(ns, label_selector=selector).items]
+            + [f"Deployment {o.metadata.name}"
+               for o in apps.list_namespaced_deployment(ns, label_selector=selector).items]
             + [f"{kind} {o.metadata.name}" for kind, listed in (
                 ("Service", core.list_namespaced_service), ("Secret", core.list_namespaced_secret),
                 ("Pod", core.list_namespaced_pod)) for o in listed(ns, label_selector=selector).items])

@@ -14,7 +14,8 @@ from reports.markdown import pr_tables, render_cells, step_summary
 
 def large_run(cells: int) -> RunResults:
     statuses = (Status.PASSED, Status.FAILED, Status.ERROR)
-    return RunResults(run_id="r", started_at=None, finished_at=None, launcher="local", matrices=("m.yaml",), cells=tuple(
+    return RunResults(run_id="r", started_at=None, finished_at=None, launcher="local",
+                      matrices=("m.yaml",), cells=tuple(
         CellResult(id=f"cell-{i:04d}", config=CellConfig(model="m", tp=8, speculative_algorithm="DSPARK"),
                    expect={"outcome": "serve"}, status=statuses[i % 3],
                    metrics={"accept_length": 3.1, "output_throughput_tok_s": 812.4, "ttft_ms_mean": 41.0},

@@ -132,7 +132,8 @@ def test_html_is_self_contained_with_embedded_charts(runs, capsys):
     _, out, _ = report(capsys, "run_new", "--compare", "run_old", "--format", "html")
     assert (runs / "run_new" / "report.html").read_text(encoding="utf-8") == out
     images = re.findall(r'<img alt="([^"]+)" src="data:image/png;base64,([^"]+)"', out)
-    assert {"Accept length", "Output throughput", "GPQA accuracy", "Compared with the old run"} <= {a for a, _ in images}
+    assert {"Accept length", "Output throughput", "GPQA accuracy",
+            "Compared with the old run"} <= {a for a, _ in images}
     assert all(base64.b64decode(data).startswith(b"\x89PNG") for _, data in images)
     assert not re.search(r'(src|href)="(https?:)?//', out)  # no external assets
 
@@ -184,8 +185,10 @@ def test_regating_follows_the_new_gates(runs, capsys, test_outcome, status_after
     results = json.loads((runs / "run_new" / "results.json").read_text())
     cell = results["cells"][0]  # smoke-qwen3-eagle3-tp1, 812.53 tok/s; failed against an older, stricter gate
     cell.update(status="failed", error="gate output_throughput_tok_s >= 900: measured 812.53",
-                gates=[{"metric": "output_throughput_tok_s", "op": ">=", "threshold": 900, "value": 812.53, "passed": False}],
-                tests=[{"nodeid": "suites/test_speed.py::test_speed", "outcome": test_outcome, "duration": 1.0, "message": None}])
+                gates=[{"metric": "output_throughput_tok_s", "op": ">=", "threshold": 900, "value": 812.53,
+                        "passed": False}],
+                tests=[{"nodeid": "suites/test_speed.py::test_speed", "outcome": test_outcome, "duration": 1.0,
+                        "message": None}])
     results["cells"] = [cell]
     (runs / "run_new" / "results.json").write_text(json.dumps(results))
     (runs / "loose.yaml").write_text("schema: 1\ncells:\n  smoke-qwen3-eagle3-tp1:\n"

@@ -34,7 +34,8 @@ def only_gate(gates) -> dict:
 @pytest.mark.parametrize("spec, metric, value, op, threshold, passed", [
     pytest.param("{value: 3.0, min_ratio: 0.95}", "accept_length", 2.86, ">=", 2.85, True, id="higher-ratio-pass"),
     pytest.param("{value: 3.0, min_ratio: 0.95}", "accept_length", 2.84, ">=", 2.85, False, id="higher-ratio-fail"),
-    pytest.param("{value: 800, min_ratio: 0.97}", "output_throughput_tok_s", 776, ">=", 776, True, id="at-threshold-passes"),
+    pytest.param("{value: 800, min_ratio: 0.97}", "output_throughput_tok_s", 776, ">=", 776, True,
+                 id="at-threshold-passes"),
     pytest.param("{value: 100, max_ratio: 1.025}", "ttft_ms_median", 102.4, "<=", 102.5, True, id="lower-ratio-pass"),
     pytest.param("{value: 100, max_ratio: 1.025}", "ttft_ms_median", 102.6, "<=", 102.5, False, id="lower-ratio-fail"),
     pytest.param("{min: 0.5}", "accept_rate", 0.49, ">=", 0.5, False, id="absolute-min"),
@@ -85,7 +86,8 @@ def test_gpqa_paired_over_questions_when_the_baseline_kept_them(tmp_path):
                  [(">=", 3.0, False)], id="cell-overrides-floor"),
     pytest.param(SPECULATIVE, {"ttft_ms_mean": 10.0}, [], id="accept-not-measured-no-floor"),
     pytest.param(PLAIN, {"accept_length": 1.0}, [], id="not-speculative-no-floor"),
-    pytest.param(replace(SPECULATIVE, expect={"outcome": "reject"}), {"accept_length": 1.0}, [], id="rejection-never-gated"),
+    pytest.param(replace(SPECULATIVE, expect={"outcome": "reject"}), {"accept_length": 1.0}, [],
+                 id="rejection-never-gated"),
 ])
 def test_collapse_floor_needs_no_baseline(cell, metrics, expected):
     gates = evaluate(cell, metrics, None)
@@ -106,12 +108,14 @@ def test_exact_cell_id_beats_glob_per_metric(tmp_path):
 
 
 def test_floor_and_baseline_gates_both_apply(tmp_path):
-    gates = evaluate(SPECULATIVE, {"accept_length": 2.0}, baseline_file(tmp_path, "accept_length: {value: 3.0, min_ratio: 0.95}"))
+    gates = evaluate(SPECULATIVE, {"accept_length": 2.0},
+                     baseline_file(tmp_path, "accept_length: {value: 3.0, min_ratio: 0.95}"))
     assert [(g.threshold, g.passed) for g in gates] == [(1.2, True), (2.85, False)]
 
 
 @pytest.mark.parametrize("spec, value, threshold, verdict", [
-    pytest.param("{value: 10.0, max_ratio: 1.025, noise: 0.004, runs: 20}", 11.0, 10.25, "regressed", id="quiet-slower"),
+    pytest.param("{value: 10.0, max_ratio: 1.025, noise: 0.004, runs: 20}", 11.0, 10.25, "regressed",
+                 id="quiet-slower"),
     pytest.param("{value: 10.0, max_ratio: 1.025, noise: 0.004, runs: 20}", 10.0, 10.25, "passed", id="quiet-same"),
     pytest.param("{value: 10.0, max_ratio: 1.025, noise: 0.05}", 10.3, 11.5, "inconclusive", id="noisy-undecided"),
 ])
@@ -168,7 +172,8 @@ def stats_binom():
     return binom
 
 
-@pytest.mark.parametrize("speedup, passed", [pytest.param(2.9, True, id="pays"), pytest.param(0.97, False, id="slower")])
+@pytest.mark.parametrize("speedup, passed",
+                         [pytest.param(2.9, True, id="pays"), pytest.param(0.97, False, id="slower")])
 def test_speculation_must_pay_where_the_speedup_was_measured(speedup, passed):
     gates = [g for g in evaluate(SPECULATIVE, {"speculative_speedup": speedup}, None)]
     assert [(g.metric, g.op, g.threshold, g.passed) for g in gates] == [("speculative_speedup", ">=", 1.0, passed)]
@@ -202,7 +207,8 @@ def test_a_regate_of_an_unchanged_run_gives_the_runs_verdicts_and_only_on_the_su
     for cell in (one, four):
         gates = tuple(g for g in evaluate(cell, cell.metrics, baseline, levels) if g.metric != "gpqa_accuracy")
         cells.append(replace(cell, gates=gates, status=status_of(gates)))
-    run = RunResults("r", None, None, "local", ("m.yaml",), cells=tuple(cells), run_options=("--suites", "speed,accept"))
+    run = RunResults("r", None, None, "local", ("m.yaml",), cells=tuple(cells),
+                     run_options=("--suites", "speed,accept"))
     again = regate(run, baseline)
     assert [c.gates for c in again.cells] == [c.gates for c in run.cells]
     assert [c.status for c in again.cells] == [Status.PASSED, Status.PASSED]

@@ -10,11 +10,13 @@ from ground.errors import BadInput
 from ground.records import RunResults
 from reports.results import load_results, write_results
 
-RESULTS = RunResults.from_dict({"schema": 1, "run_id": "r1", "started_at": "2025-06-01T12:00:00+00:00", "finished_at": None,
+RESULTS = RunResults.from_dict({"schema": 1, "run_id": "r1", "started_at": "2025-06-01T12:00:00+00:00",
+                                "finished_at": None,
            "launcher": "local", "matrices": ["matrices/smoke.yaml"],
            "cells": [{"id": "a", "config": {}, "expect": {"outcome": "serve"}, "status": "passed", "error": None,
                       "boot_seconds": 1.5, "metrics": {"accept_length": 3.1},
-                      "gates": [{"metric": "accept_length", "op": ">=", "threshold": 1.2, "value": 3.1, "passed": True}]}]})
+                      "gates": [{"metric": "accept_length", "op": ">=", "threshold": 1.2, "value": 3.1,
+                                 "passed": True}]}]})
 
 
 def test_written_results_read_back_unchanged(tmp_path):

@@ -17,7 +17,8 @@ from ground.suites import scorer_cli_differences
 
 def test_unset_options_take_the_sgl_eval_clis_defaults():
     options = merge_options({"gpqa": {"scorer": "sgl-eval"}}, [], "options.json")["gpqa"]
-    assert (options["repeats"], options["max_tokens"], options["temperature"], options["concurrency"]) == (8, None, 0.0, 64)
+    assert (options["repeats"], options["max_tokens"], options["temperature"],
+            options["concurrency"]) == (8, None, 0.0, 64)
     settings = GpqaSettings.from_options(options)
     assert dict(settings.chat_template_kwargs) == {"thinking": True}  # what the CLI sends, no more
     assert settings.max_tokens is None

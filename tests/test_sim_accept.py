@@ -50,7 +50,8 @@ def measure(server) -> tuple[int, int, int]:
                  id="eagle-alpha0.6-steps2"),
 ])
 def test_accept_length_matches_alpha_and_block_size(sim, alpha, args, most):
-    server = sim([*args, "--speculative-draft-model-path", "sim/draft"], env={"DSPARK_SIM_ACCEPT_PROB": str(alpha), "DSPARK_SIM_DECODE_STEP_MS": "0"})
+    server = sim([*args, "--speculative-draft-model-path", "sim/draft"],
+                 env={"DSPARK_SIM_ACCEPT_PROB": str(alpha), "DSPARK_SIM_DECODE_STEP_MS": "0"})
     tokens, steps, correct = measure(server)
     mean, sd = expected_accept_length(alpha, most)
     truncation = REQUESTS * most / steps  # the last step of each request may be cut by max_tokens

@@ -34,7 +34,7 @@ def dataset(tmp_path):
         options = [row["Correct Answer"], row["Incorrect Answer 1"], row["Incorrect Answer 2"],
                    row["Incorrect Answer 3"]]
         order = rng.sample(range(4), 4)
-        letters = dict(zip("ABCD", (options[i] for i in order)))
+        letters = dict(zip("ABCD", (options[i] for i in order), strict=False))
         prompts.append((TEMPLATE.format(question=row["Question"], **letters), "ABCD"[order.index(0)]))
     with path.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
@@ -62,14 +62,14 @@ def test_accuracy_extremes(sim, dataset, accuracy, right):
     path, prompts = dataset
     server = sim([], env={**INSTANT, "DSPARK_SIM_GPQA_PATH": str(path), "DSPARK_SIM_GPQA_ACCURACY": accuracy})
     letters = answers(server, prompts)
-    assert sum(letter == truth for letter, (_, truth) in zip(letters, prompts)) == right
+    assert sum(letter == truth for letter, (_, truth) in zip(letters, prompts, strict=False)) == right
 
 
 def test_right_or_wrong_is_fixed_per_question_whatever_the_sampling(sim, dataset):
     path, prompts = dataset
     server = sim([], env={**INSTANT, "DSPARK_SIM_GPQA_PATH": str(path), "DSPARK_SIM_GPQA_ACCURACY": "0.5"})
-    greedy = [letter == truth for letter, (_, truth) in zip(answers(server, prompts), prompts)]
-    sampled = [letter == truth for letter, (_, truth) in zip(answers(server, prompts, 0.8), prompts)]
+    greedy = [letter == truth for letter, (_, truth) in zip(answers(server, prompts), prompts, strict=False)]
+    sampled = [letter == truth for letter, (_, truth) in zip(answers(server, prompts, 0.8), prompts, strict=False)]
     assert greedy == sampled
     assert 8 <= sum(greedy) <= 32  # about half of 40
 

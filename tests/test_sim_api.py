@@ -117,7 +117,7 @@ def test_continuous_usage_stats_count_each_chat_chunks_tokens(spec_server):
     role, *content, finish, sglext, final = chunks
     assert role.usage is None and finish.usage is None  # SGLang puts usage on content chunks only
     counts = [chunk.usage.completion_tokens for chunk in content]
-    steps = [after - before for before, after in zip([0, *counts], counts)]
+    steps = [after - before for before, after in zip([0, *counts], counts, strict=False)]
     details = spec_details(sglext)
     # the prefill token, then each verify step's correct drafts + 1, as its own chunk
     assert steps[0] == 1 and len(steps) == 1 + details["spec_verify_ct"]

@@ -103,7 +103,7 @@ def test_the_simulator_admits_exactly_what_sglang_admits(resolver):
     described, real = resolve(resolver, launches)
     assert described.version == DEFAULT_VERSION, (f"the grid was written for {DEFAULT_VERSION}, "
                                                    f"the resolver is {described.version}")
-    judged = [(launch, truth) for launch, truth in zip(launches, real) if truth.verdict != "hardware"]
+    judged = [(launch, truth) for launch, truth in zip(launches, real, strict=False) if truth.verdict != "hardware"]
     unexpected = [truth for truth in real if truth.verdict == "environment"]
     assert not unexpected, f"the resolver environment lacks a module: {unexpected[0].line}"
     assert len(judged) >= 300, f"only {len(judged)} of {len(launches)} launches judged without hardware"

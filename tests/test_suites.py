@@ -280,6 +280,7 @@ def test_a_server_that_is_not_sglang_is_named_in_one_line_and_never_passes(not_s
     # One line per test that could not start, under pytest's own header for it: nothing else is printed.
     said = f"{not_sglang} answers, but not as an OpenAI-compatible SGLang server"
     stray = [line for line in done.stdout.splitlines()
-             if not (line.startswith(said) or re.fullmatch(r"[_=]+ .* [_=]+|[EF.s]+ +\[100%\]|\d+ (errors?|failed)\b.*",
-                                                          line) or line.startswith(("ERROR suites/", "FAILED suites/")))]
+             if not (line.startswith(said)
+                     or re.fullmatch(r"[_=]+ .* [_=]+|[EF.s]+ +\[100%\]|\d+ (errors?|failed)\b.*", line)
+                     or line.startswith(("ERROR suites/", "FAILED suites/")))]
     assert stray == [], done.stdout

@@ -398,7 +398,7 @@ def test_two_concurrent_runs_of_the_same_matrix_both_pass_without_cross_talk(tmp
                 process.kill()
                 process.wait()
     ports = []
-    for run, process, output in zip(runs, processes, outputs):
+    for run, process, output in zip(runs, processes, outputs, strict=False):
         assert process.returncode == 0, output
         run.assert_nothing_left()
         results = run.results()

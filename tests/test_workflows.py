@@ -224,7 +224,8 @@ RUN = Step("ok", run="true")
     pytest.param(lambda: Step("with-on-run", run="true", with_={"a": 1}), "'with' only applies", id="with-on-run"),
     pytest.param(lambda: Job("bad id", "ubuntu-latest", (RUN,)), "job id", id="bad-job-id"),
     pytest.param(lambda: Job("empty", "ubuntu-latest", ()), "has no steps", id="no-steps"),
-    pytest.param(lambda: Job("m", "x", (RUN,), matrix="${{ fromJSON(x) }}"), "needs fail_fast", id="matrix-no-fail-fast"),
+    pytest.param(lambda: Job("m", "x", (RUN,), matrix="${{ fromJSON(x) }}"), "needs fail_fast",
+                 id="matrix-no-fail-fast"),
     pytest.param(lambda: Job("o", "x", (RUN,), outputs={"m": "${{ steps.plan.outputs.m }}"}),
                  "reads step 'plan'", id="output-from-unknown-step"),
     pytest.param(lambda: Job("d", "x", (Step("a", run="1", id="s"), Step("b", run="2", id="s"))),
@@ -242,7 +243,8 @@ def test_broken_workflow_records_are_refused(build, message):
 # --- glue: plan output -> job outputs -------------------------------------------------------
 
 def plan_json(count: int) -> dict:
-    include = [{"cell": f"cell-{i:04d}", "runner": "8-gpu-h200", "matrix": "matrices/nightly.yaml"} for i in range(count)]
+    include = [{"cell": f"cell-{i:04d}", "runner": "8-gpu-h200", "matrix": "matrices/nightly.yaml"}
+               for i in range(count)]
     if count <= 256:
         return {"include": include}
     return {"chunks": [{"include": include[i:i + 256]} for i in range(0, count, 256)]}
@@ -473,7 +475,8 @@ def test_rerun_runs_exactly_the_resolved_argv_lists(tmp_path):
     env, record = recording_python(tmp_path)
     (tmp_path / "pr" / "test").mkdir(parents=True)
     for dispatch in dispatches:  # each group's job, with its own `tests` input
-        run = subprocess.run([*GITHUB_BASH, _step_script("rerun-test.yml", "rerun_test", "Run the tests")], cwd=tmp_path,
+        run = subprocess.run([*GITHUB_BASH, _step_script("rerun-test.yml", "rerun_test", "Run the tests")],
+                             cwd=tmp_path,
                              env={**env, "RERUN_TESTS": dispatch["inputs"]["tests"]}, capture_output=True, text=True,
                              timeout=60)
         assert run.returncode == 0, run.stderr

@@ -33,7 +33,8 @@ TRIALS_FLAG = "--trials"  # `/rerun-test cell:ID --trials N`: N boots, the stati
 MAX_TRIALS = 16  # boots of one rerun: GPU hours, not a loop
 _BUILD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a version, tag or commit: nothing a shell would read
 _METRIC = re.compile(r"[a-z][a-z0-9_]{0,63}")
-BISECT_USAGE = "/bisect CELL METRIC GOOD..BAD, e.g. /bisect dsv4-flash-tp8-a2a-none-dspark-b7-cuda tpot_ms_median 0.5.24..0.5.31"
+BISECT_USAGE = ("/bisect CELL METRIC GOOD..BAD, "
+                "e.g. /bisect dsv4-flash-tp8-a2a-none-dspark-b7-cuda tpot_ms_median 0.5.24..0.5.31")
 
 _FILE_CHARS = re.compile(r"[A-Za-z0-9_./*?-]+")
 _SELECTOR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")

@@ -282,7 +282,8 @@ def _with_file_hints(refusals: list, cell_specs: list, config: ChatOpsConfig) ->
     hinted = []
     for text, why in refusals:
         spec = specs.get(text)
-        files = [f for f in tree.test_files if spec and fnmatch.fnmatchcase(f.rsplit("/", 1)[-1], spec.file_part + ".py")]
+        files = [f for f in tree.test_files if spec and fnmatch.fnmatchcase(f.rsplit("/", 1)[-1],
+                                                                            spec.file_part + ".py")]
         hinted.append((text, f"no matrix cell named {spec.file_part}; the test file test/{files[0]} exists: "
                              f"/rerun-test {files[0].rsplit('/', 1)[-1]}") if spec and files else (text, why))
     return hinted
@@ -306,7 +307,8 @@ def _bisect(command, event: CommentEvent, config: ChatOpsConfig, context: Contex
     request = command.bisect
     matches = [cell for cell in load_cells(list(config.matrices)) if fnmatch.fnmatchcase(cell.id, request.cell)]
     if len(matches) != 1:
-        why = (f"matches {len(matches)} cells ({', '.join(c.id for c in matches[:3])}{' ...' if len(matches) > 3 else ''})"
+        why = (f"matches {len(matches)} cells "
+               f"({', '.join(c.id for c in matches[:3])}{' ...' if len(matches) > 3 else ''})"
                if matches else "matches no matrix cell")
         return _rejected(plan, [(request.cell, f"{why}: /bisect chases exactly one cell")], f"{request.cell}: {why}")
     metric_problem = bisect_metric_problem(request.metric)
@@ -317,7 +319,8 @@ def _bisect(command, event: CommentEvent, config: ChatOpsConfig, context: Contex
     if moved:
         return _refused(event, plan, command.name, moved)
     cell, marker = matches[0], "<!--rrt:0-->"
-    plan["actions"] = [{"type": "workflow_dispatch", "workflow": BISECT_WORKFLOW, "ref": event.default_branch or config.ref,
+    plan["actions"] = [{"type": "workflow_dispatch", "workflow": BISECT_WORKFLOW,
+                        "ref": event.default_branch or config.ref,
                         "inputs": {"runner": cell.runner, "matrix": cell.matrix, "cell": cell.id,
                                    "metric": request.metric, "good": request.good, "bad": request.bad,
                                    "pr": _text(event.pr_number), "sha": head.sha, "reply_comment_id": "",

@@ -210,7 +210,8 @@ def _matching_files(spec: TestSpec, tree: TestTree) -> list[str]:
     if not matches:
         raise SpecRefused(_not_found(file_part, tree))
     if len(matches) > 1 and not spec.has_wildcard:
-        listed = ", ".join(f"test/{m}" for m in matches[:5]) + (f" and {len(matches) - 5} more" if len(matches) > 5 else "")
+        listed = (", ".join(f"test/{m}" for m in matches[:5])
+                  + (f" and {len(matches) - 5} more" if len(matches) > 5 else ""))
         raise SpecRefused(f"Ambiguous filename {file_part} — matched {len(matches)} files: {listed}. "
                           f"Please provide the full path, e.g. /rerun-test test/{matches[0]}")
     return matches

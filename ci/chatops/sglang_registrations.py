@@ -162,7 +162,7 @@ def _register_call_name(node: ast.AST) -> str | None:
 
 def _registration(call: ast.Call) -> Registration:
     # Positional order of SGLang's register_*_ci(est_time, suite, nightly, disabled, *, stage, runner_config).
-    values = dict(zip(("est_time", "suite", "nightly", "disabled"), (_constant(a) for a in call.args)))
+    values = dict(zip(("est_time", "suite", "nightly", "disabled"), (_constant(a) for a in call.args), strict=False))
     values.update({kw.arg: _constant(kw.value) for kw in call.keywords if kw.arg})
     text = {key: value if isinstance(value, str) else None for key, value in values.items()}
     est_time = values.get("est_time")

@@ -76,7 +76,8 @@ def _mark_flaky(cell_dir: Path, note: str) -> None:
     if not path.is_file():
         return
     results = load_results(path)
-    cells = tuple(dataclasses.replace(c, warnings=(*c.warnings, note), labels=tuple(dict.fromkeys((*c.labels, "flaky"))))
+    cells = tuple(dataclasses.replace(c, warnings=(*c.warnings, note),
+                                      labels=tuple(dict.fromkeys((*c.labels, "flaky"))))
                   for c in results.cells)
     write_results(path, dataclasses.replace(results, cells=cells))
 

@@ -129,7 +129,8 @@ def read_json_numbers(path: Path | None, what: str) -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as err:
-        raise BadInput(str(path), f"cannot read the {what} ({err})", "delete it; it is rebuilt by the next nightly")
+        raise BadInput(str(path), f"cannot read the {what} ({err})",
+                       "delete it; it is rebuilt by the next nightly") from err
     if not isinstance(data, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                              for v in data.values()):
         raise BadInput(str(path), f"the {what} must be a JSON object of numbers", '{"8-gpu-h200": 4}')

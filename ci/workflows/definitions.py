@@ -40,7 +40,7 @@ REQUEST_INPUT = {"description": "Set by ChatOps: the command's identity, shown i
                                  "whose answer was lost is found instead of repeated",
                   "type": "string", "required": False, "default": ""}
 # The request as the run's title shows it (ci.chatops.github.run_title_tag, which finds it there).
-_TITLE_TAG = "format('{0}', inputs.request)".format(run_title_tag("{0}"))
+_TITLE_TAG = "format('{}', inputs.request)".format(run_title_tag("{0}"))
 
 
 _FROM_CHATOPS = "inputs.request != ''"
@@ -112,7 +112,8 @@ def _run_job(chunk: int) -> Job:
         _checkout(),
         Step("Set up Python (the CPU shard runs on a hosted runner)", uses=SETUP_PYTHON,
              with_={"python-version": PYTHON}, if_="matrix.rejections == 'resolver'"),
-        Step("Install dspark-ci (with sglang-router, for disaggregated cells)", run="python3 -m pip install -e '.[pd]'"),
+        Step("Install dspark-ci (with sglang-router, for disaggregated cells)",
+             run="python3 -m pip install -e '.[pd]'"),
         *_resolver_setup("Set up SGLang's resolver (the CPU shard of expected rejections)",
                          if_="matrix.rejections == 'resolver'"),
         Step("Run the shard's cells", env={"MATRIX": "${{ matrix.matrix }}", "CELLS": "${{ matrix.cells }}",

@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
     _check_reads_back(out, proposal.text, len(runs))
     write_text_atomically(out, proposal.text)
     if before is not None:
-        sys.stdout.writelines(difflib.unified_diff(before.splitlines(keepends=True), proposal.text.splitlines(keepends=True),
+        sys.stdout.writelines(difflib.unified_diff(before.splitlines(keepends=True),
+                                                   proposal.text.splitlines(keepends=True),
                                                    f"{out} (before)", f"{out} (proposed)"))
     print(f"dspark-ci baseline: {'replaced' if before is not None else 'wrote'} {out}: {proposal.cells} cell(s) "
           f"from {proposal.runs} run(s); review it (git diff) before committing", file=sys.stderr)

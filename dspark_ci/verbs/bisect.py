@@ -94,7 +94,8 @@ def resolve_builds(args: argparse.Namespace) -> list[str]:
     if args.good or args.bad:
         listed = _between(listed, args.good or listed[0], args.bad or listed[-1])
     if len(listed) < 2 or len(set(listed)) != len(listed):
-        raise BadInput("--builds", f"{len(listed)} build(s){', some repeated' if len(set(listed)) != len(listed) else ''}",
+        raise BadInput("--builds",
+                       f"{len(listed)} build(s){', some repeated' if len(set(listed)) != len(listed) else ''}",
                        "give at least two distinct builds, oldest first")
     return listed
 
@@ -155,7 +156,8 @@ def the_cell(args: argparse.Namespace) -> str:
     ids = [cell.id for cell in load_cells(list(args.matrices))]
     matched = fnmatch.filter(ids, args.cell[0])
     if len(matched) != 1:
-        raise BadInput(f"--cell {args.cell[0]}", f"matches {len(matched)} cells{': ' + ', '.join(matched[:5]) if matched else ''}",
+        raise BadInput(f"--cell {args.cell[0]}",
+                       f"matches {len(matched)} cells{': ' + ', '.join(matched[:5]) if matched else ''}",
                        "give a pattern matching exactly one cell (dspark-ci plan MATRIX --format table lists them)")
     return matched[0]
 
@@ -228,7 +230,8 @@ def reproduce_command(args: argparse.Namespace, cell_id: str, outcome: search.Ou
     if args.image_template:
         words += ["--image-template", args.image_template]
     # the simulator's settings, a planted regression included, are part of what is reproduced
-    env = [f"{k}={os.environ[k]}" for k in sorted(os.environ) if k.startswith("DSPARK_SIM_") and k != "DSPARK_SIM_VERSION"]
+    env = [f"{k}={os.environ[k]}" for k in sorted(os.environ)
+           if k.startswith("DSPARK_SIM_") and k != "DSPARK_SIM_VERSION"]
     return shlex.join([*env, *words])
 
 
@@ -247,7 +250,7 @@ def markdown(cell_id: str, outcome: search.Outcome, reproduce: str | None) -> st
         lines += [f"Note: {outcome.why}", ""]
     judged = [("good end", outcome.ends[0]), ("bad end", outcome.ends[1])]
     judged += [(f"step {n}", step) for n, step in enumerate(outcome.steps, 1)]
-    judged += list(zip(("A/B parent", "A/B culprit"), outcome.ab))
+    judged += list(zip(("A/B parent", "A/B culprit"), outcome.ab, strict=False))
     rows = [[what, f"`{j.ref}`", j.judged, str(len(j.values) + j.failures + j.infra_failures),
              _values(j), (j.verdict.describe() if j.verdict else ""), j.how] for what, j in judged]
     lines += ["| | build | judged | runs | values | verdict | evidence |", "|---|---|---|---|---|---|---|"]

@@ -20,7 +20,8 @@ from launchers.ledger import IndexedRun, find_run, forget, indexed_runs
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", metavar="RUN_ID", help="only this run (its id names runs/<run-id>/)")
-    parser.add_argument("--dry-run", action="store_true", help="list what cleanup would remove (the same checks, nothing removed)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="list what cleanup would remove (the same checks, nothing removed)")
     parser.add_argument("--force", action="store_true", help="with --run: even if that run's process is still alive")
 
 

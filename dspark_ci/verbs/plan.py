@@ -50,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--select", action="append", metavar="PATTERN",
                         help="keep cells whose id matches this glob (e.g. '*-npu'); repeatable")
     parser.add_argument("--rejections", choices=("launch", "resolver"), default="launch",
-                        help="with --format github: mark the expected rejections SGLang's own resolver decides on a CPU "
+                        help="with --format github: mark the expected rejections SGLang's own resolver decides "
+                        "on a CPU "
                         "(\"decided_by\": \"resolver\"), which the nightly runs in one CPU job (needs "
                         "DSPARK_SGLANG_PYTHON or `bash .ci/sglang-resolver.sh`)")
     parser.add_argument("--k8s-extra", metavar="FILE",

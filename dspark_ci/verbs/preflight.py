@@ -101,7 +101,7 @@ def report(resolver: Resolver, verdicts: list[CellVerdict]) -> int:
 def drift(first: tuple[Resolver, list[CellVerdict]], second: tuple[Resolver, list[CellVerdict]]) -> int:
     (a, left), (b, right) = first, second
     print(f"A: {_header(a)}\nB: {_header(b)}")
-    changed = [(x, y) for x, y in zip(left, right) if x.summary != y.summary]
+    changed = [(x, y) for x, y in zip(left, right, strict=False) if x.summary != y.summary]
     for x, y in changed:
         print(f"{x.cell.id}:\n  A: {x.summary}\n  B: {y.summary}")
     print(f"{len(changed)} of {len(left)} cells changed verdict or message between A and B")

@@ -114,7 +114,8 @@ def with_recorded_outcomes(results: RunResults, lines_path: Path) -> RunResults:
 def _run_dir(path: str, argument: str) -> Path:
     run_dir = Path(path)
     if not run_dir.is_dir():
-        raise BadInput(f"{argument} {path}", "no such directory", "give a directory written by `dspark-ci run --out DIR`")
+        raise BadInput(f"{argument} {path}", "no such directory",
+                       "give a directory written by `dspark-ci run --out DIR`")
     return run_dir
 
 

@@ -112,7 +112,8 @@ def _version(text: str) -> str:
     try:
         Version(text)
     except InvalidVersion:
-        raise BadInput(f"--sglang-version {text}", "not a version number", f"e.g. --sglang-version {DEFAULT_VERSION}") from None
+        raise BadInput(f"--sglang-version {text}", "not a version number",
+                       f"e.g. --sglang-version {DEFAULT_VERSION}") from None
     return text
 
 

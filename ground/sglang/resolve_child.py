@@ -3,11 +3,11 @@
 Standalone on purpose (standard library + sglang, nothing of ours), so ``ground.sglang.resolver`` can hand it
 to any interpreter or ``docker run ... python3 /dspark/resolve_child.py``. Reads
 ``{"cases": [{"argv": [...], "env": {...}}, ...], "resolved_fields": [...]}`` on stdin (the fields reported for
-an admitted launch: ``ground.sglang.settings.RESOLVED_FIELDS``, from the settings' rows); for each case it sets exactly that SGLang
-environment, calls ``prepare_server_args(argv)`` then ``.resolve_once()`` (what ``launch_server`` does before
-it touches a GPU), and prints one JSON line: ``{"verdict": "admitted"|"rejected"|"hardware"|"environment",
-"error",
-"message", "resolved", "where"}``. A first line ``{"sglang": VERSION, "stubs": [...]}`` says what ran.
+an admitted launch: ``ground.sglang.settings.RESOLVED_FIELDS``, from the settings' rows); for each case it sets
+exactly that SGLang environment, calls ``prepare_server_args(argv)`` then ``.resolve_once()`` (what
+``launch_server`` does before it touches a GPU), and prints one JSON line:
+``{"verdict": "admitted"|"rejected"|"hardware"|"environment", "error", "message", "resolved", "where"}``.
+A first line ``{"sglang": VERSION, "stubs": [...]}`` says what ran.
 
 Stubs: modules that cannot work on a CPU-only machine are replaced by empty modules, only here, and every one
 is named in the first line. ``torchvision``: SGLang's config package imports ``torchvision.transforms`` at

@@ -219,7 +219,8 @@ class CellConfig(Mapping[str, Any]):
     dp: int = setting(int, "dp: 4", "--dp-size, or --attn-dp-size with enable_dp_attention",
                       rule("--dp-size/--attn-dp-size", _data_parallel, 40), default=1, always=True, minimum=1,
                       summary=Summary("dp {}", (1,), position=2),
-        maximum=MAX_PARALLEL, id=IdPart(50, lambda c: f"dp{c['dp']}" if c["dp"] > 1 else ""), resolved=("dp_size", "attn_dp_size"))
+        maximum=MAX_PARALLEL, id=IdPart(50, lambda c: f"dp{c['dp']}" if c["dp"] > 1 else ""),
+        resolved=("dp_size", "attn_dp_size"))
     enable_dp_attention: bool = setting(bool, "enable_dp_attention: true", "dp counts attention-DP groups "
                                         "(rendered by dp's rule)", default=False, always=True,
                                         summary=Summary("dp-attention", (False,), position=6),

@@ -104,7 +104,8 @@ class Group:
         exits = [RankExit(e.rank.command.node_rank, e.code, e.finished_at, e.rank.log.last_lines(LOG_LINES_SEARCHED))
                  for e in exited]
         blamed = next(e for e in exited if e.rank.command.node_rank == culprit(exits).node_rank)
-        raise group_failed(cell_id, exits, [f"container on {blamed.rank.host.url}", f"full log: {blamed.rank.log.path}"])
+        raise group_failed(cell_id, exits,
+                           [f"container on {blamed.rank.host.url}", f"full log: {blamed.rank.log.path}"])
 
     def _exited(self) -> list["Exit"]:
         states = [(rank, self._state(rank)) for rank in self.ranks]

@@ -3,7 +3,7 @@
 An inventory is a YAML file (``--hosts FILE``)::
 
     hosts:
-      - url: ssh://ci@gpu-node-1      # unix://, tcp:// or ssh:// (ssh goes through the ssh client: ~/.ssh/config applies)
+      - url: ssh://ci@gpu-node-1      # unix://, tcp:// or ssh:// (ssh goes through the ssh client)
         address: 10.0.0.11            # how the other nodes and this machine reach it (--dist-init-addr, health URL)
         gpus: [0, 1, 2, 3]            # explicit device ids, or a count; omitted: every device it has
         labels: {rack: a}             # free-form, shown in messages
@@ -117,7 +117,8 @@ def _from_file(path: str) -> Inventory:
     document = load_yaml(path, HOSTS_FILE)
     entries = document.get("hosts") if isinstance(document, dict) else None
     if not isinstance(entries, YamlList) or not entries:
-        raise BadInput(f"{path}:{getattr(document, 'line', 1) or 1}", "a hosts inventory needs a non-empty `hosts:` list",
+        raise BadInput(f"{path}:{getattr(document, 'line', 1) or 1}",
+                       "a hosts inventory needs a non-empty `hosts:` list",
                        "write `hosts:` followed by `- url: unix:///var/run/docker.sock` entries")
     hosts = []
     for index, entry in enumerate(entries):
@@ -139,7 +140,8 @@ def _host(url: str, address, gpus, labels, where: str, index: int) -> DockerHost
         raise BadInput(where, f"{url!r} is not a Docker engine URL",
                        "use unix:///path/docker.sock, tcp://host:2375 or ssh://user@host")
     if gpus is not None and not _valid_gpus(gpus):
-        raise BadInput(where, f"gpus must be a count or a list of device ids, each below {MAX_GPUS}, got {gpus!r}", "e.g. `gpus: [0, 1]`")
+        raise BadInput(where, f"gpus must be a count or a list of device ids, each below {MAX_GPUS}, got {gpus!r}",
+                       "e.g. `gpus: [0, 1]`")
     if not isinstance(labels, dict):
         raise BadInput(where, "labels must be a mapping", "e.g. `labels: {rack: a}`")
     # A local engine shares this machine's network: give each listed one its own loopback address.

@@ -98,7 +98,8 @@ class HostLeases:
                 chosen = sorted(range(len(free)), key=lambda i: (sum(self._users[i].values()), i))[:nnodes]
                 if self._counted:
                     print(f"dspark-ci: warning: no {nnodes} Docker host(s) with {need.gpus_per_node} free GPU(s): "
-                          f"sharing the least used GPUs of {', '.join(self._inventory.hosts[i].address for i in chosen)}",
+                          "sharing the least used GPUs of "
+                          f"{', '.join(self._inventory.hosts[i].address for i in chosen)}",
                           file=sys.stderr)
             return tuple(self._lease(i, gpus_wanted(need, totals[i])) for i in chosen)
 
@@ -239,7 +240,7 @@ class DockerLauncher:
                 for url, client in engines.items():
                     ensure_image(client, url, image, self.options.pull)
                 started = time.monotonic()
-                for command, host in zip(plan.ranks, hosts):
+                for command, host in zip(plan.ranks, hosts, strict=False):
                     group.start(self._rank_container(command, host, image, labels, plan.accelerator, logs_dir))
                 deployment = DockerDeployment(plan.cell_id, plan.base_url, group)
                 wait_until_ready(OurServer(plan), Deadline(self.context.boot_timeout_s, self.tuning.poll_s),

@@ -25,7 +25,8 @@ from launchers.materialize import resolve_env, server_argv, server_python
 REPO = Path(__file__).resolve().parents[2]
 
 # Labels on everything we create: how teardown and `dspark-ci cleanup` find it.
-LABEL_RUN, LABEL_CELL, LABEL_RANK, LABEL_LAUNCH = "dspark-ci.run", "dspark-ci.cell", "dspark-ci.rank", "dspark-ci.launch"
+LABEL_RUN, LABEL_CELL, LABEL_RANK, LABEL_LAUNCH = ("dspark-ci.run", "dspark-ci.cell", "dspark-ci.rank",
+                                                  "dspark-ci.launch")
 HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
 
 
@@ -159,6 +160,7 @@ def image_for(options: DockerOptions, context: LaunchContext, tuning: DockerTuni
         return tuning.sim_image
     image = plan.image_to_run
     if not image:
-        raise BadInput(plan.cell_id, f"no container image for device {plan.device!r} on {plan.hardware or 'its hardware'}",
+        raise BadInput(plan.cell_id,
+                       f"no container image for device {plan.device!r} on {plan.hardware or 'its hardware'}",
                        "set `image:` in the matrix")
     return image

@@ -94,7 +94,8 @@ def remove_started(entry: LedgerEntry, dry_run: bool = False) -> str | None:
             return None
     except (api_exception, http_error, OSError) as err:
         raise InfraError(f"cannot reach {api.where} to remove {kind} {name}: {status_message(err)}") from None
-    pods = f"{k8s_spec.LWS_NAME_LABEL}={name}" if kind == k8s_spec.LWS_KIND else None  # a Deployment stays until its pods go
+    # a Deployment stays until its pods go
+    pods = f"{k8s_spec.LWS_NAME_LABEL}={name}" if kind == k8s_spec.LWS_KIND else None
     if not dry_run and (left := delete_all(api, [(kind, name)], pods, 60.0)):
         raise InfraError(f"still there after deletion: {left}")
     return f"{kind} {name} in namespace {ns} (cell {entry.cell}) on {api.where}"

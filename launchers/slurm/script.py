@@ -205,7 +205,8 @@ def render_job(plan: LaunchPlan, logs_dir: Path, options: SlurmOptions, context:
     srun = ["srun", "--kill-on-bad-exit=1", f"--nodes={nnodes}", "--ntasks-per-node=1", "--export=ALL",
             '--output="$DSPARK_LOGS/%n.log"']
     if container == "pyxis":
-        mounts = ",".join([f"{logs_dir}:{logs_dir}", *t.container_mounts, *PYXIS_DEVICE_MOUNTS.get(plan.accelerator, ())])
+        mounts = ",".join([f"{logs_dir}:{logs_dir}", *t.container_mounts,
+                           *PYXIS_DEVICE_MOUNTS.get(plan.accelerator, ())])
         srun += [f"--container-image={shlex.quote(o.image_for(plan))}", f"--container-mounts={shlex.quote(mounts)}"]
     lines.append(" ".join(srun) + " bash -c 'dspark_task'")
     return JobSpec(name=name, comment=comment, script="\n".join(lines) + "\n", env=job_env, secrets=secrets)

@@ -7,8 +7,8 @@ degenerate (``[485, 0, 485, 0, ...]``). Normal weights of std 0.05 give varied o
 drafts find them: 37-76 % of a 64-token reply's bigrams repeat; std 0.2 gave 0-5 %), identical at every tp size.
 
 A draft (``model/draft``) takes the target's weights for the layers its config has (same embeddings, norm and LM
-head): the shipped STANDALONE draft has all of them (dspark_ci/engine_model.py says why). Runs in the SGLang venv (torch,
-safetensors)."""
+head): the shipped STANDALONE draft has all of them (dspark_ci/engine_model.py says why). Runs in the SGLang venv
+(torch, safetensors)."""
 
 from __future__ import annotations
 

@@ -72,7 +72,7 @@ def decode_attention(query: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
     if key is not None and value is not None:
         k_buffer[loc] = key.view(-1, *k_buffer.shape[1:]).to(k_buffer.dtype)
         v_buffer[loc] = value.view(-1, *v_buffer.shape[1:]).to(v_buffer.dtype)
-    for i, (row, n) in enumerate(zip(req_pool_indices.tolist(), seq_lens.tolist())):
+    for i, (row, n) in enumerate(zip(req_pool_indices.tolist(), seq_lens.tolist(), strict=False)):
         slots = req_to_token[row, :n].to(torch.int64)
         slots = slots[_in_window(n - 1, torch.arange(n), sliding_window_size)]
         keys, values = k_buffer[slots].float() * key_scale, v_buffer[slots].float() * value_scale
@@ -112,7 +112,7 @@ def extend_attention(q_extend: torch.Tensor, k_extend: Optional[torch.Tensor], v
         raise _not_supported("cross attention (encoder-decoder models)")
     mask_at = 0
     for row, n, e, start in zip(req_pool_indices.tolist(), seq_lens.tolist(), extend_seq_lens.tolist(),
-                                extend_start_loc.tolist()):
+                                extend_start_loc.tolist(), strict=False):
         prefix = n - e
         slots = req_to_token[row, :n].to(torch.int64)
         keys, values = k_buffer[slots].float() * key_scale, v_buffer[slots].float() * value_scale
@@ -134,7 +134,7 @@ def build_draft_decode_metadata(req_to_token: torch.Tensor, req_pool_indices: to
     (its first ``seq_lens[i]`` table entries) followed by candidate k's draft slots, which the request's row keeps
     contiguously from ``seq_lens[i] + k * num_steps`` (``assign_draft_cache_locs_contiguous``)."""
     out = torch.zeros(req_pool_indices.numel() * topk, pool_len, dtype=req_to_token.dtype)
-    for i, (row, n) in enumerate(zip(req_pool_indices.tolist(), seq_lens.tolist())):
+    for i, (row, n) in enumerate(zip(req_pool_indices.tolist(), seq_lens.tolist(), strict=False)):
         for k in range(topk):
             out[i * topk + k, :n] = req_to_token[row, :n]
             drafts = req_to_token[row, n + k * num_steps:n + (k + 1) * num_steps]

@@ -17,7 +17,7 @@ def assign_req_to_token_pool(req_pool_indices: torch.Tensor, req_to_token: torch
     starts, ends = start_offset.tolist(), end_offset.tolist()
     rows = req_pool_indices.tolist()
     out = 0
-    for row, start, end in zip(rows, starts, ends):
+    for row, start, end in zip(rows, starts, ends, strict=False):
         n = max(end - start, 0)
         if n:
             req_to_token[row, start:end] = out_cache_loc[out:out + n].to(req_to_token.dtype)
@@ -39,6 +39,6 @@ def copy_all_layer_kv_cache(data_ptrs: torch.Tensor, strides: torch.Tensor, tgt_
         return
     tgt, src = tgt_loc.to(torch.int64), src_loc.to(torch.int64)
     rows = int(torch.maximum(tgt.max(), src.max()).item()) + 1
-    for address, stride in zip(data_ptrs.tolist(), strides.tolist()):
+    for address, stride in zip(data_ptrs.tolist(), strides.tolist(), strict=False):
         view = _rows_at(int(address), int(stride), rows)
         view[tgt] = view[src]  # advanced indexing gathers into a new tensor first

@@ -16,7 +16,7 @@ FULL_MASK, QLEN_ONLY, QLEN_ONLY_BITPACKING = 0, 1, 2
 def _segments(start_offset: torch.Tensor, end_offset: torch.Tensor) -> list[tuple[int, int, int]]:
     """(start, end, offset into the packed output) per request: request i's slots follow those of 0..i-1."""
     spans, out = [], 0
-    for start, end in zip(start_offset.tolist(), end_offset.tolist()):
+    for start, end in zip(start_offset.tolist(), end_offset.tolist(), strict=False):
         spans.append((start, end, out))
         out += max(end - start, 0)
     return spans
@@ -28,7 +28,7 @@ def assign_extend_cache_locs(req_pool_indices: torch.Tensor, req_to_token: torch
     """The read direction of ``assign_req_to_token_pool``: request i's table slice ``[start[i], end[i])`` is packed
     into ``out_cache_loc`` after the slices of the requests before it."""
     del pool_len
-    for row, (start, end, out) in zip(req_pool_indices.tolist(), _segments(start_offset, end_offset)):
+    for row, (start, end, out) in zip(req_pool_indices.tolist(), _segments(start_offset, end_offset), strict=False):
         if end > start:
             out_cache_loc[out:out + end - start] = req_to_token[row, start:end].to(out_cache_loc.dtype)
 
@@ -40,7 +40,7 @@ def assign_draft_cache_locs_contiguous(req_pool_indices: torch.Tensor, req_to_to
     go to ``out_cache_loc[i * width:(i + 1) * width]``."""
     del pool_len
     width = topk * speculative_num_steps
-    for i, (row, start) in enumerate(zip(req_pool_indices.tolist(), seq_lens.tolist())):
+    for i, (row, start) in enumerate(zip(req_pool_indices.tolist(), seq_lens.tolist(), strict=False)):
         out_cache_loc[i * width:(i + 1) * width] = req_to_token[row, start:start + width].to(out_cache_loc.dtype)
 
 

@@ -65,7 +65,8 @@ def _value_flags(args: ServerArgs) -> list[str]:
 
 def frontend_argv(args: ServerArgs, model_dir: Path) -> list[str]:
     """SGLang's launch_server argv for the front end on this CPU."""
-    argv = ["--model-path", str(model_dir), "--tokenizer-path", str(model_dir), "--host", args.host, "--port", str(args.port), "--device", "cpu",
+    argv = ["--model-path", str(model_dir), "--tokenizer-path", str(model_dir), "--host", args.host,
+            "--port", str(args.port), "--device", "cpu",
             "--load-format", "dummy", "--tp-size", "1", *_value_flags(args)]
     if args.speculative_algorithm is not None:
         # The front end's speculative statistics (meta_info, sglext) need only the draft-token count: the

@@ -136,7 +136,8 @@ class StandIn:
 
     def init_info(self) -> dict:
         """Scheduler.get_init_info: what the TokenizerManager waits for before serving."""
-        return {"status": "ready", "max_total_num_tokens": MAX_TOTAL_NUM_TOKENS, "max_req_input_len": self.context_length - 1,
+        return {"status": "ready", "max_total_num_tokens": MAX_TOTAL_NUM_TOKENS,
+                "max_req_input_len": self.context_length - 1,
                 "startup_time": self.startup_time, "hicache_object_layout": None}
 
     # --- faults, as the simulator's rank 0 has them (sglang_sim.main) ----------------------------
