@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from dspark_ci.bisection import FOUND, Chase, Sample, bisect  # noqa: E402
-from ground import stats  # noqa: E402
+from dspark_ci.ground import stats  # noqa: E402
 
 VERSIONS = 64
 BASE_TPOT_MS = 20.0

@@ -1,6 +1,6 @@
 """Where a smoke run's wall time goes, as a user waiting for it sees it: boot, the tests' own durations, and
 everything else (interpreter and pytest start-up, reports, teardown), per serving cell; and the time from
-starting ``dspark-ci run`` to its first launch. The suites' warm pytest worker (suites.warm_worker) and cold
+starting ``dspark-ci run`` to its first launch. The suites' warm pytest worker (dspark_ci.warm_worker) and cold
 interpreters per cell (DSPARK_SUITES_COLD=1) are measured side by side, alternating, in one run.
 
     python bench/cell_overhead.py [--repeats 3] [--matrix matrices/smoke.yaml] [--modes warm cold]

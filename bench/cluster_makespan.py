@@ -11,7 +11,7 @@ last finished, from results.json), the lower bound max(Σ node-seconds / nodes, 
 cell times, the verdict of every cell (must equal the one-at-a-time run's), and squeue afterwards (must be empty).
 The runs share one history, so the side-by-side runs start the longest cells first as a user's second run does.
 
-``fleet``: the nightly matrix on ``--nodes`` simulated GPU nodes, cell times from ``ci.nightly.shards``'s estimates,
+``fleet``: the nightly matrix on ``--nodes`` simulated GPU nodes, cell times from ``dspark_ci.ci.nightly.shards``'s estimates,
 scheduled by the run's own policy (``dspark_ci.cell_queue.longest_first`` and ``Capacity.fits``), with and without
 the expected rejections SGLang's resolver decides on a CPU (``dspark-ci plan --rejections resolver``); and the
 GPU-runner minutes per nightly (each GPU job pays ``--job-overhead-minutes`` for pickup, checkout and image
@@ -34,13 +34,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ci.nightly.shards import RESOLVER_SECONDS  # noqa: E402
+from dspark_ci.ci.nightly.shards import RESOLVER_SECONDS  # noqa: E402
 from dspark_ci.rejections import decide_rejections  # noqa: E402
 from dspark_ci.cell_queue import expected_seconds, longest_first  # noqa: E402
-from ground.sglang.release import DEFAULT_VERSION  # noqa: E402
-from launchers.contract import Capacity  # noqa: E402
-from matrices import load_cells  # noqa: E402
-from matrices.cell import Cell  # noqa: E402
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION  # noqa: E402
+from dspark_ci.launchers.contract import Capacity  # noqa: E402
+from dspark_ci.matrices import load_cells  # noqa: E402
+from dspark_ci.matrices.cell import Cell  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 # (node count, simulator boot seconds) of the 12 synthetic cells: known durations, longest ~ a third of the total.
@@ -154,7 +154,7 @@ def fleet(args: argparse.Namespace) -> int:
     capacity = Capacity(args.nodes, args.nodes, f"{args.nodes} simulated nodes")
     print(f"{args.matrix}: {len(cells)} cells, {sum(c.expect.outcome == 'reject' for c in cells)} expected "
           f"rejections, {len(decided)} of them decided by SGLang {DEFAULT_VERSION}'s resolver on a CPU; cell times "
-          f"from ci.nightly.shards.estimate_seconds (computed, deterministic: no repeats needed)")
+          f"from dspark_ci.ci.nightly.shards.estimate_seconds (computed, deterministic: no repeats needed)")
     for label, chosen in (("every cell launched", cells), ("resolver-decided rejections not launched", launched)):
         bound = max(sum(seconds[c.id] * c.nnodes for c in chosen) / args.nodes, max(seconds[c.id] for c in chosen))
         makespan = simulate(chosen, seconds, capacity)

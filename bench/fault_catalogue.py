@@ -2,7 +2,7 @@
 
     python bench/fault_catalogue.py [--matrix matrices/smoke.yaml] [--boot-timeout 8] [--jobs 1]
 
-For each fault of the catalogue (``sglang_sim.sim_config.FAULT_PARSERS``, with a value where it takes one) it runs
+For each fault of the catalogue (``dspark_ci.sglang_sim.sim_config.FAULT_PARSERS``, with a value where it takes one) it runs
 ``dspark-ci run MATRIX`` as a user does, with ``DSPARK_SIM_FAULTS`` set and a temporary state directory and
 history, and prints one row per fault: the run's exit code and every cell's status. "green" is a cell whose status
 is ``passed``. A fault that acts only on serving (garbage text, a broken stream, a slow decode) leaves an expected
@@ -25,8 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from matrices import load_cells  # noqa: E402
-from sglang_sim.sim_config import FAULT_PARSERS  # noqa: E402
+from dspark_ci.matrices import load_cells  # noqa: E402
+from dspark_ci.sglang_sim.sim_config import FAULT_PARSERS  # noqa: E402
 
 # The value each fault that takes one is run with (slow_decode at the size the issue reported green, and at the
 # 10 % the smoke baseline's tolerances are sized for).

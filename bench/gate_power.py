@@ -11,13 +11,13 @@ never gated) against a baseline recorded from ``BASELINE_RUNS`` good boots, unde
 - acceptance (accept length and rate): ``ACCEPT_BOOT`` per boot (``DSPARK_SIM_ACCEPT_DRIFT_BOOT``) and
   ``ACCEPT_REQUEST`` per request;
 - GPQA: 198 questions, 8 repeats per boot (the release matrix), per-question probabilities from the simulator's
-  own model (``sglang_sim.noise.question_probability``, concentration ``GPQA_CONCENTRATION``, accuracy 70 %); a drop
+  own model (``dspark_ci.sglang_sim.noise.question_probability``, concentration ``GPQA_CONCENTRATION``, accuracy 70 %); a drop
   of d points lowers every question's probability through the same quantile (the same questions, harder).
 
 Planted: 2, 3, 5, 10 % worse on TPOT, throughput, accept length or accept rate, and 3, 5, 10-point GPQA drops,
 each in a cell-night of its own (one metric at a time, so a metric's detection rate is its own); 0 is the clean
 nights, every serving cell clean, which also give the false-red rate per nightly. Every cell-night goes through
-``reports.gates.evaluate`` (the baseline written as a real baseline file and read with ``load_baseline``, GPQA paired
+``dspark_ci.reports.gates.evaluate`` (the baseline written as a real baseline file and read with ``load_baseline``, GPQA paired
 over questions) and ``status_of``; when a cell is inconclusive it takes another look with more boots (``LOOKS``: 1, 2,
 4, 8 boots, each boot with its GPQA repeats), at levels that split the nightly's 1 % false-red rate over its 60
 statistical gates and the 4 planned looks. Today's gates (the same baseline, one boot, value against the gate's
@@ -55,14 +55,14 @@ import numpy
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dspark_ci import evidence  # noqa: E402
-from ground import stats  # noqa: E402
-from ground.measurements import BootMetrics, GpqaSummary  # noqa: E402
-from ground.records import CellResult, Status  # noqa: E402
-from ground.sglang.settings import CellConfig  # noqa: E402
-from reports.baseline_file import load_baseline  # noqa: E402
-from reports.baseline_proposal import RECORDED_GATES  # noqa: E402
-from reports.gates import _OPS, evaluate, family_levels, status_of  # noqa: E402
-from sglang_sim.noise import question_probability  # noqa: E402
+from dspark_ci.ground import stats  # noqa: E402
+from dspark_ci.ground.measurements import BootMetrics, GpqaSummary  # noqa: E402
+from dspark_ci.ground.records import CellResult, Status  # noqa: E402
+from dspark_ci.ground.sglang.settings import CellConfig  # noqa: E402
+from dspark_ci.reports.baseline_file import load_baseline  # noqa: E402
+from dspark_ci.reports.baseline_proposal import RECORDED_GATES  # noqa: E402
+from dspark_ci.reports.gates import _OPS, evaluate, family_levels, status_of  # noqa: E402
+from dspark_ci.sglang_sim.noise import question_probability  # noqa: E402
 
 SERVING_CELLS = 12  # of the nightly's 21 (the others are expected rejections)
 BASELINE_RUNS = 30  # `baseline record` from 30 good runs (e.g. a month of green nights); --baseline-runs
@@ -322,7 +322,7 @@ POSITION_REQUESTS, POSITION_STEPS, POSITION_GAMMA, POSITION_ALPHA = 40, 85, 7, 0
 
 def _position_boot(rng: random.Random, alphas: tuple[float, ...]) -> dict:
     """One boot's accept_length and accept_rate_pos{k} (with per-request stderrs), drawn as the simulator draws."""
-    from sglang_sim.speculation import draw_accepted
+    from dspark_ci.sglang_sim.speculation import draw_accepted
 
     requests = [[draw_accepted(rng, alphas, POSITION_GAMMA) for _ in range(POSITION_STEPS)]
                 for _ in range(POSITION_REQUESTS)]
@@ -338,7 +338,7 @@ def _position_boot(rng: random.Random, alphas: tuple[float, ...]) -> dict:
 
 
 def position_baseline(rng: random.Random, directory: Path) -> Path:
-    from sglang_sim.speculation import AcceptModel
+    from dspark_ci.sglang_sim.speculation import AcceptModel
 
     boots = [_position_boot(rng, AcceptModel(POSITION_ALPHA, max_accept=POSITION_GAMMA).alphas())
              for _ in range(BASELINE_RUNS)]
@@ -355,7 +355,7 @@ def position_baseline(rng: random.Random, directory: Path) -> Path:
 
 def position_night(rng: random.Random, baseline, planted: bool) -> tuple[str, str]:
     """(the cell's status, the accept_length gate's verdict) for one boot, with or without position_regression=3."""
-    from sglang_sim.speculation import AcceptModel
+    from dspark_ci.sglang_sim.speculation import AcceptModel
 
     alphas = AcceptModel(POSITION_ALPHA, late_from=3 if planted else None, max_accept=POSITION_GAMMA).alphas()
     metrics = _position_boot(rng, alphas)
@@ -385,7 +385,7 @@ def acceptance_power(nights: int, seed: int) -> str:
 # The smoke matrix's sweep at one input length: grid ENVELOPE_GRID, max(c, 4) requests per point on each server, each
 # SWEEP_OUTPUT tokens. A request's TPOT is (verify steps × a step's cost) / (tokens − 1) with its steps drawn as the
 # simulator draws acceptance (alpha 0.7, gamma 7) and the simulator's per-request step jitter; a verify step costs
-# 1 + ENVELOPE_COST × shift per running request past 8 (sglang_sim.engine._verify_cost, every stream open), the
+# 1 + ENVELOPE_COST × shift per running request past 8 (dspark_ci.sglang_sim.engine._verify_cost, every stream open), the
 # reference's step 1. Scenario -> (cost per stream past 8, where the true speedup falls to 1).
 ENVELOPE_GRID, SWEEP_OUTPUT, SWEEP_MIN_REQUESTS, STEP_JITTER_REQUEST = (1, 8, 32, 128), 32, 4, 0.05
 ENVELOPE_COST, ENVELOPE_BASELINE = 0.01, 128
@@ -404,7 +404,7 @@ def _break_even_cost(concurrency: float, speedup: float = 1.0) -> float:
 
 def _sweep_tpots(rng: random.Random, concurrency: int, cost: float | None) -> list[float]:
     """Per-request TPOTs at one point; ``cost`` None: the reference without speculation."""
-    from sglang_sim.speculation import AcceptModel, draw_accepted
+    from dspark_ci.sglang_sim.speculation import AcceptModel, draw_accepted
 
     alphas = AcceptModel(POSITION_ALPHA, max_accept=POSITION_GAMMA).alphas()
     tpots = []
@@ -430,9 +430,9 @@ ENVELOPE_SCENARIOS = {
 
 
 def envelope_night(rng: random.Random, cost: float, baseline) -> str:
-    """One night's sweep through reports.gates.evaluate: the never_inward gate's verdict."""
-    from ground.measurements import Envelope, EnvelopeBoundary, EnvelopePoint
-    from suites.envelope import boundary, speedup_stderr
+    """One night's sweep through dspark_ci.reports.gates.evaluate: the never_inward gate's verdict."""
+    from dspark_ci.ground.measurements import Envelope, EnvelopeBoundary, EnvelopePoint
+    from dspark_ci.suites.envelope import boundary, speedup_stderr
 
     points = []
     for concurrency in ENVELOPE_GRID:
@@ -480,8 +480,8 @@ CATEGORY_PLANTED = {"clean": 1.0, "code x0.95": 0.95, "code x0.9": 0.9, "code x0
 
 def _category_boot(rng: random.Random, code_factor: float = 1.0) -> dict:
     """One boot's accept_length_CATEGORY (with per-request stderrs)."""
-    from sglang_sim.sim_config import SimConfig
-    from sglang_sim.speculation import AcceptModel, draw_accepted
+    from dspark_ci.sglang_sim.sim_config import SimConfig
+    from dspark_ci.sglang_sim.speculation import AcceptModel, draw_accepted
 
     alpha = POSITION_ALPHA + rng.gauss(0, ACCEPT_DRIFT_BOOT)
     factors = {**SimConfig().category_accept}
@@ -582,7 +582,7 @@ def main() -> int:
     parser.add_argument("--accept-detect", type=float, metavar="D",
                         help="design candidate: the acceptance gates' detection line (default: twice the tolerance)")
     parser.add_argument("--beta-spending", choices=sorted(stats.BETA_SPENDING), default=stats.BETA_SCHEDULE,
-                        help=f"how β is spread over the looks (ground.stats.BETA_SPENDING; default {stats.BETA_SCHEDULE})")
+                        help=f"how β is spread over the looks (dspark_ci.ground.stats.BETA_SPENDING; default {stats.BETA_SCHEDULE})")
     args = parser.parse_args()
     modes = {"acceptance": acceptance_power, "envelope": envelope_power, "categories": category_power}
     if any(getattr(args, mode) for mode in modes):

@@ -6,7 +6,7 @@ request noise, GPQA question count and per-question record, and its cells (each 
 boots are drawn under the benchmark's stated noise (``TRUE_NOISE``: 2 % run to run for speed, 1 % for acceptance), and
 GPQA answers as the per-question record says (a question right in the record stays right unless a planted drop
 flips it; the flips are the same every boot, as on a server whose answers are fixed per question). Each cell-night
-goes through the real gates (``reports.gates.evaluate``) and sequential looks at the run's levels (``family_levels``
+goes through the real gates (``dspark_ci.reports.gates.evaluate``) and sequential looks at the run's levels (``family_levels``
 over the file's cells), as ``dspark-ci run --max-boots`` takes them.
 """
 
@@ -18,13 +18,13 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
-from ground import stats
-from ground.measurements import BootMetrics, GpqaSummary
-from ground.records import CellResult, Status
-from ground.sglang.settings import CellConfig
-from reports.baseline_file import Baseline, load_baseline
-from reports.gates import evaluate, family_levels, status_of
-from reports.metrics import STDERR_OF
+from dspark_ci.ground import stats
+from dspark_ci.ground.measurements import BootMetrics, GpqaSummary
+from dspark_ci.ground.records import CellResult, Status
+from dspark_ci.ground.sglang.settings import CellConfig
+from dspark_ci.reports.baseline_file import Baseline, load_baseline
+from dspark_ci.reports.gates import evaluate, family_levels, status_of
+from dspark_ci.reports.metrics import STDERR_OF
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = ("baselines/smoke.yaml", "baselines/nightly.yaml", "baselines/release.yaml")

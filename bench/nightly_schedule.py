@@ -5,11 +5,11 @@
 
 The shipped nightly matrix is planned as the nightly does (``dspark-ci plan --format github`` entries), on a
 simulated fleet (runners per label from ``--fleet``). Each trial draws every cell's true duration around its
-estimate (``ci.nightly.shards.estimate_seconds``, ±``--noise``, default 20 %, seeded), and "history" is the
+estimate (``dspark_ci.ci.nightly.shards.estimate_seconds``, ±``--noise``, default 20 %, seeded), and "history" is the
 previous trial's draw, as the nightly's cache would hold it. Compared, per trial:
   per-cell   the old nightly: one job per cell in matrix order, each taking the first free runner of its label
   longest    one job per cell as well, but queued longest (by history) first: dynamic LPT
-  shards     ``ci.nightly.shards.schedule`` with the previous night's durations (LPT per label), run with today's
+  shards     ``dspark_ci.ci.nightly.shards.schedule`` with the previous night's durations (LPT per label), run with today's
   bound      max over labels of (total GPU-time / runners, longest cell): no schedule ends earlier
 Every job pays ``--job-overhead-minutes`` before its first cell (runner pickup, checkout, install): a
 shard pays it once, a per-cell job once per cell. Prints median and worst makespan / bound (1.00 = optimal)
@@ -18,7 +18,7 @@ and the mean minutes each schedule ends after the shards.
 Time to the first signal, beside the makespan: each cell has a true chance of being red (drawn once per cell,
 Beta(0.5, 4): mean 0.11, a few cells red often), each night draws which cells are red, and the first red
 verdict's minute is when the night's first signal comes (a night with none: its makespan). ``shards`` runs a
-shard's cells longest first as placed; ``signal`` is ``ci.nightly.shards.schedule`` as shipped: the same
+shard's cells longest first as placed; ``signal`` is ``dspark_ci.ci.nightly.shards.schedule`` as shipped: the same
 shards, each run in ``signal_order`` with the red rates the previous nights taught it
 (``updated_red_rates``).
 """
@@ -35,10 +35,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ci.nightly.shards import (DEFAULT_RUNNERS, estimate_seconds, lower_bound, schedule,  # noqa: E402
+from dspark_ci.ci.nightly.shards import (DEFAULT_RUNNERS, estimate_seconds, lower_bound, schedule,  # noqa: E402
                                updated_red_rates)
 from dspark_ci.verbs.plan import github_matrix  # noqa: E402
-from matrices import load_cells  # noqa: E402
+from dspark_ci.matrices import load_cells  # noqa: E402
 
 
 def first_signal(shards: list[list[str]], actual: dict[str, float], red: set[str], overhead: float) -> float:

@@ -5,7 +5,7 @@
 Each bug of ``BUGS`` is modelled on a real SGLang bug. It is planted in a shadow copy of the SGLang package of the
 engine's venv (``DSPARK_SGLANG_ENGINE_PYTHON``; the venv itself is never written): one file patched by an exact text
 replacement that must match once, or the bug is reported "n/a" (this SGLang no longer has that code). The shadow's
-parent directory goes on PYTHONPATH, which ``sglang_sim.cpu_engine.engine_env`` keeps after the CPU kernels' boot
+parent directory goes on PYTHONPATH, which ``dspark_ci.sglang_sim.cpu_engine.engine_env`` keeps after the CPU kernels' boot
 directory, ahead of site-packages; the shadow's ``__init__`` writes a marker line to stderr, so every SGLang process
 that imported it says so in its rank log, and the bench counts those lines (a bug whose run shows none was not run).
 Then ``dspark-ci run MATRIX --server sglang-engine --cell ...`` runs the cells the bug concerns, as a user runs them,

@@ -3,7 +3,7 @@
     python bench/results_scale.py [--cells 1000 10000] [--repeats 3]
 
 For each size N, side by side in one process:
-  write    the run's own writer (reports.live_results.ResultsWriter) adding N finished cells one by one, as a run
+  write    the run's own writer (dspark_ci.reports.live_results.ResultsWriter) adding N finished cells one by one, as a run
            does after each cell (results.jsonl appended; results.json, junit.xml, report.md rewritten at most
            every few seconds; everything once at the end, report.html included)
   render   `dspark-ci report`'s work on the finished run: load results.json, render junit.xml, report.md and
@@ -27,12 +27,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from reports.live_results import ResultsWriter  # noqa: E402
-from ground.records import CellResult, GateResult, RunResults, Status  # noqa: E402
-from ground.sglang.settings import CellConfig  # noqa: E402
-from reports.history_db import HISTORY_ENV  # noqa: E402
-from reports.results import load_results  # noqa: E402
-from reports.writers import render_reports, write_rendered  # noqa: E402
+from dspark_ci.reports.live_results import ResultsWriter  # noqa: E402
+from dspark_ci.ground.records import CellResult, GateResult, RunResults, Status  # noqa: E402
+from dspark_ci.ground.sglang.settings import CellConfig  # noqa: E402
+from dspark_ci.reports.history_db import HISTORY_ENV  # noqa: E402
+from dspark_ci.reports.results import load_results  # noqa: E402
+from dspark_ci.reports.writers import render_reports, write_rendered  # noqa: E402
 
 METRICS = {"accept_length": 3.1, "accept_rate": 0.7, "ttft_ms_mean": 41.2, "ttft_ms_median": 40.1,
            "ttft_ms_p99": 80.3, "tpot_ms_mean": 12.3, "tpot_ms_median": 12.0, "tpot_ms_p99": 20.1,

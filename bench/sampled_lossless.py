@@ -6,9 +6,9 @@ accept suite takes: its prompts, ``accept.lossless_samples`` draws per prompt an
 Each night draws both sides and judges them as the gate does (``judge`` at the run's alpha, ``stats.RUN_FALSE_RED``
 with no baseline gates). Two sources of draws:
 
-- ``simulator``: the simulated model itself (``sglang_sim.textgen.reply_tokens``, the text the simulator serves for
+- ``simulator``: the simulated model itself (``dspark_ci.sglang_sim.textgen.reply_tokens``, the text the simulator serves for
   each prompt and seed), clean on both sides, or with the speculative side under fault ``greedy_verify=Q`` (each
-  token after the first is the greedy text's with probability Q, ``sglang_sim.textgen.argmax_mixed``) or
+  token after the first is the greedy text's with probability Q, ``dspark_ci.sglang_sim.textgen.argmax_mixed``) or
   ``lossy_sampling`` (every second draw is the greedy text);
 - ``model-like``: a language-model-shaped distribution per position (Zipf over ``VOCAB`` tokens, exponent
   ``ZIPF_S``: the argmax holds about half the probability, as a small instruct model's does at temperature 0.7 on a
@@ -31,13 +31,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ground.position_homogeneity import GREEN, INCONCLUSIVE, RED, compare, judge  # noqa: E402
-from ground.stats import RUN_FALSE_RED  # noqa: E402
-from ground.suites import SUITE_DEFAULTS  # noqa: E402
-from sglang_sim.gpqa_answers import GpqaAnswerKey  # noqa: E402
-from sglang_sim.textgen import Ask, Persona, argmax_mixed, reply_tokens  # noqa: E402
-from sglang_sim.tokenizer import token_id  # noqa: E402
-from suites.prompts import builtin_workload  # noqa: E402
+from dspark_ci.ground.position_homogeneity import GREEN, INCONCLUSIVE, RED, compare, judge  # noqa: E402
+from dspark_ci.ground.stats import RUN_FALSE_RED  # noqa: E402
+from dspark_ci.ground.suites import SUITE_DEFAULTS  # noqa: E402
+from dspark_ci.sglang_sim.gpqa_answers import GpqaAnswerKey  # noqa: E402
+from dspark_ci.sglang_sim.textgen import Ask, Persona, argmax_mixed, reply_tokens  # noqa: E402
+from dspark_ci.sglang_sim.tokenizer import token_id  # noqa: E402
+from dspark_ci.suites.prompts import builtin_workload  # noqa: E402
 
 OPTIONS = SUITE_DEFAULTS["accept"]
 SHARES = (0.1, 0.2, 0.3, 0.5)  # greedy_verify=Q: the share of positions after the first that follow the argmax

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
-from suites.speed import RequestTiming
+from dspark_ci.suites.speed import RequestTiming
 
 T = TypeVar("T")
 FLUSH_WAIT_SECONDS = 5.0  # the simulator flushes its log within 0.5 s; leave room for a busy machine

@@ -63,13 +63,13 @@ from typing import Any, Mapping, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ground.sglang.resolver import DEFAULT_VENV_PYTHON  # noqa: E402
-from sglang_sim.tokenizer import PIECE_PATTERN, onig_pattern  # noqa: E402
+from dspark_ci.ground.sglang.resolver import DEFAULT_VENV_PYTHON  # noqa: E402
+from dspark_ci.sglang_sim.tokenizer import PIECE_PATTERN, onig_pattern  # noqa: E402
 
 CHILD = Path(__file__).resolve().parent / "sglang_bench_serving_child.py"
 BACKEND = "sglang-oai-chat"
 INSTALL_HINT = "install it with `bash .ci/sglang-bench-serving.sh` (prints the interpreter; DSPARK_SGLANG_PYTHON)"
-# sglang_sim.openai_api.render_chat in Jinja: every turn as "<|role|>\n{text}\n", then "<|assistant|>\n".
+# dspark_ci.sglang_sim.openai_api.render_chat in Jinja: every turn as "<|role|>\n{text}\n", then "<|assistant|>\n".
 # The last newline is an expression: Jinja drops a template's trailing newline.
 CHAT_TEMPLATE = ("{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}\n{% endfor %}"
                  "<|assistant|>{{ '\\n' }}")

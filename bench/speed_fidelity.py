@@ -58,12 +58,12 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.server_truth import ServerTimes, last_arrivals, pair_with_server  # noqa: E402
-from suites.server import Server  # noqa: E402
-from suites.speed import (  # noqa: E402
+from dspark_ci.suites.server import Server  # noqa: E402
+from dspark_ci.suites.speed import (  # noqa: E402
     SpeedSettings, build_prompts, calibrate, client_overhead_metrics, percentile, run_measurement,
 )
 from tests.simulator_process import SPECULATIVE_ARGS, running_simulator  # noqa: E402
-from ground.sglang.release import DEFAULT_VERSION
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 
 MODEL = "sim/model"
 PACING_TOLERANCE = 0.05  # the simulator's steps run ~1-2 % late at one stream on an idle machine
@@ -468,8 +468,8 @@ ENGINE_HISTOGRAMS = {"ttft_mean": "sglang:time_to_first_token_seconds",
 
 @contextlib.contextmanager
 def running_engine(python: str, log: Path) -> Iterator[str]:
-    from launchers.materialize import ENGINE_ENTRY
-    from launchers.processes import free_port
+    from dspark_ci.launchers.materialize import ENGINE_ENTRY
+    from dspark_ci.ground.processes import free_port
 
     port = free_port()
     argv = [python, str(ENGINE_ENTRY), "--model-path", ENGINE_MODEL, "--host", "127.0.0.1", "--port", str(port),
@@ -528,7 +528,7 @@ def engine_tools(url: str, workload: Workload, prompts: tuple[str, ...], concurr
                  bench_python: str | None, scratch: Path) -> dict[str, tuple[dict, dict]]:
     """Each tool's mean TTFT and TPOT (ms) beside the engine's own for the same requests."""
     from bench.sglang_bench_serving import run_bench_serving
-    from sglang_sim.cpu_engine import MODEL_DIR
+    from dspark_ci.sglang_sim.cpu_engine import MODEL_DIR
 
     server = Server(base_url=url, model=ENGINE_MODEL, api_key="EMPTY", request_timeout=1800)
     measured = {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from typing import Callable
 
-from ground.errors import DsparkError
+from dspark_ci.ground.errors import DsparkError
 
 
 def run_tool(prog: str, body: Callable[[], int]) -> int:

@@ -80,7 +80,7 @@ cp "$here/Dockerfile" "$context/Dockerfile"
 # 3. The image (the classic builder: no buildx needed, and it keeps its layer cache per engine).
 say "docker build $sim_image on ${DOCKER_HOST:-the default engine}"
 # The code it runs, as a label: a launch refuses an image built from other code (launchers/docker/image_source.py).
-source=$(cd "$repo" && python3 -m launchers.docker.image_source)
+source=$(cd "$repo" && python3 -m dspark_ci.launchers.docker.image_source)
 DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE=$base_image" --label "dspark-ci.source=$source" \
     -t "$sim_image" "$context" >&2
 # Earlier builds of the image, now untagged, would pile up on every rebuild.

@@ -2,7 +2,7 @@
 
     ends (is there a regression at all?) → midpoints (good or bad?) → culprit vs its parent (A/B) → report
 
-Each decision is the gates' statistical verdict (``ground.stats.compare_samples``: Welch t on log values, the
+Each decision is the gates' statistical verdict (``dspark_ci.ground.stats.compare_samples``: Welch t on log values, the
 effect with its interval against a tolerance, passed | regressed | inconclusive), taken sequentially: a build
 is measured ``LOOKS[0]`` times, then more (``LOOKS``) while the verdict is inconclusive, with the step's error
 budget split over the planned looks so that looking again never inflates it (``Levels``). A build is compared with
@@ -28,7 +28,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
-from ground import stats
+from dspark_ci.ground import stats
 
 GOOD, BAD, SKIPPED = "good", "bad", "skipped"
 FOUND, NO_REGRESSION, NOT_SHOWN = "found", "no_regression", "not_shown"

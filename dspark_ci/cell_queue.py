@@ -7,7 +7,7 @@ Each cell in flight runs ``run_one`` (``dspark_ci.cell_run.run_cell``) in a thre
 its own ports, ledger lines, logs and result; one cell's failure, timeout or rejection is its own result and never
 touches another. Results are handed over in the main thread only, so the results files have one writer.
 
-Ctrl-C and SIGTERM reach the main thread; it interrupts every cell in flight (``launchers.interrupts``: the same
+Ctrl-C and SIGTERM reach the main thread; it interrupts every cell in flight (``dspark_ci.ground.interrupts``: the same
 unwinding, hence the same teardown, as a one-at-a-time run), waits for their teardowns, and raises ``Interrupted``
 naming the cells that finished, were cut short, and never started. With ``max_parallel`` 1 everything happens in
 the main thread, exactly as a one-at-a-time run always did.
@@ -21,12 +21,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from ci.nightly.shards import estimate_seconds
-from ground.records import CellResult
-from launchers import interrupts
-from launchers.contract import Capacity, Need
-from launchers.processes import signals_deferred
-from matrices.cell import Cell
+from dspark_ci.ci.nightly.shards import estimate_seconds
+from dspark_ci.ground.records import CellResult
+from dspark_ci.ground import interrupts
+from dspark_ci.launchers.contract import Capacity, Need
+from dspark_ci.ground.processes import signals_deferred
+from dspark_ci.matrices.cell import Cell
 
 TEARDOWN_WAIT_S = 300.0  # after an interrupt: how long the cells in flight may take to tear down
 

@@ -18,21 +18,21 @@ from typing import Callable, Mapping
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from ground.errors import BadInput, DsparkError, ExitCode, InfraError
-from ground.identity import CellIdentity, cell_identity
-from ground.records import CellResult, CellTiming, GateResult, Status
-from ground.suites import ALWAYS_SUITES, DEFAULT_SUITES, SPECULATIVE_SUITES, suite_of
-from launchers.contract import LaunchFailed, Launcher, LaunchTimeout, LocalProcesses
-from launchers.ledger import Ledger
-from launchers.launch_plan import plan_launch
-from launchers.pd.pd_group import launch_pd
-from launchers.pd.pd_plan import template_plans
+from dspark_ci.ground.errors import BadInput, DsparkError, ExitCode, InfraError
+from dspark_ci.ground.identity import CellIdentity, cell_identity
+from dspark_ci.ground.records import CellResult, CellTiming, GateResult, Status
+from dspark_ci.ground.suites import ALWAYS_SUITES, DEFAULT_SUITES, SPECULATIVE_SUITES, suite_of
+from dspark_ci.launchers.contract import LaunchFailed, Launcher, LaunchTimeout, LocalProcesses
+from dspark_ci.ground.ledger import Ledger
+from dspark_ci.launchers.launch_plan import plan_launch
+from dspark_ci.launchers.pd.pd_group import launch_pd
+from dspark_ci.launchers.pd.pd_plan import template_plans
 from dspark_ci.pd_accept import PD_BOOT_TIMEOUT_S, equivalence_gates, with_colocated_accept
 from dspark_ci.evidence import Sampling, more_evidence
 from dspark_ci.reference_boot import colocated, compares_layout, reference_boot
-from matrices.cell import Cell
-from reports.gates import status_of
-from suites.runner import (SuiteOutcome, SuiteRequest, Watch, acceptance_note, envelope_note, gpqa_note, mc_note,
+from dspark_ci.matrices.cell import Cell
+from dspark_ci.reports.gates import status_of
+from dspark_ci.suite_runner import (SuiteOutcome, SuiteRequest, Watch, acceptance_note, envelope_note, gpqa_note, mc_note,
                            run_suites, written_outcome)
 
 ERROR_LOG = "dspark-ci-error.log"
@@ -49,7 +49,7 @@ class CellContext:
     detail: Callable[[str], None] = lambda _text: None  # how far the stage is, e.g. "gpqa 37/198 requests"
     suite_defaults: Callable[[dict], dict] = lambda options: options  # e.g. the simulator's dataset
     watch: Watch = Watch()
-    server: str = "sim"  # the kind of server under test (launchers.contract.SERVERS)
+    server: str = "sim"  # the kind of server under test (dspark_ci.launchers.contract.SERVERS)
     build: str = ""  # the build under test, e.g. "sglang X.Y.Z" (a cell's identity keeps it apart from its setup)
     forwarded_env: Mapping[str, str] = field(default_factory=dict)  # caller variables every rank gets (DSPARK_SIM_*)
     ledger: Ledger | None = None  # where the suites' process group is recorded before it can start anything

@@ -13,9 +13,9 @@ import importlib
 import sys
 from importlib import metadata
 
-from ground.errors import DsparkError, ExitCode
-from launchers import interrupts
-from launchers.processes import reset_inherited_signals
+from dspark_ci.ground.errors import DsparkError, ExitCode
+from dspark_ci.ground import interrupts
+from dspark_ci.ground.processes import reset_inherited_signals
 
 # verb name -> one-line help. The module dspark_ci.verbs.<verb> is imported only when that verb runs,
 # so one verb's heavy or broken imports never stop another.
@@ -46,7 +46,7 @@ def _load(verb: str):
 
 def version() -> str:
     """This tree's version and the SGLang release its flags and expectations are written for."""
-    from ground.sglang.release import DEFAULT_VERSION
+    from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 
     try:
         ours = metadata.version("dspark-ci")
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["sim"]:
         return _load("sim").main(argv[1:])
     reset_inherited_signals()  # started with SIGINT ignored (a background job): still stoppable, children too
-    if argv[:1] == ["run"]:  # a run's Ctrl-C and SIGTERM are a flag from its first moment (launchers.interrupts)
+    if argv[:1] == ["run"]:  # a run's Ctrl-C and SIGTERM are a flag from its first moment (dspark_ci.ground.interrupts)
         interrupts.install()
     chosen = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(chosen if chosen in VERBS else None).parse_args(argv)

@@ -1,6 +1,6 @@
 """Writes the model directories shipped in ``sglang_sim/cpu_engine/model/`` (``python -m dspark_ci.engine_model``,
 in the SGLang venv: it needs ``tokenizers``): the tiny Llama's config, its draft's, and a WordLevel tokenizer that
-splits text as the simulator's tokenizer does (``sglang_sim.frontend.vocab``) and holds the words the suites send (their
+splits text as the simulator's tokenizer does (``dspark_ci.sglang_sim.frontend.vocab``) and holds the words the suites send (their
 prompts, the speed suite's words, GPQA's instruction and answer format). Any other piece is [UNK]: counted as
 one token, its text lost, which a model of random weights does not mind. Run again after changing anything here;
 the checkpoint cache is keyed by these files' bytes."""
@@ -12,9 +12,9 @@ import string
 from pathlib import Path
 from typing import Iterator
 
-from sglang_sim.cpu_engine import MODEL_DIR
-from sglang_sim.frontend.vocab import GPQA_TEXTS, Vocabulary, write_model_dir
-from sglang_sim.tokenizer import THINK_END, THINK_START, onig_pattern, tokenize
+from dspark_ci.sglang_sim.cpu_engine import MODEL_DIR
+from dspark_ci.sglang_sim.frontend.vocab import GPQA_TEXTS, Vocabulary, write_model_dir
+from dspark_ci.sglang_sim.tokenizer import THINK_END, THINK_START, onig_pattern, tokenize
 
 # The probe's Llama: hidden 64, intermediate 128, 2 layers, 4 heads / 2 KV heads, bf16.
 TARGET_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "torch_dtype": "bfloat16",
@@ -37,8 +37,8 @@ def _pieces(texts: tuple[str, ...]) -> Iterator[str]:
 
 
 def vocabulary() -> Vocabulary:
-    from suites.prompts import PROMPTS
-    from suites.speed import WORDS
+    from dspark_ci.suites.prompts import PROMPTS
+    from dspark_ci.suites.speed import WORDS
 
     vocab = {"[UNK]": 0, "</s>": 1}
     for piece in _pieces((*PROMPTS, " ".join(WORDS), *GPQA_TEXTS)):

@@ -3,7 +3,7 @@
 - **Sequential sampling.** A cell whose gates are inconclusive is measured again on a fresh boot (the per-boot
   component of the noise is what more requests on one boot cannot average away), only the suites whose gates are
   undecided, until every gate decides or the budget runs out: looks after 1, 2, 4, ... boots
-  (``ground.stats.look_boots``), at most ``Sampling.max_boots``. Every boot's figures are kept (``CellResult.boots``)
+  (``dspark_ci.ground.stats.look_boots``), at most ``Sampling.max_boots``. Every boot's figures are kept (``CellResult.boots``)
   and gated together; the statistical gates' levels are split over the planned looks (``Levels.family(...,
   max_boots)``, alpha in proportion to each look's boots), so the extra looks never inflate the false-red or
   false-pass rates.
@@ -19,11 +19,11 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from ground.errors import ExitCode
-from ground.measurements import BootMetrics, McSummary
-from ground.records import CellResult, Status
-from ground.stats import look_boots
-from ground.suites import suite_of
+from dspark_ci.ground.errors import ExitCode
+from dspark_ci.ground.measurements import BootMetrics, McSummary
+from dspark_ci.ground.records import CellResult, Status
+from dspark_ci.ground.stats import look_boots
+from dspark_ci.ground.suites import suite_of
 
 FLAKY = "flaky"
 # `run --max-boots` by default: a clean cell under 2 % run-to-run noise stops after 3-4 boots on average and a 5 %
@@ -46,7 +46,7 @@ def more_evidence(first: CellResult, names: tuple[str, ...], sampling: Sampling,
                   judge: Judge) -> CellResult:
     """The cell's result after its retries and sequential looks (``first`` itself when neither applies).
 
-    Each judgement is one planned look (``ground.stats.planned_boots``: one after each retry, then the sequential
+    Each judgement is one planned look (``dspark_ci.ground.stats.planned_boots``: one after each retry, then the sequential
     looks): a look the retries already reached is not judged again, so no share of alpha is spent twice. A cell
     that failed and ends green after any retry, whether the retry alone passed or the pooled boots did, is
     labelled flaky and stays failed."""

@@ -13,15 +13,15 @@ from typing import Callable, Mapping
 from urllib.parse import urlparse
 
 from dspark_ci.cell_run import suite_names
-from ground.errors import BadInput
-from ground.suites import SUITE_DEFAULTS
-from matrices.cell import REJECT, Cell
-from sglang_sim.sim_config import SimConfig, SimConfigError
-from sglang_sim.cpu_engine import missing_checkpoint as engine_missing_checkpoint
-from sglang_sim.cpu_engine import refusal as engine_refusal
-from suites import sgl_eval_scorer
-from suites.config import SuiteInputError
-from suites.datasets import resolve_local
+from dspark_ci.ground.errors import BadInput
+from dspark_ci.ground.suites import SUITE_DEFAULTS
+from dspark_ci.matrices.cell import REJECT, Cell
+from dspark_ci.sglang_sim.sim_config import SimConfig, SimConfigError
+from dspark_ci.sglang_sim.cpu_engine import missing_checkpoint as engine_missing_checkpoint
+from dspark_ci.sglang_sim.cpu_engine import refusal as engine_refusal
+from dspark_ci.suites import sgl_eval_scorer
+from dspark_ci.suites.config import SuiteInputError
+from dspark_ci.suites.datasets import resolve_local
 
 # GPQA Diamond is 1.3 MB, the extended set 5 MB: past this a "dataset" is another file.
 MAX_DATASET_BYTES = 64 * 2**20

@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Sequence
 
-from ground import stats
-from ground.records import GateResult
-from suites.runner import SuiteOutcome
+from dspark_ci.ground import stats
+from dspark_ci.ground.records import GateResult
+from dspark_ci.suite_runner import SuiteOutcome
 
 METRIC = "accept_length_pd_vs_colocated"
 MARGIN = 0.10  # relative: PD's acceptance within ±10 % of colocated counts as the same

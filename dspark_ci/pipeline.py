@@ -32,26 +32,26 @@ from dspark_ci.run_preflight import preflight
 from dspark_ci.rejections import decide_rejections
 from dspark_ci.progress import Progress, duration
 from dspark_ci.cell_queue import Interrupted, Scheduler, longest_first, need_of
-from ground.errors import BadInput, ExitCode
-from ground.errors import worst as worst_exit
-from ground.records import CellResult, GateResult, RunResults, Status
-from launchers import interrupts
-from launchers.contract import Capacity, Launcher
-from launchers.processes import signals_deferred
-from launchers.ledger import Ledger
-from launchers.leftovers import release
-from matrices import load_cells
-from matrices.cell import Cell
-from matrices.quarantine import Quarantine
-from reports.baseline_file import load_baseline
-from ground.stats import Levels, scipy_stats
-from reports.gates import evaluate, statistical_gates
-from reports.history_db import cell_seconds, history_path
-from reports.markdown import rerun_command
-from suites.runner import gpqa_note, mc_note, prestart as prestart_suites, written_outcome
-from suites.warm_worker import close_warm_workers
-from reports.live_results import ResultsWriter, cannot_write, now
-from reports.results import quarantine_line
+from dspark_ci.ground.errors import BadInput, ExitCode
+from dspark_ci.ground.errors import worst as worst_exit
+from dspark_ci.ground.records import CellResult, GateResult, RunResults, Status
+from dspark_ci.ground import interrupts
+from dspark_ci.launchers.contract import Capacity, Launcher
+from dspark_ci.ground.processes import signals_deferred
+from dspark_ci.ground.ledger import Ledger
+from dspark_ci.launchers.leftovers import release
+from dspark_ci.matrices import load_cells
+from dspark_ci.matrices.cell import Cell
+from dspark_ci.matrices.quarantine import Quarantine
+from dspark_ci.reports.baseline_file import load_baseline
+from dspark_ci.ground.stats import Levels, scipy_stats
+from dspark_ci.reports.gates import evaluate, statistical_gates
+from dspark_ci.reports.history_db import cell_seconds, history_path
+from dspark_ci.reports.markdown import rerun_command
+from dspark_ci.suite_runner import gpqa_note, mc_note, prestart as prestart_suites, written_outcome
+from dspark_ci.warm_worker import close_warm_workers
+from dspark_ci.reports.live_results import ResultsWriter, cannot_write, now
+from dspark_ci.reports.results import quarantine_line
 
 
 

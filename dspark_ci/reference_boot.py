@@ -16,12 +16,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
-from ground.suites import SUITE_DEFAULTS
-from launchers import interrupts
-from launchers.contract import Launcher
-from launchers.launch_plan import plan_launch
-from launchers.processes import signals_deferred
-from matrices.cell import Cell
+from dspark_ci.ground.suites import SUITE_DEFAULTS
+from dspark_ci.ground import interrupts
+from dspark_ci.launchers.contract import Launcher
+from dspark_ci.launchers.launch_plan import plan_launch
+from dspark_ci.ground.processes import signals_deferred
+from dspark_ci.matrices.cell import Cell
 
 JOIN_POLL_S = 0.5  # how often a waiting thread looks at the run's interrupt flag
 

@@ -16,12 +16,12 @@ import re
 from dataclasses import dataclass, replace
 
 from dspark_ci.cell_run import CellClock, expectation_applies, pending_result
-from ground.errors import ExitCode, InfraError
-from ground.records import DECIDED_BY_RESOLVER, CellResult, Status
-from ground.sglang.release import SGLANG_ENTRYPOINT
-from ground.sglang.resolver import Resolution, Resolver, locate, resolve
-from launchers.pd.pd_plan import template_plans
-from matrices.cell import REJECT, Cell
+from dspark_ci.ground.errors import ExitCode, InfraError
+from dspark_ci.ground.records import DECIDED_BY_RESOLVER, CellResult, Status
+from dspark_ci.ground.sglang.release import SGLANG_ENTRYPOINT
+from dspark_ci.ground.sglang.resolver import Resolution, Resolver, locate, resolve
+from dspark_ci.launchers.pd.pd_plan import template_plans
+from dspark_ci.matrices.cell import REJECT, Cell
 
 MODES = ("launch", "resolver")
 

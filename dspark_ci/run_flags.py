@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ground.sglang.release import DEFAULT_VERSION
-from ground.suites import KNOWN_SUITES
-from launchers import catalog
-from launchers.contract import SERVERS
-from launchers.optionset import seconds
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION
+from dspark_ci.ground.suites import KNOWN_SUITES
+from dspark_ci.launchers import catalog
+from dspark_ci.launchers.contract import SERVERS
+from dspark_ci.launchers.optionset import seconds
 from dspark_ci.evidence import MAX_BOOTS
 
 # Upper bounds of the run's own numbers: past them a value is a typo that would wait for ever.

@@ -9,10 +9,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from ground.errors import InfraError
-from launchers.contract import Launcher
-from launchers.pd.pd_plan import template_plans
-from matrices.cell import Cell
+from dspark_ci.ground.errors import InfraError
+from dspark_ci.launchers.contract import Launcher
+from dspark_ci.launchers.pd.pd_plan import template_plans
+from dspark_ci.matrices.cell import Cell
 
 MIN_FREE_DISK_MB = 200  # logs and reports of a run; real SGLang logs grow, but never this fast
 

@@ -3,8 +3,8 @@ test's outcome, each boot's figures, how the GPQA and multiple-choice figures we
 pays.
 
 The suites write these into their output file (suites/output.py) from a pytest process of their own;
-``suites.runner`` reads that file into these records, and results.json / results.jsonl carry them: ``to_dict`` and
-``from_dict`` are called by ``ground.records``' writer and reader (and the suites' runner) only. Each ``to_dict``
+``dspark_ci.suite_runner`` reads that file into these records, and results.json / results.jsonl carry them: ``to_dict`` and
+``from_dict`` are called by ``dspark_ci.ground.records``' writer and reader (and the suites' runner) only. Each ``to_dict``
 writes its keys in the order the suites write them, so a results.json reads back and writes out byte for byte.
 ``from_dict`` is lenient with keys a file leaves out (older files), never with the shapes it does carry.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from ground.position_homogeneity import PositionTest
+from dspark_ci.ground.position_homogeneity import PositionTest
 
 TEST_OUTCOMES = ("passed", "failed", "skipped", "error")  # a suite test's outcome, as pytest's junitxml names them
 FAILED_OUTCOMES = ("failed", "error")

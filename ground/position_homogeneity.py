@@ -42,7 +42,7 @@ from collections import Counter
 from dataclasses import dataclass, fields, replace
 from typing import Sequence
 
-from ground.stats import scipy_stats
+from dspark_ci.ground.stats import scipy_stats
 
 MIN_EXPECTED = 5.0  # Cochran's rule for Pearson's chi-square: expected count per cell
 FIRST_POSITION = 2  # the first generated token is the prefill's: speculation acts from the second on

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from ground.errors import BadInput
+from dspark_ci.ground.errors import BadInput
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 own options, and ``dspark-ci cleanup`` all derive from it.
 
 A row names the package's ``lifecycle`` module, imported only when that launcher is used (so the Docker SDK is not
-needed to run local processes), which provides what ``launchers.contract.LauncherModule`` says: ``build(context,
+needed to run local processes), which provides what ``dspark_ci.launchers.contract.LauncherModule`` says: ``build(context,
 options)`` with the launcher's options record (``launchers/<kind>/options.py``: each option declared once with its
 flag, environment variable, default, help and check) and ``remove_started(entry)``.
 
@@ -16,13 +16,13 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Mapping, cast
 
-from launchers.contract import LaunchContext, Launcher, LauncherModule
-from launchers.docker.options import DockerOptions
-from launchers.k8s.options import K8sOptions
-from launchers.ledger import LedgerEntry
-from launchers.local.options import LocalOptions
-from launchers.optionset import Declared, declared, from_values
-from launchers.slurm.options import SlurmOptions
+from dspark_ci.launchers.contract import LaunchContext, Launcher, LauncherModule
+from dspark_ci.launchers.docker.options import DockerOptions
+from dspark_ci.launchers.k8s.options import K8sOptions
+from dspark_ci.ground.ledger import LedgerEntry
+from dspark_ci.launchers.local.options import LocalOptions
+from dspark_ci.launchers.optionset import Declared, declared, from_values
+from dspark_ci.launchers.slurm.options import SlurmOptions
 
 
 @dataclass(frozen=True)
@@ -49,13 +49,13 @@ class LauncherKind:
 
 ALL_LAUNCHERS: tuple[LauncherKind, ...] = (
     LauncherKind("local", "every rank as a process on this machine, node rank r on 127.0.0.(r+1)",
-                 "launchers.local.lifecycle", LocalOptions),
+                 "dspark_ci.launchers.local.lifecycle", LocalOptions),
     LauncherKind("docker", "every rank as a container, node rank r on Docker host r of the inventory",
-                 "launchers.docker.lifecycle", DockerOptions),
+                 "dspark_ci.launchers.docker.lifecycle", DockerOptions),
     LauncherKind("slurm", "every cell as one Slurm job, one task per node (docs/SLURM.md)",
-                 "launchers.slurm.lifecycle", SlurmOptions),
+                 "dspark_ci.launchers.slurm.lifecycle", SlurmOptions),
     LauncherKind("k8s", "every cell as one LeaderWorkerSet on Kubernetes, through its API (docs/K8S.md)",
-                 "launchers.k8s.lifecycle", K8sOptions),
+                 "dspark_ci.launchers.k8s.lifecycle", K8sOptions),
 )
 BY_NAME: Mapping[str, LauncherKind] = {kind.name: kind for kind in ALL_LAUNCHERS}
 NAMES: tuple[str, ...] = tuple(BY_NAME)

@@ -1,7 +1,7 @@
 """The launcher contract: what every launcher is, what it gives the run, and how it fails.
 
 A launcher turns a ``LaunchPlan`` (exact argv per node) into a running group and gives it back as a
-``Deployment``; ``launchers.catalog`` lists every launcher, and ``tests/test_launcher_compliance.py`` runs
+``Deployment``; ``dspark_ci.launchers.catalog`` lists every launcher, and ``tests/test_launcher_compliance.py`` runs
 the same behaviour checks over each registered one::
 
     launcher = catalog.get("local").build(context, options)
@@ -12,7 +12,7 @@ the same behaviour checks over each registered one::
 
 Errors carry what a person needs to act: which rank failed first, its exit code, its last log lines, and
 SGLang's own error line (``ValueError: ...``) when there is one (expected rejections are judged on it).
-Everything a launcher starts is written to the run's ledger (``launchers.ledger``) before it is started, so
+Everything a launcher starts is written to the run's ledger (``dspark_ci.ground.ledger``) before it is started, so
 ``dspark-ci cleanup --run ID`` can find and remove exactly that after a hard kill.
 """
 
@@ -24,10 +24,10 @@ from pathlib import Path
 from contextlib import AbstractContextManager
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
-from ground.errors import DsparkError, InfraError
-from ground.sglang.release import is_peer_loss, sglang_error_line
-from launchers.ledger import LedgerEntry
-from launchers.plan_types import LaunchPlan, Placement
+from dspark_ci.ground.errors import DsparkError, InfraError
+from dspark_ci.ground.sglang.release import is_peer_loss, sglang_error_line
+from dspark_ci.ground.ledger import LedgerEntry
+from dspark_ci.launchers.plan_types import LaunchPlan, Placement
 
 # The simulated SGLang server (default), real SGLang, or SGLang's own front end (HTTP server, tokenizer,
 # detokenizer) in front of the simulated engine (sglang_sim/frontend/, local launcher only), or SGLang's real engine
@@ -234,7 +234,7 @@ def take_gpus(free: list[int], totals: Sequence[int], need: Need) -> list[int] |
 
 @runtime_checkable
 class Launcher(Protocol):
-    name: str  # its row in launchers.catalog
+    name: str  # its row in dspark_ci.launchers.catalog
 
     def placement(self, nnodes: int, gpus_per_node: int | None = None) -> Placement:
         """Where the nodes of a cell with ``nnodes`` nodes (``gpus_per_node`` accelerators each) will bind (ports
@@ -254,13 +254,13 @@ class Launcher(Protocol):
 
 
 class LauncherModule(Protocol):
-    """What a launcher package's ``lifecycle`` module provides to the catalog (``launchers.catalog``)."""
+    """What a launcher package's ``lifecycle`` module provides to the catalog (``dspark_ci.launchers.catalog``)."""
 
     def build(self, context: LaunchContext, options: Any) -> Launcher:
         """The launcher for one run, from the run's context and the launcher's own options record
         (``launchers/<kind>/options.py``, already checked)."""
 
     def remove_started(self, entry: LedgerEntry, dry_run: bool = False) -> str | None:
-        """Remove what one ledger entry of a dead run names (``launchers.ledger``), saying what was removed; None if it
+        """Remove what one ledger entry of a dead run names (``dspark_ci.ground.ledger``), saying what was removed; None if it
         was already gone. Touches nothing that does not carry that run's id. ``dry_run``: remove nothing, but say
         exactly what would be removed (the same checks, so `cleanup --dry-run` and `cleanup` agree)."""

@@ -1,18 +1,18 @@
 """Cell + Placement -> LaunchPlan: the exact ``python3 -m sglang.launch_server`` argv and env per node.
 
 The settings' flags come from their rows (``ground/sglang/settings.py``: one row per setting, with its
-flag and rule), and every flag emitted is checked against the release's snapshot (``ground.sglang.flags``). Every node
+flag and rule), and every flag emitted is checked against the release's snapshot (``dspark_ci.ground.sglang.flags``). Every node
 runs the same command plus its own ``--host``, ``--node-rank`` (multi-node) and the leader's ``--dist-init-addr``.
 """
 
 from __future__ import annotations
 
 
-from ground.errors import BadInput
-from ground.sglang.flags import FlagSet, load_flags
-from ground.sglang.settings import launch_args, launch_env
-from launchers.plan_types import SGLANG_ENTRYPOINT, LaunchPlan, Placement, RankCommand
-from matrices.cell import Cell
+from dspark_ci.ground.errors import BadInput
+from dspark_ci.ground.sglang.flags import FlagSet, load_flags
+from dspark_ci.ground.sglang.settings import launch_args, launch_env
+from dspark_ci.launchers.plan_types import SGLANG_ENTRYPOINT, LaunchPlan, Placement, RankCommand
+from dspark_ci.matrices.cell import Cell
 
 _WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 

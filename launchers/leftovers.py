@@ -1,4 +1,4 @@
-"""Removing what a run recorded in its ledger (``launchers.ledger``), by the launcher kind that started it.
+"""Removing what a run recorded in its ledger (``dspark_ci.ground.ledger``), by the launcher kind that started it.
 
 Used by ``dspark-ci cleanup`` for dead runs, and by a run that ends: it checks its own ledger once more (anything
 its teardown missed is removed then) and, when nothing is left, drops its entry from the run index, so the index
@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
-from ground.errors import DsparkError
-from launchers import catalog
-from launchers.ledger import Ledger, find_run, forget
-from launchers.processes import remove_run_temp_dir, run_temp_dir
+from dspark_ci.ground.errors import DsparkError
+from dspark_ci.launchers import catalog
+from dspark_ci.ground.ledger import Ledger, find_run, forget
+from dspark_ci.ground.processes import remove_run_temp_dir, run_temp_dir
 
 
 @dataclass(frozen=True)

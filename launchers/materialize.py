@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
-import sglang_sim
-from ground.sglang.resolver import DEFAULT_VENV_PYTHON
-from launchers.plan_types import SGLANG_ENTRYPOINT, RankCommand
+from dspark_ci import sglang_sim
+from dspark_ci.ground.sglang.resolver import DEFAULT_VENV_PYTHON
+from dspark_ci.launchers.plan_types import SGLANG_ENTRYPOINT, RankCommand
 
 # Run as a script by the SGLang venv's Python, which does not have this tree installed (it puts it on its path).
 FRONTEND_ENTRY = Path(sglang_sim.__file__).resolve().parent / "frontend" / "__main__.py"
@@ -27,7 +27,7 @@ def server_argv(rank: RankCommand, server: str, python: str = sys.executable) ->
         return argv
     flags = argv[len(SGLANG_ENTRYPOINT):]
     if server == "sim":
-        return [python, "-m", "sglang_sim", *flags]
+        return [python, "-m", "dspark_ci.sglang_sim", *flags]
     if server == "sglang-frontend":
         return [python, str(FRONTEND_ENTRY), *flags]
     if server == "sglang-engine":

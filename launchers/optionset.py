@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, TypeVar
 
-from ground.errors import BadInput
+from dspark_ci.ground.errors import BadInput
 
 Record = TypeVar("Record")
 

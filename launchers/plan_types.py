@@ -1,4 +1,4 @@
-"""What a launcher is asked to start: plain records produced by ``launchers.launch_plan`` from a cell."""
+"""What a launcher is asked to start: plain records produced by ``dspark_ci.launchers.launch_plan`` from a cell."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
-from ground.sglang.release import SGLANG_ENTRYPOINT, accelerator, release_image
+from dspark_ci.ground.sglang.release import SGLANG_ENTRYPOINT, accelerator, release_image
 
 __all__ = ["SGLANG_ENTRYPOINT", "LaunchPlan", "Placement", "RankCommand"]
 

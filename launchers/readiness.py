@@ -18,11 +18,11 @@ from typing import Callable, Protocol, Sequence
 
 import tenacity
 
-from ground.errors import InfraError
-from ground.sglang.flags import load_flags
-from launchers import interrupts
-from launchers.contract import LaunchTimeout
-from launchers.plan_types import LaunchPlan
+from dspark_ci.ground.errors import InfraError
+from dspark_ci.ground.sglang.flags import load_flags
+from dspark_ci.ground import interrupts
+from dspark_ci.launchers.contract import LaunchTimeout
+from dspark_ci.launchers.plan_types import LaunchPlan
 
 
 class NotReady(Exception):

@@ -1,20 +1,20 @@
 """Matrices: YAML files that say which deployments to test, expanded into validated ``Cell`` records.
 
-    from matrices import load_cells
+    from dspark_ci.matrices import load_cells
     cells = load_cells(["matrices/nightly.yaml"])
 
-Stages: ``ground.yaml_lines`` (YAML with line numbers) -> ``schema`` (strict input records) ->
+Stages: ``dspark_ci.ground.yaml_lines`` (YAML with line numbers) -> ``schema`` (strict input records) ->
 ``expand`` (axes, exclude, include, overrides) -> ``build`` (defaults, layout, runner, id) -> Cell.
-Any problem is ``ground.errors.BadInput`` naming ``file:line`` and the fix.
+Any problem is ``dspark_ci.ground.errors.BadInput`` naming ``file:line`` and the fix.
 """
 
 from __future__ import annotations
 
-from ground.yaml_lines import config_file_words, load_yaml
-from matrices.build import build_cell
-from matrices.cell import Cell, Expect
-from matrices.expand import expand
-from matrices.schema import MatrixSpec, Where, parse_matrix
+from dspark_ci.ground.yaml_lines import config_file_words, load_yaml
+from dspark_ci.matrices.build import build_cell
+from dspark_ci.matrices.cell import Cell, Expect
+from dspark_ci.matrices.expand import expand
+from dspark_ci.matrices.schema import MatrixSpec, Where, parse_matrix
 
 __all__ = ["MATRIX_FILE", "Cell", "Expect", "load_cells", "load_matrix"]
 

@@ -14,14 +14,14 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from ground.sglang.release import AMD, BLOCK_SIZE_FLAGS, ROCM_IMAGES, accelerator, release_image
-from ground.sglang.settings import CellConfig
-from matrices.cell import SERVE, Cell, Expect
-from matrices.expand import CODE_DEFAULTS, effective
-from matrices.ids import cell_id
-from matrices.roles import RouterSpec, build_roles, roles_id
-from matrices.schema import CONFIG_KEYS, Fragment, MatrixSpec, Where
-from matrices.values import SGLANG_VERSION
+from dspark_ci.ground.sglang.release import AMD, BLOCK_SIZE_FLAGS, ROCM_IMAGES, accelerator, release_image
+from dspark_ci.ground.sglang.settings import CellConfig
+from dspark_ci.matrices.cell import SERVE, Cell, Expect
+from dspark_ci.matrices.expand import CODE_DEFAULTS, effective
+from dspark_ci.matrices.ids import cell_id
+from dspark_ci.matrices.roles import RouterSpec, build_roles, roles_id
+from dspark_ci.matrices.schema import CONFIG_KEYS, Fragment, MatrixSpec, Where
+from dspark_ci.matrices.values import SGLANG_VERSION
 
 # Which flag carries a speculative algorithm's block size (sglang/srt/arg_groups/fields/spec.py).
 BLOCK_SIZE_ALGORITHMS = tuple(BLOCK_SIZE_FLAGS)

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from ground.records import REJECT, SERVE, Expect
-from ground.sglang.settings import CellConfig
-from matrices.roles import Role, RouterSpec
+from dspark_ci.ground.records import REJECT, SERVE, Expect
+from dspark_ci.ground.sglang.settings import CellConfig
+from dspark_ci.matrices.roles import Role, RouterSpec
 
 __all__ = ["REJECT", "SERVE", "Cell", "Expect"]
 

@@ -10,8 +10,8 @@ import math
 from functools import reduce
 from typing import Any, Mapping
 
-from ground.sglang.settings import DEFAULTS
-from matrices.schema import CONFIG_KEYS, Fragment, MatrixSpec, Where
+from dspark_ci.ground.sglang.settings import DEFAULTS
+from dspark_ci.matrices.schema import CONFIG_KEYS, Fragment, MatrixSpec, Where
 
 # What a cell is when the matrix does not say: each setting's default (ground/sglang/settings.py).
 CODE_DEFAULTS: Mapping[str, Any] = DEFAULTS

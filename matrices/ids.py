@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from ground.sglang.settings import ID_PARTS as SETTING_ID_PARTS
+from dspark_ci.ground.sglang.settings import ID_PARTS as SETTING_ID_PARTS
 
 # Environment variables that change what SGLang admits or runs, as (id tag, SGLang default):
 # the tag enters the id only when a cell sets a value other than the default.

@@ -17,9 +17,9 @@ import datetime as dt
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ground.errors import BadInput
-from ground.records import QUARANTINE_EXPIRED, QUARANTINED, CellResult, QuarantineEntry
-from ground.yaml_lines import YamlList, YamlMap, config_file_words, load_yaml
+from dspark_ci.ground.errors import BadInput
+from dspark_ci.ground.records import QUARANTINE_EXPIRED, QUARANTINED, CellResult, QuarantineEntry
+from dspark_ci.ground.yaml_lines import YamlList, YamlMap, config_file_words, load_yaml
 
 QUARANTINE_FILE = config_file_words("quarantine file", "pass an existing file with --quarantine, or none")
 FIELDS = ("cell", "reason", "link", "expires")

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from ground.sglang.router import DECODE_POLICIES, DEFAULT_POLICY, PREFILL_POLICIES, ROLES
-from ground.sglang.settings import DEFAULT_BOOTSTRAP_PORT, CellConfig
-from ground.yaml_lines import YamlMap
-from matrices.values import Where, check_keys, int_between, one_of
+from dspark_ci.ground.sglang.router import DECODE_POLICIES, DEFAULT_POLICY, PREFILL_POLICIES, ROLES
+from dspark_ci.ground.sglang.settings import DEFAULT_BOOTSTRAP_PORT, CellConfig
+from dspark_ci.ground.yaml_lines import YamlMap
+from dspark_ci.matrices.values import Where, check_keys, int_between, one_of
 
 # Settings the cell decides for both roles (the transfer must agree on both ends).
 CELL_LEVEL = ("disaggregation_mode", "disaggregation_transfer_backend", "disaggregation_bootstrap_port", "model",
@@ -49,7 +49,7 @@ class RouterSpec:
 
 def role_map(value, where: Where, key: str, example: str) -> Mapping[str, Mapping[str, Any]]:
     """``roles: {prefill: {count: 1, tp: 4}, decode: {...}}``: both roles, each its count and own settings."""
-    from matrices.schema import CELL_KEYS  # the settings' parsers (schema lists this parser among its keys)
+    from dspark_ci.matrices.schema import CELL_KEYS  # the settings' parsers (schema lists this parser among its keys)
 
     if not isinstance(value, YamlMap):
         raise where.error(f"roles must map prefill and decode to their settings, got {value!r}",

@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from ground.sglang.release import DEFAULT_VERSION, DEVICE_IMAGES, DEVICES
-from ground.sglang.settings import MAXIMUM, SETTINGS, Setting
-from ground.yaml_lines import YamlList, YamlMap
-from matrices.roles import role_map, router_spec
-from matrices.values import (Parser, Where, arg_list, boolean, check_keys, env_map, expect_spec,
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION, DEVICE_IMAGES, DEVICES
+from dspark_ci.ground.sglang.settings import MAXIMUM, SETTINGS, Setting
+from dspark_ci.ground.yaml_lines import YamlList, YamlMap
+from dspark_ci.matrices.roles import role_map, router_spec
+from dspark_ci.matrices.values import (Parser, Where, arg_list, boolean, check_keys, env_map, expect_spec,
                              int_between, one_of, optional, slug, suite_map, text, version_spec)
 
 

@@ -15,12 +15,12 @@ from typing import Any, Callable, Mapping
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from ground.errors import BadInput
-from ground.suites import SUITE_DEFAULTS, option_problem
-from ground.sglang.flags import load_flags
-from ground.sglang.release import DEFAULT_VERSION
-from ground.yaml_lines import YamlList, YamlMap
-from ground.records import REJECT, SERVE, Expect
+from dspark_ci.ground.errors import BadInput
+from dspark_ci.ground.suites import SUITE_DEFAULTS, option_problem
+from dspark_ci.ground.sglang.flags import load_flags
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION
+from dspark_ci.ground.yaml_lines import YamlList, YamlMap
+from dspark_ci.ground.records import REJECT, SERVE, Expect
 
 SGLANG_VERSION = DEFAULT_VERSION  # the launch-flag snapshot extra_args and choices are checked against
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -64,7 +64,7 @@ OTHER_SPELLINGS: Mapping[str, str] = {
 
 def closest(word: str, known) -> str:
     """`did you mean 'x' (what x is)?` text, or the list of known words when nothing is close. ``known`` may map
-    each word to a record with a ``help`` text (matrices.schema.Key), shown with the suggestion."""
+    each word to a record with a ``help`` text (dspark_ci.matrices.schema.Key), shown with the suggestion."""
     alias = OTHER_SPELLINGS.get(str(word).replace("-", "_").lstrip("_"))
     by_lower = {str(k).lower(): k for k in known}
     match = difflib.get_close_matches(str(word).lower(), list(by_lower), n=1, cutoff=0.6)

@@ -1,9 +1,9 @@
 """Reports: gates and every output format of a run (CONTRACT.md results.json, junit.xml, report.md, report.html).
 
 Public surface (docs/ARCHITECTURE.md "Reports"):
-- ``reports.results``: ``write_results(path, results)``, ``load_results(path)``
-- ``reports.baseline_file``: ``load_baseline(path) -> Baseline``
-- ``reports.gates``: ``evaluate(cell, metrics, baseline) -> list[gate dict]``
+- ``dspark_ci.reports.results``: ``write_results(path, results)``, ``load_results(path)``
+- ``dspark_ci.reports.baseline_file``: ``load_baseline(path) -> Baseline``
+- ``dspark_ci.reports.gates``: ``evaluate(cell, metrics, baseline) -> list[gate dict]``
 - ``reports.write_reports(run_dir, results, baseline=None)`` and ``reports.step_summary(results)``
 """
 
@@ -13,14 +13,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from reports.markdown import step_summary
-    from reports.writers import write_reports
+    from dspark_ci.reports.markdown import step_summary
+    from dspark_ci.reports.writers import write_reports
 
 __all__ = ["step_summary", "write_reports"]
 
-# Imported on first use (PEP 562): ``reports.gates``, which every run needs before its first launch, must not pay
+# Imported on first use (PEP 562): ``dspark_ci.reports.gates``, which every run needs before its first launch, must not pay
 # for the writers' plotting and change-point stack (matplotlib, ruptures, scipy.spatial) seconds before it is used.
-_LAZY = {"step_summary": "reports.markdown", "write_reports": "reports.writers"}
+_LAZY = {"step_summary": "dspark_ci.reports.markdown", "write_reports": "dspark_ci.reports.writers"}
 
 
 def __getattr__(name: str) -> Any:

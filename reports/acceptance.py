@@ -9,10 +9,10 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
-from ground.measurements import AcceptCategory, AcceptDrift, EnvelopePoint, Lossless, SampledAcceptance
-from ground.position_homogeneity import ENDED, POOLED
-from ground.records import CellResult
-from reports.metrics import format_value
+from dspark_ci.ground.measurements import AcceptCategory, AcceptDrift, EnvelopePoint, Lossless, SampledAcceptance
+from dspark_ci.ground.position_homogeneity import ENDED, POOLED
+from dspark_ci.ground.records import CellResult
+from dspark_ci.reports.metrics import format_value
 
 SHOWN_POSITIONS = 8
 

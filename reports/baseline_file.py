@@ -34,10 +34,10 @@ from typing import Mapping
 
 import yaml
 
-from ground.errors import BadInput
-from ground.stats import DETECT_FACTOR, RESOLUTION
-from ground.yaml_lines import FileWords, compose_file, describe, mapping_items, scalar, where
-from reports.metrics import HIGHER, LOWER, METRICS, NEUTRAL, NOISE_STDERRS, STDERR_OF
+from dspark_ci.ground.errors import BadInput
+from dspark_ci.ground.stats import DETECT_FACTOR, RESOLUTION
+from dspark_ci.ground.yaml_lines import FileWords, compose_file, describe, mapping_items, scalar, where
+from dspark_ci.reports.metrics import HIGHER, LOWER, METRICS, NEUTRAL, NOISE_STDERRS, STDERR_OF
 
 SCHEMA = 1
 # A ratio gate is never tighter than this many run-to-run standard deviations (the baseline's `noise`):
@@ -87,11 +87,11 @@ class MetricSpec:
     request_noise: float | None = None  # the part of `noise` one boot's per-request sampling explains (a fraction)
     max_drop: float | None = None  # GPQA's tolerance: the drop (absolute) a statistical gate still passes
     # The regression a statistical gate's pass rules out (a fraction of the value; GPQA: absolute); None: twice the
-    # tolerance (ground.stats.DETECT_FACTOR)
+    # tolerance (dspark_ci.ground.stats.DETECT_FACTOR)
     detect: float | None = None
     per_question: Mapping[str, float] | None = None  # GPQA question id -> mean score, for the paired test
     # The allowance for drift between the baseline's runs and today (one sd, a fraction of the value); None: the
-    # stated default (ground.stats.DEFAULT_DRIFT)
+    # stated default (dspark_ci.ground.stats.DEFAULT_DRIFT)
     drift: float | None = None
     never_inward: bool = False  # the envelope gate (NEVER_INWARD_KEY)
 

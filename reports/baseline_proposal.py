@@ -16,13 +16,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
-from ground.errors import BadInput
-from ground.identity import unlike
-from ground.records import CellResult, RunResults, Status
-from ground.stats import RESOLUTION
-from ground.suites import ACCEPT_CATEGORIES, MAX_POSITIONS, category_metric
-from reports.baseline_file import NEVER_INWARD_KEY, NEVER_INWARD_METRICS, NOISE_RUN_SDS, SCHEMA
-from reports.metrics import REQUEST_STDERR_OF, STDERR_OF
+from dspark_ci.ground.errors import BadInput
+from dspark_ci.ground.identity import unlike
+from dspark_ci.ground.records import CellResult, RunResults, Status
+from dspark_ci.ground.stats import RESOLUTION
+from dspark_ci.ground.suites import ACCEPT_CATEGORIES, MAX_POSITIONS, category_metric
+from dspark_ci.reports.baseline_file import NEVER_INWARD_KEY, NEVER_INWARD_METRICS, NOISE_RUN_SDS, SCHEMA
+from dspark_ci.reports.metrics import REQUEST_STDERR_OF, STDERR_OF
 
 # metric -> its gate in a recorded baseline. Tolerances are the ones gates in the wild use
 # (FIELD_NOTES.md): throughput -3%, median TTFT/TPOT +2.5%, accept length at 98% of the baseline. The detection line
@@ -42,7 +42,7 @@ RECORDED_GATES: dict[str, dict[str, float]] = {
     # per draft position and per category of the accept workload: fewer verify steps or requests each, so 10 %
     **{f"accept_rate_pos{k}": {"min_ratio": 0.9} for k in range(1, MAX_POSITIONS + 1)},
     **{category_metric(category): {"min_ratio": 0.9} for category in ACCEPT_CATEGORIES},
-    # where speculation pays: the envelope gate (reports.gates), at the boundary every recorded run reached
+    # where speculation pays: the envelope gate (dspark_ci.reports.gates), at the boundary every recorded run reached
     "speculation_boundary_concurrency": {NEVER_INWARD_KEY: True},
 }
 # metric -> the ceiling a recorded baseline writes for it: this many times the highest reading of the runs (a fixed
@@ -184,7 +184,7 @@ def _cell_specs(cell_id: str, cells: list[CellResult], too_noisy: list[str],
             spec = {"value": _round(statistics.median(values))}
             if len(values) > 1 and spec["value"]:
                 spec.update(_noise(cells, metric, values, unestimated, cell_id))
-            if spec.get("noise", 0.0) >= 1 / NOISE_RUN_SDS:  # what reports.baseline_file refuses to read back
+            if spec.get("noise", 0.0) >= 1 / NOISE_RUN_SDS:  # what dspark_ci.reports.baseline_file refuses to read back
                 too_noisy.append(f"{cell_id}: {metric} (noise {spec['noise']:.0%} run to run)")
                 continue
         if spec is not None:

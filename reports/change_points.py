@@ -8,7 +8,7 @@ noise estimated robustly from the series itself (median absolute successive diff
 needs a larger shift than a quiet one; on series of 10 to 30 runs of pure noise about 1 in 50 (n = 10: 1 in 15)
 shows a change, while a shift of 6 σ is found at the right run in more than 9 of 10 (tests/test_change_points.py).
 
-Only runs of one setup are compared (``ground.identity``): the series is cut where the cell's setup last
+Only runs of one setup are compared (``dspark_ci.ground.identity``): the series is cut where the cell's setup last
 changed, and that cut is reported, not mistaken for a change of the build. A gradual drift shows as several
 breaks in one direction close together; they are reported as one change from its first run to its last.
 """
@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from reports.metrics import HIGHER, LOWER, METRICS
+from dspark_ci.reports.metrics import HIGHER, LOWER, METRICS
 
 MIN_POINTS = 6  # fewer runs than this say nothing about levels
 PENALTY_K = 6.0

@@ -1,6 +1,6 @@
 """Two runs side by side: per cell and metric, old and new value, new/old, and whether that is better.
 
-A change smaller than the metric's noise band (``reports.metrics.noise_band``) reads "within noise",
+A change smaller than the metric's noise band (``dspark_ci.reports.metrics.noise_band``) reads "within noise",
 so two runs of the same build do not come out as a list of gains and regressions.
 
 ``compare_runs`` gives a ``Comparison`` record (``to_dict`` is the ``--format json`` output, the only place it
@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
-from ground.identity import unlike
-from ground.records import CellResult, RunResults, Status
-from reports.markdown import status_text, table
-from reports.metrics import (HIGHER, LOWER, METRICS, NEUTRAL, NOISE_STDERRS, format_value, in_table_order,
+from dspark_ci.ground.identity import unlike
+from dspark_ci.ground.records import CellResult, RunResults, Status
+from dspark_ci.reports.markdown import status_text, table
+from dspark_ci.reports.metrics import (HIGHER, LOWER, METRICS, NEUTRAL, NOISE_STDERRS, format_value, in_table_order,
                              label, noise_band)
 
 RATIO_DIGITS = 3

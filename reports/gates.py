@@ -4,8 +4,8 @@ Two sources:
 - floors that need no baseline: a speculative cell's accept length must stay above the collapse
   floor (a draft model that never gets accepted serves correct text, only slowly), and GPQA accuracy
   must beat guessing by a margin that shrinks with the number of questions (``chance_floor``);
-- a baseline's specs for the cell (``reports.baseline_file``). A ratio gate whose baseline recorded the run-to-run
-  noise, and every GPQA gate, is a statistical decision (``ground.stats``): ``passed``, ``regressed``
+- a baseline's specs for the cell (``dspark_ci.reports.baseline_file``). A ratio gate whose baseline recorded the run-to-run
+  noise, and every GPQA gate, is a statistical decision (``dspark_ci.ground.stats``): ``passed``, ``regressed``
   or ``inconclusive`` on the effect's interval against the stated tolerance (``max_ratio``/``min_ratio``, GPQA
   ``max_drop``), at levels split over the run's gates (``family_levels``); GPQA is paired over questions when
   the baseline kept its per-question record. Without recorded noise a ratio gate is the fixed limit it was.
@@ -23,14 +23,14 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
-from ground import stats
-from ground.measurements import BootMetrics, Envelope, EnvelopePoint, crossing
-from ground import position_homogeneity as homogeneity
-from ground.position_homogeneity import ENDED, POOLED, POWER_BETA, PositionTest, detectable_shift, judge
-from ground.records import CellResult, GateResult, RunResults, Status
-from ground.suites import SATURATED_LOOP_LAG_MS, SUITE_DEFAULTS, suite_of
-from reports.baseline_file import NEVER_INWARD_KEY, NOISE_RUN_SDS, Baseline, MetricSpec
-from reports.metrics import HIGHER, LOWER, METRICS, STDERR_OF, format_value, in_table_order
+from dspark_ci.ground import stats
+from dspark_ci.ground.measurements import BootMetrics, Envelope, EnvelopePoint, crossing
+from dspark_ci.ground import position_homogeneity as homogeneity
+from dspark_ci.ground.position_homogeneity import ENDED, POOLED, POWER_BETA, PositionTest, detectable_shift, judge
+from dspark_ci.ground.records import CellResult, GateResult, RunResults, Status
+from dspark_ci.ground.suites import SATURATED_LOOP_LAG_MS, SUITE_DEFAULTS, suite_of
+from dspark_ci.reports.baseline_file import NEVER_INWARD_KEY, NOISE_RUN_SDS, Baseline, MetricSpec
+from dspark_ci.reports.metrics import HIGHER, LOWER, METRICS, STDERR_OF, format_value, in_table_order
 
 LOOP_LAG_METRIC = "client_loop_lag_ms_p99"  # the speed suite's measure of its own CPU starvation
 
@@ -231,7 +231,7 @@ def _collapse_floor(cell: CellResult, metrics: Mapping) -> list[Limit]:
     floor = (cell.suites.get("accept") or {}).get("min_accept_length")
     if floor is None:
         return [Limit("accept_length", ">=", COLLAPSE_FLOOR, "collapse floor")]
-    return [Limit("accept_length", ">=", float(floor), "collapse floor (suites.accept.min_accept_length)")]
+    return [Limit("accept_length", ">=", float(floor), "collapse floor (dspark_ci.suites.accept.min_accept_length)")]
 
 
 def chance_floor(num_questions: float) -> float:

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping
 
-from ground.errors import BadInput
-from ground.records import RunResults
-from ground.state import state_dir
+from dspark_ci.ground.errors import BadInput
+from dspark_ci.ground.records import RunResults
+from dspark_ci.ground.state import state_dir
 
 HISTORY_ENV = "DSPARK_HISTORY"
 SCHEMA = """

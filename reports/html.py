@@ -15,11 +15,11 @@ from typing import Iterator, Mapping
 
 from markdown_it import MarkdownIt
 
-from ground.records import RunResults
-from reports.baseline_file import Baseline
-from reports.compare import Comparison
-from reports.markdown import pr_tables, render_cells, step_summary
-from reports.plots import ratio_chart, run_charts, trend_charts
+from dspark_ci.ground.records import RunResults
+from dspark_ci.reports.baseline_file import Baseline
+from dspark_ci.reports.compare import Comparison
+from dspark_ci.reports.markdown import pr_tables, render_cells, step_summary
+from dspark_ci.reports.plots import ratio_chart, run_charts, trend_charts
 
 
 def render_html(results: RunResults, baseline: Baseline | None = None, comparison: Comparison | None = None,
@@ -29,7 +29,7 @@ def render_html(results: RunResults, baseline: Baseline | None = None, compariso
     if comparison is not None:
         charts.extend(chart for chart in [ratio_chart(comparison)] if chart)
     charts.extend(trend_charts(trends or {}))
-    page = Template(resources.files("reports").joinpath("templates/report.html").read_text(encoding="utf-8"))
+    page = Template(resources.files("dspark_ci.reports").joinpath("templates/report.html").read_text(encoding="utf-8"))
     return page.substitute(
         title=html.escape(f"dspark-ci run {results.run_id}"),
         summary=_markdown_to_html(step_summary(results, regressions)),

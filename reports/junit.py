@@ -25,12 +25,12 @@ import xml.etree.ElementTree as ET
 from datetime import datetime
 from typing import Iterable, Sequence
 
-from ground.measurements import SuiteTestOutcome
-from ground.records import DECIDED_BY_RESOLVER, CellResult, GateResult, RunResults, Status
-from ground.suites import suite_of
-from reports.gates import describe_gate
-from reports.metrics import in_table_order
-from reports.results import error_headline, quarantine_line, rejection_message
+from dspark_ci.ground.measurements import SuiteTestOutcome
+from dspark_ci.ground.records import DECIDED_BY_RESOLVER, CellResult, GateResult, RunResults, Status
+from dspark_ci.ground.suites import suite_of
+from dspark_ci.reports.gates import describe_gate
+from dspark_ci.reports.metrics import in_table_order
+from dspark_ci.reports.results import error_headline, quarantine_line, rejection_message
 
 LAUNCH_CASE = "launch"  # the testcase of a cell whose suites never ran
 REJECTION_CASE = "expected rejection"

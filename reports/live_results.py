@@ -22,17 +22,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
 
-from ground.errors import BadInput, InfraError
-from ground.records import CellResult, RunResults, Status
-from reports.baseline_file import Baseline
-from matrices.quarantine import Quarantine, apply as apply_quarantine
-from reports.history_db import history_path, record as record_history
-from reports.junit import render_junit
-from reports.markdown import render_markdown, step_summary
-from reports.results import write_results, write_text_atomically
-from launchers import interrupts
-from launchers.processes import signals_deferred
-from reports.writers import render_final_set, write_failure_reports, write_rendered
+from dspark_ci.ground.errors import BadInput, InfraError
+from dspark_ci.ground.records import CellResult, RunResults, Status
+from dspark_ci.reports.baseline_file import Baseline
+from dspark_ci.matrices.quarantine import Quarantine, apply as apply_quarantine
+from dspark_ci.reports.history_db import history_path, record as record_history
+from dspark_ci.reports.junit import render_junit
+from dspark_ci.reports.markdown import render_markdown, step_summary
+from dspark_ci.reports.results import write_results, write_text_atomically
+from dspark_ci.ground import interrupts
+from dspark_ci.ground.processes import signals_deferred
+from dspark_ci.reports.writers import render_final_set, write_failure_reports, write_rendered
 
 RESULTS_LINES = "results.jsonl"
 REWRITE_EVERY_S = 5.0
@@ -155,7 +155,7 @@ class ResultsWriter:
         return tuple(sorted(cells, key=lambda c: position.get(c.id, len(position))))
 
     def _remember(self, results: RunResults) -> Path | None:
-        """Record the run in the run history (reports.history_db); a history that cannot be written costs the
+        """Record the run in the run history (dspark_ci.reports.history_db); a history that cannot be written costs the
         trends, never the run."""
         path = history_path()
         try:

@@ -13,15 +13,15 @@ from datetime import datetime
 
 from typing import Mapping
 
-from ground.records import DECIDED_BY_RESOLVER, QUARANTINE_EXPIRED, QUARANTINED, CellResult, RunResults, Status
-from ground.sglang.settings import summary_items
-from launchers.contract import SIMULATED_SERVERS
-from reports.acceptance import acceptance_section, envelope_section
-from reports.baseline_file import Baseline
-from reports.gates import describe_gate, explain, levels_line
-from ground.suites import SUITE_DEFAULTS
-from reports.metrics import SPEED_DETAIL, SPEED_LINE, STDERR_OF, TTFT_SPLIT, format_value, label
-from reports.results import error_headline, quarantine_line, rejection_message
+from dspark_ci.ground.records import DECIDED_BY_RESOLVER, QUARANTINE_EXPIRED, QUARANTINED, CellResult, RunResults, Status
+from dspark_ci.ground.sglang.settings import summary_items
+from dspark_ci.launchers.contract import SIMULATED_SERVERS
+from dspark_ci.reports.acceptance import acceptance_section, envelope_section
+from dspark_ci.reports.baseline_file import Baseline
+from dspark_ci.reports.gates import describe_gate, explain, levels_line
+from dspark_ci.ground.suites import SUITE_DEFAULTS
+from dspark_ci.reports.metrics import SPEED_DETAIL, SPEED_LINE, STDERR_OF, TTFT_SPLIT, format_value, label
+from dspark_ci.reports.results import error_headline, quarantine_line, rejection_message
 
 OVERVIEW_METRICS = ("accept_length", "output_throughput_tok_s", "ttft_ms_mean", "tpot_ms_mean", "gpqa_accuracy")
 # Quality rows of a cell's first table: metric -> (dataset, metric label)
@@ -438,7 +438,7 @@ def _sample_size(metric: str, metrics: Mapping) -> str:
 
 def _quality_value(metric: str, metrics: Mapping) -> str:
     value = format_value(metric, metrics[metric])
-    stderr = STDERR_OF.get(metric)  # its standard error's metric (reports.metrics), when it has one
+    stderr = STDERR_OF.get(metric)  # its standard error's metric (dspark_ci.reports.metrics), when it has one
     if stderr and metrics.get(stderr) is not None:
         value += f" ± {format_value(stderr, metrics[stderr])}"
     unanswered = NO_ANSWER.get(metric)

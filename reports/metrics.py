@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping
 
-from ground.suites import ACCEPT_CATEGORIES, MAX_POSITIONS, category_metric
+from dspark_ci.ground.suites import ACCEPT_CATEGORIES, MAX_POSITIONS, category_metric
 
 HIGHER, LOWER, NEUTRAL = "higher", "lower", "neutral"  # which direction is better
 NOISE_STDERRS = 2.0  # a change (or a gate) within this many combined standard errors is sampling noise

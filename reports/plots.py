@@ -13,13 +13,13 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from ground.records import CellResult, RunResults
-from reports.acceptance import acceptance_chart, envelope_chart
-from reports.history_db import same_setup_tail
-from reports.metrics import METRICS, format_value, label
+from dspark_ci.ground.records import CellResult, RunResults
+from dspark_ci.reports.acceptance import acceptance_chart, envelope_chart
+from dspark_ci.reports.history_db import same_setup_tail
+from dspark_ci.reports.metrics import METRICS, format_value, label
 
 if TYPE_CHECKING:
-    from reports.compare import Comparison
+    from dspark_ci.reports.compare import Comparison
 
 BAR_HEIGHT_IN = 0.28  # inches per bar
 MAX_BARS = 100  # beyond this a chart is taller than anyone reads (and drawing it costs seconds: bench/results_scale.py)
@@ -33,7 +33,7 @@ class Chart:
     title: str
     xlabel: str
     metrics: tuple[str, ...]  # one bar per metric per cell
-    error_bars: bool = False  # ±2 standard errors, for metrics that have one (reports.metrics: Metric.stderr)
+    error_bars: bool = False  # ±2 standard errors, for metrics that have one (dspark_ci.reports.metrics: Metric.stderr)
 
     def stderr_metric(self, metric: str) -> str | None:
         return METRICS[metric].stderr if self.error_bars else None
@@ -199,7 +199,7 @@ MAX_TREND_CELLS = 20  # trend figures are one per cell: past this, a page of the
 def _mark_change_points(axes, metric: str, points: list) -> None:
     """A dashed line where the level changed (over the runs of the newest setup), labelled with the run and the
     shift; a drift shades the runs it took."""
-    from reports.change_points import change_points  # on use, with numpy: only report.html's trends draw them
+    from dspark_ci.reports.change_points import change_points  # on use, with numpy: only report.html's trends draw them
 
     comparable, _ = same_setup_tail(points)
     offset = len(points) - len(comparable)
@@ -218,7 +218,7 @@ def _mark_change_points(axes, metric: str, points: list) -> None:
 def trend_charts(trends: dict[str, dict[str, list]]) -> list[tuple[str, str]]:
     """(title, base64 PNG) per cell with at least two recorded runs of a trend metric: one panel per metric,
     one point per run (oldest left), GPQA with ±2 SE error bars clipped to [0, 100 %].
-    ``trends``: cell id -> metric -> points with ``run_id`` and ``value`` (``reports.history_db.series``)."""
+    ``trends``: cell id -> metric -> points with ``run_id`` and ``value`` (``dspark_ci.reports.history_db.series``)."""
     charts = []
     for cell_id, by_metric in list(trends.items())[:MAX_TREND_CELLS]:
         shown = [m for m in TREND_METRICS if len(by_metric.get(m) or ()) >= 2]

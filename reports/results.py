@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Mapping
 
-from ground.errors import BadInput
-from ground.records import READERS, CellResult, RunResults, Status
+from dspark_ci.ground.errors import BadInput
+from dspark_ci.ground.records import READERS, CellResult, RunResults, Status
 
 STATUSES = tuple(status.value for status in Status)
 

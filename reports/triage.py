@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from reports import history_db
+from dspark_ci.reports import history_db
 
 FAILING = ("failed", "error")
 PASSING = ("passed", "rejected_as_expected")

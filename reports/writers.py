@@ -6,26 +6,26 @@ import html
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from ground.records import RunResults
-from reports import history_db
-from reports.baseline_file import Baseline
-from reports.compare import compare_markdown, compare_runs
-from reports.junit import render_junit
-from reports.markdown import render_markdown
-from reports.metrics import METRICS
-from reports.plots import MAX_TREND_CELLS, TREND_METRICS
-from reports.results import results_text, write_files_atomically, write_text_atomically
+from dspark_ci.ground.records import RunResults
+from dspark_ci.reports import history_db
+from dspark_ci.reports.baseline_file import Baseline
+from dspark_ci.reports.compare import compare_markdown, compare_runs
+from dspark_ci.reports.junit import render_junit
+from dspark_ci.reports.markdown import render_markdown
+from dspark_ci.reports.metrics import METRICS
+from dspark_ci.reports.plots import MAX_TREND_CELLS, TREND_METRICS
+from dspark_ci.reports.results import results_text, write_files_atomically, write_text_atomically
 
 
 def render_reports(results: RunResults, baseline: Baseline | None = None,
                    compare_to: RunResults | None = None, history: Path | None = None) -> dict[str, str]:
     """File name -> contents for junit.xml, report.md and report.html. With ``compare_to`` (another
     run's results), report.md and report.html end with the comparison. With ``history`` (a run history
-    database, ``reports.history_db``), report.html gains trend plots per cell and failed gates name the
+    database, ``dspark_ci.reports.history_db``), report.html gains trend plots per cell and failed gates name the
     last good and first bad run."""
     # On use: report.html's stack (markdown-it, the plots, numpy) is needed once, at the end of a run, and must
     # not delay its first launch.
-    from reports.html import render_html
+    from dspark_ci.reports.html import render_html
 
     comparison = compare_runs(results, compare_to) if compare_to is not None else None
     comparison_md = compare_markdown(comparison) if comparison is not None else None
@@ -53,7 +53,7 @@ def _from_history(path: Path, results: RunResults) -> tuple[dict, dict]:
 
 
 def write_rendered(run_dir: Path | str, rendered: dict[str, str]) -> list[Path]:
-    """Every file staged under a temp name first, then all renamed together (reports.results)."""
+    """Every file staged under a temp name first, then all renamed together (dspark_ci.reports.results)."""
     run_dir = Path(run_dir)
     files = {run_dir / name: text for name, text in rendered.items()}
     write_files_atomically(files)

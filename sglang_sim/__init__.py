@@ -1,7 +1,7 @@
 """A simulated SGLang server of the release in ground/sglang/release.py: SGLang's flags, admission rules and HTTP API,
 no GPU.
 
-Run it as ``python -m sglang_sim [launch_server flags]`` or ``dspark-ci sim ...``; what it does
+Run it as ``python -m dspark_ci.sglang_sim [launch_server flags]`` or ``dspark-ci sim ...``; what it does
 beyond SGLang (latency, acceptance, accuracy, faults) comes from ``DSPARK_SIM_*`` variables
-(``sglang_sim.sim_config``).
+(``dspark_ci.sglang_sim.sim_config``).
 """

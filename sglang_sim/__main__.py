@@ -1,7 +1,7 @@
-"""``python -m sglang_sim [SGLang launch_server flags]``: the simulated SGLang server."""
+"""``python -m dspark_ci.sglang_sim [SGLang launch_server flags]``: the simulated SGLang server."""
 
 import sys
 
-from sglang_sim.main import main
+from dspark_ci.sglang_sim.main import main
 
 sys.exit(main())

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-from ground.sglang.resolver import MODEL_CONFIG_DIR, MODEL_CONFIGS
-from sglang_sim.args import ServerArgs
+from dspark_ci.ground.sglang.resolver import MODEL_CONFIG_DIR, MODEL_CONFIGS
+from dspark_ci.sglang_sim.args import ServerArgs
 
 DEFAULT_DSPARK_GAMMA = 7  # sglang/srt/speculative/dspark_components/dspark_config.py
 DEFAULT_DFLASH_BLOCK_SIZE = 16  # _handle_dflash, when the draft config does not say

@@ -1,6 +1,6 @@
 """SGLang's launch argv -> a typed, immutable record of the fields the simulator acts on.
 
-Parsing uses the snapshot of SGLang's own flags (``ground.sglang.flags``), so an unknown flag
+Parsing uses the snapshot of SGLang's own flags (``dspark_ci.ground.sglang.flags``), so an unknown flag
 is an argparse error with exit code 2, exactly as with ``python3 -m sglang.launch_server``.
 The snapshot stores values as text; ``ServerArgs`` declares the type and SGLang default of each
 field the simulator reads (defaults copied from ``sglang/srt/arg_groups/fields/*.py``), and
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from ground.sglang.flags import load_flags
-from ground.sglang.release import DEFAULT_VERSION
+from dspark_ci.ground.sglang.flags import load_flags
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 
 SGLANG_VERSION = DEFAULT_VERSION  # the flag snapshot the simulator parses with
 
@@ -167,7 +167,7 @@ def _short_error(parser: argparse.ArgumentParser, message: str) -> None:
 
 def sim_help(width: int = 100) -> str:
     """`dspark-ci sim --help`: the simulator's own knobs and faults first, SGLang's flags after, by name."""
-    from sglang_sim.sim_config import FAULT_HELP, KNOBS  # the knobs live with their parsers
+    from dspark_ci.sglang_sim.sim_config import FAULT_HELP, KNOBS  # the knobs live with their parsers
 
     def rows(pairs: list[tuple[str, str]]) -> list[str]:
         left = max(len(name) for name, _ in pairs) + 2
@@ -181,7 +181,7 @@ def sim_help(width: int = 100) -> str:
         textwrap.fill(f"The simulated SGLang server. It takes exactly the flags of `python3 -m sglang.launch_server` "
                       f"(SGLang {SGLANG_VERSION}), so a cell's command line runs unchanged against either; what it "
                       "simulates (latency, acceptance, accuracy, faults) comes from DSPARK_SIM_* environment "
-                      "variables, never from flags. Also `python -m sglang_sim`.", width),
+                      "variables, never from flags. Also `python -m dspark_ci.sglang_sim`.", width),
         "",
         "environment (default):",
         *rows([(f"{knob.env} ({knob.default or 'unset'})", knob.help) for knob in KNOBS.values()]),

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from typing import AsyncIterator
 
-from sglang_sim.engine import Engine, Generation, Job
+from dspark_ci.sglang_sim.engine import Engine, Generation, Job
 
 
 class Choices:

@@ -15,7 +15,7 @@ req_time_stats.py, ``RequestStage`` and ``SchedulerReqTimeStats``), in ``sglang:
   ``prefill_forward`` (one at a time), ``prefill_transfer_kv_cache`` (until the decode side has the room's
   transfer); where it holds each request shows in SGLang's prefill queue gauges (``PREFILL_QUEUES``), and a request
   it finished in ``sglang:num_requests_total``;
-- decode (``sglang_sim.prometheus``, once the request is done): ``decode_prepare``, ``decode_bootstrap``,
+- decode (``dspark_ci.sglang_sim.prometheus``, once the request is done): ``decode_prepare``, ``decode_bootstrap``,
   ``decode_transferred`` (waiting for the transfer), ``decode_waiting`` (for a running slot), ``fake_output`` (the
   prebuilt batch that emits the prefill's token: one scheduler iteration).
 Faults (``DSPARK_SIM_PREFILL_FAULTS`` / ``DSPARK_SIM_DECODE_FAULTS`` add to ``DSPARK_SIM_FAULTS`` on that role):
@@ -102,7 +102,7 @@ class Transfers:
 
 
 class StageObserver(Protocol):
-    """Where a prefill's request times and queues go (sglang_sim.prometheus.ServerMetrics)."""
+    """Where a prefill's request times and queues go (dspark_ci.sglang_sim.prometheus.ServerMetrics)."""
 
     def prefilled(self, queue_seconds: float, stages: Mapping[str, float], streaming: bool) -> None: ...
 

@@ -2,7 +2,7 @@
 
 A line is written once per request (when it finishes, aborted ones included), kept and appended within
 ``FLUSH_SECONDS`` and at shutdown, whole lines in one write to a file opened O_APPEND, so the shards of one
-server (sglang_sim.engine_shards) can share the file without cutting each other's lines; a crash (``os._exit``) loses at
+server (dspark_ci.sglang_sim.engine_shards) can share the file without cutting each other's lines; a crash (``os._exit``) loses at
 most that much.
 Times are the engine's hand-over of tokens to the HTTP handler, which writes them in the same
 event-loop turn. Every instant is on two clocks (``engine.Instant``); README.md says how to align.
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 if TYPE_CHECKING:
-    from sglang_sim.engine import Generation
+    from dspark_ci.sglang_sim.engine import Generation
 
 logger = logging.getLogger("sglang_sim")
 FLUSH_SECONDS = 0.5

@@ -19,18 +19,18 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, AsyncGenerator, AsyncIterator, Callable, Iterator, NamedTuple, Sequence
 
-from sglang_sim.admission import SglangEnv
-from sglang_sim.args import ServerArgs
-from sglang_sim.sim_config import SimConfig
-from sglang_sim.emission_log import EmissionLog
-from sglang_sim.prometheus import ServerMetrics
-from sglang_sim.noise import BootNoise
-from sglang_sim.reasoning import ReasoningCount
-from sglang_sim.disaggregation import TRANSFERRED, alpha_now
-from sglang_sim.speculation import AcceptModel, SpecShape, SpecStats, draw_accepted, prompt_category
-from sglang_sim import logprobs
-from sglang_sim.textgen import ARGMAX_PROBABILITY, Ask, Persona, argmax_mixed, reply_tokens
-from sglang_sim.tokenizer import EOS_TOKEN_ID, token_id
+from dspark_ci.sglang_sim.admission import SglangEnv
+from dspark_ci.sglang_sim.args import ServerArgs
+from dspark_ci.sglang_sim.sim_config import SimConfig
+from dspark_ci.sglang_sim.emission_log import EmissionLog
+from dspark_ci.sglang_sim.prometheus import ServerMetrics
+from dspark_ci.sglang_sim.noise import BootNoise
+from dspark_ci.sglang_sim.reasoning import ReasoningCount
+from dspark_ci.sglang_sim.disaggregation import TRANSFERRED, alpha_now
+from dspark_ci.sglang_sim.speculation import AcceptModel, SpecShape, SpecStats, draw_accepted, prompt_category
+from dspark_ci.sglang_sim import logprobs
+from dspark_ci.sglang_sim.textgen import ARGMAX_PROBABILITY, Ask, Persona, argmax_mixed, reply_tokens
+from dspark_ci.sglang_sim.tokenizer import EOS_TOKEN_ID, token_id
 
 logger = logging.getLogger("sglang_sim")
 DSPARK_RECORDS_KEPT = 1000
@@ -169,7 +169,7 @@ class Job:
     max_new_tokens: int
     streaming: bool
     # SGLang's require_reasoning: its reasoning parser splits this request's thinking off, and the scheduler
-    # counts its reasoning tokens (sglang_sim.reasoning)
+    # counts its reasoning tokens (dspark_ci.sglang_sim.reasoning)
     require_reasoning: bool = False
     # The server's startup request (native_api.warm_up). /metrics counts it as SGLang's tokenizer does; it
     # is not a client's, so neither crash_first_prefill ("healthy until the first real request") nor the
@@ -183,7 +183,7 @@ class Engine:
                  persona: Persona, on_prefill: Callable[[], None], metrics: ServerMetrics | None = None,
                  emission_log: EmissionLog | None = None, noise: BootNoise | None = None,
                  owned: Sequence[int] | None = None, counters: Callable[[str], Iterator[int]] | None = None):
-        """``owned``: the DP ranks this process schedules (a shard's, sglang_sim.engine_shards; default all of them);
+        """``owned``: the DP ranks this process schedules (a shard's, dspark_ci.sglang_sim.engine_shards; default all of them);
         ``counters``: where the counters that order requests server-wide come from (a shard's are shared with
         its siblings; default this process's own)."""
         self.args, self.config, self.env, self.shape, self.persona = args, config, env, shape, persona
@@ -232,7 +232,7 @@ class Engine:
         rank = next(self._next_rank)
         spec = SpecStats(self.shape) if self.shape is not None else None
         reported_dp_rank = rank.dp_rank if self.args.dp_size > 1 else None
-        transfer = TRANSFERRED.get()  # set by sglang_sim.disaggregation on a PD decode server's routed request
+        transfer = TRANSFERRED.get()  # set by dspark_ci.sglang_sim.disaggregation on a PD decode server's routed request
         arrived = Instant.now() if transfer is None else Instant(transfer.received_monotonic, transfer.received_wall)
         return Generation(uuid.uuid4().hex, rank.dp_rank, reported_dp_rank, job.prompt_tokens, spec,
                           arrived=arrived, transferred=transfer.arrived if transfer is not None else None,

@@ -1,6 +1,6 @@
 """How the simulator dies, looking like SGLang does: a traceback tail ending in ``<Type>: <message>``.
 
-Launchers and people read the last such line (ground.sglang.release.sglang_error_line), so it is always last.
+Launchers and people read the last such line (dspark_ci.ground.sglang.release.sglang_error_line), so it is always last.
 """
 
 from __future__ import annotations

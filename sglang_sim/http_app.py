@@ -6,9 +6,9 @@ import secrets
 
 from aiohttp import web
 
-from sglang_sim import native_api, openai_api
-from sglang_sim.prometheus import ServerMetrics
-from sglang_sim.server_state import ServerState, json_response
+from dspark_ci.sglang_sim import native_api, openai_api
+from dspark_ci.sglang_sim.prometheus import ServerMetrics
+from dspark_ci.sglang_sim.server_state import ServerState, json_response
 
 # (methods, path, handler); generation endpoints are 503 until the server is up
 ROUTES = (
@@ -65,7 +65,7 @@ def _http_metrics_middleware(metrics: ServerMetrics):
 
 def api_app(state: ServerState, extra_middlewares: list | None = None) -> web.Application:
     middlewares = [_http_metrics_middleware(state.metrics)] if state.metrics is not None else []
-    middlewares += extra_middlewares or []  # e.g. PD disaggregation's transfer (sglang_sim.disaggregation)
+    middlewares += extra_middlewares or []  # e.g. PD disaggregation's transfer (dspark_ci.sglang_sim.disaggregation)
     middlewares += [_api_key_middleware(state.args.api_key)] if state.args.api_key else []
     app = web.Application(middlewares=middlewares, client_max_size=64 * 1024 * 1024)
     app[ServerState.KEY] = state
@@ -82,7 +82,7 @@ async def _always_healthy(request: web.Request) -> web.Response:
 
 def shard_peer_app(state: ServerState) -> web.Application:
     """What a shard answers its siblings on its peer socket: its own ranks' states and /metrics
-    (sglang_sim.engine_shards)."""
+    (dspark_ci.sglang_sim.engine_shards)."""
     app = web.Application()
     app[ServerState.KEY] = state
     app.router.add_get(native_api.SHARD_STATES_PATH, native_api.shard_states)

@@ -26,8 +26,8 @@ import random
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
-from sglang_sim.textgen import WORDS, Ask, Persona, reply_tokens
-from sglang_sim.tokenizer import token_id
+from dspark_ci.sglang_sim.textgen import WORDS, Ask, Persona, reply_tokens
+from dspark_ci.sglang_sim.tokenizer import token_id
 
 FAULT_POSITION = 3  # the fourth generated token (where the SmolLM2 probe's tie was)
 TABLE_SIZE = 20  # candidates per position: OpenAI's top_logprobs allows up to 20

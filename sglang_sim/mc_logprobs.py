@@ -21,8 +21,8 @@ import zlib
 from pathlib import Path
 from typing import Any, Mapping
 
-from sglang_sim.sim_config import SimConfig
-from sglang_sim.tokenizer import token_id, tokenize
+from dspark_ci.sglang_sim.sim_config import SimConfig
+from dspark_ci.sglang_sim.tokenizer import token_id, tokenize
 
 RIGHT_TOTAL = -2.0
 UNKNOWN_RIGHT_TOTAL = -6.0

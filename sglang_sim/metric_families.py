@@ -6,7 +6,7 @@ collectors (observability/metrics_collector.py, http_request_metrics.py, cpu_mon
 text, label names, histogram buckets, and the series a family always has (its fixed label values: a stage, a
 phase, a gauge-histogram's ``gt``/``le``). It was taken from the real front end (``--server sglang-frontend``)
 after the requests of tests/test_frontend_conformance.py, which holds the simulator to it on every run;
-regenerate it from a running front end with ``python -m sglang_sim.metric_families http://HOST:PORT``.
+regenerate it from a running front end with ``python -m dspark_ci.sglang_sim.metric_families http://HOST:PORT``.
 
 Labels fall in three kinds: who sends the series (``IDENTITY``: the model, the engine type, the scheduler's
 ranks and pid), what one observation is about (``PER_OBSERVATION``: streaming or not, the HTTP endpoint), and
@@ -19,7 +19,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from ground.sglang.release import DEFAULT_VERSION
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 
 SNAPSHOT = Path(__file__).with_name(f"metric_families-{DEFAULT_VERSION}.json")
 IDENTITY = ("model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank", "dp_rank", "pid")
@@ -79,7 +79,7 @@ def main(argv: list[str]) -> int:
     import requests
 
     if len(argv) != 1:
-        print("usage: python -m sglang_sim.metric_families http://HOST:PORT (a running --server sglang-frontend)",
+        print("usage: python -m dspark_ci.sglang_sim.metric_families http://HOST:PORT (a running --server sglang-frontend)",
               file=sys.stderr)
         return 2
     text = requests.get(argv[0].rstrip("/") + "/metrics", timeout=30).text

@@ -10,16 +10,16 @@ import logging
 
 from aiohttp import web
 
-from sglang_sim import logprobs, mc_logprobs, reply_faults
-from sglang_sim.args import SGLANG_VERSION
-from sglang_sim.choices import Choices
-from sglang_sim.engine import Generation, Job
-from sglang_sim.prometheus import MAX_TOTAL_NUM_TOKENS
-from sglang_sim.openai_api import BadRequest, error_response, parse_penalties
-from sglang_sim.server_state import ServerState, json_response, sse_event
-from sglang_sim.engine_shards import gathered, gathered_json, merge_expositions
-from sglang_sim.textgen import Ask
-from sglang_sim.tokenizer import count_tokens
+from dspark_ci.sglang_sim import logprobs, mc_logprobs, reply_faults
+from dspark_ci.sglang_sim.args import SGLANG_VERSION
+from dspark_ci.sglang_sim.choices import Choices
+from dspark_ci.sglang_sim.engine import Generation, Job
+from dspark_ci.sglang_sim.prometheus import MAX_TOTAL_NUM_TOKENS
+from dspark_ci.sglang_sim.openai_api import BadRequest, error_response, parse_penalties
+from dspark_ci.sglang_sim.server_state import ServerState, json_response, sse_event
+from dspark_ci.sglang_sim.engine_shards import gathered, gathered_json, merge_expositions
+from dspark_ci.sglang_sim.textgen import Ask
+from dspark_ci.sglang_sim.tokenizer import count_tokens
 
 logger = logging.getLogger("sglang_sim")
 # http_server._execute_server_warmup: the request SGLang sends itself before /health says 200
@@ -111,7 +111,7 @@ async def server_info(request: web.Request) -> web.Response:
 
 
 async def shard_states(request: web.Request) -> web.Response:
-    """A sibling shard asks for this shard's ranks (sglang_sim.engine_shards)."""
+    """A sibling shard asks for this shard's ranks (dspark_ci.sglang_sim.engine_shards)."""
     return json_response(_rank_states(_state(request)))
 
 

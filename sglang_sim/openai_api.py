@@ -14,14 +14,14 @@ from typing import Any, Mapping
 
 from aiohttp import web
 
-from sglang_sim import logprobs, reply_faults
-from sglang_sim.args import ServerArgs
-from sglang_sim.choices import Choices
-from sglang_sim.engine import Generation, Job
-from sglang_sim.reasoning import ReasoningCount, reasoning_requested, separates_reasoning
-from sglang_sim.server_state import ServerState, json_response, sse_event
-from sglang_sim.textgen import Ask, Penalties
-from sglang_sim.tokenizer import THINK_END, THINK_START, count_tokens, encode, token_id
+from dspark_ci.sglang_sim import logprobs, reply_faults
+from dspark_ci.sglang_sim.args import ServerArgs
+from dspark_ci.sglang_sim.choices import Choices
+from dspark_ci.sglang_sim.engine import Generation, Job
+from dspark_ci.sglang_sim.reasoning import ReasoningCount, reasoning_requested, separates_reasoning
+from dspark_ci.sglang_sim.server_state import ServerState, json_response, sse_event
+from dspark_ci.sglang_sim.textgen import Ask, Penalties
+from dspark_ci.sglang_sim.tokenizer import THINK_END, THINK_START, count_tokens, encode, token_id
 
 DEFAULT_MODEL_NAME = "default"
 SPEC_DETAIL_FIELDS = {  # SpecTokensDetails, in its field order, with its defaults
@@ -57,7 +57,7 @@ class Sampling:
     temperature: float
     top_k: int | None  # 1 leaves only the argmax: greedy
     top_p: float | None  # at or below the argmax's probability: greedy too (Engine.sample_key)
-    penalties: Penalties  # frequency, presence and repetition penalties (sglang_sim.textgen)
+    penalties: Penalties  # frequency, presence and repetition penalties (dspark_ci.sglang_sim.textgen)
     ignore_eos: bool
     stream: bool
     include_usage: bool  # the usage chunk at the end

@@ -1,10 +1,10 @@
 """``/metrics`` in Prometheus text: every family SGLang's own front end sends, with its names, types,
-labels and buckets (``sglang_sim.metric_families``, taken from the real front end).
+labels and buckets (``dspark_ci.sglang_sim.metric_families``, taken from the real front end).
 
 One registry per server (no process-global state). What the simulator knows is measured: requests running and
 queued, tokens held (KV use), generation throughput and the spec gauges per logging window, each finished
 request's tokens, verify calls, TTFT, inter-token latency, time per output token, queue time and the request's
-stages (a PD role's by their PD names, and a PD prefill's queue gauges: sglang_sim.disaggregation), the HTTP
+stages (a PD role's by their PD names, and a PD prefill's queue gauges: dspark_ci.sglang_sim.disaggregation), the HTTP
 requests by endpoint, this process's CPU time, the boot time. What it does not model (SWA and Mamba pools, a PD
 decode's queue gauges, DP-attention balance, CUDA graphs, prefix cache, grammar, routing keys) is sent as an idle
 SGLang sends it: zero.
@@ -21,8 +21,8 @@ from typing import Any, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from sglang_sim.args import ServerArgs
-from sglang_sim.metric_families import Family, load
+from dspark_ci.sglang_sim.args import ServerArgs
+from dspark_ci.sglang_sim.metric_families import Family, load
 
 METRIC_KINDS = {"counter": Counter, "gauge": Gauge, "histogram": Histogram}
 MAX_TOTAL_NUM_TOKENS = 1 << 24  # the KV pool the simulated scheduler reports (it never runs out)
@@ -41,7 +41,7 @@ def kv_gauges(used: int) -> dict[str, float]:
 class ServerMetrics:
     def __init__(self, args: ServerArgs, num_dp_ranks: int, startup_time: Mapping[str, Any] | None = None,
                  pid: int | None = None):
-        """``pid``: the server's, when this process is one shard of it (sglang_sim.engine_shards: its series then carry
+        """``pid``: the server's, when this process is one shard of it (dspark_ci.sglang_sim.engine_shards: its series then carry
         the same labels in every shard, and add up)."""
         self.registry = CollectorRegistry()
         engine_type = {"prefill": "prefill", "decode": "decode"}.get(args.disaggregation_mode, "unified")
@@ -121,7 +121,7 @@ class ServerMetrics:
         self._stages(gen.dp_rank, stages)
 
     def prefilled(self, queue_seconds: float, stages: Mapping[str, float], streaming: bool) -> None:
-        """A PD prefill server's request (sglang_sim.disaggregation), once its transfer is done: its queue wait,
+        """A PD prefill server's request (dspark_ci.sglang_sim.disaggregation), once its transfer is done: its queue wait,
         its stages, and the request counted as its tokenizer counts one it finished."""
         self._series("sglang:queue_time_seconds").observe(max(queue_seconds, 0.0))
         self._stages(0, stages)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from sglang_sim.tokenizer import THINK_END
+from dspark_ci.sglang_sim.tokenizer import THINK_END
 
 # parser -> its detector's reasoning_default (the SGLang release), for the detectors whose tags are <think></think>
 REASONING_DEFAULTS = {

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from sglang_sim.sim_config import Faults
+from dspark_ci.sglang_sim.sim_config import Faults
 
 CONSONANTS = "bcdfghjklmnpqrstvwxz"
 

@@ -11,11 +11,11 @@ from typing import AsyncIterator, Awaitable, Callable, ClassVar
 
 from aiohttp import web
 
-from sglang_sim.args import ServerArgs
-from sglang_sim.sim_config import SimConfig
-from sglang_sim.engine import Engine
-from sglang_sim.prometheus import ServerMetrics
-from sglang_sim.engine_shards import Shard
+from dspark_ci.sglang_sim.args import ServerArgs
+from dspark_ci.sglang_sim.sim_config import SimConfig
+from dspark_ci.sglang_sim.engine import Engine
+from dspark_ci.sglang_sim.prometheus import ServerMetrics
+from dspark_ci.sglang_sim.engine_shards import Shard
 
 logger = logging.getLogger("sglang_sim")
 DEFAULT_CONTEXT_LENGTH = 32768

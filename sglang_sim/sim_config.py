@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, cast
 
 from packaging.version import InvalidVersion, Version
 
-from ground.sglang.release import DEFAULT_VERSION
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 
 
 class SimConfigError(ValueError):
@@ -109,7 +109,7 @@ def _greedy_verify(value: str | None) -> dict:
 
 
 def _category_regression(value: str | None) -> dict:
-    from sglang_sim.speculation import CATEGORIES
+    from dspark_ci.sglang_sim.speculation import CATEGORIES
 
     if value not in CATEGORIES:
         raise SimConfigError(f"fault 'category_regression' needs a category the simulated draft tells apart: "
@@ -463,7 +463,7 @@ class SimConfig:
 
 def _category_regressed(config: SimConfig) -> SimConfig:
     """Fault category_regression folded into the per-category factors on alpha the acceptance model reads."""
-    from sglang_sim.speculation import CATEGORY_REGRESSION_ACCEPT
+    from dspark_ci.sglang_sim.speculation import CATEGORY_REGRESSION_ACCEPT
 
     category = config.faults.category_regression
     if category is None:

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 import random
 from dataclasses import dataclass, field
 
-from sglang_sim.args import ServerArgs
+from dspark_ci.sglang_sim.args import ServerArgs
 
 
 @dataclass(frozen=True)

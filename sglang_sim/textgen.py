@@ -12,9 +12,9 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import Iterator
 
-from sglang_sim.gpqa_answers import LETTERS, GpqaAnswerKey, parse_gpqa_prompt
-from sglang_sim.noise import question_probability
-from sglang_sim.tokenizer import THINK_END, THINK_START, tokenize
+from dspark_ci.sglang_sim.gpqa_answers import LETTERS, GpqaAnswerKey, parse_gpqa_prompt
+from dspark_ci.sglang_sim.noise import question_probability
+from dspark_ci.sglang_sim.tokenizer import THINK_END, THINK_START, tokenize
 
 # Words of the filler prose. None contains "answer", so GPQA extraction only ever sees the last line.
 WORDS = tuple("""
@@ -66,7 +66,7 @@ class Penalties:
 MAX_MARGIN = 2.0
 REPETITION_LOGIT = 3.0
 # The probability of the model's most likely token at every step when sampling: a top_p at or below it leaves the
-# argmax alone, and the sample is the greedy text (sglang_sim.engine.Engine.sample_key).
+# argmax alone, and the sample is the greedy text (dspark_ci.sglang_sim.engine.Engine.sample_key).
 ARGMAX_PROBABILITY = 0.3
 
 

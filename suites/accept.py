@@ -29,10 +29,10 @@ from typing import Any, Mapping, Sequence
 
 import openai
 
-from ground.stats import ratio_stderr
-from suites.prompts import Prompt
-from suites.sanity import usage_contradiction
-from suites.server import Server
+from dspark_ci.ground.stats import ratio_stderr
+from dspark_ci.suites.prompts import Prompt
+from dspark_ci.suites.sanity import usage_contradiction
+from dspark_ci.suites.server import Server
 
 SPEC_FIELDS = ("spec_verify_ct", "spec_num_correct_drafts", "spec_num_proposed_drafts", "spec_accept_length",
                "spec_accept_rate", "spec_correct_drafts_histogram")

@@ -27,10 +27,10 @@ from typing import Sequence
 import numpy as np
 import openai
 
-from ground.stats import ratio_stderr
-from ground.suites import ACCEPT_CATEGORIES, MAX_POSITIONS, category_metric
-from suites.prompts import Prompt
-from suites.server import Server
+from dspark_ci.ground.stats import ratio_stderr
+from dspark_ci.ground.suites import ACCEPT_CATEGORIES, MAX_POSITIONS, category_metric
+from dspark_ci.suites.prompts import Prompt
+from dspark_ci.suites.server import Server
 
 HISTOGRAM_SOURCE = "spec_correct_drafts_histogram"
 DRIFT_PENALTY_K = 6.0  # as reports/change_points.py: about 1 in 50 pure-noise series shows a change
@@ -97,7 +97,7 @@ def by_category(requests: Sequence) -> dict[str, dict]:
 
 def category_metrics(requests: Sequence) -> dict[str, float | None]:
     """accept_length_CATEGORY (Σ completion tokens / Σ verify steps over the category's requests, as accept_length)
-    and its per-request standard error, for each category of ``ground.suites.ACCEPT_CATEGORIES`` the workload has."""
+    and its per-request standard error, for each category of ``dspark_ci.ground.suites.ACCEPT_CATEGORIES`` the workload has."""
     metrics: dict[str, float | None] = {}
     for category in ACCEPT_CATEGORIES:
         members = [r for r in requests if r.spec_verify_ct and r.category == category]

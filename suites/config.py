@@ -16,7 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from ground.suites import SUITE_DEFAULTS, effective_options, option_problem
+from dspark_ci.ground.suites import SUITE_DEFAULTS, effective_options, option_problem
 
 
 class SuiteInputError(Exception):
@@ -55,10 +55,10 @@ class SuiteConfig:
     save_reference: Path | None = None
     cache_dir: Path = Path.home() / ".cache" / "dspark-ci"
     out_path: Path | None = None
-    progress_path: Path | None = None  # --dspark-progress: requests done so far (suites.progress_file)
+    progress_path: Path | None = None  # --dspark-progress: requests done so far (dspark_ci.suites.progress_file)
     roles: tuple[RoleURL, ...] = ()  # --role-url: a disaggregated deployment's servers (the speed suite's TTFT split)
     # --server-pid: the root process of each rank on this machine (the launcher's; the speed suite reads where its
-    # schedulers spent the window, suites.offcpu); none when run standalone against a URL
+    # schedulers spent the window, dspark_ci.suites.offcpu); none when run standalone against a URL
     server_pids: tuple[int, ...] = ()
 
     def suite(self, name: str) -> Mapping[str, Any]:
@@ -76,7 +76,7 @@ def normalize_base_url(url: str) -> str:
 
 
 def merge_options(from_file: Mapping[str, Any] | None, from_flags: list[str], where_file: str) -> dict:
-    """Defaults (a scorer's own for what is left unset: ground.suites.effective_options), then the options file,
+    """Defaults (a scorer's own for what is left unset: dspark_ci.ground.suites.effective_options), then the options file,
     then ``SUITE.KEY=VALUE`` flags. Raises SuiteInputError."""
     given: dict[str, dict[str, Any]] = {suite: {} for suite in SUITE_DEFAULTS}
     for suite, options in (from_file or {}).items():

@@ -15,11 +15,11 @@ import openai
 import pytest
 import requests
 
-from suites.config import (
+from dspark_ci.suites.config import (
     RoleURL, SuiteConfig, SuiteInputError, freeze, load_options_file, merge_options, normalize_base_url,
 )
-from suites.output import SuiteOutput
-from suites.server import NotTheServer, Server, connect
+from dspark_ci.suites.output import SuiteOutput
+from dspark_ci.suites.server import NotTheServer, Server, connect
 
 SUITES_DIR = Path(__file__).parent
 CONFIG_KEY = pytest.StashKey[SuiteConfig]()

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 from urllib.parse import urlparse
 
-from suites.config import SuiteInputError
+from dspark_ci.suites.config import SuiteInputError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -21,7 +21,7 @@ subsample together with repeats; here the two combine (sample first, then repeat
 sequence of random draws whenever either is left at its default.
 
 Every scorer: each sample is streamed to a JSONL file as it is scored (an interrupted run keeps them), the
-requests done and the running accuracy go to --dspark-progress (``suites.progress_file``), and the full response
+requests done and the running accuracy go to --dspark-progress (``dspark_ci.suites.progress_file``), and the full response
 is recorded (``response``), so ``dspark-ci rescore`` can score it again with another scorer. On top of the
 question-clustered standard error, the summary carries the scorer's aggregate (pass@k, majority@k with repeats).
 """
@@ -42,10 +42,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import openai
 
-from suites import sgl_eval_scorer
-from suites.config import SuiteInputError
-from suites.datasets import Dataset, load_csv
-from suites.server import Server
+from dspark_ci.suites import sgl_eval_scorer
+from dspark_ci.suites.config import SuiteInputError
+from dspark_ci.suites.datasets import Dataset, load_csv
+from dspark_ci.suites.server import Server
 
 PUBLISHED_URL = "https://openaipublic.blob.core.windows.net/simple-evals/gpqa_diamond.csv"
 REQUIRED_COLUMNS = ("Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2",

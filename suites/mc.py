@@ -37,8 +37,8 @@ from typing import Any, Mapping, Sequence
 
 import requests
 
-from suites.config import SuiteInputError
-from suites.server import Server
+from dspark_ci.suites.config import SuiteInputError
+from dspark_ci.suites.server import Server
 
 BUILTIN = Path(__file__).with_name("data") / "mc_countries.json"
 

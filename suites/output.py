@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ground.measurements import TEST_OUTCOMES, SuiteTestOutcome
-from ground.suites import METRIC_NAMES
+from dspark_ci.ground.measurements import TEST_OUTCOMES, SuiteTestOutcome
+from dspark_ci.ground.suites import METRIC_NAMES
 
 # Beside the output file: every GPQA sample, appended as it is scored (suites/test_gpqa.py), read by the run's
-# progress line (suites/runner.py) and by `dspark-ci rescore` when the output file was never written.
+# progress line (dspark_ci/suite_runner.py) and by `dspark-ci rescore` when the output file was never written.
 GPQA_SAMPLES_FILE = "gpqa-samples.jsonl"
 
 

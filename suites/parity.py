@@ -18,10 +18,10 @@ from typing import Sequence
 
 import openai
 
-from suites.config import SuiteInputError
-from suites.parity_ties import MATCH, MISMATCH, TIE_FLIP, PositionLogprobs, content_of, decide, position_logprobs
-from suites.prompts import PROMPTS
-from suites.server import Server
+from dspark_ci.suites.config import SuiteInputError
+from dspark_ci.suites.parity_ties import MATCH, MISMATCH, TIE_FLIP, PositionLogprobs, content_of, decide, position_logprobs
+from dspark_ci.suites.prompts import PROMPTS
+from dspark_ci.suites.server import Server
 
 REFERENCE_FORMAT = "dspark-parity-reference"
 # 2: each output carries its logprobs (chat's logprobs.content). A version-1 file still loads, without them: a

@@ -36,7 +36,7 @@ class Prompt:
     source: str  # "builtin" | "mtbench" | a file path: CONTRACT.md, accept suite
 
 
-# The categories: ground.suites.ACCEPT_CATEGORIES (those that matter for speculation, then MT-Bench's own for everything
+# The categories: dspark_ci.ground.suites.ACCEPT_CATEGORIES (those that matter for speculation, then MT-Bench's own for everything
 # else). MT-Bench's "coding" is "code".
 CATEGORY_ALIASES = {"coding": "code"}
 BUILTIN_CATEGORIES = ("code", "writing", "stem", "humanities", "code", "stem", "math", "writing", "stem", "stem",

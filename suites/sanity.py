@@ -1,6 +1,6 @@
 """The always-on sanity check: a few streamed chat completions that prove the server answers with text.
 
-Every serving cell gets it, whatever suites it lists (``ground.suites.ALWAYS_SUITES``), so no suite selection can
+Every serving cell gets it, whatever suites it lists (``dspark_ci.ground.suites.ALWAYS_SUITES``), so no suite selection can
 leave a broken server green: a suite that neither streams nor reads the text (accept) would not notice garbage or
 a stream that breaks off. Per request (``max_tokens`` tokens, greedy, ``stream_options.include_usage``):
 
@@ -34,8 +34,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import requests
 
-from suites.prompts import PROMPTS
-from suites.server import Server
+from dspark_ci.suites.prompts import PROMPTS
+from dspark_ci.suites.server import Server
 
 # Below this many Latin words the vowel test says nothing (a short answer may be "Mr. X").
 MIN_WORDS_FOR_VOWEL_TEST = 6

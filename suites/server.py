@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from suites.config import SuiteConfig
-from suites.progress_file import ProgressFile
+from dspark_ci.suites.config import SuiteConfig
+from dspark_ci.suites.progress_file import ProgressFile
 
 if TYPE_CHECKING:
     import openai
@@ -33,7 +33,7 @@ class Server:
     model: str
     api_key: str
     request_timeout: float
-    progress_path: Path | None = None  # where ask_each reports requests done (suites.progress_file)
+    progress_path: Path | None = None  # where ask_each reports requests done (dspark_ci.suites.progress_file)
 
     @property
     def api_base(self) -> str:
@@ -49,7 +49,7 @@ class Server:
     def ask_each(self, ask: Callable[[openai.OpenAI, Item], Answer], items: Iterable[Item], concurrency: int,
                  max_retries: int = 0, label: str = "requests") -> list[Answer]:
         """``ask(client, item)`` for every item, ``concurrency`` at a time on one client; answers in item order.
-        How many are done is reported under ``label`` (suites.progress_file). Ctrl-C stops the requests and goes on."""
+        How many are done is reported under ``label`` (dspark_ci.suites.progress_file). Ctrl-C stops the requests and goes on."""
         answers, interrupted = self.ask_until_interrupted(ask, items, concurrency, max_retries, label)
         if interrupted:
             raise KeyboardInterrupt

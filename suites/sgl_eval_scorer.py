@@ -21,7 +21,7 @@ import random
 from types import ModuleType
 from typing import Any, Mapping, Sequence
 
-from suites.config import SuiteInputError
+from dspark_ci.suites.config import SuiteInputError
 
 INSTALL_HINT = "pip install -e '.[sgl-eval]' (or: pip install sgl-eval)"
 NS_SEED = 42  # sgl-eval's registry: gpqa prepared with save_kwargs {"random_seed": 42}

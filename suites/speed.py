@@ -51,12 +51,12 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Mapping, Sequence
 
 import aiohttp
 
-from ground.stats import bootstrap_stderr, ratio_stderr
-from suites import offcpu
-from suites.config import RoleURL
-from suites.offcpu import StallCount, ThreadTimes
-from suites.server import Server
-from suites.ttft_split import RoleReading, read_roles
+from dspark_ci.ground.stats import bootstrap_stderr, ratio_stderr
+from dspark_ci.suites import offcpu
+from dspark_ci.suites.config import RoleURL
+from dspark_ci.suites.offcpu import StallCount, ThreadTimes
+from dspark_ci.suites.server import Server
+from dspark_ci.suites.ttft_split import RoleReading, read_roles
 
 if TYPE_CHECKING:
     import openai
@@ -175,11 +175,11 @@ class WorkerJob:
     max_tokens: int
     ignore_eos: bool
     client: str  # "aiohttp" | "openai"
-    # A disaggregated deployment's servers: their /metrics are read as the window opens (suites.ttft_split), by
+    # A disaggregated deployment's servers: their /metrics are read as the window opens (dspark_ci.suites.ttft_split), by
     # the worker that ``reads_roles`` while the others wait
     roles: tuple[RoleURL, ...] = ()
     reads_roles: bool = False
-    # The deployment's scheduler processes (suites.offcpu): read right before and after the window by the worker
+    # The deployment's scheduler processes (dspark_ci.suites.offcpu): read right before and after the window by the worker
     # that ``reads_roles``
     scheduler_pids: tuple[int, ...] = ()
 
@@ -511,7 +511,7 @@ def run_measurement(server: Server, settings: SpeedSettings, prompts: Sequence[s
                     warmup_prompts: Sequence[str], roles: Sequence[RoleURL] = (),
                     scheduler_pids: Sequence[int] = ()) -> list[WorkerResult]:
     """The workers' results; with ``roles``, the first one's ``roles_at_window`` holds their /metrics as the window
-    opened; with ``scheduler_pids``, its ``schedulers_*`` their schedstat around the window (suites.offcpu)."""
+    opened; with ``scheduler_pids``, its ``schedulers_*`` their schedstat around the window (dspark_ci.suites.offcpu)."""
     workers = min(settings.workers, settings.concurrency)  # each worker keeps at least one stream open
     jobs = [
         WorkerJob(api_base=server.api_base, api_key=server.api_key, model=server.model,

@@ -17,19 +17,19 @@ from dataclasses import replace
 
 import pytest
 
-from suites.accept import (
+from dspark_ci.suites.accept import (
     Sampling, beyond_draft_bound, disagreements, impossible_requests, measure_requests, per_request_metrics, request_record,
     server_side_figures, take_snapshot, with_spec,
 )
-from suites.accept_detail import (
+from dspark_ci.suites.accept_detail import (
     accept_length_histogram, by_category, category_metrics, draws, drift, greedy_share, greedy_texts, position_metrics,
     position_source, positions, repeated_words, token_ids,
 )
-from ground.position_homogeneity import compare
-from suites.config import SuiteInputError
-from suites.datasets import load_questions
-from suites.prompts import LONG_CONTEXT_QUESTIONS, Prompt, builtin_workload, category_of, long_context_document
-from suites.server import connect
+from dspark_ci.ground.position_homogeneity import compare
+from dspark_ci.suites.config import SuiteInputError
+from dspark_ci.suites.datasets import load_questions
+from dspark_ci.suites.prompts import LONG_CONTEXT_QUESTIONS, Prompt, builtin_workload, category_of, long_context_document
+from dspark_ci.suites.server import connect
 
 
 def load_workload(source: str, cache_dir) -> tuple[tuple[Prompt, ...], dict]:

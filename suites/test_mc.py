@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from suites.config import SuiteInputError
-from suites.mc import item_record, load_items, run_items, select, summarize
+from dspark_ci.suites.config import SuiteInputError
+from dspark_ci.suites.mc import item_record, load_items, run_items, select, summarize
 
 
 @pytest.fixture(scope="module")

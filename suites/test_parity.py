@@ -13,10 +13,10 @@ from dataclasses import replace
 
 import pytest
 
-from suites.config import SuiteInputError
-from suites.parity_ties import MISMATCH, TIE_FLIP
-from suites.parity import Reference, compare, default_prompts, generate, load_reference, save_reference, tally, describe
-from suites.server import NotTheServer, Server, connect
+from dspark_ci.suites.config import SuiteInputError
+from dspark_ci.suites.parity_ties import MISMATCH, TIE_FLIP
+from dspark_ci.suites.parity import Reference, compare, default_prompts, generate, load_reference, save_reference, tally, describe
+from dspark_ci.suites.server import NotTheServer, Server, connect
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from suites.sanity import (accept_length, consistency_problems, non_streamed_problems, record, reply_problems,
+from dspark_ci.suites.sanity import (accept_length, consistency_problems, non_streamed_problems, record, reply_problems,
                            run_non_streamed, run_sanity, same_text_same_tokens)
 
 

@@ -29,7 +29,7 @@ from typing import Sequence
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from suites.config import RoleURL
+from dspark_ci.suites.config import RoleURL
 
 PER_STAGE = "sglang:per_stage_req_latency_seconds"
 QUEUE_TIME = "sglang:queue_time_seconds"

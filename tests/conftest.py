@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from ground.errors import InfraError
-from ground.sglang.resolver import locate
-from ground.state import STATE_DIR_ENV, state_dir
-from reports.history_db import HISTORY_ENV, history_path
+from dspark_ci.ground.errors import InfraError
+from dspark_ci.ground.sglang.resolver import locate
+from dspark_ci.ground.state import STATE_DIR_ENV, state_dir
+from dspark_ci.reports.history_db import HISTORY_ENV, history_path
 
 # Tests of what this machine has one of run on one xdist worker per group, one after the other, as they would
 # without xdist: a capacity, placement or leftover check they make is theirs alone. The Slurm cluster's four nodes

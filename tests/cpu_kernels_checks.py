@@ -1,4 +1,4 @@
-"""Checks of ``sglang_sim.cpu_kernels``'s ops, run by tests/test_cpu_kernels.py in SGLang's interpreter (it has
+"""Checks of ``dspark_ci.sglang_sim.cpu_kernels``'s ops, run by tests/test_cpu_kernels.py in SGLang's interpreter (it has
 torch; ours does not): ``python tests/cpu_kernels_checks.py`` prints one JSON line per check, ``{"check": name,
 "error": null | traceback}``.
 

@@ -14,13 +14,13 @@ from pathlib import Path
 import docker
 import pytest
 
-from ground.errors import InfraError
-from launchers.contract import LaunchContext
-from launchers.docker.hosts import HOSTS_ENV, Inventory, connect, load_inventory
-from launchers.docker.lifecycle import DockerLauncher
-from launchers.docker.options import DockerOptions
-from launchers.docker.spec import LABEL_RUN
-from launchers.docker.tuning import SIM_IMAGE, DockerTuning
+from dspark_ci.ground.errors import InfraError
+from dspark_ci.launchers.contract import LaunchContext
+from dspark_ci.launchers.docker.hosts import HOSTS_ENV, Inventory, connect, load_inventory
+from dspark_ci.launchers.docker.lifecycle import DockerLauncher
+from dspark_ci.launchers.docker.options import DockerOptions
+from dspark_ci.launchers.docker.spec import LABEL_RUN
+from dspark_ci.launchers.docker.tuning import SIM_IMAGE, DockerTuning
 from tests.sim_plans import FAST_SIM
 
 ENGINE1 = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"

@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from ci.chatops.github import run_title_tag
+from dspark_ci.ci.chatops.github import run_title_tag
 
 BOT = {"login": "github-actions[bot]", "type": "Bot"}
 FAULT_KINDS = ("502", "reset", "timeout")
@@ -278,7 +278,7 @@ def _handler(state: StandInState):
             with state.lock:
                 state.dispatches.append({"workflow": m.group(1), **payload})
                 state.next_id += 1
-                # What the workflows' run-name shows: the request tag (ci.chatops.github.run_title_tag).
+                # What the workflows' run-name shows: the request tag (dspark_ci.ci.chatops.github.run_title_tag).
                 state.runs.append({"id": state.next_id, "workflow": m.group(1), "event": "workflow_dispatch",
                                    "status": "queued", "created_at": now_iso(),
                                    "listed_from": time.monotonic() + state.listing_lag_seconds,

@@ -26,7 +26,7 @@ def main() -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from sglang_sim.cpu_engine import real_model
+    from dspark_ci.sglang_sim.cpu_engine import real_model
 
     target, _ = real_model.ensure(Path(sys.argv[1]))
     gguf = real_model.gguf_path()

@@ -8,7 +8,7 @@ Import from a test module::
         server = sim(["--speculative-algorithm", "DSPARK", ...], env={"DSPARK_SIM_ACCEPT_PROB": "0.5"})
         requests.get(server.url("/health"))
 
-``sim(...)`` starts ``python -m sglang_sim --model-path sim/tiny --host H --port P [args]``, waits for
+``sim(...)`` starts ``python -m dspark_ci.sglang_sim --model-path sim/tiny --host H --port P [args]``, waits for
 ``/health`` to answer 200 (unless ``wait=False``) and stops every process it started at teardown.
 """
 
@@ -26,7 +26,7 @@ from typing import Iterator
 import pytest
 import requests
 
-from launchers.processes import free_port
+from dspark_ci.ground.processes import free_port
 
 # Fast and deterministic: no boot delay, no prefill time, 1 ms per decode step.
 FAST_SIM_ENV = {"DSPARK_SIM_BOOT_SECONDS": "0", "DSPARK_SIM_PREFILL_MS_PER_TOKEN": "0",
@@ -86,7 +86,7 @@ class SimProcess:
 
 
 def sim_command(args: list[str], host: str, port: int, model: str = MODEL) -> list[str]:
-    return [sys.executable, "-m", "sglang_sim", "--model-path", model, "--host", host, "--port", str(port), *args]
+    return [sys.executable, "-m", "dspark_ci.sglang_sim", "--model-path", model, "--host", host, "--port", str(port), *args]
 
 
 @contextlib.contextmanager

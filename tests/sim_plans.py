@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from launchers.plan_types import SGLANG_ENTRYPOINT, LaunchPlan, Placement, RankCommand
+from dspark_ci.launchers.plan_types import SGLANG_ENTRYPOINT, LaunchPlan, Placement, RankCommand
 
 # A quick boot (still long enough to be awaited) and fast decoding.
 FAST_SIM = {"DSPARK_SIM_BOOT_SECONDS": "0.2", "DSPARK_SIM_DECODE_STEP_MS": "1", "DSPARK_SIM_PREFILL_MS_PER_TOKEN": "0"}

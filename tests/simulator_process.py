@@ -1,6 +1,6 @@
 """Start the simulated SGLang server on a free loopback port, for our tests of the suites and for bench/.
 
-Only the public command line is used (``python -m sglang_sim`` + SGLang's launch flags, knobs in
+Only the public command line is used (``python -m dspark_ci.sglang_sim`` + SGLang's launch flags, knobs in
 ``DSPARK_SIM_*``), exactly as a user would start it by hand.
 """
 
@@ -17,8 +17,8 @@ from typing import Iterator, Mapping, Sequence
 
 import requests
 
-from launchers.processes import free_port, signal_group
-from launchers.materialize import FRONTEND_ENTRY, frontend_python
+from dspark_ci.ground.processes import free_port, signal_group
+from dspark_ci.launchers.materialize import FRONTEND_ENTRY, frontend_python
 
 SPECULATIVE_ARGS = ("--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", "sim/draft",
                     "--speculative-dspark-block-size", "3")
@@ -34,7 +34,7 @@ def running_simulator(env: Mapping[str, str] | None = None, args: Sequence[str] 
     (``--server sglang-frontend``; expect a minute or two of boot); ``entry``: what that Python runs (the engine's
     wrapper for ``--server sglang-engine``)."""
     port = free_port()
-    command = [frontend_python, str(entry)] if frontend_python else [sys.executable, "-m", "sglang_sim"]
+    command = [frontend_python, str(entry)] if frontend_python else [sys.executable, "-m", "dspark_ci.sglang_sim"]
     argv = [*command, "--model-path", model, "--host", "127.0.0.1", "--port", str(port), *args]
     full_env = {**os.environ, "DSPARK_SIM_BOOT_SECONDS": "0", **(env or {})}
     log = open(log_path, "wb") if log_path else subprocess.DEVNULL

@@ -7,10 +7,10 @@ import contextlib
 
 import pytest
 
-from reports.gates import evaluate
-from ground.measurements import Acceptance
-from ground.records import CellResult
-from ground.sglang.settings import CellConfig
+from dspark_ci.reports.gates import evaluate
+from dspark_ci.ground.measurements import Acceptance
+from dspark_ci.ground.records import CellResult
+from dspark_ci.ground.sglang.settings import CellConfig
 from tests.simulator_process import running_simulator
 from tests.suite_runs import REPO, run_suite
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from ci.chatops.text import shown
+from dspark_ci.ci.chatops.text import shown
 from dspark_ci.cli import main
 from tests.golden_files import GOLDEN_DIR, assert_golden
 
@@ -55,7 +55,7 @@ FIXTURE_RUNNERS = {"1-gpu-h100": 2, "1-gpu-mi35x": 1}
 
 @pytest.fixture(autouse=True)
 def fleet_of_the_fixture_tree(tmp_path_factory, monkeypatch):
-    from ci.chatops import fleet
+    from dspark_ci.ci.chatops import fleet
 
     path = tmp_path_factory.mktemp("fleet") / "fleet.json"
     path.write_text(json.dumps({**json.loads(fleet.DEFAULT_FLEET.read_text()), **FIXTURE_RUNNERS}))
@@ -242,7 +242,7 @@ def test_unsafe_spec_is_rejected_before_any_file_is_read(capsys, sglang_repo, pe
     code, result, err = chatops_json(capsys, sglang_repo, permissions_file, f"/rerun-test {spec}")
     assert code == 2
     assert result["plan"]["actions"] == []
-    # The spec is echoed inert (entities for < > &, backslashes before `): ci.chatops.text.shown.
+    # The spec is echoed inert (entities for < > &, backslashes before `): dspark_ci.ci.chatops.text.shown.
     assert result["reply"].startswith(f"⛔ {shown(spec)}: ") and shown(reason) in result["reply"]
     assert err.startswith("dspark-ci chatops: --comment: ")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from ci.chatops import decision
-from ci.chatops.fleet import load_fleet
-from ci.workflows.definitions import render_all
+from dspark_ci.ci.chatops import decision
+from dspark_ci.ci.chatops.fleet import load_fleet
+from dspark_ci.ci.workflows.definitions import render_all
 from tests.test_chatops import (chatops_json, fleet_of_the_fixture_tree, no_github, permissions_file,  # noqa: F401
                                  sglang_repo)
 

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from ci.chatops.event import load_event
-from ci.chatops.github import GitHub
-from ci.chatops.handle import DEFAULT_MATRICES, ChatOpsConfig, GitHubContext, execute, handle
-from ci.chatops.permissions import load_permissions
-from ci.chatops.text import ZERO_WIDTH_SPACE
+from dspark_ci.ci.chatops.event import load_event
+from dspark_ci.ci.chatops.github import GitHub
+from dspark_ci.ci.chatops.handle import DEFAULT_MATRICES, ChatOpsConfig, GitHubContext, execute, handle
+from dspark_ci.ci.chatops.permissions import load_permissions
+from dspark_ci.ci.chatops.text import ZERO_WIDTH_SPACE
 from dspark_ci.cli import main
-from matrices import load_cells
+from dspark_ci.matrices import load_cells
 from tests.github_standin import FAULT_KINDS, GitHubStandIn
 from tests.test_chatops_github import (fleet_of_the_fixture_tree, github, permissions_file,  # noqa: F401
                                         sglang_repo)
@@ -219,7 +219,7 @@ def test_what_one_comment_can_start_is_capped(capsys, big_tree, permissions_file
 
 
 def test_a_tree_that_cannot_be_searched_within_the_budget_is_refused(big_tree, monkeypatch):
-    from ci.chatops import resolve_test_paths
+    from dspark_ci.ci.chatops import resolve_test_paths
 
     monkeypatch.setattr(resolve_test_paths, "SEARCH_SECONDS", 0.0)
     with pytest.raises(resolve_test_paths.TreeRefused, match="could not be searched within 0 s"):
@@ -521,7 +521,7 @@ def test_a_reply_that_cannot_be_posted_takes_its_thumbs_up_back(capsys, tmp_path
 # --- a dispatch repeated because its run was listed late runs once --------------------------------
 
 def guard(github: GitHubStandIn, capsys, run_id: int, request: str = "c99-0") -> str:
-    from ci.chatops.duplicate_run import main as duplicate_run
+    from dspark_ci.ci.chatops.duplicate_run import main as duplicate_run
 
     # GITHUB_TOKEN and GITHUB_API_URL are the github fixture's.
     code = duplicate_run(["--repo", "sgl-project/sglang", "--workflow", "rerun-test.yml", "--request", request,
@@ -572,8 +572,8 @@ def now_iso_minus(minutes: int) -> str:
 
 
 def test_the_default_fleet_knows_the_runners_sglang_runs_registered_tests_on():
-    from ci.chatops.fleet import load_fleet
-    from ci.chatops.sglang_registrations import runner_label
+    from dspark_ci.ci.chatops.fleet import load_fleet
+    from dspark_ci.ci.chatops.sglang_registrations import runner_label
 
     fleet = load_fleet()
     # SGLang's runner configs (scripts/ci/runner_configs.yml) name real runners: their reruns are dispatched.

@@ -1,4 +1,4 @@
-"""`dspark-ci chatops` and `python -m ci.chatops.rerun_status` for real, over HTTP, against a local stand-in for
+"""`dspark-ci chatops` and `python -m dspark_ci.ci.chatops.rerun_status` for real, over HTTP, against a local stand-in for
 GitHub's API (tests/github_standin.py, on 127.0.0.1): retries, rate limits, permission, pinning, races."""
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ def test_silence_for_a_comment_that_is_no_command(capsys, tmp_path, sglang_repo,
 
 def rerun_status(github: GitHubStandIn, comment_id: int, marker: str, status: str) -> subprocess.Popen:
     env = {**os.environ, "GITHUB_TOKEN": TOKEN, "GITHUB_API_URL": github.url, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, "-m", "ci.chatops.rerun_status", "--repo", "sgl-project/sglang",
+    return subprocess.Popen([sys.executable, "-m", "dspark_ci.ci.chatops.rerun_status", "--repo", "sgl-project/sglang",
                              "--comment-id",
                              str(comment_id), "--marker", marker, "--status", status, "--run-url",
                              f"https://ci.example/runs/{marker[8]}"],

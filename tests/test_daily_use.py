@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dspark_ci.cli import VERBS
-from ground.sglang.release import DEFAULT_VERSION
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 from tests.cli_under_test import DSPARK_CI
 from tests.test_run_cli import FEW_BOOTS
 

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from ground.errors import BadInput
-from ground.sglang.release import DEVICE_IMAGES, ROCM_IMAGES, accelerator
-from launchers.contract import LaunchContext
-from launchers.docker.lifecycle import DockerLauncher
-from launchers.docker.options import DockerOptions
-from launchers.docker.spec import LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, container_spec, device_environment
-from launchers.docker.hosts import HOSTS_ENV, load_inventory
-from launchers.docker.tuning import DockerTuning
+from dspark_ci.ground.errors import BadInput
+from dspark_ci.ground.sglang.release import DEVICE_IMAGES, ROCM_IMAGES, accelerator
+from dspark_ci.launchers.contract import LaunchContext
+from dspark_ci.launchers.docker.lifecycle import DockerLauncher
+from dspark_ci.launchers.docker.options import DockerOptions
+from dspark_ci.launchers.docker.spec import LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, container_spec, device_environment
+from dspark_ci.launchers.docker.hosts import HOSTS_ENV, load_inventory
+from dspark_ci.launchers.docker.tuning import DockerTuning
 from tests.cli_under_test import DSPARK_CI
-from launchers.plan_types import SGLANG_ENTRYPOINT, LaunchPlan, RankCommand
+from dspark_ci.launchers.plan_types import SGLANG_ENTRYPOINT, LaunchPlan, RankCommand
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -122,7 +122,7 @@ def spec_for(tmp_path, server: str, device: str, gpus_line: str = "", hardware: 
 
 def test_simulator_containers_get_no_devices_and_run_the_simulator(tmp_path):
     spec = spec_for(tmp_path, "sim", "cuda")
-    assert spec["command"][:3] == ["python3", "-m", "sglang_sim"]
+    assert spec["command"][:3] == ["python3", "-m", "dspark_ci.sglang_sim"]
     assert "device_requests" not in spec and "devices" not in spec and spec["volumes"] == {}
     assert (spec["network_mode"], spec["ipc_mode"]) == ("host", "host")
     assert spec["labels"] == {**LABELS, "dspark-ci.rank": "0"}
@@ -209,7 +209,7 @@ def test_two_runs_on_the_same_remote_engines_get_different_ports(tmp_path):
 def test_cells_placed_at_the_same_moment_get_hosts_of_their_own(tmp_path):
     """Two cells side by side on a two-host inventory each get a host, even when both are placed before either
     launches (seen in CI: two cells placed at once both took the first host); a torn-down cell's host is free."""
-    from launchers.docker.lifecycle import HostLeases
+    from dspark_ci.launchers.docker.lifecycle import HostLeases
 
     inventory = load_inventory(None, {"DSPARK_DOCKER_HOSTS": "ssh://a=127.0.0.1 ssh://b=127.0.0.2"})
     leases = HostLeases(inventory)
@@ -256,7 +256,7 @@ class StreamDroppingContainer:
 
 
 def test_a_log_stream_that_ends_while_the_rank_runs_is_followed_again(tmp_path):
-    from launchers.docker.group import LogPump
+    from dspark_ci.launchers.docker.group import LogPump
 
     container = StreamDroppingContainer()
     pump = LogPump(container, tmp_path / "0.log", "# header\n", secrets=[])
@@ -286,7 +286,7 @@ def leased_gpus(launcher: DockerLauncher, placement) -> list[tuple[str, tuple[in
 
 
 def test_an_8_gpu_host_holds_two_4_gpu_cells_side_by_side_each_with_gpus_of_its_own(tmp_path):
-    from launchers.contract import Need
+    from dspark_ci.launchers.contract import Need
 
     launcher = gpu_launcher(tmp_path, "run-g", "    gpus: 8\n", "    gpus: [4, 5, 6, 7]\n")
     capacity = launcher.capacity()

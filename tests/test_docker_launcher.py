@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from openai import OpenAI
 
-from launchers.contract import LaunchFailed, LaunchTimeout
-from launchers.docker.lifecycle import DockerLauncher
-from launchers.docker.spec import LABEL_CELL, LABEL_RANK, LABEL_RUN
-from ground.state import STATE_DIR_ENV
+from dspark_ci.launchers.contract import LaunchFailed, LaunchTimeout
+from dspark_ci.launchers.docker.lifecycle import DockerLauncher
+from dspark_ci.launchers.docker.spec import LABEL_CELL, LABEL_RANK, LABEL_RUN
+from dspark_ci.ground.state import STATE_DIR_ENV
 from tests.cli_under_test import DSPARK_CI
 from tests.docker_engines import ENGINE1, ENGINE2, SECRET, containers_of, launcher_on, new_run_id, require_engine
 from tests.sim_plans import make_plan
@@ -145,8 +145,8 @@ def test_secrets_reach_the_container_but_no_log_or_error(tmp_path, engine1, run_
 DRIVER = """
 import os, sys, time
 from pathlib import Path
-from launchers.ledger import Ledger
-from launchers.processes import reset_inherited_signals
+from dspark_ci.ground.ledger import Ledger
+from dspark_ci.ground.processes import reset_inherited_signals
 from tests.docker_engines import ENGINE1, ENGINE2, launcher_on
 from tests.sim_plans import make_plan
 

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from ground.sglang.release import DEFAULT_VERSION
-from launchers.contract import LaunchContext
-from launchers.docker.options import DockerOptions
-from launchers.docker.spec import engine_volumes, image_for
-from launchers.docker.tuning import DockerTuning
-from launchers.materialize import server_argv, server_python
-from launchers.plan_types import RankCommand
-from sglang_sim.cpu_engine import (ENTRY, MODEL_DIR, engine_argv, engine_env, flag_value, refusal,
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION
+from dspark_ci.launchers.contract import LaunchContext
+from dspark_ci.launchers.docker.options import DockerOptions
+from dspark_ci.launchers.docker.spec import engine_volumes, image_for
+from dspark_ci.launchers.docker.tuning import DockerTuning
+from dspark_ci.launchers.materialize import server_argv, server_python
+from dspark_ci.launchers.plan_types import RankCommand
+from dspark_ci.sglang_sim.cpu_engine import (ENTRY, MODEL_DIR, engine_argv, engine_env, flag_value, refusal,
                                    threads_bind, workdir)
 from tests.test_run_cli import SMOKE, Run
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import requests
 
-from ground.sglang.release import DEFAULT_VERSION
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 from tests.simulator_process import running_simulator
 from tests.test_frontend_conformance import diff_shapes, metric_labels, shape
 
@@ -88,7 +88,7 @@ def differences(ours: dict, theirs: dict) -> dict[tuple[str, str], str]:
 def both(tmp_path_factory) -> dict[str, dict]:
     if not ENGINE or not Path(ENGINE).exists():
         pytest.skip("SGLang's engine venv is not given: DSPARK_SGLANG_ENGINE_PYTHON=$(bash .ci/sglang-engine.sh)")
-    from launchers.materialize import ENGINE_ENTRY
+    from dspark_ci.launchers.materialize import ENGINE_ENTRY
 
     logs = tmp_path_factory.mktemp("engine-conformance")
     with contextlib.ExitStack() as stack:

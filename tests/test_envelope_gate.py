@@ -1,17 +1,17 @@
 """The gate on where speculation pays: the boundary must not move inward of the baseline's, shown statistically at
-every sweep point up to it (reports.gates.envelope_statistic), on the simulator with and without the planted shift
+every sweep point up to it (dspark_ci.reports.gates.envelope_statistic), on the simulator with and without the planted shift
 and on hand-made envelopes at the edges of the rule."""
 
 from __future__ import annotations
 
 import pytest
 
-from ground import stats
-from ground.measurements import Envelope, EnvelopeBoundary, EnvelopePoint
-from ground.records import CellResult
-from ground.sglang.settings import CellConfig
-from reports.baseline_file import load_baseline
-from reports.gates import evaluate, status_of
+from dspark_ci.ground import stats
+from dspark_ci.ground.measurements import Envelope, EnvelopeBoundary, EnvelopePoint
+from dspark_ci.ground.records import CellResult
+from dspark_ci.ground.sglang.settings import CellConfig
+from dspark_ci.reports.baseline_file import load_baseline
+from dspark_ci.reports.gates import evaluate, status_of
 from tests.simulator_process import running_simulator
 from tests.suite_runs import run_suite
 
@@ -119,7 +119,7 @@ def test_no_sweep_is_not_measured_and_fails(tmp_path):
     ("{value: 128, never_inward: 1}", "must be true or false"),
 ])
 def test_a_never_inward_spec_without_its_boundary_is_refused(tmp_path, text, message):
-    from ground.errors import BadInput
+    from dspark_ci.ground.errors import BadInput
 
     path = tmp_path / "b.yaml"
     path.write_text(f"schema: 1\ncells:\n  c:\n    speculation_boundary_concurrency: {text}\n")

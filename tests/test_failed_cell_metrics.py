@@ -14,7 +14,7 @@ DRIVER = """
 import json, os, signal, sys
 from unittest import mock
 import dspark_ci.cell_run as cell_run
-from launchers.contract import LaunchFailed
+from dspark_ci.launchers.contract import LaunchFailed
 from dspark_ci.cli import main
 
 argv = sys.argv[1:]

@@ -19,7 +19,7 @@ from tests.test_verdicts import GREEN, RED, VerdictRun, wait_for
 DRIVER = """
 import errno, sys, time
 from unittest import mock
-import reports.writers as writers
+import dspark_ci.reports.writers as writers
 from dspark_ci.cli import main
 
 how, argv = sys.argv[1], sys.argv[2:]
@@ -58,8 +58,8 @@ def interrupt_in_a_gc_callback(original):
     return wrapped
 
 import os, signal, weakref
-import reports.live_results as live_results
-import suites.runner as runner
+import dspark_ci.reports.live_results as live_results
+import dspark_ci.suite_runner as runner
 if how.startswith("gc-"):
     where, name = (live_results.ResultsWriter, "finish") if how.endswith("-late") else (runner, "_report_progress")
     patch = mock.patch.object(where, name, interrupt_in_a_gc_callback(getattr(where, name)))

@@ -1,6 +1,6 @@
 """The simulator's HTTP layer held to the pinned SGLang release's own, on the same requests.
 
-Two servers with the same argv and the same simulated engine: the embedded simulator (``python -m sglang_sim``)
+Two servers with the same argv and the same simulated engine: the embedded simulator (``python -m dspark_ci.sglang_sim``)
 and SGLang's own front end in front of it (``--server sglang-frontend``: SGLang's FastAPI app, TokenizerManager,
 OpenAI serving layer and DetokenizerManager). The same requests go to both; what comes back is compared by
 shape: keys and value types (recursively), the sequence of streamed chunk kinds, finish reasons, usage
@@ -21,8 +21,8 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from ground.sglang.release import DEFAULT_VERSION
-from suites.runner import SYNTHETIC_GPQA
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION
+from dspark_ci.suite_runner import SYNTHETIC_GPQA
 from tests.simulator_process import FRONTEND_MISSING, frontend_venv, running_simulator
 
 MODEL = "deepseek-ai/DeepSeek-V4-Flash"

@@ -14,8 +14,8 @@ import subprocess
 
 import pytest
 
-from ground.sglang.release import DEFAULT_VERSION
-from sglang_sim.frontend import REPO, frontend_env
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION
+from dspark_ci.sglang_sim.frontend import REPO, frontend_env
 from tests.golden_files import GOLDEN_DIR, assert_golden
 from tests.simulator_process import FRONTEND_MISSING, frontend_venv
 
@@ -27,7 +27,7 @@ def probe() -> dict:
     python = frontend_venv()
     if python is None:
         pytest.skip(FRONTEND_MISSING)
-    done = subprocess.run([python, "-m", "sglang_sim.frontend.io_schema"], capture_output=True, text=True,
+    done = subprocess.run([python, "-m", "dspark_ci.sglang_sim.frontend.io_schema"], capture_output=True, text=True,
                           timeout=300, cwd=REPO, env=frontend_env(os.environ))
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)

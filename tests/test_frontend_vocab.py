@@ -8,17 +8,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sglang_sim.frontend.vocab import Vocabulary
-from sglang_sim.gpqa_answers import GpqaAnswerKey
-from sglang_sim.openai_api import render_chat
-from sglang_sim.textgen import Ask, Persona, reply_tokens
-from sglang_sim.tokenizer import tokenize
-from suites.gpqa import QUERY_TEMPLATE
-from suites.prompts import PROMPTS
-from suites.runner import SYNTHETIC_GPQA
+from dspark_ci.sglang_sim.frontend.vocab import Vocabulary
+from dspark_ci.sglang_sim.gpqa_answers import GpqaAnswerKey
+from dspark_ci.sglang_sim.openai_api import render_chat
+from dspark_ci.sglang_sim.textgen import Ask, Persona, reply_tokens
+from dspark_ci.sglang_sim.tokenizer import tokenize
+from dspark_ci.suites.gpqa import QUERY_TEMPLATE
+from dspark_ci.suites.prompts import PROMPTS
+from dspark_ci.suite_runner import SYNTHETIC_GPQA
 
 REPO = Path(__file__).resolve().parent.parent
-BUILD = ("import hashlib, json, sys; from sglang_sim.frontend.vocab import Vocabulary; "
+BUILD = ("import hashlib, json, sys; from dspark_ci.sglang_sim.frontend.vocab import Vocabulary; "
          "print(hashlib.sha256(json.dumps(Vocabulary.build([], sys.argv[1:]).by_piece).encode()).hexdigest())")
 
 

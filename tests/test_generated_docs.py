@@ -13,11 +13,11 @@ from pathlib import Path
 
 from dspark_ci import cli_reference
 from dspark_ci.evidence import MAX_BOOTS
-from ground.errors import ExitCode
-from ground.records import Status
-from ground.sglang.settings import SETTINGS
-from launchers.contract import Launcher
-from matrices import key_table
+from dspark_ci.ground.errors import ExitCode
+from dspark_ci.ground.records import Status
+from dspark_ci.ground.sglang.settings import SETTINGS
+from dspark_ci.launchers.contract import Launcher
+from dspark_ci.matrices import key_table
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -46,7 +46,7 @@ def test_every_verb_and_run_option_is_in_the_cli_reference():
 def test_matrix_key_table_is_current_and_has_every_setting():
     readme = (REPO / "matrices" / "README.md").read_text()
     assert readme == key_table.readme_text(readme), \
-        "matrices/README.md's key table is stale: run `python -m matrices.key_table --write`"
+        "matrices/README.md's key table is stale: run `python -m dspark_ci.matrices.key_table --write`"
     assert all(f"| `{setting.key}` |" in readme for setting in SETTINGS)
 
 

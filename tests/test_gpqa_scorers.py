@@ -41,7 +41,7 @@ def smoke_matrix(tmp_path: Path, gpqa_options: str) -> str:
 
 @needs_sgl_eval
 def test_the_sgl_eval_cli_and_our_suite_score_every_sample_alike(tmp_path):
-    from suites import sgl_eval_scorer
+    from dspark_ci.suites import sgl_eval_scorer
     import csv
 
     rows = list(csv.DictReader(SYNTHETIC_GPQA.open(newline="")))

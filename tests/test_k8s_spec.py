@@ -15,9 +15,9 @@ import jsonschema
 import pytest
 import yaml
 
-from launchers.k8s import spec as k8s_spec
-from launchers.launch_plan import plan_launch
-from matrices import load_cells
+from dspark_ci.launchers.k8s import spec as k8s_spec
+from dspark_ci.launchers.launch_plan import plan_launch
+from dspark_ci.matrices import load_cells
 
 REPO = Path(__file__).resolve().parent.parent
 CRD = REPO / "launchers" / "k8s" / "crd" / "lws-crd.yaml"

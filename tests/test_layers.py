@@ -65,8 +65,8 @@ def test_the_layering_itself_is_checked_on_every_package():
 
 
 def test_reports_know_exactly_the_metrics_the_suites_report():
-    from ground.suites import METRIC_SUITE, SUITE_DEFAULTS
-    from reports.metrics import METRICS
+    from dspark_ci.ground.suites import METRIC_SUITE, SUITE_DEFAULTS
+    from dspark_ci.reports.metrics import METRICS
 
     assert set(METRICS) == set(METRIC_SUITE)
     assert set(METRIC_SUITE.values()) <= set(SUITE_DEFAULTS)

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import requests
 
-from launchers.contract import LaunchContext, LaunchFailed, LaunchTimeout
-from ground.errors import InfraError
-from launchers.ledger import Ledger
-from launchers.local.lifecycle import LocalLauncher
-from launchers.local.options import LocalOptions
-from launchers.local.tuning import LocalTuning
-from launchers.processes import free_port, port_is_free, remove_run_temp_dir, run_env, started_at
+from dspark_ci.launchers.contract import LaunchContext, LaunchFailed, LaunchTimeout
+from dspark_ci.ground.errors import InfraError
+from dspark_ci.ground.ledger import Ledger
+from dspark_ci.launchers.local.lifecycle import LocalLauncher
+from dspark_ci.launchers.local.options import LocalOptions
+from dspark_ci.launchers.local.tuning import LocalTuning
+from dspark_ci.ground.processes import free_port, port_is_free, remove_run_temp_dir, run_env, started_at
 from tests.cli_under_test import DSPARK_CI
 from tests.process_table import assert_none_left
 from tests.sim_plans import FAST_SIM, make_plan
@@ -107,7 +107,7 @@ def test_losing_a_rank_is_seen_and_the_group_torn_down(tmp_path, marker, launche
 def test_another_server_on_the_port_is_never_taken_for_ours(tmp_path, marker, launcher_with):
     """Another run's server already answers /health on the port: the launch fails (its server args are not
     ours, or our rank cannot bind), it never serves the suites someone else's numbers."""
-    from launchers.plan_types import Placement
+    from dspark_ci.launchers.plan_types import Placement
     from tests.sim_fixtures import running_sim
 
     with running_sim(["--served-model-name", "someone-elses-run"], tmp_path / "foreign.log") as foreign:
@@ -127,11 +127,11 @@ def test_another_server_on_the_port_is_never_taken_for_ours(tmp_path, marker, la
 FORKING_DRIVER = """
 import os, sys, time
 from pathlib import Path
-from launchers.contract import LaunchContext
-from launchers.ledger import Ledger
-from launchers.local.lifecycle import LocalLauncher
-from launchers.local.options import LocalOptions
-from launchers.local.tuning import LocalTuning
+from dspark_ci.launchers.contract import LaunchContext
+from dspark_ci.ground.ledger import Ledger
+from dspark_ci.launchers.local.lifecycle import LocalLauncher
+from dspark_ci.launchers.local.options import LocalOptions
+from dspark_ci.launchers.local.tuning import LocalTuning
 from tests.sim_plans import FAST_SIM, make_plan
 
 logs = Path(os.environ["LOGS"])

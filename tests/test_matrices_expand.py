@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from matrices import load_cells
-from ground.sglang.settings import BY_KEY, SETTINGS
-from matrices.schema import CELL_KEYS, TOP_KEYS
+from dspark_ci.matrices import load_cells
+from dspark_ci.ground.sglang.settings import BY_KEY, SETTINGS
+from dspark_ci.matrices.schema import CELL_KEYS, TOP_KEYS
 
 
 def cells_of(tmp_path, text: str, name: str = "m.yaml"):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dspark_ci.cli import main
-from ground.sglang.release import DEFAULT_VERSION
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 
 REPO = Path(__file__).resolve().parent.parent
 

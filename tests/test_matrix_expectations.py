@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_sim.admission import Rejected, SglangEnv, admit, guess_architecture
-from sglang_sim.args import parse_server_args
+from dspark_ci.sglang_sim.admission import Rejected, SglangEnv, admit, guess_architecture
+from dspark_ci.sglang_sim.args import parse_server_args
 
 REPO = Path(__file__).resolve().parent.parent
 ENTRYPOINT_LEN = 3  # python3 -m sglang.launch_server

@@ -1,4 +1,4 @@
-"""The nightly's schedule (`python -m ci.nightly.shards`) and a shard's run (`python -m ci.nightly.shard_run`), through
+"""The nightly's schedule (`python -m dspark_ci.ci.nightly.shards`) and a shard's run (`python -m dspark_ci.ci.nightly.shard_run`), through
 their CLIs."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def shards_cli(tmp_path: Path, entries: list[dict], durations: dict | None = Non
                red_rates: dict | None = None):
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"include": entries}))
-    argv = [sys.executable, "-m", "ci.nightly.shards", str(plan)]
+    argv = [sys.executable, "-m", "dspark_ci.ci.nightly.shards", str(plan)]
     for flag, data in (("--durations", durations), ("--fleet", fleet), ("--red-rates", red_rates)):
         if data is not None:
             (tmp_path / f"{flag[2:]}.json").write_text(json.dumps(data))
@@ -52,7 +52,7 @@ def test_a_cell_often_red_runs_first_in_its_shard_and_the_packing_stays(tmp_path
 
 
 def test_tonights_verdicts_move_the_red_rates_the_next_plan_reads(tmp_path):
-    from ci.nightly.shards import PRIOR_RED_RATE, RED_RATE_MEMORY, updated_red_rates
+    from dspark_ci.ci.nightly.shards import PRIOR_RED_RATE, RED_RATE_MEMORY, updated_red_rates
 
     rates = updated_red_rates({"a": 0.5, "gone": 0.9}, {"a": False, "new": True})
     assert rates["a"] == pytest.approx(0.5 * (1 - RED_RATE_MEMORY))
@@ -77,7 +77,7 @@ def test_measured_durations_win_over_estimates_and_labels_shard_apart(tmp_path):
 def test_bad_durations_or_fleet_exit_2(tmp_path, name, content, message):
     (tmp_path / "plan.json").write_text(json.dumps({"include": [entry("a")]}))
     (tmp_path / "x.json").write_text(content)
-    proc = subprocess.run([sys.executable, "-m", "ci.nightly.shards", str(tmp_path / "plan.json"), f"--{name}",
+    proc = subprocess.run([sys.executable, "-m", "dspark_ci.ci.nightly.shards", str(tmp_path / "plan.json"), f"--{name}",
                            str(tmp_path / "x.json")], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
 
@@ -108,7 +108,7 @@ def run_shard(tmp_path: Path, behaviour: dict[str, list[int]]) -> tuple[subproce
     fake = tmp_path / "fake_dspark_ci.py"
     fake.write_text(FAKE_DSPARK_CI)
     (tmp_path / "behaviour.json").write_text(json.dumps(behaviour))
-    proc = subprocess.run([sys.executable, "-m", "ci.nightly.shard_run", "--dspark-ci", f"{sys.executable} {fake}",
+    proc = subprocess.run([sys.executable, "-m", "dspark_ci.ci.nightly.shard_run", "--dspark-ci", f"{sys.executable} {fake}",
                            "--out", str(tmp_path / "runs/s1"), "m.yaml", *behaviour, "--", "--launcher", "docker"],
                           capture_output=True, text=True, timeout=60, cwd=REPO)
     calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
@@ -155,7 +155,7 @@ def test_the_next_plan_reads_each_cells_own_time_from_a_shard_that_ran_several(t
         "schema": 1, "run_id": "r", "started_at": "2026-12-01T01:00:00+00:00",
         "finished_at": "2026-12-01T01:35:00+00:00", "launcher": "local", "matrices": [], "cells": cells}))
     durations = tmp_path / "durations.json"
-    merged = subprocess.run([sys.executable, "-m", "ci.nightly.merge_runs", "--out", str(tmp_path / "merged"),
+    merged = subprocess.run([sys.executable, "-m", "dspark_ci.ci.nightly.merge_runs", "--out", str(tmp_path / "merged"),
                              "--durations", str(durations), str(shard)], capture_output=True, text=True, timeout=60,
                             cwd=REPO)
     assert merged.returncode == 0, merged.stderr

@@ -8,8 +8,8 @@ import json
 import pytest
 import requests
 
-from suites.parity import Output, compare, load_reference, save_reference, tally
-from suites.parity_ties import (MISMATCH, TIE_FLIP, PositionLogprobs, TopLogprob, bf16_step, decide,
+from dspark_ci.suites.parity import Output, compare, load_reference, save_reference, tally
+from dspark_ci.suites.parity_ties import (MISMATCH, TIE_FLIP, PositionLogprobs, TopLogprob, bf16_step, decide,
                                 position_logprobs, tie_epsilon)
 from tests.simulator_process import SPECULATIVE_ARGS, running_simulator
 from tests.suite_runs import run_suite

@@ -18,11 +18,11 @@ import pytest
 import requests
 
 from dspark_ci.pd_accept import equivalence
-from ground import stats
-from ground.errors import BadInput
-from launchers.pd.pd_plan import plan_pd
-from launchers.processes import free_port
-from matrices import load_cells
+from dspark_ci.ground import stats
+from dspark_ci.ground.errors import BadInput
+from dspark_ci.launchers.pd.pd_plan import plan_pd
+from dspark_ci.ground.processes import free_port
+from dspark_ci.matrices import load_cells
 from tests.process_table import assert_no_process_with_env
 
 REPO = Path(__file__).resolve().parent.parent
@@ -91,8 +91,8 @@ def _metrics_text(**histograms: tuple[float, int]) -> str:
 
 
 def test_ttft_split_is_each_stages_window_mean_over_the_role_and_says_what_the_server_does_not_report():
-    from suites.config import RoleURL
-    from suites.ttft_split import RoleReading, parse_totals, ttft_split
+    from dspark_ci.suites.config import RoleURL
+    from dspark_ci.suites.ttft_split import RoleReading, parse_totals, ttft_split
     prefills = RoleURL("prefill", "http://p0"), RoleURL("prefill", "http://p1")
     decode = RoleURL("decode", "http://d0")
     idle = parse_totals(_metrics_text(prefill_bootstrap=(1.0, 10), queue_time=(2.0, 10),
@@ -116,7 +116,7 @@ def test_ttft_split_is_each_stages_window_mean_over_the_role_and_says_what_the_s
 
 
 def test_role_urls_name_a_pd_role_and_its_server():
-    from suites.config import RoleURL, SuiteInputError
+    from dspark_ci.suites.config import RoleURL, SuiteInputError
     assert RoleURL.parse("prefill=http://10.0.0.1:30000/v1/") == RoleURL("prefill", "http://10.0.0.1:30000")
     for bad in ("mixed=http://h:1", "http://h:1", "decode="):
         with pytest.raises(SuiteInputError, match="expected ROLE=URL with ROLE one of prefill, decode"):
@@ -124,9 +124,9 @@ def test_role_urls_name_a_pd_role_and_its_server():
 
 
 def test_report_shows_a_pd_cells_ttft_split_and_what_the_servers_did_not_report():
-    from ground.records import CellResult, RunResults, Status
-    from ground.sglang.settings import CellConfig
-    from reports.markdown import render_markdown
+    from dspark_ci.ground.records import CellResult, RunResults, Status
+    from dspark_ci.ground.sglang.settings import CellConfig
+    from dspark_ci.reports.markdown import render_markdown
     cell = CellResult(id="pd", config=CellConfig(speculative_algorithm="DSPARK"), expect={"outcome": "serve"},
                       status=Status.PASSED, metrics={"ttft_ms_mean": 41.0, "ttft_prefill_queue_ms": 3.3,
                                                      "ttft_first_decode_ms": 5.5})
@@ -160,9 +160,9 @@ class Group:
         common = ["--model-path", "deepseek-ai/DeepSeek-V4-Flash", "--tp-size", "8", "--speculative-algorithm",
                   "DSPARK", "--speculative-dspark-block-size", "7", "--host", "127.0.0.1"]
         self.prefill, self.decode, self.bootstrap, self.port = free_port(), free_port(), free_port(), free_port()
-        self._start([sys.executable, "-m", "sglang_sim", *common, "--disaggregation-mode", "prefill",
+        self._start([sys.executable, "-m", "dspark_ci.sglang_sim", *common, "--disaggregation-mode", "prefill",
                      "--disaggregation-bootstrap-port", str(self.bootstrap), "--port", str(self.prefill)], env, tmp_path)
-        self._start([sys.executable, "-m", "sglang_sim", *common, "--disaggregation-mode", "decode",
+        self._start([sys.executable, "-m", "dspark_ci.sglang_sim", *common, "--disaggregation-mode", "decode",
                      "--port", str(self.decode)], env, tmp_path)
         self._start([sys.executable, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port",
                      str(self.port), "--prometheus-port", str(free_port()), "--pd-disaggregation", "--prefill",
@@ -275,8 +275,8 @@ def test_run_pd_cell_splits_ttft_into_prefill_queue_transfer_and_first_decode(tm
 
 @needs_router
 def test_run_prefill_stall_red_naming_the_prefill_before_a_request_would_time_out(tmp_path):
-    from ground.suites import SUITE_DEFAULTS
-    from suites.runner import REQUEST_BASE_S, REQUEST_PER_TOKEN_S
+    from dspark_ci.ground.suites import SUITE_DEFAULTS
+    from dspark_ci.suite_runner import REQUEST_BASE_S, REQUEST_PER_TOKEN_S
     done, cell = _run(tmp_path, {"DSPARK_SIM_PREFILL_FAULTS": "pd_prefill_stall"})
     assert done.returncode != 0 and cell["status"] in ("error", "failed")
     assert "prefill rank 0 stopped finishing requests" in cell["error"], cell["error"]
@@ -287,7 +287,7 @@ def test_run_prefill_stall_red_naming_the_prefill_before_a_request_would_time_ou
 
 
 def test_a_prefill_holding_requests_without_finishing_one_is_stalled_until_it_finishes_one():
-    from launchers.pd.prefill_watch import PrefillLoad, StallClock, prefill_load
+    from dspark_ci.launchers.pd.prefill_watch import PrefillLoad, StallClock, prefill_load
     clock = StallClock()
     for now, load in ((0.0, PrefillLoad(held=0, finished=5)), (1.0, PrefillLoad(held=3, finished=5)),
                       (31.0, PrefillLoad(held=4, finished=5))):
@@ -325,8 +325,8 @@ def test_run_decode_rank_killed_red_naming_the_decode_rank(tmp_path):
 
 
 def test_a_role_failure_is_named_by_its_role_and_rank_within_the_role():
-    from launchers.contract import LaunchFailed
-    from launchers.pd.pd_group import as_role, blamed
+    from dspark_ci.launchers.contract import LaunchFailed
+    from dspark_ci.launchers.pd.pd_group import as_role, blamed
     plan = plan_pd(_cell(TWO_EACH))
     second_decode = plan.of("decode")[1]
     own = as_role(LaunchFailed(cell_id="x-decode1", reason="exited", node_rank=0, rank_exit_code=-9,
@@ -347,7 +347,7 @@ def test_the_nightly_plan_and_shards_place_a_pd_cell_on_all_its_nodes(tmp_path):
     assert two["roles"] == {"prefill": {"runner": "8-gpu-h200", "count": 2},
                             "decode": {"runner": "8-gpu-h200", "count": 2}}
     (tmp_path / "plan.json").write_text(plan.stdout)
-    shards = subprocess.run([sys.executable, "-m", "ci.nightly.shards", str(tmp_path / "plan.json")],
+    shards = subprocess.run([sys.executable, "-m", "dspark_ci.ci.nightly.shards", str(tmp_path / "plan.json")],
                             capture_output=True, text=True, timeout=120, cwd=REPO)
     assert shards.returncode == 0, shards.stderr
     outputs = dict(line.split("=", 1) for line in shards.stdout.splitlines())

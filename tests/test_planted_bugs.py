@@ -52,7 +52,7 @@ def test_caught_only_for_a_right_reason():
 
 
 def test_every_bug_names_cells_of_the_engine_matrix_and_a_right_reason():
-    from matrices import load_cells
+    from dspark_ci.matrices import load_cells
     cells = {c.id for c in load_cells([str(Path(planted_bugs.REPO) / "matrices" / "cpu-engine.yaml")])}
     for bug in planted_bugs.BUGS:
         assert set(bug.cells) <= cells and bug.right_reasons, bug.name

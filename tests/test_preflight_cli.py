@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from ground.sglang.release import DEFAULT_VERSION
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent

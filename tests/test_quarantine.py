@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ground.errors import ExitCode
+from dspark_ci.ground.errors import ExitCode
 from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent
@@ -100,9 +100,9 @@ def quarantined_run(tmp_path: Path, today: dt.date) -> Path:
     """A run directory as `run` leaves it: one quarantined cell that never came up (a launch timeout), one
     quarantined cell that passed, one that stayed inconclusive, one cell whose entry expired yesterday and that
     passed."""
-    from ground.records import CellResult, Expect, RunResults, Status
-    from matrices.quarantine import Quarantine, QuarantineEntry, apply
-    from reports.results import write_results
+    from dspark_ci.ground.records import CellResult, Expect, RunResults, Status
+    from dspark_ci.matrices.quarantine import Quarantine, QuarantineEntry, apply
+    from dspark_ci.reports.results import write_results
 
     quarantine = Quarantine((
         QuarantineEntry("boots-*", "NCCL hang on boot", "https://github.com/sgl-project/sglang/issues/7",
@@ -131,7 +131,7 @@ def test_a_quarantined_error_is_shown_with_its_ticket_but_counts_as_no_error_and
     today = dt.date.today()
     run_dir = quarantined_run(tmp_path, today)
     from dspark_ci.pipeline import verdict
-    from reports.results import load_results
+    from dspark_ci.reports.results import load_results
 
     results = load_results(run_dir / "results.json")
     assert verdict(results, 4) == (ExitCode.OK, None)  # neither its error nor its undecided gate holds the run

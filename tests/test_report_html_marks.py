@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from ground.records import CellResult, GateResult, RunResults, Status
-from ground.sglang.settings import CellConfig
-from reports.html import render_html
-from reports.plots import CHARTS, _metric_figure
+from dspark_ci.ground.records import CellResult, GateResult, RunResults, Status
+from dspark_ci.ground.sglang.settings import CellConfig
+from dspark_ci.reports.html import render_html
+from dspark_ci.reports.plots import CHARTS, _metric_figure
 
 PICTOGRAPH = re.compile("[\u2600-\u27bf\u2b00-\u2bff\u23e9-\u23ff\U0001f000-\U0001faff]")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from markdown_it import MarkdownIt
 
-from ground.records import CellResult, GateResult, RunResults, Status
-from ground.sglang.settings import CellConfig
-from reports import html
-from reports.markdown import pr_tables, render_cells, step_summary
+from dspark_ci.ground.records import CellResult, GateResult, RunResults, Status
+from dspark_ci.ground.sglang.settings import CellConfig
+from dspark_ci.reports import html
+from dspark_ci.reports.markdown import pr_tables, render_cells, step_summary
 
 
 def large_run(cells: int) -> RunResults:

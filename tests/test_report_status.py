@@ -7,10 +7,10 @@ import json
 import subprocess
 
 from dspark_ci.cell_run import pending_result
-from ground.errors import ExitCode
-from ground.records import RunResults, Status
-from matrices import load_cells
-from reports.live_results import RESULTS_LINES, ResultsWriter
+from dspark_ci.ground.errors import ExitCode
+from dspark_ci.ground.records import RunResults, Status
+from dspark_ci.matrices import load_cells
+from dspark_ci.reports.live_results import RESULTS_LINES, ResultsWriter
 from tests.cli_under_test import DSPARK_CI
 from tests.test_run_cli import REJECTED, REPO, SMOKE
 

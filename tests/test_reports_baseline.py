@@ -107,7 +107,7 @@ def test_baseline_entry_matching_no_cell_is_warned_about(tmp_path, run_dir, caps
 
 
 def test_shipped_smoke_baseline_is_valid_and_quiet():
-    from reports.baseline_file import load_baseline
+    from dspark_ci.reports.baseline_file import load_baseline
 
     baseline = load_baseline(Path(__file__).parents[1] / "baselines" / "smoke.yaml")
     assert baseline.warnings == ()
@@ -119,9 +119,9 @@ def test_a_metric_too_noisy_to_gate_is_left_out_of_the_proposal_and_the_file_rea
     refuses (exit 2 on the next run); it leaves that metric ungated and says so in the file's header."""
     import dataclasses
 
-    from reports.baseline_file import load_baseline
-    from reports.baseline_proposal import propose
-    from reports.results import load_results
+    from dspark_ci.reports.baseline_file import load_baseline
+    from dspark_ci.reports.baseline_proposal import propose
+    from dspark_ci.reports.results import load_results
 
     fixture = load_results(RUN_FIXTURE / "results.json")
     first = dataclasses.replace(fixture, cells=fixture.cells[:1])  # its one passed cell: a good run
@@ -142,9 +142,9 @@ def test_identical_runs_never_record_a_zero_noise(tmp_path):
     standard error as its lower bound where one was measured, says so in the header, and the file reads back."""
     import dataclasses
 
-    from reports.baseline_file import load_baseline
-    from reports.baseline_proposal import propose
-    from reports.results import load_results
+    from dspark_ci.reports.baseline_file import load_baseline
+    from dspark_ci.reports.baseline_proposal import propose
+    from dspark_ci.reports.results import load_results
 
     fixture = load_results(RUN_FIXTURE / "results.json")
     first = dataclasses.replace(fixture, cells=fixture.cells[:1])
@@ -168,10 +168,10 @@ def test_baseline_record_writes_per_position_and_per_category_gates(tmp_path):
     per-request noise, and a 10 % ratio gate that reads back as a statistical gate."""
     import dataclasses
 
-    from reports.baseline_file import load_baseline
-    from reports.baseline_proposal import propose
-    from reports.gates import statistical_gates
-    from reports.results import load_results
+    from dspark_ci.reports.baseline_file import load_baseline
+    from dspark_ci.reports.baseline_proposal import propose
+    from dspark_ci.reports.gates import statistical_gates
+    from dspark_ci.reports.results import load_results
 
     fixture = load_results(RUN_FIXTURE / "results.json")
     cell = fixture.cells[0]
@@ -198,9 +198,9 @@ def test_baseline_record_writes_the_boundary_every_run_reached_as_an_envelope_ga
     run reads it lower, and each recorded run must pass its own baseline), never moving inward."""
     import dataclasses
 
-    from reports.baseline_file import load_baseline
-    from reports.baseline_proposal import propose
-    from reports.results import load_results
+    from dspark_ci.reports.baseline_file import load_baseline
+    from dspark_ci.reports.baseline_proposal import propose
+    from dspark_ci.reports.results import load_results
 
     fixture = load_results(RUN_FIXTURE / "results.json")
     cell = fixture.cells[0]
@@ -219,10 +219,10 @@ def test_baseline_record_writes_a_ceiling_on_blocked_time_and_the_speedup_with_i
     part is the suite's bootstrap error."""
     import dataclasses
 
-    from reports.baseline_file import load_baseline
-    from reports.baseline_proposal import RECORDED_CEILINGS, propose
-    from reports.gates import evaluate
-    from reports.results import load_results
+    from dspark_ci.reports.baseline_file import load_baseline
+    from dspark_ci.reports.baseline_proposal import RECORDED_CEILINGS, propose
+    from dspark_ci.reports.gates import evaluate
+    from dspark_ci.reports.results import load_results
 
     fixture = load_results(RUN_FIXTURE / "results.json")
     cell = fixture.cells[0]

@@ -7,14 +7,14 @@ import math
 
 import pytest
 
-from reports.baseline_file import load_baseline
+from dspark_ci.reports.baseline_file import load_baseline
 from dataclasses import replace
 
-from ground.measurements import BootMetrics, GpqaSummary, SuiteTestOutcome
-from ground.records import CellResult
-from ground.sglang.settings import CellConfig
-from ground.stats import chance_pass_probability
-from reports.gates import evaluate
+from dspark_ci.ground.measurements import BootMetrics, GpqaSummary, SuiteTestOutcome
+from dspark_ci.ground.records import CellResult
+from dspark_ci.ground.sglang.settings import CellConfig
+from dspark_ci.ground.stats import chance_pass_probability
+from dspark_ci.reports.gates import evaluate
 
 SPECULATIVE = CellResult(id="cell-a", config=CellConfig(speculative_algorithm="DSPARK"), expect={"outcome": "serve"})
 PLAIN = CellResult(id="cell-a", config=CellConfig(), expect={"outcome": "serve"})
@@ -192,8 +192,8 @@ def test_a_regate_of_an_unchanged_run_gives_the_runs_verdicts_and_only_on_the_su
     """Two cells: one stopped at one boot, one took four; the run gated them at its plan (--max-boots 12) and
     looked only at the speed and accept suites. `report --baseline` with the same file gives the same gates: the
     same levels per look (not the unsplit alpha), and no GPQA gate judged "not measured"."""
-    from ground.records import RunResults, Status
-    from reports.gates import family_levels, regate, status_of
+    from dspark_ci.ground.records import RunResults, Status
+    from dspark_ci.reports.gates import family_levels, regate, status_of
 
     baseline = baseline_file(tmp_path, SPEED, pattern="cell-*")
     tests = (SuiteTestOutcome("suites/test_speed.py::test_speed", "passed"),
@@ -219,7 +219,7 @@ def test_a_regate_of_an_unchanged_run_gives_the_runs_verdicts_and_only_on_the_su
 
 
 def test_zero_noise_without_a_request_bound_is_refused_and_with_one_floored_saying_so(tmp_path):
-    from ground.errors import BadInput
+    from dspark_ci.ground.errors import BadInput
 
     with pytest.raises(BadInput) as refused:
         baseline_file(tmp_path, "accept_length: {value: 3.25, noise: 0.0, runs: 8, min_ratio: 0.98}")
@@ -244,7 +244,7 @@ def test_unpaired_gpqa_reads_every_boot_not_the_last_and_never_falls_back_to_a_f
 def test_gpqa_on_fixed_answers_is_one_look_with_the_gates_whole_alpha_and_final(tmp_path):
     """A per-question record of 0s and 1s: the server answers each question the same way every time, so later boots
     cannot inform the GPQA gate: it is decided at once with its whole share of alpha, and marked final."""
-    from ground.stats import Levels
+    from dspark_ci.ground.stats import Levels
 
     (tmp_path / "q.json").write_text(json.dumps({f"q{i}": 1.0 for i in range(198)}))
     baseline = baseline_file(tmp_path, GPQA.replace("}", ", max_drop: 0.02, per_question: q.json}"))

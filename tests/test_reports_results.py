@@ -6,9 +6,9 @@ import pytest
 
 from dataclasses import replace
 
-from ground.errors import BadInput
-from ground.records import RunResults
-from reports.results import load_results, write_results
+from dspark_ci.ground.errors import BadInput
+from dspark_ci.ground.records import RunResults
+from dspark_ci.reports.results import load_results, write_results
 
 RESULTS = RunResults.from_dict({"schema": 1, "run_id": "r1", "started_at": "2025-06-01T12:00:00+00:00",
                                 "finished_at": None,

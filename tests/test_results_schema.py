@@ -11,9 +11,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from ground import results_schema
-from ground.records import READERS, SCHEMA, SCHEMA_VERSIONS, RunResults
-from reports.results import load_results
+from dspark_ci.ground import results_schema
+from dspark_ci.ground.records import READERS, SCHEMA, SCHEMA_VERSIONS, RunResults
+from dspark_ci.reports.results import load_results
 from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent
@@ -29,7 +29,7 @@ def validator() -> jsonschema.protocols.Validator:
 
 def test_the_checked_in_schema_is_the_generated_one():
     assert SCHEMA_FILE.read_text() == results_schema.schema_text(), \
-        "docs/results.schema.json is stale: run `python -m ground.results_schema --write`"
+        "docs/results.schema.json is stale: run `python -m dspark_ci.ground.results_schema --write`"
 
 
 def test_every_version_is_named_and_has_a_reader():

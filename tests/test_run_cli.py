@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ground.suites import suite_of
-from matrices import load_cells
+from dspark_ci.ground.suites import suite_of
+from dspark_ci.matrices import load_cells
 
 from tests.process_table import assert_no_process_with_env
 

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from ground.position_homogeneity import ENDED, GREEN, INCONCLUSIVE, POOLED, RED, compare, holm, pooled_counts
+from dspark_ci.ground.position_homogeneity import ENDED, GREEN, INCONCLUSIVE, POOLED, RED, compare, holm, pooled_counts
 from tests.test_run_cli import ONE_NODE, SMOKE, Run
 
 

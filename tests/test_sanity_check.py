@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from suites.sanity import parse_stream, reply_problems, text_problem
+from dspark_ci.suites.sanity import parse_stream, reply_problems, text_problem
 from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,7 +56,7 @@ def test_a_server_whose_replies_not_streamed_are_broken_is_red(tmp_path, faults,
 
 
 def test_impossible_speculative_statistics_are_named():
-    from suites.sanity import StreamReply, consistency_problems
+    from dspark_ci.suites.sanity import StreamReply, consistency_problems
 
     spec = {"spec_verify_ct": 10, "spec_num_correct_drafts": 19, "spec_num_proposed_drafts": 60,
             "spec_accept_rate": 19 / 60, "spec_accept_length": 2.9}

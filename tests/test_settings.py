@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from ground.errors import BadInput
-from ground.records import CellResult
-from ground.sglang.flags import load_flags
-from ground.sglang.settings import SETTINGS, launch_args
-from launchers.launch_plan import plan_launch
-from launchers.plan_types import Placement
-from matrices import load_cells
-from reports.markdown import _config_line
+from dspark_ci.ground.errors import BadInput
+from dspark_ci.ground.records import CellResult
+from dspark_ci.ground.sglang.flags import load_flags
+from dspark_ci.ground.sglang.settings import SETTINGS, launch_args
+from dspark_ci.launchers.launch_plan import plan_launch
+from dspark_ci.launchers.plan_types import Placement
+from dspark_ci.matrices import load_cells
+from dspark_ci.reports.markdown import _config_line
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "matrices" / "examples" / "kv_cache_dtype.yaml"
 PLACEMENT = Placement(bind_hosts=("127.0.0.1",), leader_addr="127.0.0.1", port=30000, dist_port=30001)
@@ -61,7 +61,7 @@ def test_a_row_added_alone_names_its_cells_plans_its_flag_and_is_resolved(tmp_pa
     """--speculative-draft-kv-cache-dtype came in as one row: sibling cells differing only in it get ids of their
     own (no "cell id ... already used"), the plan passes the flag, SGLang's resolver is asked for the resolved
     value, and the parity reference (no speculation) drops it with the rest of the draft's settings."""
-    from ground.sglang.settings import RESOLVED_FIELDS
+    from dspark_ci.ground.sglang.settings import RESOLVED_FIELDS
 
     matrix = tmp_path / "m.yaml"
     matrix.write_text(DRAFT_KV)

@@ -57,7 +57,7 @@ def test_a_signal_in_a_finished_runs_last_instant_is_said_never_lost():
     after it, which stays held."""
     script = textwrap.dedent("""
         import os, signal, sys
-        from launchers import interrupts
+        from dspark_ci.ground import interrupts
         interrupts.install()
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         os.kill(os.getpid(), signal.SIGTERM)  # arrives in the last instant: not yet handled

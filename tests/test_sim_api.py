@@ -16,7 +16,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from ground.sglang.release import DEFAULT_VERSION
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 from tests.sim_fixtures import module_sim, sim  # noqa: F401 (fixtures)
 
 GAMMA = 3

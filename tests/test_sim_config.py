@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_sim.sim_config import KNOBS, FAULT_PARSERS, Faults, SimConfig, SimConfigError, parse_faults
+from dspark_ci.sglang_sim.sim_config import KNOBS, FAULT_PARSERS, Faults, SimConfig, SimConfigError, parse_faults
 
 README = Path(__file__).resolve().parents[1] / "sglang_sim" / "README.md"
 

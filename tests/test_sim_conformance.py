@@ -14,11 +14,11 @@ import random
 
 import pytest
 
-from ground.errors import InfraError
-from ground.sglang.release import DEFAULT_VERSION
-from ground.sglang.resolver import MODEL_CONFIG_DIR, Resolution, locate, prepare_argv, resolve
-from sglang_sim.admission import Rejected, SglangEnv, admit, guess_architecture
-from sglang_sim.args import parse_server_args
+from dspark_ci.ground.errors import InfraError
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION
+from dspark_ci.ground.sglang.resolver import MODEL_CONFIG_DIR, Resolution, locate, prepare_argv, resolve
+from dspark_ci.sglang_sim.admission import Rejected, SglangEnv, admit, guess_architecture
+from dspark_ci.sglang_sim.args import parse_server_args
 
 DSV4 = "deepseek-ai/DeepSeek-V4-Flash"
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"

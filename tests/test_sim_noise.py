@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import statistics
 
-from sglang_sim.sim_config import SimConfig
-from sglang_sim.gpqa_answers import GpqaAnswerKey
-from sglang_sim.noise import BootNoise
-from sglang_sim.textgen import Ask, Persona, _answers_right, _rng
+from dspark_ci.sglang_sim.sim_config import SimConfig
+from dspark_ci.sglang_sim.gpqa_answers import GpqaAnswerKey
+from dspark_ci.sglang_sim.noise import BootNoise
+from dspark_ci.sglang_sim.textgen import Ask, Persona, _answers_right, _rng
 
 
 def test_every_knob_defaults_to_no_noise():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_sim.sim_config import SimConfig, SimConfigError
+from dspark_ci.sglang_sim.sim_config import SimConfig, SimConfigError
 from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent

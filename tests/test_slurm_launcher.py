@@ -22,16 +22,16 @@ from pathlib import Path
 import pytest
 import requests
 
-from ground.errors import BadInput, InfraError
-from ground.sglang.release import DEVICE_IMAGES
-from launchers import catalog
-from launchers.contract import LaunchContext, LaunchFailed, LaunchTimeout, group_failed
-from launchers.ledger import Ledger
-from launchers.plan_types import LaunchPlan, Placement
-from launchers.slurm import commands, lifecycle, script
-from launchers.slurm.lifecycle import SlurmLauncher
-from launchers.slurm.options import SlurmOptions
-from launchers.slurm.tuning import SlurmTuning
+from dspark_ci.ground.errors import BadInput, InfraError
+from dspark_ci.ground.sglang.release import DEVICE_IMAGES
+from dspark_ci.launchers import catalog
+from dspark_ci.launchers.contract import LaunchContext, LaunchFailed, LaunchTimeout, group_failed
+from dspark_ci.ground.ledger import Ledger
+from dspark_ci.launchers.plan_types import LaunchPlan, Placement
+from dspark_ci.launchers.slurm import commands, lifecycle, script
+from dspark_ci.launchers.slurm.lifecycle import SlurmLauncher
+from dspark_ci.launchers.slurm.options import SlurmOptions
+from dspark_ci.launchers.slurm.tuning import SlurmTuning
 from tests.sim_plans import FAST_SIM, make_plan
 
 REPO = Path(__file__).resolve().parents[1]
@@ -232,9 +232,9 @@ def test_ctrl_c_inside_the_block_leaves_nothing(cluster, tmp_path, marker):
 CHILD = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
-    from launchers.contract import LaunchContext
-    from launchers.slurm import lifecycle
-    from launchers.slurm.options import SlurmOptions
+    from dspark_ci.launchers.contract import LaunchContext
+    from dspark_ci.launchers.slurm import lifecycle
+    from dspark_ci.launchers.slurm.options import SlurmOptions
     run_dir, marker = Path(sys.argv[1]), sys.argv[2]
     env = {**os.environ, "DSPARK_SIM_FAULTS": "hang_boot", "DSPARK_SIM_BOOT_SECONDS": "0.2"}
     context = LaunchContext(run_id="r" + marker, run_dir=run_dir, server="sim", boot_timeout_s=600, caller_env=env)
@@ -373,7 +373,7 @@ def test_the_smoke_matrix_runs_green_through_the_cli_on_slurm(cluster, tmp_path)
 def test_a_survivors_marker_seen_first_does_not_make_it_the_culprit(monkeypatch):
     """On a busy node the rank that only noticed its peer's death can write its exit marker before the peer does:
     judged alone it would be blamed. The lost rank's own marker, a moment later, names the culprit."""
-    from launchers.contract import RankExit
+    from dspark_ci.launchers.contract import RankExit
 
     noticed = RankExit(0, 1, 10.2, ["RuntimeError: NCCL communicator was aborted: node rank 1 disconnected"])
     died = RankExit(1, 1, 10.0, ["ValueError: rank_exit fault (sglang_sim)"])

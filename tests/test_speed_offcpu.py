@@ -15,8 +15,8 @@ import time
 import psutil
 import pytest
 
-from suites import offcpu
-from suites.offcpu import StallCount, ThreadTimes
+from dspark_ci.suites import offcpu
+from dspark_ci.suites.offcpu import StallCount, ThreadTimes
 from tests.simulator_process import running_simulator
 from tests.suite_runs import run_suite
 

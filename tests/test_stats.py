@@ -1,4 +1,4 @@
-"""ground.stats: the three-way verdict keeps its stated error rates (checked by simulation, not by formula)."""
+"""dspark_ci.ground.stats: the three-way verdict keeps its stated error rates (checked by simulation, not by formula)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from ground.stats import (
+from dspark_ci.ground.stats import (
     GATE_FALSE_PASS, HIGHER, INCONCLUSIVE, LOWER, PASSED, REGRESSED, BootReference, Levels, chance_floor, chance_pass_probability,
     compare_boots, compare_estimates, compare_paired, compare_samples, decide,
 )

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from ground.records import CellResult, GateResult, RunResults, Status
-from ground.sglang.settings import CellConfig
-from ground.stats import Verdict
-from reports.junit import render_junit
-from reports.markdown import render_markdown
+from dspark_ci.ground.records import CellResult, GateResult, RunResults, Status
+from dspark_ci.ground.sglang.settings import CellConfig
+from dspark_ci.ground.stats import Verdict
+from dspark_ci.reports.junit import render_junit
+from dspark_ci.reports.markdown import render_markdown
 
 UNDECIDED = Verdict("inconclusive", 0.01, -0.004, 0.031, 0.025, "relative", "t on log values, 1 boot(s) vs 8 "
                     "baseline run(s)", 0.0014, 0.05, 1, detect=0.05)

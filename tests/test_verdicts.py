@@ -22,7 +22,7 @@ from tests.test_run_cli import ONE_NODE, REJECTED, REPO, SMOKE, TWO_NODES, Run
 
 RED = "❌ **FAILED**"
 GREEN = "✅ **PASSED**"
-# Rank liveness is checked every second while the suites run (suites.runner.Watch.poll_s); a stopped or dead
+# Rank liveness is checked every second while the suites run (dspark_ci.suite_runner.Watch.poll_s); a stopped or dead
 # rank must end the whole run (suites stopped, ranks torn down, reports written) at once, not when the suites
 # would have ended. The timing is the behaviour here, so it has a bound; the bound leaves room for a loaded
 # 2-core machine (start-up, teardown and reports then take seconds each) and stays far below SLOW's duration.
@@ -118,9 +118,9 @@ from unittest import mock
 from dspark_ci.cli import main
 
 stage, argv = sys.argv[1], sys.argv[2:]
-target = {"launch": "launchers.local.lifecycle.LocalLauncher.launch", "wait": "launchers.local.lifecycle.wait_until_ready",
+target = {"launch": "dspark_ci.launchers.local.lifecycle.LocalLauncher.launch", "wait": "dspark_ci.launchers.local.lifecycle.wait_until_ready",
           "suite": "dspark_ci.cell_run.run_suites", "gate": "dspark_ci.pipeline.evaluate",  # where each is looked up
-          "report": "reports.live_results.render_final_set"}[stage]
+          "report": "dspark_ci.reports.live_results.render_final_set"}[stage]
 original, calls = pkgutil.resolve_name(target), []
 
 def first_call_raises(*args, **kwargs):

@@ -8,8 +8,8 @@ import fnmatch
 import subprocess
 from pathlib import Path
 
-from ground.sglang.release import DEFAULT_VERSION
-from matrices import key_table
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION
+from dspark_ci.matrices import key_table
 
 REPO = Path(__file__).resolve().parent.parent
 ALLOWED = (

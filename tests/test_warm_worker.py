@@ -1,4 +1,4 @@
-"""The suites' warm pytest worker (suites.warm_worker): each suite run is still a process of its own, in a group of
+"""The suites' warm pytest worker (dspark_ci.warm_worker): each suite run is still a process of its own, in a group of
 its own, with the environment and log it was given; it stops on SIGINT having written what it had; nothing of it
 outlives the process that started it, even when that process is SIGKILLed."""
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from suites.warm_worker import WarmPytest
+from dspark_ci.warm_worker import WarmPytest
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_FILE = """
@@ -80,7 +80,7 @@ def test_sigint_stops_a_run_as_pytest_stops(tmp_path, worker):
 OWNER = textwrap.dedent("""
     import json, os, sys, time
     sys.path.insert(0, {repo!r})
-    from suites.warm_worker import WarmPytest
+    from dspark_ci.warm_worker import WarmPytest
     worker = WarmPytest(sys.executable, {repo!r}, dict(os.environ))
     child = worker.spawn([{test!r}, "-q", "-p", "no:cacheprovider"], {tmp!r},
                          {{**os.environ, "OUT": {out!r}, "WAIT": "1"}}, {log!r})

@@ -17,16 +17,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ci.nightly.matrix_outputs import MAX_CHUNKS
-from ci.nightly.matrix_outputs import main as matrix_outputs_main
-from ci.nightly.merge_runs import MISSING_ERROR
-from ci.chatops.reply import set_status
-from ci.workflows.model import PINNED_ACTIONS, Job, Step, Workflow, WorkflowError
-from ci.workflows.definitions import main as workflows_main
-from ci.workflows.definitions import render_all
+from dspark_ci.ci.nightly.matrix_outputs import MAX_CHUNKS
+from dspark_ci.ci.nightly.matrix_outputs import main as matrix_outputs_main
+from dspark_ci.ci.nightly.merge_runs import MISSING_ERROR
+from dspark_ci.ci.chatops.reply import set_status
+from dspark_ci.ci.workflows.model import PINNED_ACTIONS, Job, Step, Workflow, WorkflowError
+from dspark_ci.ci.workflows.definitions import main as workflows_main
+from dspark_ci.ci.workflows.definitions import render_all
 from tests.golden_files import GOLDEN_DIR, assert_golden
-from ground.errors import InfraError
-from ground.sglang.resolver import locate
+from dspark_ci.ground.errors import InfraError
+from dspark_ci.ground.sglang.resolver import locate
 
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOWS = REPO / ".github" / "workflows"
@@ -51,8 +51,8 @@ def steps_of(job: dict) -> dict[str, dict]:
 @pytest.mark.parametrize("name", sorted(RENDERED))
 def test_committed_workflow_is_what_the_generator_renders(name):
     path = WORKFLOWS / name
-    assert path.exists(), f"{path} missing: run `python -m ci.workflows`"
-    assert path.read_text() == RENDERED[name], f"{path} is out of date: run `python -m ci.workflows`"
+    assert path.exists(), f"{path} missing: run `python -m dspark_ci.ci.workflows`"
+    assert path.read_text() == RENDERED[name], f"{path} is out of date: run `python -m dspark_ci.ci.workflows`"
 
 
 def test_generator_check_mode_reports_stale_files_and_writes_nothing(tmp_path, capsys):
@@ -120,7 +120,7 @@ def test_nightly_fans_out_one_job_per_shard_on_its_runner():
     steps = steps_of(run)
     run_cells = steps["Run the shard's cells"]
     assert run_cells["env"]["CELLS"] == "${{ matrix.cells }}" and run_cells["env"]["MATRIX"] == "${{ matrix.matrix }}"
-    assert 'python3 -m ci.nightly.shard_run --out "runs/$SHARD" "$MATRIX" "${cells[@]}" -- --launcher docker --server sglang' \
+    assert 'python3 -m dspark_ci.ci.nightly.shard_run --out "runs/$SHARD" "$MATRIX" "${cells[@]}" -- --launcher docker --server sglang' \
         in run_cells["run"]
     summary = steps["Add the reports to the job summary"]
     assert summary["if"] == "always()" and '>> "$GITHUB_STEP_SUMMARY"' in summary["run"]
@@ -168,7 +168,7 @@ def test_the_job_running_pr_code_cannot_write_and_the_writers_never_see_pr_code(
 
 
 def test_reruns_have_a_concurrency_group_of_their_own_and_show_their_request():
-    from ci.chatops.github import run_title_tag
+    from dspark_ci.ci.chatops.github import run_title_tag
 
     for name in ("rerun-test.yml", "nightly.yml"):
         document = workflow(name)
@@ -419,7 +419,7 @@ def test_report_step_fails_on_a_failed_cell(tmp_path):
 def test_merging_the_same_cell_twice_is_refused(tmp_path):
     write_run(tmp_path / "runs" / "run-x", cell_result("cell-a", "passed"))
     write_run(tmp_path / "runs" / "run-y", cell_result("cell-a", "passed"))
-    proc = subprocess.run([sys.executable, "-m", "ci.nightly.merge_runs", "--out", str(tmp_path / "merged"),
+    proc = subprocess.run([sys.executable, "-m", "dspark_ci.ci.nightly.merge_runs", "--out", str(tmp_path / "merged"),
                            str(tmp_path / "runs" / "run-x"), str(tmp_path / "runs" / "run-y")],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
@@ -456,7 +456,7 @@ def recording_python(tmp_path: Path) -> tuple[dict[str, str], Path]:
 
 
 def test_rerun_runs_exactly_the_resolved_argv_lists(tmp_path):
-    from ci.chatops.fleet import DEFAULT_FLEET
+    from dspark_ci.ci.chatops.fleet import DEFAULT_FLEET
     from tests.test_chatops import FIXTURE_RUNNERS, REGISTERED
     fleet = tmp_path / "fleet.json"
     fleet.write_text(json.dumps({**json.loads(DEFAULT_FLEET.read_text()), **FIXTURE_RUNNERS}))
@@ -498,7 +498,7 @@ def test_a_hand_made_dispatch_is_refused_before_anything_runs(tmp_path, tests):
     (tmp_path / "pr" / "test").mkdir(parents=True)
     run = subprocess.run([*GITHUB_BASH, _step_script("rerun-test.yml", "rerun_test", "Run the tests")], cwd=tmp_path,
                          env={**env, "RERUN_TESTS": tests}, capture_output=True, text=True, timeout=60)
-    assert run.returncode == 2 and "ci.chatops.run_tests: RERUN_TESTS: " in run.stderr and "Traceback" not in run.stderr
+    assert run.returncode == 2 and "dspark_ci.ci.chatops.run_tests: RERUN_TESTS: " in run.stderr and "Traceback" not in run.stderr
     assert not record.exists()
 
 

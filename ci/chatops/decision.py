@@ -15,11 +15,11 @@ import json
 import re
 from pathlib import Path
 
-from ci.chatops.event import CommentEvent
-from ci.chatops.handle import BISECT_WORKFLOW, NIGHTLY_WORKFLOW, RERUN_WORKFLOW, RUN_CI_LABEL, Outcome, request_id
-from ci.chatops.grammar import MAX_TRIALS
-from ci.chatops.resolve_test_paths import SAFE_PATH
-from ground.errors import BadInput, ExitCode
+from dspark_ci.ci.chatops.event import CommentEvent
+from dspark_ci.ci.chatops.handle import BISECT_WORKFLOW, NIGHTLY_WORKFLOW, RERUN_WORKFLOW, RUN_CI_LABEL, Outcome, request_id
+from dspark_ci.ci.chatops.grammar import MAX_TRIALS
+from dspark_ci.ci.chatops.resolve_test_paths import SAFE_PATH
+from dspark_ci.ground.errors import BadInput, ExitCode
 
 SCHEMA = 1
 MAX_REPLY_CHARS = 65_000  # GitHub's limit for a comment is 65,536

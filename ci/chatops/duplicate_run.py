@@ -1,6 +1,6 @@
-"""``python -m ci.chatops.duplicate_run``: is this dispatched run a repeat of an earlier dispatch of the same command?
+"""``python -m dspark_ci.ci.chatops.duplicate_run``: is this dispatched run a repeat of an earlier dispatch of the same command?
 
-A dispatch whose answer GitHub lost is looked for before it is retried (``ci.chatops.github``), but a run can be
+A dispatch whose answer GitHub lost is looked for before it is retried (``dspark_ci.ci.chatops.github``), but a run can be
 listed later than any wait the dispatcher could afford, so the dispatch may happen twice. The command's identity
 (``request``, shown in the run's title) closes it here, where it is certain: the first job of every workflow
 ChatOps dispatches asks for the runs of that workflow carrying the same request, and a run that is not the first of
@@ -16,9 +16,9 @@ import os
 import sys
 from datetime import timedelta
 
-from ci.chatops.github import DEFAULT_API, GitHub
-from ci.tool import run_tool
-from ground.errors import BadInput
+from dspark_ci.ci.chatops.github import DEFAULT_API, GitHub
+from dspark_ci.ci.tool import run_tool
+from dspark_ci.ground.errors import BadInput
 
 # How long before this run the first one may have been created: the dispatcher's retries span about a minute.
 LOOK_BACK = timedelta(minutes=30)
@@ -32,7 +32,7 @@ def is_duplicate(github: GitHub, workflow: str, request: str, run_id: int) -> bo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.chatops.duplicate_run", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m dspark_ci.ci.chatops.duplicate_run", description=__doc__.splitlines()[0])
     parser.add_argument("--repo", required=True, metavar="OWNER/NAME")
     parser.add_argument("--workflow", required=True, help="this workflow's file name, e.g. rerun-test.yml")
     parser.add_argument("--request", default="", help="the run's request input (empty: not from ChatOps)")
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"duplicate={'true' if duplicate else 'false'}")
         return 0
 
-    return run_tool("ci.chatops.duplicate_run", body)
+    return run_tool("dspark_ci.ci.chatops.duplicate_run", body)
 
 
 if __name__ == "__main__":

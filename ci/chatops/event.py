@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from ground.errors import BadInput
+from dspark_ci.ground.errors import BadInput
 
 EVENT_FIX = "pass the issue_comment event payload, e.g. --event \"$GITHUB_EVENT_PATH\""
 MAX_EVENT_BYTES = 8 * 1024 * 1024  # GitHub caps a comment at 65,536 characters; its payload is far smaller

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ci.chatops.sglang_registrations import CPU_RUNNER, CUDA_LEGACY_SUITES, CUDA_RUNNER_CONFIGS
-from ci.nightly.shards import read_json_numbers
-from ground.errors import BadInput
+from dspark_ci.ci.chatops.sglang_registrations import CPU_RUNNER, CUDA_LEGACY_SUITES, CUDA_RUNNER_CONFIGS
+from dspark_ci.ci.nightly.shards import read_json_numbers
+from dspark_ci.ground.errors import BadInput
 
 DEFAULT_FLEET = Path(__file__).resolve().parent.parent / "nightly" / "fleet.json"
 HOSTED_RUNNERS = frozenset({CPU_RUNNER})  # GitHub's own: always there

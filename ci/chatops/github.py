@@ -12,7 +12,7 @@ two replies. So each write carries an identity that can be looked up (a dispatch
 shows in its run's title, a reply holds a hidden marker, a label or a reaction is there or not), and
 every attempt looks before it writes: a write whose answer was lost is found, not repeated. A dispatched
 run can take longer to be listed than any wait we could afford, so a dispatch may still be repeated: the
-run itself closes that (``ci.chatops.duplicate_run``: a run whose request an earlier run of the same
+run itself closes that (``dspark_ci.ci.chatops.duplicate_run``: a run whose request an earlier run of the same
 workflow carries does nothing).
 """
 
@@ -29,7 +29,7 @@ from urllib.parse import quote
 import requests
 import tenacity
 
-from ground.errors import InfraError
+from dspark_ci.ground.errors import InfraError
 
 DEFAULT_API = "https://api.github.com"
 # Who the workflow's GITHUB_TOKEN writes as. Our replies and reactions are found by this login, never by a

@@ -1,7 +1,7 @@
 """ChatOps commands: the first line of a PR comment, read with a strict allow-list.
 
 The grammar of each command (``no_arguments``, ``test_arguments``, ``bisect_arguments``); which commands exist,
-with their grammar, permission and handler, is one row each in ``ci.chatops.handle.COMMANDS``. Anything else is
+with their grammar, permission and handler, is one row each in ``dspark_ci.ci.chatops.handle.COMMANDS``. Anything else is
 refused. Test specs of ``/rerun-test`` may hold only
 characters a file name, a ``::Class.test`` selector or a ``*``/``?`` wildcard needs: a test
 command ends up in a shell on a GPU runner, so a spec that could mean anything else never gets
@@ -40,7 +40,7 @@ _FILE_CHARS = re.compile(r"[A-Za-z0-9_./*?-]+")
 _SELECTOR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
 WILDCARDS = "*?"
 
-# The line a reply shows per test (ci.chatops.reply), pasted back after /rerun-test: these words open it.
+# The line a reply shows per test (dspark_ci.ci.chatops.reply), pasted back after /rerun-test: these words open it.
 PASTED_OPENINGS = (("cd", "test/", "&&", "python3"), ("cd", "test", "&&", "python3"))
 
 RERUN_TEST_EXAMPLES = (
@@ -103,7 +103,7 @@ class BisectRequest:
 
 @dataclass(frozen=True)
 class Command:
-    name: str  # one of ci.chatops.handle.COMMANDS
+    name: str  # one of dspark_ci.ci.chatops.handle.COMMANDS
     specs: tuple[TestSpec, ...] = ()
     trials: int | None = None  # /rerun-test cell:... --trials N
     bisect: BisectRequest | None = None

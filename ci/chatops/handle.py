@@ -19,20 +19,20 @@ from difflib import get_close_matches
 from pathlib import Path
 from typing import Callable, Mapping, Protocol
 
-from ci.chatops import grammar, permissions
-from ci.chatops.grammar import (MAX_STARTS, Command, CommentRejected, NotACommand, bisect_arguments, no_arguments,
+from dspark_ci.ci.chatops import grammar, permissions
+from dspark_ci.ci.chatops.grammar import (MAX_STARTS, Command, CommentRejected, NotACommand, bisect_arguments, no_arguments,
                                  split_command, test_arguments)
-from ci.chatops.event import CommentEvent
-from ci.chatops.fleet import load_fleet
-from ci.chatops.github import ACCEPTED_MARKER, GitHub, HeadAt, PullHead
-from ci.chatops.permissions import Commenter, Permission, UserPermissions, refusal
-from ci.chatops.reply import REFUSED, group_by_runner, render_groups, render_refusals
-from ci.chatops.rerun_status import update_status
-from ci.chatops.resolve_test_paths import Deadline, ResolvedTest, TreeRefused, resolve_specs, scan_tree
-from ci.chatops.text import shown
-from ground.errors import BadInput, DsparkError, ExitCode
-from matrices import Cell, load_cells
-from reports.metrics import HIGHER, LOWER, METRICS
+from dspark_ci.ci.chatops.event import CommentEvent
+from dspark_ci.ci.chatops.fleet import load_fleet
+from dspark_ci.ci.chatops.github import ACCEPTED_MARKER, GitHub, HeadAt, PullHead
+from dspark_ci.ci.chatops.permissions import Commenter, Permission, UserPermissions, refusal
+from dspark_ci.ci.chatops.reply import REFUSED, group_by_runner, render_groups, render_refusals
+from dspark_ci.ci.chatops.rerun_status import update_status
+from dspark_ci.ci.chatops.resolve_test_paths import Deadline, ResolvedTest, TreeRefused, resolve_specs, scan_tree
+from dspark_ci.ci.chatops.text import shown
+from dspark_ci.ground.errors import BadInput, DsparkError, ExitCode
+from dspark_ci.matrices import Cell, load_cells
+from dspark_ci.reports.metrics import HIGHER, LOWER, METRICS
 
 RERUN_WORKFLOW = "rerun-test.yml"
 NIGHTLY_WORKFLOW = "nightly.yml"
@@ -366,8 +366,8 @@ class ChatOpsCommand:
     """One command, whole: adding a command is adding one of these to COMMANDS."""
 
     name: str  # what the comment's first line starts with
-    parse: Callable[[str, list[str]], Command]  # its grammar (ci.chatops.grammar), after the permission check
-    permission: Permission  # who may run it (ci.chatops.permissions)
+    parse: Callable[[str, list[str]], Command]  # its grammar (dspark_ci.ci.chatops.grammar), after the permission check
+    permission: Permission  # who may run it (dspark_ci.ci.chatops.permissions)
     run: Handler  # what it does: the reply and the plan
 
 

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Callable, Mapping
 
-from ground.errors import BadInput
+from dspark_ci.ground.errors import BadInput
 
 DEFAULT_PERMISSIONS = Path(__file__).with_name("permissions.json")
 WRITE_PERMISSIONS = frozenset({"admin", "write"})
@@ -136,7 +136,7 @@ Check = Callable[[UserPermissions, Commenter], "str | None"]  # why not, or None
 
 @dataclass(frozen=True)
 class Permission:
-    """What a command needs (one field of its row in ``ci.chatops.handle.COMMANDS``): every check passed, and,
+    """What a command needs (one field of its row in ``dspark_ci.ci.chatops.handle.COMMANDS``): every check passed, and,
     for a command that reruns something, the commenter's cooldown over."""
 
     checks: tuple[Check, ...]

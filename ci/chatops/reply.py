@@ -16,8 +16,8 @@ import json
 import re
 from dataclasses import dataclass
 
-from ci.chatops.resolve_test_paths import ResolvedTest
-from ci.chatops.text import shown
+from dspark_ci.ci.chatops.resolve_test_paths import ResolvedTest
+from dspark_ci.ci.chatops.text import shown
 
 STATUS_ICONS = {"queued": "⏳", "running": "🔄", "success": "✅", "failure": "❌", "not_dispatched": "⚠️"}
 TERMINAL = frozenset({"success", "failure", "not_dispatched"})

@@ -1,8 +1,8 @@
-"""``python -m ci.chatops.rerun_status``: move one runner group's line of a /rerun-test reply to a new status.
+"""``python -m dspark_ci.ci.chatops.rerun_status``: move one runner group's line of a /rerun-test reply to a new status.
 
 Called by rerun-test.yml: ``--status running`` when a runner picks the job up, then ``success`` or
 ``failure`` when it ends (and by ``dspark-ci chatops`` for a group whose dispatch failed). The text
-change itself is ``ci.chatops.reply.set_status``; a finished line is never changed again, so a late or
+change itself is ``dspark_ci.ci.chatops.reply.set_status``; a finished line is never changed again, so a late or
 repeated call is harmless.
 
 Several groups edit the same comment, and GitHub offers no conditional update of a comment (no
@@ -21,10 +21,10 @@ import sys
 
 import tenacity
 
-from ci.chatops.github import DEFAULT_API, GitHub
-from ci.chatops.reply import STATUS_ICONS, TERMINAL, line_status, set_status
-from ci.tool import run_tool
-from ground.errors import BadInput, InfraError
+from dspark_ci.ci.chatops.github import DEFAULT_API, GitHub
+from dspark_ci.ci.chatops.reply import STATUS_ICONS, TERMINAL, line_status, set_status
+from dspark_ci.ci.tool import run_tool
+from dspark_ci.ground.errors import BadInput, InfraError
 
 UPDATE_ATTEMPTS = 8
 SETTLE_SECONDS = 1.0  # between our write and the read that verifies it (randomised up to twice this)
@@ -55,7 +55,7 @@ def update_status(github: GitHub, comment_id: int, marker: str, status: str, run
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.chatops.rerun_status", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m dspark_ci.ci.chatops.rerun_status", description=__doc__.splitlines()[0])
     parser.add_argument("--repo", required=True, metavar="OWNER/NAME")
     parser.add_argument("--comment-id", type=int, required=True)
     parser.add_argument("--marker", required=True, help="the group's marker, e.g. <!--rrt:0-->")
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         update_status(github, args.comment_id, args.marker, args.status, args.run_url)
         return 0
 
-    return run_tool("ci.chatops.rerun_status", body)
+    return run_tool("dspark_ci.ci.chatops.rerun_status", body)
 
 
 if __name__ == "__main__":

@@ -11,13 +11,13 @@ The tree comes from an unreviewed PR, so resolution cannot escape or explode:
   a spec matches it (its registration would otherwise come from outside the repository);
 - the walk stops at ``MAX_TREE_ENTRIES`` entries or when the time budget (``SEARCH_SECONDS``) is spent;
   patterns are matched segment by segment with ``fnmatch`` (never handed to the file system), their
-  complexity bounded by ``ci.chatops.grammar``;
+  complexity bounded by ``dspark_ci.ci.chatops.grammar``;
 - every spec is matched before any file is read, and matching stops as soon as the comment's cap
-  (``ci.chatops.grammar.MAX_STARTS``, shared with matrix cells) is passed: a glob over a huge tree costs
+  (``dspark_ci.ci.chatops.grammar.MAX_STARTS``, shared with matrix cells) is passed: a glob over a huge tree costs
   one pass over the names, never a parse per match;
 - a matched file whose path holds anything outside ``SAFE_PATH`` is refused: the rerun workflow
   gets exactly the names resolved here, so a space, ``;`` or a newline can never change its command;
-- registrations are read with a bounded read (``ci.chatops.sglang_registrations``).
+- registrations are read with a bounded read (``dspark_ci.ci.chatops.sglang_registrations``).
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci.chatops.grammar import MAX_STARTS, TestSpec
-from ci.chatops.sglang_registrations import Registration, RegistrationError, chosen_registration
-from ci.chatops.text import clip
+from dspark_ci.ci.chatops.grammar import MAX_STARTS, TestSpec
+from dspark_ci.ci.chatops.sglang_registrations import Registration, RegistrationError, chosen_registration
+from dspark_ci.ci.chatops.text import clip
 
 TEST_FILE_PATTERN = "test_*.py"
 MAX_TREE_ENTRIES = 50_000  # SGLang's test/registered holds ~1,000 entries

@@ -1,4 +1,4 @@
-"""``python -m ci.chatops.run_tests --dir pr/test``: run the tests a /rerun-test dispatch names, exactly.
+"""``python -m dspark_ci.ci.chatops.run_tests --dir pr/test``: run the tests a /rerun-test dispatch names, exactly.
 
 The rerun workflow hands over the ``tests`` input in ``$RERUN_TESTS``: a JSON list of argv lists, as
 ChatOps resolved them (``[["registered/spec/test_x.py", "TestX.test_y"], ...]``). Each list runs as
@@ -17,9 +17,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ci.chatops.resolve_test_paths import SAFE_PATH
-from ci.tool import run_tool
-from ground.errors import BadInput
+from dspark_ci.ci.chatops.resolve_test_paths import SAFE_PATH
+from dspark_ci.ci.tool import run_tool
+from dspark_ci.ground.errors import BadInput
 
 SELECTOR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
 FIX = 'give a JSON list of argv lists, e.g. [["registered/spec/test_x.py", "TestX.test_y"]]'
@@ -43,7 +43,7 @@ def parse_tests(text: str) -> list[list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.chatops.run_tests", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m dspark_ci.ci.chatops.run_tests", description=__doc__.splitlines()[0])
     parser.add_argument("--dir", type=Path, required=True, help="the test directory of the code under test")
     parser.add_argument("--python", default="python3", help="interpreter the tests run with (default python3)")
     args = parser.parse_args(argv)
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             print("::endgroup::", flush=True)
         return int(status)
 
-    return run_tool("ci.chatops.run_tests", body)
+    return run_tool("dspark_ci.ci.chatops.run_tests", body)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""``python -m ci.nightly.matrix_outputs PLAN_JSON``: `dspark-ci plan --format github` output -> $GITHUB_OUTPUT lines.
+"""``python -m dspark_ci.ci.nightly.matrix_outputs PLAN_JSON``: `dspark-ci plan --format github` output -> $GITHUB_OUTPUT lines.
 
 GitHub runs at most 256 jobs per matrix, so past 256 cells the plan splits into chunks
 (``{"chunks": [{"include": [...]}, ...]}``) and the nightly workflow has one run job per chunk.
@@ -20,8 +20,8 @@ import json
 import sys
 from pathlib import Path
 
-from ci.tool import run_tool
-from ground.errors import BadInput
+from dspark_ci.ci.tool import run_tool
+from dspark_ci.ground.errors import BadInput
 
 MAX_CHUNKS = 4  # run jobs in nightly.yml: 4 x 256 = 1024 cells
 
@@ -39,7 +39,7 @@ def github_outputs(plan: dict, source: str, max_chunks: int = MAX_CHUNKS) -> lis
                        "pass the output of `dspark-ci plan MATRIX --format github`")
     if len(chunks) > max_chunks:
         raise BadInput(source, f"{len(chunks)} chunks of cells, but the workflow has only {max_chunks} run jobs",
-                       "raise MAX_CHUNKS in ci/nightly/matrix_outputs.py and run `python -m ci.workflows`")
+                       "raise MAX_CHUNKS in ci/nightly/matrix_outputs.py and run `python -m dspark_ci.ci.workflows`")
     cells = sum(len(chunk["include"]) for chunk in chunks)
     padded = chunks + [{"include": []}] * (max_chunks - len(chunks))
     lines = [f"cells={cells}", f"chunks={len(chunks)}"]
@@ -65,7 +65,7 @@ def read_plan(path: Path) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.nightly.matrix_outputs", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m dspark_ci.ci.nightly.matrix_outputs", description=__doc__.splitlines()[0])
     parser.add_argument("plan_json", help="file with `dspark-ci plan --format github` output ('-': stdin)")
     args = parser.parse_args(argv)
 
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(github_outputs(plan, source)))
         return 0
 
-    return run_tool("ci.nightly.matrix_outputs", body)
+    return run_tool("dspark_ci.ci.nightly.matrix_outputs", body)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""``python -m ci.nightly.merge_runs --out DIR [--plan PLAN_JSON] RUN_DIR...``: one results.json from many run dirs.
+"""``python -m dspark_ci.ci.nightly.merge_runs --out DIR [--plan PLAN_JSON] RUN_DIR...``: one results.json from many run dirs.
 
 The nightly workflow runs each cell in its own job, so each job's artifact holds a run directory
 with one cell. The aggregate job merges them into one run directory that ``dspark-ci report``
@@ -15,12 +15,12 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from ci.nightly.matrix_outputs import read_plan
-from ci.nightly.shards import read_json_numbers, updated_red_rates
-from ci.tool import run_tool
-from ground.errors import BadInput
-from ground.records import CellResult, Expect, RunResults, Status
-from reports.results import load_results, write_results
+from dspark_ci.ci.nightly.matrix_outputs import read_plan
+from dspark_ci.ci.nightly.shards import read_json_numbers, updated_red_rates
+from dspark_ci.ci.tool import run_tool
+from dspark_ci.ground.errors import BadInput
+from dspark_ci.ground.records import CellResult, Expect, RunResults, Status
+from dspark_ci.reports.results import load_results, write_results
 
 MISSING_ERROR = ("no results.json from this cell's run job: the job was cancelled, its runner was lost, or it "
                  "failed before `dspark-ci run` wrote anything; see that job's log")
@@ -52,7 +52,7 @@ def merge_results(runs: list[tuple[Path, RunResults]], run_id: str,
 
 def cell_durations(runs: list[tuple[Path, RunResults]]) -> dict[str, float]:
     """Each cell's own wall time (results.json's per-cell ``seconds``: start to result, boot and teardown
-    included), what ci.nightly.shards plans with; a run written before cells were timed counts when it ran one cell
+    included), what dspark_ci.ci.nightly.shards plans with; a run written before cells were timed counts when it ran one cell
     (its start to finish)."""
     durations = {}
     for _, results in runs:
@@ -76,22 +76,22 @@ def planned_cells(path: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.nightly.merge_runs", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m dspark_ci.ci.nightly.merge_runs", description=__doc__.splitlines()[0])
     parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
     parser.add_argument("--out", type=Path, required=True, help="directory for the merged results.json")
     parser.add_argument("--plan", type=Path, help="`dspark-ci plan --format github` output: cells to expect")
     parser.add_argument("--run-id", default="merged", help="run_id of the merged run (default: merged)")
     parser.add_argument("--durations", type=Path,
-                        help="also write {cell_id: seconds}, each cell's own wall time (for ci.nightly.shards)")
+                        help="also write {cell_id: seconds}, each cell's own wall time (for dspark_ci.ci.nightly.shards)")
     parser.add_argument("--red-rates", type=Path,
                         help="update {cell_id: recent red rate} in this file with tonight's verdicts (for "
-                             "ci.nightly.shards, which runs the cells most likely red per second first)")
+                             "dspark_ci.ci.nightly.shards, which runs the cells most likely red per second first)")
     args = parser.parse_args(argv)
 
     def body() -> int:
         found = [d for d in args.run_dirs if (d / "results.json").is_file()]
         for skipped in sorted(set(args.run_dirs) - set(found)):
-            print(f"ci.nightly.merge_runs: warning: {skipped} has no results.json; skipped", file=sys.stderr)
+            print(f"dspark_ci.ci.nightly.merge_runs: warning: {skipped} has no results.json; skipped", file=sys.stderr)
         runs = [(d, load_results(d / "results.json")) for d in found]
         expected = planned_cells(args.plan) if args.plan else None
         if not runs and not expected:
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             args.red_rates.write_text(json.dumps(rates, indent=1, sort_keys=True) + "\n")
         return 0
 
-    return run_tool("ci.nightly.merge_runs", body)
+    return run_tool("dspark_ci.ci.nightly.merge_runs", body)
 
 
 if __name__ == "__main__":

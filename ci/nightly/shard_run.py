@@ -1,4 +1,4 @@
-"""``python -m ci.nightly.shard_run --out runs/SHARD MATRIX CELL... -- RUN_ARGS...``: one nightly shard, cell by cell.
+"""``python -m dspark_ci.ci.nightly.shard_run --out runs/SHARD MATRIX CELL... -- RUN_ARGS...``: one nightly shard, cell by cell.
 
 Each cell is its own ``dspark-ci run MATRIX --cell ID --out OUT/ID RUN_ARGS...``: one boot per cell with
 all its suites, and one cell's trouble never takes its neighbours' results with it. A cell whose run
@@ -17,10 +17,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ci.tool import run_tool
-from ground.errors import DsparkError, ExitCode
-from ground.errors import worst as worst_exit
-from reports.results import load_results, write_results
+from dspark_ci.ci.tool import run_tool
+from dspark_ci.ground.errors import DsparkError, ExitCode
+from dspark_ci.ground.errors import worst as worst_exit
+from dspark_ci.reports.results import load_results, write_results
 
 FLAKY = "flaky: the first attempt failed on infrastructure (exit 3{detail}); retried once"
 
@@ -40,7 +40,7 @@ def run_shard(command: list[str], matrix: str, cells: list[str], out: Path, run_
             first.parent.mkdir(parents=True, exist_ok=True)
             if cell_dir.exists():
                 shutil.move(str(cell_dir), str(first))
-            print(f"ci.nightly.shard_run: {cell}: infrastructure failure (exit 3); retrying once", file=sys.stderr)
+            print(f"dspark_ci.ci.nightly.shard_run: {cell}: infrastructure failure (exit 3); retrying once", file=sys.stderr)
             code = run_cell(command, matrix, cell, cell_dir, run_args)
             _mark_flaky(cell_dir, FLAKY.format(detail=f": {detail}" if detail else ""))
         if code not in (ExitCode.OK, ExitCode.INCONCLUSIVE):
@@ -85,13 +85,13 @@ def _mark_flaky(cell_dir: Path, note: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     own, run_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    parser = argparse.ArgumentParser(prog="python -m ci.nightly.shard_run", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m dspark_ci.ci.nightly.shard_run", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="the shard's run directory (one folder per cell)")
     parser.add_argument("--dspark-ci", default="dspark-ci", help="the command to run (default dspark-ci)")
     parser.add_argument("matrix")
     parser.add_argument("cells", nargs="+", metavar="CELL")
     args = parser.parse_args(own)
-    return run_tool("ci.nightly.shard_run", lambda: run_shard(args.dspark_ci.split(), args.matrix, args.cells, args.out,
+    return run_tool("dspark_ci.ci.nightly.shard_run", lambda: run_shard(args.dspark_ci.split(), args.matrix, args.cells, args.out,
                                                         run_args))
 
 

@@ -1,21 +1,21 @@
-"""``python -m ci.nightly.shards PLAN_JSON [--durations FILE] [--fleet FILE]``: nightly cells -> shards per runner.
+"""``python -m dspark_ci.ci.nightly.shards PLAN_JSON [--durations FILE] [--fleet FILE]``: nightly cells -> shards per runner.
 
 A GPU runner is the scarce thing; one job per cell in matrix order leaves the slowest runner group
 finishing last by luck. Here cells are grouped per runner label and packed into as many shards as
 that label has runners (``--fleet``, ``{"8-gpu-h200": 4, ...}``; ``DEFAULT_RUNNERS`` otherwise),
 longest cell first onto the least-loaded shard (LPT: within 4/3 of the optimal makespan), so each
 label's last shard ends as early as possible. A shard is one job running its cells one after the
-other, one boot per cell with all its suites (``python -m ci.nightly.shard_run``).
+other, one boot per cell with all its suites (``python -m dspark_ci.ci.nightly.shard_run``).
 
 Within a shard, cells run in the order that brings the first red verdict soonest: highest chance of red per
 second of GPU time first (``signal_order``; Smith's rule, which minimises the expected time to the first failure
 of independent tests). The chance of red is the cell's recent record (``--red-rates``: ``{cell_id: rate}``,
-kept by the report job, ``ci.nightly.merge_runs --red-rates``), ``PRIOR_RED_RATE`` for a cell with none; the
+kept by the report job, ``dspark_ci.ci.nightly.merge_runs --red-rates``), ``PRIOR_RED_RATE`` for a cell with none; the
 packing across shards (LPT) is untouched, so the makespan is too.
 
 Cell times: the measured duration of the cell's last nightly (``--durations``: ``{cell_id: seconds}``,
 written by the report job) when there is one, else an estimate from what the cell does
-(``estimate_seconds``). Prints the same job outputs as ``ci.nightly.matrix_outputs`` (one ``include`` entry
+(``estimate_seconds``). Prints the same job outputs as ``dspark_ci.ci.nightly.matrix_outputs`` (one ``include`` entry
 per shard: ``{"shard", "runner", "matrix", "cells", "est_minutes", "rejections"}``). Expected rejections the plan
 marks ``"decided_by": "resolver"`` (``dspark-ci plan --rejections resolver``) take no GPU runner: they form one
 shard on a hosted CPU runner whose run decides them with SGLang's resolver (``"rejections": "resolver"``).
@@ -29,10 +29,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci.nightly.matrix_outputs import github_outputs, read_plan
-from ci.tool import run_tool
-from ground.errors import BadInput
-from ground.records import REJECT
+from dspark_ci.ci.nightly.matrix_outputs import github_outputs, read_plan
+from dspark_ci.ci.tool import run_tool
+from dspark_ci.ground.errors import BadInput
+from dspark_ci.ground.records import REJECT
 
 DEFAULT_RUNNERS = 2
 RESOLVER_RUNNER = "ubuntu-latest"  # expected rejections SGLang's resolver decides: one CPU job, no GPU runner
@@ -138,7 +138,7 @@ def read_json_numbers(path: Path | None, what: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.nightly.shards", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m dspark_ci.ci.nightly.shards", description=__doc__.splitlines()[0])
     parser.add_argument("plan_json", type=Path, help="`dspark-ci plan --format github` output")
     parser.add_argument("--durations", type=Path, help="{cell_id: seconds} measured by the last nightly")
     parser.add_argument("--fleet", type=Path, help="{runner_label: runners}; default 2 per label")
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(github_outputs(matrix, str(args.plan_json))))
         return 0
 
-    return run_tool("ci.nightly.shards", body)
+    return run_tool("dspark_ci.ci.nightly.shards", body)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 import sys
 
-from ci.workflows.definitions import main
+from dspark_ci.ci.workflows.definitions import main
 
 sys.exit(main())

@@ -1,11 +1,11 @@
-"""The GitHub Actions workflows, as records; ``python -m ci.workflows`` writes .github/workflows/.
+"""The GitHub Actions workflows, as records; ``python -m dspark_ci.ci.workflows`` writes .github/workflows/.
 
 - ``nightly.yml``: plan -> one job per cell on the cell's runner label -> one merged report.
   Past 256 cells (GitHub's per-matrix limit) the plan is chunked and each chunk gets a run job.
 - ``chatops.yml``: a PR comment starting with ``/`` -> ``dspark-ci chatops --event``.
 - ``rerun-test.yml``: what ``/rerun-test`` dispatches, once per runner group.
 
-``python -m ci.workflows --check`` exits 1 when the files on disk differ from what this module renders.
+``python -m dspark_ci.ci.workflows --check`` exits 1 when the files on disk differ from what this module renders.
 """
 
 from __future__ import annotations
@@ -15,17 +15,17 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from ci.chatops.github import run_title_tag
-from ci.nightly.matrix_outputs import MAX_CHUNKS, chunk_output_name
-from ci.workflows.model import Job, Step, Workflow
+from dspark_ci.ci.chatops.github import run_title_tag
+from dspark_ci.ci.nightly.matrix_outputs import MAX_CHUNKS, chunk_output_name
+from dspark_ci.ci.workflows.model import Job, Step, Workflow
 
 WORKFLOW_DIR = Path(".github/workflows")
-# Pinned to commits by ci.workflows.model.PINNED_ACTIONS.
+# Pinned to commits by dspark_ci.ci.workflows.model.PINNED_ACTIONS.
 CHECKOUT, SETUP_PYTHON = "actions/checkout", "actions/setup-python"
 UPLOAD, DOWNLOAD = "actions/upload-artifact", "actions/download-artifact"
 CACHE, CACHE_RESTORE, CACHE_SAVE = "actions/cache", "actions/cache/restore", "actions/cache/save"
-DURATIONS = "nightly-durations.json"  # {cell_id: seconds} of the last nightly, for ci.nightly.shards
-RED_RATES = "nightly-red.json"  # {cell_id: recent red rate}: ci.nightly.shards runs likely reds first
+DURATIONS = "nightly-durations.json"  # {cell_id: seconds} of the last nightly, for dspark_ci.ci.nightly.shards
+RED_RATES = "nightly-red.json"  # {cell_id: recent red rate}: dspark_ci.ci.nightly.shards runs likely reds first
 NIGHTLY_MEMORY = f"{DURATIONS}\n{RED_RATES}\n"  # what one nightly leaves the next (one cache entry)
 FLEET = "ci/nightly/fleet.json"  # runners per label
 HOSTED = "ubuntu-latest"
@@ -39,13 +39,13 @@ RUNS_DIR = "runs"
 REQUEST_INPUT = {"description": "Set by ChatOps: the command's identity, shown in the run's title, so a dispatch "
                                  "whose answer was lost is found instead of repeated",
                   "type": "string", "required": False, "default": ""}
-# The request as the run's title shows it (ci.chatops.github.run_title_tag, which finds it there).
+# The request as the run's title shows it (dspark_ci.ci.chatops.github.run_title_tag, which finds it there).
 _TITLE_TAG = "format('{}', inputs.request)".format(run_title_tag("{0}"))
 
 
 _FROM_CHATOPS = "inputs.request != ''"
 # Every job of a dispatched workflow waits for the guard, and does nothing when its run repeats an earlier
-# dispatch of the same command (ci.chatops.duplicate_run): a retried dispatch never runs twice.
+# dispatch of the same command (dspark_ci.ci.chatops.duplicate_run): a retried dispatch never runs twice.
 _NOT_DUPLICATE = "needs.guard.outputs.duplicate != 'true'"
 
 
@@ -53,7 +53,7 @@ def _guard_job(file_name: str) -> Job:
     """Is this run a repeat of an earlier dispatch of the same request? Asked only of runs ChatOps dispatched."""
     check = Step("Is this run a repeated dispatch?", id="check", if_=_FROM_CHATOPS, env={
         "GITHUB_TOKEN": "${{ secrets.GITHUB_TOKEN }}", "REQUEST": "${{ inputs.request }}", "WORKFLOW": file_name},
-        run=('python3 -m ci.chatops.duplicate_run --repo "$GITHUB_REPOSITORY" --workflow "$WORKFLOW" '
+        run=('python3 -m dspark_ci.ci.chatops.duplicate_run --repo "$GITHUB_REPOSITORY" --workflow "$WORKFLOW" '
              '--request "$REQUEST" --run-id "$GITHUB_RUN_ID" >> "$GITHUB_OUTPUT"\n'))
     install = [replace(step, if_=_FROM_CHATOPS) for step in _install_on_hosted()]
     return Job("guard", HOSTED, (_checkout(), *install, check), name="Guard against a repeated dispatch",
@@ -91,9 +91,9 @@ def _plan_job() -> Job:
         'read -ra patterns <<< "$SELECT"\n'
         'select_args=()\n'
         'for pattern in "${patterns[@]}"; do select_args+=(--select "$pattern"); done\n'
-        "# Expected rejections SGLang's resolver decides on this CPU are marked, and go to one CPU job (ci.nightly.shards)\n"
+        "# Expected rejections SGLang's resolver decides on this CPU are marked, and go to one CPU job (dspark_ci.ci.nightly.shards)\n"
         f'dspark-ci plan {" ".join(NIGHTLY_MATRICES)} --format github --rejections resolver "${{select_args[@]}}" > plan.json\n'
-        f'python3 -m ci.nightly.shards plan.json --durations {DURATIONS} --red-rates {RED_RATES} --fleet {FLEET} '
+        f'python3 -m dspark_ci.ci.nightly.shards plan.json --durations {DURATIONS} --red-rates {RED_RATES} --fleet {FLEET} '
         '>> "$GITHUB_OUTPUT"\n'))
     outputs = {"cells": "${{ steps.plan.outputs.cells }}", "chunks": "${{ steps.plan.outputs.chunks }}"}
     outputs |= {chunk_output_name(i): f"${{{{ steps.plan.outputs.{chunk_output_name(i)} }}}}"
@@ -127,8 +127,8 @@ def _run_job(chunk: int) -> Job:
                  '# /rerun-test cell:ID --trials N: up to N boots, each gate a statistical verdict with its interval\n'
                  'trials_args=()\n'
                  'if [ -n "${TRIALS:-}" ]; then trials_args=(--max-boots "$TRIALS"); fi\n'
-                 'read -ra cells <<< "$CELLS"  # cell ids: [A-Za-z0-9._-], space-separated by ci.nightly.shards\n'
-                 f'python3 -m ci.nightly.shard_run --out "{RUNS_DIR}/$SHARD" "$MATRIX" "${{cells[@]}}" -- '
+                 'read -ra cells <<< "$CELLS"  # cell ids: [A-Za-z0-9._-], space-separated by dspark_ci.ci.nightly.shards\n'
+                 f'python3 -m dspark_ci.ci.nightly.shard_run --out "{RUNS_DIR}/$SHARD" "$MATRIX" "${{cells[@]}}" -- '
                  '--launcher docker --server sglang --rejections "$REJECTIONS" "${hosts_args[@]}" "${trials_args[@]}"\n')),
         # A run that finishes writes its short report to the job summary itself (heading and overview once);
         # this step speaks only for runs that were stopped before they could.
@@ -162,7 +162,7 @@ def _report_job(run_jobs: list[Job]) -> Job:
         Step("Download every cell's run directory", uses=DOWNLOAD,
              with_={"pattern": "run-*", "path": RUNS_DIR}),
         Step("Merge and report", run=(
-            f'python3 -m ci.nightly.merge_runs --out merged --plan plan/plan.json --run-id "nightly-$GITHUB_RUN_ID" '
+            f'python3 -m dspark_ci.ci.nightly.merge_runs --out merged --plan plan/plan.json --run-id "nightly-$GITHUB_RUN_ID" '
             f'--durations {DURATIONS} --red-rates {RED_RATES} {RUNS_DIR}/*/*/\n'
             'dspark-ci report merged --format md >> "$GITHUB_STEP_SUMMARY"\n')),
         Step("Upload the merged report", if_="always()", uses=UPLOAD, with_={
@@ -185,7 +185,7 @@ def _reply_jobs(finished_job: str) -> tuple[Job, Job]:
         _checkout(), *_install_on_hosted(), _status_step("Mark the reply as running", "running", "always()"),
     ), name="Mark the reply as running", needs=("guard",), if_=f"{_NOT_DUPLICATE} && {_HAS_REPLY}",
         permissions={"issues": "write"}, timeout_minutes=10)
-    # Groups finishing together edit the same reply: ci.chatops.rerun_status merges and verifies its own line.
+    # Groups finishing together edit the same reply: dspark_ci.ci.chatops.rerun_status merges and verifies its own line.
     finish = Job("finish", HOSTED, (
         _checkout(), *_install_on_hosted(),
         _status_step("Mark the reply as finished",
@@ -267,7 +267,7 @@ def _status_step(name: str, status: str, if_: str) -> Step:
     env = {"GITHUB_TOKEN": "${{ secrets.GITHUB_TOKEN }}", "COMMENT_ID": "${{ inputs.reply_comment_id }}",
            "MARKER": "${{ inputs.reply_marker }}", "STATUS": status}
     return Step(name, if_=if_, continue_on_error=True, env=env, run=(
-        'python3 -m ci.chatops.rerun_status --repo "$GITHUB_REPOSITORY" --comment-id "$COMMENT_ID" --marker "$MARKER" \\\n'
+        'python3 -m dspark_ci.ci.chatops.rerun_status --repo "$GITHUB_REPOSITORY" --comment-id "$COMMENT_ID" --marker "$MARKER" \\\n'
         '  --status "$STATUS" --run-url "$GITHUB_SERVER_URL/$GITHUB_REPOSITORY/actions/runs/$GITHUB_RUN_ID"\n'))
 
 
@@ -295,7 +295,7 @@ def rerun_test() -> Workflow:
             'fi\n'
             'echo "Testing $head"\n'))
     run_tests = Step("Run the tests", env={"RERUN_TESTS": "${{ inputs.tests }}"},
-                     run="python3 -m ci.chatops.run_tests --dir pr/test\n")
+                     run="python3 -m dspark_ci.ci.chatops.run_tests --dir pr/test\n")
     steps = (
         _checkout(),
         # The commit reviewed when the command was given, never refs/pull/N/head as it is when the job starts.
@@ -382,7 +382,7 @@ def render_all() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.workflows", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m dspark_ci.ci.workflows", description=__doc__.splitlines()[0])
     parser.add_argument("--dir", type=Path, default=WORKFLOW_DIR, help="where to write (default .github/workflows)")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file is out of date")
     args = parser.parse_args(argv)

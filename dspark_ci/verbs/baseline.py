@@ -8,10 +8,10 @@ import json
 import sys
 from pathlib import Path
 
-from ground.errors import BadInput
-from reports.baseline_file import load_baseline
-from reports.baseline_proposal import propose
-from reports.results import load_results, write_text_atomically
+from dspark_ci.ground.errors import BadInput
+from dspark_ci.reports.baseline_file import load_baseline
+from dspark_ci.reports.baseline_proposal import propose
+from dspark_ci.reports.results import load_results, write_text_atomically
 
 EPILOG = """\
 Reads RUN/results.json of each run (every cell must have passed or been rejected as expected) and

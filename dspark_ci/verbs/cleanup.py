@@ -2,7 +2,7 @@
 
 A run removes what it started on success, failure, Ctrl-C and SIGTERM; only a hard kill (SIGKILL, a lost
 machine) leaves something. Every launcher writes each process, container or job to the run's ledger before
-starting it (``launchers/ledger.py``), and the run indexes itself with its owning process:
+starting it (``ground/ledger.py``), and the run indexes itself with its owning process:
 
 - ``cleanup --run ID``: removes what run ID recorded (refused while that run is still alive, unless --force).
 - ``cleanup``: does so for every indexed run whose owning process is gone; live runs are never touched.
@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from ground.errors import BadInput, InfraError
-from launchers.leftovers import remove_recorded
-from launchers.ledger import IndexedRun, find_run, forget, indexed_runs
+from dspark_ci.ground.errors import BadInput, InfraError
+from dspark_ci.launchers.leftovers import remove_recorded
+from dspark_ci.ground.ledger import IndexedRun, find_run, forget, indexed_runs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from dspark_ci.tables import text_table
-from ground.errors import BadInput
-from reports import history_db, triage
-from reports.change_points import change_points
-from reports.metrics import format_value, label
-from reports.plots import TREND_METRICS
-from reports.results import load_results
+from dspark_ci.ground.errors import BadInput
+from dspark_ci.reports import history_db, triage
+from dspark_ci.reports.change_points import change_points
+from dspark_ci.reports.metrics import format_value, label
+from dspark_ci.reports.plots import TREND_METRICS
+from dspark_ci.reports.results import load_results
 
 EPILOG = f"""\
 Every `dspark-ci run` is recorded when it finishes in an SQLite database: ${history_db.HISTORY_ENV} if set,

@@ -9,15 +9,15 @@ import sys
 from typing import Callable
 
 from dspark_ci.rejections import decide_rejections
-from ground.errors import BadInput
-from ground.records import DECIDED_BY_RESOLVER
-from ground.sglang.release import DEFAULT_VERSION
-from launchers.k8s import spec as k8s_spec
-from launchers.launch_plan import plan_launch
-from launchers.pd.k8s import pd_manifests
-from launchers.pd.pd_plan import PDPlan, plan_pd
-from launchers.plan_types import LaunchPlan, Placement
-from matrices import Cell, load_cells
+from dspark_ci.ground.errors import BadInput
+from dspark_ci.ground.records import DECIDED_BY_RESOLVER
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION
+from dspark_ci.launchers.k8s import spec as k8s_spec
+from dspark_ci.launchers.launch_plan import plan_launch
+from dspark_ci.launchers.pd.k8s import pd_manifests
+from dspark_ci.launchers.pd.pd_plan import PDPlan, plan_pd
+from dspark_ci.launchers.plan_types import LaunchPlan, Placement
+from dspark_ci.matrices import Cell, load_cells
 from dspark_ci.tables import text_table
 
 GITHUB_MAX_JOBS = 256  # GitHub Actions runs at most 256 jobs per matrix

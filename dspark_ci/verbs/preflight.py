@@ -7,9 +7,9 @@ import re
 
 from dspark_ci.rejections import CellVerdict, judge
 from dspark_ci.pipeline import select_cells
-from ground.errors import BadInput
-from ground.sglang.resolver import Resolution, Resolver, locate
-from matrices import load_cells
+from dspark_ci.ground.errors import BadInput
+from dspark_ci.ground.sglang.resolver import Resolution, Resolver, locate
+from dspark_ci.matrices import load_cells
 
 EPILOG = """\
 --sglang:

@@ -10,14 +10,14 @@ from pathlib import Path
 import contextlib
 from dataclasses import replace
 
-from ground.errors import BadInput, ExitCode, worst
-from reports.baseline_file import Baseline, load_baseline
-from reports.compare import compare_markdown, compare_runs, identity_warnings
-from reports.gates import regate
-from reports.history_db import history_path, run_dir_of
-from ground.records import CellResult, RunResults
-from reports.live_results import RESULTS_LINES
-from reports.results import load_results
+from dspark_ci.ground.errors import BadInput, ExitCode, worst
+from dspark_ci.reports.baseline_file import Baseline, load_baseline
+from dspark_ci.reports.compare import compare_markdown, compare_runs, identity_warnings
+from dspark_ci.reports.gates import regate
+from dspark_ci.reports.history_db import history_path, run_dir_of
+from dspark_ci.ground.records import CellResult, RunResults
+from dspark_ci.reports.live_results import RESULTS_LINES
+from dspark_ci.reports.results import load_results
 
 EPILOG = """\
 With md or html, rewrites RUN_DIR/junit.xml, report.md and report.html (results.json is left as the run
@@ -55,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reports.writers import render_reports, write_rendered  # on use: matplotlib loads only when drawing
+    from dspark_ci.reports.writers import render_reports, write_rendered  # on use: matplotlib loads only when drawing
 
     run_dir = _run_dir(args.run_dir, "RUN_DIR")
     results = with_recorded_outcomes(load_results(run_dir / "results.json"), run_dir / RESULTS_LINES)

@@ -10,11 +10,11 @@ import argparse
 import json
 from pathlib import Path
 
-from ground.errors import BadInput
-from suites import sgl_eval_scorer
-from suites.config import SuiteInputError
-from suites.gpqa import SCORERS, SampleResult, rescored, sample_from_record, summarize
-from suites.output import GPQA_SAMPLES_FILE
+from dspark_ci.ground.errors import BadInput
+from dspark_ci.suites import sgl_eval_scorer
+from dspark_ci.suites.config import SuiteInputError
+from dspark_ci.suites.gpqa import SCORERS, SampleResult, rescored, sample_from_record, summarize
+from dspark_ci.suites.output import GPQA_SAMPLES_FILE
 
 EPILOG = """\
 Rescoring changes the extraction and the aggregation only: the prompt (and so the letter order) stays the

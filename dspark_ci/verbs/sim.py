@@ -10,7 +10,7 @@ import argparse
 
 
 def main(argv: list[str]) -> int:
-    from sglang_sim.main import main as sim_main  # aiohttp etc. only when the simulator really runs
+    from dspark_ci.sglang_sim.main import main as sim_main  # aiohttp etc. only when the simulator really runs
 
     return sim_main(argv)
 

@@ -5,7 +5,7 @@ plus a few hand-registered ones in ``server_args.py``. Importing them needs torc
 stack, so we read them statically (AST) and keep the result as JSON next to this file:
 
     pip download sglang==0.5.23 --no-deps -d /tmp/sg && (cd /tmp/sg && unzip -q sglang-*.whl)
-    python -m ground.sglang.extract_flags /tmp/sg 0.5.23
+    python -m dspark_ci.ground.sglang.extract_flags /tmp/sg 0.5.23
 """
 
 from __future__ import annotations

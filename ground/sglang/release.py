@@ -1,7 +1,7 @@
 """Every fact of the SGLang release under test that more than one stage needs, in one place.
 
 A version bump touches ``ground/sglang/`` only: this file, and a new ``flags-<version>.json`` snapshot
-(``python -m ground.sglang.extract_flags``). Sources are named per fact so they can be checked again.
+(``python -m dspark_ci.ground.sglang.extract_flags``). Sources are named per fact so they can be checked again.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ground.errors import BadInput, InfraError
-from ground.sglang.settings import RESOLVED_FIELDS
+from dspark_ci.ground.errors import BadInput, InfraError
+from dspark_ci.ground.sglang.settings import RESOLVED_FIELDS
 
 _HERE = Path(__file__).resolve().parent
 REPO = _HERE.parent.parent
@@ -124,7 +124,7 @@ def config_path(model: str, config_root: str) -> str:
     if stub is None:
         raise BadInput(f"model {model}", "no config.json to resolve against (a Hub id without a shipped stub)",
                        f"point the matrix's model at a local checkpoint directory, or add a config-only stub to "
-                       f"{MODEL_CONFIG_DIR.relative_to(REPO)}/ and ground.sglang.resolver.MODEL_CONFIGS")
+                       f"{MODEL_CONFIG_DIR.relative_to(REPO)}/ and dspark_ci.ground.sglang.resolver.MODEL_CONFIGS")
     return f"{config_root}/{stub}"
 
 

@@ -32,8 +32,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
-from ground.sglang.flags import load_flags
-from ground.sglang.release import BLOCK_SIZE_FLAGS, DEFAULT_VERSION, DEVICES, SPECULATIVE_ALGORITHMS
+from dspark_ci.ground.sglang.flags import load_flags
+from dspark_ci.ground.sglang.release import BLOCK_SIZE_FLAGS, DEFAULT_VERSION, DEVICES, SPECULATIVE_ALGORITHMS
 
 _FLAGS = load_flags(DEFAULT_VERSION)
 

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 import docker.errors
 import requests
 
-from launchers.docker.hosts import connect
-from launchers.docker.spec import LABEL_RUN
-from launchers.ledger import LedgerEntry
+from dspark_ci.launchers.docker.hosts import connect
+from dspark_ci.launchers.docker.spec import LABEL_RUN
+from dspark_ci.ground.ledger import LedgerEntry
 
 if TYPE_CHECKING:
-    from launchers.docker.group import LogPump
+    from dspark_ci.launchers.docker.group import LogPump
 
 
 def dispose(container, stop_timeout_s: int, log: "LogPump | None") -> None:

@@ -13,9 +13,9 @@ import docker.errors
 import requests
 from docker.utils import parse_repository_tag
 
-from ground.errors import InfraError
-from launchers.docker.image_source import IMAGE_KIND_LABEL, SIM_IMAGE_KIND, SOURCE_LABEL, sim_source_digest
-from launchers.docker.tuning import SIM_IMAGE
+from dspark_ci.ground.errors import InfraError
+from dspark_ci.launchers.docker.image_source import IMAGE_KIND_LABEL, SIM_IMAGE_KIND, SOURCE_LABEL, sim_source_digest
+from dspark_ci.launchers.docker.tuning import SIM_IMAGE
 
 
 def ensure_image(client: docker.DockerClient, url: str, image: str, policy: str) -> None:

@@ -17,16 +17,16 @@ import docker
 import docker.errors
 import requests
 
-from ground.errors import InfraError
-from launchers.contract import LOG_LINES_KEPT, LOG_LINES_SEARCHED, RankExit, culprit, group_failed
-from launchers.docker.cleanup import dispose
-from launchers.docker.client import copy_into, labelled, named_container
-from launchers.docker.hosts import DockerHost
-from launchers.docker.spec import LABEL_CELL
-from launchers.ledger import Ledger
-from launchers.materialize import redact
-from launchers.plan_types import RankCommand
-from launchers.processes import signals_deferred
+from dspark_ci.ground.errors import InfraError
+from dspark_ci.launchers.contract import LOG_LINES_KEPT, LOG_LINES_SEARCHED, RankExit, culprit, group_failed
+from dspark_ci.launchers.docker.cleanup import dispose
+from dspark_ci.launchers.docker.client import copy_into, labelled, named_container
+from dspark_ci.launchers.docker.hosts import DockerHost
+from dspark_ci.launchers.docker.spec import LABEL_CELL
+from dspark_ci.ground.ledger import Ledger
+from dspark_ci.launchers.materialize import redact
+from dspark_ci.launchers.plan_types import RankCommand
+from dspark_ci.ground.processes import signals_deferred
 
 EXITED = ("exited", "dead")
 SETTLE_S = 0.5  # after seeing one rank exit, let every engine catch up before naming the culprit

@@ -33,9 +33,9 @@ import docker
 import docker.errors
 import requests
 
-from ground.errors import BadInput, InfraError
-from ground.yaml_lines import YamlList, YamlMap, config_file_words, load_yaml
-from launchers.plan_types import Placement
+from dspark_ci.ground.errors import BadInput, InfraError
+from dspark_ci.ground.yaml_lines import YamlList, YamlMap, config_file_words, load_yaml
+from dspark_ci.launchers.plan_types import Placement
 
 HOSTS_ENV = "DSPARK_DOCKER_HOSTS"
 DEFAULT_ENGINE = "unix:///var/run/docker.sock"

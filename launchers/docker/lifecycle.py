@@ -3,7 +3,7 @@
 This module is the launcher (placement, preflight, launch); a launch's containers are ``launchers/docker/group.py``,
 the engine calls ``client.py``, removal ``cleanup.py``, what a container looks like ``spec.py``.
 
-Used like every launcher (``launchers.contract``)::
+Used like every launcher (``dspark_ci.launchers.contract``)::
 
     launcher = DockerLauncher(DockerOptions(hosts="hosts.yaml"), LaunchContext(run_id, run_dir, caller_env=os.environ))
     with launcher.launch(launcher_plan, logs_dir) as deployment:
@@ -31,22 +31,22 @@ from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 from urllib.parse import urlparse
 
-from ground.errors import BadInput, InfraError
-from launchers.contract import SERVERS, Capacity, LaunchContext, Need, best_fit, gpus_wanted
-from launchers.docker.cleanup import remove_started
-from launchers.docker.client import ensure_image
-from launchers.docker.group import DockerDeployment, Group, RankContainer
-from launchers.docker.hosts import DockerHost, Inventory, clients, load_inventory
-from launchers.docker.options import DockerOptions
-from launchers.docker.spec import (LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, container_env, container_spec,
+from dspark_ci.ground.errors import BadInput, InfraError
+from dspark_ci.launchers.contract import SERVERS, Capacity, LaunchContext, Need, best_fit, gpus_wanted
+from dspark_ci.launchers.docker.cleanup import remove_started
+from dspark_ci.launchers.docker.client import ensure_image
+from dspark_ci.launchers.docker.group import DockerDeployment, Group, RankContainer
+from dspark_ci.launchers.docker.hosts import DockerHost, Inventory, clients, load_inventory
+from dspark_ci.launchers.docker.options import DockerOptions
+from dspark_ci.launchers.docker.spec import (LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, container_env, container_spec,
                                    device_environment, files_to_copy, image_for)
-from launchers.docker.tuning import DockerTuning
-from launchers.ledger import Ledger
-from launchers.logs import rank_log_path
-from launchers.materialize import secret_values
-from launchers.plan_types import LaunchPlan, Placement, RankCommand
-from launchers.processes import free_port, port_is_free, signals_deferred, sigterm_as_interrupt
-from launchers.readiness import Deadline, OurServer, wait_until_ready
+from dspark_ci.launchers.docker.tuning import DockerTuning
+from dspark_ci.ground.ledger import Ledger
+from dspark_ci.launchers.logs import rank_log_path
+from dspark_ci.launchers.materialize import secret_values
+from dspark_ci.launchers.plan_types import LaunchPlan, Placement, RankCommand
+from dspark_ci.ground.processes import free_port, port_is_free, signals_deferred, sigterm_as_interrupt
+from dspark_ci.launchers.readiness import Deadline, OurServer, wait_until_ready
 
 __all__ = ["DockerLauncher", "HostLeases", "build", "remove_started"]  # remove_started: the catalog's contract
 
@@ -54,7 +54,7 @@ REMOTE_PORT_TRIES = 20
 
 
 def build(context: LaunchContext, options: DockerOptions) -> "DockerLauncher":
-    """The catalog's constructor (launchers.catalog): --hosts, --pull and --image, checked, in ``options``."""
+    """The catalog's constructor (dspark_ci.launchers.catalog): --hosts, --pull and --image, checked, in ``options``."""
     return DockerLauncher(options, context)
 
 
@@ -63,7 +63,7 @@ class HostLeases:
     are torn down. Plans are known by their leader address and port (unique within a run).
 
     When the inventory gives every host's GPUs (``gpus:`` ids or a count), a node takes ``gpus_per_node`` of them,
-    on the fullest host that still has room (``launchers.contract.best_fit``, as the run's capacity packs), and its
+    on the fullest host that still has room (``dspark_ci.launchers.contract.best_fit``, as the run's capacity packs), and its
     container is given exactly those device ids: a host with 8 GPUs holds two 4-GPU cells side by side. Otherwise
     a host is one slot: a new cell's nodes go to the least busy hosts (with the run's capacity, at most one cell
     per host). When nothing has room (a parity reference beside its cell, or cells that ended out of order left

@@ -1,10 +1,10 @@
-"""The Docker launcher's options (``--hosts``, ``--pull``, ``--image``), declared once (``launchers.optionset``)."""
+"""The Docker launcher's options (``--hosts``, ``--pull``, ``--image``), declared once (``dspark_ci.launchers.optionset``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launchers.optionset import option
+from dspark_ci.launchers.optionset import option
 
 PULL_POLICIES = ("never", "missing", "always")
 

@@ -13,14 +13,14 @@ from typing import Any, Callable, Mapping
 
 from docker.types import DeviceRequest
 
-from ground.errors import BadInput
-from ground.sglang.release import AMD, ASCEND, NVIDIA
-from launchers.contract import LaunchContext
-from launchers.docker.hosts import DockerHost
-from launchers.docker.options import DockerOptions
-from launchers.docker.tuning import DockerTuning
-from launchers.plan_types import LaunchPlan, RankCommand
-from launchers.materialize import resolve_env, server_argv, server_python
+from dspark_ci.ground.errors import BadInput
+from dspark_ci.ground.sglang.release import AMD, ASCEND, NVIDIA
+from dspark_ci.launchers.contract import LaunchContext
+from dspark_ci.launchers.docker.hosts import DockerHost
+from dspark_ci.launchers.docker.options import DockerOptions
+from dspark_ci.launchers.docker.tuning import DockerTuning
+from dspark_ci.launchers.plan_types import LaunchPlan, RankCommand
+from dspark_ci.launchers.materialize import resolve_env, server_argv, server_python
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,7 +67,7 @@ def _rocm_access(host: DockerHost) -> dict:
     return access
 
 
-# accelerator (ground.sglang.release.accelerator) -> how a container gets its devices
+# accelerator (dspark_ci.ground.sglang.release.accelerator) -> how a container gets its devices
 DEVICE_ACCESS: dict[str, Callable[[DockerHost], dict]] = {NVIDIA: _cuda_access, AMD: _rocm_access,
                                                          ASCEND: _npu_access}
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launchers.contract import SIM_IMAGE
+from dspark_ci.launchers.contract import SIM_IMAGE
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ import contextlib
 import time
 from typing import Sequence
 
-from ground.errors import InfraError
-from launchers.k8s import spec as k8s_spec
-from launchers.k8s.client import Api, api_errors, connect, status_message
-from launchers.ledger import LedgerEntry
+from dspark_ci.ground.errors import InfraError
+from dspark_ci.launchers.k8s import spec as k8s_spec
+from dspark_ci.launchers.k8s.client import Api, api_errors, connect, status_message
+from dspark_ci.ground.ledger import LedgerEntry
 
 
 def delete_all(api: Api, objects: Sequence[tuple[str, str]], pods_selector: str | None, wait_s: float) -> str | None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ground.errors import InfraError
+from dspark_ci.ground.errors import InfraError
 
 
 @dataclass

@@ -12,19 +12,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ground.errors import BadInput, InfraError
-from launchers import interrupts
-from launchers.contract import LOG_LINES_KEPT, LOG_LINES_SEARCHED, RankExit, group_failed
-from launchers.k8s import spec as k8s_spec
-from launchers.k8s.cleanup import delete_all
-from launchers.k8s.client import api_errors, status_message
-from launchers.k8s.wait import PodStuck
-from launchers.logs import rank_log_path, tail
-from launchers.materialize import redact, secret_values
-from launchers.plan_types import LaunchPlan
+from dspark_ci.ground.errors import BadInput, InfraError
+from dspark_ci.ground import interrupts
+from dspark_ci.launchers.contract import LOG_LINES_KEPT, LOG_LINES_SEARCHED, RankExit, group_failed
+from dspark_ci.launchers.k8s import spec as k8s_spec
+from dspark_ci.launchers.k8s.cleanup import delete_all
+from dspark_ci.launchers.k8s.client import api_errors, status_message
+from dspark_ci.launchers.k8s.wait import PodStuck
+from dspark_ci.launchers.logs import rank_log_path, tail
+from dspark_ci.launchers.materialize import redact, secret_values
+from dspark_ci.launchers.plan_types import LaunchPlan
 
 if TYPE_CHECKING:
-    from launchers.k8s.lifecycle import K8sLauncher
+    from dspark_ci.launchers.k8s.lifecycle import K8sLauncher
 
 # Waiting reasons that never resolve on their own (kubelet's names).
 STUCK_REASONS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull",

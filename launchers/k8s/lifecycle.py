@@ -1,6 +1,6 @@
 """The Kubernetes launcher: every cell as one LeaderWorkerSet, driven through the API with the official client.
 
-Used like every launcher (``launchers.contract``)::
+Used like every launcher (``dspark_ci.launchers.contract``)::
 
     launcher = K8sLauncher(K8sOptions(namespace="sglang-ci", extra="site.yaml"), LaunchContext(run_id, run_dir))
     launcher.preflight(plans)       # the API answers, the LWS CRD is installed, the namespace exists, we may create
@@ -8,7 +8,7 @@ Used like every launcher (``launchers.contract``)::
         ...                         # deployment.base_url is rank 0's pod; check() raises if a pod of the group failed
 
 Per launch: a Secret with the cell's ``${NAME}`` values (if any), the LeaderWorkerSet and the leader's Service
-(``launchers.k8s.spec``), each written to the run's ledger before it is created. Then the pods of the group are
+(``dspark_ci.launchers.k8s.spec``), each written to the run's ledger before it is created. Then the pods of the group are
 watched by label: every pod's log is streamed into ``logs/<cell>/<rank>.log`` (rank = LWS's worker index); a pod
 that cannot be scheduled or pulled, a container that terminated or restarted, fails the cell with the reason,
 the rank, the exit code, SGLang's error line and the log's end. Pending time (scheduling, pulling) has its own
@@ -26,25 +26,25 @@ import time
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from ground.errors import InfraError
-from launchers.k8s import spec as k8s_spec
-from launchers.k8s.cleanup import remove_started
-from launchers.k8s.client import Api, api_errors, connect, quantity, status_message, POD_QUOTA_KEYS
-from launchers.k8s.group import Group, K8sDeployment
-from launchers.k8s.options import K8sOptions
-from launchers.k8s.tuning import K8sTuning
-from launchers.k8s.wait import ProxyHealth
-from launchers.contract import Capacity, LaunchContext
-from launchers.ledger import Ledger
-from launchers.plan_types import LaunchPlan, Placement
-from launchers.processes import signals_deferred, sigterm_as_interrupt
-from launchers.readiness import Deadline, OurServer, wait_until_ready
+from dspark_ci.ground.errors import InfraError
+from dspark_ci.launchers.k8s import spec as k8s_spec
+from dspark_ci.launchers.k8s.cleanup import remove_started
+from dspark_ci.launchers.k8s.client import Api, api_errors, connect, quantity, status_message, POD_QUOTA_KEYS
+from dspark_ci.launchers.k8s.group import Group, K8sDeployment
+from dspark_ci.launchers.k8s.options import K8sOptions
+from dspark_ci.launchers.k8s.tuning import K8sTuning
+from dspark_ci.launchers.k8s.wait import ProxyHealth
+from dspark_ci.launchers.contract import Capacity, LaunchContext
+from dspark_ci.ground.ledger import Ledger
+from dspark_ci.launchers.plan_types import LaunchPlan, Placement
+from dspark_ci.ground.processes import signals_deferred, sigterm_as_interrupt
+from dspark_ci.launchers.readiness import Deadline, OurServer, wait_until_ready
 
 __all__ = ["K8sLauncher", "build", "remove_started"]  # remove_started: the catalog's contract
 
 
 def build(context: LaunchContext, options: K8sOptions) -> "K8sLauncher":
-    """The catalog's constructor (launchers.catalog): --kubeconfig, --namespace, --k8s-extra, --k8s-reach, checked,
+    """The catalog's constructor (dspark_ci.launchers.catalog): --kubeconfig, --namespace, --k8s-extra, --k8s-reach, checked,
     in ``options``."""
     return K8sLauncher(options, context)
 

@@ -1,11 +1,11 @@
 """The Kubernetes launcher's options (``--kubeconfig``, ``--namespace``, ``--k8s-*``), declared once
-(``launchers.optionset``)."""
+(``dspark_ci.launchers.optionset``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launchers.optionset import option
+from dspark_ci.launchers.optionset import option
 
 REACH_MODES = ("pod-ip", "proxy")
 

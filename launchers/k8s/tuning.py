@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from launchers.contract import SIM_IMAGE
-from launchers.logs import stderr_progress
+from dspark_ci.launchers.contract import SIM_IMAGE
+from dspark_ci.launchers.logs import stderr_progress
 
 # How long a cell's pods may stay pending (scheduled, images pulled) by default: the simulator's small image on a
 # test cluster, or a real SGLang image (tens of GB) on a GPU node pool that may scale up first.

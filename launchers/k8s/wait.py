@@ -6,15 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ground.errors import InfraError
-from launchers.contract import LaunchTimeout
-from launchers.k8s import spec as k8s_spec
-from launchers.k8s.client import api_errors, status_message
-from launchers.plan_types import LaunchPlan
-from launchers.readiness import NotReady
+from dspark_ci.ground.errors import InfraError
+from dspark_ci.launchers.contract import LaunchTimeout
+from dspark_ci.launchers.k8s import spec as k8s_spec
+from dspark_ci.launchers.k8s.client import api_errors, status_message
+from dspark_ci.launchers.plan_types import LaunchPlan
+from dspark_ci.launchers.readiness import NotReady
 
 if TYPE_CHECKING:
-    from launchers.k8s.group import Group
+    from dspark_ci.launchers.k8s.group import Group
 
 
 @dataclass(frozen=True)

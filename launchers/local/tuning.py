@@ -13,4 +13,4 @@ from dataclasses import dataclass
 class LocalTuning:
     poll_s: float = 0.1  # /health while booting: a refused connection on this machine costs next to nothing
     stop_grace_s: float = 10.0  # from SIGTERM to SIGKILL, for every rank's group
-    python: str | None = None  # runs the server; None: the server's own (launchers.materialize.server_python)
+    python: str | None = None  # runs the server; None: the server's own (dspark_ci.launchers.materialize.server_python)

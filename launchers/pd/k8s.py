@@ -9,10 +9,10 @@ from __future__ import annotations
 import copy
 from typing import Sequence
 
-from ground.sglang.router import ROUTER_ENTRYPOINT
-from launchers.k8s import spec as k8s_spec
-from launchers.pd.pd_plan import RoleInstance, RouterCommand, plan_pd, router_command
-from matrices.cell import Cell
+from dspark_ci.ground.sglang.router import ROUTER_ENTRYPOINT
+from dspark_ci.launchers.k8s import spec as k8s_spec
+from dspark_ci.launchers.pd.pd_plan import RoleInstance, RouterCommand, plan_pd, router_command
+from dspark_ci.matrices.cell import Cell
 
 ROUTER_PORT = 30000
 # sglang-router always serves Prometheus (its default port): bound, like its HTTP port, on the pod's own IP

@@ -1,5 +1,5 @@
 """sglang-router of a disaggregated cell on Kubernetes: the Deployment and Service `dspark-ci plan --format k8s`
-prints (``launchers.pd.k8s.router_manifests``), pointed at the role instances' leader Services, created through the
+prints (``dspark_ci.launchers.pd.k8s.router_manifests``), pointed at the role instances' leader Services, created through the
 API server (each recorded in the run's ledger first), its pod's log streamed into ``logs/<cell>/router.log``,
 watched like a rank (a terminated or restarted container, a pod that cannot start: the router is named), deleted
 with foreground propagation when the group goes (``dspark-ci cleanup`` removes what a killed run left)."""
@@ -14,22 +14,22 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
-from ground.errors import BadInput, InfraError
-from launchers import interrupts
-from launchers.contract import LOG_LINES_KEPT, Deployment, LaunchFailed
-from launchers.k8s.cleanup import apps, delete_all
-from launchers.k8s.client import api_errors, status_message
-from launchers.k8s.group import STUCK_REASONS, follow_log
-from launchers.k8s.wait import PodStuck
-from launchers.logs import tail
-from launchers.pd.k8s import ROUTER_CONTAINER, ROUTER_PORT, router_manifests, router_name
-from launchers.pd.pd_plan import RoleInstance
-from launchers.pd.router_process import Router
-from launchers.processes import signals_deferred, sigterm_as_interrupt
-from matrices.cell import Cell
+from dspark_ci.ground.errors import BadInput, InfraError
+from dspark_ci.ground import interrupts
+from dspark_ci.launchers.contract import LOG_LINES_KEPT, Deployment, LaunchFailed
+from dspark_ci.launchers.k8s.cleanup import apps, delete_all
+from dspark_ci.launchers.k8s.client import api_errors, status_message
+from dspark_ci.launchers.k8s.group import STUCK_REASONS, follow_log
+from dspark_ci.launchers.k8s.wait import PodStuck
+from dspark_ci.launchers.logs import tail
+from dspark_ci.launchers.pd.k8s import ROUTER_CONTAINER, ROUTER_PORT, router_manifests, router_name
+from dspark_ci.launchers.pd.pd_plan import RoleInstance
+from dspark_ci.launchers.pd.router_process import Router
+from dspark_ci.ground.processes import signals_deferred, sigterm_as_interrupt
+from dspark_ci.matrices.cell import Cell
 
 if TYPE_CHECKING:
-    from launchers.k8s.lifecycle import K8sLauncher
+    from dspark_ci.launchers.k8s.lifecycle import K8sLauncher
 
 
 class K8sRouter(Router):

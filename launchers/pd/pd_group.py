@@ -13,18 +13,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Mapping, cast
 
-from ground.sglang.release import is_peer_loss
-from launchers.contract import LaunchFailed, Launcher, Deployment
-from launchers.ledger import Ledger
-from launchers.pd.pd_plan import PDPlan, RoleInstance, plan_pd, router_command
-from launchers.pd.prefill_watch import PREFILL_STALL_S, PrefillWatch
-from launchers.pd.k8s_router import k8s_router
-from launchers.pd.router_process import Router, local_router
-from launchers.processes import free_port
-from matrices.cell import Cell
+from dspark_ci.ground.sglang.release import is_peer_loss
+from dspark_ci.launchers.contract import LaunchFailed, Launcher, Deployment
+from dspark_ci.ground.ledger import Ledger
+from dspark_ci.launchers.pd.pd_plan import PDPlan, RoleInstance, plan_pd, router_command
+from dspark_ci.launchers.pd.prefill_watch import PREFILL_STALL_S, PrefillWatch
+from dspark_ci.launchers.pd.k8s_router import k8s_router
+from dspark_ci.launchers.pd.router_process import Router, local_router
+from dspark_ci.ground.processes import free_port
+from dspark_ci.matrices.cell import Cell
 
 if TYPE_CHECKING:
-    from launchers.k8s.lifecycle import K8sLauncher
+    from dspark_ci.launchers.k8s.lifecycle import K8sLauncher
 
 
 def as_role(err: LaunchFailed, instance: RoleInstance, cell_id: str) -> LaunchFailed:

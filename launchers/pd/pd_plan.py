@@ -8,12 +8,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
-from ground.sglang.router import ROUTER_ENTRYPOINT, router_args
-from ground.sglang.settings import DEFAULT_BOOTSTRAP_PORT
-from launchers.launch_plan import plan_launch
-from launchers.plan_types import LaunchPlan, Placement
-from matrices.cell import Cell
-from matrices.roles import Role, RouterSpec
+from dspark_ci.ground.sglang.router import ROUTER_ENTRYPOINT, router_args
+from dspark_ci.ground.sglang.settings import DEFAULT_BOOTSTRAP_PORT
+from dspark_ci.launchers.launch_plan import plan_launch
+from dspark_ci.launchers.plan_types import LaunchPlan, Placement
+from dspark_ci.matrices.cell import Cell
+from dspark_ci.matrices.roles import Role, RouterSpec
 
 ROUTER_PORT = 30000  # what `dspark-ci plan` shows: the router takes the serving port, roles their own
 TEMPLATE_ROLE_PORT = 30000

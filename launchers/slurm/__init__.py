@@ -1,6 +1,6 @@
 """The Slurm launcher: every cell as one Slurm job, one task per node, submitted with ``sbatch``.
 
-Used like every launcher (``launchers.contract``)::
+Used like every launcher (``dspark_ci.launchers.contract``)::
 
     launcher = SlurmLauncher(SlurmOptions(partition="gpu"), LaunchContext(run_id, run_dir, caller_env=os.environ))
     launcher.preflight(plans)                       # Slurm answers; the partition exists and can hold every cell

@@ -11,7 +11,7 @@ from typing import Mapping, Sequence
 
 import psutil
 
-from ground.errors import InfraError
+from dspark_ci.ground.errors import InfraError
 
 # Job states (squeue/scontrol JOB STATE CODES). Anything not listed as waiting or running is over.
 WAITING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"})

@@ -1,5 +1,5 @@
 """The Slurm launcher's lifecycle: submit one job per cell, wait for it to run and serve, watch it, cancel it
-(the package docstring, ``launchers.slurm``, says how)."""
+(the package docstring, ``dspark_ci.launchers.slurm``, says how)."""
 
 from __future__ import annotations
 
@@ -16,24 +16,24 @@ from typing import Iterator, Mapping, Sequence
 from urllib.parse import urlparse
 
 
-from ground.errors import BadInput, InfraError
-from ground.sglang.release import is_peer_loss
-from launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, Capacity, LaunchContext, LaunchTimeout, RankExit,
+from dspark_ci.ground.errors import BadInput, InfraError
+from dspark_ci.ground.sglang.release import is_peer_loss
+from dspark_ci.launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, Capacity, LaunchContext, LaunchTimeout, RankExit,
                                 culprit, group_failed)
-from launchers.ledger import Ledger, LedgerEntry
-from launchers.logs import rank_log_path, tail
-from launchers.plan_types import LaunchPlan, Placement
-from launchers import interrupts
-from launchers.processes import free_port, signals_deferred, sigterm_as_interrupt
-from launchers.materialize import redact
-from launchers.readiness import Deadline, OurServer, wait_until_ready
-from launchers.slurm.commands import (NODES_OUT_OF_SERVICE, RUNNING_STATES, WAITING_STATES, cancel, checked_output, conf_hint, gpus_of,
+from dspark_ci.ground.ledger import Ledger, LedgerEntry
+from dspark_ci.launchers.logs import rank_log_path, tail
+from dspark_ci.launchers.plan_types import LaunchPlan, Placement
+from dspark_ci.ground import interrupts
+from dspark_ci.ground.processes import free_port, signals_deferred, sigterm_as_interrupt
+from dspark_ci.launchers.materialize import redact
+from dspark_ci.launchers.readiness import Deadline, OurServer, wait_until_ready
+from dspark_ci.launchers.slurm.commands import (NODES_OUT_OF_SERVICE, RUNNING_STATES, WAITING_STATES, cancel, checked_output, conf_hint, gpus_of,
                                       hostnames, is_over, job_info, key_values, last_line, node_address, slurm,
                                       wait_gone)
-from launchers.slurm.script import gpus_per_node, render_job
-from launchers.slurm.options import SlurmOptions
-from launchers.slurm.options import DEFAULT_QUEUE_TIMEOUT_S
-from launchers.slurm.tuning import SlurmTuning
+from dspark_ci.launchers.slurm.script import gpus_per_node, render_job
+from dspark_ci.launchers.slurm.options import SlurmOptions
+from dspark_ci.launchers.slurm.options import DEFAULT_QUEUE_TIMEOUT_S
+from dspark_ci.launchers.slurm.tuning import SlurmTuning
 
 SETTLE_S = 0.5  # after one task's exit marker, let the tasks dying of losing it write theirs
 MARKER_GRACE_S = 3.0  # a job seen ended: how long its exit markers may lag (shared file systems)
@@ -46,7 +46,7 @@ _EXIT_MARKER = re.compile(r"rank (\d+) exited (-?\d+) at ([0-9.]+)( after SIGTER
 
 
 def build(context: LaunchContext, options: SlurmOptions) -> "SlurmLauncher":
-    """The catalog's constructor (launchers.catalog): the --slurm-* options, checked, in ``options``."""
+    """The catalog's constructor (dspark_ci.launchers.catalog): the --slurm-* options, checked, in ``options``."""
     return SlurmLauncher(options, context)
 
 
@@ -312,7 +312,7 @@ class _Job:
         return exits
 
     def _judge(self, exits: list[RankExit]) -> None:
-        """A rank that failed of its own accord is the culprit (launchers.contract.culprit). Ranks that Slurm
+        """A rank that failed of its own accord is the culprit (dspark_ci.launchers.contract.culprit). Ranks that Slurm
         stopped, and ranks that died only of losing those, mean the job was ended from outside."""
         own = [e for e in exits if e.node_rank not in self._signalled and not is_peer_loss(e.sglang_error)]
         if own or not any(e.node_rank in self._signalled for e in exits):

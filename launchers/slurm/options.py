@@ -1,13 +1,13 @@
-"""The Slurm launcher's options (``--slurm-*``), declared once (``launchers.optionset``)."""
+"""The Slurm launcher's options (``--slurm-*``), declared once (``dspark_ci.launchers.optionset``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ground.errors import BadInput
-from ground.sglang.release import DEVICE_IMAGES
-from launchers.optionset import option, seconds
-from launchers.plan_types import LaunchPlan
+from dspark_ci.ground.errors import BadInput
+from dspark_ci.ground.sglang.release import DEVICE_IMAGES
+from dspark_ci.launchers.optionset import option, seconds
+from dspark_ci.launchers.plan_types import LaunchPlan
 
 GPU_MODES = ("gpus-per-node", "gres")
 CONTAINER_KINDS = ("pyxis", "apptainer")

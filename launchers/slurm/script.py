@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ground.sglang.release import AMD, NVIDIA
-from launchers.plan_types import LaunchPlan
-from launchers.materialize import resolve_env, secret_values, server_argv, server_python
-from launchers.contract import LaunchContext
-from launchers.slurm.options import SlurmOptions
-from launchers.slurm.tuning import SlurmTuning
+from dspark_ci.ground.sglang.release import AMD, NVIDIA
+from dspark_ci.launchers.plan_types import LaunchPlan
+from dspark_ci.launchers.materialize import resolve_env, secret_values, server_argv, server_python
+from dspark_ci.launchers.contract import LaunchContext
+from dspark_ci.launchers.slurm.options import SlurmOptions
+from dspark_ci.launchers.slurm.tuning import SlurmTuning
 
 # How a container reaches the node's accelerators: apptainer's GPU flag per vendor (--nv binds NVIDIA's driver,
 # --rocm AMD's); pyxis/enroot bind device files, which ROCm needs mounted (SGLang's AMD docs: /dev/kfd, /dev/dri).

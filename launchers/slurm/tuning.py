@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from launchers.logs import stderr_progress
+from dspark_ci.launchers.logs import stderr_progress
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ground.sglang.release import CPU_SPECULATIVE_ALGORITHMS, DEFAULT_VERSION
+from dspark_ci.ground.sglang.release import CPU_SPECULATIVE_ALGORITHMS, DEFAULT_VERSION
 
 PACKAGE = Path(__file__).resolve().parent
 REPO = PACKAGE.parents[1]
@@ -125,7 +125,7 @@ def refusal(argv: Sequence[str]) -> str | None:
 def missing_checkpoint(argv: Sequence[str], environ: Mapping[str, str]) -> str | None:
     """Why the cell's model cannot be served from the cache yet (what makes it), or None. dspark-ci downloads
     nothing at run time: the real model is installed and converted once beforehand (``.ci/sglang-engine.sh``)."""
-    from sglang_sim.cpu_engine import real_model
+    from dspark_ci.sglang_sim.cpu_engine import real_model
 
     if engine_model(argv).checkpoint != "gguf" or real_model.converted(cache_root(environ)):
         return None

@@ -1,5 +1,5 @@
 """``PYTHON sglang_sim/cpu_engine/__main__.py [the cell's launch_server flags]`` with the SGLang venv's Python
-(``.ci/sglang-engine.sh``): SGLang's real ``launch_server`` on this CPU (``sglang_sim.cpu_engine``).
+(``.ci/sglang-engine.sh``): SGLang's real ``launch_server`` on this CPU (``dspark_ci.sglang_sim.cpu_engine``).
 
 Refuses (exit 2) a speculative algorithm without a CPU branch (or without a draft for the model), and a real model
 not installed (``real_model.py``); otherwise writes or converts the model's weights once (cached), then
@@ -27,8 +27,8 @@ def _kernel_ops(boot: Path) -> list[str]:
 
 def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run by path from a Python without this tree
-    from sglang_sim import cpu_engine
-    from sglang_sim.cpu_engine import checkpoint, real_model
+    from dspark_ci.sglang_sim import cpu_engine
+    from dspark_ci.sglang_sim.cpu_engine import checkpoint, real_model
 
     argv = sys.argv[1:]
     reason = cpu_engine.refusal(argv)

@@ -43,9 +43,9 @@ def main() -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from sglang_sim.cpu_engine import cache_root
-    from sglang_sim.cpu_engine.real_model import draft_of, ensure, load
-    from suites.prompts import PROMPTS as TEXTS
+    from dspark_ci.sglang_sim.cpu_engine import cache_root
+    from dspark_ci.sglang_sim.cpu_engine.real_model import draft_of, ensure, load
+    from dspark_ci.suites.prompts import PROMPTS as TEXTS
 
     target_dir, _ = ensure(cache_root(os.environ))
     tokenizer = AutoTokenizer.from_pretrained(str(target_dir))

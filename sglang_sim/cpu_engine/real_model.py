@@ -221,7 +221,7 @@ def ensure(cache: Path) -> tuple[Path, Path]:
 
 def main(argv: list[str]) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run by path from a Python without this tree
-    from sglang_sim.cpu_engine import cache_root
+    from dspark_ci.sglang_sim.cpu_engine import cache_root
 
     try:
         target, draft = ensure(cache_root(os.environ))

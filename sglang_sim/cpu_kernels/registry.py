@@ -9,7 +9,7 @@ from typing import Callable
 
 import torch
 
-from sglang_sim.cpu_kernels import attention, memory, speculative
+from dspark_ci.sglang_sim.cpu_kernels import attention, memory, speculative
 
 # op name -> (implementation, the arguments it writes in place)
 OPS: dict[str, tuple[Callable[..., object], tuple[str, ...]]] = {

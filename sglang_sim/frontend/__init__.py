@@ -3,7 +3,7 @@ of the simulated engine, which plays SGLang's scheduler behind SGLang's own IPC:
 
 Only this module and ``vocab.py`` import without SGLang; ``launch.py``, ``scheduler.py`` and ``io_schema.py`` import
 sglang and run inside the venv ``.ci/sglang-frontend.sh`` builds, in an environment ``frontend_env`` made
-(``python -m sglang_sim.frontend ARGV`` from that venv sets it up itself)."""
+(``python -m dspark_ci.sglang_sim.frontend ARGV`` from that venv sets it up itself)."""
 
 from __future__ import annotations
 

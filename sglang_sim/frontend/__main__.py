@@ -1,9 +1,9 @@
-"""``python -m sglang_sim.frontend [SGLang launch_server flags]`` (or this file's path) with the SGLang venv's
+"""``python -m dspark_ci.sglang_sim.frontend [SGLang launch_server flags]`` (or this file's path) with the SGLang venv's
 Python (``.ci/sglang-frontend.sh``): SGLang's own HTTP server, tokenizer and detokenizer in front of the
-simulated engine. Exit codes as the simulator's (``sglang_sim.main``); a server SGLang kills ends by that signal.
+simulated engine. Exit codes as the simulator's (``dspark_ci.sglang_sim.main``); a server SGLang kills ends by that signal.
 
 The first process only prepares: a scratch directory and the environment SGLang's spawned processes need
-(``sglang_sim.frontend.frontend_env``). It runs the front end as its child, passes SIGTERM and SIGINT on, and
+(``dspark_ci.sglang_sim.frontend.frontend_env``). It runs the front end as its child, passes SIGTERM and SIGINT on, and
 removes the scratch directory however the child ended (SGLang's own shutdown ends in SIGKILL to itself)."""
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ def _remove_orphans() -> None:
 
 def _supervise(argv: list[str]) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run by path from a Python without this tree
-    from sglang_sim.frontend import frontend_env
+    from dspark_ci.sglang_sim.frontend import frontend_env
 
     _remove_orphans()
     root = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
     try:
-        child = subprocess.Popen([sys.executable, "-m", "sglang_sim.frontend", *argv],
+        child = subprocess.Popen([sys.executable, "-m", "dspark_ci.sglang_sim.frontend", *argv],
                                  env=frontend_env(os.environ, root))
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda received, frame: child.send_signal(received))
@@ -54,8 +54,8 @@ def main() -> int:
     argv = sys.argv[1:]
     if os.environ.get("DSPARK_FRONTEND_BOOTED") != "1":
         return _supervise(argv)
-    from sglang_sim.frontend import launch
-    from sglang_sim.main import main as simulator_main
+    from dspark_ci.sglang_sim.frontend import launch
+    from dspark_ci.sglang_sim.main import main as simulator_main
 
     launch.remember_argv(argv)
     return simulator_main(argv, serve_rank0=launch.serve)

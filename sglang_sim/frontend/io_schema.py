@@ -1,4 +1,4 @@
-"""``python -m sglang_sim.frontend.io_schema`` (in the SGLang venv): the io_struct messages the scheduler stand-in
+"""``python -m dspark_ci.sglang_sim.frontend.io_schema`` (in the SGLang venv): the io_struct messages the scheduler stand-in
 speaks, as this SGLang defines them, and one step of ours sent and received through SGLang's own IPC calls.
 
 Prints JSON: ``{"sglang": VERSION, "messages": {name: [[field, required], ...]}, "step": {...}}``.
@@ -56,9 +56,9 @@ def one_step() -> dict:
     from sglang.srt.observability.req_time_stats import SchedulerReqTimeStats
     from sglang.srt.sampling.sampling_params import SamplingParams
 
-    from sglang_sim.engine import Generation
-    from sglang_sim.frontend.scheduler import Running, token_output
-    from sglang_sim.speculation import SpecShape, SpecStats
+    from dspark_ci.sglang_sim.engine import Generation
+    from dspark_ci.sglang_sim.frontend.scheduler import Running, token_output
+    from dspark_ci.sglang_sim.speculation import SpecShape, SpecStats
 
     params = SamplingParams(max_new_tokens=4, temperature=0.0)
     params.normalize(None)

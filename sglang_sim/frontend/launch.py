@@ -2,7 +2,7 @@
 played by the simulator's engine (``scheduler.py``).
 
 Runs inside the SGLang venv (``.ci/sglang-frontend.sh``). Everything before the launch is the simulator's own
-(``sglang_sim.main``: SGLang's argv parsed against the flag snapshot, ``DSPARK_SIM_*``, the boot_reject fault,
+(``dspark_ci.sglang_sim.main``: SGLang's argv parsed against the flag snapshot, ``DSPARK_SIM_*``, the boot_reject fault,
 admission), so a launch is refused exactly as the simulator refuses it, and node ranks >= 1 are the
 simulator's. Rank 0 then writes a model directory (``vocab.py``) and hands SGLang a CPU command line: the
 cell's serving flags (speculative algorithm and draft-token count, reasoning parser, metrics, warmup, API key,
@@ -22,15 +22,15 @@ import tempfile
 import threading
 from pathlib import Path
 
-from sglang_sim.admission import SglangEnv
-from sglang_sim.args import ServerArgs, parse_server_args
-from sglang_sim.sim_config import KNOBS, SimConfig
-from sglang_sim.frontend import ROOT_ENV
-from sglang_sim.frontend.vocab import Vocabulary, write_model_dir
-from sglang_sim.failures import SCHEDULER_FRAMES, print_lines, traceback_tail
-from sglang_sim.gpqa_answers import GpqaAnswerKey
-from sglang_sim.rendezvous import Leader, split_addr
-from sglang_sim.tokenizer import onig_pattern
+from dspark_ci.sglang_sim.admission import SglangEnv
+from dspark_ci.sglang_sim.args import ServerArgs, parse_server_args
+from dspark_ci.sglang_sim.sim_config import KNOBS, SimConfig
+from dspark_ci.sglang_sim.frontend import ROOT_ENV
+from dspark_ci.sglang_sim.frontend.vocab import Vocabulary, write_model_dir
+from dspark_ci.sglang_sim.failures import SCHEDULER_FRAMES, print_lines, traceback_tail
+from dspark_ci.sglang_sim.gpqa_answers import GpqaAnswerKey
+from dspark_ci.sglang_sim.rendezvous import Leader, split_addr
+from dspark_ci.sglang_sim.tokenizer import onig_pattern
 
 logger = logging.getLogger("sglang_sim")
 SIM_ARGV_ENV = "DSPARK_FRONTEND_SIM_ARGV"  # the cell's argv (JSON)
@@ -103,7 +103,7 @@ def cell_server_args(argv: list[str]) -> dict:
     the resolution needs hardware (the front end's own values stay)."""
     from sglang.srt.server_args import prepare_server_args
 
-    from ground.sglang.resolver import MODEL_CONFIG_DIR, prepare_argv
+    from dspark_ci.ground.sglang.resolver import MODEL_CONFIG_DIR, prepare_argv
 
     try:
         resolved = prepare_server_args(prepare_argv(argv, str(MODEL_CONFIG_DIR)))
@@ -179,7 +179,7 @@ def die_with_server(lines: list[str]) -> None:
 
 
 def gather_node_ranks(args: ServerArgs, config: SimConfig) -> None:
-    """Multi-node: listen at --dist-init-addr for the node ranks >= 1 (the simulator's, sglang_sim.rendezvous) from
+    """Multi-node: listen at --dist-init-addr for the node ranks >= 1 (the simulator's, dspark_ci.sglang_sim.rendezvous) from
     a thread of this process, before SGLang's slow start, and return once all have joined. A rank lost later
     takes the server down, as a lost NCCL peer does. The rank_exit fault for rank 0 is armed here too."""
     joined = threading.Event()
@@ -209,7 +209,7 @@ def serve(args: ServerArgs, config: SimConfig, env: SglangEnv, architecture: str
     from sglang.srt.entrypoints.http_server import launch_server
     from sglang.srt.server_args import prepare_server_args
 
-    from sglang_sim.frontend import scheduler
+    from dspark_ci.sglang_sim.frontend import scheduler
 
     cell = cell_server_args(json.loads(os.environ[SIM_ARGV_ENV]))
     hand_over(args, architecture)

@@ -4,7 +4,7 @@ SGLang's ``launch_server`` spawns this in place of ``run_scheduler_process`` (sa
 sockets (``PortArgs``) as SGLang's scheduler does (``scheduler_components/ipc_channels.py``), answers the startup
 handshake on ``pipe_writer``, and then serves the messages of ``managers/io_struct.py``:
 
-- ``TokenizedGenerateReqInput`` (and the batched form): one engine run per request (``sglang_sim.engine``: the
+- ``TokenizedGenerateReqInput`` (and the batched form): one engine run per request (``dspark_ci.sglang_sim.engine``: the
   same ``DSPARK_SIM_*`` timing, speculative acceptance, GPQA answers and faults as the simulator), each step sent
   to the DetokenizerManager as a ``BatchTokenIDOutput`` built as ``output_streamer.py`` builds it: ``output_ids``
   as deltas, ``decode_ids``/``read_offsets`` as ``Req.init_incremental_detokenize`` computes them, token counts,
@@ -39,20 +39,20 @@ from typing import Any, cast
 import zmq
 import zmq.asyncio
 
-from sglang_sim.admission import SglangEnv
-from sglang_sim.sim_config import SimConfig
-from sglang_sim.emission_log import EmissionLog
-from sglang_sim.engine import Engine, Generation, Job
-from sglang_sim.failures import SCHEDULER_FRAMES, print_lines, traceback_tail
-from sglang_sim.frontend.launch import MODEL_DIR_ENV, admitted
-from sglang_sim.frontend.vocab import Vocabulary
-from sglang_sim import logprobs
-from sglang_sim.gpqa_answers import GpqaAnswerKey
-from sglang_sim.prometheus import MAX_TOTAL_NUM_TOKENS, kv_gauges
-from sglang_sim.noise import BootNoise
-from sglang_sim.native_api import WARMUP_MAX_NEW_TOKENS, WARMUP_PROMPT
-from sglang_sim.speculation import SpecShape
-from sglang_sim.textgen import Ask, Penalties, Persona
+from dspark_ci.sglang_sim.admission import SglangEnv
+from dspark_ci.sglang_sim.sim_config import SimConfig
+from dspark_ci.sglang_sim.emission_log import EmissionLog
+from dspark_ci.sglang_sim.engine import Engine, Generation, Job
+from dspark_ci.sglang_sim.failures import SCHEDULER_FRAMES, print_lines, traceback_tail
+from dspark_ci.sglang_sim.frontend.launch import MODEL_DIR_ENV, admitted
+from dspark_ci.sglang_sim.frontend.vocab import Vocabulary
+from dspark_ci.sglang_sim import logprobs
+from dspark_ci.sglang_sim.gpqa_answers import GpqaAnswerKey
+from dspark_ci.sglang_sim.prometheus import MAX_TOTAL_NUM_TOKENS, kv_gauges
+from dspark_ci.sglang_sim.noise import BootNoise
+from dspark_ci.sglang_sim.native_api import WARMUP_MAX_NEW_TOKENS, WARMUP_PROMPT
+from dspark_ci.sglang_sim.speculation import SpecShape
+from dspark_ci.sglang_sim.textgen import Ask, Penalties, Persona
 
 logger = logging.getLogger("sglang_sim")
 HEALTH_CHECK_RID_PREFIX = "HEALTH_CHECK"  # sglang/srt/constants.py
@@ -107,7 +107,7 @@ class StandIn:
         self.config = SimConfig.from_env(os.environ)
         env = SglangEnv.from_environ(os.environ)
         self.args, _ = admitted()
-        noise = BootNoise.of(self.config)  # as the simulator's rank 0 builds its engine (sglang_sim.main)
+        noise = BootNoise.of(self.config)  # as the simulator's rank 0 builds its engine (dspark_ci.sglang_sim.main)
         persona = Persona(self.config.seed, self.config.gpqa_accuracy, GpqaAnswerKey.load(self.config.gpqa_path),
                           garbage=self.config.faults.garbage_output, concentration=self.config.gpqa_concentration,
                           nonce=noise.nonce)
@@ -140,7 +140,7 @@ class StandIn:
                 "max_req_input_len": self.context_length - 1,
                 "startup_time": self.startup_time, "hicache_object_layout": None}
 
-    # --- faults, as the simulator's rank 0 has them (sglang_sim.main) ----------------------------
+    # --- faults, as the simulator's rank 0 has them (dspark_ci.sglang_sim.main) ----------------------------
 
     def _crash_on_prefill(self) -> None:
         if self.config.faults.crash_first_prefill:
@@ -390,7 +390,7 @@ def _scheduler_metrics_collector(server_args) -> Any:
 
 
 class SchedulerGauges:
-    """The engine's metrics hooks (as ``sglang_sim.prometheus.ServerMetrics`` has them) feeding SGLang's
+    """The engine's metrics hooks (as ``dspark_ci.sglang_sim.prometheus.ServerMetrics`` has them) feeding SGLang's
     SchedulerMetricsCollector.log_stats, as the scheduler's metrics_reporter does per logged batch."""
 
     def __init__(self, collector):

@@ -1,10 +1,10 @@
 """The model directory SGLang's front end loads: a config.json and a tokenizer that reads like the simulator's.
 
 SGLang's TokenizerManager counts and encodes prompts with this tokenizer and its DetokenizerManager turns the
-scheduler's token ids back into text, so it must split text exactly as ``sglang_sim.tokenizer`` does (one token
+scheduler's token ids back into text, so it must split text exactly as ``dspark_ci.sglang_sim.tokenizer`` does (one token
 per piece of ``PIECE_PATTERN``: prompt counts agree) and hold, as its own tokens, every piece the simulated
 model can say (the ids the scheduler sends decode to the simulator's text). The pieces come from the same
-generators the engine draws from (``sglang_sim.textgen``): the prose words in every position a sentence puts
+generators the engine draws from (``dspark_ci.sglang_sim.textgen``): the prose words in every position a sentence puts
 them, the GPQA replies for every question of the dataset it answers from, the thinking tags, and the garbage
 fault's letters. A piece outside the vocabulary (text the generators never produce) is sent character by
 character (``Vocabulary.ids``).
@@ -19,18 +19,18 @@ import string
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from sglang_sim.textgen import GIBBERISH, WORDS
-from sglang_sim.tokenizer import EOS_TOKEN_ID, PIECE_PATTERN, THINK_END, THINK_START, tokenize
+from dspark_ci.sglang_sim.textgen import GIBBERISH, WORDS
+from dspark_ci.sglang_sim.tokenizer import EOS_TOKEN_ID, PIECE_PATTERN, THINK_END, THINK_START, tokenize
 
 UNK, EOS = "[UNK]", "</s>"
-# sglang_sim.openai_api.render_chat in Jinja: every turn as "<|role|>\n{text}\n", then "<|assistant|>\n"
+# dspark_ci.sglang_sim.openai_api.render_chat in Jinja: every turn as "<|role|>\n{text}\n", then "<|assistant|>\n"
 # (the last newline is an expression: Jinja drops a template's trailing newline). Same as bench/'s.
 CHAT_TEMPLATE = ("{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}\n{% endfor %}"
                  "<|assistant|>{{ '\\n' }}")
 # The whitespace a word can follow in a prompt or a reply: a piece is that whitespace and up to six characters.
 PREFIXES = ("", " ", "\n", "\n\n", "\n\n\n", "  ")
-# simple-evals' GPQA instruction as SGLang's run_eval sends it (sglang_sim.gpqa_answers recognises its first sentence),
-# the words of the simulator's GPQA replies (sglang_sim.textgen), and our chat template's turn markers.
+# simple-evals' GPQA instruction as SGLang's run_eval sends it (dspark_ci.sglang_sim.gpqa_answers recognises its first sentence),
+# the words of the simulator's GPQA replies (dspark_ci.sglang_sim.textgen), and our chat template's turn markers.
 GPQA_TEXTS = ("Answer the following multiple choice question. The last line of your response should be of the "
               "following format: 'Answer: $LETTER' (without quotes) where LETTER is one of ABCD. Think step by "
               "step before answering.",

@@ -13,7 +13,7 @@ import importlib.abc
 import importlib.machinery
 import sys
 
-from ground.sglang.resolve_child import _StubFinder
+from dspark_ci.ground.sglang.resolve_child import _StubFinder
 
 _PLATFORM_MODULE = "sglang.srt.runtime_context"
 

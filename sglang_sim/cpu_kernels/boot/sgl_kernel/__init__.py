@@ -1,9 +1,9 @@
-"""``import sgl_kernel`` inside an SGLang engine process on CPU: the CPU ops of ``sglang_sim.cpu_kernels``
+"""``import sgl_kernel`` inside an SGLang engine process on CPU: the CPU ops of ``dspark_ci.sglang_sim.cpu_kernels``
 (pure torch), registered as ``torch.ops.sgl_kernel.*``, and the Python names SGLang imports from here."""
 
 import torch
 
-from sglang_sim.cpu_kernels import registry
+from dspark_ci.sglang_sim.cpu_kernels import registry
 
 registry.register()
 

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, Mapping, get_args, get_type_hints
 
 import psutil
 
-from ground.state import state_dir
+from dspark_ci.ground.state import state_dir
 
 LEDGER_NAME = "launched.jsonl"
 
@@ -30,7 +30,7 @@ LEDGER_NAME = "launched.jsonl"
 @dataclass(frozen=True)
 class LedgerEntry:
     """One thing a run started, and what finds it again. Which facts are set depends on the launcher (the row of
-    ``launchers.catalog`` named by ``launcher``) that wrote it; the others are None."""
+    ``dspark_ci.launchers.catalog`` named by ``launcher``) that wrote it; the others are None."""
 
     run_id: str
     launcher: str

@@ -4,7 +4,7 @@ blocks as a one-at-a-time run, so every launcher tears its group down exactly as
 
 ``interrupt(thread)`` raises KeyboardInterrupt in ``thread`` at its next Python instruction (CPython's
 ``PyThreadState_SetAsyncExc``; a blocking call such as a 0.5 s poll sleep finishes first, and every wait here
-polls). A thread inside a teardown (``launchers.processes.signals_deferred``, which calls ``deferred`` off the
+polls). A thread inside a teardown (``dspark_ci.ground.processes.signals_deferred``, which calls ``deferred`` off the
 main thread) is not interrupted there: the interrupt is held and raised once the teardown is done, as a second
 Ctrl-C is on the main thread.
 

@@ -8,8 +8,8 @@ for "stop and write what you measured", and nothing of an earlier cell's state (
 test: every child starts from the same freshly imported, untouched modules).
 
 The worker speaks JSON lines on its standard input and output: ``{"argv", "cwd", "env", "log"}`` in, ``{"pid"}``
-and, when a child ends, ``{"exit": pid, "code": code}`` out. ``python -m suites.warm_worker`` runs it; the
-client side is ``suites.runner``'s ``WarmPytest``. It forks only from its single thread.
+and, when a child ends, ``{"exit": pid, "code": code}`` out. ``python -m dspark_ci.warm_worker`` runs it; the
+client side is ``dspark_ci.suite_runner``'s ``WarmPytest``. It forks only from its single thread.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ import threading
 import time
 from typing import Callable
 
-from ground.errors import InfraError
-from launchers import interrupts
-from launchers.processes import die_with_parent
+from dspark_ci.ground.errors import InfraError
+from dspark_ci.ground import interrupts
+from dspark_ci.ground.processes import die_with_parent
 
 # The third-party stack a suite run imports, loaded once here. Not the suites' own modules: pytest rewrites their
 # asserts as it imports them (cheap), which it cannot do to a module already imported.
@@ -129,7 +129,7 @@ def _reap(proto) -> None:
 
 
 class WarmChild:
-    """A suite run forked by the worker: what ``suites.runner`` needs of a ``subprocess.Popen``."""
+    """A suite run forked by the worker: what ``dspark_ci.suite_runner`` needs of a ``subprocess.Popen``."""
 
     def __init__(self, pid: int, worker: "WarmPytest", argv: list[str]):
         self.pid, self.args, self._worker = pid, argv, worker
@@ -159,7 +159,7 @@ class WarmPytest:
         self.recorded_in: object = None  # the run directory whose ledger lists the worker
         self._pids: "queue.Queue[int | None]" = queue.Queue()
         self.process = _in_owner_thread(lambda: subprocess.Popen(
-            [python, "-m", "suites.warm_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            [python, "-m", "dspark_ci.warm_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, cwd=cwd, env=env, text=True, bufsize=1, start_new_session=True,
             preexec_fn=die_with_parent()))
         threading.Thread(target=self._read, name="warm-pytest", daemon=True).start()
@@ -184,7 +184,7 @@ class WarmPytest:
 
     def _answer(self) -> int | None:
         """The forked child's pid, or None when the worker died or is still busy after SPAWN_TIMEOUT_S; a Ctrl-C
-        meanwhile is acted on here (launchers.interrupts), not after a minute."""
+        meanwhile is acted on here (dspark_ci.ground.interrupts), not after a minute."""
         deadline = time.monotonic() + SPAWN_TIMEOUT_S
         while time.monotonic() < deadline:
             with contextlib.suppress(queue.Empty):

@@ -28,7 +28,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 import psutil
 
-from launchers import interrupts
+from dspark_ci.ground import interrupts
 
 _PR_SET_PDEATHSIG = 1
 

@@ -19,18 +19,18 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 
-import suites as suites_package
-from ground.errors import DsparkError, InfraError
-from ground.measurements import Acceptance, Envelope, GpqaSummary, McSummary, SuiteTestOutcome
-from ground.suites import effective_options
-from launchers import interrupts
-from launchers.contract import Deployment, LaunchFailed
-from launchers.ledger import Ledger
-from launchers.pd.pd_group import RoleEndpoint
-from launchers.processes import die_with_parent, group_members, kill_group, run_env, signal_group, started_at
-from suites.output import GPQA_SAMPLES_FILE
-from suites.progress_file import read_progress
-from suites.warm_worker import WarmChild, WarmPytest, warm_worker
+from dspark_ci import suites as suites_package
+from dspark_ci.ground.errors import DsparkError, InfraError
+from dspark_ci.ground.measurements import Acceptance, Envelope, GpqaSummary, McSummary, SuiteTestOutcome
+from dspark_ci.ground.suites import effective_options
+from dspark_ci.ground import interrupts
+from dspark_ci.launchers.contract import Deployment, LaunchFailed
+from dspark_ci.ground.ledger import Ledger
+from dspark_ci.launchers.pd.pd_group import RoleEndpoint
+from dspark_ci.ground.processes import die_with_parent, group_members, kill_group, run_env, signal_group, started_at
+from dspark_ci.suites.output import GPQA_SAMPLES_FILE
+from dspark_ci.suites.progress_file import read_progress
+from dspark_ci.warm_worker import WarmChild, WarmPytest, warm_worker
 
 SUITES_DIR = Path(suites_package.__file__).parent
 SYNTHETIC_GPQA = SUITES_DIR / "data" / "gpqa_synthetic.csv"
@@ -90,7 +90,7 @@ class SuiteRequest:
     cell_id: str = ""
     roles: tuple[RoleEndpoint, ...] = ()  # a disaggregated deployment's servers behind base_url (the router)
     server_pids: tuple[int, ...] = ()  # each rank's root process on this machine (suites/offcpu.py reads them)
-    # "gpqa 37/198 requests, accuracy 62.2%" (suites.progress_file)
+    # "gpqa 37/198 requests, accuracy 62.2%" (dspark_ci.suites.progress_file)
     on_progress: Callable[[str], None] = field(default=lambda _text: None, compare=False)
     on_started: Callable[[], None] = field(default=lambda: None, compare=False)  # pytest is running
 
@@ -158,7 +158,7 @@ def prestart(ledger: Ledger | None) -> None:
 
 
 def _run_worker(ledger: Ledger | None, cell_id: str) -> WarmPytest | None:
-    """The run's warm worker (suites.warm_worker), recorded in the run's ledger once; None: start pytest cold."""
+    """The run's warm worker (dspark_ci.warm_worker), recorded in the run's ledger once; None: start pytest cold."""
     run_id = ledger.run_id if ledger else None
     worker = warm_worker(run_id or "", sys.executable, str(SUITES_DIR.parent), run_env(os.environ, run_id))
     if worker is not None and ledger and worker.recorded_in != ledger.run_dir:
@@ -171,7 +171,7 @@ def _run_worker(ledger: Ledger | None, cell_id: str) -> WarmPytest | None:
 def _start(argv: list[str], log, request: SuiteRequest) -> subprocess.Popen | WarmChild:
     """pytest in a process group of its own that carries the run's mark, recorded in the ledger at once (it dies
     with us until then: PDEATHSIG, long before it could start a worker of its own). It is forked by the run's
-    warm worker (suites.warm_worker: the imports paid once per run, not per cell), or, without one, started as
+    warm worker (dspark_ci.warm_worker: the imports paid once per run, not per cell), or, without one, started as
     an interpreter of its own."""
     run_id = request.ledger.run_id if request.ledger else None
     env, cwd = {**run_env(os.environ, run_id), **SUITE_RUN_ENV}, str(SUITES_DIR.parent)
