@@ -21,6 +21,7 @@ from typing import Callable, Mapping, Sequence
 
 from dspark_ci import suites as suites_package
 from dspark_ci.ground.errors import DsparkError, InfraError
+from dspark_ci.ground.install_root import IMPORT_ROOT
 from dspark_ci.ground.measurements import Acceptance, Envelope, GpqaSummary, McSummary, SuiteTestOutcome
 from dspark_ci.ground.suites import effective_options
 from dspark_ci.ground import interrupts
@@ -111,8 +112,9 @@ def run_suites(request: SuiteRequest, watched: Sequence[Deployment] = (), watch:
     """pytest over the selected suites in a subprocess that dies with us, while every rank of ``watched`` is
     checked: a rank that dies or stops answering stops the suites at once (what they measured is kept).
     ``request.on_progress`` hears how far a suite got ("gpqa 45/198 requests, accuracy 71.1%") each poll."""
-    # pytest runs from the repository (the warm worker's directory): every path it is given must be absolute,
-    # or a relative --out would send its options, results and log elsewhere.
+    # pytest runs from the folder that holds dspark_ci (the warm worker's directory: a clone's top, or site-packages;
+    # never the package's own folder, where suites/ and reports/ would import as top-level packages): every path it
+    # is given must be absolute, or a relative --out would send its options, results and log elsewhere.
     work_dir = request.work_dir.resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
     options_path = work_dir / "suite-options.json"
@@ -160,7 +162,7 @@ def prestart(ledger: Ledger | None) -> None:
 def _run_worker(ledger: Ledger | None, cell_id: str) -> WarmPytest | None:
     """The run's warm worker (dspark_ci.warm_worker), recorded in the run's ledger once; None: start pytest cold."""
     run_id = ledger.run_id if ledger else None
-    worker = warm_worker(run_id or "", sys.executable, str(SUITES_DIR.parent), run_env(os.environ, run_id))
+    worker = warm_worker(run_id or "", sys.executable, str(IMPORT_ROOT), run_env(os.environ, run_id))
     if worker is not None and ledger and worker.recorded_in != ledger.run_dir:
         ledger.record("local", cell_id, None, pid=worker.process.pid, pgid=worker.process.pid,
                       pid_started=started_at(worker.process.pid), what="suites worker")
@@ -174,7 +176,7 @@ def _start(argv: list[str], log, request: SuiteRequest) -> subprocess.Popen | Wa
     warm worker (dspark_ci.warm_worker: the imports paid once per run, not per cell), or, without one, started as
     an interpreter of its own."""
     run_id = request.ledger.run_id if request.ledger else None
-    env, cwd = {**run_env(os.environ, run_id), **SUITE_RUN_ENV}, str(SUITES_DIR.parent)
+    env, cwd = {**run_env(os.environ, run_id), **SUITE_RUN_ENV}, str(IMPORT_ROOT)
     worker = _run_worker(request.ledger, request.cell_id)
     process: subprocess.Popen | WarmChild | None = None
     if worker is not None:

@@ -15,7 +15,8 @@ import subprocess
 import pytest
 
 from dspark_ci.ground.sglang.release import DEFAULT_VERSION
-from dspark_ci.sglang_sim.frontend import REPO, frontend_env
+from dspark_ci.ground.install_root import IMPORT_ROOT
+from dspark_ci.sglang_sim.frontend import frontend_env
 from tests.golden_files import GOLDEN_DIR, assert_golden
 from tests.simulator_process import FRONTEND_MISSING, frontend_venv
 
@@ -28,7 +29,7 @@ def probe() -> dict:
     if python is None:
         pytest.skip(FRONTEND_MISSING)
     done = subprocess.run([python, "-m", "dspark_ci.sglang_sim.frontend.io_schema"], capture_output=True, text=True,
-                          timeout=300, cwd=REPO, env=frontend_env(os.environ))
+                          timeout=300, cwd=IMPORT_ROOT, env=frontend_env(os.environ))
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
 

@@ -17,12 +17,11 @@ from dspark_ci.ground.errors import BadInput
 from dspark_ci.ground.sglang.release import AMD, ASCEND, NVIDIA
 from dspark_ci.launchers.contract import LaunchContext
 from dspark_ci.launchers.docker.hosts import DockerHost
+from dspark_ci.ground.install_root import TREE
 from dspark_ci.launchers.docker.options import DockerOptions
 from dspark_ci.launchers.docker.tuning import DockerTuning
 from dspark_ci.launchers.plan_types import LaunchPlan, RankCommand
 from dspark_ci.launchers.materialize import resolve_env, server_argv, server_python
-
-REPO = Path(__file__).resolve().parents[2]
 
 # Labels on everything we create: how teardown and `dspark-ci cleanup` find it.
 LABEL_RUN, LABEL_CELL, LABEL_RANK, LABEL_LAUNCH = ("dspark-ci.run", "dspark-ci.cell", "dspark-ci.rank",
@@ -106,12 +105,12 @@ def _container_python(context: LaunchContext) -> str:
 
 def engine_volumes(context: LaunchContext) -> dict[str, dict[str, str]]:
     """SGLang's real engine on the CPU (--server sglang-engine) runs in the simulator's Debian image from this
-    machine's SGLang venv, the Python installation it links to and this checkout, bind-mounted read-only at the
+    machine's SGLang venv, the Python installation it links to and this dspark-ci's files, bind-mounted read-only at the
     same paths: no image to build or pull, no network."""
     if context.server != "sglang-engine":
         return {}
     venv = Path(server_python(context.server, context.caller_env)).parent.parent
-    return {str(path): {"bind": str(path), "mode": "ro"} for path in (venv, *_base_python(venv), REPO)}
+    return {str(path): {"bind": str(path), "mode": "ro"} for path in (venv, *_base_python(venv), TREE)}
 
 
 def _base_python(venv: Path) -> list[Path]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from dspark_ci.ground.install_root import IMPORT_ROOT
 from dspark_ci.ground.sglang.release import AMD, NVIDIA
 from dspark_ci.launchers.plan_types import LaunchPlan
 from dspark_ci.launchers.materialize import resolve_env, secret_values, server_argv, server_python
@@ -25,9 +26,6 @@ PYXIS_DEVICE_MOUNTS: Mapping[str, tuple[str, ...]] = {AMD: ("/dev/kfd:/dev/kfd",
 def apptainer_reference(image: str) -> str:
     """apptainer pulls registry images by URI; a bare `repo:tag` is Docker Hub's, a path (.sif) is used as is."""
     return image if "://" in image or image.endswith(".sif") or image.startswith("/") else f"docker://{image}"
-
-REPO_ROOT = Path(__file__).resolve().parents[2]  # holds the sglang_sim package (--server sim)
-
 
 def job_name(run_id: str, cell_id: str) -> str:
     return f"dspark-{run_id}-{re.sub(r'[^A-Za-z0-9_.-]', '-', cell_id)[:60]}"
@@ -105,7 +103,7 @@ def render_job(plan: LaunchPlan, logs_dir: Path, options: SlurmOptions, context:
     pythonpath = c.caller_env.get("PYTHONPATH", "")
     job_env = {**c.caller_env, **resolved}
     if c.server == "sim":
-        job_env["PYTHONPATH"] = f"{REPO_ROOT}{os.pathsep + pythonpath if pythonpath else ''}"
+        job_env["PYTHONPATH"] = f"{IMPORT_ROOT}{os.pathsep + pythonpath if pythonpath else ''}"
 
     sbatch = [f"--job-name={name}", f"--comment={comment}", f"--nodes={nnodes}", "--ntasks-per-node=1",
               f"--output={logs_dir}/slurm-%j.out", "--export=ALL", "--chdir=" + str(logs_dir)]
@@ -130,8 +128,8 @@ def render_job(plan: LaunchPlan, logs_dir: Path, options: SlurmOptions, context:
         "export DSPARK_LOGS",
     ]
     if c.server == "sim":
-        lines += ["# The simulated SGLang server (--server sim) is imported from this checkout.",
-                  f"export PYTHONPATH={shlex.quote(str(REPO_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}"]
+        lines += ["# The simulated SGLang server (--server sim) is imported from this dspark-ci.",
+                  f"export PYTHONPATH={shlex.quote(str(IMPORT_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}"]
     plain = {k: v for k, v in resolved.items() if k not in secret_keys}
     if plain or secret_keys:
         lines.append("# The cell's environment.")

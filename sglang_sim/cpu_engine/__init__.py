@@ -22,16 +22,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from dspark_ci.ground.install_root import alone_on_path
 from dspark_ci.ground.sglang.release import CPU_SPECULATIVE_ALGORITHMS, DEFAULT_VERSION
 
 PACKAGE = Path(__file__).resolve().parent
-REPO = PACKAGE.parents[1]
 ENTRY = PACKAGE / "__main__.py"  # run by path: the SGLang venv does not have this tree installed
 MODEL_DIR = PACKAGE / "model"  # target/ and draft/: config.json and tokenizer files (weights: checkpoint.py)
 # sgl_kernel's CPU ops in pure torch, the torchvision stub and the AMX platform override: imported first by every
 # process of the server (SGLang spawns its scheduler and detokenizer as fresh interpreters).
-KERNELS_BOOT = REPO / "sglang_sim" / "cpu_kernels" / "boot"
-FRONTEND_BOOT = REPO / "sglang_sim" / "frontend" / "boot"  # the torchvision stub alone
+KERNELS_BOOT = PACKAGE.parent / "cpu_kernels" / "boot"
+FRONTEND_BOOT = PACKAGE.parent / "frontend" / "boot"  # the torchvision stub alone
 LOGGING_CONFIG = PACKAGE / "logging.json"
 ENGINE_PYTHON_ENV = "DSPARK_SGLANG_ENGINE_PYTHON"
 CACHE_ENV = "DSPARK_CPU_ENGINE_CACHE"  # where the checkpoints are written once (default ~/.cache/dspark-ci)
@@ -193,7 +193,7 @@ def threads_bind(argv: Sequence[str], cores: int) -> str | None:
 def engine_env(environ: Mapping[str, str], argv: Sequence[str]) -> dict[str, str]:
     """The environment of SGLang's launch_server and every process it spawns."""
     boot = KERNELS_BOOT if KERNELS_BOOT.is_dir() else FRONTEND_BOOT
-    paths = [str(boot), str(REPO), *filter(None, environ.get("PYTHONPATH", "").split(os.pathsep))]
+    paths = [str(boot), str(alone_on_path(cache_root(environ))), *filter(None, environ.get("PYTHONPATH", "").split(os.pathsep))]
     env = {**environ, "SGLANG_USE_CPU_ENGINE": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(paths)}
     # Every log line names the SGLang module that wrote it (sglang.srt.managers.scheduler,
     # sglang.srt.model_executor.model_runner, ...): a rank log shows which of SGLang's own parts ran.

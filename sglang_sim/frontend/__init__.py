@@ -11,10 +11,11 @@ import os
 from pathlib import Path
 from typing import Mapping
 
+from dspark_ci.ground.install_root import IMPORT_ROOT, alone_on_path
+
 BOOTED_ENV = "DSPARK_FRONTEND_BOOTED"
 ROOT_ENV = "DSPARK_FRONTEND_ROOT"  # this launch's scratch directory: the model directory, Prometheus' files
 BOOT_DIR = Path(__file__).resolve().parent / "boot"
-REPO = Path(__file__).resolve().parents[2]
 
 
 def frontend_env(environ: Mapping[str, str], root: Path | None = None) -> dict[str, str]:
@@ -24,7 +25,9 @@ def frontend_env(environ: Mapping[str, str], root: Path | None = None) -> dict[s
     directory), Prometheus' multiprocess directory is set there before anything imports prometheus_client:
     the simulator's modules do, earlier than SGLang would set it, and metrics recorded in a process that imported
     it first would never reach /metrics."""
-    paths = [str(BOOT_DIR), str(REPO), *filter(None, environ.get("PYTHONPATH", "").split(os.pathsep))]
+    # A launch's scratch directory holds the link when dspark-ci is a wheel (its site-packages stays off the path).
+    importable = alone_on_path(root) if root is not None else IMPORT_ROOT
+    paths = [str(BOOT_DIR), str(importable), *filter(None, environ.get("PYTHONPATH", "").split(os.pathsep))]
     env = {**environ, BOOTED_ENV: "1", "PYTHONPATH": os.pathsep.join(paths)}
     if root is not None:
         (root / "prometheus").mkdir(parents=True, exist_ok=True)
