@@ -27,13 +27,9 @@ from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 from dspark_ci.ground.errors import DsparkError, InfraError
 from dspark_ci.ground.sglang.release import is_peer_loss, sglang_error_line
 from dspark_ci.ground.ledger import LedgerEntry
+from dspark_ci.ground.servers import SERVERS, SIMULATED_SERVERS  # noqa: F401  (the launchers' choices)
 from dspark_ci.launchers.plan_types import LaunchPlan, Placement
 
-# The simulated SGLang server (default), real SGLang, or SGLang's own front end (HTTP server, tokenizer,
-# detokenizer) in front of the simulated engine (sglang_sim/frontend/, local launcher only), or SGLang's real engine
-# on this CPU serving a tiny Llama (sglang_sim/cpu_engine/).
-SERVERS = ("sim", "sglang", "sglang-frontend", "sglang-engine")
-SIMULATED_SERVERS = ("sim", "sglang-frontend")  # the engine is the simulator's: DSPARK_SIM_* decide what it does
 # The simulator's container image (docker/build-sim-image.sh builds it into each Docker engine; a cluster's
 # registry holds it for Kubernetes): what a container launcher runs for --server sim.
 SIM_IMAGE = "dspark-ci/sglang-sim:latest"

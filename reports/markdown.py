@@ -15,7 +15,7 @@ from typing import Mapping
 
 from dspark_ci.ground.records import DECIDED_BY_RESOLVER, QUARANTINE_EXPIRED, QUARANTINED, CellResult, RunResults, Status
 from dspark_ci.ground.sglang.settings import summary_items
-from dspark_ci.launchers.contract import SIMULATED_SERVERS
+from dspark_ci.ground.servers import SIMULATED_SERVERS
 from dspark_ci.reports.acceptance import acceptance_section, envelope_section
 from dspark_ci.reports.baseline_file import Baseline
 from dspark_ci.reports.gates import describe_gate, explain, levels_line

@@ -12,31 +12,46 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+NAMESPACE = "dspark_ci"
 
-# Lowest first. A package may import its own floor and any floor below it, never one above.
+# Lowest first. A package may import its own floor and any floor below it, never one above. Every package lives in
+# the dspark_ci namespace (dspark_ci.ground, ...; a clone keeps their folders at the top); the namespace's own
+# modules (dspark_ci/*.py, dspark_ci/verbs/) are orchestration, on top.
 FLOORS = (
-    ("ground",),
+    ("ground",),  # records, statistics, SGLang's facts, and process control: groups, signals, interrupts, the ledger
     ("matrices", "sglang_sim"),  # the simulator is a product of its own: it stands on the ground only
     ("launchers",),
-    ("suites",),
+    ("suites",),  # the measurements, run standalone by pytest against any URL
     ("reports",),
     ("ci",),
-    ("dspark_ci",),  # the CLI and the run pipeline, on top
+    (NAMESPACE,),  # orchestration: the CLI, the run pipeline, starting the suites against a deployment
 )
 FLOOR_OF = {package: level for level, packages in enumerate(FLOORS) for package in packages}
+PACKAGES = tuple(package for package in FLOOR_OF if package != NAMESPACE)
+
+
+def floor_package(dotted: str, names: list[str] = ()) -> str | None:
+    """The floor's package a dotted import names (``dspark_ci.suites.x`` -> suites, ``dspark_ci.cli`` -> dspark_ci);
+    ``from dspark_ci import suites`` names ``names``' package. None: not ours, or the namespace's bare root."""
+    parts = dotted.split(".")
+    if parts[0] != NAMESPACE:
+        return None
+    if len(parts) > 1:
+        return parts[1] if parts[1] in PACKAGES else NAMESPACE
+    return next((name for name in names if name in PACKAGES), NAMESPACE if names else None)
 
 
 def imports_of(path: Path) -> list[tuple[int, str]]:
-    """(line, top-level package) for every absolute import of one of our packages."""
+    """(line, floor's package) for every absolute import of one of our modules."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
+            targets = [floor_package(alias.name) for alias in node.names if "." in alias.name]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module]
+            targets = [floor_package(node.module, [alias.name for alias in node.names])]
         else:
             continue
-        found += [(node.lineno, name.split(".")[0]) for name in names if name.split(".")[0] in FLOOR_OF]
+        found += [(node.lineno, target) for target in targets if target is not None]
     return found
 
 
@@ -59,9 +74,24 @@ def test_the_ground_imports_no_stage():
     assert stages == []
 
 
+def test_process_control_is_the_floors_and_starting_the_suites_is_orchestrations():
+    """Groups, signals, interrupts and the ledger stand below the launchers; the suites and the reports import no
+    launcher (starting the suites against a deployment is the pipeline's, above them)."""
+    assert {"processes.py", "interrupts.py", "ledger.py"} <= {p.name for p in (REPO / "ground").glob("*.py")}
+    upward = [f"{p.relative_to(REPO)}:{line}" for package in ("suites", "reports")
+              for p in sorted((REPO / package).rglob("*.py")) for line, target in imports_of(p) if target == "launchers"]
+    assert upward == []
+
+
 def test_the_layering_itself_is_checked_on_every_package():
     on_disk = {p.name for p in REPO.iterdir() if (p / "__init__.py").exists()}
     assert on_disk == set(FLOOR_OF), "a new package needs a floor in FLOORS"
+
+
+def test_every_floor_is_a_folder_the_namespace_reaches():
+    import dspark_ci
+
+    assert set(dspark_ci.CLONE_FOLDERS) == set(PACKAGES)
 
 
 def test_reports_know_exactly_the_metrics_the_suites_report():
@@ -74,7 +104,8 @@ def test_reports_know_exactly_the_metrics_the_suites_report():
 
 def _resolves(module: str) -> bool:
     """``module`` (dotted, one of ours) names a module file or a package folder of the repository."""
-    path = REPO.joinpath(*module.split("."))
+    parts = module.split(".")[1:]
+    path = REPO.joinpath(*parts) if parts and parts[0] in PACKAGES else REPO.joinpath(NAMESPACE, *parts)
     return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
@@ -84,9 +115,9 @@ def test_every_import_of_our_own_modules_names_one_that_exists():
     for path in [*modules(), *sorted((REPO / "tests").rglob("*.py")), *sorted((REPO / "bench").rglob("*.py"))]:
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                if node.module.split(".")[0] in FLOOR_OF and not _resolves(node.module):
+                if node.module.split(".")[0] == NAMESPACE and not _resolves(node.module):
                     broken.append(f"{path.relative_to(REPO)}:{node.lineno}: from {node.module}")
             elif isinstance(node, ast.Import):
                 broken += [f"{path.relative_to(REPO)}:{node.lineno}: import {alias.name}" for alias in node.names
-                           if alias.name.split(".")[0] in FLOOR_OF and not _resolves(alias.name)]
+                           if alias.name.split(".")[0] == NAMESPACE and not _resolves(alias.name)]
     assert not broken, "imports of modules that do not exist:\n" + "\n".join(broken)
