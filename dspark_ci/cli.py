@@ -32,6 +32,7 @@ VERBS = {
     "baseline": "Propose a baseline file (values, measured noise, tolerances) from good runs: baseline record RUN...",
     "bisect": "Re-run one cell across an ordered range of builds (versions, images) and name the first bad one.",
     "preflight": "Run SGLang's own argument resolution on every rank of every cell and compare with its expectation.",
+    "matrices": "List the shipped matrices (each runs by name: dspark-ci run smoke) and their files.",
 }
 
 

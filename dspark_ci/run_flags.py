@@ -20,6 +20,7 @@ from dspark_ci.ground.suites import KNOWN_SUITES
 from dspark_ci.launchers import catalog
 from dspark_ci.launchers.contract import SERVERS
 from dspark_ci.launchers.optionset import seconds
+from dspark_ci.matrices.shipped import matrix_path
 from dspark_ci.evidence import MAX_BOOTS
 
 # Upper bounds of the run's own numbers: past them a value is a typo that would wait for ever.
@@ -81,7 +82,8 @@ class RunFlag:
 
 
 RUN_FLAGS: tuple[RunFlag, ...] = (
-    RunFlag("matrices", "matrix YAML files", rerun=False, argparse={"nargs": "+", "metavar": "MATRIX"}),
+    RunFlag("matrices", "matrix YAML files, or a shipped matrix's name (dspark-ci matrices)", rerun=False,
+            argparse={"nargs": "+", "metavar": "MATRIX", "type": matrix_path}),
     RunFlag("--cell", "run only this cell (repeatable)", default=[], rerun=False,  # the rerun sets its own
             argparse={"action": "append", "metavar": "ID"}),
     RunFlag("--launcher", "; ".join(f"{kind.name}: {kind.help}" for kind in catalog.ALL_LAUNCHERS), default="local",

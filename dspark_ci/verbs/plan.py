@@ -18,6 +18,7 @@ from dspark_ci.launchers.pd.k8s import pd_manifests
 from dspark_ci.launchers.pd.pd_plan import PDPlan, plan_pd
 from dspark_ci.launchers.plan_types import LaunchPlan, Placement
 from dspark_ci.matrices import Cell, load_cells
+from dspark_ci.matrices.shipped import matrix_path
 from dspark_ci.tables import text_table
 
 GITHUB_MAX_JOBS = 256  # GitHub Actions runs at most 256 jobs per matrix
@@ -44,7 +45,8 @@ exit codes: 0 printed; 2 bad matrix or arguments (the message names file:line an
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
-    parser.add_argument("matrices", nargs="+", metavar="MATRIX", help="matrix YAML files (e.g. matrices/nightly.yaml)")
+    parser.add_argument("matrices", nargs="+", metavar="MATRIX", type=matrix_path,
+                        help="matrix YAML files (e.g. matrices/nightly.yaml), or a shipped matrix's name (nightly)")
     parser.add_argument("--format", choices=("table", "json", "github", "k8s"), default="table",
                         help="output format (default: table)")
     parser.add_argument("--select", action="append", metavar="PATTERN",

@@ -10,6 +10,7 @@ from dspark_ci.pipeline import select_cells
 from dspark_ci.ground.errors import BadInput
 from dspark_ci.ground.sglang.resolver import Resolution, Resolver, locate
 from dspark_ci.matrices import load_cells
+from dspark_ci.matrices.shipped import matrix_path
 
 EPILOG = """\
 --sglang:
@@ -31,7 +32,8 @@ exit codes: 0 every judged cell agrees; 1 a disagreement (cell and both sides na
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
-    parser.add_argument("matrices", nargs="+", metavar="MATRIX", help="matrix YAML files")
+    parser.add_argument("matrices", nargs="+", metavar="MATRIX", type=matrix_path,
+                        help="matrix YAML files, or a shipped matrix's name")
     parser.add_argument("--sglang", action="append", metavar="local|PYTHON|IMAGE",
                         help="where SGLang's resolver runs (default: local); twice for drift between two")
     parser.add_argument("--cell", action="append", metavar="ID", help="only this cell (repeatable)")
