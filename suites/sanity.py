@@ -277,8 +277,13 @@ def run_non_streamed(server: Server, options: Mapping[str, Any]) -> list[StreamR
 
 
 def empty_text_problem(reply: StreamReply) -> str | None:
-    """A non-streamed reply must have text: an empty one is broken whatever its usage says."""
-    return f"{reply.kind}: the reply has no text" if not reply.problems and not reply.text.strip() else None
+    """A non-streamed reply must have text, unless the model stopped at its first token: an instruct model given a
+    chat prompt as raw text (completions, /generate) may answer with its end-of-turn token alone, text "", one
+    completion token, finish_reason "stop". Empty text after more tokens than that is broken whatever usage says."""
+    if reply.problems or reply.text.strip():
+        return None
+    stopped_at_once = reply.finish_reason == "stop" and (reply.usage or {}).get("completion_tokens") == 1
+    return None if stopped_at_once else f"{reply.kind}: the reply has no text"
 
 
 def usage_contradiction(completion: int, verify: int, correct: int, proposed: int) -> str | None:

@@ -69,6 +69,19 @@ def test_impossible_speculative_statistics_are_named():
     assert problems and "impossible measurement" in problems[0] and "num_draft_tokens 7" in problems[0]
 
 
+def test_an_empty_reply_is_broken_unless_the_model_stopped_at_once():
+    # SmolLM2-135M-Instruct on SGLang's engine answers a chat prompt sent as raw text with its end-of-turn token alone.
+    from dspark_ci.suites.sanity import StreamReply, non_streamed_problems
+
+    def reply(tokens: int, finish: str) -> StreamReply:
+        return StreamReply("", {"prompt_tokens": 15, "completion_tokens": tokens, "total_tokens": 15 + tokens}, finish,
+                           kind="completions")
+
+    assert non_streamed_problems(reply(1, "stop"), 16) == []
+    assert non_streamed_problems(reply(16, "length"), 16) == ["completions: the reply has no text"]
+    assert non_streamed_problems(reply(5, "stop"), 16) == ["completions: the reply has no text"]
+
+
 def test_the_two_node_cell_is_gated_on_speed(tmp_path):
     code, cell, stderr = run_cell(tmp_path, "slow_decode=1.5")
     assert code == 1, stderr

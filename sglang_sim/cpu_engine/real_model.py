@@ -18,7 +18,7 @@ is zero times a softmax over zeros and o_proj adds nothing for them: the logits 
 order of bf16 sums (tests/test_real_model.py holds them to it). tp 2 splits 6 query / 2 KV heads per rank.
 
 The STANDALONE draft (``DRAFT_LAYERS``): 27 of the 30 layers (all but 9, 14 and 19), with the target's embeddings,
-final norm and head. Measured in torch (``PYTHON sglang_sim/cpu_engine/draft_layers.py``: the target's greedy reply
+final norm and head. Measured in torch (``PYTHON bench/draft_layers.py``: the target's greedy reply
 to 8 of the accept suite's chat prompts, 48 tokens each; expected accept length per verify step with
 speculative_num_steps 3 / num_draft_tokens 4): all 30 layers 3.90 (the harness's ceiling), all but 3 (9, 14, 19)
 2.18, first 18 + last 6 1.41, all but every 3rd of 8-23 (24 layers) 1.30, first 20 + last 4 1.14, first 15 1.11,

@@ -1,5 +1,5 @@
 """Which layers of SmolLM2-135M-Instruct make a STANDALONE draft worth verifying (``real_model.DRAFT_LAYERS``):
-``PYTHON sglang_sim/cpu_engine/draft_layers.py`` (the SGLang venv, after ``real_model.py`` converted the model).
+``PYTHON bench/draft_layers.py`` (the SGLang venv, after ``real_model.py`` converted the model).
 
 Cheap, without a server: the target's greedy reply to each of the first PROMPTS chat prompts (the accept suite's),
 then one teacher-forced pass of each candidate draft over it. A chain of drafts is accepted while each draft token
@@ -39,7 +39,7 @@ def accept_length(agrees: list[bool], steps: int = STEPS) -> tuple[int, int]:
 
 
 def main() -> int:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
