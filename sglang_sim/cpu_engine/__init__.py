@@ -10,7 +10,8 @@ What is the cell's and what is this CPU's:
 - kept: every serving, parallel (--tp-size, --nnodes, --node-rank, --dist-init-addr) and speculative flag;
 - set for the CPU: the model (``model/``: a Llama config and a WordLevel tokenizer, shipped as text; weights
   drawn once with a fixed seed), --device cpu, bf16, the attention backend, the memory fraction and KV-pool size,
-  --skip-server-warmup (SGLang's warm-up request takes minutes on two cores) and --enable-metrics;
+  --skip-server-warmup (SGLang's warm-up request takes minutes on two cores), --enable-metrics and
+  --sleep-on-idle (an idle scheduler polls in a busy loop);
 - the environment: ``SGLANG_USE_CPU_ENGINE=1``, ``HF_HUB_OFFLINE=1``, one core per rank
   (``SGLANG_CPU_OMP_THREADS_BIND``) and the CPU kernels' boot directory leading PYTHONPATH.
 """
@@ -72,8 +73,11 @@ MAX_TOTAL_TOKENS = "4096"
 REPLACED_FLAGS = ("--model-path", "--tokenizer-path", "--device", "--attention-backend", "--load-format", "--dtype",
                   "--mem-fraction-static", "--max-total-tokens", "--speculative-draft-model-path",
                   "--speculative-draft-load-format", "--moe-a2a-backend", "--served-model-name")
-# Switches added when the cell lacks them.
-ADDED_SWITCHES = ("--skip-server-warmup", "--enable-metrics")
+# Switches added when the cell lacks them. --sleep-on-idle: an idle scheduler otherwise polls its sockets in a busy
+# loop, a whole core; a cell and its reference booted beside it on two cores then starve each other (measured on
+# SmolLM2: the reference idling at 100 % of a core made the speculative cell's prefill 10 tokens/s, the MC suite
+# 40 times slower than on the same server alone). The sleeper wakes on the sockets, so it adds no latency.
+ADDED_SWITCHES = ("--skip-server-warmup", "--enable-metrics", "--sleep-on-idle")
 
 
 # Attention ops IntelAMXAttnBackend calls (layers/attention/intel_amx_backend.py).
