@@ -122,6 +122,9 @@ def lossless_run(accept_run, server, suite_config, suite_output):
     prompts, tokens, concurrency = _sampling_prompts(suite_config), options["lossless_tokens"], options["concurrency"]
     greedy_here = greedy_texts(server, prompts, tokens, concurrency)
     greedy_there = greedy_texts(reference, prompts, tokens, concurrency)
+    if not options["sampled_temperature"]:  # draws at temperature 0 are the greedy text: nothing to compare
+        detail["lossless"] = {"skipped": "accept.sampled_temperature is 0: greedy only"}
+        return greedy_here, greedy_there
     sampling = {"temperature": options["sampled_temperature"],
                 **({"top_p": options["sampled_top_p"]} if options["sampled_top_p"] is not None else {})}
     drawn = {side: draws(target, prompts, options["lossless_samples"], tokens, sampling, concurrency, side)
