@@ -1,5 +1,6 @@
 """Which layers of SmolLM2-135M-Instruct make a STANDALONE draft worth verifying (``real_model.DRAFT_LAYERS``):
-``PYTHON bench/draft_layers.py`` (the SGLang venv, after ``real_model.py`` converted the model).
+``python bench/draft_layers.py [--smoke]`` (it re-runs itself in the engine's venv, ``DSPARK_SGLANG_ENGINE_PYTHON``
+or .cache/sglang-venv, after ``real_model.py`` converted the model; ``--smoke``: one prompt, two candidates).
 
 Cheap, without a server: the target's greedy reply to each of the first PROMPTS chat prompts (the accept suite's),
 then one teacher-forced pass of each candidate draft over it. A chain of drafts is accepted while each draft token
@@ -38,7 +39,21 @@ def accept_length(agrees: list[bool], steps: int = STEPS) -> tuple[int, int]:
     return position, verifies
 
 
+def engine_python() -> str | None:
+    """The engine venv's python (torch, transformers), unless this is it already."""
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+        return None
+    except ImportError:
+        default = Path(__file__).resolve().parents[1] / ".cache" / "sglang-venv" / "bin" / "python"
+        return os.environ.get("DSPARK_SGLANG_ENGINE_PYTHON") or (str(default) if default.exists() else None)
+
+
 def main() -> int:
+    smoke = "--smoke" in sys.argv[1:]
+    if (python := engine_python()) is not None:
+        os.execv(python, [python, __file__, *sys.argv[1:]])
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
@@ -52,12 +67,14 @@ def main() -> int:
     target = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.bfloat16).eval()
     config, tensors = load(target_dir)
     replies = []
-    for text in TEXTS[:PROMPTS]:
+    prompts, tokens = (1, 16) if smoke else (PROMPTS, REPLY_TOKENS)
+    candidates = dict(list(CANDIDATES.items())[:2]) if smoke else CANDIDATES
+    for text in TEXTS[:prompts]:
         ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
                                             return_tensors="pt", return_dict=True)["input_ids"]
         with torch.no_grad():
-            replies.append((ids.shape[1], target.generate(ids, max_new_tokens=REPLY_TOKENS, do_sample=False)))
-    for name, layers in CANDIDATES.items():
+            replies.append((ids.shape[1], target.generate(ids, max_new_tokens=tokens, do_sample=False)))
+    for name, layers in candidates.items():
         draft_config, draft_tensors = draft_of(config, tensors, layers)
         draft = LlamaForCausalLM(LlamaConfig(**draft_config)).to(torch.bfloat16).eval()
         draft.load_state_dict(draft_tensors, strict=False)

@@ -56,3 +56,12 @@ def test_every_bug_names_cells_of_the_engine_matrix_and_a_right_reason():
     cells = {c.id for c in load_cells([str(Path(planted_bugs.REPO) / "matrices" / "cpu-engine.yaml")])}
     for bug in planted_bugs.BUGS:
         assert set(bug.cells) <= cells and bug.right_reasons, bug.name
+
+
+def test_a_bug_sglang_already_has_on_a_cpu_is_not_applicable_and_never_planted(tmp_path):
+    # SGLang 0.5.23 verifies greedily on a CPU whatever the temperature: planting "lossy sampling" there changes
+    # nothing, so the bench says so rather than calling a run of the unchanged engine caught or missed.
+    lossy = next(b for b in planted_bugs.BUGS if b.name == "spec-sampling-lossy")
+    outcome = planted_bugs.one(lossy, lossy.cells, tmp_path / "no-site", "matrices/cpu-engine.yaml", None)
+    assert outcome.verdict == "n/a" and "is_cpu" in outcome.why and outcome.seconds == 0
+    assert not list(tmp_path.iterdir())  # no shadow copied, no run started
