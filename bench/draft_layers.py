@@ -41,11 +41,10 @@ def accept_length(agrees: list[bool], steps: int = STEPS) -> tuple[int, int]:
 def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
     from dspark_ci.sglang_sim.cpu_engine import cache_root
     from dspark_ci.sglang_sim.cpu_engine.real_model import draft_of, ensure, load
     from dspark_ci.suites.prompts import PROMPTS as TEXTS
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     target_dir, _ = ensure(cache_root(os.environ))
     tokenizer = AutoTokenizer.from_pretrained(str(target_dir))

@@ -35,10 +35,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dspark_ci.ci.nightly.shards import (DEFAULT_RUNNERS, estimate_seconds, lower_bound, schedule,  # noqa: E402
-                               updated_red_rates)
-from dspark_ci.verbs.plan import github_matrix  # noqa: E402
+from dspark_ci.ci.nightly.shards import DEFAULT_RUNNERS, estimate_seconds, lower_bound, schedule, updated_red_rates  # noqa: E402
 from dspark_ci.matrices import load_cells  # noqa: E402
+
+from dspark_ci.verbs.plan import github_matrix  # noqa: E402
 
 
 def first_signal(shards: list[list[str]], actual: dict[str, float], red: set[str], overhead: float) -> float:

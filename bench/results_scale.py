@@ -27,10 +27,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dspark_ci.reports.live_results import ResultsWriter  # noqa: E402
 from dspark_ci.ground.records import CellResult, GateResult, RunResults, Status  # noqa: E402
 from dspark_ci.ground.sglang.settings import CellConfig  # noqa: E402
 from dspark_ci.reports.history_db import HISTORY_ENV  # noqa: E402
+from dspark_ci.reports.live_results import ResultsWriter  # noqa: E402
 from dspark_ci.reports.results import load_results  # noqa: E402
 from dspark_ci.reports.writers import render_reports, write_rendered  # noqa: E402
 

@@ -24,8 +24,8 @@ import argparse
 import random
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -57,7 +57,7 @@ def _sim_draw(persona: Persona, prompt: str, key: str, tokens: int, fault: str, 
         stream = argmax_mixed(stream, greedy, random.Random(f"verify\x1f{key}"), share, first=1)
     elif fault == "lossy_sampling" and key.endswith(("0", "2", "4", "6", "8")):
         stream = reply_tokens(persona, Ask(prompt, prompt, "greedy"))
-    return [token_id(piece) for _, piece in zip(range(tokens), stream)]
+    return [token_id(piece) for _, piece in zip(range(tokens), stream, strict=False)]
 
 
 def simulator_night(night: int, samples: int, tokens: int, prompts: list[str], fault: str, share: float,

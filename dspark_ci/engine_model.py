@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import string
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from dspark_ci.sglang_sim.cpu_engine import MODEL_DIR
 from dspark_ci.sglang_sim.frontend.vocab import GPQA_TEXTS, Vocabulary, write_model_dir

@@ -16,8 +16,8 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 from dspark_ci.ground.errors import ExitCode
 from dspark_ci.ground.measurements import BootMetrics, McSummary

@@ -14,21 +14,20 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
-
 
 from dspark_ci import suites as suites_package
+from dspark_ci.ground import interrupts
 from dspark_ci.ground.errors import DsparkError, InfraError
 from dspark_ci.ground.install_root import IMPORT_ROOT
-from dspark_ci.ground.measurements import Acceptance, Envelope, GpqaSummary, McSummary, SuiteTestOutcome
-from dspark_ci.ground.suites import effective_options
-from dspark_ci.ground import interrupts
-from dspark_ci.launchers.contract import Deployment, LaunchFailed
 from dspark_ci.ground.ledger import Ledger
-from dspark_ci.launchers.pd.pd_group import RoleEndpoint
+from dspark_ci.ground.measurements import Acceptance, Envelope, GpqaSummary, McSummary, SuiteTestOutcome
 from dspark_ci.ground.processes import die_with_parent, group_members, kill_group, run_env, signal_group, started_at
+from dspark_ci.ground.suites import effective_options
+from dspark_ci.launchers.contract import Deployment, LaunchFailed
+from dspark_ci.launchers.pd.pd_group import RoleEndpoint
 from dspark_ci.suites.output import GPQA_SAMPLES_FILE
 from dspark_ci.suites.progress_file import read_progress
 from dspark_ci.warm_worker import WarmChild, WarmPytest, warm_worker

@@ -13,7 +13,6 @@ so the schema follows the writer rather than a copy of it.
 from __future__ import annotations
 
 import argparse
-from collections import abc
 import dataclasses
 import datetime as dt
 import enum
@@ -21,16 +20,39 @@ import json
 import sys
 import types
 import typing
+from collections import abc
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from dspark_ci.ground.identity import CellIdentity
-from dspark_ci.ground.measurements import (AcceptCategory, AcceptDrift, Acceptance, AcceptPosition, BootMetrics, Envelope,
-                                 EnvelopeBoundary, EnvelopePoint, GpqaSummary, GreedyShare, McSummary, PositionRate,
-                                 SampledAcceptance, SuiteTestOutcome)
+from dspark_ci.ground.measurements import (
+    Acceptance,
+    AcceptCategory,
+    AcceptDrift,
+    AcceptPosition,
+    BootMetrics,
+    Envelope,
+    EnvelopeBoundary,
+    EnvelopePoint,
+    GpqaSummary,
+    GreedyShare,
+    McSummary,
+    PositionRate,
+    SampledAcceptance,
+    SuiteTestOutcome,
+)
 from dspark_ci.ground.position_homogeneity import PositionTest
-from dspark_ci.ground.records import (SCHEMA, SCHEMA_VERSIONS, CellResult, CellTiming, Expect, GateResult, QuarantineEntry,
-                            RunResults)
+from dspark_ci.ground.records import (
+    SCHEMA,
+    SCHEMA_VERSIONS,
+    CellResult,
+    CellTiming,
+    Expect,
+    GateResult,
+    QuarantineEntry,
+    RunResults,
+)
 from dspark_ci.ground.sglang.settings import CellConfig
 from dspark_ci.ground.stats import INCONCLUSIVE, PASSED, REGRESSED, Verdict
 

@@ -3,8 +3,8 @@ history (``dspark_ci.reports.history_db``). ``$DSPARK_STATE_DIR``, else ``~/.loc
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 STATE_DIR_ENV = "DSPARK_STATE_DIR"
 

@@ -8,8 +8,9 @@ new metric or option is written once. Metric names are CONTRACT.md's.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 KNOWN_SUITES = ("sanity", "gpqa", "mc", "accept", "speed", "parity")
 DEFAULT_SUITES = ("accept", "speed")

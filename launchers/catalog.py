@@ -13,13 +13,14 @@ then holds it to the contract.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, cast
+from typing import Any, cast
 
+from dspark_ci.ground.ledger import LedgerEntry
 from dspark_ci.launchers.contract import LaunchContext, Launcher, LauncherModule
 from dspark_ci.launchers.docker.options import DockerOptions
 from dspark_ci.launchers.k8s.options import K8sOptions
-from dspark_ci.ground.ledger import LedgerEntry
 from dspark_ci.launchers.local.options import LocalOptions
 from dspark_ci.launchers.optionset import Declared, declared, from_values
 from dspark_ci.launchers.slurm.options import SlurmOptions

@@ -7,7 +7,6 @@ runs the same command plus its own ``--host``, ``--node-rank`` (multi-node) and 
 
 from __future__ import annotations
 
-
 from dspark_ci.ground.errors import BadInput
 from dspark_ci.ground.sglang.flags import FlagSet, load_flags
 from dspark_ci.ground.sglang.settings import launch_args, launch_env

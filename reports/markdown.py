@@ -9,17 +9,23 @@ and where each gate's threshold comes from.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from datetime import datetime
 
-from typing import Mapping
-
-from dspark_ci.ground.records import DECIDED_BY_RESOLVER, QUARANTINE_EXPIRED, QUARANTINED, CellResult, RunResults, Status
-from dspark_ci.ground.sglang.settings import summary_items
+from dspark_ci.ground.records import (
+    DECIDED_BY_RESOLVER,
+    QUARANTINE_EXPIRED,
+    QUARANTINED,
+    CellResult,
+    RunResults,
+    Status,
+)
 from dspark_ci.ground.servers import SIMULATED_SERVERS
+from dspark_ci.ground.sglang.settings import summary_items
+from dspark_ci.ground.suites import SUITE_DEFAULTS
 from dspark_ci.reports.acceptance import acceptance_section, envelope_section
 from dspark_ci.reports.baseline_file import Baseline
 from dspark_ci.reports.gates import describe_gate, explain, levels_line
-from dspark_ci.ground.suites import SUITE_DEFAULTS
 from dspark_ci.reports.metrics import SPEED_DETAIL, SPEED_LINE, STDERR_OF, TTFT_SPLIT, format_value, label
 from dspark_ci.reports.results import error_headline, quarantine_line, rejection_message
 

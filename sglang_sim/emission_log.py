@@ -54,7 +54,7 @@ class EmissionLog:
         self._broken = False
 
     @classmethod
-    def open(cls, path: Path) -> "EmissionLog":
+    def open(cls, path: Path) -> EmissionLog:
         """Raises OSError when the path cannot be appended to (the caller's exit 2)."""
         return cls(path.open("ab", buffering=0))
 

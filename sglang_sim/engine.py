@@ -16,19 +16,20 @@ import random
 import time
 import uuid
 from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, AsyncGenerator, AsyncIterator, Callable, Iterator, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
+from dspark_ci.sglang_sim import logprobs
 from dspark_ci.sglang_sim.admission import SglangEnv
 from dspark_ci.sglang_sim.args import ServerArgs
-from dspark_ci.sglang_sim.sim_config import SimConfig
-from dspark_ci.sglang_sim.emission_log import EmissionLog
-from dspark_ci.sglang_sim.prometheus import ServerMetrics
-from dspark_ci.sglang_sim.noise import BootNoise
-from dspark_ci.sglang_sim.reasoning import ReasoningCount
 from dspark_ci.sglang_sim.disaggregation import TRANSFERRED, alpha_now
+from dspark_ci.sglang_sim.emission_log import EmissionLog
+from dspark_ci.sglang_sim.noise import BootNoise
+from dspark_ci.sglang_sim.prometheus import ServerMetrics
+from dspark_ci.sglang_sim.reasoning import ReasoningCount
+from dspark_ci.sglang_sim.sim_config import SimConfig
 from dspark_ci.sglang_sim.speculation import AcceptModel, SpecShape, SpecStats, draw_accepted, prompt_category
-from dspark_ci.sglang_sim import logprobs
 from dspark_ci.sglang_sim.textgen import ARGMAX_PROBABILITY, Ask, Persona, argmax_mixed, reply_tokens
 from dspark_ci.sglang_sim.tokenizer import EOS_TOKEN_ID, token_id
 
@@ -72,7 +73,7 @@ class Instant(NamedTuple):
     wall: float
 
     @classmethod
-    def now(cls) -> "Instant":
+    def now(cls) -> Instant:
         return cls(time.monotonic(), time.time())
 
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 import bisect
 import os
 import time
-from typing import Any, Mapping
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from collections.abc import Mapping
+from typing import Any
 
 from dspark_ci.sglang_sim.args import ServerArgs
 from dspark_ci.sglang_sim.metric_families import Family, load
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 METRIC_KINDS = {"counter": Counter, "gauge": Gauge, "histogram": Histogram}
 MAX_TOTAL_NUM_TOKENS = 1 << 24  # the KV pool the simulated scheduler reports (it never runs out)

@@ -7,14 +7,14 @@ in ``KNOBS`` with its default; ``SimConfig.from_env`` is the only reader of the 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, cast
-
-from packaging.version import InvalidVersion, Version
+from typing import Any, cast
 
 from dspark_ci.ground.sglang.release import DEFAULT_VERSION
+from packaging.version import InvalidVersion, Version
 
 
 class SimConfigError(ValueError):
@@ -307,7 +307,7 @@ class Regression:
     def applies_to(self, version: Version | None) -> bool:
         return (version or Version(DEFAULT_VERSION)) >= self.since
 
-    def applied(self, config: "SimConfig") -> "SimConfig":
+    def applied(self, config: SimConfig) -> SimConfig:
         if not self.applies_to(config.version):
             return config
         merged = {name: getattr(self.faults, name) for name in self.faults.names}
@@ -454,7 +454,7 @@ class SimConfig:
     shards: int | None = 1  # None: auto
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> "SimConfig":
+    def from_env(cls, environ: Mapping[str, str]) -> SimConfig:
         values: dict[str, Any] = {name: knob.parse(knob.env, environ.get(knob.env, knob.default).strip())
                   for name, knob in KNOBS.items()}
         config = cls(**values)

@@ -21,12 +21,11 @@ run's alpha (reports/gates.py). How many draws equal the greedy text is kept as 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import openai
-
 from dspark_ci.ground.stats import ratio_stderr
 from dspark_ci.ground.suites import ACCEPT_CATEGORIES, MAX_POSITIONS, category_metric
 from dspark_ci.suites.prompts import Prompt
@@ -180,7 +179,7 @@ def draws(server: Server, prompts: Sequence[Prompt], samples: int, tokens: int, 
 
 def greedy_share(per_prompt: Sequence[Sequence[Draw | None]], greedy: Sequence[str | None]) -> dict:
     """How many draws equal the greedy text of their prompt (a figure; the test is per position)."""
-    counted = [(text, draw.text) for text, prompt_draws in zip(greedy, per_prompt) for draw in prompt_draws
+    counted = [(text, draw.text) for text, prompt_draws in zip(greedy, per_prompt, strict=False) for draw in prompt_draws
                if draw is not None and text is not None]
     failed = sum(draw is None for prompt_draws in per_prompt for draw in prompt_draws)
     return {"greedy_like": sum(a == b for a, b in counted), "samples": len(counted), "failed": failed}

@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from dspark_ci.ground.suites import SUITE_DEFAULTS, effective_options, option_problem
 
@@ -34,7 +35,7 @@ class RoleURL:
     base_url: str
 
     @classmethod
-    def parse(cls, flag: str) -> "RoleURL":
+    def parse(cls, flag: str) -> RoleURL:
         """``--role-url ROLE=URL``. Raises SuiteInputError."""
         role, sep, url = flag.partition("=")
         if not sep or role not in ROLES or not url:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import random
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 from dspark_ci.ground.measurements import Envelope, EnvelopeBoundary, EnvelopePoint, crossing
 from dspark_ci.suites.server import Server

@@ -29,11 +29,11 @@ import json
 import re
 import unicodedata
 import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import requests
-
 from dspark_ci.suites.prompts import PROMPTS
 from dspark_ci.suites.server import Server
 

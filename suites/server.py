@@ -7,16 +7,16 @@ client, ``/server_info`` and ``/metrics`` with plain HTTP.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import requests
-from prometheus_client.parser import text_string_to_metric_families
-
 from dspark_ci.suites.config import SuiteConfig
 from dspark_ci.suites.progress_file import ProgressFile
+from prometheus_client.parser import text_string_to_metric_families
 
 if TYPE_CHECKING:
     import openai

@@ -45,12 +45,12 @@ import multiprocessing
 import random
 import statistics
 import time
+from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, AsyncIterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
-
 from dspark_ci.ground.stats import bootstrap_stderr, ratio_stderr
 from dspark_ci.suites import offcpu
 from dspark_ci.suites.config import RoleURL
@@ -85,7 +85,7 @@ class SpeedSettings:
     client: str
 
     @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> "SpeedSettings":
+    def from_options(cls, options: Mapping[str, Any]) -> SpeedSettings:
         return cls(**{name: options[name] for name in cls.__dataclass_fields__})
 
 
@@ -271,7 +271,7 @@ async def _roles_at_window(job: WorkerJob, barrier) -> tuple[RoleReading, ...] |
     return reading
 
 
-async def _run_phase(client: "AiohttpStreams | OpenAIStreams", job: WorkerJob,
+async def _run_phase(client: AiohttpStreams | OpenAIStreams, job: WorkerJob,
                      prompts: Sequence[str]) -> list[RequestTiming]:
     semaphore = asyncio.Semaphore(job.concurrency)
     requests = [client.prepare(job, prompt) for prompt in prompts]  # built before the first send
@@ -370,7 +370,7 @@ class AiohttpStreams:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def open(cls, job: WorkerJob) -> AsyncIterator["AiohttpStreams"]:
+    async def open(cls, job: WorkerJob) -> AsyncIterator[AiohttpStreams]:
         client = cls(job)
         trace = aiohttp.TraceConfig()  # its signals freeze with the session: connect them first
         trace.on_connection_create_end.append(client._count_connection)
@@ -467,7 +467,7 @@ class OpenAIStreams:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def open(cls, job: WorkerJob) -> AsyncIterator["OpenAIStreams"]:
+    async def open(cls, job: WorkerJob) -> AsyncIterator[OpenAIStreams]:
         import openai  # on use: 1.5 s of import that the default client (aiohttp) never needs
 
         async with openai.AsyncOpenAI(base_url=job.api_base, api_key=job.api_key, timeout=job.timeout,

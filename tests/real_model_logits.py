@@ -24,9 +24,8 @@ def _compare(reference, other) -> dict[str, float]:
 
 def main() -> int:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
     from dspark_ci.sglang_sim.cpu_engine import real_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     target, _ = real_model.ensure(Path(sys.argv[1]))
     gguf = real_model.gguf_path()

@@ -19,13 +19,12 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import requests
-
 from dspark_ci.ground.processes import free_port
 
 # Fast and deterministic: no boot delay, no prefill time, 1 ms per decode step.

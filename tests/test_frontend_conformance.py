@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import requests
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 from prometheus_client.parser import text_string_to_metric_families
 
-from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 from dspark_ci.suite_runner import SYNTHETIC_GPQA
 from tests.simulator_process import FRONTEND_MISSING, frontend_venv, running_simulator
 

@@ -7,10 +7,18 @@ import json
 
 import pytest
 import requests
-
 from dspark_ci.suites.parity import Output, compare, load_reference, save_reference, tally
-from dspark_ci.suites.parity_ties import (MISMATCH, TIE_FLIP, PositionLogprobs, TopLogprob, bf16_step, decide,
-                                position_logprobs, tie_epsilon)
+from dspark_ci.suites.parity_ties import (
+    MISMATCH,
+    TIE_FLIP,
+    PositionLogprobs,
+    TopLogprob,
+    bf16_step,
+    decide,
+    position_logprobs,
+    tie_epsilon,
+)
+
 from tests.simulator_process import SPECULATIVE_ARGS, running_simulator
 from tests.suite_runs import run_suite
 
@@ -61,7 +69,7 @@ def test_without_the_references_logprobs_a_difference_is_a_mismatch():
 def _output(ids: tuple[int, ...], tokens: list[tuple[str, float]], top: list[list[tuple[str, float]]]) -> Output:
     content = [{"token": t, "bytes": list(t.encode()), "logprob": lp,
                 "top_logprobs": [{"token": a, "bytes": list(a.encode()), "logprob": b} for a, b in row]}
-               for (t, lp), row in zip(tokens, top)]
+               for (t, lp), row in zip(tokens, top, strict=False)]
     return Output(text="".join(t for t, _ in tokens), token_ids=ids, logprobs=position_logprobs(content))
 
 

@@ -13,9 +13,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from dspark_ci.sglang_sim.cpu_engine import REAL_MODEL, refusal
 from dspark_ci.sglang_sim.cpu_engine.real_model import INSTALL_HINT
+
 from tests.test_run_cli import Run
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 TAG_RUN_CI_LABEL = "/tag-run-ci-label"
 TAG_AND_RERUN_CI = "/tag-and-rerun-ci"

@@ -20,7 +20,6 @@ import os
 import sys
 
 import tenacity
-
 from dspark_ci.ci.chatops.github import DEFAULT_API, GitHub
 from dspark_ci.ci.chatops.reply import STATUS_ICONS, TERMINAL, line_status, set_status
 from dspark_ci.ci.tool import run_tool

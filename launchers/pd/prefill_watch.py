@@ -16,7 +16,6 @@ import threading
 import time
 from dataclasses import dataclass
 
-
 # Past the 30 s within which an idle SGLang scheduler sets its gauges again (check_memory: "During idle time, also
 # collect metrics every 30 seconds"; until then they hold the last batch's counts), and inside the suites'
 # per-request timeout (dspark_ci.suite_runner: 60 s plus 0.25 s a token): the cell goes red naming the prefill before its

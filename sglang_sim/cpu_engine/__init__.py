@@ -18,9 +18,9 @@ What is the cell's and what is this CPU's:
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from dspark_ci.ground.install_root import alone_on_path
 from dspark_ci.ground.sglang.release import CPU_SPECULATIVE_ALGORITHMS, DEFAULT_VERSION

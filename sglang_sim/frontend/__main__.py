@@ -16,7 +16,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-
 SCRATCH_PREFIX = "dspark-frontend-"  # + the supervising process's pid + "-"
 
 

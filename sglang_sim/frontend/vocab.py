@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 import string
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from dspark_ci.sglang_sim.textgen import GIBBERISH, WORDS
 from dspark_ci.sglang_sim.tokenizer import EOS_TOKEN_ID, PIECE_PATTERN, THINK_END, THINK_START, tokenize
@@ -83,14 +83,14 @@ class Vocabulary:
         self.by_id = {token_id: piece for piece, token_id in vocab.items()}
 
     @classmethod
-    def build(cls, gpqa_rows: Iterable[dict] = (), prompts: Iterable[str] = ()) -> "Vocabulary":
+    def build(cls, gpqa_rows: Iterable[dict] = (), prompts: Iterable[str] = ()) -> Vocabulary:
         vocab = {UNK: 0, EOS: EOS_TOKEN_ID}
         for piece in pieces(gpqa_rows, prompts):
             vocab.setdefault(piece, len(vocab))
         return cls(vocab)
 
     @classmethod
-    def read(cls, model_dir: Path) -> "Vocabulary":
+    def read(cls, model_dir: Path) -> Vocabulary:
         data = json.loads((model_dir / "tokenizer.json").read_text())
         return cls(dict(data["model"]["vocab"]))
 
