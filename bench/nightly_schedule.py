@@ -9,7 +9,8 @@ estimate (``dspark_ci.ci.nightly.shards.estimate_seconds``, ±``--noise``, defau
 previous trial's draw, as the nightly's cache would hold it. Compared, per trial:
   per-cell   the old nightly: one job per cell in matrix order, each taking the first free runner of its label
   longest    one job per cell as well, but queued longest (by history) first: dynamic LPT
-  shards     ``dspark_ci.ci.nightly.shards.schedule`` with the previous night's durations (LPT per label), run with today's
+  shards     ``dspark_ci.ci.nightly.shards.schedule`` with the previous night's durations (LPT per label), run with
+             today's
   bound      max over labels of (total GPU-time / runners, longest cell): no schedule ends earlier
 Every job pays ``--job-overhead-minutes`` before its first cell (runner pickup, checkout, install): a
 shard pays it once, a per-cell job once per cell. Prints median and worst makespan / bound (1.00 = optimal)

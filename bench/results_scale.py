@@ -3,8 +3,8 @@
     python bench/results_scale.py [--cells 1000 10000] [--repeats 3]
 
 For each size N, side by side in one process:
-  write    the run's own writer (dspark_ci.reports.live_results.ResultsWriter) adding N finished cells one by one, as a run
-           does after each cell (results.jsonl appended; results.json, junit.xml, report.md rewritten at most
+  write    the run's own writer (dspark_ci.reports.live_results.ResultsWriter) adding N finished cells one by one, as a
+           run does after each cell (results.jsonl appended; results.json, junit.xml, report.md rewritten at most
            every few seconds; everything once at the end, report.html included)
   render   `dspark-ci report`'s work on the finished run: load results.json, render junit.xml, report.md and
            report.html (charts capped), write them

@@ -6,9 +6,9 @@ accept suite takes: its prompts, ``accept.lossless_samples`` draws per prompt an
 Each night draws both sides and judges them as the gate does (``judge`` at the run's alpha, ``stats.RUN_FALSE_RED``
 with no baseline gates). Two sources of draws:
 
-- ``simulator``: the simulated model itself (``dspark_ci.sglang_sim.textgen.reply_tokens``, the text the simulator serves for
-  each prompt and seed), clean on both sides, or with the speculative side under fault ``greedy_verify=Q`` (each
-  token after the first is the greedy text's with probability Q, ``dspark_ci.sglang_sim.textgen.argmax_mixed``) or
+- ``simulator``: the simulated model itself (``dspark_ci.sglang_sim.textgen.reply_tokens``, the text the simulator
+  serves for each prompt and seed), clean on both sides, or with the speculative side under fault ``greedy_verify=Q``
+  (each token after the first is the greedy text's with probability Q, ``dspark_ci.sglang_sim.textgen.argmax_mixed``) or
   ``lossy_sampling`` (every second draw is the greedy text);
 - ``model-like``: a language-model-shaped distribution per position (Zipf over ``VOCAB`` tokens, exponent
   ``ZIPF_S``: the argmax holds about half the probability, as a small instruct model's does at temperature 0.7 on a

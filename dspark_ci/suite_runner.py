@@ -315,7 +315,8 @@ def mc_note(records: Mapping[str, list]) -> McSummary | None:
         return None
     summary = summaries[-1]
     partial = bool(summary.get("partial"))
-    per_category = {name: (tally["right"], tally["items"]) for name, tally in (summary.get("per_category") or {}).items()}
+    per_category = {name: (tally["right"], tally["items"])
+                    for name, tally in (summary.get("per_category") or {}).items()}
     return McSummary(partial, summary.get("items"), summary.get("planned_items"), summary.get("accuracy"), per_category,
                      # a partial figure is never gated, so neither are its items
                      {} if partial else summary.get("per_item") or {})

@@ -1,12 +1,12 @@
 """What a cell's suites measured beyond its pooled metrics, as frozen records that ``CellResult`` carries: each suite
-test's outcome, each boot's figures, how the GPQA and multiple-choice figures were produced, acceptance in detail, and where speculation
-pays.
+test's outcome, each boot's figures, how the GPQA and multiple-choice figures were produced, acceptance in detail, and
+where speculation pays.
 
 The suites write these into their output file (suites/output.py) from a pytest process of their own;
-``dspark_ci.suite_runner`` reads that file into these records, and results.json / results.jsonl carry them: ``to_dict`` and
-``from_dict`` are called by ``dspark_ci.ground.records``' writer and reader (and the suites' runner) only. Each ``to_dict``
-writes its keys in the order the suites write them, so a results.json reads back and writes out byte for byte.
-``from_dict`` is lenient with keys a file leaves out (older files), never with the shapes it does carry.
+``dspark_ci.suite_runner`` reads that file into these records, and results.json / results.jsonl carry them: ``to_dict``
+and ``from_dict`` are called by ``dspark_ci.ground.records``' writer and reader (and the suites' runner) only. Each
+``to_dict`` writes its keys in the order the suites write them, so a results.json reads back and writes out byte for
+byte. ``from_dict`` is lenient with keys a file leaves out (older files), never with the shapes it does carry.
 """
 
 from __future__ import annotations

@@ -360,8 +360,10 @@ class CellResult:
                    exit_code=ExitCode.INFRA if data.get("infrastructure") else None)
 
 
-# The fields a caller might fill with results.json's own objects: only ``CellResult.from_dict`` turns those into records.
-_RECORD_FIELDS = {"config": CellConfig, "gpqa": GpqaSummary, "mc": McSummary, "acceptance": Acceptance, "envelope": Envelope}
+# The fields a caller might fill with results.json's own objects: only ``CellResult.from_dict`` turns those into
+# records.
+_RECORD_FIELDS = {"config": CellConfig, "gpqa": GpqaSummary, "mc": McSummary, "acceptance": Acceptance,
+                  "envelope": Envelope}
 _RECORD_ITEMS = {"gates": GateResult, "tests": SuiteTestOutcome, "boots": BootMetrics}
 
 

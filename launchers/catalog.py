@@ -2,9 +2,9 @@
 own options, and ``dspark-ci cleanup`` all derive from it.
 
 A row names the package's ``lifecycle`` module, imported only when that launcher is used (so the Docker SDK is not
-needed to run local processes), which provides what ``dspark_ci.launchers.contract.LauncherModule`` says: ``build(context,
-options)`` with the launcher's options record (``launchers/<kind>/options.py``: each option declared once with its
-flag, environment variable, default, help and check) and ``remove_started(entry)``.
+needed to run local processes), which provides what ``dspark_ci.launchers.contract.LauncherModule`` says:
+``build(context, options)`` with the launcher's options record (``launchers/<kind>/options.py``: each option declared
+once with its flag, environment variable, default, help and check) and ``remove_started(entry)``.
 
 Adding a launcher: one package (``lifecycle.py``, ``options.py``), one row here; ``tests/test_launcher_compliance.py``
 then holds it to the contract.

@@ -258,6 +258,6 @@ class LauncherModule(Protocol):
         (``launchers/<kind>/options.py``, already checked)."""
 
     def remove_started(self, entry: LedgerEntry, dry_run: bool = False) -> str | None:
-        """Remove what one ledger entry of a dead run names (``dspark_ci.ground.ledger``), saying what was removed; None if it
-        was already gone. Touches nothing that does not carry that run's id. ``dry_run``: remove nothing, but say
+        """Remove what one ledger entry of a dead run names (``dspark_ci.ground.ledger``), saying what was removed; None
+        if it was already gone. Touches nothing that does not carry that run's id. ``dry_run``: remove nothing, but say
         exactly what would be removed (the same checks, so `cleanup --dry-run` and `cleanup` agree)."""

@@ -4,10 +4,10 @@ Two sources:
 - floors that need no baseline: a speculative cell's accept length must stay above the collapse
   floor (a draft model that never gets accepted serves correct text, only slowly), and GPQA accuracy
   must beat guessing by a margin that shrinks with the number of questions (``chance_floor``);
-- a baseline's specs for the cell (``dspark_ci.reports.baseline_file``). A ratio gate whose baseline recorded the run-to-run
-  noise, and every GPQA gate, is a statistical decision (``dspark_ci.ground.stats``): ``passed``, ``regressed``
-  or ``inconclusive`` on the effect's interval against the stated tolerance (``max_ratio``/``min_ratio``, GPQA
-  ``max_drop``), at levels split over the run's gates (``family_levels``); GPQA is paired over questions when
+- a baseline's specs for the cell (``dspark_ci.reports.baseline_file``). A ratio gate whose baseline recorded the
+  run-to-run noise, and every GPQA gate, is a statistical decision (``dspark_ci.ground.stats``): ``passed``,
+  ``regressed`` or ``inconclusive`` on the effect's interval against the stated tolerance (``max_ratio``/``min_ratio``,
+  GPQA ``max_drop``), at levels split over the run's gates (``family_levels``); GPQA is paired over questions when
   the baseline kept its per-question record. Without recorded noise a ratio gate is the fixed limit it was.
 
 The ``threshold`` of a gate dict is today's line (value × ratio, widened to the noise; GPQA's

@@ -414,7 +414,8 @@ def _quality_table(cell: CellResult, metrics: Mapping) -> str:
              _quality_value(metric, metrics)]
             for metric, (dataset, name) in QUALITY_ROWS.items() if metrics.get(metric) is not None]
     if cell.mc is not None and metrics.get("mc_accuracy") is not None:  # each kind of item: shown, gated as the whole
-        rows += [[model, f"MC (log-likelihood): {kind}", "Accuracy", str(asked), format_value("mc_accuracy", right / asked)]
+        rows += [[model, f"MC (log-likelihood): {kind}", "Accuracy", str(asked),
+                  format_value("mc_accuracy", right / asked)]
                  for kind, (right, asked) in cell.mc.per_category.items() if asked]
     note = cell.gpqa
     if note is not None and note.partial and note.accuracy is not None:  # never a metric: shown, not gated

@@ -184,8 +184,8 @@ class Engine:
                  persona: Persona, on_prefill: Callable[[], None], metrics: ServerMetrics | None = None,
                  emission_log: EmissionLog | None = None, noise: BootNoise | None = None,
                  owned: Sequence[int] | None = None, counters: Callable[[str], Iterator[int]] | None = None):
-        """``owned``: the DP ranks this process schedules (a shard's, dspark_ci.sglang_sim.engine_shards; default all of them);
-        ``counters``: where the counters that order requests server-wide come from (a shard's are shared with
+        """``owned``: the DP ranks this process schedules (a shard's, dspark_ci.sglang_sim.engine_shards; default all of
+        them); ``counters``: where the counters that order requests server-wide come from (a shard's are shared with
         its siblings; default this process's own)."""
         self.args, self.config, self.env, self.shape, self.persona = args, config, env, shape, persona
         cap = args.max_running_requests  # per DP rank's scheduler; None: as many as memory allows (unbounded here)
@@ -233,7 +233,8 @@ class Engine:
         rank = next(self._next_rank)
         spec = SpecStats(self.shape) if self.shape is not None else None
         reported_dp_rank = rank.dp_rank if self.args.dp_size > 1 else None
-        transfer = TRANSFERRED.get()  # set by dspark_ci.sglang_sim.disaggregation on a PD decode server's routed request
+        # set by dspark_ci.sglang_sim.disaggregation on a PD decode server's routed request
+        transfer = TRANSFERRED.get()
         arrived = Instant.now() if transfer is None else Instant(transfer.received_monotonic, transfer.received_wall)
         return Generation(uuid.uuid4().hex, rank.dp_rank, reported_dp_rank, job.prompt_tokens, spec,
                           arrived=arrived, transferred=transfer.arrived if transfer is not None else None,

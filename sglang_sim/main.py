@@ -139,7 +139,8 @@ def _serve(args: ServerArgs, config: SimConfig, env: SglangEnv, architecture: st
 
 def _serve_shards(count: int, args: ServerArgs, config: SimConfig, env: SglangEnv, architecture: str,
                   answer_key: GpqaAnswerKey) -> int:
-    """Node rank 0 as ``count`` shard processes (dspark_ci.sglang_sim.engine_shards), one boot's noise drawn for them all."""
+    """Node rank 0 as ``count`` shard processes (dspark_ci.sglang_sim.engine_shards), one boot's noise drawn for them
+    all."""
     try:
         log = _open_emission_log(config)  # each shard appends on its own; a bad path is found before the fork
     except OSError as err:
@@ -231,7 +232,8 @@ async def _start_peer_site(state: ServerState, shard: Shard) -> web.AppRunner:
 async def _serve_rank0(args: ServerArgs, config: SimConfig, env: SglangEnv, architecture: str,
                        answer_key: GpqaAnswerKey, emission_log: EmissionLog | None, noise: BootNoise | None = None,
                        shard: Shard | None = None) -> int:
-    """``shard``: this process is one of the server's shards (dspark_ci.sglang_sim.engine_shards), ``noise`` the boot's draws."""
+    """``shard``: this process is one of the server's shards (dspark_ci.sglang_sim.engine_shards), ``noise`` the boot's
+    draws."""
     stop = _stop_on_signals()
     first = shard is None or shard.index == 0  # what the server does once, its first shard does
     if first:

@@ -80,7 +80,8 @@ def main(argv: list[str]) -> int:
     import requests
 
     if len(argv) != 1:
-        print("usage: python -m dspark_ci.sglang_sim.metric_families http://HOST:PORT (a running --server sglang-frontend)",
+        print("usage: python -m dspark_ci.sglang_sim.metric_families http://HOST:PORT "
+              "(a running --server sglang-frontend)",
               file=sys.stderr)
         return 2
     text = requests.get(argv[0].rstrip("/") + "/metrics", timeout=30).text

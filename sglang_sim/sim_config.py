@@ -172,10 +172,12 @@ FAULT_HELP: dict[str, tuple[str, str]] = {
     "envelope_shift": ("envelope_shift=FACTOR", "a verify step's cost per running request past 8 grows FACTOR times "
                                                 "faster: speculation stops paying at a lower concurrency"),
     "lossy_sampling": ("lossy_sampling", "at temperature > 0, half the samples of a speculative server follow the "
-                                         "greedy text (a draft sampler ignoring temperature); greedy output stays exact"),
+                                         "greedy text (a draft sampler ignoring temperature); greedy output stays "
+                                         "exact"),
     "greedy_verify": ("greedy_verify=SHARE", "at temperature > 0 a speculative server's tokens after the first are "
                                              "the greedy text's with probability SHARE (drafts verified by argmax, "
-                                             "not by rejection sampling); the first token and greedy output stay exact"),
+                                             "not by rejection sampling); the first token and greedy output stay "
+                                             "exact"),
     "spec_ignores_top_p": ("spec_ignores_top_p", "a speculative server's sampler ignores top_p (as one fork's "
                                                  "speculative path did): top_p near 0 still samples; "
                                                  "greedy stays exact"),

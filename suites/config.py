@@ -77,8 +77,8 @@ def normalize_base_url(url: str) -> str:
 
 
 def merge_options(from_file: Mapping[str, Any] | None, from_flags: list[str], where_file: str) -> dict:
-    """Defaults (a scorer's own for what is left unset: dspark_ci.ground.suites.effective_options), then the options file,
-    then ``SUITE.KEY=VALUE`` flags. Raises SuiteInputError."""
+    """Defaults (a scorer's own for what is left unset: dspark_ci.ground.suites.effective_options), then the options
+    file, then ``SUITE.KEY=VALUE`` flags. Raises SuiteInputError."""
     given: dict[str, dict[str, Any]] = {suite: {} for suite in SUITE_DEFAULTS}
     for suite, options in (from_file or {}).items():
         if not isinstance(options, Mapping):

@@ -82,8 +82,8 @@ def _greedy(client: openai.OpenAI, model: str, prompt: str, max_tokens: int, top
 class ParityRecord:
     """One prompt's comparison (records "parity"): a match, a tie flip, or a mismatch, and where and why.
 
-    At the first difference (``first_difference``, in ``unit``s) the tokens each side took, the reference's logprob of each
-    (``tested_logprob`` None: outside the reference's top logprobs), the tested server's own logprob of its token,
+    At the first difference (``first_difference``, in ``unit``s) the tokens each side took, the reference's logprob of
+    each (``tested_logprob`` None: outside the reference's top logprobs), the tested server's own logprob of its token,
     and the epsilon the gap was held against. A tie flip ends the comparison of that prompt: past a different token
     the outputs continue from different prefixes and owe each other nothing."""
 

@@ -49,7 +49,8 @@ class Server:
     def ask_each(self, ask: Callable[[openai.OpenAI, Item], Answer], items: Iterable[Item], concurrency: int,
                  max_retries: int = 0, label: str = "requests") -> list[Answer]:
         """``ask(client, item)`` for every item, ``concurrency`` at a time on one client; answers in item order.
-        How many are done is reported under ``label`` (dspark_ci.suites.progress_file). Ctrl-C stops the requests and goes on."""
+        How many are done is reported under ``label`` (dspark_ci.suites.progress_file). Ctrl-C stops the requests and
+        goes on."""
         answers, interrupted = self.ask_until_interrupted(ask, items, concurrency, max_retries, label)
         if interrupted:
             raise KeyboardInterrupt

@@ -175,12 +175,12 @@ class WorkerJob:
     max_tokens: int
     ignore_eos: bool
     client: str  # "aiohttp" | "openai"
-    # A disaggregated deployment's servers: their /metrics are read as the window opens (dspark_ci.suites.ttft_split), by
-    # the worker that ``reads_roles`` while the others wait
+    # A disaggregated deployment's servers: their /metrics are read as the window opens (dspark_ci.suites.ttft_split),
+    # by the worker that ``reads_roles`` while the others wait
     roles: tuple[RoleURL, ...] = ()
     reads_roles: bool = False
-    # The deployment's scheduler processes (dspark_ci.suites.offcpu): read right before and after the window by the worker
-    # that ``reads_roles``
+    # The deployment's scheduler processes (dspark_ci.suites.offcpu): read right before and after the window by the
+    # worker that ``reads_roles``
     scheduler_pids: tuple[int, ...] = ()
 
 
@@ -511,7 +511,8 @@ def run_measurement(server: Server, settings: SpeedSettings, prompts: Sequence[s
                     warmup_prompts: Sequence[str], roles: Sequence[RoleURL] = (),
                     scheduler_pids: Sequence[int] = ()) -> list[WorkerResult]:
     """The workers' results; with ``roles``, the first one's ``roles_at_window`` holds their /metrics as the window
-    opened; with ``scheduler_pids``, its ``schedulers_*`` their schedstat around the window (dspark_ci.suites.offcpu)."""
+    opened; with ``scheduler_pids``, its ``schedulers_*`` their schedstat around the window
+    (dspark_ci.suites.offcpu)."""
     workers = min(settings.workers, settings.concurrency)  # each worker keeps at least one stream open
     jobs = [
         WorkerJob(api_base=server.api_base, api_key=server.api_key, model=server.model,

@@ -1,9 +1,10 @@
 """Speculative acceptance: accept_length, accept_rate, accept_rate_pos1..8 (per draft position), accept_length_CATEGORY
 (per category of the workload: code, math, long_context, MT-Bench's others), and at the sampled
 setting accept_length_sampled; with a non-speculative reference (--reference-url) the losslessness test's
-sampled_lossless_p, _tests, _samples (gated: reports/gates.py) and the figures sampled_greedy_share[_reference]. Records "accept" (per request, with category and histogram),
-"accept_server" (server-side figures), "accept_summary" (the /metrics cross-check), "accept_detail" (per position,
-per category, the accept-length histogram, drift along the run, the losslessness counts; CONTRACT.md).
+sampled_lossless_p, _tests, _samples (gated: reports/gates.py) and the figures sampled_greedy_share[_reference]. Records
+"accept" (per request, with category and histogram), "accept_server" (server-side figures), "accept_summary" (the
+/metrics cross-check), "accept_detail" (per position, per category, the accept-length histogram, drift along the run,
+the losslessness counts; CONTRACT.md).
 
 Options (suite "accept"): num_requests, max_tokens, concurrency, min_accept_length (the collapse floor, checked even
 without a baseline), disagreement_tolerance, workload (builtin | mtbench | a question.jsonl), sampled_temperature and

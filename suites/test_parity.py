@@ -74,7 +74,8 @@ def _reference_server(suite_config) -> Server:
 
 def test_parity(parity_records, suite_config):
     errors = [r for r in parity_records if r.error or r.reference_error]
-    assert not errors, f"{len(errors)} prompts failed to generate; first: {errors[0].error or errors[0].reference_error}"
+    assert not errors, (f"{len(errors)} prompts failed to generate; first: "
+                        f"{errors[0].error or errors[0].reference_error}")
     allowed = suite_config.suite("parity")["max_mismatches"]
     mismatched = [r for r in parity_records if r.verdict == MISMATCH]
     ties = sum(r.verdict == TIE_FLIP for r in parity_records)

@@ -19,7 +19,8 @@ def _compare(reference, other) -> dict[str, float]:
     reference_lp, other_lp = reference.log_softmax(-1), other.log_softmax(-1)
     kl = (reference_lp.exp() * (reference_lp - other_lp)).sum(-1)
     return {"max_abs": float((reference - other).abs().max()), "logit_scale": float(reference.abs().max()),
-            "max_kl": float(kl.max()), "top1_agreement": float((reference.argmax(-1) == other.argmax(-1)).double().mean())}
+            "max_kl": float(kl.max()),
+            "top1_agreement": float((reference.argmax(-1) == other.argmax(-1)).double().mean())}
 
 
 def main() -> int:

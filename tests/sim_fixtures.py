@@ -85,7 +85,8 @@ class SimProcess:
 
 
 def sim_command(args: list[str], host: str, port: int, model: str = MODEL) -> list[str]:
-    return [sys.executable, "-m", "dspark_ci.sglang_sim", "--model-path", model, "--host", host, "--port", str(port), *args]
+    return [sys.executable, "-m", "dspark_ci.sglang_sim", "--model-path", model, "--host", host, "--port", str(port),
+            *args]
 
 
 @contextlib.contextmanager

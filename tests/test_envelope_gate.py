@@ -1,6 +1,6 @@
 """The gate on where speculation pays: the boundary must not move inward of the baseline's, shown statistically at
-every sweep point up to it (dspark_ci.reports.gates.envelope_statistic), on the simulator with and without the planted shift
-and on hand-made envelopes at the edges of the rule."""
+every sweep point up to it (dspark_ci.reports.gates.envelope_statistic), on the simulator with and without the planted
+shift and on hand-made envelopes at the edges of the rule."""
 
 from __future__ import annotations
 

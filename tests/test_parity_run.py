@@ -1,5 +1,6 @@
 """`dspark-ci run` with greedy parity on the simulated server: a tie flip is counted and stays green, a real mismatch
-turns the cell red with both tokens and logprobs in report.md, and a tensor-parallel layout is compared with one rank."""
+turns the cell red with both tokens and logprobs in report.md, and a tensor-parallel layout is compared with one
+rank."""
 
 from __future__ import annotations
 

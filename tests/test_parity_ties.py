@@ -87,7 +87,8 @@ def test_a_record_names_the_position_both_tokens_and_both_logprobs(token, token_
     assert (record.tested_token, record.tested_token_id, record.tested_logprob) == (token, token_id, logprob)
     assert (record.reference_token, record.reference_token_id, record.reference_logprob) == (" cat", 6, PROBE)
     assert record.epsilon == tie_epsilon(logprob, 2)
-    assert tally([record]) == {"parity_mismatches": int(verdict == MISMATCH), "parity_tie_flips": int(verdict == TIE_FLIP)}
+    assert tally([record]) == {"parity_mismatches": int(verdict == MISMATCH),
+                               "parity_tie_flips": int(verdict == TIE_FLIP)}
 
 
 def test_a_saved_reference_keeps_its_logprobs_and_a_version_one_file_still_loads(tmp_path):

@@ -54,7 +54,8 @@ def update_status(github: GitHub, comment_id: int, marker: str, status: str, run
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dspark_ci.ci.chatops.rerun_status", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m dspark_ci.ci.chatops.rerun_status",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--repo", required=True, metavar="OWNER/NAME")
     parser.add_argument("--comment-id", type=int, required=True)
     parser.add_argument("--marker", required=True, help="the group's marker, e.g. <!--rrt:0-->")

@@ -46,7 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add_run_flags(parser)
     for kind in catalog.ALL_LAUNCHERS:
-        for spec in kind.declared:  # checked when the launcher is built (dspark_ci.launchers.optionset.from_values): exit 2
+        # checked when the launcher is built (dspark_ci.launchers.optionset.from_values): exit 2
+        for spec in kind.declared:
             option = spec.option
             default = "" if spec.default in (None, ()) else f"; default {spec.default}"
             checked: dict[str, Any] = {"type": argparse_type(option.parse)} if option.parse else {}

@@ -71,10 +71,10 @@ class HostLeases:
     are torn down. Plans are known by their leader address and port (unique within a run).
 
     When the inventory gives every host's GPUs (``gpus:`` ids or a count), a node takes ``gpus_per_node`` of them,
-    on the fullest host that still has room (``dspark_ci.launchers.contract.best_fit``, as the run's capacity packs), and its
-    container is given exactly those device ids: a host with 8 GPUs holds two 4-GPU cells side by side. Otherwise
-    a host is one slot: a new cell's nodes go to the least busy hosts (with the run's capacity, at most one cell
-    per host). When nothing has room (a parity reference beside its cell, or cells that ended out of order left
+    on the fullest host that still has room (``dspark_ci.launchers.contract.best_fit``, as the run's capacity packs),
+    and its container is given exactly those device ids: a host with 8 GPUs holds two 4-GPU cells side by side.
+    Otherwise a host is one slot: a new cell's nodes go to the least busy hosts (with the run's capacity, at most one
+    cell per host). When nothing has room (a parity reference beside its cell, or cells that ended out of order left
     the room scattered), the least used devices are shared, as every cell shared a host before hosts were counted."""
 
     def __init__(self, inventory: Inventory):

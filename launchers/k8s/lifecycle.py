@@ -8,8 +8,8 @@ Used like every launcher (``dspark_ci.launchers.contract``)::
         ...                         # deployment.base_url is rank 0's pod; check() raises if a pod of the group failed
 
 Per launch: a Secret with the cell's ``${NAME}`` values (if any), the LeaderWorkerSet and the leader's Service
-(``dspark_ci.launchers.k8s.spec``), each written to the run's ledger before it is created. Then the pods of the group are
-watched by label: every pod's log is streamed into ``logs/<cell>/<rank>.log`` (rank = LWS's worker index); a pod
+(``dspark_ci.launchers.k8s.spec``), each written to the run's ledger before it is created. Then the pods of the group
+are watched by label: every pod's log is streamed into ``logs/<cell>/<rank>.log`` (rank = LWS's worker index); a pod
 that cannot be scheduled or pulled, a container that terminated or restarted, fails the cell with the reason,
 the rank, the exit code, SGLang's error line and the log's end. Pending time (scheduling, pulling) has its own
 limit and is kept apart from the boot time, which starts once every pod of the group runs. Readiness: rank 0's
@@ -44,8 +44,8 @@ __all__ = ["K8sLauncher", "build", "remove_started"]  # remove_started: the cata
 
 
 def build(context: LaunchContext, options: K8sOptions) -> K8sLauncher:
-    """The catalog's constructor (dspark_ci.launchers.catalog): --kubeconfig, --namespace, --k8s-extra, --k8s-reach, checked,
-    in ``options``."""
+    """The catalog's constructor (dspark_ci.launchers.catalog): --kubeconfig, --namespace, --k8s-extra, --k8s-reach,
+    checked, in ``options``."""
     return K8sLauncher(options, context)
 
 

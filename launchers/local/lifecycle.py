@@ -97,8 +97,9 @@ class LocalDeployment:
         self.boot_seconds = 0.0
 
     def check(self) -> None:
-        """Raise LaunchFailed naming the rank whose failure brought the group down (dspark_ci.launchers.contract.culprit),
-        or a rank that is stopped (SIGSTOP, a debugger): it holds the group hostage without ever failing."""
+        """Raise LaunchFailed naming the rank whose failure brought the group down
+        (dspark_ci.launchers.contract.culprit), or a rank that is stopped (SIGSTOP, a debugger): it holds the group
+        hostage without ever failing."""
         if any(r.exited_at is not None for r in self._ranks):
             time.sleep(SETTLE_S)  # the ranks that die of losing this one are a few milliseconds behind
             exits = [RankExit(r.command.node_rank, r.process.returncode, r.exited_at,

@@ -1,8 +1,9 @@
 """sglang-router of a disaggregated cell on Kubernetes: the Deployment and Service `dspark-ci plan --format k8s`
-prints (``dspark_ci.launchers.pd.k8s.router_manifests``), pointed at the role instances' leader Services, created through the
-API server (each recorded in the run's ledger first), its pod's log streamed into ``logs/<cell>/router.log``,
-watched like a rank (a terminated or restarted container, a pod that cannot start: the router is named), deleted
-with foreground propagation when the group goes (``dspark-ci cleanup`` removes what a killed run left)."""
+prints (``dspark_ci.launchers.pd.k8s.router_manifests``), pointed at the role instances' leader Services, created
+through the API server (each recorded in the run's ledger first), its pod's log streamed into
+``logs/<cell>/router.log``, watched like a rank (a terminated or restarted container, a pod that cannot start: the
+router is named), deleted with foreground propagation when the group goes (``dspark-ci cleanup`` removes what a killed
+run left)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,8 @@ import torch
 
 
 def _not_supported(what: str) -> NotImplementedError:
-    return NotImplementedError(f"dspark_ci.sglang_sim.cpu_kernels: {what} is not played by this CPU stand-in (README.md)")
+    return NotImplementedError(f"dspark_ci.sglang_sim.cpu_kernels: {what} is not played by this CPU stand-in "
+                               "(README.md)")
 
 
 def _attend_one(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sm_scale: float, logit_cap: float,

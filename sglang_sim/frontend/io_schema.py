@@ -1,5 +1,5 @@
-"""``python -m dspark_ci.sglang_sim.frontend.io_schema`` (in the SGLang venv): the io_struct messages the scheduler stand-in
-speaks, as this SGLang defines them, and one step of ours sent and received through SGLang's own IPC calls.
+"""``python -m dspark_ci.sglang_sim.frontend.io_schema`` (in the SGLang venv): the io_struct messages the scheduler
+stand-in speaks, as this SGLang defines them, and one step of ours sent and received through SGLang's own IPC calls.
 
 Prints JSON: ``{"sglang": VERSION, "messages": {name: [[field, required], ...]}, "step": {...}}``.
 tests/test_frontend_io_struct.py holds it to tests/golden/frontend/io_struct.txt, so a release that renames,

@@ -178,8 +178,8 @@ def die_with_server(lines: list[str]) -> None:
 
 
 def gather_node_ranks(args: ServerArgs, config: SimConfig) -> None:
-    """Multi-node: listen at --dist-init-addr for the node ranks >= 1 (the simulator's, dspark_ci.sglang_sim.rendezvous) from
-    a thread of this process, before SGLang's slow start, and return once all have joined. A rank lost later
+    """Multi-node: listen at --dist-init-addr for the node ranks >= 1 (the simulator's, dspark_ci.sglang_sim.rendezvous)
+    from a thread of this process, before SGLang's slow start, and return once all have joined. A rank lost later
     takes the server down, as a lost NCCL peer does. The rank_exit fault for rank 0 is armed here too."""
     joined = threading.Event()
 
