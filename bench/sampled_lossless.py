@@ -77,8 +77,11 @@ def model_like_night(rng: np.random.Generator, samples: int, tokens: int, prompt
     here, there = [], []
     for _ in range(prompts):
         order = [rng.permutation(VOCAB) for _ in range(tokens)]
-        draw = lambda greedy_share: [int(order[k][0]) if k and rng.random() < greedy_share  # noqa: E731
-                                     else int(order[k][rng.choice(VOCAB, p=weights)]) for k in range(tokens)]
+
+        def draw(greedy_share: float, order: list[np.ndarray] = order) -> list[int]:
+            return [int(order[k][0]) if k and rng.random() < greedy_share
+                    else int(order[k][rng.choice(VOCAB, p=weights)]) for k in range(tokens)]
+
         here.append([draw(share) for _ in range(samples)])
         there.append([draw(0.0) for _ in range(samples)])
     return here, there
