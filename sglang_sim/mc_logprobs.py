@@ -73,7 +73,7 @@ def continuation_total(config: SimConfig, context: str, continuation: str, right
 def input_token_logprobs(config: SimConfig, text: str, start: int) -> list[list[Any]]:
     """SGLang's ``input_token_logprobs`` of ``text`` from token ``start`` on."""
     pieces = tokenize(text)
-    logprobs: list[float | None] = [None] + _causal_logprobs(config.seed, pieces)[1:]
+    logprobs: list[float | None] = [None, *_causal_logprobs(config.seed, pieces)[1:]]
     key = answer_key(config.mc_path)
     found = _split(key, text) if key else None
     if found is not None:
