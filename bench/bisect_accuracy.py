@@ -30,8 +30,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from dspark_ci.bisection import FOUND, Chase, Sample, bisect  # noqa: E402
 from dspark_ci.ground import stats  # noqa: E402
+
+from dspark_ci.bisection import FOUND, Chase, Sample, bisect  # noqa: E402
 
 VERSIONS = 64
 BASE_TPOT_MS = 20.0

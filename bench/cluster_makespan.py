@@ -35,12 +35,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dspark_ci.ci.nightly.shards import RESOLVER_SECONDS  # noqa: E402
-from dspark_ci.rejections import decide_rejections  # noqa: E402
-from dspark_ci.cell_queue import expected_seconds, longest_first  # noqa: E402
 from dspark_ci.ground.sglang.release import DEFAULT_VERSION  # noqa: E402
 from dspark_ci.launchers.contract import Capacity  # noqa: E402
 from dspark_ci.matrices import load_cells  # noqa: E402
 from dspark_ci.matrices.cell import Cell  # noqa: E402
+
+from dspark_ci.cell_queue import expected_seconds, longest_first  # noqa: E402
+from dspark_ci.rejections import decide_rejections  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 # (node count, simulator boot seconds) of the 12 synthetic cells: known durations, longest ~ a third of the total.

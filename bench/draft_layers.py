@@ -56,11 +56,10 @@ def main() -> int:
         os.execv(python, [python, __file__, *sys.argv[1:]])
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
     from dspark_ci.sglang_sim.cpu_engine import cache_root
     from dspark_ci.sglang_sim.cpu_engine.real_model import draft_of, ensure, load
     from dspark_ci.suites.prompts import PROMPTS as TEXTS
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     target_dir, _ = ensure(cache_root(os.environ))
     tokenizer = AutoTokenizer.from_pretrained(str(target_dir))

@@ -54,7 +54,6 @@ import numpy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dspark_ci import evidence  # noqa: E402
 from dspark_ci.ground import stats  # noqa: E402
 from dspark_ci.ground.measurements import BootMetrics, GpqaSummary  # noqa: E402
 from dspark_ci.ground.records import CellResult, Status  # noqa: E402
@@ -63,6 +62,8 @@ from dspark_ci.reports.baseline_file import load_baseline  # noqa: E402
 from dspark_ci.reports.baseline_proposal import RECORDED_GATES  # noqa: E402
 from dspark_ci.reports.gates import _OPS, evaluate, family_levels, status_of  # noqa: E402
 from dspark_ci.sglang_sim.noise import question_probability  # noqa: E402
+
+from dspark_ci import evidence  # noqa: E402
 
 SERVING_CELLS = 12  # of the nightly's 21 (the others are expected rejections)
 BASELINE_RUNS = 30  # `baseline record` from 30 good runs (e.g. a month of green nights); --baseline-runs

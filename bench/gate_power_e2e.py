@@ -24,8 +24,9 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.gate_power import SPEED_BOOT  # noqa: E402
 from dspark_ci.suites.data.make_gpqa_synthetic import main as make_gpqa  # noqa: E402
+
+from bench.gate_power import SPEED_BOOT  # noqa: E402
 
 # The benchmark's noise model as the simulator's knobs (sglang_sim/sim_config.py): per-boot decode-step jitter (the
 # speed metrics' run-to-run part), per-request jitter on top, and a per-boot shift of the accept probability α of

@@ -6,8 +6,8 @@ request noise, GPQA question count and per-question record, and its cells (each 
 boots are drawn under the benchmark's stated noise (``TRUE_NOISE``: 2 % run to run for speed, 1 % for acceptance), and
 GPQA answers as the per-question record says (a question right in the record stays right unless a planted drop
 flips it; the flips are the same every boot, as on a server whose answers are fixed per question). Each cell-night
-goes through the real gates (``dspark_ci.reports.gates.evaluate``) and sequential looks at the run's levels (``family_levels``
-over the file's cells), as ``dspark-ci run --max-boots`` takes them.
+goes through the real gates (``dspark_ci.reports.gates.evaluate``) and sequential looks at the run's levels
+(``family_levels`` over the file's cells), as ``dspark-ci run --max-boots`` takes them.
 """
 
 from __future__ import annotations

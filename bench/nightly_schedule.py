@@ -9,7 +9,8 @@ estimate (``dspark_ci.ci.nightly.shards.estimate_seconds``, ±``--noise``, defau
 previous trial's draw, as the nightly's cache would hold it. Compared, per trial:
   per-cell   the old nightly: one job per cell in matrix order, each taking the first free runner of its label
   longest    one job per cell as well, but queued longest (by history) first: dynamic LPT
-  shards     ``dspark_ci.ci.nightly.shards.schedule`` with the previous night's durations (LPT per label), run with today's
+  shards     ``dspark_ci.ci.nightly.shards.schedule`` with the previous night's durations (LPT per label), run with
+             today's
   bound      max over labels of (total GPU-time / runners, longest cell): no schedule ends earlier
 Every job pays ``--job-overhead-minutes`` before its first cell (runner pickup, checkout, install): a
 shard pays it once, a per-cell job once per cell. Prints median and worst makespan / bound (1.00 = optimal)
@@ -35,10 +36,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dspark_ci.ci.nightly.shards import (DEFAULT_RUNNERS, estimate_seconds, lower_bound, schedule,  # noqa: E402
-                               updated_red_rates)
-from dspark_ci.verbs.plan import github_matrix  # noqa: E402
+from dspark_ci.ci.nightly.shards import DEFAULT_RUNNERS, estimate_seconds, lower_bound, schedule, updated_red_rates  # noqa: E402
 from dspark_ci.matrices import load_cells  # noqa: E402
+
+from dspark_ci.verbs.plan import github_matrix  # noqa: E402
 
 
 def first_signal(shards: list[list[str]], actual: dict[str, float], red: set[str], overhead: float) -> float:

@@ -24,13 +24,14 @@ from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dspark_ci import cell_run, pipeline  # noqa: E402
 from dspark_ci.ground.measurements import SuiteTestOutcome  # noqa: E402
-from dspark_ci.progress import Progress  # noqa: E402
 from dspark_ci.launchers.contract import LaunchContext  # noqa: E402
 from dspark_ci.launchers.local.lifecycle import LocalLauncher  # noqa: E402
 from dspark_ci.launchers.local.options import LocalOptions  # noqa: E402
 from dspark_ci.launchers.plan_types import Placement  # noqa: E402
+
+from dspark_ci import cell_run, pipeline  # noqa: E402
+from dspark_ci.progress import Progress  # noqa: E402
 from dspark_ci.suite_runner import SuiteOutcome  # noqa: E402
 
 MATRIX = """\

@@ -5,11 +5,11 @@
 Each bug of ``BUGS`` is modelled on a real SGLang bug. It is planted in a shadow copy of the SGLang package of the
 engine's venv (``DSPARK_SGLANG_ENGINE_PYTHON``; the venv itself is never written): one file patched by an exact text
 replacement that must match once, or the bug is reported "n/a" (this SGLang no longer has that code). The shadow's
-parent directory goes on PYTHONPATH, which ``dspark_ci.sglang_sim.cpu_engine.engine_env`` keeps after the CPU kernels' boot
-directory, ahead of site-packages; the shadow's ``__init__`` writes a marker line to stderr, so every SGLang process
-that imported it says so in its rank log, and the bench counts those lines (a bug whose run shows none was not run).
-Then ``dspark-ci run MATRIX --server sglang-engine --cell ...`` runs the cells the bug concerns, as a user runs them,
-and results.json says what caught it:
+parent directory goes on PYTHONPATH, which ``dspark_ci.sglang_sim.cpu_engine.engine_env`` keeps after the CPU kernels'
+boot directory, ahead of site-packages; the shadow's ``__init__`` writes a marker line to stderr, so every SGLang
+process that imported it says so in its rank log, and the bench counts those lines (a bug whose run shows none was not
+run). Then ``dspark-ci run MATRIX --server sglang-engine --cell ...`` runs the cells the bug concerns, as a user runs
+them, and results.json says what caught it:
 
 - caught: a cell is not green, and a failed gate, test, error or SGLang line matches one of the bug's right reasons;
 - caught (wrong reason): a cell is not green, but for none of the bug's right reasons (what did catch it is shown);
@@ -223,7 +223,8 @@ def site_packages() -> Path:
     default = REPO / ".cache" / "sglang-venv" / "bin" / "python"  # where .ci/sglang-engine.sh installs it
     python = os.environ.get("DSPARK_SGLANG_ENGINE_PYTHON") or (str(default) if default.exists() else sys.exit(
         "bench/planted_bugs.py: set DSPARK_SGLANG_ENGINE_PYTHON to the engine venv's python (.ci/sglang-engine.sh)"))
-    found = subprocess.run([python, "-c", "import sglang, os; print(os.path.dirname(os.path.dirname(sglang.__file__)))"],
+    found = subprocess.run([python, "-c",
+                            "import sglang, os; print(os.path.dirname(os.path.dirname(sglang.__file__)))"],
                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""})
     return Path(found.stdout.strip()) if found.returncode == 0 else sys.exit(f"no sglang in {python}: {found.stderr}")
 

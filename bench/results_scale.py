@@ -3,8 +3,8 @@
     python bench/results_scale.py [--cells 1000 10000] [--repeats 3]
 
 For each size N, side by side in one process:
-  write    the run's own writer (dspark_ci.reports.live_results.ResultsWriter) adding N finished cells one by one, as a run
-           does after each cell (results.jsonl appended; results.json, junit.xml, report.md rewritten at most
+  write    the run's own writer (dspark_ci.reports.live_results.ResultsWriter) adding N finished cells one by one, as a
+           run does after each cell (results.jsonl appended; results.json, junit.xml, report.md rewritten at most
            every few seconds; everything once at the end, report.html included)
   render   `dspark-ci report`'s work on the finished run: load results.json, render junit.xml, report.md and
            report.html (charts capped), write them
@@ -27,10 +27,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dspark_ci.reports.live_results import ResultsWriter  # noqa: E402
 from dspark_ci.ground.records import CellResult, GateResult, RunResults, Status  # noqa: E402
 from dspark_ci.ground.sglang.settings import CellConfig  # noqa: E402
 from dspark_ci.reports.history_db import HISTORY_ENV  # noqa: E402
+from dspark_ci.reports.live_results import ResultsWriter  # noqa: E402
 from dspark_ci.reports.results import load_results  # noqa: E402
 from dspark_ci.reports.writers import render_reports, write_rendered  # noqa: E402
 

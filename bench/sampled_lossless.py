@@ -6,9 +6,9 @@ accept suite takes: its prompts, ``accept.lossless_samples`` draws per prompt an
 Each night draws both sides and judges them as the gate does (``judge`` at the run's alpha, ``stats.RUN_FALSE_RED``
 with no baseline gates). Two sources of draws:
 
-- ``simulator``: the simulated model itself (``dspark_ci.sglang_sim.textgen.reply_tokens``, the text the simulator serves for
-  each prompt and seed), clean on both sides, or with the speculative side under fault ``greedy_verify=Q`` (each
-  token after the first is the greedy text's with probability Q, ``dspark_ci.sglang_sim.textgen.argmax_mixed``) or
+- ``simulator``: the simulated model itself (``dspark_ci.sglang_sim.textgen.reply_tokens``, the text the simulator
+  serves for each prompt and seed), clean on both sides, or with the speculative side under fault ``greedy_verify=Q``
+  (each token after the first is the greedy text's with probability Q, ``dspark_ci.sglang_sim.textgen.argmax_mixed``) or
   ``lossy_sampling`` (every second draw is the greedy text);
 - ``model-like``: a language-model-shaped distribution per position (Zipf over ``VOCAB`` tokens, exponent
   ``ZIPF_S``: the argmax holds about half the probability, as a small instruct model's does at temperature 0.7 on a
@@ -24,8 +24,8 @@ import argparse
 import random
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -57,7 +57,7 @@ def _sim_draw(persona: Persona, prompt: str, key: str, tokens: int, fault: str, 
         stream = argmax_mixed(stream, greedy, random.Random(f"verify\x1f{key}"), share, first=1)
     elif fault == "lossy_sampling" and key.endswith(("0", "2", "4", "6", "8")):
         stream = reply_tokens(persona, Ask(prompt, prompt, "greedy"))
-    return [token_id(piece) for _, piece in zip(range(tokens), stream)]
+    return [token_id(piece) for _, piece in zip(range(tokens), stream, strict=False)]
 
 
 def simulator_night(night: int, samples: int, tokens: int, prompts: list[str], fault: str, share: float,
@@ -77,8 +77,11 @@ def model_like_night(rng: np.random.Generator, samples: int, tokens: int, prompt
     here, there = [], []
     for _ in range(prompts):
         order = [rng.permutation(VOCAB) for _ in range(tokens)]
-        draw = lambda greedy_share: [int(order[k][0]) if k and rng.random() < greedy_share  # noqa: E731
-                                     else int(order[k][rng.choice(VOCAB, p=weights)]) for k in range(tokens)]
+
+        def draw(greedy_share: float, order: list[np.ndarray] = order) -> list[int]:
+            return [int(order[k][0]) if k and rng.random() < greedy_share
+                    else int(order[k][rng.choice(VOCAB, p=weights)]) for k in range(tokens)]
+
         here.append([draw(share) for _ in range(samples)])
         there.append([draw(0.0) for _ in range(samples)])
     return here, there

@@ -57,9 +57,10 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -112,7 +113,7 @@ class BenchServingMetrics:
     p99_e2e_latency_ms: float
 
     @classmethod
-    def from_result(cls, result: Mapping[str, Any]) -> "BenchServingMetrics":
+    def from_result(cls, result: Mapping[str, Any]) -> BenchServingMetrics:
         stats = {f"{kind}_{name}_ms": result[f"{kind}_{name}_ms"]
                  for name in PERCENTILED for kind in ("mean", "median", "p90", "p99")}
         return cls(completed=result["completed"], duration_s=result["duration"],

@@ -49,21 +49,27 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.server_truth import ServerTimes, last_arrivals, pair_with_server  # noqa: E402
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 from dspark_ci.suites.server import Server  # noqa: E402
 from dspark_ci.suites.speed import (  # noqa: E402
-    SpeedSettings, build_prompts, calibrate, client_overhead_metrics, percentile, run_measurement,
+    SpeedSettings,
+    build_prompts,
+    calibrate,
+    client_overhead_metrics,
+    percentile,
+    run_measurement,
 )
+
+from bench.server_truth import ServerTimes, last_arrivals, pair_with_server  # noqa: E402
 from tests.simulator_process import SPECULATIVE_ARGS, running_simulator  # noqa: E402
-from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 
 MODEL = "sim/model"
 PACING_TOLERANCE = 0.05  # the simulator's steps run ~1-2 % late at one stream on an idle machine
@@ -121,7 +127,7 @@ class Repeat:
     concurrency: int
     ours: dict[str, float]
     truth: dict[str, float]
-    pacing: "Pacing"  # the simulator's emission gaps / configured step
+    pacing: Pacing  # the simulator's emission gaps / configured step
     load_average: float  # 1-minute, before the repeat
     extra: dict[str, float] = field(default_factory=dict)  # tool-specific: the TTFT split, client overhead
 
@@ -468,8 +474,8 @@ ENGINE_HISTOGRAMS = {"ttft_mean": "sglang:time_to_first_token_seconds",
 
 @contextlib.contextmanager
 def running_engine(python: str, log: Path) -> Iterator[str]:
-    from dspark_ci.launchers.materialize import ENGINE_ENTRY
     from dspark_ci.ground.processes import free_port
+    from dspark_ci.launchers.materialize import ENGINE_ENTRY
 
     port = free_port()
     argv = [python, str(ENGINE_ENTRY), "--model-path", ENGINE_MODEL, "--host", "127.0.0.1", "--port", str(port),
@@ -527,8 +533,9 @@ def server_means(before: dict, after: dict) -> dict[str, float]:
 def engine_tools(url: str, workload: Workload, prompts: tuple[str, ...], concurrency: int,
                  bench_python: str | None, scratch: Path) -> dict[str, tuple[dict, dict]]:
     """Each tool's mean TTFT and TPOT (ms) beside the engine's own for the same requests."""
-    from bench.sglang_bench_serving import run_bench_serving
     from dspark_ci.sglang_sim.cpu_engine import MODEL_DIR
+
+    from bench.sglang_bench_serving import run_bench_serving
 
     server = Server(base_url=url, model=ENGINE_MODEL, api_key="EMPTY", request_timeout=1800)
     measured = {}

@@ -4,7 +4,7 @@ one message, no traceback (the same mapping ``dspark-ci`` applies to its verbs).
 from __future__ import annotations
 
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from dspark_ci.ground.errors import DsparkError
 

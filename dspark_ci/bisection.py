@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
 
 from dspark_ci.ground import stats
 

@@ -18,14 +18,14 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
 
 from dspark_ci.ci.nightly.shards import estimate_seconds
-from dspark_ci.ground.records import CellResult
 from dspark_ci.ground import interrupts
-from dspark_ci.launchers.contract import Capacity, Need
 from dspark_ci.ground.processes import signals_deferred
+from dspark_ci.ground.records import CellResult
+from dspark_ci.launchers.contract import Capacity, Need
 from dspark_ci.matrices.cell import Cell
 
 TEARDOWN_WAIT_S = 300.0  # after an interrupt: how long the cells in flight may take to tear down

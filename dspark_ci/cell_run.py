@@ -12,28 +12,37 @@ import datetime as dt
 import re
 import time
 import traceback
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Mapping
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
+from dspark_ci.evidence import Sampling, more_evidence
 from dspark_ci.ground.errors import BadInput, DsparkError, ExitCode, InfraError
 from dspark_ci.ground.identity import CellIdentity, cell_identity
+from dspark_ci.ground.ledger import Ledger
 from dspark_ci.ground.records import CellResult, CellTiming, GateResult, Status
 from dspark_ci.ground.suites import ALWAYS_SUITES, DEFAULT_SUITES, SPECULATIVE_SUITES, suite_of
-from dspark_ci.launchers.contract import LaunchFailed, Launcher, LaunchTimeout, LocalProcesses
-from dspark_ci.ground.ledger import Ledger
+from dspark_ci.launchers.contract import Launcher, LaunchFailed, LaunchTimeout, LocalProcesses
 from dspark_ci.launchers.launch_plan import plan_launch
 from dspark_ci.launchers.pd.pd_group import launch_pd
 from dspark_ci.launchers.pd.pd_plan import template_plans
-from dspark_ci.pd_accept import PD_BOOT_TIMEOUT_S, equivalence_gates, with_colocated_accept
-from dspark_ci.evidence import Sampling, more_evidence
-from dspark_ci.reference_boot import colocated, compares_layout, reference_boot
 from dspark_ci.matrices.cell import Cell
+from dspark_ci.pd_accept import PD_BOOT_TIMEOUT_S, equivalence_gates, with_colocated_accept
+from dspark_ci.reference_boot import colocated, compares_layout, reference_boot
 from dspark_ci.reports.gates import status_of
-from dspark_ci.suite_runner import (SuiteOutcome, SuiteRequest, Watch, acceptance_note, envelope_note, gpqa_note, mc_note,
-                           run_suites, written_outcome)
+from dspark_ci.suite_runner import (
+    SuiteOutcome,
+    SuiteRequest,
+    Watch,
+    acceptance_note,
+    envelope_note,
+    gpqa_note,
+    mc_note,
+    run_suites,
+    written_outcome,
+)
 
 ERROR_LOG = "dspark-ci-error.log"
 

@@ -13,8 +13,8 @@ import importlib
 import sys
 from importlib import metadata
 
-from dspark_ci.ground.errors import DsparkError, ExitCode
 from dspark_ci.ground import interrupts
+from dspark_ci.ground.errors import DsparkError, ExitCode
 from dspark_ci.ground.processes import reset_inherited_signals
 
 # verb name -> one-line help. The module dspark_ci.verbs.<verb> is imported only when that verb runs,

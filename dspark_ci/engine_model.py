@@ -1,16 +1,16 @@
 """Writes the model directories shipped in ``sglang_sim/cpu_engine/model/`` (``python -m dspark_ci.engine_model``,
 in the SGLang venv: it needs ``tokenizers``): the tiny Llama's config, its draft's, and a WordLevel tokenizer that
-splits text as the simulator's tokenizer does (``dspark_ci.sglang_sim.frontend.vocab``) and holds the words the suites send (their
-prompts, the speed suite's words, GPQA's instruction and answer format). Any other piece is [UNK]: counted as
-one token, its text lost, which a model of random weights does not mind. Run again after changing anything here;
+splits text as the simulator's tokenizer does (``dspark_ci.sglang_sim.frontend.vocab``) and holds the words the suites
+send (their prompts, the speed suite's words, GPQA's instruction and answer format). Any other piece is [UNK]: counted
+as one token, its text lost, which a model of random weights does not mind. Run again after changing anything here;
 the checkpoint cache is keyed by these files' bytes."""
 
 from __future__ import annotations
 
 import json
 import string
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from dspark_ci.sglang_sim.cpu_engine import MODEL_DIR
 from dspark_ci.sglang_sim.frontend.vocab import GPQA_TEXTS, Vocabulary, write_model_dir

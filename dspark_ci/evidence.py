@@ -3,10 +3,10 @@
 - **Sequential sampling.** A cell whose gates are inconclusive is measured again on a fresh boot (the per-boot
   component of the noise is what more requests on one boot cannot average away), only the suites whose gates are
   undecided, until every gate decides or the budget runs out: looks after 1, 2, 4, ... boots
-  (``dspark_ci.ground.stats.look_boots``), at most ``Sampling.max_boots``. Every boot's figures are kept (``CellResult.boots``)
-  and gated together; the statistical gates' levels are split over the planned looks (``Levels.family(...,
-  max_boots)``, alpha in proportion to each look's boots), so the extra looks never inflate the false-red or
-  false-pass rates.
+  (``dspark_ci.ground.stats.look_boots``), at most ``Sampling.max_boots``. Every boot's figures are kept
+  (``CellResult.boots``) and gated together; the statistical gates' levels are split over the planned looks
+  (``Levels.family(..., max_boots)``, alpha in proportion to each look's boots), so the extra looks never inflate the
+  false-red or false-pass rates.
 - **Retries.** A cell that failed (a crash, a failed suite test, a regressed gate) is run again up to
   ``Sampling.retries`` times. A retry adds evidence, never re-rolls a verdict: its boots are pooled with the
   first attempt's, and a cell that failed and then passed stays failed, labelled ``flaky`` (report.md, results.json
@@ -16,8 +16,8 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 from dspark_ci.ground.errors import ExitCode
 from dspark_ci.ground.measurements import BootMetrics, McSummary
@@ -46,9 +46,9 @@ def more_evidence(first: CellResult, names: tuple[str, ...], sampling: Sampling,
                   judge: Judge) -> CellResult:
     """The cell's result after its retries and sequential looks (``first`` itself when neither applies).
 
-    Each judgement is one planned look (``dspark_ci.ground.stats.planned_boots``: one after each retry, then the sequential
-    looks): a look the retries already reached is not judged again, so no share of alpha is spent twice. A cell
-    that failed and ends green after any retry, whether the retry alone passed or the pooled boots did, is
+    Each judgement is one planned look (``dspark_ci.ground.stats.planned_boots``: one after each retry, then the
+    sequential looks): a look the retries already reached is not judged again, so no share of alpha is spent twice. A
+    cell that failed and ends green after any retry, whether the retry alone passed or the pooled boots did, is
     labelled flaky and stays failed."""
     attempts = [first]
     current = first

@@ -8,17 +8,17 @@ from __future__ import annotations
 import os
 import stat
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Callable, Mapping
 from urllib.parse import urlparse
 
 from dspark_ci.cell_run import suite_names
 from dspark_ci.ground.errors import BadInput
 from dspark_ci.ground.suites import SUITE_DEFAULTS
 from dspark_ci.matrices.cell import REJECT, Cell
-from dspark_ci.sglang_sim.sim_config import SimConfig, SimConfigError
 from dspark_ci.sglang_sim.cpu_engine import missing_checkpoint as engine_missing_checkpoint
 from dspark_ci.sglang_sim.cpu_engine import refusal as engine_refusal
+from dspark_ci.sglang_sim.sim_config import SimConfig, SimConfigError
 from dspark_ci.suites import sgl_eval_scorer
 from dspark_ci.suites.config import SuiteInputError
 from dspark_ci.suites.datasets import resolve_local

@@ -11,8 +11,8 @@ beyond the margin; otherwise inconclusive (too few requests to tell), never a co
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
 from dspark_ci.ground import stats
 from dspark_ci.ground.records import GateResult

@@ -20,39 +20,40 @@ import itertools
 import os
 import sys
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from dspark_ci import run_flags
-from dspark_ci.evidence import Sampling
-from dspark_ci.cell_run import CellContext, pending_result, run_cell, suite_names
-from dspark_ci.reference_boot import launches_reference
-from dspark_ci.run_preflight import preflight
-from dspark_ci.rejections import decide_rejections
-from dspark_ci.progress import Progress, duration
 from dspark_ci.cell_queue import Interrupted, Scheduler, longest_first, need_of
+from dspark_ci.cell_run import CellContext, pending_result, run_cell, suite_names
+from dspark_ci.evidence import Sampling
+from dspark_ci.ground import interrupts
 from dspark_ci.ground.errors import BadInput, ExitCode
 from dspark_ci.ground.errors import worst as worst_exit
-from dspark_ci.ground.records import CellResult, GateResult, RunResults, Status
-from dspark_ci.ground import interrupts
-from dspark_ci.launchers.contract import Capacity, Launcher
-from dspark_ci.ground.processes import signals_deferred
 from dspark_ci.ground.ledger import Ledger
+from dspark_ci.ground.processes import signals_deferred
+from dspark_ci.ground.records import CellResult, GateResult, RunResults, Status
+from dspark_ci.ground.stats import Levels, scipy_stats
+from dspark_ci.launchers.contract import Capacity, Launcher
 from dspark_ci.launchers.leftovers import release
 from dspark_ci.matrices import load_cells
 from dspark_ci.matrices.cell import Cell
 from dspark_ci.matrices.quarantine import Quarantine
+from dspark_ci.progress import Progress, duration
+from dspark_ci.reference_boot import launches_reference
+from dspark_ci.rejections import decide_rejections
 from dspark_ci.reports.baseline_file import load_baseline
-from dspark_ci.ground.stats import Levels, scipy_stats
 from dspark_ci.reports.gates import evaluate, statistical_gates
 from dspark_ci.reports.history_db import cell_seconds, history_path
-from dspark_ci.reports.markdown import rerun_command
-from dspark_ci.suite_runner import gpqa_note, mc_note, prestart as prestart_suites, written_outcome
-from dspark_ci.warm_worker import close_warm_workers
 from dspark_ci.reports.live_results import ResultsWriter, cannot_write, now
+from dspark_ci.reports.markdown import rerun_command
 from dspark_ci.reports.results import quarantine_line
-
+from dspark_ci.run_preflight import preflight
+from dspark_ci.suite_runner import gpqa_note, mc_note, written_outcome
+from dspark_ci.suite_runner import prestart as prestart_suites
+from dspark_ci.warm_worker import close_warm_workers
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ class Baselines:
     levels: Levels | None = None  # every statistical gate's levels: the run's false-red rate split over them all
 
     @classmethod
-    def load(cls, cells: list[Cell], override: str | None, max_boots: int = 1, retries: int = 0) -> "Baselines":
+    def load(cls, cells: list[Cell], override: str | None, max_boots: int = 1, retries: int = 0) -> Baselines:
         paths = {override} if override else {c.baseline for c in cells if c.baseline}
         loaded = cls({path: load_baseline(path) for path in paths if path}, override)
         gates = sum(statistical_gates(pending_result(cell), loaded.of(cell.baseline)) for cell in cells)
@@ -232,7 +233,7 @@ def _release(ledger: Ledger) -> None:
               file=sys.stderr)
 
 
-def _record_decided(cells: list[Cell], decided: Mapping[str, CellResult], writer: "ResultsWriter",
+def _record_decided(cells: list[Cell], decided: Mapping[str, CellResult], writer: ResultsWriter,
                     progress: Progress) -> None:
     """The expected rejections SGLang's resolver decided (nothing launched for them), recorded first."""
     for cell in cells:
@@ -243,7 +244,7 @@ def _record_decided(cells: list[Cell], decided: Mapping[str, CellResult], writer
                             passed=result.exit_code == ExitCode.OK, cell_id=cell.id)
 
 
-def _run_cells(cells: list[Cell], total: int, capacity: Capacity, ctx: CellContext, writer: "ResultsWriter",
+def _run_cells(cells: list[Cell], total: int, capacity: Capacity, ctx: CellContext, writer: ResultsWriter,
                progress: Progress) -> None:
     """Launch and measure ``cells``, up to ``capacity`` side by side (longest first), each result recorded as it
     comes; on Ctrl-C / SIGTERM every cell in flight is torn down and where each got to is recorded."""

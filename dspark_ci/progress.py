@@ -15,7 +15,8 @@ import os
 import sys
 import threading
 import time
-from typing import Callable, TextIO
+from collections.abc import Callable
+from typing import TextIO
 
 QUIET, NORMAL, VERBOSE = 0, 1, 2
 PLAIN_DETAIL_EVERY_S = 30.0

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from dspark_ci.ground.suites import SUITE_DEFAULTS
 from dspark_ci.ground import interrupts
+from dspark_ci.ground.processes import signals_deferred
+from dspark_ci.ground.suites import SUITE_DEFAULTS
 from dspark_ci.launchers.contract import Launcher
 from dspark_ci.launchers.launch_plan import plan_launch
-from dspark_ci.ground.processes import signals_deferred
 from dspark_ci.matrices.cell import Cell
 
 JOIN_POLL_S = 0.5  # how often a waiting thread looks at the run's interrupt flag
@@ -105,7 +106,7 @@ class ReferenceBoot:
         finally:
             self._up.set()
 
-    def __enter__(self) -> "ReferenceBoot":
+    def __enter__(self) -> ReferenceBoot:
         self._thread.start()
         return self
 

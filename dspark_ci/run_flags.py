@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
+from dspark_ci.evidence import MAX_BOOTS
 from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 from dspark_ci.ground.suites import KNOWN_SUITES
 from dspark_ci.launchers import catalog
 from dspark_ci.launchers.contract import SERVERS
 from dspark_ci.launchers.optionset import seconds
 from dspark_ci.matrices.shipped import matrix_path
-from dspark_ci.evidence import MAX_BOOTS
 
 # Upper bounds of the run's own numbers: past them a value is a typo that would wait for ever.
 MAX_COUNT = 10_000  # cells in flight, boots: never more than a matrix's cells (matrices/README.md)

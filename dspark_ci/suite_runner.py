@@ -14,21 +14,20 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
-
 
 from dspark_ci import suites as suites_package
+from dspark_ci.ground import interrupts
 from dspark_ci.ground.errors import DsparkError, InfraError
 from dspark_ci.ground.install_root import IMPORT_ROOT
-from dspark_ci.ground.measurements import Acceptance, Envelope, GpqaSummary, McSummary, SuiteTestOutcome
-from dspark_ci.ground.suites import effective_options
-from dspark_ci.ground import interrupts
-from dspark_ci.launchers.contract import Deployment, LaunchFailed
 from dspark_ci.ground.ledger import Ledger
-from dspark_ci.launchers.pd.pd_group import RoleEndpoint
+from dspark_ci.ground.measurements import Acceptance, Envelope, GpqaSummary, McSummary, SuiteTestOutcome
 from dspark_ci.ground.processes import die_with_parent, group_members, kill_group, run_env, signal_group, started_at
+from dspark_ci.ground.suites import effective_options
+from dspark_ci.launchers.contract import Deployment, LaunchFailed
+from dspark_ci.launchers.pd.pd_group import RoleEndpoint
 from dspark_ci.suites.output import GPQA_SAMPLES_FILE
 from dspark_ci.suites.progress_file import read_progress
 from dspark_ci.warm_worker import WarmChild, WarmPytest, warm_worker
@@ -316,7 +315,8 @@ def mc_note(records: Mapping[str, list]) -> McSummary | None:
         return None
     summary = summaries[-1]
     partial = bool(summary.get("partial"))
-    per_category = {name: (tally["right"], tally["items"]) for name, tally in (summary.get("per_category") or {}).items()}
+    per_category = {name: (tally["right"], tally["items"])
+                    for name, tally in (summary.get("per_category") or {}).items()}
     return McSummary(partial, summary.get("items"), summary.get("planned_items"), summary.get("accuracy"), per_category,
                      # a partial figure is never gated, so neither are its items
                      {} if partial else summary.get("per_item") or {})

@@ -28,10 +28,10 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
-from dspark_ci.ground.errors import InfraError
 from dspark_ci.ground import interrupts
+from dspark_ci.ground.errors import InfraError
 from dspark_ci.ground.processes import die_with_parent
 
 # The third-party stack a suite run imports, loaded once here. Not the suites' own modules: pytest rewrites their
@@ -131,7 +131,7 @@ def _reap(proto) -> None:
 class WarmChild:
     """A suite run forked by the worker: what ``dspark_ci.suite_runner`` needs of a ``subprocess.Popen``."""
 
-    def __init__(self, pid: int, worker: "WarmPytest", argv: list[str]):
+    def __init__(self, pid: int, worker: WarmPytest, argv: list[str]):
         self.pid, self.args, self._worker = pid, argv, worker
 
     @property
@@ -157,7 +157,7 @@ class WarmPytest:
         self._codes: dict[int, int] = {}
         self._worker_gone = False
         self.recorded_in: object = None  # the run directory whose ledger lists the worker
-        self._pids: "queue.Queue[int | None]" = queue.Queue()
+        self._pids: queue.Queue[int | None] = queue.Queue()
         self.process = _in_owner_thread(lambda: subprocess.Popen(
             [python, "-m", "dspark_ci.warm_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, cwd=cwd, env=env, text=True, bufsize=1, start_new_session=True,
@@ -270,7 +270,7 @@ CLOSE_TIMEOUT_S = 5.0
 
 def _in_owner_thread(start: Callable[[], subprocess.Popen]) -> subprocess.Popen:
     """Run ``start`` in the one thread that lives as long as this process (created on first use)."""
-    done: "queue.Queue[subprocess.Popen | BaseException]" = queue.Queue()
+    done: queue.Queue[subprocess.Popen | BaseException] = queue.Queue()
 
     def call() -> None:
         try:
@@ -285,11 +285,11 @@ def _in_owner_thread(start: Callable[[], subprocess.Popen]) -> subprocess.Popen:
     return result
 
 
-_OWNER: "queue.Queue[Callable[[], None]] | None" = None
+_OWNER: queue.Queue[Callable[[], None]] | None = None
 _OWNER_LOCK = threading.Lock()
 
 
-def _owner() -> "queue.Queue[Callable[[], None]]":
+def _owner() -> queue.Queue[Callable[[], None]]:
     global _OWNER
     with _OWNER_LOCK:
         if _OWNER is None:

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 HASH_CHARS = 16
 SETUP_PARTS = ("server", "argv", "env", "model", "suites", "dataset", "hardware")
@@ -58,7 +59,7 @@ class CellIdentity:
     def hash(self) -> str:
         return digest([self.setup, self.build])
 
-    def differences(self, other: "CellIdentity") -> list[str]:
+    def differences(self, other: CellIdentity) -> list[str]:
         """The setup parts that differ ("argv", "dataset", ...); empty when the setups are comparable."""
         return [name for name in sorted(set(self.parts) | set(other.parts))
                 if self.parts.get(name) != other.parts.get(name)]
@@ -67,7 +68,7 @@ class CellIdentity:
         return {"hash": self.hash, "setup": self.setup, "build": self.build, "parts": dict(self.parts)}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> "CellIdentity | None":
+    def from_dict(cls, data: Mapping[str, Any] | None) -> CellIdentity | None:
         if not isinstance(data, Mapping) or not isinstance(data.get("parts"), Mapping):
             return None  # results.json written before identities existed
         return cls(build=str(data.get("build") or ""), parts=data["parts"])

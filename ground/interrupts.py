@@ -21,8 +21,8 @@ import contextlib
 import ctypes
 import signal
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 _lock = threading.Lock()
 

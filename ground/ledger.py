@@ -16,12 +16,12 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, get_args, get_type_hints
+from typing import Any, get_args, get_type_hints
 
 import psutil
-
 from dspark_ci.ground.state import state_dir
 
 LEDGER_NAME = "launched.jsonl"
@@ -64,7 +64,7 @@ class LedgerEntry:
         return json.dumps(line, sort_keys=True)
 
     @classmethod
-    def from_json(cls, data: Any, run_id: str) -> "LedgerEntry | None":
+    def from_json(cls, data: Any, run_id: str) -> LedgerEntry | None:
         """The entry a decoded line says (None: not an entry). A value of the wrong type is dropped, as if not
         written; a line without a run id is ``run_id``'s (the ledger's own: it lies in that run's directory)."""
         if not isinstance(data, dict):

@@ -1,21 +1,22 @@
 """What a cell's suites measured beyond its pooled metrics, as frozen records that ``CellResult`` carries: each suite
-test's outcome, each boot's figures, how the GPQA and multiple-choice figures were produced, acceptance in detail, and where speculation
-pays.
+test's outcome, each boot's figures, how the GPQA and multiple-choice figures were produced, acceptance in detail, and
+where speculation pays.
 
 The suites write these into their output file (suites/output.py) from a pytest process of their own;
-``dspark_ci.suite_runner`` reads that file into these records, and results.json / results.jsonl carry them: ``to_dict`` and
-``from_dict`` are called by ``dspark_ci.ground.records``' writer and reader (and the suites' runner) only. Each ``to_dict``
-writes its keys in the order the suites write them, so a results.json reads back and writes out byte for byte.
-``from_dict`` is lenient with keys a file leaves out (older files), never with the shapes it does carry.
+``dspark_ci.suite_runner`` reads that file into these records, and results.json / results.jsonl carry them: ``to_dict``
+and ``from_dict`` are called by ``dspark_ci.ground.records``' writer and reader (and the suites' runner) only. Each
+``to_dict`` writes its keys in the order the suites write them, so a results.json reads back and writes out byte for
+byte. ``from_dict`` is lenient with keys a file leaves out (older files), never with the shapes it does carry.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from dspark_ci.ground.position_homogeneity import PositionTest
 
@@ -73,7 +74,7 @@ class SuiteTestOutcome:
         return _plain(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "SuiteTestOutcome":
+    def from_dict(cls, data: Mapping[str, Any]) -> SuiteTestOutcome:
         return cls(data["nodeid"], data["outcome"], data.get("duration") or 0.0, data.get("message"))
 
 
@@ -94,7 +95,7 @@ class BootMetrics:
         return dict(self.metrics)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, float | None]) -> "BootMetrics":
+    def from_dict(cls, data: Mapping[str, float | None]) -> BootMetrics:
         return cls(data)
 
 
@@ -126,7 +127,7 @@ class GpqaSummary:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "GpqaSummary":
+    def from_dict(cls, data: Mapping[str, Any]) -> GpqaSummary:
         return cls(data.get("scorer") or "sglang", bool(data.get("partial")), data.get("samples"),
                    data.get("planned_samples"), data.get("accuracy"), tuple(data.get("cli_differences") or ()),
                    data.get("per_question") or {})
@@ -160,7 +161,7 @@ class McSummary:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "McSummary":
+    def from_dict(cls, data: Mapping[str, Any]) -> McSummary:
         return cls(bool(data.get("partial")), data.get("items"), data.get("planned_items"), data.get("accuracy"),
                    data.get("per_category") or {}, data.get("per_item") or {})
 
@@ -182,7 +183,7 @@ class AcceptPosition:
         return _plain(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "AcceptPosition":
+    def from_dict(cls, data: Mapping[str, Any]) -> AcceptPosition:
         return cls(data["position"], data.get("accepted", 0), data.get("proposed", 0), data.get("rate"),
                    data.get("stderr"))
 
@@ -198,7 +199,7 @@ class PositionRate:
         return _plain(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "PositionRate":
+    def from_dict(cls, data: Mapping[str, Any]) -> PositionRate:
         return cls(data["position"], data.get("rate"))
 
 
@@ -221,7 +222,7 @@ class AcceptCategory:
                 "accept_length_histogram": dict(self.accept_length_histogram)}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "AcceptCategory":
+    def from_dict(cls, data: Mapping[str, Any]) -> AcceptCategory:
         return cls(data.get("requests", 0), data.get("accept_length"),
                    tuple(PositionRate.from_dict(p) for p in data.get("positions") or ()),
                    data.get("accept_length_histogram") or {})
@@ -251,7 +252,7 @@ class AcceptDrift:
         return {**_plain(self), "series": list(self.series)}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "AcceptDrift":
+    def from_dict(cls, data: Mapping[str, Any]) -> AcceptDrift:
         return cls(data.get("change_at_request"), data.get("before"), data.get("after"), data.get("noise", 0.0),
                    data.get("requests", 0), data.get("method", ""), tuple(data.get("series") or ()))
 
@@ -276,7 +277,7 @@ class SampledAcceptance:
                 "categories": {name: c.to_dict() for name, c in self.categories.items()}}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "SampledAcceptance":
+    def from_dict(cls, data: Mapping[str, Any]) -> SampledAcceptance:
         return cls(data["temperature"], data.get("top_p"), data.get("accept_length"),
                    tuple(AcceptPosition.from_dict(p) for p in data.get("positions") or ()),
                    _categories(data.get("categories")))
@@ -294,7 +295,7 @@ class GreedyShare:
         return _plain(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "GreedyShare":
+    def from_dict(cls, data: Mapping[str, Any]) -> GreedyShare:
         return cls(data["greedy_like"], data["samples"], data.get("failed", 0))
 
 
@@ -338,7 +339,7 @@ class Lossless:
                 "positions": [test.to_dict() for test in self.positions]}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Lossless":
+    def from_dict(cls, data: Mapping[str, Any]) -> Lossless:
         if data.get("skipped"):
             return cls(skipped=data["skipped"])
         shares = {side: GreedyShare.from_dict(data[side]) if data.get(side) else None
@@ -384,7 +385,7 @@ class Acceptance:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Acceptance":
+    def from_dict(cls, data: Mapping[str, Any]) -> Acceptance:
         drift, sampled, lossless = data.get("drift"), data.get("sampled"), data.get("lossless")
         return cls(data.get("workload") or {}, data.get("temperature", 0.0), data.get("positions_source") or "",
                    tuple(AcceptPosition.from_dict(p) for p in data.get("positions") or ()),
@@ -413,7 +414,7 @@ class EnvelopePoint:
         return _plain(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "EnvelopePoint":
+    def from_dict(cls, data: Mapping[str, Any]) -> EnvelopePoint:
         return cls(data["concurrency"], data["input_len"], data.get("requests", 0),
                    data.get("tpot_ms_speculative"), data.get("tpot_ms_reference"), data.get("speedup"),
                    data.get("speedup_stderr"))
@@ -431,11 +432,11 @@ class EnvelopeBoundary:
         return _plain(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "EnvelopeBoundary":
+    def from_dict(cls, data: Mapping[str, Any]) -> EnvelopeBoundary:
         return cls(data.get("concurrency"), bool(data.get("censored")))
 
 
-def crossing(row: "list[tuple[int, float]]") -> tuple[float | None, bool]:
+def crossing(row: list[tuple[int, float]]) -> tuple[float | None, bool]:
     """Where a speedup along concurrency falls to 1: ``row`` is (concurrency, speedup) in increasing concurrency.
     Interpolated linearly in log concurrency between the last point that pays and the first that does not; 0 when
     the first point does not pay; (the largest concurrency, censored) when every point pays; None without points.
@@ -481,7 +482,7 @@ class Envelope:
                 "dataset": self.dataset, "method": self.method}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Envelope":
+    def from_dict(cls, data: Mapping[str, Any]) -> Envelope:
         return cls(tuple(EnvelopePoint.from_dict(p) for p in data.get("points") or ()),
                    {length: EnvelopeBoundary.from_dict(b) for length, b in (data.get("boundaries") or {}).items()},
                    data.get("dataset") or "", data.get("method") or "")

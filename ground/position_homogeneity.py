@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Sequence
 
 from dspark_ci.ground.stats import scipy_stats
 
@@ -123,7 +123,7 @@ def compare(speculative: Sequence[Draws], reference: Sequence[Draws], positions:
     """Per prompt (same order on both sides) and generated position FIRST_POSITION..``positions``, the test of
     homogeneity; Holm-adjusted over every test made."""
     raw, untested, sizes = [], 0, []
-    for prompt, (here, there) in enumerate(zip(speculative, reference)):
+    for prompt, (here, there) in enumerate(zip(speculative, reference, strict=False)):
         here_ok, there_ok = [d for d in here if d is not None], [d for d in there if d is not None]
         sizes.append(min(len(here_ok), len(there_ok)))
         for position in range(FIRST_POSITION, positions + 1):
@@ -131,7 +131,7 @@ def compare(speculative: Sequence[Draws], reference: Sequence[Draws], positions:
             untested += test is None
             raw += [test] if test is not None else []
     adjusted = holm([t.p_value for t in raw])
-    tests = tuple(replace(t, adjusted_p=a) for t, a in zip(raw, adjusted))
+    tests = tuple(replace(t, adjusted_p=a) for t, a in zip(raw, adjusted, strict=False))
     family_p = min(1.0, len(tests) * min(t.p_value for t in tests)) if tests else 1.0
     return Homogeneity(tests, untested, min(sizes, default=0), family_p)
 
@@ -167,7 +167,7 @@ def _position_test(prompt: int, position: int, here: Sequence[Sequence[int]],
     if len(labels) < 2:
         return None
     result = scipy_stats().chi2_contingency([row_here, row_there], correction=False)
-    shares = [(a / len(here), b / len(there)) for a, b in zip(row_here, row_there)]
+    shares = [(a / len(here), b / len(there)) for a, b in zip(row_here, row_there, strict=False)]
     moved = max(range(len(labels)), key=lambda i: abs(shares[i][0] - shares[i][1]))
     return PositionTest(prompt, position, len(labels), min(len(here), len(there)), float(result.statistic),
                         int(result.dof), float(result.pvalue), float(result.pvalue), labels[moved], *shares[moved])

@@ -23,11 +23,10 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence
 
 import psutil
-
 from dspark_ci.ground import interrupts
 
 _PR_SET_PDEATHSIG = 1

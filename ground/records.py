@@ -13,9 +13,10 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import fnmatch
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from dspark_ci.ground.errors import ExitCode
 from dspark_ci.ground.identity import CellIdentity
@@ -101,7 +102,7 @@ class GateResult:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "GateResult":
+    def from_dict(cls, data: Mapping[str, Any]) -> GateResult:
         statistic = None
         if "test" in data:  # a statistical gate: its statistic's keys are written all or none
             low, high = data["interval"]
@@ -131,7 +132,7 @@ class Expect:
         return {"outcome": self.outcome, "message": self.message, "sglang": self.sglang}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Expect":
+    def from_dict(cls, data: Mapping[str, Any]) -> Expect:
         return cls(data.get("outcome") or SERVE, data.get("message"), data.get("sglang"))
 
 
@@ -160,7 +161,7 @@ class CellTiming:
         return {key: getattr(self, key) for key in self.KEYS}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "CellTiming | None":
+    def from_dict(cls, data: Mapping[str, Any]) -> CellTiming | None:
         """The timing keys of a results.json cell; None for files written before cells were timed."""
         if not any(data.get(key) is not None for key in cls.KEYS):
             return None
@@ -190,7 +191,7 @@ class QuarantineEntry:
                 "where": self.where}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> "QuarantineEntry | None":
+    def from_dict(cls, data: Mapping[str, Any] | None) -> QuarantineEntry | None:
         if not data:
             return None
         return cls(data["cell"], data["reason"], data["link"], dt.date.fromisoformat(data["expires"]), data["where"])
@@ -257,7 +258,7 @@ class CellResult:
                                ExitCode.INCONCLUSIVE if self.status is Status.INCONCLUSIVE else ExitCode.OK)
 
     def finished(self, status: Status, error: str | None = None, exit_code: ExitCode | None = None,
-                 **changes: Any) -> "CellResult":
+                 **changes: Any) -> CellResult:
         """This result with its final status (and whatever else ``changes`` sets)."""
         return replace(self, status=status, error=error, exit_code=exit_code, **changes)
 
@@ -336,7 +337,7 @@ class CellResult:
         return self.exit_code == ExitCode.INFRA
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "CellResult":
+    def from_dict(cls, data: Mapping[str, Any]) -> CellResult:
         tests, gpqa, acceptance, envelope = (data.get(key) for key in ("tests", "gpqa", "acceptance", "envelope"))
         config = data.get("config")
         return cls(id=data["id"], config=CellConfig.from_dict(config) if config else None,
@@ -359,8 +360,10 @@ class CellResult:
                    exit_code=ExitCode.INFRA if data.get("infrastructure") else None)
 
 
-# The fields a caller might fill with results.json's own objects: only ``CellResult.from_dict`` turns those into records.
-_RECORD_FIELDS = {"config": CellConfig, "gpqa": GpqaSummary, "mc": McSummary, "acceptance": Acceptance, "envelope": Envelope}
+# The fields a caller might fill with results.json's own objects: only ``CellResult.from_dict`` turns those into
+# records.
+_RECORD_FIELDS = {"config": CellConfig, "gpqa": GpqaSummary, "mc": McSummary, "acceptance": Acceptance,
+                  "envelope": Envelope}
 _RECORD_ITEMS = {"gates": GateResult, "tests": SuiteTestOutcome, "boots": BootMetrics}
 
 
@@ -393,7 +396,7 @@ class RunResults:
         object.__setattr__(self, "run_options", tuple(self.run_options))
         object.__setattr__(self, "cells", tuple(self.cells))
 
-    def with_cell(self, cell: CellResult) -> "RunResults":
+    def with_cell(self, cell: CellResult) -> RunResults:
         return replace(self, cells=(*self.cells, cell))
 
     @property
@@ -420,7 +423,7 @@ class RunResults:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "RunResults":
+    def from_dict(cls, data: Mapping[str, Any]) -> RunResults:
         """A results.json of any version in ``READERS``; its ``schema`` names the version."""
         version = data.get("schema")
         if version not in READERS:
@@ -428,7 +431,7 @@ class RunResults:
         return READERS[version](data)
 
     @classmethod
-    def _from_v2(cls, data: Mapping[str, Any]) -> "RunResults":
+    def _from_v2(cls, data: Mapping[str, Any]) -> RunResults:
         return cls(run_id=data.get("run_id", ""), started_at=data.get("started_at"),
                    finished_at=data.get("finished_at"), launcher=data.get("launcher", ""),
                    matrices=tuple(data.get("matrices") or ()),

@@ -57,9 +57,8 @@ from __future__ import annotations
 import functools
 import math
 import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Mapping, Sequence
-
 
 PASSED, REGRESSED, INCONCLUSIVE = "passed", "regressed", "inconclusive"
 VERDICTS = (PASSED, REGRESSED, INCONCLUSIVE)
@@ -128,7 +127,7 @@ class Levels:
 
     @classmethod
     def family(cls, gates: int, run_false_red: float = RUN_FALSE_RED, beta: float = GATE_FALSE_PASS,
-               looks: int = 1, max_boots: int | None = None, retries: int = 0) -> "Levels":
+               looks: int = 1, max_boots: int | None = None, retries: int = 0) -> Levels:
         """Per-gate, per-look levels for a run of ``gates`` gates: Bonferroni over gates (the run's false-red rate),
         and over the looks: ``looks`` equal shares, or with ``max_boots`` (and ``retries``) the planned looks of
         ``planned_boots``, each look's share of alpha in proportion to its boots (1, 2, 4, 8 of 15: most of it
@@ -143,7 +142,7 @@ class Levels:
         beta_plan = tuple((n, beta * w / sum(weights)) for n, w in zip(boots, weights, strict=False))
         return cls(alpha=plan[0][1], beta=beta_plan[0][1], looks=len(boots), plan=plan, beta_plan=beta_plan)
 
-    def at_boots(self, boots: int) -> "Levels":
+    def at_boots(self, boots: int) -> Levels:
         """The levels of the look that ``boots`` boots make. Every planned boot count is one look with its own
         share; a count the plan does not hold (a file written by another plan) gets the smallest share, so no
         decision ever spends more than one look's share, and none spends the same share twice."""
@@ -153,7 +152,7 @@ class Levels:
         beta = betas.get(boots, min(betas.values())) if betas else self.beta
         return replace(self, alpha=shares.get(boots, min(shares.values())), beta=beta)
 
-    def single_look(self) -> "Levels":
+    def single_look(self) -> Levels:
         """The gate's whole share at one look, for a gate that more boots cannot inform (answers fixed per
         question: a later boot repeats them), decided so before any live data is seen."""
         alpha = sum(a for _, a in self.plan) if self.plan else self.alpha * self.looks
@@ -223,7 +222,7 @@ class Verdict:
             math.copysign(1.0, self.effect) == math.copysign(1.0, self.tolerance)
 
 
-def no_statistic(why: str, effect: float, tolerance: float, scale: str, levels: "Levels",
+def no_statistic(why: str, effect: float, tolerance: float, scale: str, levels: Levels,
                  detect: float | None = None) -> Verdict:
     """An inconclusive verdict for a gate whose test could not be computed: never a fallback to a fixed line."""
     return Verdict(INCONCLUSIVE, effect, effect, effect, tolerance, scale, why, levels.alpha, levels.beta, 0, detect)

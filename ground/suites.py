@@ -8,8 +8,9 @@ new metric or option is written once. Metric names are CONTRACT.md's.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 KNOWN_SUITES = ("sanity", "gpqa", "mc", "accept", "speed", "parity")
 DEFAULT_SUITES = ("accept", "speed")
@@ -169,7 +170,8 @@ SUITE_DEFAULTS: dict[str, dict[str, Any]] = {
         "concurrency": 1,  # batching can change greedy numerics on real GPUs: one at a time by default
         "max_mismatches": 0,  # the parity test fails above this many differing prompts (tie flips not counted)
         "top_logprobs": 5,  # the reference's top logprobs per position: what tells a tie flip from a mismatch
-        "tie_ulps": 2.0,  # a first difference within this many bf16 steps of the logprob is a tie (suites/parity_ties.py)
+        # a first difference within this many bf16 steps of the logprob is a tie (suites/parity_ties.py)
+        "tie_ulps": 2.0,
         # what the outputs are compared with: "without_speculation" (the same deployment without speculation) or
         # "one_rank" (the same model without speculation on one node at tp 1: a multi-rank cell's numerics)
         "reference": "without_speculation",
@@ -209,7 +211,8 @@ ALLOWED_VALUES: dict[tuple[str, str], tuple[str, ...]] = {
 # Token bounds: 1 Mi tokens is past any served context; concurrency: past SGLang's default --max-running-requests.
 MAX_TOKENS_BOUND = 1 << 20
 OPTION_RANGES: dict[str, tuple[float, float]] = {
-    "num_questions": (1, 100_000), "num_items": (1, 100_000), "repeats": (1, 64), "concurrency": (1, 4096), "max_tokens": (1, MAX_TOKENS_BOUND),
+    "num_questions": (1, 100_000), "num_items": (1, 100_000), "repeats": (1, 64), "concurrency": (1, 4096),
+    "max_tokens": (1, MAX_TOKENS_BOUND),
     "num_requests": (1, 100_000), "input_len": (1, MAX_TOKENS_BOUND), "output_len": (1, MAX_TOKENS_BOUND),
     "warmup_requests": (0, 10_000), "workers": (1, 64), "num_prompts": (1, 10_000), "max_mismatches": (0, 10_000),
     "temperature": (0.0, 2.0), "sampled_temperature": (0.0, 2.0), "sampled_top_p": (0.0, 1.0),

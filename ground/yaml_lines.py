@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-
 from dspark_ci.ground.errors import BadInput
 
 

@@ -2,9 +2,9 @@
 own options, and ``dspark-ci cleanup`` all derive from it.
 
 A row names the package's ``lifecycle`` module, imported only when that launcher is used (so the Docker SDK is not
-needed to run local processes), which provides what ``dspark_ci.launchers.contract.LauncherModule`` says: ``build(context,
-options)`` with the launcher's options record (``launchers/<kind>/options.py``: each option declared once with its
-flag, environment variable, default, help and check) and ``remove_started(entry)``.
+needed to run local processes), which provides what ``dspark_ci.launchers.contract.LauncherModule`` says:
+``build(context, options)`` with the launcher's options record (``launchers/<kind>/options.py``: each option declared
+once with its flag, environment variable, default, help and check) and ``remove_started(entry)``.
 
 Adding a launcher: one package (``lifecycle.py``, ``options.py``), one row here; ``tests/test_launcher_compliance.py``
 then holds it to the contract.
@@ -13,13 +13,14 @@ then holds it to the contract.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, cast
+from typing import Any, cast
 
+from dspark_ci.ground.ledger import LedgerEntry
 from dspark_ci.launchers.contract import LaunchContext, Launcher, LauncherModule
 from dspark_ci.launchers.docker.options import DockerOptions
 from dspark_ci.launchers.k8s.options import K8sOptions
-from dspark_ci.ground.ledger import LedgerEntry
 from dspark_ci.launchers.local.options import LocalOptions
 from dspark_ci.launchers.optionset import Declared, declared, from_values
 from dspark_ci.launchers.slurm.options import SlurmOptions

@@ -19,15 +19,16 @@ Everything a launcher starts is written to the run's ledger (``dspark_ci.ground.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from contextlib import AbstractContextManager
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from dspark_ci.ground.errors import DsparkError, InfraError
-from dspark_ci.ground.sglang.release import is_peer_loss, sglang_error_line
 from dspark_ci.ground.ledger import LedgerEntry
 from dspark_ci.ground.servers import SERVERS, SIMULATED_SERVERS  # noqa: F401  (the launchers' choices)
+from dspark_ci.ground.sglang.release import is_peer_loss, sglang_error_line
 from dspark_ci.launchers.plan_types import LaunchPlan, Placement
 
 # The simulator's container image (docker/build-sim-image.sh builds it into each Docker engine; a cluster's
@@ -257,6 +258,6 @@ class LauncherModule(Protocol):
         (``launchers/<kind>/options.py``, already checked)."""
 
     def remove_started(self, entry: LedgerEntry, dry_run: bool = False) -> str | None:
-        """Remove what one ledger entry of a dead run names (``dspark_ci.ground.ledger``), saying what was removed; None if it
-        was already gone. Touches nothing that does not carry that run's id. ``dry_run``: remove nothing, but say
+        """Remove what one ledger entry of a dead run names (``dspark_ci.ground.ledger``), saying what was removed; None
+        if it was already gone. Touches nothing that does not carry that run's id. ``dry_run``: remove nothing, but say
         exactly what would be removed (the same checks, so `cleanup --dry-run` and `cleanup` agree)."""

@@ -1,12 +1,12 @@
 """Cell + Placement -> LaunchPlan: the exact ``python3 -m sglang.launch_server`` argv and env per node.
 
 The settings' flags come from their rows (``ground/sglang/settings.py``: one row per setting, with its
-flag and rule), and every flag emitted is checked against the release's snapshot (``dspark_ci.ground.sglang.flags``). Every node
-runs the same command plus its own ``--host``, ``--node-rank`` (multi-node) and the leader's ``--dist-init-addr``.
+flag and rule), and every flag emitted is checked against the release's snapshot (``dspark_ci.ground.sglang.flags``).
+Every node runs the same command plus its own ``--host``, ``--node-rank`` (multi-node) and the leader's
+``--dist-init-addr``.
 """
 
 from __future__ import annotations
-
 
 from dspark_ci.ground.errors import BadInput
 from dspark_ci.ground.sglang.flags import FlagSet, load_flags

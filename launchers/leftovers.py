@@ -7,13 +7,13 @@ holds only runs that may still have something to remove.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Mapping
 
 from dspark_ci.ground.errors import DsparkError
-from dspark_ci.launchers import catalog
 from dspark_ci.ground.ledger import Ledger, find_run, forget
 from dspark_ci.ground.processes import remove_run_temp_dir, run_temp_dir
+from dspark_ci.launchers import catalog
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
-from dspark_ci import sglang_sim
 from dspark_ci.ground.sglang.resolver import DEFAULT_VENV_PYTHON
 from dspark_ci.launchers.plan_types import SGLANG_ENTRYPOINT, RankCommand
+
+from dspark_ci import sglang_sim
 
 # Run as a script by the SGLang venv's Python, which does not have this tree installed (it puts it on its path).
 FRONTEND_ENTRY = Path(sglang_sim.__file__).resolve().parent / "frontend" / "__main__.py"

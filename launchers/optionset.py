@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, TypeVar
 
 from dspark_ci.ground.errors import BadInput
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping, Sequence
 
 from dspark_ci.ground.sglang.release import SGLANG_ENTRYPOINT, accelerator, release_image
 
@@ -22,12 +22,12 @@ class Placement:
     dist_port: int = 20000
 
     @classmethod
-    def template(cls, nnodes: int) -> "Placement":
+    def template(cls, nnodes: int) -> Placement:
         """What `dspark-ci plan` prints: bind all interfaces; rank 0's address left as a reference."""
         return cls(bind_hosts=("0.0.0.0",) * nnodes, leader_addr="${NODE0_ADDR}")
 
     @classmethod
-    def loopback(cls, nnodes: int, port: int, dist_port: int) -> "Placement":
+    def loopback(cls, nnodes: int, port: int, dist_port: int) -> Placement:
         hosts = tuple(f"127.0.0.{rank + 1}" for rank in range(nnodes))
         return cls(bind_hosts=hosts, leader_addr=hosts[0], port=port, dist_port=dist_port)
 

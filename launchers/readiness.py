@@ -13,14 +13,14 @@ another run's server may hold the port; ``/server_info`` must report the argumen
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 import tenacity
-
+from dspark_ci.ground import interrupts
 from dspark_ci.ground.errors import InfraError
 from dspark_ci.ground.sglang.flags import load_flags
-from dspark_ci.ground import interrupts
 from dspark_ci.launchers.contract import LaunchTimeout
 from dspark_ci.launchers.plan_types import LaunchPlan
 

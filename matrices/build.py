@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from dspark_ci.ground.sglang.release import AMD, BLOCK_SIZE_FLAGS, ROCM_IMAGES, accelerator, release_image
 from dspark_ci.ground.sglang.settings import CellConfig

@@ -6,9 +6,10 @@ which the launch planner adds).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from dspark_ci.ground.records import REJECT, SERVE, Expect
 from dspark_ci.ground.sglang.settings import CellConfig

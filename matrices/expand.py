@@ -7,8 +7,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from collections.abc import Mapping
 from functools import reduce
-from typing import Any, Mapping
+from typing import Any
 
 from dspark_ci.ground.sglang.settings import DEFAULTS
 from dspark_ci.matrices.schema import CONFIG_KEYS, Fragment, MatrixSpec, Where

@@ -7,7 +7,8 @@ simulator knobs never enter an id.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from dspark_ci.ground.sglang.settings import ID_PARTS as SETTING_ID_PARTS
 

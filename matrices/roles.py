@@ -12,9 +12,10 @@ feeding a speculative decode is a cell of its own: sglang#17212 gave wrong answe
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from dspark_ci.ground.sglang.router import DECODE_POLICIES, DEFAULT_POLICY, PREFILL_POLICIES, ROLES
 from dspark_ci.ground.sglang.settings import DEFAULT_BOOTSTRAP_PORT, CellConfig

@@ -27,16 +27,31 @@ keys work as usual. matrices/README.md is the user-facing reference.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from dspark_ci.ground.sglang.release import DEFAULT_VERSION, DEVICE_IMAGES, DEVICES
 from dspark_ci.ground.sglang.settings import MAXIMUM, SETTINGS, Setting
 from dspark_ci.ground.yaml_lines import YamlList, YamlMap
 from dspark_ci.matrices.roles import role_map, router_spec
-from dspark_ci.matrices.values import (Parser, Where, arg_list, boolean, check_keys, env_map, expect_spec,
-                             int_between, one_of, optional, slug, suite_map, text, version_spec)
+from dspark_ci.matrices.values import (
+    Parser,
+    Where,
+    arg_list,
+    boolean,
+    check_keys,
+    env_map,
+    expect_spec,
+    int_between,
+    one_of,
+    optional,
+    slug,
+    suite_map,
+    text,
+    version_spec,
+)
 
 
 @dataclass(frozen=True)
@@ -101,7 +116,7 @@ class Fragment:
         object.__setattr__(self, "values", MappingProxyType(dict(self.values)))
         object.__setattr__(self, "lines", MappingProxyType(dict(self.lines)))
 
-    def merged(self, top: "Fragment") -> "Fragment":
+    def merged(self, top: Fragment) -> Fragment:
         """This fragment with ``top`` written over it (env merged, extra_args appended)."""
         values, lines = dict(self.values), dict(self.lines)
         for key, value in top.values.items():

@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
-
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from typing import Any
 
 from dspark_ci.ground.errors import BadInput
-from dspark_ci.ground.suites import SUITE_DEFAULTS, option_problem
+from dspark_ci.ground.records import REJECT, SERVE, Expect
 from dspark_ci.ground.sglang.flags import load_flags
 from dspark_ci.ground.sglang.release import DEFAULT_VERSION
+from dspark_ci.ground.suites import SUITE_DEFAULTS, option_problem
 from dspark_ci.ground.yaml_lines import YamlList, YamlMap
-from dspark_ci.ground.records import REJECT, SERVE, Expect
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 SGLANG_VERSION = DEFAULT_VERSION  # the launch-flag snapshot extra_args and choices are checked against
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -42,7 +42,7 @@ class Where:
     def error(self, problem: str, fix: str = "") -> BadInput:
         return BadInput(f"{self.path}:{self.line}", problem, fix)
 
-    def at(self, node, key) -> "Where":
+    def at(self, node, key) -> Where:
         line_of = getattr(node, "line_of", None)
         return Where(self.path, line_of(key) if line_of else self.line)
 

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 
 __all__ = ["step_summary", "write_reports"]
 
-# Imported on first use (PEP 562): ``dspark_ci.reports.gates``, which every run needs before its first launch, must not pay
-# for the writers' plotting and change-point stack (matplotlib, ruptures, scipy.spatial) seconds before it is used.
+# Imported on first use (PEP 562): ``dspark_ci.reports.gates``, which every run needs before its first launch, must not
+# pay for the writers' plotting and change-point stack (matplotlib, ruptures, scipy.spatial) seconds before it is used.
 _LAZY = {"step_summary": "dspark_ci.reports.markdown", "write_reports": "dspark_ci.reports.writers"}
 
 

@@ -7,7 +7,7 @@ Markdown here; the per-position chart is ``acceptance_chart`` (matplotlib, impor
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 from dspark_ci.ground.measurements import AcceptCategory, AcceptDrift, EnvelopePoint, Lossless, SampledAcceptance
 from dspark_ci.ground.position_homogeneity import ENDED, POOLED

@@ -27,13 +27,12 @@ import difflib
 import fnmatch
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
 
 import yaml
-
 from dspark_ci.ground.errors import BadInput
 from dspark_ci.ground.stats import DETECT_FACTOR, RESOLUTION
 from dspark_ci.ground.yaml_lines import FileWords, compose_file, describe, mapping_items, scalar, where

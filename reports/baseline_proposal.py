@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import yaml
-
 from dspark_ci.ground.errors import BadInput
 from dspark_ci.ground.identity import unlike
 from dspark_ci.ground.records import CellResult, RunResults, Status

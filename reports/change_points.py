@@ -15,11 +15,10 @@ breaks in one direction close together; they are reported as one change from its
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
-
 from dspark_ci.reports.metrics import HIGHER, LOWER, METRICS
 
 MIN_POINTS = 6  # fewer runs than this say nothing about levels

@@ -9,14 +9,24 @@ becomes JSON); ``compare_markdown`` renders it as one table per cell.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from dspark_ci.ground.identity import unlike
 from dspark_ci.ground.records import CellResult, RunResults, Status
 from dspark_ci.reports.markdown import status_text, table
-from dspark_ci.reports.metrics import (HIGHER, LOWER, METRICS, NEUTRAL, NOISE_STDERRS, format_value, in_table_order,
-                             label, noise_band)
+from dspark_ci.reports.metrics import (
+    HIGHER,
+    LOWER,
+    METRICS,
+    NEUTRAL,
+    NOISE_STDERRS,
+    format_value,
+    in_table_order,
+    label,
+    noise_band,
+)
 
 RATIO_DIGITS = 3
 

@@ -4,10 +4,10 @@ Two sources:
 - floors that need no baseline: a speculative cell's accept length must stay above the collapse
   floor (a draft model that never gets accepted serves correct text, only slowly), and GPQA accuracy
   must beat guessing by a margin that shrinks with the number of questions (``chance_floor``);
-- a baseline's specs for the cell (``dspark_ci.reports.baseline_file``). A ratio gate whose baseline recorded the run-to-run
-  noise, and every GPQA gate, is a statistical decision (``dspark_ci.ground.stats``): ``passed``, ``regressed``
-  or ``inconclusive`` on the effect's interval against the stated tolerance (``max_ratio``/``min_ratio``, GPQA
-  ``max_drop``), at levels split over the run's gates (``family_levels``); GPQA is paired over questions when
+- a baseline's specs for the cell (``dspark_ci.reports.baseline_file``). A ratio gate whose baseline recorded the
+  run-to-run noise, and every GPQA gate, is a statistical decision (``dspark_ci.ground.stats``): ``passed``,
+  ``regressed`` or ``inconclusive`` on the effect's interval against the stated tolerance (``max_ratio``/``min_ratio``,
+  GPQA ``max_drop``), at levels split over the run's gates (``family_levels``); GPQA is paired over questions when
   the baseline kept its per-question record. Without recorded noise a ratio gate is the fixed limit it was.
 
 The ``threshold`` of a gate dict is today's line (value × ratio, widened to the noise; GPQA's
@@ -20,12 +20,12 @@ passes because its suite did not run would hide exactly the regressions it exist
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping
 
+from dspark_ci.ground import position_homogeneity as homogeneity
 from dspark_ci.ground import stats
 from dspark_ci.ground.measurements import BootMetrics, Envelope, EnvelopePoint, crossing
-from dspark_ci.ground import position_homogeneity as homogeneity
 from dspark_ci.ground.position_homogeneity import ENDED, POOLED, POWER_BETA, PositionTest, detectable_shift, judge
 from dspark_ci.ground.records import CellResult, GateResult, RunResults, Status
 from dspark_ci.ground.suites import SATURATED_LOOP_LAG_MS, SUITE_DEFAULTS, suite_of
@@ -100,7 +100,7 @@ class Evidence:
     mc_items: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # the mc suite's items, as GPQA's questions
 
     @classmethod
-    def of(cls, cell: CellResult, metrics: Mapping) -> "Evidence":
+    def of(cls, cell: CellResult, metrics: Mapping) -> Evidence:
         return cls(boots=cell.boots or (BootMetrics(metrics),),
                    gpqa_questions=_scores(cell.gpqa.per_question if cell.gpqa else {}), envelope=cell.envelope,
                    mc_items=_scores(cell.mc.per_item if cell.mc else {}))
@@ -119,7 +119,7 @@ class Evidence:
         return [float(error) / float(value) for boot in self.boots
                 if name and (error := boot.value(name)) is not None and (value := boot.value(metric))]
 
-    def timed_by_the_server(self) -> tuple["Evidence", tuple[float, ...]]:
+    def timed_by_the_server(self) -> tuple[Evidence, tuple[float, ...]]:
         """The boots whose timings are the server's, and the client lags (p99, ms) of those set aside: a client
         event loop that ran ``SATURATED_LOOP_LAG_MS`` late was starved of CPU, so its TTFT, TPOT and throughput
         may measure the machine."""

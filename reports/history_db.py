@@ -18,9 +18,9 @@ import contextlib
 import json
 import os
 import sqlite3
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping
 
 from dspark_ci.ground.errors import BadInput
 from dspark_ci.ground.records import RunResults

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Iterator, Mapping
 from importlib import resources
 from string import Template
-from typing import Iterator, Mapping
-
-from markdown_it import MarkdownIt
 
 from dspark_ci.ground.records import RunResults
 from dspark_ci.reports.baseline_file import Baseline
 from dspark_ci.reports.compare import Comparison
 from dspark_ci.reports.markdown import pr_tables, render_cells, step_summary
 from dspark_ci.reports.plots import ratio_chart, run_charts, trend_charts
+from markdown_it import MarkdownIt
 
 
 def render_html(results: RunResults, baseline: Baseline | None = None, comparison: Comparison | None = None,

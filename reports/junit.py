@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Iterable, Sequence
 
 from dspark_ci.ground.measurements import SuiteTestOutcome
 from dspark_ci.ground.records import DECIDED_BY_RESOLVER, CellResult, GateResult, RunResults, Status

@@ -18,20 +18,22 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator
 
+from dspark_ci.ground import interrupts
 from dspark_ci.ground.errors import BadInput, InfraError
+from dspark_ci.ground.processes import signals_deferred
 from dspark_ci.ground.records import CellResult, RunResults, Status
+from dspark_ci.matrices.quarantine import Quarantine
+from dspark_ci.matrices.quarantine import apply as apply_quarantine
 from dspark_ci.reports.baseline_file import Baseline
-from dspark_ci.matrices.quarantine import Quarantine, apply as apply_quarantine
-from dspark_ci.reports.history_db import history_path, record as record_history
+from dspark_ci.reports.history_db import history_path
+from dspark_ci.reports.history_db import record as record_history
 from dspark_ci.reports.junit import render_junit
 from dspark_ci.reports.markdown import render_markdown, step_summary
 from dspark_ci.reports.results import write_results, write_text_atomically
-from dspark_ci.ground import interrupts
-from dspark_ci.ground.processes import signals_deferred
 from dspark_ci.reports.writers import render_final_set, write_failure_reports, write_rendered
 
 RESULTS_LINES = "results.jsonl"

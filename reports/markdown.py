@@ -9,17 +9,23 @@ and where each gate's threshold comes from.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from datetime import datetime
 
-from typing import Mapping
-
-from dspark_ci.ground.records import DECIDED_BY_RESOLVER, QUARANTINE_EXPIRED, QUARANTINED, CellResult, RunResults, Status
-from dspark_ci.ground.sglang.settings import summary_items
+from dspark_ci.ground.records import (
+    DECIDED_BY_RESOLVER,
+    QUARANTINE_EXPIRED,
+    QUARANTINED,
+    CellResult,
+    RunResults,
+    Status,
+)
 from dspark_ci.ground.servers import SIMULATED_SERVERS
+from dspark_ci.ground.sglang.settings import summary_items
+from dspark_ci.ground.suites import SUITE_DEFAULTS
 from dspark_ci.reports.acceptance import acceptance_section, envelope_section
 from dspark_ci.reports.baseline_file import Baseline
 from dspark_ci.reports.gates import describe_gate, explain, levels_line
-from dspark_ci.ground.suites import SUITE_DEFAULTS
 from dspark_ci.reports.metrics import SPEED_DETAIL, SPEED_LINE, STDERR_OF, TTFT_SPLIT, format_value, label
 from dspark_ci.reports.results import error_headline, quarantine_line, rejection_message
 
@@ -408,7 +414,8 @@ def _quality_table(cell: CellResult, metrics: Mapping) -> str:
              _quality_value(metric, metrics)]
             for metric, (dataset, name) in QUALITY_ROWS.items() if metrics.get(metric) is not None]
     if cell.mc is not None and metrics.get("mc_accuracy") is not None:  # each kind of item: shown, gated as the whole
-        rows += [[model, f"MC (log-likelihood): {kind}", "Accuracy", str(asked), format_value("mc_accuracy", right / asked)]
+        rows += [[model, f"MC (log-likelihood): {kind}", "Accuracy", str(asked),
+                  format_value("mc_accuracy", right / asked)]
                  for kind, (right, asked) in cell.mc.per_category.items() if asked]
     note = cell.gpqa
     if note is not None and note.partial and note.accuracy is not None:  # never a metric: shown, not gated

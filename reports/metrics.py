@@ -8,8 +8,8 @@ metrics up here.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from dspark_ci.ground.suites import ACCEPT_CATEGORIES, MAX_POSITIONS, category_metric
 

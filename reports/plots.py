@@ -10,8 +10,9 @@ from __future__ import annotations
 import base64
 import io
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from dspark_ci.ground.records import CellResult, RunResults
 from dspark_ci.reports.acceptance import acceptance_chart, envelope_chart

@@ -13,8 +13,8 @@ import math
 import numbers
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from dspark_ci.ground.errors import BadInput
 from dspark_ci.ground.records import READERS, CellResult, RunResults, Status

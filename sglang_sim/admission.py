@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
 
 from dspark_ci.ground.sglang.resolver import MODEL_CONFIG_DIR, MODEL_CONFIGS
 from dspark_ci.sglang_sim.args import ServerArgs
@@ -69,7 +69,7 @@ class SglangEnv:
     allow_longer_context: bool = False  # SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN (or SGLANG_IS_IN_CI)
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> "SglangEnv":
+    def from_environ(cls, environ: Mapping[str, str]) -> SglangEnv:
         return cls(ragged_verify_mode=environ.get("SGLANG_RAGGED_VERIFY_MODE", "static"),
                    dp_spec_prefill_coordination=_env_bool(environ.get("SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION")),
                    enable_cp_v2_set="SGLANG_ENABLE_CP_V2" in environ,

@@ -13,9 +13,10 @@ import argparse
 import dataclasses
 import sys
 import textwrap
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from dspark_ci.ground.sglang.flags import load_flags
 from dspark_ci.ground.sglang.release import DEFAULT_VERSION

@@ -33,8 +33,9 @@ import json
 import logging
 import os
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Protocol
+from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
@@ -155,7 +156,7 @@ class Disaggregation:
 
     @classmethod
     def of(cls, mode: str, fault_names: list[str], prefill_ms_per_token: float,
-           metrics: StageObserver | None = None) -> "Disaggregation | None":
+           metrics: StageObserver | None = None) -> Disaggregation | None:
         if mode not in ("prefill", "decode"):
             return None
         return cls(mode, _faults(fault_names), prefill_ms_per_token, metrics)
@@ -257,7 +258,7 @@ class Disaggregation:
         return app
 
 
-def alpha_now(alphas: "float | tuple[float, ...]") -> "float | tuple[float, ...]":
+def alpha_now(alphas: float | tuple[float, ...]) -> float | tuple[float, ...]:
     """The draft's acceptance (per position) for the request being decoded: blind when the transferred hidden state
     was wrong."""
     if HIDDEN_OK.get():

@@ -2,8 +2,8 @@
 
 A line is written once per request (when it finishes, aborted ones included), kept and appended within
 ``FLUSH_SECONDS`` and at shutdown, whole lines in one write to a file opened O_APPEND, so the shards of one
-server (dspark_ci.sglang_sim.engine_shards) can share the file without cutting each other's lines; a crash (``os._exit``) loses at
-most that much.
+server (dspark_ci.sglang_sim.engine_shards) can share the file without cutting each other's lines; a crash
+(``os._exit``) loses at most that much.
 Times are the engine's hand-over of tokens to the HTTP handler, which writes them in the same
 event-loop turn. Every instant is on two clocks (``engine.Instant``); README.md says how to align.
 """
@@ -54,7 +54,7 @@ class EmissionLog:
         self._broken = False
 
     @classmethod
-    def open(cls, path: Path) -> "EmissionLog":
+    def open(cls, path: Path) -> EmissionLog:
         """Raises OSError when the path cannot be appended to (the caller's exit 2)."""
         return cls(path.open("ab", buffering=0))
 

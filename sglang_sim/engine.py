@@ -16,19 +16,20 @@ import random
 import time
 import uuid
 from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, AsyncGenerator, AsyncIterator, Callable, Iterator, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
+from dspark_ci.sglang_sim import logprobs
 from dspark_ci.sglang_sim.admission import SglangEnv
 from dspark_ci.sglang_sim.args import ServerArgs
-from dspark_ci.sglang_sim.sim_config import SimConfig
-from dspark_ci.sglang_sim.emission_log import EmissionLog
-from dspark_ci.sglang_sim.prometheus import ServerMetrics
-from dspark_ci.sglang_sim.noise import BootNoise
-from dspark_ci.sglang_sim.reasoning import ReasoningCount
 from dspark_ci.sglang_sim.disaggregation import TRANSFERRED, alpha_now
+from dspark_ci.sglang_sim.emission_log import EmissionLog
+from dspark_ci.sglang_sim.noise import BootNoise
+from dspark_ci.sglang_sim.prometheus import ServerMetrics
+from dspark_ci.sglang_sim.reasoning import ReasoningCount
+from dspark_ci.sglang_sim.sim_config import SimConfig
 from dspark_ci.sglang_sim.speculation import AcceptModel, SpecShape, SpecStats, draw_accepted, prompt_category
-from dspark_ci.sglang_sim import logprobs
 from dspark_ci.sglang_sim.textgen import ARGMAX_PROBABILITY, Ask, Persona, argmax_mixed, reply_tokens
 from dspark_ci.sglang_sim.tokenizer import EOS_TOKEN_ID, token_id
 
@@ -72,7 +73,7 @@ class Instant(NamedTuple):
     wall: float
 
     @classmethod
-    def now(cls) -> "Instant":
+    def now(cls) -> Instant:
         return cls(time.monotonic(), time.time())
 
 
@@ -183,8 +184,8 @@ class Engine:
                  persona: Persona, on_prefill: Callable[[], None], metrics: ServerMetrics | None = None,
                  emission_log: EmissionLog | None = None, noise: BootNoise | None = None,
                  owned: Sequence[int] | None = None, counters: Callable[[str], Iterator[int]] | None = None):
-        """``owned``: the DP ranks this process schedules (a shard's, dspark_ci.sglang_sim.engine_shards; default all of them);
-        ``counters``: where the counters that order requests server-wide come from (a shard's are shared with
+        """``owned``: the DP ranks this process schedules (a shard's, dspark_ci.sglang_sim.engine_shards; default all of
+        them); ``counters``: where the counters that order requests server-wide come from (a shard's are shared with
         its siblings; default this process's own)."""
         self.args, self.config, self.env, self.shape, self.persona = args, config, env, shape, persona
         cap = args.max_running_requests  # per DP rank's scheduler; None: as many as memory allows (unbounded here)
@@ -232,7 +233,8 @@ class Engine:
         rank = next(self._next_rank)
         spec = SpecStats(self.shape) if self.shape is not None else None
         reported_dp_rank = rank.dp_rank if self.args.dp_size > 1 else None
-        transfer = TRANSFERRED.get()  # set by dspark_ci.sglang_sim.disaggregation on a PD decode server's routed request
+        # set by dspark_ci.sglang_sim.disaggregation on a PD decode server's routed request
+        transfer = TRANSFERRED.get()
         arrived = Instant.now() if transfer is None else Instant(transfer.received_monotonic, transfer.received_wall)
         return Generation(uuid.uuid4().hex, rank.dp_rank, reported_dp_rank, job.prompt_tokens, spec,
                           arrived=arrived, transferred=transfer.arrived if transfer is not None else None,

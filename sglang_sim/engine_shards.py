@@ -37,8 +37,9 @@ import os
 import signal
 import struct
 import sys
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import aiohttp
 from prometheus_client.core import Metric
@@ -57,7 +58,7 @@ class SharedCounter:
     def __init__(self, memory: mmap.mmap, offset: int, lock: Any):
         self._memory, self._offset, self._lock = memory, offset, lock
 
-    def __iter__(self) -> "SharedCounter":
+    def __iter__(self) -> SharedCounter:
         return self
 
     def __next__(self) -> int:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import csv
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
 
 INSTRUCTION = "Answer the following multiple choice question."
 LETTERS = ("A", "B", "C", "D")
@@ -39,11 +39,11 @@ class GpqaAnswerKey:
     correct_by_question: Mapping[str, str]
 
     @classmethod
-    def empty(cls) -> "GpqaAnswerKey":
+    def empty(cls) -> GpqaAnswerKey:
         return cls(MappingProxyType({}))
 
     @classmethod
-    def load(cls, path: Path | None) -> "GpqaAnswerKey":
+    def load(cls, path: Path | None) -> GpqaAnswerKey:
         if path is None:
             return cls.empty()
         try:

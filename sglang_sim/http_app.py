@@ -5,7 +5,6 @@ from __future__ import annotations
 import secrets
 
 from aiohttp import web
-
 from dspark_ci.sglang_sim import native_api, openai_api
 from dspark_ci.sglang_sim.prometheus import ServerMetrics
 from dspark_ci.sglang_sim.server_state import ServerState, json_response

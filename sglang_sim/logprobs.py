@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from dspark_ci.sglang_sim.textgen import WORDS, Ask, Persona, reply_tokens
 from dspark_ci.sglang_sim.tokenizer import token_id

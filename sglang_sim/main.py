@@ -15,26 +15,25 @@ import os
 import signal
 import socket
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from aiohttp import web
-
 from dspark_ci.sglang_sim import mc_logprobs, native_api
 from dspark_ci.sglang_sim.admission import Rejected, SglangEnv, admit, guess_architecture
 from dspark_ci.sglang_sim.args import ServerArgs, parse_server_args
-from dspark_ci.sglang_sim.sim_config import KNOBS, SimConfig, SimConfigError
 from dspark_ci.sglang_sim.disaggregation import Disaggregation, role_environ
 from dspark_ci.sglang_sim.emission_log import EmissionLog
 from dspark_ci.sglang_sim.engine import Engine
+from dspark_ci.sglang_sim.engine_shards import Shard, serve_sharded, usable_cores
 from dspark_ci.sglang_sim.failures import SCHEDULER_FRAMES, die, print_lines, rejection_traceback, traceback_tail
 from dspark_ci.sglang_sim.gpqa_answers import GpqaAnswerKey, GpqaDatasetError
 from dspark_ci.sglang_sim.http_app import api_app, dummy_health_app, shard_peer_app
+from dspark_ci.sglang_sim.noise import BootNoise
 from dspark_ci.sglang_sim.prometheus import ServerMetrics
 from dspark_ci.sglang_sim.rendezvous import Leader, join, split_addr
 from dspark_ci.sglang_sim.server_state import ServerState
-from dspark_ci.sglang_sim.engine_shards import Shard, serve_sharded, usable_cores
+from dspark_ci.sglang_sim.sim_config import KNOBS, SimConfig, SimConfigError
 from dspark_ci.sglang_sim.speculation import SpecShape
-from dspark_ci.sglang_sim.noise import BootNoise
 from dspark_ci.sglang_sim.textgen import Persona
 
 logger = logging.getLogger("sglang_sim")
@@ -42,7 +41,7 @@ SHUTDOWN_GRACE_SECONDS = 1.0
 GC_FULL_EVERY = 1000  # generation-1 collections per full one (Python's default: 10)
 
 
-def main(argv: list[str] | None = None, serve_rank0: "ServeRank0 | None" = None) -> int:
+def main(argv: list[str] | None = None, serve_rank0: ServeRank0 | None = None) -> int:
     """``serve_rank0``: what node rank 0 runs once the launch is admitted (default: the simulator's own HTTP
     server; ``dspark_ci.sglang_sim.frontend``: SGLang's own front end in front of this engine)."""
     argv = sys.argv[1:] if argv is None else argv
@@ -140,7 +139,8 @@ def _serve(args: ServerArgs, config: SimConfig, env: SglangEnv, architecture: st
 
 def _serve_shards(count: int, args: ServerArgs, config: SimConfig, env: SglangEnv, architecture: str,
                   answer_key: GpqaAnswerKey) -> int:
-    """Node rank 0 as ``count`` shard processes (dspark_ci.sglang_sim.engine_shards), one boot's noise drawn for them all."""
+    """Node rank 0 as ``count`` shard processes (dspark_ci.sglang_sim.engine_shards), one boot's noise drawn for them
+    all."""
     try:
         log = _open_emission_log(config)  # each shard appends on its own; a bad path is found before the fork
     except OSError as err:
@@ -232,7 +232,8 @@ async def _start_peer_site(state: ServerState, shard: Shard) -> web.AppRunner:
 async def _serve_rank0(args: ServerArgs, config: SimConfig, env: SglangEnv, architecture: str,
                        answer_key: GpqaAnswerKey, emission_log: EmissionLog | None, noise: BootNoise | None = None,
                        shard: Shard | None = None) -> int:
-    """``shard``: this process is one of the server's shards (dspark_ci.sglang_sim.engine_shards), ``noise`` the boot's draws."""
+    """``shard``: this process is one of the server's shards (dspark_ci.sglang_sim.engine_shards), ``noise`` the boot's
+    draws."""
     stop = _stop_on_signals()
     first = shard is None or shard.index == 0  # what the server does once, its first shard does
     if first:

@@ -18,8 +18,9 @@ import functools
 import json
 import random
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from dspark_ci.sglang_sim.sim_config import SimConfig
 from dspark_ci.sglang_sim.tokenizer import token_id, tokenize
@@ -72,7 +73,7 @@ def continuation_total(config: SimConfig, context: str, continuation: str, right
 def input_token_logprobs(config: SimConfig, text: str, start: int) -> list[list[Any]]:
     """SGLang's ``input_token_logprobs`` of ``text`` from token ``start`` on."""
     pieces = tokenize(text)
-    logprobs: list[float | None] = [None] + _causal_logprobs(config.seed, pieces)[1:]
+    logprobs: list[float | None] = [None, *_causal_logprobs(config.seed, pieces)[1:]]
     key = answer_key(config.mc_path)
     found = _split(key, text) if key else None
     if found is not None:
@@ -80,7 +81,7 @@ def input_token_logprobs(config: SimConfig, text: str, start: int) -> list[list[
         owned = len(pieces) - len(tokenize(context))  # the continuation's tokens (its leading space opens the first)
         total = continuation_total(config, context, continuation, key[context])
         logprobs[len(pieces) - owned:] = [total / owned] * owned
-    return [[logprob, token_id(piece), None] for piece, logprob in zip(pieces, logprobs)][max(start, 0):]
+    return [[logprob, token_id(piece), None] for piece, logprob in zip(pieces, logprobs, strict=False)][max(start, 0):]
 
 
 def _causal_logprobs(seed: int, pieces: list[str]) -> list[float | None]:

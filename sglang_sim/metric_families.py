@@ -19,6 +19,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
 from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 
 SNAPSHOT = Path(__file__).with_name(f"metric_families-{DEFAULT_VERSION}.json")
@@ -41,7 +42,7 @@ class Family:
         return SCHEDULER_LABEL in self.labels
 
     @classmethod
-    def of(cls, entry: dict) -> "Family":
+    def of(cls, entry: dict) -> Family:
         return cls(entry["name"], entry["type"], entry["help"], tuple(entry["labels"]),
                    tuple(tuple(sorted(series.items())) for series in entry["series"]),
                    tuple(float(bound) for bound in entry["buckets"]))
@@ -79,7 +80,8 @@ def main(argv: list[str]) -> int:
     import requests
 
     if len(argv) != 1:
-        print("usage: python -m dspark_ci.sglang_sim.metric_families http://HOST:PORT (a running --server sglang-frontend)",
+        print("usage: python -m dspark_ci.sglang_sim.metric_families http://HOST:PORT "
+              "(a running --server sglang-frontend)",
               file=sys.stderr)
         return 2
     text = requests.get(argv[0].rstrip("/") + "/metrics", timeout=30).text

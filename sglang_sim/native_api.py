@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import dataclasses
 import json
 import logging
+from typing import Any
 
 from aiohttp import web
-
 from dspark_ci.sglang_sim import logprobs, mc_logprobs, reply_faults
 from dspark_ci.sglang_sim.args import SGLANG_VERSION
 from dspark_ci.sglang_sim.choices import Choices
 from dspark_ci.sglang_sim.engine import Generation, Job
-from dspark_ci.sglang_sim.prometheus import MAX_TOTAL_NUM_TOKENS
-from dspark_ci.sglang_sim.openai_api import BadRequest, error_response, parse_penalties
-from dspark_ci.sglang_sim.server_state import ServerState, json_response, sse_event
 from dspark_ci.sglang_sim.engine_shards import gathered, gathered_json, merge_expositions
+from dspark_ci.sglang_sim.openai_api import BadRequest, error_response, parse_penalties
+from dspark_ci.sglang_sim.prometheus import MAX_TOTAL_NUM_TOKENS
+from dspark_ci.sglang_sim.server_state import ServerState, json_response, sse_event
 from dspark_ci.sglang_sim.textgen import Ask
 from dspark_ci.sglang_sim.tokenizer import count_tokens
 
@@ -206,11 +204,11 @@ async def generate(request: web.Request) -> web.StreamResponse:
     if not jobs[0].streaming:
         generations = await choices.run_to_end()
         outputs = [_output(gen, None) for gen in generations]
-        for index, (output, job) in enumerate(zip(outputs, jobs)):  # faults of non-streamed replies only
+        for index, (output, job) in enumerate(zip(outputs, jobs, strict=False)):  # faults of non-streamed replies only
             output["text"] = reply_faults.text(state.config.faults, output["text"])
             mc_logprobs.attach(state.config, body, job.ask.prompt, index, output["meta_info"])
         if body.get("return_logprob"):  # tokenizer_manager.add_logprob_to_meta_info (sglang_sim/logprobs.py)
-            for output, gen, job in zip(outputs, generations, jobs):
+            for output, gen, job in zip(outputs, generations, jobs, strict=False):
                 output["meta_info"].update(logprobs.meta_info_fields(
                     state.engine.persona, job.ask, gen.tokens, state.config.faults,
                     int(body.get("top_logprobs_num") or 0), bool(body.get("return_text_in_logprobs"))))

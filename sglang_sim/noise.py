@@ -26,8 +26,8 @@ import itertools
 import math
 import os
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import Iterator
 
 
 @dataclass
@@ -42,20 +42,20 @@ class BootNoise:
     _requests: Iterator[int] = field(default_factory=itertools.count)
 
     @classmethod
-    def of(cls, config) -> "BootNoise":
+    def of(cls, config) -> BootNoise:
         """This boot's draws from a ``SimConfig``."""
         return cls.draw(config.step_jitter_boot, config.step_jitter_request, config.accept_drift_boot, config.boot_seed)
 
     @classmethod
     def draw(cls, step_jitter_boot: float, step_jitter_request: float, accept_drift_boot: float,
-             boot_seed: int | None) -> "BootNoise":
+             boot_seed: int | None) -> BootNoise:
         seed = boot_seed if boot_seed is not None else int.from_bytes(os.urandom(8), "little")
         rng = random.Random(f"boot\x1f{seed}")
         return cls(step_factor=math.exp(rng.gauss(0.0, step_jitter_boot)) if step_jitter_boot else 1.0,
                    accept_shift=rng.gauss(0.0, accept_drift_boot) if accept_drift_boot else 0.0,
                    request_jitter=step_jitter_request, nonce=f"{seed:x}", _seed=seed)
 
-    def counting_requests_with(self, requests: Iterator[int]) -> "BootNoise":
+    def counting_requests_with(self, requests: Iterator[int]) -> BootNoise:
         """The same boot's draws, its requests numbered by ``requests`` (a counter shared by a server's shards, so
         the per-request stream is the one server's, whichever process serves the request)."""
         return replace(self, _requests=requests)

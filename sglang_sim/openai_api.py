@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from aiohttp import web
-
 from dspark_ci.sglang_sim import logprobs, reply_faults
 from dspark_ci.sglang_sim.args import ServerArgs
 from dspark_ci.sglang_sim.choices import Choices
@@ -89,7 +89,7 @@ class ChatReturns:
     output_ids_in_sglext: bool  # sglext.output_ids, one list per choice (streaming too)
 
     @classmethod
-    def parse(cls, body: dict, headers: Mapping[str, str], args: ServerArgs, streaming: bool) -> "ChatReturns":
+    def parse(cls, body: dict, headers: Mapping[str, str], args: ServerArgs, streaming: bool) -> ChatReturns:
         if streaming:
             for flag, message in CHAT_STREAM_REFUSES.items():
                 if body.get(flag):

@@ -17,12 +17,12 @@ from __future__ import annotations
 import bisect
 import os
 import time
-from typing import Any, Mapping
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from collections.abc import Mapping
+from typing import Any
 
 from dspark_ci.sglang_sim.args import ServerArgs
 from dspark_ci.sglang_sim.metric_families import Family, load
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 METRIC_KINDS = {"counter": Counter, "gauge": Gauge, "histogram": Histogram}
 MAX_TOTAL_NUM_TOKENS = 1 << 24  # the KV pool the simulated scheduler reports (it never runs out)
@@ -41,8 +41,8 @@ def kv_gauges(used: int) -> dict[str, float]:
 class ServerMetrics:
     def __init__(self, args: ServerArgs, num_dp_ranks: int, startup_time: Mapping[str, Any] | None = None,
                  pid: int | None = None):
-        """``pid``: the server's, when this process is one shard of it (dspark_ci.sglang_sim.engine_shards: its series then carry
-        the same labels in every shard, and add up)."""
+        """``pid``: the server's, when this process is one shard of it (dspark_ci.sglang_sim.engine_shards: its series
+        then carry the same labels in every shard, and add up)."""
         self.registry = CollectorRegistry()
         engine_type = {"prefill": "prefill", "decode": "decode"}.get(args.disaggregation_mode, "unified")
         self._identity = {"model_name": args.model_name, "engine_type": engine_type, "tp_rank": "0", "pp_rank": "0",
@@ -121,8 +121,8 @@ class ServerMetrics:
         self._stages(gen.dp_rank, stages)
 
     def prefilled(self, queue_seconds: float, stages: Mapping[str, float], streaming: bool) -> None:
-        """A PD prefill server's request (dspark_ci.sglang_sim.disaggregation), once its transfer is done: its queue wait,
-        its stages, and the request counted as its tokenizer counts one it finished."""
+        """A PD prefill server's request (dspark_ci.sglang_sim.disaggregation), once its transfer is done: its queue
+        wait, its stages, and the request counted as its tokenizer counts one it finished."""
         self._series("sglang:queue_time_seconds").observe(max(queue_seconds, 0.0))
         self._stages(0, stages)
         self._series("sglang:num_requests", is_streaming="true" if streaming else "false").inc()

@@ -14,8 +14,8 @@ and its tags stay in the content.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from dspark_ci.sglang_sim.tokenizer import THINK_END
 

@@ -6,16 +6,16 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Awaitable, Callable, ClassVar
+from typing import ClassVar
 
 from aiohttp import web
-
 from dspark_ci.sglang_sim.args import ServerArgs
-from dspark_ci.sglang_sim.sim_config import SimConfig
 from dspark_ci.sglang_sim.engine import Engine
-from dspark_ci.sglang_sim.prometheus import ServerMetrics
 from dspark_ci.sglang_sim.engine_shards import Shard
+from dspark_ci.sglang_sim.prometheus import ServerMetrics
+from dspark_ci.sglang_sim.sim_config import SimConfig
 
 logger = logging.getLogger("sglang_sim")
 DEFAULT_CONTEXT_LENGTH = 32768
@@ -36,7 +36,7 @@ class _StreamBroken(Exception):
 
 @dataclass
 class ServerState:
-    KEY: ClassVar["web.AppKey[ServerState]"] = web.AppKey("sglang_sim_state")
+    KEY: ClassVar[web.AppKey[ServerState]] = web.AppKey("sglang_sim_state")
 
     args: ServerArgs
     config: SimConfig

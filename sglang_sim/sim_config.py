@@ -7,14 +7,14 @@ in ``KNOBS`` with its default; ``SimConfig.from_env`` is the only reader of the 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, cast
-
-from packaging.version import InvalidVersion, Version
+from typing import Any, cast
 
 from dspark_ci.ground.sglang.release import DEFAULT_VERSION
+from packaging.version import InvalidVersion, Version
 
 
 class SimConfigError(ValueError):
@@ -172,10 +172,12 @@ FAULT_HELP: dict[str, tuple[str, str]] = {
     "envelope_shift": ("envelope_shift=FACTOR", "a verify step's cost per running request past 8 grows FACTOR times "
                                                 "faster: speculation stops paying at a lower concurrency"),
     "lossy_sampling": ("lossy_sampling", "at temperature > 0, half the samples of a speculative server follow the "
-                                         "greedy text (a draft sampler ignoring temperature); greedy output stays exact"),
+                                         "greedy text (a draft sampler ignoring temperature); greedy output stays "
+                                         "exact"),
     "greedy_verify": ("greedy_verify=SHARE", "at temperature > 0 a speculative server's tokens after the first are "
                                              "the greedy text's with probability SHARE (drafts verified by argmax, "
-                                             "not by rejection sampling); the first token and greedy output stay exact"),
+                                             "not by rejection sampling); the first token and greedy output stay "
+                                             "exact"),
     "spec_ignores_top_p": ("spec_ignores_top_p", "a speculative server's sampler ignores top_p (as one fork's "
                                                  "speculative path did): top_p near 0 still samples; "
                                                  "greedy stays exact"),
@@ -307,7 +309,7 @@ class Regression:
     def applies_to(self, version: Version | None) -> bool:
         return (version or Version(DEFAULT_VERSION)) >= self.since
 
-    def applied(self, config: "SimConfig") -> "SimConfig":
+    def applied(self, config: SimConfig) -> SimConfig:
         if not self.applies_to(config.version):
             return config
         merged = {name: getattr(self.faults, name) for name in self.faults.names}
@@ -454,7 +456,7 @@ class SimConfig:
     shards: int | None = 1  # None: auto
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> "SimConfig":
+    def from_env(cls, environ: Mapping[str, str]) -> SimConfig:
         values: dict[str, Any] = {name: knob.parse(knob.env, environ.get(knob.env, knob.default).strip())
                   for name, knob in KNOBS.items()}
         config = cls(**values)

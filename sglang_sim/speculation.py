@@ -14,10 +14,10 @@ Per-request statistics follow SGLang's definitions (tokenizer_manager._calculate
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from dspark_ci.sglang_sim.args import ServerArgs
 
@@ -34,7 +34,7 @@ class SpecShape:
         return self.num_draft_tokens - 1
 
     @classmethod
-    def of(cls, args: ServerArgs) -> "SpecShape | None":
+    def of(cls, args: ServerArgs) -> SpecShape | None:
         """From resolved args; None when the server does not speculate."""
         if args.speculative_algorithm is None:
             return None
@@ -115,7 +115,7 @@ def expected_accept_length(alpha: float, max_accept: int) -> float:
     return (1 - alpha ** (max_accept + 1)) / (1 - alpha)
 
 
-def draw_accepted(rng: random.Random, alphas: "float | tuple[float, ...]", max_accept: int) -> int:
+def draw_accepted(rng: random.Random, alphas: float | tuple[float, ...], max_accept: int) -> int:
     """Drafts accepted in one step: position k is accepted with probability alphas[k-1] (one float: every position)."""
     per_position = alphas if isinstance(alphas, tuple) else (alphas,) * max_accept
     accepted = 0

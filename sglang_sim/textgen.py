@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import Iterator
 
 from dspark_ci.sglang_sim.gpqa_answers import LETTERS, GpqaAnswerKey, parse_gpqa_prompt
 from dspark_ci.sglang_sim.noise import question_probability

@@ -24,11 +24,11 @@ Server side (the cross-check), snapshots before and after the requests:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import openai
-
 from dspark_ci.ground.stats import ratio_stderr
 from dspark_ci.suites.prompts import Prompt
 from dspark_ci.suites.sanity import usage_contradiction

@@ -21,12 +21,11 @@ run's alpha (reports/gates.py). How many draws equal the greedy text is kept as 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import openai
-
 from dspark_ci.ground.stats import ratio_stderr
 from dspark_ci.ground.suites import ACCEPT_CATEGORIES, MAX_POSITIONS, category_metric
 from dspark_ci.suites.prompts import Prompt
@@ -97,7 +96,8 @@ def by_category(requests: Sequence) -> dict[str, dict]:
 
 def category_metrics(requests: Sequence) -> dict[str, float | None]:
     """accept_length_CATEGORY (Σ completion tokens / Σ verify steps over the category's requests, as accept_length)
-    and its per-request standard error, for each category of ``dspark_ci.ground.suites.ACCEPT_CATEGORIES`` the workload has."""
+    and its per-request standard error, for each category of ``dspark_ci.ground.suites.ACCEPT_CATEGORIES`` the workload
+    has."""
     metrics: dict[str, float | None] = {}
     for category in ACCEPT_CATEGORIES:
         members = [r for r in requests if r.spec_verify_ct and r.category == category]
@@ -180,8 +180,8 @@ def draws(server: Server, prompts: Sequence[Prompt], samples: int, tokens: int, 
 
 def greedy_share(per_prompt: Sequence[Sequence[Draw | None]], greedy: Sequence[str | None]) -> dict:
     """How many draws equal the greedy text of their prompt (a figure; the test is per position)."""
-    counted = [(text, draw.text) for text, prompt_draws in zip(greedy, per_prompt) for draw in prompt_draws
-               if draw is not None and text is not None]
+    counted = [(text, draw.text) for text, prompt_draws in zip(greedy, per_prompt, strict=False)
+               for draw in prompt_draws if draw is not None and text is not None]
     failed = sum(draw is None for prompt_draws in per_prompt for draw in prompt_draws)
     return {"greedy_like": sum(a == b for a, b in counted), "samples": len(counted), "failed": failed}
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from dspark_ci.ground.suites import SUITE_DEFAULTS, effective_options, option_problem
 
@@ -34,7 +35,7 @@ class RoleURL:
     base_url: str
 
     @classmethod
-    def parse(cls, flag: str) -> "RoleURL":
+    def parse(cls, flag: str) -> RoleURL:
         """``--role-url ROLE=URL``. Raises SuiteInputError."""
         role, sep, url = flag.partition("=")
         if not sep or role not in ROLES or not url:
@@ -76,8 +77,8 @@ def normalize_base_url(url: str) -> str:
 
 
 def merge_options(from_file: Mapping[str, Any] | None, from_flags: list[str], where_file: str) -> dict:
-    """Defaults (a scorer's own for what is left unset: dspark_ci.ground.suites.effective_options), then the options file,
-    then ``SUITE.KEY=VALUE`` flags. Raises SuiteInputError."""
+    """Defaults (a scorer's own for what is left unset: dspark_ci.ground.suites.effective_options), then the options
+    file, then ``SUITE.KEY=VALUE`` flags. Raises SuiteInputError."""
     given: dict[str, dict[str, Any]] = {suite: {} for suite in SUITE_DEFAULTS}
     for suite, options in (from_file or {}).items():
         if not isinstance(options, Mapping):

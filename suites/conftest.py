@@ -14,9 +14,14 @@ from pathlib import Path
 import openai
 import pytest
 import requests
-
 from dspark_ci.suites.config import (
-    RoleURL, SuiteConfig, SuiteInputError, freeze, load_options_file, merge_options, normalize_base_url,
+    RoleURL,
+    SuiteConfig,
+    SuiteInputError,
+    freeze,
+    load_options_file,
+    merge_options,
+    normalize_base_url,
 )
 from dspark_ci.suites.output import SuiteOutput
 from dspark_ci.suites.server import NotTheServer, Server, connect

@@ -15,9 +15,9 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 from urllib.parse import urlparse
 
 from dspark_ci.suites.config import SuiteInputError

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import random
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 from dspark_ci.ground.measurements import Envelope, EnvelopeBoundary, EnvelopePoint, crossing
 from dspark_ci.suites.server import Server
@@ -113,7 +113,8 @@ def boundary(points: Sequence[EnvelopePoint], input_len: int) -> tuple[float | N
 
 
 def envelope_record(points: Sequence[EnvelopePoint]) -> dict:
-    """The speed_envelope record of the suite output (results.json's ``envelope``: ``dspark_ci.ground.measurements.Envelope``)."""
+    """The speed_envelope record of the suite output (results.json's ``envelope``:
+    ``dspark_ci.ground.measurements.Envelope``)."""
     lens = sorted({p.input_len for p in points})
     return Envelope(tuple(points), {str(length): EnvelopeBoundary(*boundary(points, length)) for length in lens},
                     "random text", "median TPOT without speculation / with it per point; boundary log-interpolated "

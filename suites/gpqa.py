@@ -36,12 +36,12 @@ import re
 import statistics
 import threading
 from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import openai
-
 from dspark_ci.suites import sgl_eval_scorer
 from dspark_ci.suites.config import SuiteInputError
 from dspark_ci.suites.datasets import Dataset, load_csv
@@ -116,7 +116,7 @@ class GpqaSettings:
         return SCORER_EXTRACTOR.get(self.scorer)
 
     @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> "GpqaSettings":
+    def from_options(cls, options: Mapping[str, Any]) -> GpqaSettings:
         kwargs = options["chat_template_kwargs"]
         if kwargs is None and options["thinking"]:
             # Templates disagree on the key: DeepSeek reads `thinking`, Qwen3 `enable_thinking`.

@@ -31,12 +31,12 @@ import json
 import math
 import random
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import requests
-
 from dspark_ci.suites.config import SuiteInputError
 from dspark_ci.suites.server import Server
 
@@ -160,7 +160,7 @@ def score_replies(item: McItem, replies: Sequence[Mapping[str, Any]]) -> ItemRes
               for reply in replies[1:]]
     logprobs = tuple(s.logprob for s in scores)
     chosen = max(range(len(logprobs)), key=lambda k: (logprobs[k], -k))
-    per_byte = [lp / len(option.encode()) for lp, option in zip(logprobs, item.options)]
+    per_byte = [lp / len(option.encode()) for lp, option in zip(logprobs, item.options, strict=False)]
     chosen_norm = max(range(len(per_byte)), key=lambda k: (per_byte[k], -k))
     return ItemResult(item.id, item.category, item.answer, chosen, chosen == item.answer, logprobs,
                       tuple(s.tokens for s in scores), context_tokens, sum(s.boundary_merged for s in scores),

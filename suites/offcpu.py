@@ -26,9 +26,9 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import psutil
 
@@ -134,7 +134,7 @@ class StallSampler:
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="stall sampler", daemon=True)
 
-    def start(self) -> "StallSampler":
+    def start(self) -> StallSampler:
         if self._pids:
             self._thread.start()
         return self

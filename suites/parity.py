@@ -12,14 +12,21 @@ the reference's logprobs there tell a tie flip from a mismatch (suites/parity_ti
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Sequence
 
 import openai
-
 from dspark_ci.suites.config import SuiteInputError
-from dspark_ci.suites.parity_ties import MATCH, MISMATCH, TIE_FLIP, PositionLogprobs, content_of, decide, position_logprobs
+from dspark_ci.suites.parity_ties import (
+    MATCH,
+    MISMATCH,
+    TIE_FLIP,
+    PositionLogprobs,
+    content_of,
+    decide,
+    position_logprobs,
+)
 from dspark_ci.suites.prompts import PROMPTS
 from dspark_ci.suites.server import Server
 
@@ -75,8 +82,8 @@ def _greedy(client: openai.OpenAI, model: str, prompt: str, max_tokens: int, top
 class ParityRecord:
     """One prompt's comparison (records "parity"): a match, a tie flip, or a mismatch, and where and why.
 
-    At the first difference (``first_difference``, in ``unit``s) the tokens each side took, the reference's logprob of each
-    (``tested_logprob`` None: outside the reference's top logprobs), the tested server's own logprob of its token,
+    At the first difference (``first_difference``, in ``unit``s) the tokens each side took, the reference's logprob of
+    each (``tested_logprob`` None: outside the reference's top logprobs), the tested server's own logprob of its token,
     and the epsilon the gap was held against. A tie flip ends the comparison of that prompt: past a different token
     the outputs continue from different prefixes and owe each other nothing."""
 
@@ -214,7 +221,7 @@ def save_reference(path: Path, model: str, max_tokens: int, prompts: Sequence[st
     data = {"format": REFERENCE_FORMAT, "version": REFERENCE_VERSION, "model": model, "max_tokens": max_tokens,
             "outputs": [{"prompt": p, "text": o.text, "token_ids": list(o.token_ids) if o.token_ids else None,
                          "logprobs": content_of(o.logprobs) if o.logprobs is not None else None}
-                        for p, o in zip(prompts, outputs)]}
+                        for p, o in zip(prompts, outputs, strict=False)]}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1) + "\n")
 

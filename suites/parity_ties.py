@@ -27,8 +27,8 @@ argmax, a K-way tie) it is undecided, and counted a mismatch.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 BF16_SIGNIFICANT_BITS = 8
 SMALLEST_NORMAL = 2.0 ** -126  # bf16 has float32's exponent range

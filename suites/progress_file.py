@@ -1,7 +1,7 @@
 """How far a running suite is, for whoever runs it: ``--dspark-progress FILE`` holds one line, ``LABEL DONE TOTAL
 [NOTE]`` (e.g. ``gpqa 37 198 accuracy 62.2%``: a suite may add a running figure), rewritten atomically at most every
-``EVERY_S`` and at the last request. ``dspark_ci.suite_runner`` reads it while it watches the deployment and shows it as the
-run's progress."""
+``EVERY_S`` and at the last request. ``dspark_ci.suite_runner`` reads it while it watches the deployment and shows it as
+the run's progress."""
 
 from __future__ import annotations
 

@@ -36,8 +36,8 @@ class Prompt:
     source: str  # "builtin" | "mtbench" | a file path: CONTRACT.md, accept suite
 
 
-# The categories: dspark_ci.ground.suites.ACCEPT_CATEGORIES (those that matter for speculation, then MT-Bench's own for everything
-# else). MT-Bench's "coding" is "code".
+# The categories: dspark_ci.ground.suites.ACCEPT_CATEGORIES (those that matter for speculation, then MT-Bench's own for
+# everything else). MT-Bench's "coding" is "code".
 CATEGORY_ALIASES = {"coding": "code"}
 BUILTIN_CATEGORIES = ("code", "writing", "stem", "humanities", "code", "stem", "math", "writing", "stem", "stem",
                       "writing", "stem", "code", "stem", "humanities", "writing")

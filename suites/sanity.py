@@ -1,7 +1,7 @@
 """The always-on sanity check: a few streamed chat completions that prove the server answers with text.
 
-Every serving cell gets it, whatever suites it lists (``dspark_ci.ground.suites.ALWAYS_SUITES``), so no suite selection can
-leave a broken server green: a suite that neither streams nor reads the text (accept) would not notice garbage or
+Every serving cell gets it, whatever suites it lists (``dspark_ci.ground.suites.ALWAYS_SUITES``), so no suite selection
+can leave a broken server green: a suite that neither streams nor reads the text (accept) would not notice garbage or
 a stream that breaks off. Per request (``max_tokens`` tokens, greedy, ``stream_options.include_usage``):
 
 - the stream parses to the end: every line is an SSE ``data:`` event holding a JSON object, and the last is
@@ -29,11 +29,11 @@ import json
 import re
 import unicodedata
 import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import requests
-
 from dspark_ci.suites.prompts import PROMPTS
 from dspark_ci.suites.server import Server
 

@@ -7,16 +7,16 @@ client, ``/server_info`` and ``/metrics`` with plain HTTP.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import requests
-from prometheus_client.parser import text_string_to_metric_families
-
 from dspark_ci.suites.config import SuiteConfig
 from dspark_ci.suites.progress_file import ProgressFile
+from prometheus_client.parser import text_string_to_metric_families
 
 if TYPE_CHECKING:
     import openai
@@ -49,7 +49,8 @@ class Server:
     def ask_each(self, ask: Callable[[openai.OpenAI, Item], Answer], items: Iterable[Item], concurrency: int,
                  max_retries: int = 0, label: str = "requests") -> list[Answer]:
         """``ask(client, item)`` for every item, ``concurrency`` at a time on one client; answers in item order.
-        How many are done is reported under ``label`` (dspark_ci.suites.progress_file). Ctrl-C stops the requests and goes on."""
+        How many are done is reported under ``label`` (dspark_ci.suites.progress_file). Ctrl-C stops the requests and
+        goes on."""
         answers, interrupted = self.ask_until_interrupted(ask, items, concurrency, max_retries, label)
         if interrupted:
             raise KeyboardInterrupt

@@ -18,8 +18,9 @@ for them): a release that moves them fails here with the names, not with differe
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping, Sequence
 from types import ModuleType
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from dspark_ci.suites.config import SuiteInputError
 

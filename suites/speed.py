@@ -45,12 +45,12 @@ import multiprocessing
 import random
 import statistics
 import time
+from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, AsyncIterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
-
 from dspark_ci.ground.stats import bootstrap_stderr, ratio_stderr
 from dspark_ci.suites import offcpu
 from dspark_ci.suites.config import RoleURL
@@ -85,7 +85,7 @@ class SpeedSettings:
     client: str
 
     @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> "SpeedSettings":
+    def from_options(cls, options: Mapping[str, Any]) -> SpeedSettings:
         return cls(**{name: options[name] for name in cls.__dataclass_fields__})
 
 
@@ -175,12 +175,12 @@ class WorkerJob:
     max_tokens: int
     ignore_eos: bool
     client: str  # "aiohttp" | "openai"
-    # A disaggregated deployment's servers: their /metrics are read as the window opens (dspark_ci.suites.ttft_split), by
-    # the worker that ``reads_roles`` while the others wait
+    # A disaggregated deployment's servers: their /metrics are read as the window opens (dspark_ci.suites.ttft_split),
+    # by the worker that ``reads_roles`` while the others wait
     roles: tuple[RoleURL, ...] = ()
     reads_roles: bool = False
-    # The deployment's scheduler processes (dspark_ci.suites.offcpu): read right before and after the window by the worker
-    # that ``reads_roles``
+    # The deployment's scheduler processes (dspark_ci.suites.offcpu): read right before and after the window by the
+    # worker that ``reads_roles``
     scheduler_pids: tuple[int, ...] = ()
 
 
@@ -271,7 +271,7 @@ async def _roles_at_window(job: WorkerJob, barrier) -> tuple[RoleReading, ...] |
     return reading
 
 
-async def _run_phase(client: "AiohttpStreams | OpenAIStreams", job: WorkerJob,
+async def _run_phase(client: AiohttpStreams | OpenAIStreams, job: WorkerJob,
                      prompts: Sequence[str]) -> list[RequestTiming]:
     semaphore = asyncio.Semaphore(job.concurrency)
     requests = [client.prepare(job, prompt) for prompt in prompts]  # built before the first send
@@ -370,7 +370,7 @@ class AiohttpStreams:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def open(cls, job: WorkerJob) -> AsyncIterator["AiohttpStreams"]:
+    async def open(cls, job: WorkerJob) -> AsyncIterator[AiohttpStreams]:
         client = cls(job)
         trace = aiohttp.TraceConfig()  # its signals freeze with the session: connect them first
         trace.on_connection_create_end.append(client._count_connection)
@@ -467,7 +467,7 @@ class OpenAIStreams:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def open(cls, job: WorkerJob) -> AsyncIterator["OpenAIStreams"]:
+    async def open(cls, job: WorkerJob) -> AsyncIterator[OpenAIStreams]:
         import openai  # on use: 1.5 s of import that the default client (aiohttp) never needs
 
         async with openai.AsyncOpenAI(base_url=job.api_base, api_key=job.api_key, timeout=job.timeout,
@@ -511,7 +511,8 @@ def run_measurement(server: Server, settings: SpeedSettings, prompts: Sequence[s
                     warmup_prompts: Sequence[str], roles: Sequence[RoleURL] = (),
                     scheduler_pids: Sequence[int] = ()) -> list[WorkerResult]:
     """The workers' results; with ``roles``, the first one's ``roles_at_window`` holds their /metrics as the window
-    opened; with ``scheduler_pids``, its ``schedulers_*`` their schedstat around the window (dspark_ci.suites.offcpu)."""
+    opened; with ``scheduler_pids``, its ``schedulers_*`` their schedstat around the window
+    (dspark_ci.suites.offcpu)."""
     workers = min(settings.workers, settings.concurrency)  # each worker keeps at least one stream open
     jobs = [
         WorkerJob(api_base=server.api_base, api_key=server.api_key, model=server.model,

@@ -1,9 +1,10 @@
 """Speculative acceptance: accept_length, accept_rate, accept_rate_pos1..8 (per draft position), accept_length_CATEGORY
 (per category of the workload: code, math, long_context, MT-Bench's others), and at the sampled
 setting accept_length_sampled; with a non-speculative reference (--reference-url) the losslessness test's
-sampled_lossless_p, _tests, _samples (gated: reports/gates.py) and the figures sampled_greedy_share[_reference]. Records "accept" (per request, with category and histogram),
-"accept_server" (server-side figures), "accept_summary" (the /metrics cross-check), "accept_detail" (per position,
-per category, the accept-length histogram, drift along the run, the losslessness counts; CONTRACT.md).
+sampled_lossless_p, _tests, _samples (gated: reports/gates.py) and the figures sampled_greedy_share[_reference]. Records
+"accept" (per request, with category and histogram), "accept_server" (server-side figures), "accept_summary" (the
+/metrics cross-check), "accept_detail" (per position, per category, the accept-length histogram, drift along the run,
+the losslessness counts; CONTRACT.md).
 
 Options (suite "accept"): num_requests, max_tokens, concurrency, min_accept_length (the collapse floor, checked even
 without a baseline), disagreement_tolerance, workload (builtin | mtbench | a question.jsonl), sampled_temperature and
@@ -16,19 +17,42 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-
+from dspark_ci.ground.position_homogeneity import compare
 from dspark_ci.suites.accept import (
-    Sampling, beyond_draft_bound, disagreements, impossible_requests, measure_requests, per_request_metrics, request_record,
-    server_side_figures, take_snapshot, with_spec,
+    Sampling,
+    beyond_draft_bound,
+    disagreements,
+    impossible_requests,
+    measure_requests,
+    per_request_metrics,
+    request_record,
+    server_side_figures,
+    take_snapshot,
+    with_spec,
 )
 from dspark_ci.suites.accept_detail import (
-    accept_length_histogram, by_category, category_metrics, draws, drift, greedy_share, greedy_texts, position_metrics,
-    position_source, positions, repeated_words, token_ids,
+    accept_length_histogram,
+    by_category,
+    category_metrics,
+    draws,
+    drift,
+    greedy_share,
+    greedy_texts,
+    position_metrics,
+    position_source,
+    positions,
+    repeated_words,
+    token_ids,
 )
-from dspark_ci.ground.position_homogeneity import compare
 from dspark_ci.suites.config import SuiteInputError
 from dspark_ci.suites.datasets import load_questions
-from dspark_ci.suites.prompts import LONG_CONTEXT_QUESTIONS, Prompt, builtin_workload, category_of, long_context_document
+from dspark_ci.suites.prompts import (
+    LONG_CONTEXT_QUESTIONS,
+    Prompt,
+    builtin_workload,
+    category_of,
+    long_context_document,
+)
 from dspark_ci.suites.server import connect
 
 
@@ -138,7 +162,7 @@ def lossless_run(accept_run, server, suite_config, suite_output):
            for suffix, share in (("", shares["speculative"]), ("_reference", shares["reference"]))}})
     detail["lossless"] = {"prompts": len(prompts), "tokens": tokens, "temperature": options["sampled_temperature"],
                           "top_p": options["sampled_top_p"], **shares,
-                          "greedy_equal": sum(a == b for a, b in zip(greedy_here, greedy_there)),
+                          "greedy_equal": sum(a == b for a, b in zip(greedy_here, greedy_there, strict=False)),
                           "samples": result.samples, "family_p": result.family_p, "untested": result.untested,
                           "positions": [test.to_dict() for test in result.tests]}
     return greedy_here, greedy_there

@@ -10,14 +10,21 @@ scored: the summary says ``partial: true`` and no gpqa metric is reported (a par
 from __future__ import annotations
 
 import pytest
-
 from dspark_ci.ground.suites import scorer_cli_differences
 from dspark_ci.suites import sgl_eval_scorer
 from dspark_ci.suites.config import SuiteInputError
 from dspark_ci.suites.gpqa import (
-    EXTRACTORS, GpqaSettings, SampleStream, build_examples, load_gpqa, run_examples, sample_record, summarize,
+    EXTRACTORS,
+    GpqaSettings,
+    SampleStream,
+    build_examples,
+    load_gpqa,
+    run_examples,
+    sample_record,
+    summarize,
 )
 from dspark_ci.suites.output import GPQA_SAMPLES_FILE
+
 # More responses without an answer than this usually means truncation (max_tokens too small) or a broken
 # model (sgl-eval warns from the same 5 %).
 UNANSWERED_WARN_FRACTION = 0.05

@@ -8,7 +8,6 @@ was scored: the summary says ``partial: true`` and no mc metric is reported (a p
 from __future__ import annotations
 
 import pytest
-
 from dspark_ci.suites.config import SuiteInputError
 from dspark_ci.suites.mc import item_record, load_items, run_items, select, summarize
 

@@ -12,10 +12,18 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-
 from dspark_ci.suites.config import SuiteInputError
+from dspark_ci.suites.parity import (
+    Reference,
+    compare,
+    default_prompts,
+    describe,
+    generate,
+    load_reference,
+    save_reference,
+    tally,
+)
 from dspark_ci.suites.parity_ties import MISMATCH, TIE_FLIP
-from dspark_ci.suites.parity import Reference, compare, default_prompts, generate, load_reference, save_reference, tally, describe
 from dspark_ci.suites.server import NotTheServer, Server, connect
 
 
@@ -50,7 +58,7 @@ def parity_records(server, reference, suite_config, suite_output):
         pytest.skip(f"outputs saved to {suite_config.save_reference}; nothing to compare against")
 
     records = [compare(i, prompt, ours, theirs, options["tie_ulps"])
-               for i, (prompt, ours, theirs) in enumerate(zip(reference.prompts, tested, expected))]
+               for i, (prompt, ours, theirs) in enumerate(zip(reference.prompts, tested, expected, strict=False))]
     suite_output.add_metrics(tally(records))
     suite_output.add_records("parity", [record.to_dict() for record in records])
     return records
@@ -66,7 +74,8 @@ def _reference_server(suite_config) -> Server:
 
 def test_parity(parity_records, suite_config):
     errors = [r for r in parity_records if r.error or r.reference_error]
-    assert not errors, f"{len(errors)} prompts failed to generate; first: {errors[0].error or errors[0].reference_error}"
+    assert not errors, (f"{len(errors)} prompts failed to generate; first: "
+                        f"{errors[0].error or errors[0].reference_error}")
     allowed = suite_config.suite("parity")["max_mismatches"]
     mismatched = [r for r in parity_records if r.verdict == MISMATCH]
     ties = sum(r.verdict == TIE_FLIP for r in parity_records)

@@ -10,9 +10,16 @@ reports per-request speculative statistics).
 from __future__ import annotations
 
 import pytest
-
-from dspark_ci.suites.sanity import (accept_length, consistency_problems, non_streamed_problems, record, reply_problems,
-                           run_non_streamed, run_sanity, same_text_same_tokens)
+from dspark_ci.suites.sanity import (
+    accept_length,
+    consistency_problems,
+    non_streamed_problems,
+    record,
+    reply_problems,
+    run_non_streamed,
+    run_sanity,
+    same_text_same_tokens,
+)
 
 
 @pytest.fixture(scope="module")

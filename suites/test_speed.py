@@ -23,18 +23,23 @@ import statistics
 from dataclasses import replace
 
 import pytest
-
 from dspark_ci.ground.suites import SATURATED_LOOP_LAG_MS
-
 from dspark_ci.suites import offcpu
 from dspark_ci.suites.envelope import alternating_speedup, envelope_record, sweep
 from dspark_ci.suites.server import connect
 from dspark_ci.suites.speed import (
-    SpeedSettings, WorkerResult, build_prompts, calibrate, client_overhead_metrics, percentile, run_measurement,
-    server_reports_accept_length, speed_metrics, timing_record,
+    SpeedSettings,
+    WorkerResult,
+    build_prompts,
+    calibrate,
+    client_overhead_metrics,
+    percentile,
+    run_measurement,
+    server_reports_accept_length,
+    speed_metrics,
+    timing_record,
 )
 from dspark_ci.suites.ttft_split import read_roles, ttft_split
-
 
 
 @pytest.fixture(scope="module")

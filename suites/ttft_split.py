@@ -23,13 +23,12 @@ measured TTFT. A figure whose role observed none of one of its stages in the win
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import requests
-from prometheus_client.parser import text_string_to_metric_families
-
 from dspark_ci.suites.config import RoleURL
+from prometheus_client.parser import text_string_to_metric_families
 
 PER_STAGE = "sglang:per_stage_req_latency_seconds"
 QUEUE_TIME = "sglang:queue_time_seconds"

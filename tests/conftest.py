@@ -11,7 +11,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from dspark_ci.ground.errors import InfraError
 from dspark_ci.ground.sglang.resolver import locate
 from dspark_ci.ground.state import STATE_DIR_ENV, state_dir

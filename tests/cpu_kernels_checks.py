@@ -1,5 +1,5 @@
-"""Checks of ``dspark_ci.sglang_sim.cpu_kernels``'s ops, run by tests/test_cpu_kernels.py in SGLang's interpreter (it has
-torch; ours does not): ``python tests/cpu_kernels_checks.py`` prints one JSON line per check, ``{"check": name,
+"""Checks of ``dspark_ci.sglang_sim.cpu_kernels``'s ops, run by tests/test_cpu_kernels.py in SGLang's interpreter (it
+has torch; ours does not): ``python tests/cpu_kernels_checks.py`` prints one JSON line per check, ``{"check": name,
 "error": null | traceback}``.
 
 Every op goes through ``torch.ops.sgl_kernel`` as SGLang calls it, after ``import sgl_kernel`` from the boot

@@ -11,9 +11,7 @@ import os
 import uuid
 from pathlib import Path
 
-import docker
 import pytest
-
 from dspark_ci.ground.errors import InfraError
 from dspark_ci.launchers.contract import LaunchContext
 from dspark_ci.launchers.docker.hosts import HOSTS_ENV, Inventory, connect, load_inventory
@@ -21,6 +19,8 @@ from dspark_ci.launchers.docker.lifecycle import DockerLauncher
 from dspark_ci.launchers.docker.options import DockerOptions
 from dspark_ci.launchers.docker.spec import LABEL_RUN
 from dspark_ci.launchers.docker.tuning import SIM_IMAGE, DockerTuning
+
+import docker
 from tests.sim_plans import FAST_SIM
 
 ENGINE1 = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"

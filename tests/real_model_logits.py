@@ -19,14 +19,14 @@ def _compare(reference, other) -> dict[str, float]:
     reference_lp, other_lp = reference.log_softmax(-1), other.log_softmax(-1)
     kl = (reference_lp.exp() * (reference_lp - other_lp)).sum(-1)
     return {"max_abs": float((reference - other).abs().max()), "logit_scale": float(reference.abs().max()),
-            "max_kl": float(kl.max()), "top1_agreement": float((reference.argmax(-1) == other.argmax(-1)).double().mean())}
+            "max_kl": float(kl.max()),
+            "top1_agreement": float((reference.argmax(-1) == other.argmax(-1)).double().mean())}
 
 
 def main() -> int:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
     from dspark_ci.sglang_sim.cpu_engine import real_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     target, _ = real_model.ensure(Path(sys.argv[1]))
     gguf = real_model.gguf_path()

@@ -19,13 +19,12 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import requests
-
 from dspark_ci.ground.processes import free_port
 
 # Fast and deterministic: no boot delay, no prefill time, 1 ms per decode step.
@@ -86,7 +85,8 @@ class SimProcess:
 
 
 def sim_command(args: list[str], host: str, port: int, model: str = MODEL) -> list[str]:
-    return [sys.executable, "-m", "dspark_ci.sglang_sim", "--model-path", model, "--host", host, "--port", str(port), *args]
+    return [sys.executable, "-m", "dspark_ci.sglang_sim", "--model-path", model, "--host", host, "--port", str(port),
+            *args]
 
 
 @contextlib.contextmanager

@@ -11,12 +11,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
 
 import requests
-
 from dspark_ci.ground.processes import free_port, signal_group
 from dspark_ci.launchers.materialize import FRONTEND_ENTRY, frontend_python
 

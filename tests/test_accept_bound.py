@@ -4,7 +4,12 @@ a server whose cumulative accept counter counts twice reports 4.31 with 4 draft 
 from __future__ import annotations
 
 from dspark_ci.suites.accept import (
-    GENERATION_TOKENS, VERIFY_CALLS, RequestSpec, ServerSnapshot, beyond_draft_bound, disagreements,
+    GENERATION_TOKENS,
+    VERIFY_CALLS,
+    RequestSpec,
+    ServerSnapshot,
+    beyond_draft_bound,
+    disagreements,
     server_side_figures,
 )
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import contextlib
 
 import pytest
-
-from dspark_ci.reports.gates import evaluate
 from dspark_ci.ground.measurements import Acceptance
 from dspark_ci.ground.records import CellResult
 from dspark_ci.ground.sglang.settings import CellConfig
+from dspark_ci.reports.gates import evaluate
+
 from tests.simulator_process import running_simulator
 from tests.suite_runs import REPO, run_suite
 

@@ -10,15 +10,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
 from dspark_ci.ground.errors import InfraError
 from dspark_ci.ground.sglang.release import DEFAULT_VERSION, ROCM_IMAGES
+from dspark_ci.launchers.contract import LaunchContext
 from dspark_ci.launchers.docker.spec import container_spec
 from dspark_ci.launchers.docker.tuning import SIM_IMAGE, DockerTuning
 from dspark_ci.launchers.slurm.lifecycle import SlurmLauncher
-from dspark_ci.launchers.slurm.script import render_job
-from dspark_ci.launchers.contract import LaunchContext
 from dspark_ci.launchers.slurm.options import SlurmOptions
+from dspark_ci.launchers.slurm.script import render_job
+
 from tests.cli_under_test import DSPARK_CI
 from tests.docker_engines import ENGINE1, containers_of, inventory, launcher_on, new_run_id, require_engine
 from tests.sim_plans import make_plan

@@ -13,12 +13,12 @@ import re
 import statistics
 
 import pytest
-
-from bench.sglang_bench_serving import build_tokenizer, count_with_tokenizer, find_python, run_bench_serving
 from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 from dspark_ci.sglang_sim.openai_api import render_chat
 from dspark_ci.sglang_sim.tokenizer import count_tokens, tokenize
 from dspark_ci.suites.speed import random_text
+
+from bench.sglang_bench_serving import build_tokenizer, count_with_tokenizer, find_python, run_bench_serving
 from tests.simulator_process import SPECULATIVE_ARGS, running_simulator
 
 STEP_MS = 20.0

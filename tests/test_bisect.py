@@ -11,10 +11,20 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from dspark_ci.bisection import BAD, FOUND, GOOD, NO_REGRESSION, NOT_SHOWN, SKIPPED, Chase, Sample, UnlikeMeasurements, \
-    bisect
 from dspark_ci.ground import stats
+
+from dspark_ci.bisection import (
+    BAD,
+    FOUND,
+    GOOD,
+    NO_REGRESSION,
+    NOT_SHOWN,
+    SKIPPED,
+    Chase,
+    Sample,
+    UnlikeMeasurements,
+    bisect,
+)
 from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent

@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import pytest
-
 from dspark_ci.ground import stats
 from dspark_ci.ground.records import CellResult
 from dspark_ci.ground.sglang.settings import CellConfig
 from dspark_ci.ground.suites import ACCEPT_CATEGORIES, METRIC_SUITE, category_metric
 from dspark_ci.reports.baseline_file import load_baseline
 from dspark_ci.reports.gates import describe_gate, evaluate, family_levels
+
 from tests.simulator_process import running_simulator
 from tests.suite_runs import REPO, run_suite
 

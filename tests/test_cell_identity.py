@@ -10,8 +10,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from dspark_ci.ground.sglang.release import DEFAULT_VERSION
+
 from tests.cli_under_test import DSPARK_CI
 from tests.test_run_cli import FEW_BOOTS, assert_at_worst_undecided
 

@@ -17,12 +17,12 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
-
-from dspark_ci.cell_queue import longest_first
 from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 from dspark_ci.launchers.contract import Capacity
 from dspark_ci.matrices import load_cells
 from dspark_ci.reports.history_db import cell_seconds
+
+from dspark_ci.cell_queue import longest_first
 from tests.cli_under_test import DSPARK_CI
 from tests.process_table import assert_no_process_with_env
 
@@ -201,11 +201,12 @@ def test_sigkill_during_cells_side_by_side_on_slurm_then_cleanup_leaves_no_job(t
 def test_cells_side_by_side_on_kubernetes_and_the_pod_quota_sets_how_many(tmp_path):
     """Against the test API server (LWS stand-in): three cells in flight as three LeaderWorkerSets, the crashing one
     fails alone, nothing is left; and a namespace's pod quota is what the k8s launcher offers as its capacity."""
+    from dspark_ci.launchers.contract import LaunchContext
+    from dspark_ci.launchers.k8s import lifecycle as k8s
+    from dspark_ci.launchers.k8s import spec as k8s_spec
+    from dspark_ci.launchers.k8s.options import K8sOptions
     from kubernetes import client
 
-    from dspark_ci.launchers.k8s.options import K8sOptions
-    from dspark_ci.launchers.contract import LaunchContext
-    from dspark_ci.launchers.k8s import lifecycle as k8s, spec as k8s_spec
     from tests.k8s_cluster import require_k8s
 
     cluster = require_k8s()

@@ -11,10 +11,10 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
-
 from dspark_ci.reports.change_points import change_points
 from dspark_ci.reports.history_db import Point
 from dspark_ci.reports.plots import _trend_figure
+
 from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import requests
-
 from dspark_ci.ci.chatops.text import shown
+
 from dspark_ci.cli import main
 from tests.golden_files import GOLDEN_DIR, assert_golden
 

@@ -4,12 +4,11 @@ as /rerun-test is, dispatched to workflows whose inputs the act job's allow-list
 from __future__ import annotations
 
 import pytest
-
 from dspark_ci.ci.chatops import decision
 from dspark_ci.ci.chatops.fleet import load_fleet
 from dspark_ci.ci.workflows.definitions import render_all
-from tests.test_chatops import (chatops_json, fleet_of_the_fixture_tree, no_github, permissions_file,  # noqa: F401
-                                 sglang_repo)
+
+from tests.test_chatops import chatops_json, fleet_of_the_fixture_tree, no_github, permissions_file, sglang_repo  # noqa: F401
 
 CELL = "dsv4-flash-tp8-dp2-dpattn-lmhead-a2a-none-dspark-cuda"
 SHA = "b" * 40

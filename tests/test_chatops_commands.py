@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from dspark_ci.ci.chatops import handle as chatops
-from dspark_ci.ci.chatops.grammar import no_arguments
 from dspark_ci.ci.chatops.event import event_from_flags
+from dspark_ci.ci.chatops.grammar import no_arguments
 from dspark_ci.ci.chatops.handle import ChatOpsCommand, ChatOpsConfig, OfflineContext, Outcome
 from dspark_ci.ci.chatops.permissions import TAG_RUN_CI, UserPermissions
 from dspark_ci.ground.errors import ExitCode

@@ -11,17 +11,16 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-
 from dspark_ci.ci.chatops.event import load_event
 from dspark_ci.ci.chatops.github import GitHub
 from dspark_ci.ci.chatops.handle import DEFAULT_MATRICES, ChatOpsConfig, GitHubContext, execute, handle
 from dspark_ci.ci.chatops.permissions import load_permissions
 from dspark_ci.ci.chatops.text import ZERO_WIDTH_SPACE
-from dspark_ci.cli import main
 from dspark_ci.matrices import load_cells
+
+from dspark_ci.cli import main
 from tests.github_standin import FAULT_KINDS, GitHubStandIn
-from tests.test_chatops_github import (fleet_of_the_fixture_tree, github, permissions_file,  # noqa: F401
-                                        sglang_repo)
+from tests.test_chatops_github import fleet_of_the_fixture_tree, github, permissions_file, sglang_repo  # noqa: F401
 
 REPO = Path(__file__).resolve().parent.parent
 TOKEN = "stand-in-token"

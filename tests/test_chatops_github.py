@@ -1,5 +1,5 @@
-"""`dspark-ci chatops` and `python -m dspark_ci.ci.chatops.rerun_status` for real, over HTTP, against a local stand-in for
-GitHub's API (tests/github_standin.py, on 127.0.0.1): retries, rate limits, permission, pinning, races."""
+"""`dspark-ci chatops` and `python -m dspark_ci.ci.chatops.rerun_status` for real, over HTTP, against a local stand-in
+for GitHub's API (tests/github_standin.py, on 127.0.0.1): retries, rate limits, permission, pinning, races."""
 
 from __future__ import annotations
 

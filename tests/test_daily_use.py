@@ -10,9 +10,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 
 from dspark_ci.cli import VERBS
-from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 from tests.cli_under_test import DSPARK_CI
 from tests.test_run_cli import FEW_BOOTS
 

@@ -10,17 +10,17 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from dspark_ci.ground.errors import BadInput
 from dspark_ci.ground.sglang.release import DEVICE_IMAGES, ROCM_IMAGES, accelerator
 from dspark_ci.launchers.contract import LaunchContext
+from dspark_ci.launchers.docker.hosts import HOSTS_ENV, load_inventory
 from dspark_ci.launchers.docker.lifecycle import DockerLauncher
 from dspark_ci.launchers.docker.options import DockerOptions
 from dspark_ci.launchers.docker.spec import LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, container_spec, device_environment
-from dspark_ci.launchers.docker.hosts import HOSTS_ENV, load_inventory
 from dspark_ci.launchers.docker.tuning import DockerTuning
-from tests.cli_under_test import DSPARK_CI
 from dspark_ci.launchers.plan_types import SGLANG_ENTRYPOINT, LaunchPlan, RankCommand
+
+from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent
 

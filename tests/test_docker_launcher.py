@@ -6,7 +6,6 @@ Every test ends by asserting that no container of its run is left on any engine,
 from __future__ import annotations
 
 import contextlib
-
 import json
 import os
 import signal
@@ -16,12 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
-from openai import OpenAI
-
+from dspark_ci.ground.state import STATE_DIR_ENV
 from dspark_ci.launchers.contract import LaunchFailed, LaunchTimeout
 from dspark_ci.launchers.docker.lifecycle import DockerLauncher
 from dspark_ci.launchers.docker.spec import LABEL_CELL, LABEL_RANK, LABEL_RUN
-from dspark_ci.ground.state import STATE_DIR_ENV
+from openai import OpenAI
+
 from tests.cli_under_test import DSPARK_CI
 from tests.docker_engines import ENGINE1, ENGINE2, SECRET, containers_of, launcher_on, new_run_id, require_engine
 from tests.sim_plans import make_plan

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 from dspark_ci.launchers.contract import LaunchContext
 from dspark_ci.launchers.docker.options import DockerOptions
@@ -14,8 +13,17 @@ from dspark_ci.launchers.docker.spec import engine_volumes, image_for
 from dspark_ci.launchers.docker.tuning import DockerTuning
 from dspark_ci.launchers.materialize import server_argv, server_python
 from dspark_ci.launchers.plan_types import RankCommand
-from dspark_ci.sglang_sim.cpu_engine import (ENTRY, MODEL_DIR, engine_argv, engine_env, flag_value, refusal,
-                                   threads_bind, workdir)
+from dspark_ci.sglang_sim.cpu_engine import (
+    ENTRY,
+    MODEL_DIR,
+    engine_argv,
+    engine_env,
+    flag_value,
+    refusal,
+    threads_bind,
+    workdir,
+)
+
 from tests.test_run_cli import SMOKE, Run
 
 CELL = ["--model-path", "dspark-ci/tiny-llama", "--device", "cuda", "--tp-size", "2", "--moe-a2a-backend", "none",

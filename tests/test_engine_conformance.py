@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 import requests
-
 from dspark_ci.ground.sglang.release import DEFAULT_VERSION
+
 from tests.simulator_process import running_simulator
 from tests.test_frontend_conformance import diff_shapes, metric_labels, shape
 

@@ -1,17 +1,17 @@
 """The gate on where speculation pays: the boundary must not move inward of the baseline's, shown statistically at
-every sweep point up to it (dspark_ci.reports.gates.envelope_statistic), on the simulator with and without the planted shift
-and on hand-made envelopes at the edges of the rule."""
+every sweep point up to it (dspark_ci.reports.gates.envelope_statistic), on the simulator with and without the planted
+shift and on hand-made envelopes at the edges of the rule."""
 
 from __future__ import annotations
 
 import pytest
-
 from dspark_ci.ground import stats
 from dspark_ci.ground.measurements import Envelope, EnvelopeBoundary, EnvelopePoint
 from dspark_ci.ground.records import CellResult
 from dspark_ci.ground.sglang.settings import CellConfig
 from dspark_ci.reports.baseline_file import load_baseline
 from dspark_ci.reports.gates import evaluate, status_of
+
 from tests.simulator_process import running_simulator
 from tests.suite_runs import run_suite
 

@@ -8,14 +8,14 @@ import sys
 from dataclasses import replace
 
 import pytest
-
-from dspark_ci.evidence import FLAKY, Sampling, more_evidence
-from dspark_ci.pipeline import verdict
 from dspark_ci.ground.errors import ExitCode
 from dspark_ci.ground.measurements import Envelope, EnvelopePoint
 from dspark_ci.ground.records import CellResult, GateResult, RunResults, Status
 from dspark_ci.ground.sglang.settings import CellConfig
 from dspark_ci.ground.stats import INCONCLUSIVE, PASSED, Verdict
+
+from dspark_ci.evidence import FLAKY, Sampling, more_evidence
+from dspark_ci.pipeline import verdict
 
 CELL = CellResult(id="c", config=CellConfig(speculative_algorithm="DSPARK"), expect={"outcome": "serve"})
 

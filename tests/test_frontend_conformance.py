@@ -1,10 +1,10 @@
 """The simulator's HTTP layer held to the pinned SGLang release's own, on the same requests.
 
-Two servers with the same argv and the same simulated engine: the embedded simulator (``python -m dspark_ci.sglang_sim``)
-and SGLang's own front end in front of it (``--server sglang-frontend``: SGLang's FastAPI app, TokenizerManager,
-OpenAI serving layer and DetokenizerManager). The same requests go to both; what comes back is compared by
-shape: keys and value types (recursively), the sequence of streamed chunk kinds, finish reasons, usage
-arithmetic and token counts, ``/server_info`` keys (and ``internal_states[0]``'s), ``/metrics`` families with
+Two servers with the same argv and the same simulated engine: the embedded simulator
+(``python -m dspark_ci.sglang_sim``) and SGLang's own front end in front of it (``--server sglang-frontend``: SGLang's
+FastAPI app, TokenizerManager, OpenAI serving layer and DetokenizerManager). The same requests go to both; what comes
+back is compared by shape: keys and value types (recursively), the sequence of streamed chunk kinds, finish reasons,
+usage arithmetic and token counts, ``/server_info`` keys (and ``internal_states[0]``'s), ``/metrics`` families with
 their types and label sets. Every remaining difference is listed in ``KNOWN_DIFFERENCES`` with why
 (sglang_sim/README.md has the same list); a listed one that no longer shows up fails too, so the list only shrinks
 as the simulator catches up.
@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import requests
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 from prometheus_client.parser import text_string_to_metric_families
 
-from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 from dspark_ci.suite_runner import SYNTHETIC_GPQA
 from tests.simulator_process import FRONTEND_MISSING, frontend_venv, running_simulator
 

@@ -13,10 +13,10 @@ import os
 import subprocess
 
 import pytest
-
-from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 from dspark_ci.ground.install_root import IMPORT_ROOT
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 from dspark_ci.sglang_sim.frontend import frontend_env
+
 from tests.golden_files import GOLDEN_DIR, assert_golden
 from tests.simulator_process import FRONTEND_MISSING, frontend_venv
 

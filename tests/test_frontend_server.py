@@ -5,7 +5,6 @@ front-end venv is not installed (``bash .ci/sglang-frontend.sh``); the refusals 
 
 from __future__ import annotations
 
-
 import pytest
 
 from tests.simulator_process import FRONTEND_MISSING, frontend_venv

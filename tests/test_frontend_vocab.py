@@ -15,6 +15,7 @@ from dspark_ci.sglang_sim.textgen import Ask, Persona, reply_tokens
 from dspark_ci.sglang_sim.tokenizer import tokenize
 from dspark_ci.suites.gpqa import QUERY_TEMPLATE
 from dspark_ci.suites.prompts import PROMPTS
+
 from dspark_ci.suite_runner import SYNTHETIC_GPQA
 
 REPO = Path(__file__).resolve().parent.parent

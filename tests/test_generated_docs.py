@@ -11,13 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dspark_ci import cli_reference
-from dspark_ci.evidence import MAX_BOOTS
 from dspark_ci.ground.errors import ExitCode
 from dspark_ci.ground.records import Status
 from dspark_ci.ground.sglang.settings import SETTINGS
 from dspark_ci.launchers.contract import Launcher
 from dspark_ci.matrices import key_table
+
+from dspark_ci import cli_reference
+from dspark_ci.evidence import MAX_BOOTS
 
 REPO = Path(__file__).resolve().parent.parent
 

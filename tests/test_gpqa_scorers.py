@@ -41,8 +41,9 @@ def smoke_matrix(tmp_path: Path, gpqa_options: str) -> str:
 
 @needs_sgl_eval
 def test_the_sgl_eval_cli_and_our_suite_score_every_sample_alike(tmp_path):
-    from dspark_ci.suites import sgl_eval_scorer
     import csv
+
+    from dspark_ci.suites import sgl_eval_scorer
 
     rows = list(csv.DictReader(SYNTHETIC_GPQA.open(newline="")))
     dataset = tmp_path / "gpqa.jsonl"  # NeMo-Skills' shape, prepared by sgl-eval's own format_entry

@@ -10,8 +10,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from dspark_ci.ground.yaml_lines import MAX_FILE_BYTES
+
 from tests.cli_under_test import DSPARK_CI
 from tests.process_table import assert_no_process_with_env
 

@@ -17,13 +17,15 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from dspark_ci.ground.errors import BadInput, InfraError
-from dspark_ci.launchers.k8s import group as k8s_group, lifecycle as k8s, spec as k8s_spec
+from dspark_ci.launchers.contract import LaunchContext, LaunchFailed
+from dspark_ci.launchers.k8s import group as k8s_group
+from dspark_ci.launchers.k8s import lifecycle as k8s
+from dspark_ci.launchers.k8s import spec as k8s_spec
 from dspark_ci.launchers.k8s.options import K8sOptions
 from dspark_ci.launchers.k8s.tuning import K8sTuning
-from dspark_ci.launchers.contract import LaunchContext, LaunchFailed
 from dspark_ci.launchers.plan_types import LaunchPlan
+
 from tests.sim_plans import FAST_SIM, make_plan
 from tests.test_run_cli import FEW_BOOTS, assert_served_at_worst_undecided
 
@@ -171,8 +173,8 @@ def test_proxy_reach_goes_through_the_api_server_which_refuses_loopback_pods(clu
 def test_what_a_killed_run_left_is_removed_by_cleanup_from_the_ledger(cluster, tmp_path):
     """A run killed hard after creating its objects: `dspark-ci cleanup` (catalog remove_started per ledger entry)
     deletes the LWS (foreground: its pods go first), the Service and the Secret; a second pass finds nothing."""
-    from dspark_ci.launchers import catalog
     from dspark_ci.ground.ledger import Ledger
+    from dspark_ci.launchers import catalog
 
     launcher = launcher_for(cluster, tmp_path)
     run_id = launcher.context.run_id

@@ -14,7 +14,6 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-
 from dspark_ci.launchers.k8s import spec as k8s_spec
 from dspark_ci.launchers.launch_plan import plan_launch
 from dspark_ci.matrices import load_cells

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 import requests
-
+from dspark_ci.ground.ledger import Ledger
 from dspark_ci.ground.records import Status  # noqa: F401 (the contract's vocabulary, imported as a launcher author would)
 from dspark_ci.launchers import catalog
-from dspark_ci.launchers.contract import Capacity, Deployment, LaunchContext, LaunchFailed, Launcher
-from dspark_ci.ground.ledger import Ledger
+from dspark_ci.launchers.contract import Capacity, Deployment, LaunchContext, Launcher, LaunchFailed
+
 from tests.sim_plans import FAST_SIM, make_plan
 
 

@@ -79,7 +79,8 @@ def test_process_control_is_the_floors_and_starting_the_suites_is_orchestrations
     launcher (starting the suites against a deployment is the pipeline's, above them)."""
     assert {"processes.py", "interrupts.py", "ledger.py"} <= {p.name for p in (REPO / "ground").glob("*.py")}
     upward = [f"{p.relative_to(REPO)}:{line}" for package in ("suites", "reports")
-              for p in sorted((REPO / package).rglob("*.py")) for line, target in imports_of(p) if target == "launchers"]
+              for p in sorted((REPO / package).rglob("*.py"))
+              for line, target in imports_of(p) if target == "launchers"]
     assert upward == []
 
 

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 import requests
-
-from dspark_ci.launchers.contract import LaunchContext, LaunchFailed, LaunchTimeout
 from dspark_ci.ground.errors import InfraError
 from dspark_ci.ground.ledger import Ledger
+from dspark_ci.ground.processes import free_port, port_is_free, remove_run_temp_dir, run_env, started_at
+from dspark_ci.launchers.contract import LaunchContext, LaunchFailed, LaunchTimeout
 from dspark_ci.launchers.local.lifecycle import LocalLauncher
 from dspark_ci.launchers.local.options import LocalOptions
 from dspark_ci.launchers.local.tuning import LocalTuning
-from dspark_ci.ground.processes import free_port, port_is_free, remove_run_temp_dir, run_env, started_at
+
 from tests.cli_under_test import DSPARK_CI
 from tests.process_table import assert_none_left
 from tests.sim_plans import FAST_SIM, make_plan
@@ -108,6 +108,7 @@ def test_another_server_on_the_port_is_never_taken_for_ours(tmp_path, marker, la
     """Another run's server already answers /health on the port: the launch fails (its server args are not
     ours, or our rank cannot bind), it never serves the suites someone else's numbers."""
     from dspark_ci.launchers.plan_types import Placement
+
     from tests.sim_fixtures import running_sim
 
     with running_sim(["--served-model-name", "someone-elses-run"], tmp_path / "foreign.log") as foreign:

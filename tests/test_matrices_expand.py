@@ -6,9 +6,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from dspark_ci.matrices import load_cells
 from dspark_ci.ground.sglang.settings import BY_KEY, SETTINGS
+from dspark_ci.matrices import load_cells
 from dspark_ci.matrices.schema import CELL_KEYS, TOP_KEYS
 
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 
 from dspark_ci.cli import main
-from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from dspark_ci.sglang_sim.admission import Rejected, SglangEnv, admit, guess_architecture
 from dspark_ci.sglang_sim.args import parse_server_args
 

@@ -10,8 +10,8 @@ import subprocess
 import pytest
 import requests
 import yaml
-
 from dspark_ci.suites.mc import BUILTIN, McItem, ScoringError, continuation_score, load_items, score_replies, select
+
 from tests.cli_under_test import DSPARK_CI
 from tests.sim_fixtures import sim  # noqa: F401 (``sim`` is a fixture)
 from tests.suite_runs import run_suite

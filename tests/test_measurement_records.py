@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from dspark_ci.ground.measurements import GpqaSummary
 from dspark_ci.ground.records import CellResult, Expect, RunResults
 from dspark_ci.reports.markdown import _config_line
 from dspark_ci.reports.results import results_text
+
 from tests.test_results_schema import validator
 
 # One cell as the suites' notes wrote it before they were records: every optional measurement present.

@@ -1,5 +1,5 @@
-"""The nightly's schedule (`python -m dspark_ci.ci.nightly.shards`) and a shard's run (`python -m dspark_ci.ci.nightly.shard_run`), through
-their CLIs."""
+"""The nightly's schedule (`python -m dspark_ci.ci.nightly.shards`) and a shard's run
+(`python -m dspark_ci.ci.nightly.shard_run`), through their CLIs."""
 
 from __future__ import annotations
 
@@ -77,8 +77,8 @@ def test_measured_durations_win_over_estimates_and_labels_shard_apart(tmp_path):
 def test_bad_durations_or_fleet_exit_2(tmp_path, name, content, message):
     (tmp_path / "plan.json").write_text(json.dumps({"include": [entry("a")]}))
     (tmp_path / "x.json").write_text(content)
-    proc = subprocess.run([sys.executable, "-m", "dspark_ci.ci.nightly.shards", str(tmp_path / "plan.json"), f"--{name}",
-                           str(tmp_path / "x.json")], capture_output=True, text=True, timeout=60, cwd=REPO)
+    proc = subprocess.run([sys.executable, "-m", "dspark_ci.ci.nightly.shards", str(tmp_path / "plan.json"),
+                           f"--{name}", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -108,7 +108,8 @@ def run_shard(tmp_path: Path, behaviour: dict[str, list[int]]) -> tuple[subproce
     fake = tmp_path / "fake_dspark_ci.py"
     fake.write_text(FAKE_DSPARK_CI)
     (tmp_path / "behaviour.json").write_text(json.dumps(behaviour))
-    proc = subprocess.run([sys.executable, "-m", "dspark_ci.ci.nightly.shard_run", "--dspark-ci", f"{sys.executable} {fake}",
+    proc = subprocess.run([sys.executable, "-m", "dspark_ci.ci.nightly.shard_run",
+                           "--dspark-ci", f"{sys.executable} {fake}",
                            "--out", str(tmp_path / "runs/s1"), "m.yaml", *behaviour, "--", "--launcher", "docker"],
                           capture_output=True, text=True, timeout=60, cwd=REPO)
     calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
-import dspark_ci
+import tomllib
 from dspark_ci.matrices.shipped import matrix_path, shipped
+
+import dspark_ci
 
 REPO = Path(__file__).resolve().parent.parent
 SETUPTOOLS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]

@@ -1,5 +1,6 @@
 """`dspark-ci run` with greedy parity on the simulated server: a tie flip is counted and stays green, a real mismatch
-turns the cell red with both tokens and logprobs in report.md, and a tensor-parallel layout is compared with one rank."""
+turns the cell red with both tokens and logprobs in report.md, and a tensor-parallel layout is compared with one
+rank."""
 
 from __future__ import annotations
 
@@ -61,9 +62,10 @@ def test_a_tensor_parallel_numerics_bug_is_caught_against_one_rank(tmp_path):
 
 
 def test_a_layout_reference_is_the_same_model_on_one_rank_without_speculation():
+    from dspark_ci.matrices import load_cells
+
     from dspark_ci.cell_run import suite_names
     from dspark_ci.reference_boot import reference_of
-    from dspark_ci.matrices import load_cells
 
     cells = {cell.id: cell for cell in load_cells([str(REPO / "matrices" / "cpu-engine.yaml")])}
     two_nodes = cells["tiny-llama-2node-tp2-a2a-none-cpu"]

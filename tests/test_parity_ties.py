@@ -7,10 +7,18 @@ import json
 
 import pytest
 import requests
-
 from dspark_ci.suites.parity import Output, compare, load_reference, save_reference, tally
-from dspark_ci.suites.parity_ties import (MISMATCH, TIE_FLIP, PositionLogprobs, TopLogprob, bf16_step, decide,
-                                position_logprobs, tie_epsilon)
+from dspark_ci.suites.parity_ties import (
+    MISMATCH,
+    TIE_FLIP,
+    PositionLogprobs,
+    TopLogprob,
+    bf16_step,
+    decide,
+    position_logprobs,
+    tie_epsilon,
+)
+
 from tests.simulator_process import SPECULATIVE_ARGS, running_simulator
 from tests.suite_runs import run_suite
 
@@ -61,7 +69,7 @@ def test_without_the_references_logprobs_a_difference_is_a_mismatch():
 def _output(ids: tuple[int, ...], tokens: list[tuple[str, float]], top: list[list[tuple[str, float]]]) -> Output:
     content = [{"token": t, "bytes": list(t.encode()), "logprob": lp,
                 "top_logprobs": [{"token": a, "bytes": list(a.encode()), "logprob": b} for a, b in row]}
-               for (t, lp), row in zip(tokens, top)]
+               for (t, lp), row in zip(tokens, top, strict=False)]
     return Output(text="".join(t for t, _ in tokens), token_ids=ids, logprobs=position_logprobs(content))
 
 
@@ -79,7 +87,8 @@ def test_a_record_names_the_position_both_tokens_and_both_logprobs(token, token_
     assert (record.tested_token, record.tested_token_id, record.tested_logprob) == (token, token_id, logprob)
     assert (record.reference_token, record.reference_token_id, record.reference_logprob) == (" cat", 6, PROBE)
     assert record.epsilon == tie_epsilon(logprob, 2)
-    assert tally([record]) == {"parity_mismatches": int(verdict == MISMATCH), "parity_tie_flips": int(verdict == TIE_FLIP)}
+    assert tally([record]) == {"parity_mismatches": int(verdict == MISMATCH),
+                               "parity_tie_flips": int(verdict == TIE_FLIP)}
 
 
 def test_a_saved_reference_keeps_its_logprobs_and_a_version_one_file_still_loads(tmp_path):

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 import requests
-
-from dspark_ci.pd_accept import equivalence
 from dspark_ci.ground import stats
 from dspark_ci.ground.errors import BadInput
-from dspark_ci.launchers.pd.pd_plan import plan_pd
 from dspark_ci.ground.processes import free_port
+from dspark_ci.launchers.pd.pd_plan import plan_pd
 from dspark_ci.matrices import load_cells
+
+from dspark_ci.pd_accept import equivalence
 from tests.process_table import assert_no_process_with_env
 
 REPO = Path(__file__).resolve().parent.parent
@@ -276,6 +276,7 @@ def test_run_pd_cell_splits_ttft_into_prefill_queue_transfer_and_first_decode(tm
 @needs_router
 def test_run_prefill_stall_red_naming_the_prefill_before_a_request_would_time_out(tmp_path):
     from dspark_ci.ground.suites import SUITE_DEFAULTS
+
     from dspark_ci.suite_runner import REQUEST_BASE_S, REQUEST_PER_TOKEN_S
     done, cell = _run(tmp_path, {"DSPARK_SIM_PREFILL_FAULTS": "pd_prefill_stall"})
     assert done.returncode != 0 and cell["status"] in ("error", "failed")

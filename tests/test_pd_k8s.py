@@ -13,8 +13,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from dspark_ci.launchers.k8s import spec as k8s_spec
+
 from tests.test_pd import ONE_EACH, PD, _gate, needs_router
 
 REPO = Path(__file__).resolve().parent.parent

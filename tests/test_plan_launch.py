@@ -6,14 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
-
-from dspark_ci.cli import main
 from dspark_ci.ground.sglang.flags import load_flags
 from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 from dspark_ci.ground.sglang.settings import SETTINGS
 from dspark_ci.launchers.launch_plan import plan_launch
 from dspark_ci.launchers.plan_types import SGLANG_ENTRYPOINT, Placement
 from dspark_ci.matrices import load_cells
+
+from dspark_ci.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = sorted(str(p.relative_to(REPO)) for p in (REPO / "matrices").glob("*.yaml"))

@@ -11,8 +11,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
 from dspark_ci.ground.errors import ExitCode
+
 from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent
@@ -130,8 +130,9 @@ def report(run_dir: Path) -> subprocess.CompletedProcess:
 def test_a_quarantined_error_is_shown_with_its_ticket_but_counts_as_no_error_and_reads_back(tmp_path):
     today = dt.date.today()
     run_dir = quarantined_run(tmp_path, today)
-    from dspark_ci.pipeline import verdict
     from dspark_ci.reports.results import load_results
+
+    from dspark_ci.pipeline import verdict
 
     results = load_results(run_dir / "results.json")
     assert verdict(results, 4) == (ExitCode.OK, None)  # neither its error nor its undecided gate holds the run

@@ -13,9 +13,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from dspark_ci.sglang_sim.cpu_engine import REAL_MODEL, refusal
 from dspark_ci.sglang_sim.cpu_engine.real_model import INSTALL_HINT
+
 from tests.test_run_cli import Run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,7 +38,8 @@ def compared(tmp_path_factory) -> dict:
                                capture_output=True)
     if installed.returncode:
         _require(f"the real model's wheel is not installed in {ENGINE}: {INSTALL_HINT}")
-    done = subprocess.run([str(ENGINE), str(REPO / "tests" / "real_model_logits.py"), str(tmp_path_factory.mktemp("c"))],
+    done = subprocess.run([str(ENGINE), str(REPO / "tests" / "real_model_logits.py"),
+                           str(tmp_path_factory.mktemp("c"))],
                           capture_output=True, text=True, timeout=CONVERT_S)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.splitlines()[-1])

@@ -11,12 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
-
-from dspark_ci.reference_boot import ReferenceBoot, launches_reference, reference_boot
 from dspark_ci.ground import interrupts
 from dspark_ci.launchers.contract import LaunchFailed
 from dspark_ci.launchers.plan_types import Placement
 from dspark_ci.matrices import load_cells
+
+from dspark_ci.reference_boot import ReferenceBoot, launches_reference, reference_boot
 
 REPO = Path(__file__).resolve().parent.parent
 BOOT_FOREVER_S = 600.0  # a real model's boot: what a failed cell must not wait out
@@ -117,11 +117,11 @@ def test_a_reference_started_in_its_own_thread_keeps_serving_until_the_cell_is_d
     import uuid
 
     import requests
-
+    from dspark_ci.ground.processes import remove_run_temp_dir
     from dspark_ci.launchers.contract import LaunchContext
     from dspark_ci.launchers.local.lifecycle import LocalLauncher
     from dspark_ci.launchers.local.options import LocalOptions
-    from dspark_ci.ground.processes import remove_run_temp_dir
+
     from tests.sim_plans import FAST_SIM
 
     run_id = f"reference-{uuid.uuid4().hex[:8]}"

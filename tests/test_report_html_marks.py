@@ -11,7 +11,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from dspark_ci.ground.records import CellResult, GateResult, RunResults, Status
 from dspark_ci.ground.sglang.settings import CellConfig
 from dspark_ci.reports.html import render_html

@@ -4,12 +4,11 @@ included."""
 
 from __future__ import annotations
 
-from markdown_it import MarkdownIt
-
 from dspark_ci.ground.records import CellResult, GateResult, RunResults, Status
 from dspark_ci.ground.sglang.settings import CellConfig
 from dspark_ci.reports import html
 from dspark_ci.reports.markdown import pr_tables, render_cells, step_summary
+from markdown_it import MarkdownIt
 
 
 def large_run(cells: int) -> RunResults:

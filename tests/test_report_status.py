@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import subprocess
 
-from dspark_ci.cell_run import pending_result
 from dspark_ci.ground.errors import ExitCode
 from dspark_ci.ground.records import RunResults, Status
 from dspark_ci.matrices import load_cells
 from dspark_ci.reports.live_results import RESULTS_LINES, ResultsWriter
+
+from dspark_ci.cell_run import pending_result
 from tests.cli_under_test import DSPARK_CI
 from tests.test_run_cli import REJECTED, REPO, SMOKE
 

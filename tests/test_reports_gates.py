@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import json
 import math
-
-import pytest
-
-from dspark_ci.reports.baseline_file import load_baseline
 from dataclasses import replace
 
+import pytest
 from dspark_ci.ground.measurements import BootMetrics, GpqaSummary, SuiteTestOutcome
 from dspark_ci.ground.records import CellResult
 from dspark_ci.ground.sglang.settings import CellConfig
 from dspark_ci.ground.stats import chance_pass_probability
+from dspark_ci.reports.baseline_file import load_baseline
 from dspark_ci.reports.gates import evaluate
 
 SPECULATIVE = CellResult(id="cell-a", config=CellConfig(speculative_algorithm="DSPARK"), expect={"outcome": "serve"})

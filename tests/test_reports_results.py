@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
 from dataclasses import replace
 
+import pytest
 from dspark_ci.ground.errors import BadInput
 from dspark_ci.ground.records import RunResults
 from dspark_ci.reports.results import load_results, write_results

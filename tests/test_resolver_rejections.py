@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 from dspark_ci.ground.sglang.release import DEFAULT_VERSION
+
 from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-
 from dspark_ci.ground import results_schema
 from dspark_ci.ground.records import READERS, SCHEMA, SCHEMA_VERSIONS, RunResults
 from dspark_ci.reports.results import load_results
+
 from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent

@@ -12,7 +12,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from dspark_ci.ground.suites import suite_of
 from dspark_ci.matrices import load_cells
 

@@ -7,13 +7,13 @@ import argparse
 import shlex
 
 import pytest
+from dspark_ci.ground.records import CellResult, Expect, RunResults, Status
+from dspark_ci.launchers import catalog
+from dspark_ci.reports.markdown import rerun_command
 
 from dspark_ci.pipeline import RunOptions
 from dspark_ci.run_flags import RUN_FLAGS, default
 from dspark_ci.verbs import run as run_verb
-from dspark_ci.ground.records import CellResult, Expect, RunResults, Status
-from dspark_ci.launchers import catalog
-from dspark_ci.reports.markdown import rerun_command
 
 CARRIED = [flag for flag in RUN_FLAGS if flag.rerun]
 

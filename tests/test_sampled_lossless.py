@@ -7,8 +7,8 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from dspark_ci.ground.position_homogeneity import ENDED, GREEN, INCONCLUSIVE, POOLED, RED, compare, holm, pooled_counts
+
 from tests.test_run_cli import ONE_NODE, SMOKE, Run
 
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 import itertools
 
 import pytest
-
 import requests
-
 from dspark_ci.sglang_sim.gpqa_answers import GpqaAnswerKey
 from dspark_ci.sglang_sim.textgen import ARGMAX_PROBABILITY, Ask, Penalties, Persona, reply_tokens
 from dspark_ci.suites.accept_detail import repeated_words
+
 from tests.sim_fixtures import FAST_SIM_ENV, sim  # noqa: F401 (``sim`` is a fixture)
 from tests.test_accept_positions import accept
 

@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from dspark_ci.suites.sanity import parse_stream, reply_problems, text_problem
+
 from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent
@@ -118,7 +118,8 @@ def test_usage_that_does_not_add_up_is_named():
     lines = [b'data: {"choices": [{"delta": {"content": "Four, the sum of two and two."}, "finish_reason": "stop"}]}',
              b'data: {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 8, "total_tokens": 18}}',
              b"data: [DONE]"]
-    assert reply_problems(parse_stream(lines), 32) == ["usage does not add up: 9 prompt + 8 completion != 18 total tokens"]
+    assert reply_problems(parse_stream(lines), 32) == [
+        "usage does not add up: 9 prompt + 8 completion != 18 total tokens"]
 
 
 def test_a_failed_sanity_check_skips_the_cells_other_suites(tmp_path):

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from dspark_ci.ground.errors import BadInput
 from dspark_ci.ground.records import CellResult
 from dspark_ci.ground.sglang.flags import load_flags

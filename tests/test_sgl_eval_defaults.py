@@ -8,11 +8,12 @@ from pathlib import Path
 
 from dspark_ci.ground.measurements import GpqaSummary
 from dspark_ci.ground.records import CellResult
+from dspark_ci.ground.suites import scorer_cli_differences
 from dspark_ci.reports.markdown import _scored_by
 from dspark_ci.suites.config import merge_options
 from dspark_ci.suites.gpqa import GpqaSettings
+
 from dspark_ci.suite_runner import UNCAPPED_TOKENS, SuiteRequest
-from dspark_ci.ground.suites import scorer_cli_differences
 
 
 def test_unset_options_take_the_sgl_eval_clis_defaults():

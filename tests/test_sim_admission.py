@@ -149,14 +149,15 @@ def test_dspark_without_draft_model_needs_one_unless_the_checkpoint_bundles_it(t
                  id="bad-choice"),
 ])
 def test_argv_sglang_refuses_exits_2(args, message):
-    result = subprocess.run([sys.executable, "-m", "dspark_ci.sglang_sim", *args], capture_output=True, text=True, timeout=20)
+    result = subprocess.run([sys.executable, "-m", "dspark_ci.sglang_sim", *args], capture_output=True, text=True,
+                            timeout=20)
     assert result.returncode == 2
     assert message in result.stderr.strip().splitlines()[-1]
 
 
 def test_missing_model_path_exits_2():
-    result = subprocess.run([sys.executable, "-m", "dspark_ci.sglang_sim", "--port", "1"], capture_output=True, text=True,
-                            timeout=20)
+    result = subprocess.run([sys.executable, "-m", "dspark_ci.sglang_sim", "--port", "1"], capture_output=True,
+                            text=True, timeout=20)
     assert result.returncode == 2
     assert "the following arguments are required: --model-path/--model" in result.stderr
 

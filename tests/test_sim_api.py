@@ -14,9 +14,9 @@ import aiohttp
 import openai
 import pytest
 import requests
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 from prometheus_client.parser import text_string_to_metric_families
 
-from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 from tests.sim_fixtures import module_sim, sim  # noqa: F401 (fixtures)
 
 GAMMA = 3

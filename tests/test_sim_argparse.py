@@ -23,7 +23,8 @@ REAL_PARSER = ("import sys; from sglang.srt.server_args import prepare_server_ar
 ], ids=["unknown-flag", "bad-int"])
 def test_the_simulators_argparse_error_line_is_sglangs(argv):
     real = subprocess.run([SGLANG_PYTHON, "-c", REAL_PARSER, *argv], capture_output=True, text=True, timeout=300)
-    ours = subprocess.run([sys.executable, "-m", "dspark_ci.sglang_sim", *argv], capture_output=True, text=True, timeout=60)
+    ours = subprocess.run([sys.executable, "-m", "dspark_ci.sglang_sim", *argv], capture_output=True, text=True,
+                          timeout=60)
     assert real.returncode == ours.returncode == 2, real.stderr[-500:]
     assert ours.stderr.splitlines()[-1] == real.stderr.splitlines()[-1]
     assert "did you mean" not in ours.stderr

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from dspark_ci.sglang_sim.sim_config import KNOBS, FAULT_PARSERS, Faults, SimConfig, SimConfigError, parse_faults
+from dspark_ci.sglang_sim.sim_config import FAULT_PARSERS, KNOBS, Faults, SimConfig, SimConfigError, parse_faults
 
 README = Path(__file__).resolve().parents[1] / "sglang_sim" / "README.md"
 

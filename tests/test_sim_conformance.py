@@ -13,7 +13,6 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from dspark_ci.ground.errors import InfraError
 from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 from dspark_ci.ground.sglang.resolver import MODEL_CONFIG_DIR, Resolution, locate, prepare_argv, resolve

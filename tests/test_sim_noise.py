@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import statistics
 
-from dspark_ci.sglang_sim.sim_config import SimConfig
 from dspark_ci.sglang_sim.gpqa_answers import GpqaAnswerKey
 from dspark_ci.sglang_sim.noise import BootNoise
+from dspark_ci.sglang_sim.sim_config import SimConfig
 from dspark_ci.sglang_sim.textgen import Ask, Persona, _answers_right, _rng
 
 

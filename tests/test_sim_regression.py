@@ -8,8 +8,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from dspark_ci.sglang_sim.sim_config import SimConfig, SimConfigError
+
 from tests.cli_under_test import DSPARK_CI
 
 REPO = Path(__file__).resolve().parent.parent

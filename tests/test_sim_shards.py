@@ -14,9 +14,9 @@ import aiohttp
 import psutil
 import pytest
 import requests
+from dspark_ci.ground.processes import RUN_ENV, group_members
 from prometheus_client.parser import text_string_to_metric_families
 
-from dspark_ci.ground.processes import RUN_ENV, group_members
 from tests.sim_fixtures import run_sim_to_exit, sim  # noqa: F401 (fixture)
 
 SPEC_ARGS = ["--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", "sim/draft",

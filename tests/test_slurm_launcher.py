@@ -21,17 +21,17 @@ from pathlib import Path
 
 import pytest
 import requests
-
 from dspark_ci.ground.errors import BadInput, InfraError
+from dspark_ci.ground.ledger import Ledger
 from dspark_ci.ground.sglang.release import DEVICE_IMAGES
 from dspark_ci.launchers import catalog
 from dspark_ci.launchers.contract import LaunchContext, LaunchFailed, LaunchTimeout, group_failed
-from dspark_ci.ground.ledger import Ledger
 from dspark_ci.launchers.plan_types import LaunchPlan, Placement
 from dspark_ci.launchers.slurm import commands, lifecycle, script
 from dspark_ci.launchers.slurm.lifecycle import SlurmLauncher
 from dspark_ci.launchers.slurm.options import SlurmOptions
 from dspark_ci.launchers.slurm.tuning import SlurmTuning
+
 from tests.sim_plans import FAST_SIM, make_plan
 
 REPO = Path(__file__).resolve().parents[1]

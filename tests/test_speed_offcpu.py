@@ -14,9 +14,9 @@ import time
 
 import psutil
 import pytest
-
 from dspark_ci.suites import offcpu
 from dspark_ci.suites.offcpu import StallCount, ThreadTimes
+
 from tests.simulator_process import running_simulator
 from tests.suite_runs import run_suite
 
@@ -75,7 +75,7 @@ def test_a_sleeping_process_reads_as_blocked_and_a_spinning_one_as_on_a_cpu_or_w
     time.sleep(1.0)
     after = offcpu.read(pids)
     stalls = {count.pid: count for count in sampler.stop()}
-    shares = {t.pid: offcpu._share(start, t, stalls[t.pid], tokens=1) for start, t in zip(before, after)}
+    shares = {t.pid: offcpu._share(start, t, stalls[t.pid], tokens=1) for start, t in zip(before, after, strict=False)}
     sleeper, spinner = shares[sleeper_and_spinner["sleep"]], shares[sleeper_and_spinner["spin"]]
     # A loaded machine keeps a sleeper that wakes every 10 ms waiting in the run queue much of the time (70 % was
     # seen at load 10 on 2 cores), never a spinner blocked.

@@ -6,10 +6,22 @@ import math
 import random
 
 import pytest
-
 from dspark_ci.ground.stats import (
-    GATE_FALSE_PASS, HIGHER, INCONCLUSIVE, LOWER, PASSED, REGRESSED, BootReference, Levels, chance_floor, chance_pass_probability,
-    compare_boots, compare_estimates, compare_paired, compare_samples, decide,
+    GATE_FALSE_PASS,
+    HIGHER,
+    INCONCLUSIVE,
+    LOWER,
+    PASSED,
+    REGRESSED,
+    BootReference,
+    Levels,
+    chance_floor,
+    chance_pass_probability,
+    compare_boots,
+    compare_estimates,
+    compare_paired,
+    compare_samples,
+    decide,
 )
 
 LEVELS = Levels(alpha=0.05, beta=0.05)

@@ -16,17 +16,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-
+from dspark_ci.ci.chatops.reply import set_status
 from dspark_ci.ci.nightly.matrix_outputs import MAX_CHUNKS
 from dspark_ci.ci.nightly.matrix_outputs import main as matrix_outputs_main
 from dspark_ci.ci.nightly.merge_runs import MISSING_ERROR
-from dspark_ci.ci.chatops.reply import set_status
-from dspark_ci.ci.workflows.model import PINNED_ACTIONS, Job, Step, Workflow, WorkflowError
 from dspark_ci.ci.workflows.definitions import main as workflows_main
 from dspark_ci.ci.workflows.definitions import render_all
-from tests.golden_files import GOLDEN_DIR, assert_golden
+from dspark_ci.ci.workflows.model import PINNED_ACTIONS, Job, Step, Workflow, WorkflowError
 from dspark_ci.ground.errors import InfraError
 from dspark_ci.ground.sglang.resolver import locate
+
+from tests.golden_files import GOLDEN_DIR, assert_golden
 
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOWS = REPO / ".github" / "workflows"
@@ -457,6 +457,7 @@ def recording_python(tmp_path: Path) -> tuple[dict[str, str], Path]:
 
 def test_rerun_runs_exactly_the_resolved_argv_lists(tmp_path):
     from dspark_ci.ci.chatops.fleet import DEFAULT_FLEET
+
     from tests.test_chatops import FIXTURE_RUNNERS, REGISTERED
     fleet = tmp_path / "fleet.json"
     fleet.write_text(json.dumps({**json.loads(DEFAULT_FLEET.read_text()), **FIXTURE_RUNNERS}))

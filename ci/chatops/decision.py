@@ -16,8 +16,15 @@ import re
 from pathlib import Path
 
 from dspark_ci.ci.chatops.event import CommentEvent
-from dspark_ci.ci.chatops.handle import BISECT_WORKFLOW, NIGHTLY_WORKFLOW, RERUN_WORKFLOW, RUN_CI_LABEL, Outcome, request_id
 from dspark_ci.ci.chatops.grammar import MAX_TRIALS
+from dspark_ci.ci.chatops.handle import (
+    BISECT_WORKFLOW,
+    NIGHTLY_WORKFLOW,
+    RERUN_WORKFLOW,
+    RUN_CI_LABEL,
+    Outcome,
+    request_id,
+)
 from dspark_ci.ci.chatops.resolve_test_paths import SAFE_PATH
 from dspark_ci.ground.errors import BadInput, ExitCode
 

@@ -1,7 +1,8 @@
-"""``python -m dspark_ci.ci.chatops.duplicate_run``: is this dispatched run a repeat of an earlier dispatch of the same command?
+"""``python -m dspark_ci.ci.chatops.duplicate_run``: is this dispatched run a repeat of an earlier dispatch of the \
+same command?
 
-A dispatch whose answer GitHub lost is looked for before it is retried (``dspark_ci.ci.chatops.github``), but a run can be
-listed later than any wait the dispatcher could afford, so the dispatch may happen twice. The command's identity
+A dispatch whose answer GitHub lost is looked for before it is retried (``dspark_ci.ci.chatops.github``), but a run can
+be listed later than any wait the dispatcher could afford, so the dispatch may happen twice. The command's identity
 (``request``, shown in the run's title) closes it here, where it is certain: the first job of every workflow
 ChatOps dispatches asks for the runs of that workflow carrying the same request, and a run that is not the first of
 them (GitHub's run ids grow) does nothing: no GPU job, no reply update. Prints ``duplicate=true|false`` for
@@ -32,7 +33,8 @@ def is_duplicate(github: GitHub, workflow: str, request: str, run_id: int) -> bo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dspark_ci.ci.chatops.duplicate_run", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m dspark_ci.ci.chatops.duplicate_run",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--repo", required=True, metavar="OWNER/NAME")
     parser.add_argument("--workflow", required=True, help="this workflow's file name, e.g. rerun-test.yml")
     parser.add_argument("--request", default="", help="the run's request input (empty: not from ChatOps)")

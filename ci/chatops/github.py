@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_to_datetime
-from typing import Callable, TypeVar
+from typing import TypeVar
 from urllib.parse import quote
 
 import requests
 import tenacity
-
 from dspark_ci.ground.errors import InfraError
 
 DEFAULT_API = "https://api.github.com"
@@ -128,7 +128,7 @@ class GitHub:
             raise GitHubError(f"GitHub API {method} {path} failed: {err} (check the network)") from None
         if response.status_code >= 400:
             retry_after = _rate_limit_wait(response)
-            fix = ("rate limited: GitHub asks to wait {:.0f} s".format(retry_after) if retry_after is not None
+            fix = (f"rate limited: GitHub asks to wait {retry_after:.0f} s" if retry_after is not None
                    else "check that the token may do this")
             raise GitHubError(f"GitHub API {method} {path} answered {response.status_code}: "
                               f"{response.text[:200]} ({fix})", response.status_code, retry_after)

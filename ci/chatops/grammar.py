@@ -1,8 +1,8 @@
 """ChatOps commands: the first line of a PR comment, read with a strict allow-list.
 
 The grammar of each command (``no_arguments``, ``test_arguments``, ``bisect_arguments``); which commands exist,
-with their grammar, permission and handler, is one row each in ``dspark_ci.ci.chatops.handle.COMMANDS``. Anything else is
-refused. Test specs of ``/rerun-test`` may hold only
+with their grammar, permission and handler, is one row each in ``dspark_ci.ci.chatops.handle.COMMANDS``. Anything else
+is refused. Test specs of ``/rerun-test`` may hold only
 characters a file name, a ``::Class.test`` selector or a ``*``/``?`` wildcard needs: a test
 command ends up in a shell on a GPU runner, so a spec that could mean anything else never gets
 past this module.
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 TAG_RUN_CI_LABEL = "/tag-run-ci-label"
 TAG_AND_RERUN_CI = "/tag-and-rerun-ci"

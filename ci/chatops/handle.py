@@ -13,18 +13,27 @@ from __future__ import annotations
 import fnmatch
 import json
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from difflib import get_close_matches
 from pathlib import Path
-from typing import Callable, Mapping, Protocol
+from typing import Protocol
 
 from dspark_ci.ci.chatops import grammar, permissions
-from dspark_ci.ci.chatops.grammar import (MAX_STARTS, Command, CommentRejected, NotACommand, bisect_arguments, no_arguments,
-                                 split_command, test_arguments)
 from dspark_ci.ci.chatops.event import CommentEvent
 from dspark_ci.ci.chatops.fleet import load_fleet
 from dspark_ci.ci.chatops.github import ACCEPTED_MARKER, GitHub, HeadAt, PullHead
+from dspark_ci.ci.chatops.grammar import (
+    MAX_STARTS,
+    Command,
+    CommentRejected,
+    NotACommand,
+    bisect_arguments,
+    no_arguments,
+    split_command,
+    test_arguments,
+)
 from dspark_ci.ci.chatops.permissions import Commenter, Permission, UserPermissions, refusal
 from dspark_ci.ci.chatops.reply import REFUSED, group_by_runner, render_groups, render_refusals
 from dspark_ci.ci.chatops.rerun_status import update_status

@@ -18,10 +18,10 @@ command at most once per N minutes on a PR (counted from the bot's previous acce
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Callable, Mapping
 
 from dspark_ci.ground.errors import BadInput
 
@@ -89,7 +89,7 @@ def _valid(value, types: tuple[type, ...]) -> bool:
     return isinstance(value, types) and not (isinstance(value, int) and value < 0)
 
 
-def refusal(permission: "Permission", commenter: Commenter, users: Mapping[str, UserPermissions]) -> str | None:
+def refusal(permission: Permission, commenter: Commenter, users: Mapping[str, UserPermissions]) -> str | None:
     """Why ``commenter`` may not run a command that needs ``permission`` (None: allowed)."""
     user = users.get(commenter.login, UserPermissions())
     reasons = [reason for check in permission.checks if (reason := check(user, commenter))]

@@ -20,7 +20,6 @@ import os
 import sys
 
 import tenacity
-
 from dspark_ci.ci.chatops.github import DEFAULT_API, GitHub
 from dspark_ci.ci.chatops.reply import STATUS_ICONS, TERMINAL, line_status, set_status
 from dspark_ci.ci.tool import run_tool
@@ -55,7 +54,8 @@ def update_status(github: GitHub, comment_id: int, marker: str, status: str, run
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dspark_ci.ci.chatops.rerun_status", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m dspark_ci.ci.chatops.rerun_status",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--repo", required=True, metavar="OWNER/NAME")
     parser.add_argument("--comment-id", type=int, required=True)
     parser.add_argument("--marker", required=True, help="the group's marker, e.g. <!--rrt:0-->")

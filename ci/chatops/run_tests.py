@@ -43,7 +43,8 @@ def parse_tests(text: str) -> list[list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dspark_ci.ci.chatops.run_tests", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m dspark_ci.ci.chatops.run_tests",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--dir", type=Path, required=True, help="the test directory of the code under test")
     parser.add_argument("--python", default="python3", help="interpreter the tests run with (default python3)")
     args = parser.parse_args(argv)

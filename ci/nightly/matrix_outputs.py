@@ -1,4 +1,5 @@
-"""``python -m dspark_ci.ci.nightly.matrix_outputs PLAN_JSON``: `dspark-ci plan --format github` output -> $GITHUB_OUTPUT lines.
+"""``python -m dspark_ci.ci.nightly.matrix_outputs PLAN_JSON``: `dspark-ci plan --format github` output -> \
+$GITHUB_OUTPUT lines.
 
 GitHub runs at most 256 jobs per matrix, so past 256 cells the plan splits into chunks
 (``{"chunks": [{"include": [...]}, ...]}``) and the nightly workflow has one run job per chunk.
@@ -65,7 +66,8 @@ def read_plan(path: Path) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dspark_ci.ci.nightly.matrix_outputs", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m dspark_ci.ci.nightly.matrix_outputs",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("plan_json", help="file with `dspark-ci plan --format github` output ('-': stdin)")
     args = parser.parse_args(argv)
 

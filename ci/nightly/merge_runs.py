@@ -1,4 +1,5 @@
-"""``python -m dspark_ci.ci.nightly.merge_runs --out DIR [--plan PLAN_JSON] RUN_DIR...``: one results.json from many run dirs.
+"""``python -m dspark_ci.ci.nightly.merge_runs --out DIR [--plan PLAN_JSON] RUN_DIR...``: one results.json from many \
+run dirs.
 
 The nightly workflow runs each cell in its own job, so each job's artifact holds a run directory
 with one cell. The aggregate job merges them into one run directory that ``dspark-ci report``
@@ -52,8 +53,8 @@ def merge_results(runs: list[tuple[Path, RunResults]], run_id: str,
 
 def cell_durations(runs: list[tuple[Path, RunResults]]) -> dict[str, float]:
     """Each cell's own wall time (results.json's per-cell ``seconds``: start to result, boot and teardown
-    included), what dspark_ci.ci.nightly.shards plans with; a run written before cells were timed counts when it ran one cell
-    (its start to finish)."""
+    included), what dspark_ci.ci.nightly.shards plans with; a run written before cells were timed counts when it ran one
+    cell (its start to finish)."""
     durations = {}
     for _, results in runs:
         for cell in results.cells:
@@ -76,13 +77,15 @@ def planned_cells(path: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dspark_ci.ci.nightly.merge_runs", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m dspark_ci.ci.nightly.merge_runs",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
     parser.add_argument("--out", type=Path, required=True, help="directory for the merged results.json")
     parser.add_argument("--plan", type=Path, help="`dspark-ci plan --format github` output: cells to expect")
     parser.add_argument("--run-id", default="merged", help="run_id of the merged run (default: merged)")
     parser.add_argument("--durations", type=Path,
-                        help="also write {cell_id: seconds}, each cell's own wall time (for dspark_ci.ci.nightly.shards)")
+                        help="also write {cell_id: seconds}, each cell's own wall time (for "
+                             "dspark_ci.ci.nightly.shards)")
     parser.add_argument("--red-rates", type=Path,
                         help="update {cell_id: recent red rate} in this file with tonight's verdicts (for "
                              "dspark_ci.ci.nightly.shards, which runs the cells most likely red per second first)")

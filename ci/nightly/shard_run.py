@@ -1,4 +1,5 @@
-"""``python -m dspark_ci.ci.nightly.shard_run --out runs/SHARD MATRIX CELL... -- RUN_ARGS...``: one nightly shard, cell by cell.
+"""``python -m dspark_ci.ci.nightly.shard_run --out runs/SHARD MATRIX CELL... -- RUN_ARGS...``: one nightly shard, \
+cell by cell.
 
 Each cell is its own ``dspark-ci run MATRIX --cell ID --out OUT/ID RUN_ARGS...``: one boot per cell with
 all its suites, and one cell's trouble never takes its neighbours' results with it. A cell whose run
@@ -40,7 +41,8 @@ def run_shard(command: list[str], matrix: str, cells: list[str], out: Path, run_
             first.parent.mkdir(parents=True, exist_ok=True)
             if cell_dir.exists():
                 shutil.move(str(cell_dir), str(first))
-            print(f"dspark_ci.ci.nightly.shard_run: {cell}: infrastructure failure (exit 3); retrying once", file=sys.stderr)
+            print(f"dspark_ci.ci.nightly.shard_run: {cell}: infrastructure failure (exit 3); retrying once",
+                  file=sys.stderr)
             code = run_cell(command, matrix, cell, cell_dir, run_args)
             _mark_flaky(cell_dir, FLAKY.format(detail=f": {detail}" if detail else ""))
         if code not in (ExitCode.OK, ExitCode.INCONCLUSIVE):
@@ -85,14 +87,15 @@ def _mark_flaky(cell_dir: Path, note: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     own, run_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    parser = argparse.ArgumentParser(prog="python -m dspark_ci.ci.nightly.shard_run", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m dspark_ci.ci.nightly.shard_run",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="the shard's run directory (one folder per cell)")
     parser.add_argument("--dspark-ci", default="dspark-ci", help="the command to run (default dspark-ci)")
     parser.add_argument("matrix")
     parser.add_argument("cells", nargs="+", metavar="CELL")
     args = parser.parse_args(own)
-    return run_tool("dspark_ci.ci.nightly.shard_run", lambda: run_shard(args.dspark_ci.split(), args.matrix, args.cells, args.out,
-                                                        run_args))
+    return run_tool("dspark_ci.ci.nightly.shard_run",
+                    lambda: run_shard(args.dspark_ci.split(), args.matrix, args.cells, args.out, run_args))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""``python -m dspark_ci.ci.nightly.shards PLAN_JSON [--durations FILE] [--fleet FILE]``: nightly cells -> shards per runner.
+"""``python -m dspark_ci.ci.nightly.shards PLAN_JSON [--durations FILE] [--fleet FILE]``: nightly cells -> shards \
+per runner.
 
 A GPU runner is the scarce thing; one job per cell in matrix order leaves the slowest runner group
 finishing last by luck. Here cells are grouped per runner label and packed into as many shards as

@@ -19,7 +19,6 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from dspark_ci import bisection as search
-from dspark_ci.verbs import run as run_verb
 from dspark_ci.ground import stats
 from dspark_ci.ground.errors import BadInput, InfraError
 from dspark_ci.ground.run_id import new_run_id
@@ -27,6 +26,7 @@ from dspark_ci.matrices import load_cells
 from dspark_ci.reports.history_db import HISTORY_ENV
 from dspark_ci.reports.metrics import HIGHER, LOWER, METRICS
 from dspark_ci.reports.results import load_results, write_text_atomically
+from dspark_ci.verbs import run as run_verb
 
 FAILURE = "failure"
 EPILOG = """\

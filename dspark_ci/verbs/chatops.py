@@ -9,11 +9,20 @@ import sys
 from pathlib import Path
 
 from dspark_ci.ci.chatops.decision import read_decision, write_decision
-from dspark_ci.ci.chatops.handle import (DEFAULT_MATRICES, ChatOpsConfig, Execution, GitHubContext, OfflineContext, Outcome,
-                               execute, execution_summary, handle)
 from dspark_ci.ci.chatops.event import event_from_flags, load_event
 from dspark_ci.ci.chatops.fleet import load_fleet
 from dspark_ci.ci.chatops.github import DEFAULT_API, DEFAULT_BOT_LOGIN, GitHub
+from dspark_ci.ci.chatops.handle import (
+    DEFAULT_MATRICES,
+    ChatOpsConfig,
+    Execution,
+    GitHubContext,
+    OfflineContext,
+    Outcome,
+    execute,
+    execution_summary,
+    handle,
+)
 from dspark_ci.ci.chatops.permissions import DEFAULT_PERMISSIONS, load_permissions
 from dspark_ci.ground.errors import BadInput, ExitCode
 

@@ -14,8 +14,8 @@ import argparse
 import os
 
 from dspark_ci.ground.errors import BadInput, InfraError
-from dspark_ci.launchers.leftovers import remove_recorded
 from dspark_ci.ground.ledger import IndexedRun, find_run, forget, indexed_runs
+from dspark_ci.launchers.leftovers import remove_recorded
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

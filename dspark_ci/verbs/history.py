@@ -7,13 +7,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dspark_ci.tables import text_table
 from dspark_ci.ground.errors import BadInput
 from dspark_ci.reports import history_db, triage
 from dspark_ci.reports.change_points import change_points
 from dspark_ci.reports.metrics import format_value, label
 from dspark_ci.reports.plots import TREND_METRICS
 from dspark_ci.reports.results import load_results
+from dspark_ci.tables import text_table
 
 EPILOG = f"""\
 Every `dspark-ci run` is recorded when it finishes in an SQLite database: ${history_db.HISTORY_ENV} if set,

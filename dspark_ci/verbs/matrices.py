@@ -1,4 +1,5 @@
-"""``dspark-ci matrices``: the shipped matrices, each with its file; any of them runs by name (``dspark-ci run smoke``)."""
+"""``dspark-ci matrices``: the shipped matrices, each with its file; any of them runs by name
+(``dspark-ci run smoke``)."""
 
 from __future__ import annotations
 

@@ -6,9 +6,8 @@ import argparse
 import fnmatch
 import json
 import sys
-from typing import Callable
+from collections.abc import Callable
 
-from dspark_ci.rejections import decide_rejections
 from dspark_ci.ground.errors import BadInput
 from dspark_ci.ground.records import DECIDED_BY_RESOLVER
 from dspark_ci.ground.sglang.release import DEFAULT_VERSION
@@ -19,6 +18,7 @@ from dspark_ci.launchers.pd.pd_plan import PDPlan, plan_pd
 from dspark_ci.launchers.plan_types import LaunchPlan, Placement
 from dspark_ci.matrices import Cell, load_cells
 from dspark_ci.matrices.shipped import matrix_path
+from dspark_ci.rejections import decide_rejections
 from dspark_ci.tables import text_table
 
 GITHUB_MAX_JOBS = 256  # GitHub Actions runs at most 256 jobs per matrix

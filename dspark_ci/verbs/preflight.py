@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import re
 
-from dspark_ci.rejections import CellVerdict, judge
-from dspark_ci.pipeline import select_cells
 from dspark_ci.ground.errors import BadInput
 from dspark_ci.ground.sglang.resolver import Resolution, Resolver, locate
 from dspark_ci.matrices import load_cells
 from dspark_ci.matrices.shipped import matrix_path
+from dspark_ci.pipeline import select_cells
+from dspark_ci.rejections import CellVerdict, judge
 
 EPILOG = """\
 --sglang:

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
-import contextlib
-from dataclasses import replace
-
 from dspark_ci.ground.errors import BadInput, ExitCode, worst
+from dspark_ci.ground.records import CellResult, RunResults
 from dspark_ci.reports.baseline_file import Baseline, load_baseline
 from dspark_ci.reports.compare import compare_markdown, compare_runs, identity_warnings
 from dspark_ci.reports.gates import regate
 from dspark_ci.reports.history_db import history_path, run_dir_of
-from dspark_ci.ground.records import CellResult, RunResults
 from dspark_ci.reports.live_results import RESULTS_LINES
 from dspark_ci.reports.results import load_results
 

@@ -9,28 +9,27 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
 
 from packaging.version import InvalidVersion, Version
 
-from dspark_ci.ground.errors import BadInput
-from dspark_ci.ground.sglang.release import DEFAULT_VERSION
-from dspark_ci.launchers import catalog
-from dspark_ci.ground import interrupts
-from dspark_ci.matrices.quarantine import Quarantine, default_path, load_quarantine
-from dspark_ci.launchers.contract import SIMULATED_SERVERS, LaunchContext
-from dspark_ci import progress
-from dspark_ci import pipeline
+from dspark_ci import pipeline, progress
 from dspark_ci.evidence import Sampling
-from dspark_ci.input_checks import check_before_launch
-from dspark_ci.run_flags import RERUN_DEFAULTS, RERUN_FLAGS, add_run_flags, argparse_type
+from dspark_ci.ground import interrupts
+from dspark_ci.ground.errors import BadInput
 from dspark_ci.ground.run_id import new_run_id
-from dspark_ci.suites.prompts import PROMPTS
-from dspark_ci.suite_runner import MC_ITEMS, SYNTHETIC_GPQA
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 from dspark_ci.ground.suites import KNOWN_SUITES
-
+from dspark_ci.input_checks import check_before_launch
+from dspark_ci.launchers import catalog
+from dspark_ci.launchers.contract import SIMULATED_SERVERS, LaunchContext
+from dspark_ci.matrices.quarantine import Quarantine, default_path, load_quarantine
+from dspark_ci.run_flags import RERUN_DEFAULTS, RERUN_FLAGS, add_run_flags, argparse_type
+from dspark_ci.suite_runner import MC_ITEMS, SYNTHETIC_GPQA
+from dspark_ci.suites.prompts import PROMPTS
 
 EXIT_CODES = """exit codes: 0 every selected cell has an outcome and passed (or was rejected as expected; skipped cells
 count only beside measured ones); 1 a gate failed, a cell crashed, errored, was never reached, a rejection was not
@@ -47,7 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add_run_flags(parser)
     for kind in catalog.ALL_LAUNCHERS:
-        for spec in kind.declared:  # checked when the launcher is built (dspark_ci.launchers.optionset.from_values): exit 2
+        # checked when the launcher is built (dspark_ci.launchers.optionset.from_values): exit 2
+        for spec in kind.declared:
             option = spec.option
             default = "" if spec.default in (None, ()) else f"; default {spec.default}"
             checked: dict[str, Any] = {"type": argparse_type(option.parse)} if option.parse else {}
@@ -93,8 +93,8 @@ def _caller_env(server: str, sglang_version: str) -> dict:
         env.setdefault("DSPARK_SIM_MC_PATH", str(MC_ITEMS))  # the mc suite's items, whose answers the simulator knows
         env.setdefault("DSPARK_SIM_VERSION", sglang_version)  # the simulator is the version under test
     if server == "sglang-frontend":  # the suites' prompts reach the simulated engine as the simulator reads them
-        from dspark_ci.suites.speed import WORDS as SPEED_WORDS  # on use: the speed suite's stack (aiohttp) costs 0.4 s
         from dspark_ci.sglang_sim.frontend.launch import VOCABULARY_ENV  # on use: the front end's stack (asyncio, ssl)
+        from dspark_ci.suites.speed import WORDS as SPEED_WORDS  # on use: the speed suite's stack (aiohttp) costs 0.4 s
 
         env.setdefault(VOCABULARY_ENV, "\n".join((*PROMPTS, " ".join(SPEED_WORDS))))
     return env

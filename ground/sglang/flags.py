@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from dspark_ci.ground.sglang.release import DEFAULT_VERSION
@@ -55,7 +55,7 @@ class FlagSet:
         return parser
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_flags(version: str = DEFAULT_VERSION) -> FlagSet:
     path = _HERE / f"flags-{version}.json"
     if not path.exists():

@@ -7,8 +7,8 @@ A version bump touches ``ground/sglang/`` only: this file, and a new ``flags-<ve
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Mapping
 
 # The release the flag snapshot, the admission messages in matrices and the simulator were taken from.
 DEFAULT_VERSION = "0.5.23"

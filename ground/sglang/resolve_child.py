@@ -3,8 +3,8 @@
 Standalone on purpose (standard library + sglang, nothing of ours), so ``dspark_ci.ground.sglang.resolver`` can hand it
 to any interpreter or ``docker run ... python3 /dspark/resolve_child.py``. Reads
 ``{"cases": [{"argv": [...], "env": {...}}, ...], "resolved_fields": [...]}`` on stdin (the fields reported for
-an admitted launch: ``dspark_ci.ground.sglang.settings.RESOLVED_FIELDS``, from the settings' rows); for each case it sets
-exactly that SGLang environment, calls ``prepare_server_args(argv)`` then ``.resolve_once()`` (what
+an admitted launch: ``dspark_ci.ground.sglang.settings.RESOLVED_FIELDS``, from the settings' rows); for each case it
+sets exactly that SGLang environment, calls ``prepare_server_args(argv)`` then ``.resolve_once()`` (what
 ``launch_server`` does before it touches a GPU), and prints one JSON line:
 ``{"verdict": "admitted"|"rejected"|"hardware"|"environment", "error", "message", "resolved", "where"}``.
 A first line ``{"sglang": VERSION, "stubs": [...]}`` says what ran.

@@ -17,9 +17,9 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from dspark_ci.ground.errors import BadInput, InfraError
 from dspark_ci.ground.sglang.settings import RESOLVED_FIELDS

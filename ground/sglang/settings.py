@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 from dspark_ci.ground.sglang.flags import load_flags
 from dspark_ci.ground.sglang.release import BLOCK_SIZE_FLAGS, DEFAULT_VERSION, DEVICES, SPECULATIVE_ALGORITHMS
@@ -310,12 +311,12 @@ class CellConfig(Mapping[str, Any]):
     def __len__(self) -> int:
         return len(self.to_dict())
 
-    def colocated(self) -> "CellConfig":
+    def colocated(self) -> CellConfig:
         """The same server without disaggregation (a PD role's colocated baseline)."""
         return dataclasses.replace(self, disaggregation_mode=None, disaggregation_transfer_backend=None,
                                    disaggregation_bootstrap_port=None)
 
-    def without_speculation(self) -> "CellConfig":
+    def without_speculation(self) -> CellConfig:
         """The same deployment with no speculative decoding (the parity suite's reference)."""
         cleared: dict[str, Any] = {s.key: None for s in SETTINGS if s.speculative}
         return dataclasses.replace(self, **cleared)
@@ -325,7 +326,7 @@ class CellConfig(Mapping[str, Any]):
         return {s.key: getattr(self, s.key) for s in SETTINGS if s.always or getattr(self, s.key) is not None}
 
     @classmethod
-    def from_dict(cls, config: Config) -> "CellConfig":
+    def from_dict(cls, config: Config) -> CellConfig:
         return cls(**{key: config[key] for key in BY_KEY if key in config})
 
 

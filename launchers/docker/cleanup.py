@@ -9,16 +9,15 @@ from typing import TYPE_CHECKING
 
 import docker.errors
 import requests
-
+from dspark_ci.ground.ledger import LedgerEntry
 from dspark_ci.launchers.docker.hosts import connect
 from dspark_ci.launchers.docker.spec import LABEL_RUN
-from dspark_ci.ground.ledger import LedgerEntry
 
 if TYPE_CHECKING:
     from dspark_ci.launchers.docker.group import LogPump
 
 
-def dispose(container, stop_timeout_s: int, log: "LogPump | None") -> None:
+def dispose(container, stop_timeout_s: int, log: LogPump | None) -> None:
     """Stop (short grace), save the complete log, force-remove. Never raises: teardown must go on."""
     try:
         with contextlib.suppress(docker.errors.APIError, requests.RequestException):

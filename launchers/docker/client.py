@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import io
 import tarfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
-import docker
 import docker.errors
 import requests
 from docker.utils import parse_repository_tag
-
 from dspark_ci.ground.errors import InfraError
 from dspark_ci.launchers.docker.image_source import IMAGE_KIND_LABEL, SIM_IMAGE_KIND, SOURCE_LABEL, sim_source_digest
 from dspark_ci.launchers.docker.tuning import SIM_IMAGE
+
+import docker
 
 
 def ensure_image(client: docker.DockerClient, url: str, image: str, policy: str) -> None:

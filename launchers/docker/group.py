@@ -7,26 +7,27 @@ import contextlib
 import re
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-import docker
 import docker.errors
 import requests
-
 from dspark_ci.ground.errors import InfraError
+from dspark_ci.ground.ledger import Ledger
+from dspark_ci.ground.processes import signals_deferred
 from dspark_ci.launchers.contract import LOG_LINES_KEPT, LOG_LINES_SEARCHED, RankExit, culprit, group_failed
 from dspark_ci.launchers.docker.cleanup import dispose
 from dspark_ci.launchers.docker.client import copy_into, labelled, named_container
 from dspark_ci.launchers.docker.hosts import DockerHost
 from dspark_ci.launchers.docker.spec import LABEL_CELL
-from dspark_ci.ground.ledger import Ledger
 from dspark_ci.launchers.materialize import redact
 from dspark_ci.launchers.plan_types import RankCommand
-from dspark_ci.ground.processes import signals_deferred
+
+import docker
 
 EXITED = ("exited", "dead")
 SETTLE_S = 0.5  # after seeing one rank exit, let every engine catch up before naming the culprit
@@ -34,7 +35,7 @@ LOG_RECONNECT_S = 1.0  # pause before following a container's log again after it
 
 
 class DockerDeployment:
-    def __init__(self, cell_id: str, base_url: str, group: "Group"):
+    def __init__(self, cell_id: str, base_url: str, group: Group):
         self.cell_id, self.base_url, self._group = cell_id, base_url, group
         self.boot_seconds = 0.0
 
@@ -61,7 +62,7 @@ class Rank:
     command: RankCommand
     host: DockerHost
     container: Any  # docker.models.containers.Container (the SDK is untyped)
-    log: "LogPump"
+    log: LogPump
 
 
 class Group:
@@ -107,7 +108,7 @@ class Group:
         raise group_failed(cell_id, exits,
                            [f"container on {blamed.rank.host.url}", f"full log: {blamed.rank.log.path}"])
 
-    def _exited(self) -> list["Exit"]:
+    def _exited(self) -> list[Exit]:
         states = [(rank, self._state(rank)) for rank in self.ranks]
         return [Exit(rank, state.get("ExitCode"), seconds(state.get("FinishedAt", "")))
                 for rank, state in states if state.get("Status") in EXITED]

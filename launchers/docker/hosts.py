@@ -24,18 +24,18 @@ listed twice (with two addresses) to run a 2-node cell on one engine.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Iterator, Mapping
 from urllib.parse import urlparse
 
-import docker
 import docker.errors
 import requests
-
 from dspark_ci.ground.errors import BadInput, InfraError
 from dspark_ci.ground.yaml_lines import YamlList, YamlMap, config_file_words, load_yaml
 from dspark_ci.launchers.plan_types import Placement
+
+import docker
 
 HOSTS_ENV = "DSPARK_DOCKER_HOSTS"
 DEFAULT_ENGINE = "unix:///var/run/docker.sock"

@@ -11,7 +11,8 @@ from pathlib import Path
 
 SOURCE_LABEL = "dspark-ci.source"
 IMAGE_KIND_LABEL, SIM_IMAGE_KIND = "dspark-ci.image", "sglang-sim"  # docker/Dockerfile's label: any tag of it
-# What `python3 -m dspark_ci.sglang_sim` imports from this project: the simulator and the floor (its SGLang facts included).
+# What `python3 -m dspark_ci.sglang_sim` imports from this project: the simulator and the floor (its SGLang facts
+# included).
 SIM_PACKAGES = ("sglang_sim", "ground")
 
 

@@ -26,26 +26,34 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
 from urllib.parse import urlparse
 
 from dspark_ci.ground.errors import BadInput, InfraError
+from dspark_ci.ground.ledger import Ledger
+from dspark_ci.ground.processes import free_port, port_is_free, signals_deferred, sigterm_as_interrupt
 from dspark_ci.launchers.contract import SERVERS, Capacity, LaunchContext, Need, best_fit, gpus_wanted
 from dspark_ci.launchers.docker.cleanup import remove_started
 from dspark_ci.launchers.docker.client import ensure_image
 from dspark_ci.launchers.docker.group import DockerDeployment, Group, RankContainer
 from dspark_ci.launchers.docker.hosts import DockerHost, Inventory, clients, load_inventory
 from dspark_ci.launchers.docker.options import DockerOptions
-from dspark_ci.launchers.docker.spec import (LABEL_CELL, LABEL_LAUNCH, LABEL_RUN, container_env, container_spec,
-                                   device_environment, files_to_copy, image_for)
+from dspark_ci.launchers.docker.spec import (
+    LABEL_CELL,
+    LABEL_LAUNCH,
+    LABEL_RUN,
+    container_env,
+    container_spec,
+    device_environment,
+    files_to_copy,
+    image_for,
+)
 from dspark_ci.launchers.docker.tuning import DockerTuning
-from dspark_ci.ground.ledger import Ledger
 from dspark_ci.launchers.logs import rank_log_path
 from dspark_ci.launchers.materialize import secret_values
 from dspark_ci.launchers.plan_types import LaunchPlan, Placement, RankCommand
-from dspark_ci.ground.processes import free_port, port_is_free, signals_deferred, sigterm_as_interrupt
 from dspark_ci.launchers.readiness import Deadline, OurServer, wait_until_ready
 
 __all__ = ["DockerLauncher", "HostLeases", "build", "remove_started"]  # remove_started: the catalog's contract
@@ -53,7 +61,7 @@ __all__ = ["DockerLauncher", "HostLeases", "build", "remove_started"]  # remove_
 REMOTE_PORT_TRIES = 20
 
 
-def build(context: LaunchContext, options: DockerOptions) -> "DockerLauncher":
+def build(context: LaunchContext, options: DockerOptions) -> DockerLauncher:
     """The catalog's constructor (dspark_ci.launchers.catalog): --hosts, --pull and --image, checked, in ``options``."""
     return DockerLauncher(options, context)
 
@@ -63,10 +71,10 @@ class HostLeases:
     are torn down. Plans are known by their leader address and port (unique within a run).
 
     When the inventory gives every host's GPUs (``gpus:`` ids or a count), a node takes ``gpus_per_node`` of them,
-    on the fullest host that still has room (``dspark_ci.launchers.contract.best_fit``, as the run's capacity packs), and its
-    container is given exactly those device ids: a host with 8 GPUs holds two 4-GPU cells side by side. Otherwise
-    a host is one slot: a new cell's nodes go to the least busy hosts (with the run's capacity, at most one cell
-    per host). When nothing has room (a parity reference beside its cell, or cells that ended out of order left
+    on the fullest host that still has room (``dspark_ci.launchers.contract.best_fit``, as the run's capacity packs),
+    and its container is given exactly those device ids: a host with 8 GPUs holds two 4-GPU cells side by side.
+    Otherwise a host is one slot: a new cell's nodes go to the least busy hosts (with the run's capacity, at most one
+    cell per host). When nothing has room (a parity reference beside its cell, or cells that ended out of order left
     the room scattered), the least used devices are shared, as every cell shared a host before hosts were counted."""
 
     def __init__(self, inventory: Inventory):
@@ -229,7 +237,7 @@ class DockerLauncher:
         return image_for(self.options, self.context, self.tuning, plan)
 
     @contextlib.contextmanager
-    def launch(self, plan: LaunchPlan, logs_dir: Path) -> Iterator["DockerDeployment"]:
+    def launch(self, plan: LaunchPlan, logs_dir: Path) -> Iterator[DockerDeployment]:
         logs_dir.mkdir(parents=True, exist_ok=True)
         hosts = self._leases.hosts_of(plan) or self.inventory.hosts_for(len(plan.ranks))
         image = self.image_for(plan)
@@ -253,7 +261,7 @@ class DockerLauncher:
                     self._leases.release(plan)
 
     def _rank_container(self, command: RankCommand, host: DockerHost, image: str, labels: Mapping[str, str],
-                        accelerator: str, logs_dir: Path) -> "RankContainer":
+                        accelerator: str, logs_dir: Path) -> RankContainer:
         context, prefixes = self.context, self.tuning.forward_env_prefixes
         env = {**device_environment(host, accelerator, context.server),
                **container_env(command, context.caller_env, prefixes)}

@@ -1,4 +1,5 @@
-"""The Docker launcher's options (``--hosts``, ``--pull``, ``--image``), declared once (``dspark_ci.launchers.optionset``)."""
+"""The Docker launcher's options (``--hosts``, ``--pull``, ``--image``), declared once
+(``dspark_ci.launchers.optionset``)."""
 
 from __future__ import annotations
 

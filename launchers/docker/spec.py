@@ -8,20 +8,20 @@ rank, launch) so teardown and ``dspark-ci cleanup`` find it. The engine lifecycl
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from docker.types import DeviceRequest
-
 from dspark_ci.ground.errors import BadInput
+from dspark_ci.ground.install_root import TREE
 from dspark_ci.ground.sglang.release import AMD, ASCEND, NVIDIA
 from dspark_ci.launchers.contract import LaunchContext
 from dspark_ci.launchers.docker.hosts import DockerHost
-from dspark_ci.ground.install_root import TREE
 from dspark_ci.launchers.docker.options import DockerOptions
 from dspark_ci.launchers.docker.tuning import DockerTuning
-from dspark_ci.launchers.plan_types import LaunchPlan, RankCommand
 from dspark_ci.launchers.materialize import resolve_env, server_argv, server_python
+from dspark_ci.launchers.plan_types import LaunchPlan, RankCommand
 
 # Labels on everything we create: how teardown and `dspark-ci cleanup` find it.
 LABEL_RUN, LABEL_CELL, LABEL_RANK, LABEL_LAUNCH = ("dspark-ci.run", "dspark-ci.cell", "dspark-ci.rank",

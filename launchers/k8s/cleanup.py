@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from dspark_ci.ground.errors import InfraError
+from dspark_ci.ground.ledger import LedgerEntry
 from dspark_ci.launchers.k8s import spec as k8s_spec
 from dspark_ci.launchers.k8s.client import Api, api_errors, connect, status_message
-from dspark_ci.ground.ledger import LedgerEntry
 
 
 def delete_all(api: Api, objects: Sequence[tuple[str, str]], pods_selector: str | None, wait_s: float) -> str | None:

@@ -12,8 +12,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dspark_ci.ground.errors import BadInput, InfraError
 from dspark_ci.ground import interrupts
+from dspark_ci.ground.errors import BadInput, InfraError
 from dspark_ci.launchers.contract import LOG_LINES_KEPT, LOG_LINES_SEARCHED, RankExit, group_failed
 from dspark_ci.launchers.k8s import spec as k8s_spec
 from dspark_ci.launchers.k8s.cleanup import delete_all
@@ -35,7 +35,7 @@ SETTLE_S = 0.5
 
 
 class K8sDeployment:
-    def __init__(self, cell_id: str, group: "Group"):
+    def __init__(self, cell_id: str, group: Group):
         self.cell_id, self._group = cell_id, group
         self.base_url = group.leader_url()
         # rank 0 as other pods reach it (PD's router): the leader Service, which lists a prefill's bootstrap port

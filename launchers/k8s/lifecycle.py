@@ -8,8 +8,8 @@ Used like every launcher (``dspark_ci.launchers.contract``)::
         ...                         # deployment.base_url is rank 0's pod; check() raises if a pod of the group failed
 
 Per launch: a Secret with the cell's ``${NAME}`` values (if any), the LeaderWorkerSet and the leader's Service
-(``dspark_ci.launchers.k8s.spec``), each written to the run's ledger before it is created. Then the pods of the group are
-watched by label: every pod's log is streamed into ``logs/<cell>/<rank>.log`` (rank = LWS's worker index); a pod
+(``dspark_ci.launchers.k8s.spec``), each written to the run's ledger before it is created. Then the pods of the group
+are watched by label: every pod's log is streamed into ``logs/<cell>/<rank>.log`` (rank = LWS's worker index); a pod
 that cannot be scheduled or pulled, a container that terminated or restarted, fails the cell with the reason,
 the rank, the exit code, SGLang's error line and the log's end. Pending time (scheduling, pulling) has its own
 limit and is kept apart from the boot time, which starts once every pod of the group runs. Readiness: rank 0's
@@ -23,29 +23,29 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 from dspark_ci.ground.errors import InfraError
+from dspark_ci.ground.ledger import Ledger
+from dspark_ci.ground.processes import signals_deferred, sigterm_as_interrupt
+from dspark_ci.launchers.contract import Capacity, LaunchContext
 from dspark_ci.launchers.k8s import spec as k8s_spec
 from dspark_ci.launchers.k8s.cleanup import remove_started
-from dspark_ci.launchers.k8s.client import Api, api_errors, connect, quantity, status_message, POD_QUOTA_KEYS
+from dspark_ci.launchers.k8s.client import POD_QUOTA_KEYS, Api, api_errors, connect, quantity, status_message
 from dspark_ci.launchers.k8s.group import Group, K8sDeployment
 from dspark_ci.launchers.k8s.options import K8sOptions
 from dspark_ci.launchers.k8s.tuning import K8sTuning
 from dspark_ci.launchers.k8s.wait import ProxyHealth
-from dspark_ci.launchers.contract import Capacity, LaunchContext
-from dspark_ci.ground.ledger import Ledger
 from dspark_ci.launchers.plan_types import LaunchPlan, Placement
-from dspark_ci.ground.processes import signals_deferred, sigterm_as_interrupt
 from dspark_ci.launchers.readiness import Deadline, OurServer, wait_until_ready
 
 __all__ = ["K8sLauncher", "build", "remove_started"]  # remove_started: the catalog's contract
 
 
-def build(context: LaunchContext, options: K8sOptions) -> "K8sLauncher":
-    """The catalog's constructor (dspark_ci.launchers.catalog): --kubeconfig, --namespace, --k8s-extra, --k8s-reach, checked,
-    in ``options``."""
+def build(context: LaunchContext, options: K8sOptions) -> K8sLauncher:
+    """The catalog's constructor (dspark_ci.launchers.catalog): --kubeconfig, --namespace, --k8s-extra, --k8s-reach,
+    checked, in ``options``."""
     return K8sLauncher(options, context)
 
 
@@ -134,7 +134,7 @@ class K8sLauncher:
                              "on leaderworkersets, pods, pods/log, services, secrets, events (docs/K8S.md)")
 
     @contextlib.contextmanager
-    def launch(self, plan: LaunchPlan, logs_dir: Path) -> Iterator["K8sDeployment"]:
+    def launch(self, plan: LaunchPlan, logs_dir: Path) -> Iterator[K8sDeployment]:
         logs_dir.mkdir(parents=True, exist_ok=True)
         group = Group(plan, logs_dir, self)
         with sigterm_as_interrupt():

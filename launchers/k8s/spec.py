@@ -25,16 +25,16 @@ from __future__ import annotations
 import copy
 import hashlib
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import yaml
-
 from dspark_ci.ground.errors import BadInput
 from dspark_ci.ground.sglang.release import AMD, ASCEND, NVIDIA, accelerator, release_image
 from dspark_ci.ground.yaml_lines import config_file_words, read_bounded
-from dspark_ci.launchers.plan_types import LaunchPlan, Placement, device_of
 from dspark_ci.launchers.materialize import server_argv
+from dspark_ci.launchers.plan_types import LaunchPlan, Placement, device_of
 
 LWS_GROUP, LWS_VERSION, LWS_KIND, LWS_PLURAL = "leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet", "leaderworkersets"
 LWS_API = f"{LWS_GROUP}/{LWS_VERSION}"

@@ -7,8 +7,8 @@ read as is); what the run decides (its id, run dir, server, boot timeout, the ca
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from dspark_ci.launchers.contract import SIM_IMAGE
 from dspark_ci.launchers.logs import stderr_progress

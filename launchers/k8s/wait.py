@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 class ProxyHealth:
     """Rank 0's /health through the API server's pod proxy (no network path to the pod needed)."""
 
-    group: "Group"
+    group: Group
     plan: LaunchPlan
 
     def describe(self) -> str:

@@ -12,27 +12,49 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import psutil
-
 from dspark_ci.ground.errors import InfraError
-from dspark_ci.ground.sglang.release import sglang_error_line
-from dspark_ci.launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, Capacity, LaunchContext, LaunchFailed, RankExit, culprit,
-                                group_failed)
 from dspark_ci.ground.ledger import Ledger, LedgerEntry
+from dspark_ci.ground.processes import (
+    descendants,
+    die_with_parent,
+    free_port,
+    group_members,
+    kill_group,
+    run_env,
+    signal_group,
+    signals_deferred,
+    started_at,
+    stop_all,
+)
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION, sglang_error_line
+from dspark_ci.launchers.contract import (
+    LOG_LINES_KEPT,
+    LOG_LINES_SEARCHED,
+    Capacity,
+    LaunchContext,
+    LaunchFailed,
+    RankExit,
+    culprit,
+    group_failed,
+)
 from dspark_ci.launchers.local.options import LocalOptions
 from dspark_ci.launchers.local.tuning import LocalTuning
 from dspark_ci.launchers.logs import rank_log_path, tail
+from dspark_ci.launchers.materialize import (
+    SGLANG_VENV_SERVERS,
+    redact,
+    resolve_env,
+    secret_values,
+    server_argv,
+    server_python,
+)
 from dspark_ci.launchers.plan_types import LaunchPlan, Placement, RankCommand
-from dspark_ci.ground.processes import (descendants, die_with_parent, free_port, group_members, kill_group, run_env,
-                                 signal_group, signals_deferred, started_at, stop_all)
-from dspark_ci.launchers.materialize import SGLANG_VENV_SERVERS, redact, resolve_env, secret_values, server_argv, server_python
 from dspark_ci.launchers.readiness import Deadline, OurServer, wait_until_ready
-from dspark_ci.ground.sglang.release import DEFAULT_VERSION
-
 
 # server -> (modules its Python must import, how to get them)
 PREFLIGHT_MODULES = {
@@ -49,7 +71,7 @@ PEER_NOTICE_S = 10.0  # a rank that died silently: how long its peers get to say
 PEER_LINES_SEARCHED = 200  # SGLang follows the error with crash diagnostics
 
 
-def build(context: LaunchContext, options: LocalOptions) -> "LocalLauncher":
+def build(context: LaunchContext, options: LocalOptions) -> LocalLauncher:
     """The catalog's constructor (dspark_ci.launchers.catalog): the local launcher takes no options of its own."""
     return LocalLauncher(options, context)
 
@@ -75,8 +97,9 @@ class LocalDeployment:
         self.boot_seconds = 0.0
 
     def check(self) -> None:
-        """Raise LaunchFailed naming the rank whose failure brought the group down (dspark_ci.launchers.contract.culprit),
-        or a rank that is stopped (SIGSTOP, a debugger): it holds the group hostage without ever failing."""
+        """Raise LaunchFailed naming the rank whose failure brought the group down
+        (dspark_ci.launchers.contract.culprit), or a rank that is stopped (SIGSTOP, a debugger): it holds the group
+        hostage without ever failing."""
         if any(r.exited_at is not None for r in self._ranks):
             time.sleep(SETTLE_S)  # the ranks that die of losing this one are a few milliseconds behind
             exits = [RankExit(r.command.node_rank, r.process.returncode, r.exited_at,

@@ -7,7 +7,7 @@ the role instances' leader Services. The release image runs the router (SGLang's
 from __future__ import annotations
 
 import copy
-from typing import Sequence
+from collections.abc import Sequence
 
 from dspark_ci.ground.sglang.router import ROUTER_ENTRYPOINT
 from dspark_ci.launchers.k8s import spec as k8s_spec

@@ -1,8 +1,9 @@
 """sglang-router of a disaggregated cell on Kubernetes: the Deployment and Service `dspark-ci plan --format k8s`
-prints (``dspark_ci.launchers.pd.k8s.router_manifests``), pointed at the role instances' leader Services, created through the
-API server (each recorded in the run's ledger first), its pod's log streamed into ``logs/<cell>/router.log``,
-watched like a rank (a terminated or restarted container, a pod that cannot start: the router is named), deleted
-with foreground propagation when the group goes (``dspark-ci cleanup`` removes what a killed run left)."""
+prints (``dspark_ci.launchers.pd.k8s.router_manifests``), pointed at the role instances' leader Services, created
+through the API server (each recorded in the run's ledger first), its pod's log streamed into
+``logs/<cell>/router.log``, watched like a rank (a terminated or restarted container, a pod that cannot start: the
+router is named), deleted with foreground propagation when the group goes (``dspark-ci cleanup`` removes what a killed
+run left)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
-from dspark_ci.ground.errors import BadInput, InfraError
 from dspark_ci.ground import interrupts
+from dspark_ci.ground.errors import BadInput, InfraError
+from dspark_ci.ground.processes import signals_deferred, sigterm_as_interrupt
 from dspark_ci.launchers.contract import LOG_LINES_KEPT, Deployment, LaunchFailed
 from dspark_ci.launchers.k8s.cleanup import apps, delete_all
 from dspark_ci.launchers.k8s.client import api_errors, status_message
@@ -25,7 +28,6 @@ from dspark_ci.launchers.logs import tail
 from dspark_ci.launchers.pd.k8s import ROUTER_CONTAINER, ROUTER_PORT, router_manifests, router_name
 from dspark_ci.launchers.pd.pd_plan import RoleInstance
 from dspark_ci.launchers.pd.router_process import Router
-from dspark_ci.ground.processes import signals_deferred, sigterm_as_interrupt
 from dspark_ci.matrices.cell import Cell
 
 if TYPE_CHECKING:
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
 
 
 class K8sRouter(Router):
-    def __init__(self, launcher: "K8sLauncher", cell: Cell, members: Sequence[tuple[RoleInstance, Any]],
+    def __init__(self, launcher: K8sLauncher, cell: Cell, members: Sequence[tuple[RoleInstance, Any]],
                  logs_dir: Path):
         self.launcher, self.api, self.cell_id = launcher, launcher.api, cell.id
         self.name = router_name(cell.id, uuid.uuid4().hex[:6])
@@ -143,7 +145,7 @@ class K8sRouter(Router):
 
 
 @contextlib.contextmanager
-def k8s_router(launcher: "K8sLauncher", cell: Cell, members: Sequence[tuple[RoleInstance, Deployment]],
+def k8s_router(launcher: K8sLauncher, cell: Cell, members: Sequence[tuple[RoleInstance, Deployment]],
                logs_dir: Path) -> Iterator[K8sRouter]:
     """The router's Deployment and Service created, its pod running; deleted when the block ends."""
     logs_dir.mkdir(parents=True, exist_ok=True)

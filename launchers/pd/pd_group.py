@@ -9,18 +9,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Mapping, cast
+from typing import TYPE_CHECKING, cast
 
-from dspark_ci.ground.sglang.release import is_peer_loss
-from dspark_ci.launchers.contract import LaunchFailed, Launcher, Deployment
 from dspark_ci.ground.ledger import Ledger
+from dspark_ci.ground.processes import free_port
+from dspark_ci.ground.sglang.release import is_peer_loss
+from dspark_ci.launchers.contract import Deployment, Launcher, LaunchFailed
+from dspark_ci.launchers.pd.k8s_router import k8s_router
 from dspark_ci.launchers.pd.pd_plan import PDPlan, RoleInstance, plan_pd, router_command
 from dspark_ci.launchers.pd.prefill_watch import PREFILL_STALL_S, PrefillWatch
-from dspark_ci.launchers.pd.k8s_router import k8s_router
 from dspark_ci.launchers.pd.router_process import Router, local_router
-from dspark_ci.ground.processes import free_port
 from dspark_ci.matrices.cell import Cell
 
 if TYPE_CHECKING:

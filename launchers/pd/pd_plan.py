@@ -5,8 +5,8 @@ the exact launch_server argv of every node rank (``--disaggregation-mode``, the 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from dspark_ci.ground.sglang.router import ROUTER_ENTRYPOINT, router_args
 from dspark_ci.ground.sglang.settings import DEFAULT_BOOTSTRAP_PORT

@@ -16,11 +16,10 @@ import threading
 import time
 from dataclasses import dataclass
 
-
 # Past the 30 s within which an idle SGLang scheduler sets its gauges again (check_memory: "During idle time, also
 # collect metrics every 30 seconds"; until then they hold the last batch's counts), and inside the suites'
-# per-request timeout (dspark_ci.suite_runner: 60 s plus 0.25 s a token): the cell goes red naming the prefill before its
-# requests would time out one by one.
+# per-request timeout (dspark_ci.suite_runner: 60 s plus 0.25 s a token): the cell goes red naming the prefill before
+# its requests would time out one by one.
 PREFILL_STALL_S = 40.0
 HELD = ("sglang:num_queue_reqs", "sglang:num_running_reqs")
 FINISHED = "sglang:num_requests_total"

@@ -9,17 +9,16 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Iterator, Mapping
-
 
 from dspark_ci.ground.errors import InfraError
+from dspark_ci.ground.ledger import Ledger
+from dspark_ci.ground.processes import die_with_parent, run_env, started_at, stop_all
 from dspark_ci.ground.sglang.router import ROUTER_ENTRYPOINT, ROUTER_PACKAGE, ROUTER_VERSION
 from dspark_ci.launchers.contract import LOG_LINES_KEPT, LaunchFailed, LaunchTimeout
-from dspark_ci.ground.ledger import Ledger
 from dspark_ci.launchers.logs import tail
 from dspark_ci.launchers.pd.pd_plan import RouterCommand
-from dspark_ci.ground.processes import die_with_parent, run_env, started_at, stop_all
 
 ROUTER_PYTHON_ENV = "DSPARK_ROUTER_PYTHON"  # the Python that has sglang-router (default: dspark-ci's own)
 INSTALL_HINT = f"pip install 'dspark-ci[pd]' (or {ROUTER_PACKAGE}=={ROUTER_VERSION}), or set {ROUTER_PYTHON_ENV}"

@@ -6,11 +6,10 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import psutil
-
 from dspark_ci.ground.errors import InfraError
 
 # Job states (squeue/scontrol JOB STATE CODES). Anything not listed as waiting or running is over.

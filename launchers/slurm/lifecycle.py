@@ -11,28 +11,48 @@ import re
 import sys
 import time
 import uuid
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
 from urllib.parse import urlparse
 
-
-from dspark_ci.ground.errors import BadInput, InfraError
-from dspark_ci.ground.sglang.release import is_peer_loss
-from dspark_ci.launchers.contract import (LOG_LINES_KEPT, LOG_LINES_SEARCHED, Capacity, LaunchContext, LaunchTimeout, RankExit,
-                                culprit, group_failed)
-from dspark_ci.ground.ledger import Ledger, LedgerEntry
-from dspark_ci.launchers.logs import rank_log_path, tail
-from dspark_ci.launchers.plan_types import LaunchPlan, Placement
 from dspark_ci.ground import interrupts
+from dspark_ci.ground.errors import BadInput, InfraError
+from dspark_ci.ground.ledger import Ledger, LedgerEntry
 from dspark_ci.ground.processes import free_port, signals_deferred, sigterm_as_interrupt
+from dspark_ci.ground.sglang.release import is_peer_loss
+from dspark_ci.launchers.contract import (
+    LOG_LINES_KEPT,
+    LOG_LINES_SEARCHED,
+    Capacity,
+    LaunchContext,
+    LaunchTimeout,
+    RankExit,
+    culprit,
+    group_failed,
+)
+from dspark_ci.launchers.logs import rank_log_path, tail
 from dspark_ci.launchers.materialize import redact
+from dspark_ci.launchers.plan_types import LaunchPlan, Placement
 from dspark_ci.launchers.readiness import Deadline, OurServer, wait_until_ready
-from dspark_ci.launchers.slurm.commands import (NODES_OUT_OF_SERVICE, RUNNING_STATES, WAITING_STATES, cancel, checked_output, conf_hint, gpus_of,
-                                      hostnames, is_over, job_info, key_values, last_line, node_address, slurm,
-                                      wait_gone)
+from dspark_ci.launchers.slurm.commands import (
+    NODES_OUT_OF_SERVICE,
+    RUNNING_STATES,
+    WAITING_STATES,
+    cancel,
+    checked_output,
+    conf_hint,
+    gpus_of,
+    hostnames,
+    is_over,
+    job_info,
+    key_values,
+    last_line,
+    node_address,
+    slurm,
+    wait_gone,
+)
+from dspark_ci.launchers.slurm.options import DEFAULT_QUEUE_TIMEOUT_S, SlurmOptions
 from dspark_ci.launchers.slurm.script import gpus_per_node, render_job
-from dspark_ci.launchers.slurm.options import SlurmOptions
-from dspark_ci.launchers.slurm.options import DEFAULT_QUEUE_TIMEOUT_S
 from dspark_ci.launchers.slurm.tuning import SlurmTuning
 
 SETTLE_S = 0.5  # after one task's exit marker, let the tasks dying of losing it write theirs
@@ -45,7 +65,7 @@ JOB_END_WAIT_S = 10.0  # a job ended from outside: how long to wait for its fina
 _EXIT_MARKER = re.compile(r"rank (\d+) exited (-?\d+) at ([0-9.]+)( after SIGTERM)?")
 
 
-def build(context: LaunchContext, options: SlurmOptions) -> "SlurmLauncher":
+def build(context: LaunchContext, options: SlurmOptions) -> SlurmLauncher:
     """The catalog's constructor (dspark_ci.launchers.catalog): the --slurm-* options, checked, in ``options``."""
     return SlurmLauncher(options, context)
 
@@ -148,7 +168,7 @@ class SlurmLauncher:
                         f"{len(usable)} node(s) in service in Slurm {where}")
 
     @contextlib.contextmanager
-    def launch(self, plan: LaunchPlan, logs_dir: Path) -> Iterator["SlurmDeployment"]:
+    def launch(self, plan: LaunchPlan, logs_dir: Path) -> Iterator[SlurmDeployment]:
         logs_dir = logs_dir.resolve()
         logs_dir.mkdir(parents=True, exist_ok=True)
         job = _Job(plan, logs_dir, self)
@@ -171,7 +191,7 @@ class SlurmLauncher:
 
 
 class SlurmDeployment:
-    def __init__(self, cell_id: str, base_url: str, job: "_Job"):
+    def __init__(self, cell_id: str, base_url: str, job: _Job):
         self.cell_id, self.base_url, self._job = cell_id, base_url, job
         self.boot_seconds = 0.0
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from dspark_ci.ground.install_root import IMPORT_ROOT
 from dspark_ci.ground.sglang.release import AMD, NVIDIA
-from dspark_ci.launchers.plan_types import LaunchPlan
-from dspark_ci.launchers.materialize import resolve_env, secret_values, server_argv, server_python
 from dspark_ci.launchers.contract import LaunchContext
+from dspark_ci.launchers.materialize import resolve_env, secret_values, server_argv, server_python
+from dspark_ci.launchers.plan_types import LaunchPlan
 from dspark_ci.launchers.slurm.options import SlurmOptions
 from dspark_ci.launchers.slurm.tuning import SlurmTuning
 

@@ -7,8 +7,8 @@ run dir, server, boot timeout, the caller's environment) is the ``LaunchContext`
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from dspark_ci.launchers.logs import stderr_progress
 

@@ -19,9 +19,9 @@ What is the cell's and what is this CPU's:
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from dspark_ci.ground.install_root import alone_on_path
 from dspark_ci.ground.sglang.release import CPU_SPECULATIVE_ALGORITHMS, DEFAULT_VERSION
@@ -197,7 +197,8 @@ def threads_bind(argv: Sequence[str], cores: int) -> str | None:
 def engine_env(environ: Mapping[str, str], argv: Sequence[str]) -> dict[str, str]:
     """The environment of SGLang's launch_server and every process it spawns."""
     boot = KERNELS_BOOT if KERNELS_BOOT.is_dir() else FRONTEND_BOOT
-    paths = [str(boot), str(alone_on_path(cache_root(environ))), *filter(None, environ.get("PYTHONPATH", "").split(os.pathsep))]
+    paths = [str(boot), str(alone_on_path(cache_root(environ))),
+             *filter(None, environ.get("PYTHONPATH", "").split(os.pathsep))]
     env = {**environ, "SGLANG_USE_CPU_ENGINE": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(paths)}
     # Every log line names the SGLang module that wrote it (sglang.srt.managers.scheduler,
     # sglang.srt.model_executor.model_runner, ...): a rank log shows which of SGLang's own parts ran.

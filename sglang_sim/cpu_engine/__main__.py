@@ -28,7 +28,8 @@ def _kernel_ops(boot: Path) -> list[str]:
 def main() -> int:
     # Run by path from a Python without dspark-ci: the folder holding the dspark_ci package (a clone's top, or the
     # site-packages of a wheel) is the nearest one above this file that has it.
-    sys.path.insert(0, str(next(p for p in Path(__file__).resolve().parents if (p / "dspark_ci" / "__init__.py").is_file())))
+    sys.path.insert(0, str(next(p for p in Path(__file__).resolve().parents
+                                if (p / "dspark_ci" / "__init__.py").is_file())))
     from dspark_ci.sglang_sim import cpu_engine
     from dspark_ci.sglang_sim.cpu_engine import checkpoint, real_model
 

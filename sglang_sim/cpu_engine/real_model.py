@@ -105,13 +105,15 @@ def hf_config(fields: dict[str, Any]) -> dict[str, Any]:
     config.update({key: fields[f"llama.{gguf_key}"] for key, gguf_key in CONFIG_FIELDS.items()})
     config["rms_norm_eps"] = round(float(config["rms_norm_eps"]), 10)  # float32 in the GGUF: 1e-05, not 9.9999997e-06
     config["head_dim"] = fields["llama.rope.dimension_count"]
-    config.update(bos_token_id=fields["tokenizer.ggml.bos_token_id"], eos_token_id=fields["tokenizer.ggml.eos_token_id"],
+    config.update(bos_token_id=fields["tokenizer.ggml.bos_token_id"],
+                  eos_token_id=fields["tokenizer.ggml.eos_token_id"],
                   pad_token_id=fields["tokenizer.ggml.padding_token_id"])
     return config
 
 
 def _unpermute(weight, heads: int):
-    """llama.cpp's convert permutes each head's q/k rows for its rotary layout; transformers' reverse_permute_weights."""
+    """llama.cpp's convert permutes each head's q/k rows for its rotary layout; transformers'
+    reverse_permute_weights."""
     half = weight.shape[0] // heads // 2
     return weight.reshape(heads, half, 2, *weight.shape[1:]).swapaxes(2, 1).reshape(weight.shape)
 
@@ -124,12 +126,14 @@ def read_gguf(path: Path) -> tuple[dict[str, Any], dict]:
 
     reader = gguf.GGUFReader(str(path))
     config = hf_config({key: field.contents() for key, field in reader.fields.items()
-                        if key.startswith(("llama.", "tokenizer.ggml.bos", "tokenizer.ggml.eos", "tokenizer.ggml.pad"))})
+                        if key.startswith(("llama.", "tokenizer.ggml.bos", "tokenizer.ggml.eos",
+                                           "tokenizer.ggml.pad"))})
     heads = {"attn_q.weight": config["num_attention_heads"], "attn_k.weight": config["num_key_value_heads"]}
     tensors = {}
     for tensor in reader.tensors:
         weight = gguf.quants.dequantize(tensor.data, tensor.tensor_type).astype(numpy.float32)
-        block, _, rest = tensor.name.partition(".")[2].partition(".") if tensor.name.startswith("blk.") else ("", "", "")
+        block, _, rest = (tensor.name.partition(".")[2].partition(".") if tensor.name.startswith("blk.")
+                          else ("", "", ""))
         if rest in heads:
             weight = _unpermute(weight, heads[rest])
         name = f"model.layers.{block}.{LAYER_NAMES[rest]}" if rest else GLOBAL_NAMES[tensor.name]

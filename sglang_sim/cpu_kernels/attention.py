@@ -12,17 +12,16 @@ and in a tiny random model one flipped bit can flip a near-tie argmax."""
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 
 def _not_supported(what: str) -> NotImplementedError:
-    return NotImplementedError(f"dspark_ci.sglang_sim.cpu_kernels: {what} is not played by this CPU stand-in (README.md)")
+    return NotImplementedError(f"dspark_ci.sglang_sim.cpu_kernels: {what} is not played by this CPU stand-in "
+                               "(README.md)")
 
 
 def _attend_one(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sm_scale: float, logit_cap: float,
-                sink: Optional[torch.Tensor]) -> torch.Tensor:
+                sink: torch.Tensor | None) -> torch.Tensor:
     """One query ``q [H, D]`` over the keys it sees ``k [s, KVH, D]``/values ``v [s, KVH, Dv]``; ``[H, Dv]``
     float32. ``logit_cap > 0`` soft-caps the scores (``cap * tanh(score / cap)``); a per-head ``sink`` logit joins
     the softmax's denominator and contributes no value."""
@@ -57,11 +56,11 @@ def _in_window(query_pos: int, key_pos: torch.Tensor, sliding_window_size: int) 
 
 
 def decode_attention(query: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor, key_scale: float,
-                     value_scale: float, output: torch.Tensor, key: Optional[torch.Tensor],
-                     value: Optional[torch.Tensor], loc: torch.Tensor, attn_logits: torch.Tensor,
+                     value_scale: float, output: torch.Tensor, key: torch.Tensor | None,
+                     value: torch.Tensor | None, loc: torch.Tensor, attn_logits: torch.Tensor,
                      req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
                      sm_scale: float, logit_cap: float, is_cross_attention: bool, sliding_window_size: int,
-                     encoder_lens: Optional[torch.Tensor], sinks: Optional[torch.Tensor]) -> None:
+                     encoder_lens: torch.Tensor | None, sinks: torch.Tensor | None) -> None:
     """Sequence i's query (row i of ``query``) attends to the ``seq_lens[i]`` cache slots of table row
     ``req_pool_indices[i]``, the last being its own. With ``key``/``value`` the new token's K/V are first written
     to the cache at ``loc`` (the backend leaves that write to the kernel). ``attn_logits`` is the C++ kernel's
@@ -79,7 +78,7 @@ def decode_attention(query: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
         output[i] = _attend_one(query[i], keys, values, sm_scale, logit_cap, sinks).to(output.dtype)
 
 
-def _visible(e: int, prefix: int, own_mask: Optional[torch.Tensor], is_causal: bool,
+def _visible(e: int, prefix: int, own_mask: torch.Tensor | None, is_causal: bool,
              sliding_window_size: int) -> list[torch.Tensor]:
     """Per extend token t (position ``prefix + t``), which of the ``prefix + e`` keys it sees: the prefix, and
     among the extend tokens its tree-mask row, else those up to itself (causal), else all."""
@@ -95,13 +94,13 @@ def _visible(e: int, prefix: int, own_mask: Optional[torch.Tensor], is_causal: b
     return rows
 
 
-def extend_attention(q_extend: torch.Tensor, k_extend: Optional[torch.Tensor], v_extend: Optional[torch.Tensor],
+def extend_attention(q_extend: torch.Tensor, k_extend: torch.Tensor | None, v_extend: torch.Tensor | None,
                      o_extend: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor, key_scale: float,
                      value_scale: float, req_to_token: torch.Tensor, req_pool_indices: torch.Tensor,
                      seq_lens: torch.Tensor, extend_seq_lens: torch.Tensor, extend_start_loc: torch.Tensor,
-                     max_len_extend: Optional[int], sm_scale: float, logit_cap: float, is_cross_attention: bool,
-                     sliding_window_size: int, encoder_lens: Optional[torch.Tensor], sinks: Optional[torch.Tensor],
-                     custom_mask: Optional[torch.Tensor], is_causal: bool) -> None:
+                     max_len_extend: int | None, sm_scale: float, logit_cap: float, is_cross_attention: bool,
+                     sliding_window_size: int, encoder_lens: torch.Tensor | None, sinks: torch.Tensor | None,
+                     custom_mask: torch.Tensor | None, is_causal: bool) -> None:
     """Request i's ``extend_seq_lens[i]`` queries (from row ``extend_start_loc[i]``) attend to its cached prefix
     (the first ``seq_lens[i] - extend_seq_lens[i]`` slots of its table row, all visible) and to its own extend
     tokens: causally, or as ``custom_mask`` says (speculative verify's QLEN_ONLY tree mask: per request an

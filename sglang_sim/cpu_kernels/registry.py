@@ -5,10 +5,9 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
-
 from dspark_ci.sglang_sim.cpu_kernels import attention, memory, speculative
 
 # op name -> (implementation, the arguments it writes in place)

@@ -8,8 +8,8 @@ sglang and run inside the venv ``.ci/sglang-frontend.sh`` builds, in an environm
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from dspark_ci.ground.install_root import IMPORT_ROOT, alone_on_path
 

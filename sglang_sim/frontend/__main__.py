@@ -1,6 +1,7 @@
 """``python -m dspark_ci.sglang_sim.frontend [SGLang launch_server flags]`` (or this file's path) with the SGLang venv's
 Python (``.ci/sglang-frontend.sh``): SGLang's own HTTP server, tokenizer and detokenizer in front of the
-simulated engine. Exit codes as the simulator's (``dspark_ci.sglang_sim.main``); a server SGLang kills ends by that signal.
+simulated engine. Exit codes as the simulator's (``dspark_ci.sglang_sim.main``); a server SGLang kills ends by that
+signal.
 
 The first process only prepares: a scratch directory and the environment SGLang's spawned processes need
 (``dspark_ci.sglang_sim.frontend.frontend_env``). It runs the front end as its child, passes SIGTERM and SIGINT on, and
@@ -15,7 +16,6 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-
 
 SCRATCH_PREFIX = "dspark-frontend-"  # + the supervising process's pid + "-"
 
@@ -32,7 +32,8 @@ def _remove_orphans() -> None:
 def _supervise(argv: list[str]) -> int:
     # Run by path from a Python without dspark-ci: the folder holding the dspark_ci package (a clone's top, or the
     # site-packages of a wheel) is the nearest one above this file that has it.
-    sys.path.insert(0, str(next(p for p in Path(__file__).resolve().parents if (p / "dspark_ci" / "__init__.py").is_file())))
+    sys.path.insert(0, str(next(p for p in Path(__file__).resolve().parents
+                                if (p / "dspark_ci" / "__init__.py").is_file())))
     from dspark_ci.sglang_sim.frontend import frontend_env
 
     _remove_orphans()

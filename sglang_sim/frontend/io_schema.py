@@ -1,5 +1,5 @@
-"""``python -m dspark_ci.sglang_sim.frontend.io_schema`` (in the SGLang venv): the io_struct messages the scheduler stand-in
-speaks, as this SGLang defines them, and one step of ours sent and received through SGLang's own IPC calls.
+"""``python -m dspark_ci.sglang_sim.frontend.io_schema`` (in the SGLang venv): the io_struct messages the scheduler
+stand-in speaks, as this SGLang defines them, and one step of ours sent and received through SGLang's own IPC calls.
 
 Prints JSON: ``{"sglang": VERSION, "messages": {name: [[field, required], ...]}, "step": {...}}``.
 tests/test_frontend_io_struct.py holds it to tests/golden/frontend/io_struct.txt, so a release that renames,
@@ -52,13 +52,12 @@ def one_step() -> dict:
     """A request's first step through token_output and SGLang's IPC codec, read back."""
     from types import SimpleNamespace
 
-    from sglang.srt.managers import io_struct
-    from sglang.srt.observability.req_time_stats import SchedulerReqTimeStats
-    from sglang.srt.sampling.sampling_params import SamplingParams
-
     from dspark_ci.sglang_sim.engine import Generation
     from dspark_ci.sglang_sim.frontend.scheduler import Running, token_output
     from dspark_ci.sglang_sim.speculation import SpecShape, SpecStats
+    from sglang.srt.managers import io_struct
+    from sglang.srt.observability.req_time_stats import SchedulerReqTimeStats
+    from sglang.srt.sampling.sampling_params import SamplingParams
 
     params = SamplingParams(max_new_tokens=4, temperature=0.0)
     params.normalize(None)

@@ -24,12 +24,12 @@ from pathlib import Path
 
 from dspark_ci.sglang_sim.admission import SglangEnv
 from dspark_ci.sglang_sim.args import ServerArgs, parse_server_args
-from dspark_ci.sglang_sim.sim_config import KNOBS, SimConfig
+from dspark_ci.sglang_sim.failures import SCHEDULER_FRAMES, print_lines, traceback_tail
 from dspark_ci.sglang_sim.frontend import ROOT_ENV
 from dspark_ci.sglang_sim.frontend.vocab import Vocabulary, write_model_dir
-from dspark_ci.sglang_sim.failures import SCHEDULER_FRAMES, print_lines, traceback_tail
 from dspark_ci.sglang_sim.gpqa_answers import GpqaAnswerKey
 from dspark_ci.sglang_sim.rendezvous import Leader, split_addr
+from dspark_ci.sglang_sim.sim_config import KNOBS, SimConfig
 from dspark_ci.sglang_sim.tokenizer import onig_pattern
 
 logger = logging.getLogger("sglang_sim")
@@ -101,9 +101,8 @@ def cell_server_args(argv: list[str]) -> dict:
     """SGLang's own resolution of the cell's argv (prepare_server_args + resolve_once, on this CPU, against the
     model's config stub): what /server_info reports for it, in place of the front end's CPU launch. Empty when
     the resolution needs hardware (the front end's own values stay)."""
-    from sglang.srt.server_args import prepare_server_args
-
     from dspark_ci.ground.sglang.resolver import MODEL_CONFIG_DIR, prepare_argv
+    from sglang.srt.server_args import prepare_server_args
 
     try:
         resolved = prepare_server_args(prepare_argv(argv, str(MODEL_CONFIG_DIR)))
@@ -179,8 +178,8 @@ def die_with_server(lines: list[str]) -> None:
 
 
 def gather_node_ranks(args: ServerArgs, config: SimConfig) -> None:
-    """Multi-node: listen at --dist-init-addr for the node ranks >= 1 (the simulator's, dspark_ci.sglang_sim.rendezvous) from
-    a thread of this process, before SGLang's slow start, and return once all have joined. A rank lost later
+    """Multi-node: listen at --dist-init-addr for the node ranks >= 1 (the simulator's, dspark_ci.sglang_sim.rendezvous)
+    from a thread of this process, before SGLang's slow start, and return once all have joined. A rank lost later
     takes the server down, as a lost NCCL peer does. The rank_exit fault for rank 0 is armed here too."""
     joined = threading.Event()
 
@@ -205,11 +204,10 @@ def gather_node_ranks(args: ServerArgs, config: SimConfig) -> None:
 
 def serve(args: ServerArgs, config: SimConfig, env: SglangEnv, architecture: str, answer_key: GpqaAnswerKey) -> int:
     """Launch SGLang's front end; returns when it stops (SIGTERM: SGLang's own shutdown)."""
+    from dspark_ci.sglang_sim.frontend import scheduler
     from sglang.srt.entrypoints.engine import init_tokenizer_manager
     from sglang.srt.entrypoints.http_server import launch_server
     from sglang.srt.server_args import prepare_server_args
-
-    from dspark_ci.sglang_sim.frontend import scheduler
 
     cell = cell_server_args(json.loads(os.environ[SIM_ARGV_ENV]))
     hand_over(args, architecture)

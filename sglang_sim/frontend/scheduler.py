@@ -38,19 +38,18 @@ from typing import Any, cast
 
 import zmq
 import zmq.asyncio
-
+from dspark_ci.sglang_sim import logprobs
 from dspark_ci.sglang_sim.admission import SglangEnv
-from dspark_ci.sglang_sim.sim_config import SimConfig
 from dspark_ci.sglang_sim.emission_log import EmissionLog
 from dspark_ci.sglang_sim.engine import Engine, Generation, Job
 from dspark_ci.sglang_sim.failures import SCHEDULER_FRAMES, print_lines, traceback_tail
 from dspark_ci.sglang_sim.frontend.launch import MODEL_DIR_ENV, admitted
 from dspark_ci.sglang_sim.frontend.vocab import Vocabulary
-from dspark_ci.sglang_sim import logprobs
 from dspark_ci.sglang_sim.gpqa_answers import GpqaAnswerKey
-from dspark_ci.sglang_sim.prometheus import MAX_TOTAL_NUM_TOKENS, kv_gauges
-from dspark_ci.sglang_sim.noise import BootNoise
 from dspark_ci.sglang_sim.native_api import WARMUP_MAX_NEW_TOKENS, WARMUP_PROMPT
+from dspark_ci.sglang_sim.noise import BootNoise
+from dspark_ci.sglang_sim.prometheus import MAX_TOTAL_NUM_TOKENS, kv_gauges
+from dspark_ci.sglang_sim.sim_config import SimConfig
 from dspark_ci.sglang_sim.speculation import SpecShape
 from dspark_ci.sglang_sim.textgen import Ask, Penalties, Persona
 

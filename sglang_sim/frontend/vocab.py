@@ -1,8 +1,8 @@
 """The model directory SGLang's front end loads: a config.json and a tokenizer that reads like the simulator's.
 
 SGLang's TokenizerManager counts and encodes prompts with this tokenizer and its DetokenizerManager turns the
-scheduler's token ids back into text, so it must split text exactly as ``dspark_ci.sglang_sim.tokenizer`` does (one token
-per piece of ``PIECE_PATTERN``: prompt counts agree) and hold, as its own tokens, every piece the simulated
+scheduler's token ids back into text, so it must split text exactly as ``dspark_ci.sglang_sim.tokenizer`` does (one
+token per piece of ``PIECE_PATTERN``: prompt counts agree) and hold, as its own tokens, every piece the simulated
 model can say (the ids the scheduler sends decode to the simulator's text). The pieces come from the same
 generators the engine draws from (``dspark_ci.sglang_sim.textgen``): the prose words in every position a sentence puts
 them, the GPQA replies for every question of the dataset it answers from, the thinking tags, and the garbage
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 import string
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from dspark_ci.sglang_sim.textgen import GIBBERISH, WORDS
 from dspark_ci.sglang_sim.tokenizer import EOS_TOKEN_ID, PIECE_PATTERN, THINK_END, THINK_START, tokenize
@@ -29,8 +29,9 @@ CHAT_TEMPLATE = ("{% for message in messages %}<|{{ message['role'] }}|>\n{{ mes
                  "<|assistant|>{{ '\\n' }}")
 # The whitespace a word can follow in a prompt or a reply: a piece is that whitespace and up to six characters.
 PREFIXES = ("", " ", "\n", "\n\n", "\n\n\n", "  ")
-# simple-evals' GPQA instruction as SGLang's run_eval sends it (dspark_ci.sglang_sim.gpqa_answers recognises its first sentence),
-# the words of the simulator's GPQA replies (dspark_ci.sglang_sim.textgen), and our chat template's turn markers.
+# simple-evals' GPQA instruction as SGLang's run_eval sends it (dspark_ci.sglang_sim.gpqa_answers recognises its first
+# sentence), the words of the simulator's GPQA replies (dspark_ci.sglang_sim.textgen), and our chat template's turn
+# markers.
 GPQA_TEXTS = ("Answer the following multiple choice question. The last line of your response should be of the "
               "following format: 'Answer: $LETTER' (without quotes) where LETTER is one of ABCD. Think step by "
               "step before answering.",
@@ -83,14 +84,14 @@ class Vocabulary:
         self.by_id = {token_id: piece for piece, token_id in vocab.items()}
 
     @classmethod
-    def build(cls, gpqa_rows: Iterable[dict] = (), prompts: Iterable[str] = ()) -> "Vocabulary":
+    def build(cls, gpqa_rows: Iterable[dict] = (), prompts: Iterable[str] = ()) -> Vocabulary:
         vocab = {UNK: 0, EOS: EOS_TOKEN_ID}
         for piece in pieces(gpqa_rows, prompts):
             vocab.setdefault(piece, len(vocab))
         return cls(vocab)
 
     @classmethod
-    def read(cls, model_dir: Path) -> "Vocabulary":
+    def read(cls, model_dir: Path) -> Vocabulary:
         data = json.loads((model_dir / "tokenizer.json").read_text())
         return cls(dict(data["model"]["vocab"]))
 

@@ -2,7 +2,6 @@
 (pure torch), registered as ``torch.ops.sgl_kernel.*``, and the Python names SGLang imports from here."""
 
 import torch
-
 from dspark_ci.sglang_sim.cpu_kernels import registry
 
 registry.register()

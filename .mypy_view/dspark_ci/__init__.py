@@ -1,0 +1,1 @@
+../../dspark_ci/__init__.py
