@@ -247,7 +247,8 @@ def main() -> int:
         print(row(outcomes[-1]), flush=True)
     print(table(outcomes, chosen), f"\ncatalogue wall time {time.monotonic() - began:.0f} s", sep="\n")
     control_green = all(o.verdict == "green" for o in outcomes if o.bug == "control")
-    return 0 if control_green and not any(o.verdict in ("missed", "not run", "caught (wrong reason)") for o in outcomes) else 1
+    failing = ("missed", "not run", "caught (wrong reason)")
+    return 0 if control_green and not any(o.verdict in failing for o in outcomes) else 1
 
 
 def row(o: Outcome) -> str:

@@ -74,6 +74,8 @@ METRIC_SUITE: Mapping[str, str] = MappingProxyType({
     "parity_mismatches": "parity",
     # greedy outputs that first differ where the reference's logprobs tie (within parity.tie_ulps): counted, not red
     "parity_tie_flips": "parity",
+    # the largest logprob difference of a token both servers took (suites/parity_ties.py prefix_drift)
+    "parity_logprob_drift": "parity",
     # one boot's per-request standard errors (bootstrap over requests), for the statistical gates
     "accept_length_stderr": "accept", "accept_rate_stderr": "accept",
     "tpot_ms_median_stderr": "speed", "output_throughput_tok_s_stderr": "speed",
@@ -172,6 +174,10 @@ SUITE_DEFAULTS: dict[str, dict[str, Any]] = {
         "top_logprobs": 5,  # the reference's top logprobs per position: what tells a tie flip from a mismatch
         # a first difference within this many bf16 steps of the logprob is a tie (suites/parity_ties.py)
         "tie_ulps": 2.0,
+        # ... or within drift_factor times the two servers' own drift (the largest logprob difference of a token both
+        # took before it), while that drift stays within max_drift nats (beyond it: not the same numerics)
+        "drift_factor": 2.0,
+        "max_drift": 0.5,
         # what the outputs are compared with: "without_speculation" (the same deployment without speculation) or
         # "one_rank" (the same model without speculation on one node at tp 1: a multi-rank cell's numerics)
         "reference": "without_speculation",
@@ -219,7 +225,8 @@ OPTION_RANGES: dict[str, tuple[float, float]] = {
     "speedup_rounds": (1, 1000), "sweep_min_requests": (1, 10_000), "sweep_output_len": (2, MAX_TOKENS_BOUND),
     "lossless_prompts": (1, 10_000), "lossless_samples": (1, 10_000), "lossless_tokens": (1, 4096),
     "min_accept_length": (0.0, 1024.0), "disagreement_tolerance": (0.0, 1.0),
-    "top_logprobs": (1, 20), "tie_ulps": (0.0, 64.0),
+    "top_logprobs": (1, 20), "tie_ulps": (0.0, 64.0), "drift_factor": (0.0, 100.0),
+    "max_drift": (0.0, 100.0),
 }
 
 

@@ -129,6 +129,8 @@ METRICS: dict[str, Metric] = {
     "parity_mismatches": Metric(LOWER, "Parity mismatches", ".0f", "quality"),
     # First differences where the reference's logprobs tie (suites/parity_ties.py): counted and shown, never a verdict.
     "parity_tie_flips": Metric(NEUTRAL, "Parity tie flips", ".0f", "quality"),
+    # How far the two servers' logprobs of the same tokens part: a layout's rounding, or a numerics bug.
+    "parity_logprob_drift": Metric(LOWER, "Parity logprob drift (nats)", ".3g", "quality"),
 }
 
 # A metric whose sampling error is measured alongside it (for gates that respect noise).

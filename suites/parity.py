@@ -23,9 +23,11 @@ from dspark_ci.suites.parity_ties import (
     MISMATCH,
     TIE_FLIP,
     PositionLogprobs,
+    Resolution,
     content_of,
     decide,
     position_logprobs,
+    prefix_drift,
 )
 from dspark_ci.suites.prompts import PROMPTS
 from dspark_ci.suites.server import Server
@@ -104,6 +106,7 @@ class ParityRecord:
     reference_logprob: float | None = None
     tested_own_logprob: float | None = None
     epsilon: float | None = None
+    drift: float | None = None  # largest |logprob difference| of a token both took, before any difference
     reason: str | None = None
     error: str | None = None
     reference_error: str | None = None
@@ -116,7 +119,7 @@ class ParityRecord:
         return {**asdict(self), "match": self.match}
 
 
-def compare(prompt_index: int, prompt: str, tested: Output, reference: Output, tie_ulps: float) -> ParityRecord:
+def compare(prompt_index: int, prompt: str, tested: Output, reference: Output, resolution: Resolution) -> ParityRecord:
     """One record: whether the outputs match and, if not, where they first differ and whether that is a tie."""
     ours: Sequence[int] | str
     theirs: Sequence[int] | str
@@ -131,17 +134,20 @@ def compare(prompt_index: int, prompt: str, tested: Output, reference: Output, t
                           error=tested.error, reference_error=reference.error)
     if _errors(tested, reference):
         return replace(record, verdict=MISMATCH, reason="generation failed")
+    drift = prefix_drift(tested.logprobs, reference.logprobs, len(ours) if first is None else first)
+    record = replace(record, drift=drift)
     if first is None:
         return record
     if unit == "char":
         return replace(record, verdict=MISMATCH, reason="no token ids: a difference in the text is a mismatch")
-    return _divergence(record, tested, reference, first, tie_ulps)
+    return _divergence(record, tested, reference, first, replace(resolution, drift=drift))
 
 
-def _divergence(record: ParityRecord, tested: Output, reference: Output, at: int, tie_ulps: float) -> ParityRecord:
+def _divergence(record: ParityRecord, tested: Output, reference: Output, at: int,
+                resolution: Resolution) -> ParityRecord:
     """The record of a token-level first difference at ``at``, read from the reference's logprobs there."""
     ours, theirs = _at(tested.logprobs, at), _at(reference.logprobs, at)
-    decision = decide(theirs, ours.chosen if ours else None, tie_ulps)
+    decision = decide(theirs, ours.chosen if ours else None, resolution)
     if ours and theirs and ours.chosen.key == theirs.chosen.key:  # two ids, one text: logprobs cannot part them
         decision = replace(decision, verdict=MISMATCH, reason="different token ids of the same bytes: undecidable")
     return replace(record, verdict=decision.verdict, reason=decision.reason, epsilon=decision.epsilon,
@@ -174,8 +180,10 @@ def _token(text: str | None, token_id: int | None, logprob: float | None) -> str
 
 def tally(records: Sequence[ParityRecord]) -> dict[str, int]:
     """The suite's metrics: real mismatches, and tie flips (counted, never a failure)."""
+    drifts = [r.drift for r in records if r.drift is not None]
     return {"parity_mismatches": sum(r.verdict == MISMATCH for r in records),
-            "parity_tie_flips": sum(r.verdict == TIE_FLIP for r in records)}
+            "parity_tie_flips": sum(r.verdict == TIE_FLIP for r in records),
+            **({"parity_logprob_drift": max(drifts)} if drifts else {})}
 
 
 def first_difference(ours: Sequence, theirs: Sequence) -> int | None:

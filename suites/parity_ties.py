@@ -17,6 +17,18 @@ steps allow 0.0078. A logit's own magnitude is usually larger than its logprob's
 kernels flip near-ties a whole logit step apart (GPUs batch-variant kernels), raise ``tie_ulps``. The rule errs
 toward red (a near tie read as a mismatch), never toward a gap of several steps read as a tie.
 
+The two servers' own disagreement. The epsilon above is one rounding; two servers that reduce differently all the
+way through (tp 2's all-reduce of two partial sums against one rank's single matmul, a speculative verify batch
+against a one-token decode) drift apart layer after layer, and their logprobs of the same token differ by more than a
+step. Up to the first difference both outputs hold the same tokens, so each position before it measures that drift
+on this very prompt: ``drift`` = the largest |logprob difference| of a token both took. A first difference whose gap
+is within ``drift_factor`` times that drift is read at the servers' own resolution: a tie flip. The drift itself is
+bounded (``max_drift``): servers whose logprobs of the same tokens part by more than that do not compute the same
+function (an all-reduce skipped leaves plausible text and shifts every logprob), and their first difference is a
+mismatch whatever its gap. SmolLM2-135M on SGLang's CPU engine, tp 2 against one rank (2026-12-05): drifts of 0.055,
+0.10 and 0.17 over three prompts, and a first difference at token 23 (" key" for " index") with a gap of 0.125, a
+tie at their resolution (epsilon 0.34) and 16 bf16 steps, so a mismatch at one rounding's.
+
 The tested token outside the reference's top K: its logprob lies at or below the K-th (the floor). For any logprob
 l at or below the floor, gap - epsilon >= |l| * (1 - tie_ulps/128) - |reference logprob| (a bf16 step at magnitude
 m is at most m/128), which only grows as l falls; so when it is positive at the floor, every such token is beyond
@@ -90,20 +102,48 @@ def tie_epsilon(tested_logprob: float, tie_ulps: float) -> float:
     return tie_ulps * bf16_step(tested_logprob)
 
 
-def decide(reference: PositionLogprobs | None, tested: TopLogprob | None, tie_ulps: float) -> Decision:
+@dataclass(frozen=True)
+class Resolution:
+    """How finely two servers can be told apart: bf16 steps, and their measured drift (``drift`` None: unmeasured)."""
+
+    tie_ulps: float
+    drift: float | None = None
+    drift_factor: float = 0.0
+    max_drift: float = math.inf
+
+    def epsilon(self, logprob: float) -> float:
+        return max(tie_epsilon(logprob, self.tie_ulps), self.drift_factor * (self.drift or 0.0))
+
+
+def prefix_drift(tested: Sequence[PositionLogprobs] | None, reference: Sequence[PositionLogprobs] | None,
+                 upto: int) -> float | None:
+    """The largest |logprob difference| of the same token over the first ``upto`` positions (where both outputs hold
+    the same tokens); 0 with no such position, None when either side gave no logprobs."""
+    if tested is None or reference is None:
+        return None
+    shared = zip(tested[:upto], reference[:upto], strict=False)
+    return max((abs(t.chosen.logprob - r.chosen.logprob) for t, r in shared), default=0.0)
+
+
+def decide(reference: PositionLogprobs | None, tested: TopLogprob | None, resolution: Resolution) -> Decision:
     """Tie flip or mismatch, at a position where the reference took ``reference.chosen`` and the tested server
     ``tested`` (None: what either side knows of it is missing, which leaves a mismatch)."""
     if reference is None or tested is None:
         side = "the reference" if reference is None else "the tested server"
         return Decision(MISMATCH, None, None, None, f"undecidable: {side} gave no logprobs at this position")
     ours, theirs = reference.chosen.logprob, reference.logprob_of(tested)
+    if resolution.drift is not None and resolution.drift > resolution.max_drift:
+        return Decision(MISMATCH, ours, theirs, None, f"the logprobs of the tokens both took differ by up to "
+                        f"{resolution.drift:.4g}, beyond max_drift {resolution.max_drift:.4g}: not the same numerics")
     if theirs is None:
-        return _outside_top(reference, tie_ulps)
-    epsilon = tie_epsilon(theirs, tie_ulps)
+        return _outside_top(reference, resolution.tie_ulps)
+    epsilon = resolution.epsilon(theirs)
     gap = ours - theirs
     verdict = TIE_FLIP if abs(gap) <= epsilon else MISMATCH
     relation = "within" if verdict == TIE_FLIP else "beyond"
-    return Decision(verdict, ours, theirs, epsilon, f"logprob gap {gap:.4g} {relation} epsilon {epsilon:.4g}")
+    drift = "" if resolution.drift is None else f"; prefix drift {resolution.drift:.4g}"
+    return Decision(verdict, ours, theirs, epsilon,
+                    f"logprob gap {gap:.4g} {relation} epsilon {epsilon:.4g}{drift}")
 
 
 def _outside_top(reference: PositionLogprobs, tie_ulps: float) -> Decision:

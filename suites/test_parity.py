@@ -1,7 +1,8 @@
 """Greedy parity: parity_mismatches, parity_tie_flips; records "parity" (one per prompt: match, tie flip or mismatch,
 with the first differing position, both tokens and the reference's logprobs of each).
 
-Options (suite "parity"): num_prompts, max_tokens, concurrency, max_mismatches, top_logprobs, tie_ulps, reference
+Options (suite "parity"): num_prompts, max_tokens, concurrency, max_mismatches, top_logprobs, tie_ulps,
+drift_factor, max_drift, reference
 (what `dspark-ci run` boots as --reference-url: dspark_ci/reference_boot.py). Needs
 --reference-url (the same deployment without speculation) or --reference-file (recorded outputs);
 --save-reference FILE writes this server's outputs in the reference format.
@@ -23,7 +24,7 @@ from dspark_ci.suites.parity import (
     save_reference,
     tally,
 )
-from dspark_ci.suites.parity_ties import MISMATCH, TIE_FLIP
+from dspark_ci.suites.parity_ties import MISMATCH, TIE_FLIP, Resolution
 from dspark_ci.suites.server import NotTheServer, Server, connect
 
 
@@ -57,7 +58,8 @@ def parity_records(server, reference, suite_config, suite_output):
     if expected is None:
         pytest.skip(f"outputs saved to {suite_config.save_reference}; nothing to compare against")
 
-    records = [compare(i, prompt, ours, theirs, options["tie_ulps"])
+    resolution = Resolution(options["tie_ulps"], drift_factor=options["drift_factor"], max_drift=options["max_drift"])
+    records = [compare(i, prompt, ours, theirs, resolution)
                for i, (prompt, ours, theirs) in enumerate(zip(reference.prompts, tested, expected, strict=False))]
     suite_output.add_metrics(tally(records))
     suite_output.add_records("parity", [record.to_dict() for record in records])

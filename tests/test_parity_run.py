@@ -68,11 +68,11 @@ def test_a_layout_reference_is_the_same_model_on_one_rank_without_speculation():
     from dspark_ci.reference_boot import reference_of
 
     cells = {cell.id: cell for cell in load_cells([str(REPO / "matrices" / "cpu-engine.yaml")])}
-    two_nodes = cells["tiny-llama-2node-tp2-a2a-none-cpu"]
+    two_nodes = cells["smollm2-135m-2node-tp2-a2a-none-cpu"]
     reference = reference_of(two_nodes).config
     assert (reference.nnodes, reference.tp, reference.dp, reference.speculative) == (1, 1, 1, False)
     assert reference.model == two_nodes.config.model
     assert "parity" in suite_names(two_nodes, None)  # kept on a plain cell: it compares the layout
-    ngram = cells["tiny-llama-tp1-a2a-none-ngram-cpu"]
+    ngram = cells["smollm2-135m-tp1-a2a-none-ngram-cpu"]
     assert reference_of(ngram).config == ngram.config.without_speculation()
-    assert "parity" not in suite_names(cells["tiny-llama-tp1-a2a-none-cpu"], ("parity",))
+    assert "parity" not in suite_names(cells["smollm2-135m-tp1-a2a-none-cpu"], ("parity",))

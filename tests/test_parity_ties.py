@@ -12,6 +12,7 @@ from dspark_ci.suites.parity_ties import (
     MISMATCH,
     TIE_FLIP,
     PositionLogprobs,
+    Resolution,
     TopLogprob,
     bf16_step,
     decide,
@@ -37,7 +38,7 @@ def test_a_bf16_step_is_two_to_the_exponent_less_seven(magnitude, step):
 
 
 def test_the_probe_tie_is_a_tie_flip():
-    decision = decide(position(PROBE, (" began", PROBE)), TopLogprob(" began", PROBE), tie_ulps=2)
+    decision = decide(position(PROBE, (" began", PROBE)), TopLogprob(" began", PROBE), Resolution(2))
     assert decision.verdict == TIE_FLIP and decision.tested_logprob == PROBE == decision.reference_logprob
 
 
@@ -46,24 +47,25 @@ def test_the_boundary_is_tie_ulps_bf16_steps_both_ways(ulps):
     epsilon = tie_epsilon(PROBE, ulps)
     assert epsilon == ulps * 2.0 ** -8
     just_within = PROBE - epsilon
-    assert decide(position(PROBE, (" began", just_within)), TopLogprob(" began", 0), ulps).verdict == TIE_FLIP
+    began, resolution = TopLogprob(" began", 0), Resolution(ulps)
+    assert decide(position(PROBE, (" began", just_within)), began, resolution).verdict == TIE_FLIP
     just_beyond = PROBE - epsilon * 1.01
-    assert decide(position(PROBE, (" began", just_beyond)), TopLogprob(" began", 0), ulps).verdict == MISMATCH
+    assert decide(position(PROBE, (" began", just_beyond)), began, resolution).verdict == MISMATCH
 
 
 def test_a_token_below_a_distant_top_k_floor_is_a_mismatch_without_asking_again():
-    decision = decide(position(-0.1, (" a", -2.0), (" b", -3.0)), TopLogprob(" zebra", -9.0), tie_ulps=2)
+    decision = decide(position(-0.1, (" a", -2.0), (" b", -3.0)), TopLogprob(" zebra", -9.0), Resolution(2))
     assert decision.verdict == MISMATCH and decision.tested_logprob is None
     assert "already beyond epsilon" in decision.reason
 
 
 def test_a_token_below_a_top_k_that_is_all_tied_is_undecided_and_counted_a_mismatch():
-    decision = decide(position(-1.5, (" a", -1.5), (" b", -1.5)), TopLogprob(" zebra", -9.0), tie_ulps=2)
+    decision = decide(position(-1.5, (" a", -1.5), (" b", -1.5)), TopLogprob(" zebra", -9.0), Resolution(2))
     assert decision.verdict == MISMATCH and decision.reason.startswith("undecided")
 
 
 def test_without_the_references_logprobs_a_difference_is_a_mismatch():
-    assert decide(None, TopLogprob(" began", PROBE), tie_ulps=2).verdict == MISMATCH
+    assert decide(None, TopLogprob(" began", PROBE), Resolution(2)).verdict == MISMATCH
 
 
 def _output(ids: tuple[int, ...], tokens: list[tuple[str, float]], top: list[list[tuple[str, float]]]) -> Output:
@@ -82,13 +84,45 @@ REFERENCE = _output((5, 6, 7), [(" the", -0.2), (" cat", PROBE), (" sat", -0.3)]
 def test_a_record_names_the_position_both_tokens_and_both_logprobs(token, token_id, logprob, verdict):
     tested = _output((5, token_id, 7), [(" the", -0.2), (token, logprob), (" sat", -0.3)],
                      [[(" the", -0.2)], [(token, logprob)], [(" sat", -0.3)]])
-    record = compare(0, "Write a short story about a cat.", tested, REFERENCE, tie_ulps=2)
+    record = compare(0, "Write a short story about a cat.", tested, REFERENCE, Resolution(2))
     assert (record.verdict, record.first_difference) == (verdict, 1)
     assert (record.tested_token, record.tested_token_id, record.tested_logprob) == (token, token_id, logprob)
     assert (record.reference_token, record.reference_token_id, record.reference_logprob) == (" cat", 6, PROBE)
     assert record.epsilon == tie_epsilon(logprob, 2)
     assert tally([record]) == {"parity_mismatches": int(verdict == MISMATCH),
-                               "parity_tie_flips": int(verdict == TIE_FLIP)}
+                               "parity_tie_flips": int(verdict == TIE_FLIP), "parity_logprob_drift": 0.0}
+
+
+def _drifted(first: float, gap: float) -> Output:
+    """The reference's tokens up to a first difference at token 1, whose first logprob is ``first`` (the reference
+    says -0.2), and then " dog" at ``gap`` below the reference's own token there."""
+    return _output((5, 8, 7), [(" the", first), (" dog", PROBE - gap), (" sat", -0.3)],
+                   [[(" the", first)], [(" dog", PROBE - gap)], [(" sat", -0.3)]])
+
+
+def _reference_with_dog_at(gap: float) -> Output:
+    return _output((5, 6, 7), [(" the", -0.2), (" cat", PROBE), (" sat", -0.3)],
+                   [[(" the", -0.2)], [(" cat", PROBE), (" dog", PROBE - gap)], [(" sat", -0.3)]])
+
+
+def test_a_difference_within_the_servers_own_drift_is_a_tie_flip_beyond_it_a_mismatch():
+    # tp 2 against one rank: the logprob of the token both took differs by 0.08, so a gap of 0.125 at the first
+    # difference is within 2 x 0.08 (their own resolution), while a gap of 0.3 is not
+    layouts = Resolution(2, drift_factor=2, max_drift=0.5)
+    within = compare(0, "p", _drifted(-0.28, 0.125), _reference_with_dog_at(0.125), layouts)
+    assert within.verdict == TIE_FLIP and within.drift == pytest.approx(0.08) and "prefix drift 0.08" in within.reason
+    beyond = compare(0, "p", _drifted(-0.28, 0.3), _reference_with_dog_at(0.3), layouts)
+    assert beyond.verdict == MISMATCH and beyond.epsilon == pytest.approx(0.16)
+    # without drift (the same token at the same logprob) the same 0.125 is a mismatch: only bf16 steps allowed
+    assert compare(0, "p", _drifted(-0.2, 0.125), _reference_with_dog_at(0.125), layouts).verdict == MISMATCH
+
+
+def test_servers_drifting_beyond_max_drift_are_a_mismatch_whatever_the_gap():
+    # an all-reduce skipped: plausible tokens, every logprob shifted; the first difference is then no tie at all
+    layouts = Resolution(2, drift_factor=2, max_drift=0.5)
+    record = compare(0, "p", _drifted(-1.4, 0.0), _reference_with_dog_at(0.0), layouts)
+    assert record.verdict == MISMATCH and "beyond max_drift" in record.reason
+    assert tally([record])["parity_logprob_drift"] == pytest.approx(1.2)
 
 
 def test_a_saved_reference_keeps_its_logprobs_and_a_version_one_file_still_loads(tmp_path):
@@ -101,7 +135,7 @@ def test_a_saved_reference_keeps_its_logprobs_and_a_version_one_file_still_loads
     path.write_text(json.dumps(old))
     [loaded] = load_reference(path, 1).outputs or ()
     tested = _output((5, 8, 7), [(" the", -0.2), (" dog", PROBE), (" sat", -0.3)], [[], [], []])
-    record = compare(0, "p", tested, loaded, tie_ulps=2)
+    record = compare(0, "p", tested, loaded, Resolution(2))
     assert record.verdict == MISMATCH and "reference gave no logprobs" in (record.reason or "")
 
 
@@ -140,7 +174,7 @@ def test_the_parity_suite_tells_a_tie_flip_from_a_mismatch(tmp_path, fault, mism
             running_simulator(env, SPECULATIVE_ARGS, log_path=tmp_path / "spec.log") as spec:
         done, output, log = run_suite(tmp_path, "parity", spec, "--reference-url", plain)
     assert done == code, log
-    assert output["metrics"] == {"parity_mismatches": mismatches, "parity_tie_flips": ties}
+    assert output["metrics"] == {"parity_mismatches": mismatches, "parity_tie_flips": ties, "parity_logprob_drift": 0.0}
     record = output["records"]["parity"][0]
     assert record["first_difference"] == 3 and record["verdict"] == ("tie_flip" if ties else "mismatch")
     assert record["tested_token"] != record["reference_token"] and record["tested_logprob"] is not None
