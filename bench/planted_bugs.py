@@ -125,7 +125,7 @@ BUGS: tuple[Bug, ...] = (
         "    return is_all_greedy or is_cpu or is_xpu or (is_hip and not use_rejection_sampling)\n",
         "    return True\n", (NGRAM,), (r"sampled_lossless",),
         "the per-position test of sampled losslessness (gate sampled_lossless_p)",
-        "SGLang 0.5.23 already verifies greedily on a CPU at any temperature (_verify_uses_greedy: `or is_cpu`), so "
+        "Pinned SGLang already verifies greedily on a CPU at any temperature (_verify_uses_greedy `or is_cpu`), so "
         "the unplanted engine has this behaviour: the accept suite measured it (every tested position red, family p "
         "5e-15) and matrices/cpu-engine.yaml measures no sampled losslessness. Caught on the simulator "
         "(fault greedy_verify: BENCHMARKS.md, sampled losslessness)"),

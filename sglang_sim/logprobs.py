@@ -1,4 +1,4 @@
-"""The simulated model's logprobs of the tokens it generates, in SGLang 0.5.23's shapes, and the parity faults.
+"""The simulated model's logprobs of the tokens it generates, in pinned SGLang's shapes, and the parity faults.
 
 At every position the model has a table of candidates, best first: the token the model's own text takes there (the
 argmax when greedy), a runner-up at least MIN_GAP below it, and further words. The table depends only on the seed,

@@ -1,4 +1,4 @@
-"""Prompt logprobs for /generate's ``return_logprob``: ``meta_info.input_token_logprobs`` in SGLang 0.5.23's shape.
+"""Prompt logprobs for /generate's ``return_logprob``: ``meta_info.input_token_logprobs`` in pinned SGLang's shape.
 
 SGLang returns one ``[logprob, token id, text|None]`` triple per prompt token from ``logprob_start_len`` on (the text
 only with ``return_text_in_logprobs``); the prompt's first token has no logprob (null), nothing preceding it. Here

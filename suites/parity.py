@@ -178,7 +178,7 @@ def _token(text: str | None, token_id: int | None, logprob: float | None) -> str
     return f"{shown} (id {token_id}, {said})"
 
 
-def tally(records: Sequence[ParityRecord]) -> dict[str, int]:
+def tally(records: Sequence[ParityRecord]) -> dict[str, float]:
     """The suite's metrics: real mismatches, and tie flips (counted, never a failure)."""
     drifts = [r.drift for r in records if r.drift is not None]
     return {"parity_mismatches": sum(r.verdict == MISMATCH for r in records),

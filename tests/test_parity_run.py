@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import textwrap
 
+from dspark_ci.ground.sglang.release import DEFAULT_VERSION
+
 from tests.test_run_cli import ONE_NODE, REPO, SMOKE, Run
 
 LAYOUT_MATRIX = textwrap.dedent("""\
     description: a tp-2 deployment's greedy tokens against the same model on one rank
-    sglang: ">=0.5.23"
+    sglang: ">=SGLANG_VERSION"
     hardware: {cuda: h200}
     defaults:
       model: meta-llama/Llama-3.1-8B-Instruct
@@ -22,7 +24,7 @@ LAYOUT_MATRIX = textwrap.dedent("""\
         parity: {num_prompts: 3, max_tokens: 16, reference: one_rank}
     include:
       - {}
-    """)
+    """).replace("SGLANG_VERSION", DEFAULT_VERSION)
 LAYOUT_CELL = "llama8b-tp2-a2a-none-cuda"
 
 

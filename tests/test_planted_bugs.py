@@ -59,7 +59,7 @@ def test_every_bug_names_cells_of_the_engine_matrix_and_a_right_reason():
 
 
 def test_a_bug_sglang_already_has_on_a_cpu_is_not_applicable_and_never_planted(tmp_path):
-    # SGLang 0.5.23 verifies greedily on a CPU whatever the temperature: planting "lossy sampling" there changes
+    # The pinned SGLang verifies greedily on a CPU whatever the temperature: planting "lossy sampling" there changes
     # nothing, so the bench says so rather than calling a run of the unchanged engine caught or missed.
     lossy = next(b for b in planted_bugs.BUGS if b.name == "spec-sampling-lossy")
     outcome = planted_bugs.one(lossy, lossy.cells, tmp_path / "no-site", "matrices/cpu-engine.yaml", None)
