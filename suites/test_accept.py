@@ -207,10 +207,17 @@ def test_accept_at_sampled_setting(sampled_run):
     assert not failed, f"{len(failed)} of {len(sampled_run)} sampled requests failed; first: {failed[0].error}"
 
 
-def test_greedy_output_equals_reference(lossless_run):
-    """Speculation keeps greedy output exact (the sampled comparison is a gate: reports/gates.py)."""
+def test_greedy_output_equals_reference(lossless_run, request, suite_output):
+    """Speculation keeps greedy output, up to ties (the sampled comparison is a gate: reports/gates.py). These texts
+    carry no logprobs, so a difference cannot be told a tie here: with the parity suite in the run (which asks the
+    logprobs and decides: suites/parity_ties.py) it is a warning; without it, a failure."""
     here, there = lossless_run
     differing = [i for i, (a, b) in enumerate(zip(here, there, strict=False)) if a != b]
+    parity_runs = any("test_parity" in str(arg) for arg in request.config.args)
+    if differing and parity_runs:
+        suite_output.warn(f"accept: greedy output differs from the non-speculative reference on prompts {differing}; "
+                          f"the parity suite tells a tie flip from a mismatch")
+        return
     assert not differing, f"greedy output differs from the non-speculative reference on prompts {differing}"
 
 
@@ -279,7 +286,19 @@ def test_penalty_cuts_repetition(plain_greedy, server, suite_config, name):
     if not before:
         pytest.skip(f"the greedy text repeats no word in {tokens} tokens: {name} has nothing to act on")
     concurrency = suite_config.suite("accept")["concurrency"]
-    penalised = greedy_texts(server, _sampling_prompts(suite_config), tokens, concurrency, **{name: PENALTIES[name]})
-    after = repeated_words(penalised)
-    assert after < before, (f"{name}={PENALTIES[name]:g} left {after} repeated words against {before} without it "
-                            f"(greedy, {tokens} tokens per prompt): the penalty is ignored under speculation")
+    penalty, prompts = {name: PENALTIES[name]}, _sampling_prompts(suite_config)
+    after = repeated_words(greedy_texts(server, prompts, tokens, concurrency, **penalty))
+    if suite_config.reference_url is None:
+        assert after < before, (f"{name}={PENALTIES[name]:g} left {after} repeated words against {before} without "
+                                f"it (greedy, {tokens} tokens per prompt): the penalty is ignored under speculation")
+        return
+    # A trained model's text need not repeat less under a penalty (SmolLM2: 21 repeated words against 19, with and
+    # without speculation alike), so with the non-speculative reference at hand the penalty is held to what it does
+    # there: ignored under speculation, it leaves the unpenalised text's repetition where the reference's moved.
+    reference = connect(replace(suite_config, base_url=suite_config.reference_url, model=None))
+    theirs = repeated_words(greedy_texts(reference, prompts, tokens, concurrency, **penalty))
+    moved_here, moved_there = after != before, theirs != before
+    assert moved_here or not moved_there, (
+        f"{name}={PENALTIES[name]:g} left {after} repeated words, as many as without it, while the reference without "
+        f"speculation went from {before} to {theirs} under it (greedy, {tokens} tokens per prompt): the penalty is "
+        f"ignored under speculation")
