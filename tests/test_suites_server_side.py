@@ -72,6 +72,11 @@ def stand_in_sglang(rank_accept_after: dict[int, float],
     return app
 
 
+def failed_test(output: dict) -> str:
+    [failed] = [test["nodeid"] for test in output["tests"] if test["outcome"] == "failed"]
+    return failed
+
+
 @contextmanager
 def serving(app: web.Application):
     port = free_port()
@@ -97,18 +102,19 @@ def test_accept_cross_checks_every_dp_rank_weighted_by_tokens(tmp_path, rank_acc
     with serving(stand_in_sglang(rank_accept_after)) as url:
         code, output, log = run_suite(tmp_path, "accept", url, "--suite-option", "accept.num_requests=4",
                                       "--suite-option", "accept.concurrency=1")
-    assert code == 0, log
+    assert code == (1 if warned else 0), log
     assert output["metrics"]["accept_length"] == pytest.approx((101 + 61) / 70)
     [figure] = output["records"]["accept_server"]
     assert figure["exact_window"] and figure["weighting"] == "tokens per dp_rank"
     expected = (200 + 120) / (200 / rank_accept_after[0] + 120 / rank_accept_after[1])
     assert figure["accept_length"] == pytest.approx(expected)
     assert [r["window_tokens"] for r in figure["ranks"]] == [200, 120]
-    assert bool(output["warnings"]) == warned
+    [summary] = output["records"]["accept_summary"]
+    assert bool(summary["disagreements"]) == warned
     if warned:
-        assert "disagrees with /server_info internal_states" in output["warnings"][0]
-    [summary] = output["records"]["accept_summary"]  # the stand-in serves no /metrics
-    assert not summary["metrics_cross_check"]
+        assert "disagrees with /server_info internal_states" in summary["disagreements"][0]
+        assert failed_test(output) == "suites/test_accept.py::test_accept_figures_agree_with_the_server"
+    assert not summary["metrics_cross_check"]  # the stand-in serves no /metrics
     assert summary["no_metrics_cross_check_because"].startswith("/metrics not served")
 
 
@@ -118,16 +124,17 @@ def test_accept_cross_checks_metrics_of_a_fresh_server_counting_from_zero(tmp_pa
     with serving(stand_in_sglang({0: 2.5, 1: 2.0}, verify_calls_counted)) as url:
         code, output, log = run_suite(tmp_path, "accept", url, "--suite-option", "accept.num_requests=4",
                                       "--suite-option", "accept.concurrency=1")
-    assert code == 0, log  # a disagreement is a warning, on a fresh server as on a warm one
+    assert code == (1 if warned else 0), log  # a disagreement fails, on a fresh server as on a warm one
     figure = next(f for f in output["records"]["accept_server"] if f["source"] == "/metrics counters")
     assert figure["window_start"] == "counters absent before the window (fresh server): counted from zero"
     assert (figure["generation_tokens"], figure["verify_calls"]) == (2 * (101 + 61), 2 * 70 * verify_calls_counted)
     assert figure["accept_length"] == pytest.approx((101 + 61) / (70 * verify_calls_counted))
     [summary] = output["records"]["accept_summary"]
     assert summary["metrics_cross_check"] and summary["no_metrics_cross_check_because"] is None
-    assert bool(summary["disagreements"]) == warned and output["warnings"] == summary["disagreements"]
+    assert bool(summary["disagreements"]) == warned
     if warned:
-        assert "disagrees with /metrics counters" in output["warnings"][0]
+        assert "disagrees with /metrics counters" in summary["disagreements"][0]
+        assert failed_test(output) == "suites/test_accept.py::test_accept_figures_agree_with_the_server"
 
 
 def test_gpqa_downloads_a_dataset_url_once_into_the_cache(tmp_path):
