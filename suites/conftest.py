@@ -138,7 +138,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if call.excinfo is not None and isinstance(call.excinfo.value, API_ERRORS) and report.failed:
         error = call.excinfo.value
         report.longrepr = f"{item.nodeid}: the server's API failed: {type(error).__name__}: {error}"
-    if report.failed and Path(item.path).name == SANITY_MODULE:
+    if report.failed and Path(item.path).name == SANITY_MODULE and item.name not in SANITY_MEASURES:
         item.config.stash.setdefault(SANITY_FAILED_KEY, item.nodeid)
     return report
 
@@ -147,6 +147,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 # suites measure: they are skipped at once (saying why), so the verdict does not wait minutes for them.
 SANITY_MODULE = "test_sanity.py"
 SANITY_FAILED_KEY = pytest.StashKey[str]()
+# But a draft collapse serves valid text: the server is not broken, its speculation is, and the accept suite's own
+# figures (per position, per category) are the evidence a user acts on, so they are still measured.
+SANITY_MEASURES = frozenset({"test_drafts_are_accepted"})
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
