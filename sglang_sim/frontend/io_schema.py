@@ -62,7 +62,7 @@ def one_step() -> dict:
     params = SamplingParams(max_new_tokens=4, temperature=0.0)
     params.normalize(None)
     missing = [name for name in SAMPLING_FIELDS_READ if not hasattr(params, name)]
-    request = SimpleNamespace(rid="r1", http_worker_ipc=None, sampling_params=params)
+    request = SimpleNamespace(rid="r1", http_worker_ipc=None, sampling_params=params, return_logprob=False)
     spec = SpecStats(SpecShape("DSPARK", 4, 3))
     spec.record_step(2)
     gen = Generation("r1", 0, None, 3, spec, tokens=["a", "b", "c"], finish_reason={"type": "length", "length": 3})
