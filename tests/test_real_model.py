@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from dspark_ci.ground.sglang.resolver import MODEL_CONFIG_DIR, MODEL_CONFIGS
 from dspark_ci.sglang_sim.cpu_engine import REAL_MODEL, refusal
 from dspark_ci.sglang_sim.cpu_engine.real_model import INSTALL_HINT
 
@@ -60,6 +61,13 @@ def test_padded_heads_change_nothing_beyond_float_rounding(compared):
     for prompt, figures in compared["prompts"].items():
         unpadded = figures["unpadded"]
         assert unpadded["top1_agreement"] == 1.0 and unpadded["max_abs"] < 1e-3, (prompt, unpadded)
+
+
+def test_the_resolver_reads_the_config_the_engine_serves(compared):
+    # Admission (context length, head counts) is predicted from the shipped copy: it must be what the converted
+    # checkpoint says, padding included.
+    shipped = MODEL_CONFIG_DIR / MODEL_CONFIGS[REAL_MODEL.lower()] / "config.json"
+    assert json.loads(shipped.read_text()) == compared["config"]
 
 
 @pytest.mark.parametrize("algorithm", ["EAGLE", "EAGLE3"])

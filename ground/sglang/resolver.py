@@ -40,6 +40,9 @@ MODEL_CONFIGS = {
     "deepseek-ai/deepseek-v4-pro": "deepseek-v4-pro",
     "meta-llama/llama-3.1-8b-instruct": "llama-3.1-8b-instruct",
     "z-lab/llama3.1-8b-instruct-dflash-ultrachat": "llama-3.1-8b-dflash",
+    # as the CPU engine serves it: heads padded to 12 and 4 KV for tp 2 and 4 (tests/test_real_model.py holds the
+    # converted checkpoint's config to this copy)
+    "huggingfacetb/smollm2-135m-instruct": "smollm2-135m-instruct",
 }
 MODEL_FLAGS = ("--model-path", "--model", "--speculative-draft-model-path")
 _PLACEHOLDER = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
