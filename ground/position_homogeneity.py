@@ -72,6 +72,7 @@ class PositionTest:
     token: int
     speculative_share: float
     reference_share: float
+    token_text: str | None = None  # ``token`` as the server printed it, when the caller numbered printed tokens
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}

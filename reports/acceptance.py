@@ -87,9 +87,9 @@ def _lossless_line(lossless: Lossless | None) -> str:
     shown = sorted(lossless.positions, key=lambda t: t.p_value)[:SHOWN_TESTS]
     if shown:
         lines.append(_table(["Prompt", "Position", "Token", "With speculation", "Without", "χ² (df)", "p", "Holm p"],
-                            [[str(t.prompt), str(t.position), _token(t.token), f"{t.speculative_share:.0%}",
-                              f"{t.reference_share:.0%}", f"{t.statistic:.1f} ({t.dof})", _p(t.p_value),
-                              _p(t.adjusted_p)] for t in shown]))
+                            [[str(t.prompt), str(t.position), _token(t.token, t.token_text),
+                              f"{t.speculative_share:.0%}", f"{t.reference_share:.0%}", f"{t.statistic:.1f} ({t.dof})",
+                              _p(t.p_value), _p(t.adjusted_p)] for t in shown]))
     spec, ref = lossless.speculative, lossless.reference
     if spec is not None and ref is not None:
         lines.append(f"Draws equal to the greedy text (a figure, not the test): {spec.greedy_like}/{spec.samples} "
@@ -105,8 +105,8 @@ def _p(value: float | None) -> str:
     return "—" if value is None else f"{value:.2g}"
 
 
-def _token(token: int) -> str:
-    return {ENDED: "(end)", POOLED: "(rare, pooled)"}.get(token, str(token))
+def _token(token: int, text: str | None) -> str:
+    return {ENDED: "(end)", POOLED: "(rare, pooled)"}.get(token, repr(text) if text is not None else str(token))
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:

@@ -21,7 +21,7 @@ run's alpha (reports/gates.py). How many draws equal the greedy text is kept as 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -158,20 +158,22 @@ SEED_STRIDE = 1_000_000
 
 @dataclass(frozen=True)
 class Draw:
-    """One sampled reply: its token ids and its text."""
+    """One sampled reply: its tokens as its logprobs name them, and its text. Logprobs, not SGLang's
+    ``return_token_ids``: sglang-router passes OpenAI's fields on and drops that one, which left every draw through
+    a PD router without tokens."""
 
-    ids: tuple[int, ...]
+    tokens: tuple[str, ...]
     text: str
 
 
 def draws(server: Server, prompts: Sequence[Prompt], samples: int, tokens: int, sampling: dict, concurrency: int,
           side: str) -> list[list[Draw | None]]:
-    """Per prompt, ``samples`` draws of ``tokens`` tokens (None: the request failed or carried no token ids)."""
+    """Per prompt, ``samples`` draws of ``tokens`` tokens (None: the request failed or carried no tokens)."""
     items = [(index, repeat) for index in range(len(prompts)) for repeat in range(samples)]
     first = SEED_SIDES[side] * SEED_STRIDE
 
     def draw(client: openai.OpenAI, item: tuple[int, int]) -> Draw | None:
-        body = {**sampling, "seed": first + item[0] * samples + item[1], "return_token_ids": True}
+        body = {**sampling, "seed": first + item[0] * samples + item[1], "logprobs": True}
         return _draw(client, server.model, prompts[item[0]].text, tokens, body)
 
     answers = server.ask_each(draw, items, concurrency, label=f"accept lossless ({side})")
@@ -186,8 +188,18 @@ def greedy_share(per_prompt: Sequence[Sequence[Draw | None]], greedy: Sequence[s
     return {"greedy_like": sum(a == b for a, b in counted), "samples": len(counted), "failed": failed}
 
 
-def token_ids(per_prompt: Sequence[Sequence[Draw | None]]) -> list[list[tuple[int, ...] | None]]:
-    return [[None if draw is None else draw.ids for draw in prompt_draws] for prompt_draws in per_prompt]
+def token_ids(sides: Mapping[str, Sequence[Sequence[Draw | None]]]
+              ) -> tuple[dict[str, list[list[tuple[int, ...] | None]]], tuple[str, ...]]:
+    """Each side's draws with their tokens numbered alike on both sides, and the tokens by number. Two tokens that
+    print alike become one category on both sides: the test loses a little power, never a false alarm."""
+    numbers: dict[str, int] = {}
+
+    def ids(draw: Draw | None) -> tuple[int, ...] | None:
+        return None if draw is None else tuple(numbers.setdefault(token, len(numbers)) for token in draw.tokens)
+
+    numbered = {side: [[ids(draw) for draw in prompt_draws] for prompt_draws in per_prompt]
+                for side, per_prompt in sides.items()}
+    return numbered, tuple(numbers)
 
 
 def repeated_words(texts: Sequence[str | None]) -> int:
@@ -233,6 +245,7 @@ def _draw(client: openai.OpenAI, model: str, text: str, tokens: int, body: dict)
     response = _reply(client, model, text, tokens, body)
     if response is None:
         return None
-    choice = response.model_dump()["choices"][0]
-    ids = choice.get("response_token_ids")
-    return None if ids is None else Draw(tuple(ids), _message_text(response.choices[0].message))
+    logprobs = response.choices[0].logprobs
+    if logprobs is None or logprobs.content is None:
+        return None
+    return Draw(tuple(item.token for item in logprobs.content), _message_text(response.choices[0].message))

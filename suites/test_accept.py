@@ -31,6 +31,7 @@ from dspark_ci.suites.accept import (
     with_spec,
 )
 from dspark_ci.suites.accept_detail import (
+    SEED_SIDES,
     accept_length_histogram,
     by_category,
     category_metrics,
@@ -152,7 +153,10 @@ def lossless_run(accept_run, server, suite_config, suite_output):
                 **({"top_p": options["sampled_top_p"]} if options["sampled_top_p"] is not None else {})}
     drawn = {side: draws(target, prompts, options["lossless_samples"], tokens, sampling, concurrency, side)
              for side, target in (("speculative", server), ("reference", reference))}
-    result = compare(token_ids(drawn["speculative"]), token_ids(drawn["reference"]), tokens)
+    numbered, printed = token_ids(drawn)
+    result = compare(numbered["speculative"], numbered["reference"], tokens)
+    named = [replace(test, token_text=printed[test.token]) if 0 <= test.token < len(printed) else test
+             for test in result.tests]
     shares = {side: greedy_share(drawn[side], greedy_there) for side in drawn}
     suite_output.add_metrics({
         "sampled_lossless_p": result.family_p, "sampled_lossless_tests": len(result.tests),
@@ -163,7 +167,7 @@ def lossless_run(accept_run, server, suite_config, suite_output):
                           "top_p": options["sampled_top_p"], **shares,
                           "greedy_equal": sum(a == b for a, b in zip(greedy_here, greedy_there, strict=False)),
                           "samples": result.samples, "family_p": result.family_p, "untested": result.untested,
-                          "positions": [test.to_dict() for test in result.tests]}
+                          "positions": [test.to_dict() for test in named]}
     return greedy_here, greedy_there
 
 
@@ -213,6 +217,16 @@ def test_accept_length_above_collapse_floor(accept_run, suite_config):
 def test_accept_at_sampled_setting(sampled_run):
     failed = [r for r in sampled_run if r.error]
     assert not failed, f"{len(failed)} of {len(sampled_run)} sampled requests failed; first: {failed[0].error}"
+
+
+def test_sampled_draws_carry_their_tokens(lossless_run, accept_run, suite_config):
+    """Every lossless draw must come back with its tokens: a draw lost (the request failed, or a proxy dropped the
+    logprobs) is evidence the gate never sees, and all of them lost leaves it inconclusive however often it runs."""
+    lossless = accept_run[2].get("lossless", {})
+    drawn = lossless.get("prompts", 0) * suite_config.suite("accept")["lossless_samples"]
+    lost = {side: lossless[side]["failed"] for side in SEED_SIDES if side in lossless and lossless[side]["failed"]}
+    assert not lost, "lossless draws without tokens: " + ", ".join(
+        f"{side} {failed} of {drawn}" for side, failed in lost.items())
 
 
 def test_greedy_output_equals_reference(lossless_run, request, suite_output):
