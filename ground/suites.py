@@ -175,7 +175,8 @@ SUITE_DEFAULTS: dict[str, dict[str, Any]] = {
         # a first difference within this many bf16 steps of the logprob is a tie (suites/parity_ties.py)
         "tie_ulps": 2.0,
         # ... or within drift_factor times the two servers' own drift (the largest logprob difference of a token both
-        # took before it), while that drift stays within max_drift nats (beyond it: not the same numerics)
+        # took before a first difference, over the run's prompts), while that drift stays within max_drift nats
+        # (beyond it: not the same numerics)
         "drift_factor": 2.0,
         "max_drift": 0.5,
         # what the outputs are compared with: "without_speculation" (the same deployment without speculation) or

@@ -20,9 +20,13 @@ toward red (a near tie read as a mismatch), never toward a gap of several steps 
 The two servers' own disagreement. The epsilon above is one rounding; two servers that reduce differently all the
 way through (tp 2's all-reduce of two partial sums against one rank's single matmul, a speculative verify batch
 against a one-token decode) drift apart layer after layer, and their logprobs of the same token differ by more than a
-step. Up to the first difference both outputs hold the same tokens, so each position before it measures that drift
-on this very prompt: ``drift`` = the largest |logprob difference| of a token both took. A first difference whose gap
-is within ``drift_factor`` times that drift is read at the servers' own resolution: a tie flip. The drift itself is
+step. Up to the first difference both outputs hold the same tokens, so each position before it measures that drift:
+a prompt's ``drift`` = the largest |logprob difference| of a token both took. The drift belongs to the pair of servers,
+not to one prompt, so a run reads every first difference at the largest drift any of its prompts shows
+(suites/parity.py ``compare_all``): a difference at an early token has almost no prefix of its own to measure it on
+(NGRAM against plain decode on SmolLM2: a flip at token 17 with a gap of 0.125, its own prefix drifting 0.072).
+A first difference whose gap is within ``drift_factor`` times that drift is read at the servers' own resolution: a
+tie flip. The drift itself is
 bounded (``max_drift``): servers whose logprobs of the same tokens part by more than that do not compute the same
 function (an all-reduce skipped leaves plausible text and shifts every logprob), and their first difference is a
 mismatch whatever its gap. SmolLM2-135M on SGLang's CPU engine, tp 2 against one rank (2026-12-05): drifts of 0.055,
@@ -141,7 +145,7 @@ def decide(reference: PositionLogprobs | None, tested: TopLogprob | None, resolu
     gap = ours - theirs
     verdict = TIE_FLIP if abs(gap) <= epsilon else MISMATCH
     relation = "within" if verdict == TIE_FLIP else "beyond"
-    drift = "" if resolution.drift is None else f"; prefix drift {resolution.drift:.4g}"
+    drift = "" if resolution.drift is None else f"; the servers' drift {resolution.drift:.4g}"
     return Decision(verdict, ours, theirs, epsilon,
                     f"logprob gap {gap:.4g} {relation} epsilon {epsilon:.4g}{drift}")
 

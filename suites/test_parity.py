@@ -16,7 +16,7 @@ import pytest
 from dspark_ci.suites.config import SuiteInputError
 from dspark_ci.suites.parity import (
     Reference,
-    compare,
+    compare_all,
     default_prompts,
     describe,
     generate,
@@ -59,8 +59,7 @@ def parity_records(server, reference, suite_config, suite_output):
         pytest.skip(f"outputs saved to {suite_config.save_reference}; nothing to compare against")
 
     resolution = Resolution(options["tie_ulps"], drift_factor=options["drift_factor"], max_drift=options["max_drift"])
-    records = [compare(i, prompt, ours, theirs, resolution)
-               for i, (prompt, ours, theirs) in enumerate(zip(reference.prompts, tested, expected, strict=False))]
+    records = compare_all(reference.prompts, tested, expected, resolution)
     suite_output.add_metrics(tally(records))
     suite_output.add_records("parity", [record.to_dict() for record in records])
     return records

@@ -7,7 +7,7 @@ import json
 
 import pytest
 import requests
-from dspark_ci.suites.parity import Output, compare, load_reference, save_reference, tally
+from dspark_ci.suites.parity import Output, compare, compare_all, load_reference, save_reference, tally
 from dspark_ci.suites.parity_ties import (
     MISMATCH,
     TIE_FLIP,
@@ -110,11 +110,36 @@ def test_a_difference_within_the_servers_own_drift_is_a_tie_flip_beyond_it_a_mis
     # difference is within 2 x 0.08 (their own resolution), while a gap of 0.3 is not
     layouts = Resolution(2, drift_factor=2, max_drift=0.5)
     within = compare(0, "p", _drifted(-0.28, 0.125), _reference_with_dog_at(0.125), layouts)
-    assert within.verdict == TIE_FLIP and within.drift == pytest.approx(0.08) and "prefix drift 0.08" in within.reason
+    assert within.verdict == TIE_FLIP and within.drift == pytest.approx(0.08)
+    assert "the servers' drift 0.08" in (within.reason or "")
     beyond = compare(0, "p", _drifted(-0.28, 0.3), _reference_with_dog_at(0.3), layouts)
     assert beyond.verdict == MISMATCH and beyond.epsilon == pytest.approx(0.16)
     # without drift (the same token at the same logprob) the same 0.125 is a mismatch: only bf16 steps allowed
     assert compare(0, "p", _drifted(-0.2, 0.125), _reference_with_dog_at(0.125), layouts).verdict == MISMATCH
+
+
+def _early_flip(gap: float) -> tuple[Output, Output]:
+    """A first difference at token 0: no shared prefix to measure the drift on."""
+    tested = _output((8, 6), [(" dog", PROBE - gap), (" sat", -0.3)], [[(" dog", PROBE - gap)], [(" sat", -0.3)]])
+    reference = _output((6, 6), [(" cat", PROBE), (" sat", -0.3)],
+                        [[(" cat", PROBE), (" dog", PROBE - gap)], [(" sat", -0.3)]])
+    return tested, reference
+
+
+def test_an_early_difference_is_read_at_the_drift_the_other_prompts_show():
+    # the pair's drift (0.08, on prompt 1's shared prefix) is the resolution of every prompt of the run: prompt 0
+    # parts at its first token, where its own prefix measures nothing
+    layouts = Resolution(2, drift_factor=2, max_drift=0.5)
+    early, early_reference = _early_flip(0.125)
+    alone = compare(0, "p0", early, early_reference, layouts)
+    assert alone.verdict == MISMATCH and alone.drift == 0.0
+    drifted, drifted_reference = _drifted(-0.28, 0.0), _reference_with_dog_at(0.0)
+    records = compare_all(["p0", "p1"], [early, drifted], [early_reference, drifted_reference], layouts)
+    assert [r.verdict for r in records] == [TIE_FLIP, TIE_FLIP]
+    assert records[0].drift == 0.0 and "the servers' drift 0.08" in (records[0].reason or "")  # its own, kept
+    # a gap beyond twice the pair's drift stays a mismatch however many prompts drifted
+    far, far_reference = _early_flip(0.3)
+    assert compare_all(["p0", "p1"], [far, drifted], [far_reference, drifted_reference], layouts)[0].verdict == MISMATCH
 
 
 def test_servers_drifting_beyond_max_drift_are_a_mismatch_whatever_the_gap():
