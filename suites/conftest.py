@@ -138,23 +138,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if call.excinfo is not None and isinstance(call.excinfo.value, API_ERRORS) and report.failed:
         error = call.excinfo.value
         report.longrepr = f"{item.nodeid}: the server's API failed: {type(error).__name__}: {error}"
-    if report.failed and Path(item.path).name == SANITY_MODULE and item.name not in SANITY_MEASURES:
-        item.config.stash.setdefault(SANITY_FAILED_KEY, item.nodeid)
+    if report.failed and Path(item.path).name == SANITY_MODULE:
+        item.config.stash.setdefault(SANITY_FAILED_KEY, (item.nodeid, SANITY_STILL_MEASURED.get(item.name, ())))
     return report
 
 
 # The sanity check runs first; once it fails, the server is known broken and the cell is red whatever the other
 # suites measure: they are skipped at once (saying why), so the verdict does not wait minutes for them.
 SANITY_MODULE = "test_sanity.py"
-SANITY_FAILED_KEY = pytest.StashKey[str]()
+SANITY_FAILED_KEY = pytest.StashKey[tuple[str, tuple[str, ...]]]()
 # But a draft collapse serves valid text: the server is not broken, its speculation is, and the accept suite's own
-# figures (per position, per category) are the evidence a user acts on, so they are still measured.
-SANITY_MEASURES = frozenset({"test_drafts_are_accepted"})
+# figures (accept length, per position, per category) are the evidence a user acts on: that suite still measures.
+SANITY_STILL_MEASURED = {"test_drafts_are_accepted": ("test_accept.py",)}
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    failed = item.config.stash.get(SANITY_FAILED_KEY, None)
-    if failed is not None and Path(item.path).name != SANITY_MODULE:
+    failed, still_measured = item.config.stash.get(SANITY_FAILED_KEY, (None, ()))
+    if failed is not None and Path(item.path).name not in (SANITY_MODULE, *still_measured):
         pytest.skip(f"not run: the sanity check failed ({failed}), so this cell is red whatever this suite measures")
 
 

@@ -126,9 +126,12 @@ def test_faults_are_reported_for_what_they_are(tmp_path, faults, cell_id, code, 
     assert cell["status"] == status
     if says:
         assert says in cell["error"]
-    else:  # a collapse serves happily: only the accept-length floor notices
+    else:  # a collapse serves happily: the sanity check's floor says so, and the accept suite still measures it
         failed = [g["metric"] for g in cell["gates"] if not g["passed"]]
-        assert "accept_length" in failed and cell["metrics"]["accept_length"] == pytest.approx(1.0, abs=0.05)  # the prefill token is not verified
+        # the prefill token is not verified: 1.0
+        assert "accept_length" in failed and cell["metrics"]["accept_length"] == pytest.approx(1.0, abs=0.05)
+        others = [t for t in cell["tests"] if "test_speed.py" in t["nodeid"] or "test_gpqa.py" in t["nodeid"]]
+        assert others and all(t["outcome"] == "skipped" for t in others)  # the verdict does not wait for them
     assert cell["id"] in (run.out / "report.md").read_text()
     # One command to run exactly the failed cell again, on screen and in the report.
     rerun = f"dspark-ci run {SMOKE} --boot-timeout 4 --cell {cell_id}"  # the options it was given, repeated
