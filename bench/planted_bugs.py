@@ -240,6 +240,8 @@ def main() -> int:
     chosen = [b for b in BUGS if b.name in (SMOKE if args.smoke else args.bug or [b.name for b in BUGS])]
     site, began = site_packages(), time.monotonic()
     control_cells = (NGRAM,) if args.smoke else tuple(dict.fromkeys(c for b in chosen for c in b.cells))
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
     outcomes = [] if args.no_control else [one(None, control_cells, site, args.matrix, args.keep)]
     print(*map(row, outcomes), sep="\n", flush=True)
     for bug in chosen:
