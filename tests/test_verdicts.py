@@ -42,6 +42,12 @@ class VerdictRun(Run):
         super().__init__(tmp_path, *args, faults=faults)
         self.state_dir = state_dir or tmp_path / "state"
         self.env["DSPARK_STATE_DIR"] = str(self.state_dir)
+        # What these tests assert is process control and the files a run leaves, not a baseline's gates: with the
+        # floors alone a cell decides on its first boot instead of the four the smoke baseline's t-tests need.
+        tmp_path.mkdir(parents=True, exist_ok=True)
+        floors_only = tmp_path / "floors-only.yaml"
+        floors_only.write_text("schema: 1\ncells: {}\n")
+        self.argv[-2:-2] = ["--baseline", str(floors_only)]
 
     def ledger(self) -> list[dict]:
         path = self.out / "launched.jsonl"
