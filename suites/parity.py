@@ -123,12 +123,7 @@ def compare(prompt_index: int, prompt: str, tested: Output, reference: Output, r
             pair_drift: float | None = None) -> ParityRecord:
     """One record: whether the outputs match and, if not, where they first differ and whether that is a tie. A first
     difference is read at the larger of this prompt's own prefix drift and ``pair_drift`` (``compare_all``)."""
-    ours: Sequence[int] | str
-    theirs: Sequence[int] | str
-    if tested.token_ids is not None and reference.token_ids is not None:
-        unit, ours, theirs = "token", tested.token_ids, reference.token_ids
-    else:
-        unit, ours, theirs = "char", tested.text, reference.text
+    unit, ours, theirs = _units(tested, reference)
     first = first_difference(ours, theirs)
     char_at = first if unit == "char" else first_difference(tested.text, reference.text)
     record = ParityRecord(prompt_index, prompt[:80], MATCH, unit, first, len(ours), len(theirs),
@@ -148,12 +143,16 @@ def compare(prompt_index: int, prompt: str, tested: Output, reference: Output, r
 
 def own_drift(tested: Output, reference: Output) -> float | None:
     """The prompt's prefix drift: over the tokens both outputs share before their first difference."""
-    if tested.token_ids is not None and reference.token_ids is not None:
-        ours, theirs = tested.token_ids, reference.token_ids
-    else:
-        ours, theirs = tested.text, reference.text
+    _, ours, theirs = _units(tested, reference)
     first = first_difference(ours, theirs)
     return prefix_drift(tested.logprobs, reference.logprobs, len(ours) if first is None else first)
+
+
+def _units(tested: Output, reference: Output) -> tuple[str, Sequence[int] | str, Sequence[int] | str]:
+    """What two outputs are compared in: token ids when both sides have them, else characters of the text."""
+    if tested.token_ids is not None and reference.token_ids is not None:
+        return "token", tested.token_ids, reference.token_ids
+    return "char", tested.text, reference.text
 
 
 def compare_all(prompts: Sequence[str], tested: Sequence[Output], reference: Sequence[Output],
