@@ -74,6 +74,11 @@ class PositionTest:
     reference_share: float
     token_text: str | None = None  # ``token`` as the server printed it, when the caller numbered printed tokens
 
+    @property
+    def token_shown(self) -> str:
+        """The token as a person reads it: its printed text when known, else its number."""
+        return repr(self.token_text) if self.token_text is not None else str(self.token)
+
     def to_dict(self) -> dict:
         written = {f.name: getattr(self, f.name) for f in fields(self)}
         if self.token_text is None:  # records written before tokens were printed read back as they were

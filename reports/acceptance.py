@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping
 
 from dspark_ci.ground.measurements import AcceptCategory, AcceptDrift, EnvelopePoint, Lossless, SampledAcceptance
-from dspark_ci.ground.position_homogeneity import ENDED, POOLED
+from dspark_ci.ground.position_homogeneity import ENDED, POOLED, PositionTest
 from dspark_ci.ground.records import CellResult
 from dspark_ci.reports.metrics import format_value
 
@@ -87,7 +87,7 @@ def _lossless_line(lossless: Lossless | None) -> str:
     shown = sorted(lossless.positions, key=lambda t: t.p_value)[:SHOWN_TESTS]
     if shown:
         lines.append(_table(["Prompt", "Position", "Token", "With speculation", "Without", "χ² (df)", "p", "Holm p"],
-                            [[str(t.prompt), str(t.position), _token(t.token, t.token_text),
+                            [[str(t.prompt), str(t.position), _token(t),
                               f"{t.speculative_share:.0%}", f"{t.reference_share:.0%}", f"{t.statistic:.1f} ({t.dof})",
                               _p(t.p_value), _p(t.adjusted_p)] for t in shown]))
     spec, ref = lossless.speculative, lossless.reference
@@ -105,8 +105,8 @@ def _p(value: float | None) -> str:
     return "—" if value is None else f"{value:.2g}"
 
 
-def _token(token: int, text: str | None) -> str:
-    return {ENDED: "(end)", POOLED: "(rare, pooled)"}.get(token, repr(text) if text is not None else str(token))
+def _token(test: PositionTest) -> str:
+    return {ENDED: "(end)", POOLED: "(rare, pooled)"}.get(test.token, test.token_shown)
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:

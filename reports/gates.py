@@ -208,8 +208,8 @@ _VERDICTS = {homogeneity.GREEN: stats.PASSED, homogeneity.RED: stats.REGRESSED,
 def _position_words(test: PositionTest, alpha: float) -> str:
     """"red at prompt 2, position 3: token 1234 in 52% of draws with speculation, 2% without (χ² 31.2, 1 df, p 2e-08,
     Holm 4e-07)"."""
-    token = {ENDED: "the end of the reply", POOLED: "the rare tokens pooled"}.get(
-        test.token, f"token {test.token_text!r}" if test.token_text is not None else f"token {test.token}")
+    pooled = {ENDED: "the end of the reply", POOLED: "the rare tokens pooled"}
+    token = pooled.get(test.token, f"token {test.token_shown}")
     state = "red" if test.adjusted_p <= alpha else "most significant"
     return (f"{state} at prompt {test.prompt}, position {test.position}: {token} in {test.speculative_share:.0%} of "
             f"draws with speculation, {test.reference_share:.0%} without (χ² {test.statistic:.1f}, {test.dof} df, "
