@@ -10,22 +10,19 @@ from __future__ import annotations
 
 from dspark_ci.ground.errors import BadInput
 from dspark_ci.ground.sglang.flags import FlagSet, load_flags
-from dspark_ci.ground.sglang.settings import launch_args, launch_env
-from dspark_ci.launchers.plan_types import SGLANG_ENTRYPOINT, LaunchPlan, Placement, RankCommand
+from dspark_ci.ground.sglang.settings import launch_args, launch_env, served_bootstrap_port
+from dspark_ci.launchers.plan_types import SGLANG_ENTRYPOINT, LaunchPlan, NodeFlags, Placement, RankCommand
 from dspark_ci.matrices.cell import Cell
 
 _WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 
 
-def _node_flags(cell: Cell, placement: Placement, rank: int) -> list[str]:
-    flags = ["--host", placement.bind_hosts[rank], "--port", str(placement.port)]
-    if cell.nnodes > 1:
-        flags += ["--nnodes", str(cell.nnodes), "--node-rank", str(rank),
-                  "--dist-init-addr", f"{placement.leader_addr}:{placement.dist_port}"]
-    return flags
+def _node_flags(cell: Cell, placement: Placement, rank: int) -> NodeFlags:
+    return NodeFlags(host=placement.bind_hosts[rank], port=placement.port, nnodes=cell.nnodes, node_rank=rank,
+                     leader_addr=placement.leader_addr, dist_port=placement.dist_port)
 
 
-def _check_flags(argv: list[str], emitted: list[str], cell: Cell, flags: FlagSet) -> None:
+def _check_flags(emitted: list[str], cell: Cell, flags: FlagSet) -> None:
     """Every flag exists in the snapshot, and extra_args does not repeat a flag the config sets."""
     where = f"{cell.matrix}:{cell.line}" if cell.line else cell.matrix
     for token in emitted:  # from the settings' rows and the placement: ours to fix, not the matrix's
@@ -60,11 +57,12 @@ def plan_launch(cell: Cell, placement: Placement, flags: FlagSet | None = None) 
     env = {**cell.env, **launch_env(cell.config)}
     ranks = []
     for rank in range(cell.nnodes):
-        node_args = _node_flags(cell, placement, rank)
-        argv = [*SGLANG_ENTRYPOINT, *config_args, *node_args, *cell.extra_args]
-        _check_flags(argv, config_args + node_args, cell, flags)
-        ranks.append(RankCommand(node_rank=rank, argv=tuple(argv), env=env))
+        node = _node_flags(cell, placement, rank)
+        _check_flags(config_args + node.words(), cell, flags)
+        ranks.append(RankCommand(node_rank=rank, head=(*SGLANG_ENTRYPOINT, *config_args), env=env, node=node,
+                                 tail=cell.extra_args))
     base_url = f"http://{_connect_host(placement)}:{placement.port}"
     return LaunchPlan(cell_id=cell.id, ranks=tuple(ranks), health_url=f"{base_url}/health",
                       base_url=base_url, image=cell.image, gpus_per_node=cell.config.gpus_per_node,
-                      hardware=cell.config.get("hardware"))
+                      hardware=cell.config.get("hardware"), device=cell.config["device"],
+                      bootstrap_port=served_bootstrap_port(cell.config))

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from dspark_ci.ground.sglang.resolver import DEFAULT_VENV_PYTHON
@@ -17,23 +18,26 @@ FRONTEND_ENTRY = Path(sglang_sim.__file__).resolve().parent / "frontend" / "__ma
 ENGINE_ENTRY = Path(sglang_sim.__file__).resolve().parent / "cpu_engine" / "__main__.py"
 SGLANG_VENV_SERVERS = ("sglang-frontend", "sglang-engine")  # run by the SGLang venv's Python (server_python)
 
+_ENTRIES: Mapping[str, Callable[[str], tuple[str, ...]]] = {
+    "sim": lambda python: (python, "-m", "dspark_ci.sglang_sim"),
+    "sglang-frontend": lambda python: (python, str(FRONTEND_ENTRY)),
+    "sglang-engine": lambda python: (python, str(ENGINE_ENTRY)),
+}
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
+def server_command(rank: RankCommand, server: str, python: str = sys.executable) -> RankCommand:
+    """The rank with SGLang's entrypoint replaced by what runs ``server`` (``python`` runs it: for sglang-frontend
+    and sglang-engine, the SGLang venv's, ``server_python``); SGLang itself keeps its own."""
+    head = rank.head
+    if head[: len(SGLANG_ENTRYPOINT)] != SGLANG_ENTRYPOINT or server not in _ENTRIES:
+        return rank
+    return dataclasses.replace(rank, head=(*_ENTRIES[server](python), *head[len(SGLANG_ENTRYPOINT):]))
+
+
 def server_argv(rank: RankCommand, server: str, python: str = sys.executable) -> list[str]:
-    """SGLang's argv, or the same flags handed to the simulated server (``python`` runs it: for
-    sglang-frontend and sglang-engine, the SGLang venv's, ``server_python``)."""
-    argv = list(rank.argv)
-    if tuple(argv[: len(SGLANG_ENTRYPOINT)]) != SGLANG_ENTRYPOINT:
-        return argv
-    flags = argv[len(SGLANG_ENTRYPOINT):]
-    if server == "sim":
-        return [python, "-m", "dspark_ci.sglang_sim", *flags]
-    if server == "sglang-frontend":
-        return [python, str(FRONTEND_ENTRY), *flags]
-    if server == "sglang-engine":
-        return [python, str(ENGINE_ENTRY), *flags]
-    return argv
+    """SGLang's argv, or the same flags handed to the simulated server."""
+    return list(server_command(rank, server, python).argv)
 
 
 def frontend_python(caller_env: Mapping[str, str]) -> str:

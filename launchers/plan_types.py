@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from dspark_ci.ground.sglang.release import SGLANG_ENTRYPOINT, accelerator, release_image
 
-__all__ = ["SGLANG_ENTRYPOINT", "LaunchPlan", "Placement", "RankCommand"]
+DEFAULT_PORT = 30000  # SGLang's --port default
+
+__all__ = ["SGLANG_ENTRYPOINT", "LaunchPlan", "NodeFlags", "Placement", "RankCommand"]
 
 
 @dataclass(frozen=True)
@@ -18,7 +20,7 @@ class Placement:
 
     bind_hosts: tuple[str, ...]  # --host for each node rank
     leader_addr: str  # address of node rank 0, for --dist-init-addr
-    port: int = 30000
+    port: int = DEFAULT_PORT
     dist_port: int = 20000
 
     @classmethod
@@ -33,14 +35,47 @@ class Placement:
 
 
 @dataclass(frozen=True)
+class NodeFlags:
+    """A rank's place in its group, as SGLang's flags. Rendered here only: a launcher that puts its own values in
+    (Kubernetes' environment, a Slurm task's shell variables) passes them to ``words``, never parses an argv back."""
+
+    host: str
+    port: int
+    nnodes: int = 1
+    node_rank: int = 0
+    leader_addr: str = ""
+    dist_port: int = 0
+
+    def words(self, host: str | None = None, node_rank: str | None = None, nnodes: str | None = None,
+              leader_addr: str | None = None) -> list[str]:
+        """``--host H --port P`` (and the multi-node flags), each value replaced where one is given."""
+        flags = ["--host", self.host if host is None else host, "--port", str(self.port)]
+        if self.nnodes > 1:
+            leader = self.leader_addr if leader_addr is None else leader_addr
+            flags += ["--nnodes", nnodes or str(self.nnodes), "--node-rank", node_rank or str(self.node_rank),
+                      "--dist-init-addr", f"{leader}:{self.dist_port}"]
+        return flags
+
+
+@dataclass(frozen=True)
 class RankCommand:
+    """One rank's command: ``head`` (the entrypoint and the cell's settings), its placement, then ``tail`` (the
+    matrix's extra_args, last as written). ``argv`` is the three rendered in that order."""
+
     node_rank: int
-    argv: tuple[str, ...]  # starts with SGLANG_ENTRYPOINT
+    head: tuple[str, ...]  # starts with SGLANG_ENTRYPOINT
     env: Mapping[str, str] = field(default_factory=dict)  # secrets as "${NAME}" references
+    node: NodeFlags | None = None
+    tail: tuple[str, ...] = ()
 
     def __post_init__(self):
-        object.__setattr__(self, "argv", tuple(self.argv))
+        object.__setattr__(self, "head", tuple(self.head))
+        object.__setattr__(self, "tail", tuple(self.tail))
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        return (*self.head, *(self.node.words() if self.node else ()), *self.tail)
 
     def to_dict(self) -> dict:
         return {"node_rank": self.node_rank, "argv": list(self.argv), "env": dict(self.env)}
@@ -55,11 +90,14 @@ class LaunchPlan:
     image: str | None = None  # the cell's own `image:`; None: the release image for its device and hardware
     gpus_per_node: int | None = None  # what a scheduler must allocate per node (Slurm --gpus-per-node)
     hardware: str | None = None  # e.g. h200, mi355: decides the accelerator behind `--device cuda`
+    device: str = "cuda"  # the cell's `device:` (SGLang's default: cuda)
+    bootstrap_port: int | None = None  # a PD prefill's --disaggregation-bootstrap-port
 
     @property
-    def device(self) -> str:
-        """The device the plan runs on (rank 0's ``--device``)."""
-        return device_of(self.ranks[0].argv) if self.ranks else "cuda"
+    def port(self) -> int:
+        """Rank 0's HTTP port."""
+        node = self.ranks[0].node if self.ranks else None
+        return node.port if node else DEFAULT_PORT
 
     @property
     def accelerator(self) -> str:
@@ -73,13 +111,3 @@ class LaunchPlan:
 
     def to_dict(self) -> list[dict]:
         return [r.to_dict() for r in self.ranks]
-
-
-def device_of(argv: Sequence[str]) -> str:
-    """The device from SGLang's own ``--device`` flag (SGLang's default: cuda)."""
-    for index, arg in enumerate(argv):
-        if arg == "--device" and index + 1 < len(argv):
-            return argv[index + 1]
-        if arg.startswith("--device="):
-            return arg.split("=", 1)[1]
-    return "cuda"

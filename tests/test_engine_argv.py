@@ -70,7 +70,7 @@ def test_one_core_per_rank_and_node_ranks_side_by_side():
 
 def test_every_launcher_runs_the_wrapper_with_the_engine_venv(tmp_path):
     env = {"DSPARK_SGLANG_ENGINE_PYTHON": str(tmp_path / "venv" / "bin" / "python")}
-    rank = RankCommand(node_rank=0, argv=("python3", "-m", "sglang.launch_server", "--model-path", "m"), env={})
+    rank = RankCommand(node_rank=0, head=("python3", "-m", "sglang.launch_server", "--model-path", "m"), env={})
     python = server_python("sglang-engine", env)
     assert server_argv(rank, "sglang-engine", python)[:2] == [python, str(ENTRY)]
     context = LaunchContext("r1", tmp_path / "run", server="sglang-engine", caller_env=env)

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 from dspark_ci.ground.sglang.flags import load_flags
 from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 from dspark_ci.ground.sglang.settings import SETTINGS
+from dspark_ci.launchers.k8s.spec import pod_command
 from dspark_ci.launchers.launch_plan import plan_launch
 from dspark_ci.launchers.plan_types import SGLANG_ENTRYPOINT, Placement
+from dspark_ci.launchers.slurm.script import task_words
 from dspark_ci.matrices import load_cells
 
 from dspark_ci.cli import main
@@ -122,6 +125,27 @@ def test_two_nodes_run_the_same_command_with_their_rank_and_the_leader_address(t
     assert rank0.env == rank1.env
     assert plan.health_url == "http://127.0.0.1:30500/health"
     assert plan.base_url == "http://127.0.0.1:30500"
+
+
+def test_cluster_launchers_put_their_own_placement_values_into_the_planned_command():
+    """Kubernetes and Slurm render the plan's placement with their own values (LWS's environment, the task's shell
+    variables), whatever the matrix's extra_args hold, and keep every other word as planned."""
+    [cell] = [c for c in load_cells([str(REPO / "matrices/smoke.yaml")]) if c.nnodes == 2]
+    plan = plan_launch(cell, Placement.loopback(2, port=30500, dist_port=20500))
+    pod = pod_command(plan)
+    value = {flag: pod[pod.index(flag) + 1] for flag in ("--host", "--node-rank", "--nnodes", "--dist-init-addr")}
+    assert value == {"--host": "$(DSPARK_POD_IP)", "--node-rank": "$(LWS_WORKER_INDEX)",
+                     "--nnodes": "$(LWS_GROUP_SIZE)", "--dist-init-addr": "$(LWS_LEADER_ADDRESS):20500"}
+    for rank in plan.ranks:
+        words, port, dist_port = task_words(rank)
+        assert (port, dist_port) == (30500, 20500)
+        shell = f'addr=10.1.1.9 rank=7 DSPARK_LEADER_ADDR=10.1.1.1; printf "%s\\n" {" ".join(words)}'
+        expanded = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, check=True).stdout
+        expected = list(rank.argv)
+        for flag, task_value in (("--host", "10.1.1.9"), ("--node-rank", "7"), ("--dist-init-addr", "10.1.1.1:20500")):
+            expected[expected.index(flag) + 1] = task_value
+        assert expanded.splitlines() == expected
+    assert plan.device == cell.config["device"] and plan.port == 30500
 
 
 def test_printed_plan_points_at_the_leader_reference_not_at_0_0_0_0():

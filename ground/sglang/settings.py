@@ -158,11 +158,15 @@ def _transfer_backend(c: Config) -> list[str]:
     return ["--disaggregation-transfer-backend", backend] if backend and c.get("disaggregation_mode") else []
 
 
-def _bootstrap_port(c: Config) -> list[str]:
-    # the prefill server hosts the bootstrap server decode connects to; decode learns it per request
+def served_bootstrap_port(c: Config) -> int | None:
+    """The port a prefill server hosts its bootstrap server on (decode connects to it; it learns it per request)."""
     port = c.get("disaggregation_bootstrap_port")
-    return ["--disaggregation-bootstrap-port", str(port)] if port and c.get("disaggregation_mode") == "prefill" \
-        else []
+    return port if port and c.get("disaggregation_mode") == "prefill" else None
+
+
+def _bootstrap_port(c: Config) -> list[str]:
+    port = served_bootstrap_port(c)
+    return ["--disaggregation-bootstrap-port", str(port)] if port else []
 
 
 def model_slug(model: str) -> str:

@@ -39,7 +39,7 @@ class K8sDeployment:
         self.cell_id, self._group = cell_id, group
         self.base_url = group.leader_url()
         # rank 0 as other pods reach it (PD's router): the leader Service, which lists a prefill's bootstrap port
-        self.service_url = f"http://{group.name}-leader:{k8s_spec._port_of(group.plan.ranks[0].argv)}"
+        self.service_url = f"http://{group.name}-leader:{group.plan.port}"
         self.image = group.image
         self.boot_seconds = 0.0
         self.pending_seconds = 0.0  # scheduling and pulling, before the boot clock started
@@ -256,7 +256,7 @@ class Group:
 
     def leader_url(self) -> str:
         pod = next(p for p in self.pods(max_age_s=0) if p.metadata.name == self.leader_pod)
-        return f"http://{pod.status.pod_ip}:{k8s_spec._port_of(self.plan.ranks[0].argv)}"
+        return f"http://{pod.status.pod_ip}:{self.plan.port}"
 
     # teardown -------------------------------------------------------------------------------------------
     def teardown(self) -> None:

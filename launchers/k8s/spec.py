@@ -33,8 +33,8 @@ import yaml
 from dspark_ci.ground.errors import BadInput
 from dspark_ci.ground.sglang.release import AMD, ASCEND, NVIDIA, accelerator, release_image
 from dspark_ci.ground.yaml_lines import config_file_words, read_bounded
-from dspark_ci.launchers.materialize import server_argv
-from dspark_ci.launchers.plan_types import LaunchPlan, Placement, device_of
+from dspark_ci.launchers.materialize import server_command
+from dspark_ci.launchers.plan_types import LaunchPlan, Placement, RankCommand
 
 LWS_GROUP, LWS_VERSION, LWS_KIND, LWS_PLURAL = "leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet", "leaderworkersets"
 LWS_API = f"{LWS_GROUP}/{LWS_VERSION}"
@@ -90,24 +90,20 @@ def accelerator_resource(device: str, hardware: str | None = None) -> str | None
     return ACCELERATORS.get(accelerator(device, hardware))
 
 
-def _templated(argv: list[str]) -> list[str]:
-    """Node-specific values of SGLang's argv replaced by LWS's (and the Downward API's) environment."""
-    out = list(argv)
-    for index, arg in enumerate(out[:-1]):
-        if arg == "--host":
-            out[index + 1] = f"$({POD_IP_ENV})"
-        elif arg == "--node-rank":
-            out[index + 1] = "$(LWS_WORKER_INDEX)"
-        elif arg == "--nnodes":
-            out[index + 1] = "$(LWS_GROUP_SIZE)"
-        elif arg == "--dist-init-addr":
-            out[index + 1] = "$(LWS_LEADER_ADDRESS):" + out[index + 1].rsplit(":", 1)[-1]
-    return out
+# Node-specific values taken from the environment LWS (and the Downward API) gives every pod.
+_LWS_VALUES = {"host": f"$({POD_IP_ENV})", "node_rank": "$(LWS_WORKER_INDEX)", "nnodes": "$(LWS_GROUP_SIZE)",
+               "leader_addr": "$(LWS_LEADER_ADDRESS)"}
+
+
+def _templated(rank: RankCommand, server: str) -> list[str]:
+    command = server_command(rank, server, python="python3")
+    node = command.node.words(**_LWS_VALUES) if command.node else []
+    return [*command.head, *node, *command.tail]
 
 
 def pod_command(plan: LaunchPlan, server: str = "sglang") -> list[str]:
     """The one command every pod of the group runs (ranks differ only in what LWS's environment says)."""
-    commands = [_templated(server_argv(rank, server, python="python3")) for rank in plan.ranks]
+    commands = [_templated(rank, server) for rank in plan.ranks]
     if any(command != commands[0] for command in commands):
         raise ValueError(f"{plan.cell_id}: ranks differ beyond host, node rank and leader address")
     return commands[0]
@@ -135,8 +131,7 @@ def manifests(plan: LaunchPlan, *, name: str, namespace: str | None = "default",
               secret_name: str = DEFAULT_SECRET, extra_env: Mapping[str, str] = {},
               patches: Sequence[dict] = ()) -> list[dict]:
     """[LeaderWorkerSet, Service] for one cell's plan, with the user's patches merged in."""
-    argv = list(plan.ranks[0].argv)
-    device = device_of(argv)
+    device = plan.device
     hardware = hardware or plan.hardware
     image = image or plan.image or release_image(device, hardware)
     if not image:
@@ -145,7 +140,7 @@ def manifests(plan: LaunchPlan, *, name: str, namespace: str | None = "default",
     labels = {LABEL_CELL: label_value(plan.cell_id)}
     if run_id:
         labels[LABEL_RUN] = label_value(run_id)
-    port = _port_of(argv)
+    port = plan.port
     container: dict[str, Any] = {
         "name": CONTAINER, "image": image, "command": pod_command(plan, server),
         "env": pod_env(plan.ranks[0].env, secret_name, extra_env),
@@ -175,7 +170,7 @@ def manifests(plan: LaunchPlan, *, name: str, namespace: str | None = "default",
     service = {"apiVersion": "v1", "kind": "Service",
                "metadata": {**copy.deepcopy(metadata), "name": f"{name}-leader"},
                "spec": {"selector": {LWS_NAME_LABEL: name, LWS_INDEX_LABEL: "0"},
-                        "ports": _service_ports(argv, port)}}
+                        "ports": _service_ports(plan)}}
     for patch in patches:
         kind = patch.get("kind", LWS_KIND)
         if kind == LWS_KIND:
@@ -185,21 +180,14 @@ def manifests(plan: LaunchPlan, *, name: str, namespace: str | None = "default",
     return [lws, service]
 
 
-def _service_ports(argv: Sequence[str], port: int) -> list[dict]:
+def _service_ports(plan: LaunchPlan) -> list[dict]:
     """The leader's HTTP port, and a PD prefill's bootstrap port: the router hands decode servers the prefill's
     host (this Service) to fetch the KV cache from, and a Service forwards only the ports it lists."""
-    ports = [{"name": "http", "port": port, "targetPort": port, "protocol": "TCP"}]
-    if "--disaggregation-bootstrap-port" in argv:
-        bootstrap = int(argv[list(argv).index("--disaggregation-bootstrap-port") + 1])
-        ports.append({"name": "bootstrap", "port": bootstrap, "targetPort": bootstrap, "protocol": "TCP"})
+    ports = [{"name": "http", "port": plan.port, "targetPort": plan.port, "protocol": "TCP"}]
+    if plan.bootstrap_port:
+        ports.append({"name": "bootstrap", "port": plan.bootstrap_port, "targetPort": plan.bootstrap_port,
+                      "protocol": "TCP"})
     return ports
-
-
-def _port_of(argv: Sequence[str]) -> int:
-    for index, arg in enumerate(argv[:-1]):
-        if arg == "--port":
-            return int(argv[index + 1])
-    return PORT
 
 
 # --- the user's patch file ---------------------------------------------------------------------------------

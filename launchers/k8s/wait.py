@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 from dspark_ci.ground.errors import InfraError
 from dspark_ci.launchers.contract import LaunchTimeout
-from dspark_ci.launchers.k8s import spec as k8s_spec
 from dspark_ci.launchers.k8s.client import api_errors, status_message
 from dspark_ci.launchers.plan_types import LaunchPlan
 from dspark_ci.launchers.readiness import NotReady
@@ -29,7 +28,7 @@ class ProxyHealth:
 
     def probe(self, timeout_s: float) -> None:
         api_exception, http_error = api_errors()
-        port = k8s_spec._port_of(self.plan.ranks[0].argv)
+        port = self.plan.port
         try:
             self.group.api.core.connect_get_namespaced_pod_proxy_with_path(
                 f"{self.group.leader_pod}:{port}", self.group.api.namespace, "health",

@@ -5,15 +5,15 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from dspark_ci.ground.install_root import IMPORT_ROOT
 from dspark_ci.ground.sglang.release import AMD, NVIDIA
 from dspark_ci.launchers.contract import LaunchContext
-from dspark_ci.launchers.materialize import resolve_env, secret_values, server_argv, server_python
-from dspark_ci.launchers.plan_types import LaunchPlan
+from dspark_ci.launchers.materialize import resolve_env, secret_values, server_command, server_python
+from dspark_ci.launchers.plan_types import LaunchPlan, RankCommand
 from dspark_ci.launchers.slurm.options import SlurmOptions
 from dspark_ci.launchers.slurm.tuning import SlurmTuning
 
@@ -40,37 +40,18 @@ def gpus_per_node(plan: LaunchPlan) -> int | None:
 
 
 # Each rank's --host, --node-rank and --dist-init-addr are only known inside its task: shell words the task expands.
-_OWN_ADDR, _NODE_RANK = '"$addr"', '"$rank"'
+_TASK_VALUES = {"host": '"$addr"', "node_rank": '"$rank"', "leader_addr": '"$DSPARK_LEADER_ADDR"'}
 
 
-def task_words(argv: Sequence[str]) -> tuple[list[str], int | None, int | None]:
-    """A rank's argv as shell words with its node-specific values replaced by the task's own variables, and
+def task_words(command: RankCommand) -> tuple[list[str], int | None, int | None]:
+    """A rank's command as shell words with its node-specific values replaced by the task's own variables, and
     the ports it binds (--port, and --dist-init-addr's on the leader)."""
-    words: list[str] = []
-    port = dist_port = None
-    items = list(argv)
-    index = 0
-    while index < len(items):
-        token = items[index]
-        flag, eq, inline = token.partition("=")
-        if flag in ("--host", "--node-rank", "--dist-init-addr", "--port") and (eq or index + 1 < len(items)):
-            value = inline if eq else items[index + 1]
-            if flag == "--host":
-                word = _OWN_ADDR
-            elif flag == "--node-rank":
-                word = _NODE_RANK
-            elif flag == "--dist-init-addr":
-                dist_port = int(value.rpartition(":")[2])
-                word = f'"$DSPARK_LEADER_ADDR:{dist_port}"'
-            else:
-                port = int(value)
-                word = shlex.quote(value)
-            words += [f"{flag}={word}"] if eq else [flag, word]
-            index += 1 if eq else 2
-            continue
-        words.append(shlex.quote(token))
-        index += 1
-    return words, port, dist_port
+    quoted = [shlex.quote(word) for word in command.head], [shlex.quote(word) for word in command.tail]
+    node = command.node
+    if node is None:
+        return [*quoted[0], *quoted[1]], None, None
+    dist_port = node.dist_port if node.nnodes > 1 else None
+    return [*quoted[0], *node.words(**_TASK_VALUES), *quoted[1]], node.port, dist_port
 
 
 @dataclass(frozen=True)
@@ -176,7 +157,7 @@ def render_job(plan: LaunchPlan, logs_dir: Path, options: SlurmOptions, context:
         '    case "$rank" in',
     ]
     for command in plan.ranks:
-        words, port, dist_port = task_words(server_argv(command, c.server, python))
+        words, port, dist_port = task_words(server_command(command, c.server, python))
         checks = [f'dspark_port_free "$rank" "$addr" {p}' for p in (port, dist_port if command.node_rank == 0 else None)
                   if p is not None]
         lines.append(f"    {command.node_rank})")
