@@ -188,6 +188,11 @@ def server_side_figures(before: ServerSnapshot, after: ServerSnapshot,
     figures = [metrics_figure] if metrics_figure is not None else []
     if after.rank_accept_lengths:
         figures.append(_server_info_figure(before, after, requests))
+    failed = sum(1 for r in requests if r.error)
+    if failed:  # the server counted the abandoned requests' steps, which no response reports: not one window
+        inexact = (f"{failed} of {len(requests)} requests failed: the server's counters hold work no response "
+                   f"reports, so they are not compared")
+        figures = [{**figure, "exact_window": False, "not_compared_because": inexact} for figure in figures]
     return ServerFigures(figures, because)
 
 

@@ -54,3 +54,19 @@ def test_server_info_is_compared_after_the_sanity_check_moved_it():
                                                                         SANITY_STEPS + 8 * 29), REQUESTS)
     [message] = disagreements(REQUESTS, doubled.figures[1:], 0.05)
     assert "disagrees with /server_info internal_states 4.345" in message
+
+
+def test_a_window_with_a_failed_request_is_not_compared_and_says_why():
+    # A request that timed out was still decoded by the server: its counters hold steps no response reports, so the
+    # per-request figure and the server's differ for a reason that is not a counting bug (the failed request is
+    # already red by itself in test_accept_statistics_reported).
+    timed_out = [*REQUESTS[:7], RequestSpec(prompt_index=7, completion_tokens=0, spec_verify_ct=None,
+                                            spec_num_correct_drafts=None, spec_num_proposed_drafts=None,
+                                            spec_accept_length=None, dp_rank=None, source=None,
+                                            error="Request timed out.", order=7)]
+    after = snapshot(2 * 63 / 29, 8 * 29 + 40)  # the abandoned request's 40 steps counted too
+    figures = server_side_figures(snapshot(None, 0.0), after, timed_out).figures
+    assert figures and all(not figure["exact_window"] for figure in figures)
+    assert all("1 of 8 requests failed" in figure["not_compared_because"] for figure in figures)
+    assert disagreements(timed_out, figures, 0.05) == []
+    assert disagreements(REQUESTS, server_side_figures(snapshot(None, 0.0), after, REQUESTS).figures, 0.05)
