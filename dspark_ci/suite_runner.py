@@ -38,7 +38,10 @@ MC_ITEMS = SUITES_DIR / "data" / "mc_countries.json"  # the mc suite's built-in 
 
 
 # A request may take this long before its first token (queueing, a long prefill) plus this long per token it
-# may generate: far above any healthy server (a 4 tok/s decode), so only a server that stopped answering hits it.
+# may generate, times the requests sharing the server with it: far above any healthy server (a 4 tok/s decode of
+# each of its concurrent requests), so only a server that stopped answering hits it. The concurrency counts because a
+# compute-bound server (SGLang's engine on 2 CPU cores) steps a batch of 4 about as slowly as 4 single requests: 96
+# tokens at concurrency 4 under speculation took over 84 s there, and a timeout is no verdict on a healthy server.
 REQUEST_BASE_S = 60.0
 REQUEST_PER_TOKEN_S = 0.25
 UNCAPPED_TOKENS = 65536  # a request without max_tokens: as long as a long thinking trace
@@ -96,14 +99,15 @@ class SuiteRequest:
 
     @property
     def request_timeout_s(self) -> float:
-        """Per request: derived from the most tokens any selected suite asks for (never an hour by default); a
-        suite that sends no max_tokens (sgl-eval's GPQA) may generate UNCAPPED_TOKENS."""
+        """Per request: derived from the most tokens any selected suite asks for, times its concurrency (never an hour
+        by default); a suite that sends no max_tokens (sgl-eval's GPQA) may generate UNCAPPED_TOKENS."""
         budgets = []
         for name in self.names:
             options = effective_options(name, self.options.get(name, {}))
+            sharing = max(1, int(options.get("concurrency") or 1))
             for key in ("max_tokens", "output_len"):
                 if key in options:
-                    budgets.append(UNCAPPED_TOKENS if options[key] is None else int(options[key]))
+                    budgets.append(UNCAPPED_TOKENS if options[key] is None else int(options[key]) * sharing)
         return REQUEST_BASE_S + REQUEST_PER_TOKEN_S * max(budgets, default=0)
 
 
