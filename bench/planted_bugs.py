@@ -15,8 +15,9 @@ them, and results.json says what caught it:
 - caught (wrong reason): a cell is not green, but for none of the bug's right reasons (what did catch it is shown);
 - missed: every cell green (or rejected as expected).
 
-The unplanted control runs the same way first and must be green. ``--smoke`` (CI): the control and two cheap bugs on
-the NGRAM cell. Exits 1 when the control is not green or a bug is missed; one engine run at a time.
+The unplanted control runs the same way first and must be green. ``--smoke`` (CI): two bugs that fail fast, the
+control on the expected rejection only (``SMOKE``). Exits 1 when the control is not green or a bug is missed; one
+engine run at a time.
 """
 
 from __future__ import annotations
@@ -130,7 +131,11 @@ BUGS: tuple[Bug, ...] = (
         "5e-15) and matrices/cpu-engine.yaml measures no sampled losslessness. Caught on the simulator "
         "(fault greedy_verify: BENCHMARKS.md, sampled losslessness)"),
 )
-SMOKE = ("drafts-corrupted-lossless", "accept-counters-doubled")
+# The smallest run through every stage (shadow, marker lines, a real engine run, judging): two bugs that fail fast, an
+# admission message reworded (the ctx16384 cell, seconds) and an assertion on the first prefill (one boot), and the
+# control on the expected rejection only. In CI the engine-matrix phase is the speculative cells' unplanted control.
+SMOKE = ("context-length-message-reworded", "assert-first-prefill-spec")
+SMOKE_CONTROL = (CTX,)
 
 
 @dataclass(frozen=True)
@@ -231,7 +236,7 @@ def site_packages() -> Path:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--smoke", action="store_true", help=f"the control and {', '.join(SMOKE)} on {NGRAM}")
+    parser.add_argument("--smoke", action="store_true", help=f"{', '.join(SMOKE)}, the control on {CTX} only")
     parser.add_argument("--bug", action="append", choices=[b.name for b in BUGS], help="only these (repeatable)")
     parser.add_argument("--matrix", default="matrices/cpu-engine.yaml")
     parser.add_argument("--keep", type=Path, help="keep each run's directory (results, logs) under this one")
@@ -239,7 +244,7 @@ def main() -> int:
     args = parser.parse_args()
     chosen = [b for b in BUGS if b.name in (SMOKE if args.smoke else args.bug or [b.name for b in BUGS])]
     site, began = site_packages(), time.monotonic()
-    control_cells = (NGRAM,) if args.smoke else tuple(dict.fromkeys(c for b in chosen for c in b.cells))
+    control_cells = SMOKE_CONTROL if args.smoke else tuple(dict.fromkeys(c for b in chosen for c in b.cells))
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
     outcomes = [] if args.no_control else [one(None, control_cells, site, args.matrix, args.keep)]
