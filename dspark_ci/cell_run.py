@@ -169,7 +169,8 @@ def _boot_and_measure(cell: Cell, ctx: CellContext, result: CellResult, clock: C
                 on_started=ctx.measuring,
                 ledger=ctx.ledger, cell_id=cell.id, roles=deployment.endpoints if cell.disaggregated else (),
                 server_pids=deployment.rank_pids if isinstance(deployment, LocalProcesses) else ()),
-                watched=[d for d in (deployment, reference) if d is not None], watch=ctx.watch)
+                watched=[d for d in (deployment, reference) if d is not None],
+                watch=ctx.watch.for_device(cell.config.device))
             deployment.check()  # a rank that died while we measured invalidates the numbers
             if booting:  # measured: the reference goes down beside the cell's own teardown, not after it
                 booting.release()
@@ -326,4 +327,4 @@ def _measure_colocated(cell: Cell, deployment, ctx: CellContext, logs_dir: Path)
     return run_suites(SuiteRequest(base_url=deployment.base_url, names=("accept",), model=cell.config.model,
                                    options=options, work_dir=logs_dir / "colocated-suites", on_progress=ctx.detail,
                                    ledger=ctx.ledger, cell_id=f"{cell.id}-colocated"),
-                      watched=[deployment], watch=ctx.watch)
+                      watched=[deployment], watch=ctx.watch.for_device(cell.config.device))

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dspark_ci import suites as suites_package
@@ -68,6 +68,17 @@ class Watch:
     probe_timeout_s: float = 5.0
     suites_timeout_s: float = 3 * 3600.0  # the whole suite run, a last resort behind the two above
     stop_grace_s: float = 10.0  # SIGINT lets pytest write what it measured so far; then SIGKILL
+
+    def for_device(self, device: str) -> Watch:
+        """The bounds for a deployment on ``device``: a CPU's rank 0 may be silent longer (SILENT_WORKING_S)."""
+        longest = SILENT_WORKING_S.get(device, 0.0)
+        return replace(self, unresponsive_after_s=max(self.unresponsive_after_s, longest))
+
+
+# SGLang's /health answers 503 once no token came out for 20 s. On a CPU of 2 shared cores one speculative batch step
+# took longer than that at load 12 (STANDALONE, whose draft runs 26 layers three times a step): a working server,
+# only slow. There a hang is caught after this long, and by every request's own timeout before the suites end.
+SILENT_WORKING_S = {"cpu": 180.0}
 
 
 @dataclass(frozen=True)
