@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import random
 import re
@@ -334,6 +335,7 @@ class _Job:
     def _judge(self, exits: list[RankExit]) -> None:
         """A rank that failed of its own accord is the culprit (dspark_ci.launchers.contract.culprit). Ranks that Slurm
         stopped, and ranks that died only of losing those, mean the job was ended from outside."""
+        exits = self._failed_before_the_signal(exits)
         own = [e for e in exits if e.node_rank not in self._signalled and not is_peer_loss(e.sglang_error)]
         if own or not any(e.node_rank in self._signalled for e in exits):
             blamed = culprit(exits)  # what group_failed names
@@ -342,6 +344,19 @@ class _Job:
             hints.append(f"full log: {rank_log_path(self.logs_dir, blamed.node_rank)}")
             raise group_failed(self.plan.cell_id, exits, hints)
         self._raise_job_ended(exits)
+
+    def _failed_before_the_signal(self, exits: list[RankExit]) -> list[RankExit]:
+        """A rank whose marker says Slurm's SIGTERM came, but whose server died of an error of its own (not a lost
+        peer), failed before the signal: its wrapper woke late (at load 7 another task's exit ended the step first)
+        and the signal came while it wrote its marker. It failed no later than the first other rank's exit."""
+        late = {e.node_rank for e in exits if e.node_rank in self._signalled
+                and e.sglang_error is not None and not is_peer_loss(e.sglang_error)}
+        if not late:
+            return exits
+        self._signalled -= late
+        first_other = min((e.at for e in exits if e.node_rank not in late), default=math.inf)
+        return sorted((dataclasses.replace(e, at=min(e.at, first_other)) if e.node_rank in late else e for e in exits),
+                      key=lambda e: e.at)
 
     def _raise_job_ended(self, exits: list[RankExit]) -> None:
         """The job ended without a rank failing of its own: say how Slurm ended it (its final state)."""
