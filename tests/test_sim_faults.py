@@ -51,7 +51,10 @@ def test_crash_first_prefill_is_healthy_until_the_first_request(sim):
 
 def test_hang_boot_never_becomes_healthy(sim):
     server = sim([], env={"DSPARK_SIM_FAULTS": "hang_boot"}, wait=False)
-    deadline = time.monotonic() + 1.5
+    listening_by = time.monotonic() + 60  # its interpreter's start alone took over 1.5 s at load 7
+    while server.health() is None and time.monotonic() < listening_by:
+        time.sleep(0.1)
+    deadline = time.monotonic() + 1.5  # then, answering, it must stay unready
     codes = set()
     while time.monotonic() < deadline:
         codes.add(server.health())
