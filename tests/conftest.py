@@ -27,7 +27,13 @@ SHARED = {
     "kubernetes": ("test_k8s_launcher.py",),
     "real-engine": ("test_engine_conformance.py", "test_engine_run.py", "test_cleanup_groups.py"),
 }
-GROUP_OF = {name: group for group, names in SHARED.items() for name in names}
+# Modules whose tests share one costly module-scoped fixture (three CLI runs, a front end's boot, a conversion check):
+# xdist spreads a module's tests over the workers, and each worker set the fixture up again (test_gates_cli's three
+# runs twice, 283 s and 265 s of setup). Grouped, it is set up once.
+ONE_SETUP = ("test_gates_cli.py", "test_frontend_conformance.py", "test_frontend_io_struct.py", "test_real_model.py",
+             "test_bench_serving_side.py", "test_cpu_kernels.py")
+GROUP_OF = {**{name: name.removesuffix(".py") for name in ONE_SETUP},
+            **{name: group for group, names in SHARED.items() for name in names}}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the group mark into the scheduling key

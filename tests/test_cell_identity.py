@@ -13,7 +13,6 @@ import pytest
 from dspark_ci.ground.sglang.release import DEFAULT_VERSION
 
 from tests.cli_under_test import DSPARK_CI
-from tests.test_run_cli import FEW_BOOTS, assert_at_worst_undecided
 
 REPO = Path(__file__).resolve().parent.parent
 CELL = "dsv4-flash-tp8-a2a-none-dspark-b7-cuda"
@@ -29,12 +28,12 @@ def env(tmp_path) -> dict:
 
 
 def run_cell(env: dict, out: Path, **sim: str) -> dict:
-    # identity, not the verdict, is under test: two boots at most, so undecided speed gates do not boot the cell
-    # again and again (each run's verdict is still checked below)
-    done = cli({**env, **sim}, "run", "matrices/smoke.yaml", "--cell", CELL, "--suites", "speed", "--out", str(out),
-               *FEW_BOOTS, "--quiet")
+    # identity, not the verdict, is under test: the sanity check alone (a cell's identity names its server, argv,
+    # env, model, suites, dataset and hardware whatever it measures), 6 s a run where the speed suite took 39 s
+    done = cli({**env, **sim}, "run", "matrices/smoke.yaml", "--cell", CELL, "--suites", "sanity", "--out", str(out),
+               "--quiet")
     cell = json.loads((out / "results.json").read_text())["cells"][0]
-    assert_at_worst_undecided(cell, done)  # the simulator's speed on a loaded machine (test_run_cli)
+    assert done.returncode == 0 and cell["status"] == "passed", done.stderr[-2000:]
     return cell["identity"]
 
 

@@ -1,8 +1,11 @@
 """`dspark-ci run --server sglang-engine`: the pinned SGLang release's real engine on this CPU
-(matrices/cpu-engine-tiny.yaml: the tiny Llama, fast), as a user meets it: speculation that is lossless and accepts
-more than one token per step by SGLang's own counters, and a node lost mid-measurement that turns the cell red
-naming that node, with SGLang's own line. Skipped, with the command, where the engine venv is not given
-(DSPARK_SGLANG_ENGINE_PYTHON=$(bash .ci/sglang-engine.sh))."""
+(matrices/cpu-engine-tiny.yaml: the tiny Llama, fast), as a user meets it: a node lost mid-measurement turns the cell
+red naming that node, with SGLang's own line. Skipped, with the command, where the engine venv is not given
+(DSPARK_SGLANG_ENGINE_PYTHON=$(bash .ci/sglang-engine.sh)).
+
+Speculation on the engine (NGRAM and STANDALONE lossless up to ties, accepting more than one token a step by SGLang's
+own counters) is CI's engine-matrix phase: `dspark-ci run matrices/cpu-engine.yaml --server sglang-engine` on the real
+model, whose gates say more than a test on the tiny one did, so it is not booted a second time here."""
 
 from __future__ import annotations
 
@@ -18,7 +21,6 @@ import pytest
 from tests.test_run_cli import REPO, Run
 
 MATRIX = str(REPO / "matrices" / "cpu-engine-tiny.yaml")
-NGRAM = "tiny-llama-tp1-a2a-none-ngram-cpu"
 TWO_NODES = "tiny-llama-2node-tp2-a2a-none-cpu"
 TP2 = "tiny-llama-tp2-a2a-none-cpu"
 ENGINE = os.environ.get("DSPARK_SGLANG_ENGINE_PYTHON")
@@ -28,19 +30,6 @@ pytestmark = pytest.mark.skipif(not ENGINE or not Path(ENGINE).exists(),
 # gloo says either, by whether the survivor was reading or writing when its peer went (both seen on this machine)
 PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "Scheduler hit an exception")
 BOOTS_S = 900  # two engines boot in 20-200 s each on a busy 2-core machine
-
-
-def test_ngram_is_lossless_and_accepts_more_than_one_token_by_sglangs_counters(tmp_path):
-    run = Run(tmp_path, MATRIX, "--server", "sglang-engine", "--cell", NGRAM, "--suites", "accept,parity",
-              "--accept-inconclusive")
-    done = run(timeout=BOOTS_S)
-    cell = run.cell(NGRAM)
-    assert cell["status"] == "passed", done.stderr
-    assert cell["metrics"]["parity_mismatches"] == 0
-    assert cell["metrics"]["accept_length"] > 1
-    log = (run.out / "logs" / NGRAM / "0.log").read_text()
-    # SGLang's own processes wrote it: each line names its module (the log format the engine kind sets)
-    assert "sglang.srt.managers.scheduler" in log and "sglang.srt.model_executor.model_runner" in log
 
 
 def _pid_of(out: Path, cell_id: str, rank: int) -> int:
@@ -116,3 +105,6 @@ def test_killing_one_tensor_parallel_rank_turns_the_cell_red_with_sglangs_line(t
     # server down (SIGQUIT from the child, kill_process_tree)
     assert any(line in cell["sglang_error"] for line in PEER_LOST), cell
     assert verdict_after is not None and verdict_after < 30, text
+    log = (run.out / "logs" / TP2 / "0.log").read_text()
+    # SGLang's own processes wrote it: each line names its module (the log format the engine kind sets)
+    assert "sglang.srt.managers.scheduler" in log and "sglang.srt.model_executor.model_runner" in log

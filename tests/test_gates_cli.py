@@ -32,7 +32,7 @@ def good_runs(tmp_path_factory) -> list[Run]:
     runs = []
     history = tmp_path_factory.mktemp("history") / "history.sqlite"
     for _ in range(3):
-        run = Run(tmp_path_factory.mktemp("good"), SMOKE, "--cell", ONE_NODE, "--suites", "accept,speed", *FEW_BOOTS)
+        run = Run(tmp_path_factory.mktemp("good"), SMOKE, "--cell", ONE_NODE, "--suites", "speed", *FEW_BOOTS)
         run.env["DSPARK_HISTORY"] = str(history)
         run()
         runs.append(run)
@@ -54,7 +54,7 @@ def test_the_history_remembers_the_runs_and_report_html_plots_their_trend(good_r
 
 
 def test_ten_percent_slower_decode_fails_the_tpot_gate_with_its_numbers(tmp_path, good_runs):
-    run = Run(tmp_path, SMOKE, "--cell", ONE_NODE, "--suites", "accept,speed", faults="slow_decode=1.1")
+    run = Run(tmp_path, SMOKE, "--cell", ONE_NODE, "--suites", "speed", faults="slow_decode=1.1")
     done = run()
     assert done.returncode == 1
     tpot = gate(run, "tpot_ms_median")

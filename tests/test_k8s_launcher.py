@@ -142,8 +142,10 @@ def test_the_smoke_matrix_runs_green_through_the_cli_on_k8s(cluster, tmp_path):
 
     out = tmp_path / "run"
     env = {**os.environ, "DSPARK_STATE_DIR": str(tmp_path / "state"), "CI": "true"}
-    # the launcher is under test, not the verdict: two boots at most, an undecided gate accepted (never a red one)
+    # the launcher is under test, not the verdict: the sanity check (the suites are the local launcher's tests'),
+    # two boots at most, an undecided gate accepted (never a red one)
     done = subprocess.run([*DSPARK_CI, "run", "matrices/smoke.yaml", "--launcher", "k8s", "--out", str(out),
+                           "--suites", "sanity",
                            "--kubeconfig", cluster["kubeconfig"], "--namespace", cluster["namespace"], *FEW_BOOTS,
                            "--accept-inconclusive"], cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
