@@ -45,12 +45,13 @@ RECORDED_GATES: dict[str, dict[str, float]] = {
     # where speculation pays: the envelope gate (dspark_ci.reports.gates), at the boundary every recorded run reached
     "speculation_boundary_concurrency": {NEVER_INWARD_KEY: True},
 }
-# metric -> the ceiling a recorded baseline writes for it: this many times the highest reading of the runs (a fixed
-# `max`, beside the median as `value`). For a figure that sits near zero on a healthy server and that a fault raises
-# by what it adds rather than by a ratio of itself: the scheduler's blocked time per output token
-# (suites/offcpu.py) moves with the machine's load (0.x to a few ms on a shared 2-core CPU) while a 20 ms sleep per
-# decode step adds 20 ms / (tokens per step), e.g. 10 at two streams.
-RECORDED_CEILINGS: dict[str, float] = {"scheduler_blocked_ms_per_token": 2.0}
+# metric -> the ceiling a recorded baseline writes for it: this many times the highest reading of the runs, and never
+# below the second figure (a fixed `max`, beside the median as `value`). For a figure that sits near zero on a healthy
+# server and that a fault raises by what it adds rather than by a ratio of itself: the scheduler's blocked time per
+# output token (suites/offcpu.py) moves with the machine's load (0.x to a few ms on a shared 2-core CPU) while a 20 ms
+# sleep per decode step adds 20 ms / (tokens per step), e.g. 10 at two streams. The floor: three quiet engine runs
+# read 0.1 ms, and twice that would call a page fault a finding.
+RECORDED_CEILINGS: dict[str, tuple[float, float]] = {"scheduler_blocked_ms_per_token": (2.0, 2.0)}
 DIGITS = 4  # significant digits kept in recorded values
 RECOMMENDED_RUNS = 30  # runs a baseline should be recorded from for the gates' stated power (BENCHMARKS.md)
 # Cells whose measurements a baseline may be recorded from: passed, or undecided against an older baseline.
@@ -70,7 +71,7 @@ class Proposal:
 # What a run's server was, as a baseline's reader needs to hear it (environment.server; None: not recorded).
 SERVER_SAYS = {"sim": "the simulated SGLang server",
                "sglang-frontend": "SGLang's front end before the simulated engine",
-               "sglang-engine": "SGLang's real engine on a CPU, serving a tiny model with random weights",
+               "sglang-engine": "SGLang's real engine on a CPU (the model each cell names)",
                None: "a server the run did not record"}
 
 def propose(runs: Sequence[tuple[str, RunResults]], description: str | None = None,
@@ -196,11 +197,12 @@ def _cell_specs(cell_id: str, cells: list[CellResult], too_noisy: list[str],
 def _ceilings(cells: list[CellResult]) -> dict[str, dict[str, float]]:
     """RECORDED_CEILINGS of the metrics every run measured."""
     specs = {}
-    for metric, factor in RECORDED_CEILINGS.items():
+    for metric, (factor, least) in RECORDED_CEILINGS.items():
         found = [cell.metrics.get(metric) for cell in cells]
         values = [float(value) for value in found if value is not None and math.isfinite(value)]
         if values and len(values) == len(found):
-            specs[metric] = {"value": _round(statistics.median(values)), "max": _round(factor * max(values))}
+            ceiling = max(factor * max(values), least)
+            specs[metric] = {"value": _round(statistics.median(values)), "max": _round(ceiling)}
     return specs
 
 
