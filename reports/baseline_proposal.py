@@ -53,6 +53,22 @@ RECORDED_GATES: dict[str, dict[str, float]] = {
 # read 0.1 ms, and twice that would call a page fault a finding.
 RECORDED_CEILINGS: dict[str, tuple[float, float]] = {"scheduler_blocked_ms_per_token": (2.0, 2.0)}
 DIGITS = 4  # significant digits kept in recorded values
+
+
+def recorded_gates_text() -> str:
+    """What ``propose`` writes per metric, for the CLI's help: from RECORDED_GATES and RECORDED_CEILINGS themselves."""
+    families = ("accept_rate_pos", "accept_length_")  # per draft position, per workload category: one line each
+    def said(gate) -> str:
+        return ", ".join(key if isinstance(value, bool) else f"{key} {value:g}" for key, value in gate)
+
+    shown = [f"{metric} ({said(gate.items())})" for metric, gate in RECORDED_GATES.items()
+             if not metric.startswith(families)]
+    for family, name in zip(families, ("per draft position", "per workload category"), strict=True):
+        gates = {tuple(g.items()) for m, g in RECORDED_GATES.items() if m.startswith(family)}
+        shown += [f"{name} ({said(gate)})" for gate in sorted(gates)]
+    shown += [f"{metric} (max {factor:g} x the highest reading, at least {least:g})"
+              for metric, (factor, least) in RECORDED_CEILINGS.items()]
+    return "; ".join(shown)
 RECOMMENDED_RUNS = 30  # runs a baseline should be recorded from for the gates' stated power (BENCHMARKS.md)
 # Cells whose measurements a baseline may be recorded from: passed, or undecided against an older baseline.
 MEASURED = (Status.PASSED, Status.INCONCLUSIVE)

@@ -6,18 +6,18 @@ import argparse
 import difflib
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 from dspark_ci.ground.errors import BadInput
 from dspark_ci.reports.baseline_file import load_baseline
-from dspark_ci.reports.baseline_proposal import propose
+from dspark_ci.reports.baseline_proposal import propose, recorded_gates_text
 from dspark_ci.reports.results import load_results, write_text_atomically
 
-EPILOG = """\
-Reads RUN/results.json of each run (every cell must have passed or been rejected as expected) and
-proposes, per measured cell: accept length and rate (min_ratio 0.95), output throughput (min_ratio
-0.97), median TPOT and TTFT (max_ratio 1.025), GPQA and MC (value, stderr, max_drop_stderr 2, max_drop 0.02),
-parity (max 0). Values are medians over the runs; with two or more runs each carries `noise` (the run-to-run
+EPILOG = textwrap.fill(
+    "Reads RUN/results.json of each run (every cell must have passed or been rejected as expected) and proposes, "
+    f"per measured cell and metric it measured: {recorded_gates_text()}.", 110) + """
+Values are medians over the runs; with two or more runs each carries `noise` (the run-to-run
 standard deviation as a fraction of the value), `runs` and `request_noise` (the part of it one boot's
 per-request sampling explains), which make its gate a statistical verdict (baselines/README.md). With --out,
 GPQA's per-question and MC's per-item outcomes go beside FILE (STEM.CELL.gpqa.json, STEM.CELL.mc.json, named by
