@@ -52,6 +52,16 @@ RECORDED_GATES: dict[str, dict[str, float]] = {
 # sleep per decode step adds 20 ms / (tokens per step), e.g. 10 at two streams. The floor: three quiet engine runs
 # read 0.1 ms, and twice that would call a page fault a finding.
 RECORDED_CEILINGS: dict[str, tuple[float, float]] = {"scheduler_blocked_ms_per_token": (2.0, 2.0)}
+# Why a metric a cell measured is not recorded for it: the reason, whether it applies to the cell, the metrics. Absolute
+# speed on a CPU is the shared machine's (TTFT moved 30 % between two quiet engine runs): the scheduler's blocked time
+# and the speedup over the reference booted beside the cell are gated instead. A model answering GPQA at chance is held
+# to the guesser's band (gpqa.answers_at_chance), not to a recorded accuracy.
+NOT_RECORDED: tuple[tuple[str, Callable[[CellResult], bool], tuple[str, ...]], ...] = (
+    ("absolute speed on a CPU, the shared machine's", lambda cell: bool(cell.config and cell.config.device == "cpu"),
+     ("output_throughput_tok_s", "tpot_ms_median", "ttft_ms_median")),
+    ("GPQA answered at chance (its gate is the guesser's band)",
+     lambda cell: bool((cell.suites.get("gpqa") or {}).get("answers_at_chance")), ("gpqa_accuracy",)),
+)
 DIGITS = 4  # significant digits kept in recorded values
 
 
@@ -101,6 +111,9 @@ def propose(runs: Sequence[tuple[str, RunResults]], description: str | None = No
     gated = _gated_cells(runs)
     too_noisy: list[str] = []  # "cell: metric (noise)" left ungated: the loader refuses a gate this noisy
     unestimated: list[str] = []  # "cell: metric: why" whose noise the runs could not estimate
+    left_out = [f"{cell_id}: {', '.join(metrics)}: {why}" for cell_id, measured in gated.items()
+                for why, applies, metrics in NOT_RECORDED if applies(measured[0])
+                and any(measured[0].metrics.get(metric) is not None for metric in metrics)]
     cells: dict[str, dict[str, dict[str, Any]]] = {cell_id: _cell_specs(cell_id, measured, too_noisy, unestimated)
                                                    for cell_id, measured in gated.items()}
     records: dict[str, dict[str, float]] = {}
@@ -111,7 +124,7 @@ def propose(runs: Sequence[tuple[str, RunResults]], description: str | None = No
                 name = f"{per_question_stem}.{cell_id}.{suite}.json"
                 records[name] = units
                 cells[cell_id][metric]["per_question"] = name
-    header = _header(runs, gated, too_noisy, unestimated)
+    header = _header(runs, gated, too_noisy, unestimated, left_out)
     body = {"schema": SCHEMA,
             "description": description or f"Recorded by dspark-ci baseline record from {len(runs)} run(s)",
             "source": ", ".join(results.run_id or where for where, results in runs),
@@ -185,6 +198,8 @@ def _cell_specs(cell_id: str, cells: list[CellResult], too_noisy: list[str],
                 unestimated: list[str] | None = None) -> dict[str, dict[str, Any]]:
     specs: dict[str, dict[str, Any]] = {}
     for metric, gate in RECORDED_GATES.items():
+        if any(metric in metrics and applies(cells[0]) for _, applies, metrics in NOT_RECORDED):
+            continue
         found = [cell.metrics.get(metric) for cell in cells]
         values = [value for value in found if value is not None and math.isfinite(value)]
         if len(values) < len(found):
@@ -265,7 +280,7 @@ def _round(value: float) -> float:
 
 
 def _header(runs: Sequence[tuple[str, RunResults]], gated: dict[str, list[CellResult]],
-            too_noisy: Sequence[str] = (), unestimated: Sequence[str] = ()) -> str:
+            too_noisy: Sequence[str] = (), unestimated: Sequence[str] = (), left_out: Sequence[str] = ()) -> str:
     """Comment lines a reviewer reads first: where the numbers come from and what to check."""
     lines = ["Baseline proposal written by `dspark-ci baseline record`: review it before committing."]
     for where, results in runs:
@@ -287,6 +302,7 @@ def _header(runs: Sequence[tuple[str, RunResults]], gated: dict[str, list[CellRe
                          "(a month of green nights) a 5 % speed regression under 2 % run-to-run noise is red >= 95 % "
                          "of the time, from 10 about 60 % (bench/gate_power.py --baseline-runs N).")
     lines += [f"Noise not estimated: {note}" for note in unestimated]
+    lines += [f"Not recorded: {note}" for note in left_out]
     if too_noisy:
         lines.append(f"Not gated, too noisy to gate anything (run-to-run noise of {1 / NOISE_RUN_SDS:.0%} or more; "
                      "re-record on a quieter machine): " + "; ".join(too_noisy))

@@ -264,3 +264,29 @@ def test_a_ceiling_from_quiet_runs_keeps_room_for_a_page_fault(tmp_path):
     ceiling = load_baseline(path).specs_for(cell.id)["scheduler_blocked_ms_per_token"]
     _, least = RECORDED_CEILINGS["scheduler_blocked_ms_per_token"]
     assert ceiling.value == pytest.approx(0.11) and ceiling.max == pytest.approx(least) and 0.24 < least < 10
+
+
+def test_a_cpu_cell_records_no_absolute_speed_and_a_model_at_chance_no_gpqa_accuracy(tmp_path):
+    # Two quiet runs of SGLang's engine on the 2-core CPU read TTFT 30 % apart: gating it would gate the machine.
+    import dataclasses
+
+    import yaml
+    from dspark_ci.reports.baseline_proposal import propose
+    from dspark_ci.reports.results import load_results
+
+    fixture = load_results(RUN_FIXTURE / "results.json")
+    cell = fixture.cells[0]
+    metrics = {**cell.metrics, "tpot_ms_median": 110.0, "ttft_ms_median": 3200.0, "output_throughput_tok_s": 9.0,
+               "gpqa_accuracy": 0.25}
+
+    def recorded(device: str, suites: dict) -> dict:
+        moved = dataclasses.replace(cell, config=dataclasses.replace(cell.config, device=device), suites=suites,
+                                    metrics=metrics)
+        proposal = propose([(f"run{i}", dataclasses.replace(fixture, cells=(moved,))) for i in range(3)]).text
+        return yaml.safe_load(proposal)["cells"][cell.id] | {"#": proposal}
+
+    on_cpu = recorded("cpu", {"gpqa": {"answers_at_chance": True}})
+    assert not {"tpot_ms_median", "ttft_ms_median", "output_throughput_tok_s", "gpqa_accuracy"} & set(on_cpu)
+    assert "Not recorded: " in on_cpu["#"] and "absolute speed on a CPU" in on_cpu["#"]
+    on_gpu = recorded("cuda", {})
+    assert {"tpot_ms_median", "ttft_ms_median", "gpqa_accuracy"} <= set(on_gpu) and "Not recorded" not in on_gpu["#"]
