@@ -76,7 +76,7 @@ class Watch:
 
 
 # SGLang's /health answers 503 once no token came out for 20 s. On a CPU of 2 shared cores one speculative batch step
-# took longer than that at load 12 (STANDALONE, whose draft runs 26 layers three times a step): a working server,
+# took longer than that at load 12 (STANDALONE, whose draft runs 27 layers three times a step): a working server,
 # only slow. There a hang is caught after this long, and by every request's own timeout before the suites end.
 SILENT_WORKING_S = {"cpu": 180.0}
 
