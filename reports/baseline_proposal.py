@@ -63,11 +63,15 @@ NOT_RECORDED: tuple[tuple[str, Callable[[CellResult], bool], tuple[str, ...]], .
      lambda cell: bool((cell.suites.get("gpqa") or {}).get("answers_at_chance")), ("gpqa_accuracy",)),
 )
 DIGITS = 4  # significant digits kept in recorded values
+RECOMMENDED_RUNS = 30  # runs a baseline should be recorded from for the gates' stated power (BENCHMARKS.md)
+# Cells whose measurements a baseline may be recorded from: passed, or undecided against an older baseline.
+MEASURED = (Status.PASSED, Status.INCONCLUSIVE)
 
 
 def recorded_gates_text() -> str:
     """What ``propose`` writes per metric, for the CLI's help: from RECORDED_GATES and RECORDED_CEILINGS themselves."""
     families = ("accept_rate_pos", "accept_length_")  # per draft position, per workload category: one line each
+
     def said(gate) -> str:
         return ", ".join(key if isinstance(value, bool) else f"{key} {value:g}" for key, value in gate)
 
@@ -79,9 +83,6 @@ def recorded_gates_text() -> str:
     shown += [f"{metric} (max {factor:g} x the highest reading, at least {least:g})"
               for metric, (factor, least) in RECORDED_CEILINGS.items()]
     return "; ".join(shown)
-RECOMMENDED_RUNS = 30  # runs a baseline should be recorded from for the gates' stated power (BENCHMARKS.md)
-# Cells whose measurements a baseline may be recorded from: passed, or undecided against an older baseline.
-MEASURED = (Status.PASSED, Status.INCONCLUSIVE)
 
 
 @dataclass(frozen=True)
