@@ -141,6 +141,12 @@ def decide(reference: PositionLogprobs | None, tested: TopLogprob | None, resolu
                         f"{resolution.drift:.4g}, beyond max_drift {resolution.max_drift:.4g}: not the same numerics")
     if theirs is None:
         return _outside_top(reference, resolution.tie_ulps)
+    return decide_gap(ours, theirs, resolution)
+
+
+def decide_gap(ours: float, theirs: float, resolution: Resolution) -> Decision:
+    """Tie flip or mismatch from the reference's logprob of its own token (``ours``) and of the tested server's
+    (``theirs``), the drift already within ``max_drift``: also how bench/parity_tie_rule.py re-reads recorded ones."""
     epsilon = resolution.epsilon(theirs)
     gap = ours - theirs
     verdict = TIE_FLIP if abs(gap) <= epsilon else MISMATCH
