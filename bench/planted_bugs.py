@@ -96,11 +96,16 @@ BUGS: tuple[Bug, ...] = (
         "context_length ({context_length}) is greater than the derived context_length ({derived_context_len})",
         "context_length ({context_length}) exceeds the model's derived context_length ({derived_context_len})",
         (CTX,), (r"expect|expected|message",), "the expected rejection's message no longer matches"),
-    Bug("tp2-o-proj-allreduce-skipped", "attention's o_proj (RowParallelLinear) built without reduce_results, so "
-        "tp 2 sums only its own shard: plausible text, different from tp 1's",
+    # SGLang 0.5.23 builds o_proj with reduce_results=False already: the layer's stage boundary all-reduces after
+    # attention (models/llama.py LlamaDecoderLayer), so planting reduce_results=False there changed nothing (a run
+    # read the same tokens and MC as unplanted). The partial of tensor-parallel rank 1 is dropped before that sum.
+    Bug("tp2-o-proj-allreduce-skipped", "attention's output summed over one tensor-parallel rank's partial only (an "
+        "all-reduce that skips a shard), so tp 2 serves plausible text, different from tp 1's",
         "srt/models/llama.py",
-        "            reduce_results=reduce_results,\n            prefix=add_prefix(\"o_proj\", prefix),\n",
-        "            reduce_results=False,\n            prefix=add_prefix(\"o_proj\", prefix),\n",
+        "        attn_output = self.attn(q, k, v, forward_batch)\n        output, _ = self.o_proj(attn_output)\n",
+        "        attn_output = self.attn(q, k, v, forward_batch)\n        output, _ = self.o_proj(attn_output)\n"
+        "        from sglang.srt.distributed.parallel_state import get_tensor_model_parallel_rank\n"
+        "        if get_tensor_model_parallel_rank() == 1:\n            output = torch.zeros_like(output)\n",
         (TP2,), (r"parity", r"gate mc_accuracy"), "cross-layout parity (tp 2 against one rank) and MC accuracy"),
     Bug("accept-counters-doubled", "the scheduler's cumulative accept counter incremented twice, so /server_info's "
         "avg_spec_accept_length is twice the truth (4.31 with 4 draft tokens)",
