@@ -96,9 +96,10 @@ BUGS: tuple[Bug, ...] = (
         "context_length ({context_length}) is greater than the derived context_length ({derived_context_len})",
         "context_length ({context_length}) exceeds the model's derived context_length ({derived_context_len})",
         (CTX,), (r"expect|expected|message",), "the expected rejection's message no longer matches"),
-    # SGLang 0.5.23 builds o_proj with reduce_results=False already: the layer's stage boundary all-reduces after
-    # attention (models/llama.py LlamaDecoderLayer), so planting reduce_results=False there changed nothing (a run
-    # read the same tokens and MC as unplanted). The partial of tensor-parallel rank 1 is dropped before that sum.
+    # The SGLang release we pin builds o_proj with reduce_results=False already: the layer's stage boundary
+    # all-reduces after attention (models/llama.py LlamaDecoderLayer), so planting reduce_results=False there changed
+    # nothing (a run read the same tokens and MC as unplanted). The partial of tensor-parallel rank 1 is dropped
+    # before that sum.
     Bug("tp2-o-proj-allreduce-skipped", "attention's output summed over one tensor-parallel rank's partial only (an "
         "all-reduce that skips a shard), so tp 2 serves plausible text, different from tp 1's",
         "srt/models/llama.py",

@@ -1,6 +1,6 @@
 """Process, port and signal helpers every launcher shares, so each gets the same teardown guarantees.
 
-- ``free_port``: a port nothing listens on now, on the address it will be bound to.
+- ``free_port``: a port nothing listens on now, outside the range the kernel gives outgoing connections.
 - ``stop_all``: SIGTERM every process group, a grace period, SIGKILL what is left (strays included).
 - ``die_with_parent``: a child that the kernel kills when the run dies, even by SIGKILL, with default signal
   dispositions and no blocked signal (whatever the run itself inherited: SIGINT ignored by a background shell).
@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import random
 import shutil
 import signal
 import socket
@@ -37,17 +38,40 @@ _handed_out_lock = threading.Lock()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on now and not handed out before by this process (two cells booting side by side
-    never get the same one; a tiny race with other programs remains, which the health check's identity test
-    catches: another server on the port is never taken for ours)."""
+    """A TCP port free on host now and not handed out before by this process (two cells booting side by side
+    never get the same one). Drawn below the kernel's ephemeral range: a port bind(0) returns is one the kernel may
+    hand the next outgoing connection of any program here (test workers, clients, SGLang's own processes), and the
+    server we start then fails to bind it. A tiny race with other programs remains, which the health check's
+    identity test catches: another server on the port is never taken for ours."""
     while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((host, 0))
-            port = sock.getsockname()[1]
+        port = _RANDOM.randrange(PORTS_FROM, _ephemeral_start())
         with _handed_out_lock:
-            if port not in _handed_out:
-                _handed_out.add(port)
-                return port
+            if port in _handed_out:
+                continue
+            _handed_out.add(port)
+        if _bindable(host, port):
+            return port
+
+
+PORTS_FROM = 10000  # above the registered services a developer's machine tends to run (databases, dev servers)
+_RANDOM = random.SystemRandom()  # two processes seeded alike must not walk the same ports
+
+
+def _ephemeral_start() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default when it cannot be read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def port_is_free(host: str, port: int) -> bool:

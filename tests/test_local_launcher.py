@@ -104,6 +104,15 @@ def test_losing_a_rank_is_seen_and_the_group_torn_down(tmp_path, marker, launche
     assert_none_left(marker)
 
 
+def test_ports_are_not_the_ones_the_kernel_gives_outgoing_connections():
+    """A server's port comes from below the ephemeral range, where no client connection of any program here can be
+    holding it, is free to bind, and is never handed out twice by one run."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = [free_port() for _ in range(50)]
+    assert len(set(ports)) == 50 and all(1024 < p < low for p in ports)
+    assert all(port_is_free("127.0.0.1", p) for p in ports)
+
+
 def test_another_server_on_the_port_is_never_taken_for_ours(tmp_path, marker, launcher_with):
     """Another run's server already answers /health on the port: the launch fails (its server args are not
     ours, or our rank cannot bind), it never serves the suites someone else's numbers."""

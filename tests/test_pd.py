@@ -308,7 +308,7 @@ def test_a_prefill_holding_requests_without_finishing_one_is_stalled_until_it_fi
 @needs_router
 def test_run_random_hidden_states_red_on_acceptance_against_colocated(tmp_path):
     done, cell = _run(tmp_path, {"DSPARK_SIM_PREFILL_FAULTS": "pd_random_hidden"})
-    assert done.returncode == 1 and cell["status"] == "failed"
+    assert done.returncode == 1 and cell["status"] == "failed", done.stderr[-4000:]
     assert _gate(cell)["verdict"] == "regressed" and _gate(cell)["effect"] < -0.1
     outcomes = {t["nodeid"].split("::")[-1]: t["outcome"] for t in cell["tests"]}
     assert outcomes["test_streams_parse_text_is_text_usage_adds_up"] == "passed"  # the text still parses
