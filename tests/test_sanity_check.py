@@ -83,7 +83,7 @@ def test_an_empty_reply_is_broken_unless_the_model_stopped_at_once():
 
 
 def test_the_two_node_cell_is_gated_on_speed(tmp_path):
-    code, cell, stderr = run_cell(tmp_path, "slow_decode=1.5")
+    code, cell, stderr = run_cell(tmp_path, "slow_decode=1.5", "--suites", "speed")
     assert code == 1, stderr
     failed = {gate["metric"] for gate in cell["gates"] if not gate["passed"]}
     assert {"tpot_ms_median", "output_throughput_tok_s"} <= failed

@@ -298,8 +298,9 @@ def sigkill_when(run: VerdictRun, condition, what: str, settle_s: float = 0.0, b
 @pytest.mark.parametrize("moment", list(MOMENTS))
 def test_sigkill_then_cleanup_leaves_nothing_and_keeps_finished_cells(tmp_path, moment):
     condition, finished = MOMENTS[moment]
-    run = VerdictRun(tmp_path, SMOKE, "--cell", ONE_NODE, "--cell", TWO_NODES, "--suites", "accept",
-                     faults=WINDOW)
+    # No slowed decode: the kill lands 0.5 s into a measurement that takes 15 s unslowed, and three of the five
+    # moments wait for the first cell to finish (48 s slowed).
+    run = VerdictRun(tmp_path, SMOKE, "--cell", ONE_NODE, "--cell", TWO_NODES, "--suites", "accept")
     sigkill_when(run, lambda: condition(run), moment, settle_s=0.5 if moment.endswith("measuring") else 0.0)
     # The run id is in results.json from the start, and the run is in the index of this test's state dir.
     results = run.results()
