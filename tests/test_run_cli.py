@@ -16,6 +16,7 @@ from dspark_ci.ground.suites import suite_of
 from dspark_ci.matrices import load_cells
 
 from tests.process_table import assert_no_process_with_env
+from tests.test_results_schema import assert_written_run_validates
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = str(REPO / "matrices" / "smoke.yaml")
@@ -81,6 +82,7 @@ def test_smoke_matrix_runs_end_to_end(tmp_path):
     assert f"{ONE_NODE}: {'INCONCLUSIVE' if undecided else 'PASSED'}" in done.stderr
     if undecided:
         assert "a statistical gate could not decide (not a regression" in done.stderr
+    assert_written_run_validates(run.out)  # against docs/results.schema.json
 
 
 def assert_served_at_worst_undecided(cells: list[dict], serving: int = 2) -> None:
