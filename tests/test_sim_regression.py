@@ -34,9 +34,9 @@ def test_the_version_under_test_crashes_from_the_planted_version_on(tmp_path):
     env = {**os.environ, "DSPARK_STATE_DIR": str(tmp_path / "state"), "DSPARK_HISTORY": str(tmp_path / "h.sqlite"),
            "DSPARK_SIM_REGRESSION": "0.5.30:crash_first_prefill"}
 
-    def run(version: str) -> tuple[int, dict]:
+    def run(version: str) -> tuple[int, dict]:  # the sanity check's first request is the first prefill
         out = tmp_path / version
-        done = subprocess.run([*DSPARK_CI, "run", "matrices/smoke.yaml", "--cell", CELL, "--suites", "speed",
+        done = subprocess.run([*DSPARK_CI, "run", "matrices/smoke.yaml", "--cell", CELL, "--suites", "sanity",
                                "--sglang-version", version, "--out", str(out), "-q"],
                               capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
         return done.returncode, json.loads((out / "results.json").read_text())["cells"][0]
