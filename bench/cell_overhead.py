@@ -4,7 +4,7 @@ starting ``dspark-ci run`` to its first launch. The suites' warm pytest worker (
 interpreters per cell (DSPARK_SUITES_COLD=1) are measured side by side, alternating, in one run.
 
     python bench/cell_overhead.py [--repeats 3] [--matrix matrices/smoke.yaml] [--modes warm cold]
-    python bench/cell_overhead.py --smoke      # CI: one warm run of one cell, the split printed
+    python bench/cell_overhead.py --smoke      # CI: one warm run of one cell's sanity suite, the split printed
 
 Every run is the real ``python -m dspark_ci run`` on the simulated server, with its own state directory.
 Prints min/median/max over the repeats of: wall, start → first launch, and per serving cell boot, tests and
@@ -38,12 +38,12 @@ class Split:
     else_s: float
 
 
-def measure(matrix: str, mode: str, cells: list[str], tmp: Path) -> Split:
+def measure(matrix: str, mode: str, cells: list[str], suites: list[str], tmp: Path) -> Split:
     out = tmp / f"run-{mode}-{time.monotonic_ns()}"
     env = {**os.environ, "DSPARK_STATE_DIR": str(tmp / "state"), "DSPARK_HISTORY": str(tmp / "history.sqlite"),
            "DSPARK_SUITES_COLD": "1" if mode == "cold" else "0"}
     argv = [sys.executable, "-m", "dspark_ci", "run", matrix, "--out", str(out), "--quiet",
-            *(arg for cell in cells for arg in ("--cell", cell))]
+            *(arg for cell in cells for arg in ("--cell", cell)), *(("--suites", ",".join(suites)) if suites else ())]
     started = dt.datetime.now(dt.timezone.utc)
     subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     wall = (dt.datetime.now(dt.timezone.utc) - started).total_seconds()
@@ -79,18 +79,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--matrix", default="matrices/smoke.yaml")
     parser.add_argument("--cell", action="append", default=[], help="only these cells (default: all)")
+    parser.add_argument("--suites", nargs="+", default=[], help="only these suites (default: the matrix's)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--modes", nargs="+", choices=("warm", "cold"), default=["warm", "cold"])
-    parser.add_argument("--smoke", action="store_true", help="one warm run of the first smoke cell")
+    parser.add_argument("--smoke", action="store_true", help="one warm run of the first smoke cell's sanity suite")
     args = parser.parse_args()
     if args.smoke:
         args.repeats, args.modes = 1, ["warm"]
         args.cell = args.cell or ["dsv4-flash-tp8-a2a-none-dspark-b7-cuda"]
+        args.suites = args.suites or ["sanity"]  # the split's code path, not the suites' minutes
     runs: dict[str, list[Split]] = {mode: [] for mode in args.modes}
     with tempfile.TemporaryDirectory(prefix="cell-overhead-") as tmp:
         for _ in range(args.repeats):
             for mode in args.modes:  # alternating: a change in the machine's load falls on both modes alike
-                runs[mode].append(measure(args.matrix, mode, args.cell, Path(tmp)))
+                runs[mode].append(measure(args.matrix, mode, args.cell, args.suites, Path(tmp)))
     print(f"load average at the end: {os.getloadavg()[0]:.2f} (2 cores: above 2 the figures are inflated)")
     print(f"{'mode':5} {'figure (s)':32} {'min':>6} {'median':>6} {'max':>6}")
     for mode, splits in runs.items():
