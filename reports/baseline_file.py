@@ -36,7 +36,7 @@ import yaml
 from dspark_ci.ground.errors import BadInput
 from dspark_ci.ground.stats import DETECT_FACTOR, RESOLUTION
 from dspark_ci.ground.yaml_lines import FileWords, compose_file, describe, mapping_items, scalar, where
-from dspark_ci.reports.metrics import HIGHER, LOWER, METRICS, NEUTRAL, NOISE_STDERRS, STDERR_OF
+from dspark_ci.reports.metrics import HIGHER, LOWER, METRICS, NEUTRAL, NOISE_STDERRS, PAIRED_STDERR_OF, STDERR_OF
 
 SCHEMA = 1
 # A ratio gate is never tighter than this many run-to-run standard deviations (the baseline's `noise`):
@@ -229,7 +229,7 @@ def _metric_spec(path: Path, metric: str, key_node: yaml.Node, node: yaml.Node) 
     per_question = None
     never_inward = False
     for key, key_node, value_node in mapping_items(path, node, metric):
-        if key == PER_QUESTION_KEY and metric in STDERR_OF:
+        if key == PER_QUESTION_KEY and metric in PAIRED_STDERR_OF:
             per_question = _per_question(path, value_node)
             continue
         if key == NEVER_INWARD_KEY and metric in NEVER_INWARD_METRICS:
@@ -343,11 +343,11 @@ def _spec_problems(spec: MetricSpec):
     if spec.noise is not None and spec.noise >= 1 / NOISE_RUN_SDS:
         yield (f"noise {spec.noise:g} is a fraction of the value ({spec.noise:.0%} run-to-run)",
                "write e.g. 0.004 for 0.4%, or re-measure: a metric this noisy cannot gate anything")
-    if "stderr" in given and spec.metric not in STDERR_OF:
-        yield "stderr is only known for " + ", ".join(STDERR_OF), "remove stderr"
+    if "stderr" in given and spec.metric not in PAIRED_STDERR_OF:
+        yield "stderr is only known for " + ", ".join(PAIRED_STDERR_OF), "remove stderr"
     if "max_drop_stderr" in given and "stderr" not in given:
         yield ("max_drop_stderr needs the baseline's `stderr`",
-               f"add stderr: (the baseline run's {STDERR_OF.get(spec.metric, 'stderr')})")
+               f"add stderr: (the baseline run's {PAIRED_STDERR_OF.get(spec.metric, 'stderr')})")
     if spec.min is not None and spec.max is not None and spec.min > spec.max:
         yield f"min {spec.min:g} is above max {spec.max:g}", "swap them"
 
@@ -358,7 +358,7 @@ def _noise_warnings(spec: MetricSpec):
         yield (f"{spec.where}: {spec.metric}: noise {spec.noise:g} is not a standard error (its runs were identical, "
                f"so they measured none): floored at its request_noise {spec.request_noise:.2%} (a boot whose requests "
                "draw fresh randomness varies at least that much); re-record from runs that vary for a tighter gate")
-    if spec.metric not in STDERR_OF:
+    if spec.metric not in STDERR_OF:  # the fixed-floor checks below are an accuracy's (its stderr is sampling error)
         return
     if spec.max_drop_stderr is not None and spec.max_drop_stderr < NOISE_STDERRS:
         yield (f"{spec.where}: {spec.metric}: max_drop_stderr {spec.max_drop_stderr:g} is tighter than "

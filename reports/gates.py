@@ -30,7 +30,7 @@ from dspark_ci.ground.position_homogeneity import ENDED, POOLED, POWER_BETA, Pos
 from dspark_ci.ground.records import CellResult, GateResult, RunResults, Status
 from dspark_ci.ground.suites import SATURATED_LOOP_LAG_MS, SUITE_DEFAULTS, suite_of
 from dspark_ci.reports.baseline_file import NEVER_INWARD_KEY, NOISE_RUN_SDS, Baseline, MetricSpec
-from dspark_ci.reports.metrics import HIGHER, LOWER, METRICS, STDERR_OF, format_value, in_table_order
+from dspark_ci.reports.metrics import HIGHER, LOWER, METRICS, PAIRED_STDERR_OF, STDERR_OF, format_value, in_table_order
 
 LOOP_LAG_METRIC = "client_loop_lag_ms_p99"  # the speed suite's measure of its own CPU starvation
 
@@ -98,16 +98,19 @@ class Evidence:
     gpqa_questions: Mapping[str, tuple[float, ...]]
     envelope: Envelope | None = None  # the speed suite's sweep: where speculation pays
     mc_items: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # the mc suite's items, as GPQA's questions
+    accept_requests: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # accept length per request
 
     @classmethod
     def of(cls, cell: CellResult, metrics: Mapping) -> Evidence:
         return cls(boots=cell.boots or (BootMetrics(metrics),),
                    gpqa_questions=_scores(cell.gpqa.per_question if cell.gpqa else {}), envelope=cell.envelope,
-                   mc_items=_scores(cell.mc.per_item if cell.mc else {}))
+                   mc_items=_scores(cell.mc.per_item if cell.mc else {}), accept_requests=accept_units(cell))
 
     def paired_units(self, metric: str) -> Mapping[str, tuple[float, ...]]:
-        """Each unit's scores (question or item id -> 1/0 per sample) that ``metric``'s paired gate reads."""
-        return {"gpqa_accuracy": self.gpqa_questions, "mc_accuracy": self.mc_items}.get(metric, {})
+        """Each unit's scores (question or item id -> 1/0 per sample; request -> accept length) that ``metric``'s
+        paired gate reads."""
+        return {"gpqa_accuracy": self.gpqa_questions, "mc_accuracy": self.mc_items,
+                "accept_length": self.accept_requests}.get(metric, {})
 
     def values(self, metric: str) -> list[float]:
         """Every boot's figure of ``metric``, zeros included (a boot that measured 0 is evidence, not noise)."""
@@ -128,6 +131,14 @@ class Evidence:
                      if lag is None or lag <= SATURATED_LOOP_LAG_MS)
         dropped = tuple(float(lag) for lag in lags if lag is not None and lag > SATURATED_LOOP_LAG_MS)
         return replace(self, boots=kept), dropped
+
+
+def accept_units(cell: CellResult) -> Mapping[str, tuple[float, ...]]:
+    """Accept length per request, by the request's place in the order sent ("1", "2", ...): the accept suite sends
+    the same prompts in the same order every run, so a deterministic engine's request N is the same prompt and, on
+    a clean server, the same figure (``POSITIONAL_UNITS``)."""
+    drift = cell.acceptance.drift if cell.acceptance else None
+    return {str(place): (value,) for place, value in enumerate(drift.series, 1)} if drift else {}
 
 
 def _scores(tallies: Mapping[str, tuple[int, int]]) -> Mapping[str, tuple[float, ...]]:
@@ -280,7 +291,7 @@ def _spec_limits(spec: MetricSpec, metrics: Mapping) -> list[Limit]:
                             f"{reference} × {ratio:g}{_widened(spec, 'min_ratio')} ({where})",
                             (spec, "min_ratio") if "min_ratio" in statistical else None))
     if spec.max_drop_stderr is not None:
-        limits.append(Limit(name, ">=", noise_floor(spec, metrics.get(STDERR_OF[name])),
+        limits.append(Limit(name, ">=", noise_floor(spec, metrics.get(PAIRED_STDERR_OF[name])),
                             f"{reference} − {spec.max_drop_stderr:g}·√(se_base² + se_now²) ({where})",
                             (spec, "max_drop_stderr")))
     if spec.max is not None:
@@ -346,28 +357,38 @@ def _detect(spec: MetricSpec, tolerance: float) -> float | None:
 
 # An accuracy gated paired over its units (``max_drop_stderr`` with a `per_question` record): what the unit is called
 # and the metric counting them.
-PAIRED_UNITS = {"gpqa_accuracy": ("questions", "gpqa_num_questions"), "mc_accuracy": ("items", "mc_num_items")}
+PAIRED_UNITS = {"gpqa_accuracy": ("questions", "gpqa_num_questions"), "mc_accuracy": ("items", "mc_num_items"),
+                "accept_length": ("requests", "")}
+# Units named by their place, not by what they are: paired only when both sides have exactly the same places (a
+# request that verified nothing is left out of the accept series and would shift every later one onto another
+# prompt); otherwise the two means are compared.
+POSITIONAL_UNITS = frozenset({"accept_length"})
 
 
 def _paired_statistic(spec: MetricSpec, evidence: Evidence, metrics: Mapping,
                       levels: stats.Levels) -> stats.Verdict | None:
-    """GPQA's and MC's accuracy: paired over questions (items) when both sides kept them; else the two accuracies
-    (pooled over every boot that ran the suite, never only the last boot) and their standard errors.
+    """GPQA's and MC's accuracy, and accept length: paired over questions (items, requests) when both sides kept
+    them; else the two figures (pooled over every boot that ran the suite, never only the last boot) and their
+    standard errors.
 
     A baseline whose per-unit record is all 0 or 1 was recorded from a server that answers each unit the same way
     every time: a later boot repeats its answers and adds nothing, so the gate is planned as one look with its whole
-    share of alpha (``Levels.single_look``), and its verdict is final (no more boots for it)."""
+    share of alpha (``Levels.single_look``), and its verdict is final (no more boots for it); so is accept length's,
+    whose pairs are the last boot's requests."""
     tolerance = -spec.drop_tolerance
     better = METRICS[spec.metric].better
     unit, count = PAIRED_UNITS.get(spec.metric, ("samples", ""))
     units = evidence.paired_units(spec.metric)
-    if spec.per_question and len(set(spec.per_question) & set(units)) > 1:
-        fixed = all(score in (0.0, 1.0) for score in spec.per_question.values())
+    aligned = spec.metric not in POSITIONAL_UNITS or set(units) == set(spec.per_question or ())
+    if spec.per_question and len(set(spec.per_question) & set(units)) > 1 and aligned:
+        # Answers fixed per unit repeat on a later boot, and the accept series paired is the last boot's alone:
+        # either way more boots inform nothing, so the gate is one look with its whole share of alpha, and final.
+        once = spec.metric in POSITIONAL_UNITS or all(score in (0.0, 1.0) for score in spec.per_question.values())
         verdict = stats.compare_paired(units, spec.per_question, better, tolerance,
-                                       levels.single_look() if fixed else levels, unit=unit,
+                                       levels.single_look() if once else levels, unit=unit,
                                        detect=_detect(spec, tolerance))
-        return replace(verdict, final=fixed)
-    value, se_now = metrics.get(spec.metric), metrics.get(STDERR_OF[spec.metric])
+        return replace(verdict, final=once)
+    value, se_now = metrics.get(spec.metric), metrics.get(PAIRED_STDERR_OF[spec.metric])
     if value is None:
         return None
     questions = int(metrics.get(count) or 0)

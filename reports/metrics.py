@@ -137,6 +137,9 @@ METRICS: dict[str, Metric] = {
 STDERR_OF: dict[str, str] = {name: metric.stderr for name, metric in METRICS.items() if metric.stderr}
 # A metric whose per-request standard error within one boot the suites report.
 REQUEST_STDERR_OF: dict[str, str] = {name: m.request_stderr for name, m in METRICS.items() if m.request_stderr}
+# A metric a baseline may gate by `max_drop_stderr` (paired over its units when it keeps a `per_question` record),
+# and the standard error the gate reads: an accuracy's own; accept length's per-request one (its units: requests).
+PAIRED_STDERR_OF: dict[str, str] = {**STDERR_OF, "accept_length": REQUEST_STDERR_OF["accept_length"]}
 
 # The SGLang-style speed line of a cell, in the order SGLang PRs print it.
 SPEED_LINE = ("e2e_latency_s_mean", "ttft_ms_mean", "tpot_ms_mean", "output_throughput_tok_s",

@@ -58,7 +58,7 @@ def report_with_baseline(tmp_path, run_dir, text: str, capsys) -> tuple[int, str
                  id="ratio-without-value"),
     pytest.param(HEAD + "    gpqa_accuracy: {value: 0.6, max_drop_stderr: 2}\n", 4,
                  "max_drop_stderr needs the baseline's `stderr`", id="drop-without-stderr"),
-    pytest.param(HEAD + "    accept_length: {value: 3, stderr: 0.1, min: 1}\n", 4,
+    pytest.param(HEAD + "    accept_rate: {value: 0.3, stderr: 0.1, min: 0.1}\n", 4,
                  "stderr is only known for gpqa_accuracy",
                  id="stderr-on-unsampled-metric"),
     pytest.param(HEAD + "    gpqa_accuracy: {value: 62, min: 55}\n", 4, "write 0.62 for 62%",

@@ -275,3 +275,57 @@ def test_timings_of_a_client_starved_of_cpu_are_the_machines_not_evidence(tmp_pa
     if verdict == "inconclusive":
         assert "-17.1%" in gate["test"] and "regressed" in gate["test"]  # what the numbers said, kept
         assert "starved of CPU (event-loop lag p99 13.7 ms" in gate["test"]
+
+
+# Accept length per request on SGLang's CPU engine (NGRAM, 4 draft tokens, 8 requests of 96 tokens): identical in
+# every run, prompt by prompt (baselines/cpu-engine.yaml), so a degradation shows in each request against itself.
+ENGINE_SERIES = (2.4, 2.9091, 1.7455, 1.2308, 2.087, 1.2308, 1.1707, 1.0549)
+SIXTEEN = ENGINE_SERIES + tuple(round(1 + (v - 1) * 0.8, 4) for v in ENGINE_SERIES)
+PAIRED_ACCEPT = ("accept_length: {value: 1.73, stderr: 0.19, max_drop_stderr: 2, max_drop: 0.11, detect: 0.22, "
+                 "per_question: a.json}")
+
+
+def _accept_gate(tmp_path, base: tuple[float, ...], now: tuple[float, ...]):
+    """The paired accept-length gate of a speculative cell whose accept series is ``now``, against ``base``."""
+    from dspark_ci.ground.measurements import Acceptance, AcceptDrift
+    from dspark_ci.ground.stats import Levels
+
+    (tmp_path / "a.json").write_text(json.dumps({str(i): v for i, v in enumerate(base, 1)}))
+    drift = AcceptDrift(None, None, None, 0.0, len(now), "", now)
+    cell = replace(SPECULATIVE, acceptance=Acceptance(workload={}, temperature=0.0, positions_source="", drift=drift))
+    levels = Levels.family(gates=6, max_boots=8)  # the engine baseline's statistical gates, a run's boots
+    gates = evaluate(cell, {"accept_length": sum(now) / len(now), "accept_length_stderr": 0.19},
+                     baseline_file(tmp_path, PAIRED_ACCEPT), levels)
+    return next(gate for gate in gates if gate.statistic is not None)
+
+
+def _degraded(series: tuple[float, ...], seed: int) -> tuple[float, ...]:
+    """A draft that loses about 30 % of what it had accepted, request by request, with the spread a random
+    corruption of 30 % of the verify steps gives."""
+    import random
+    draw = random.Random(seed)
+    return tuple(1 + (value - 1) * draw.uniform(0.45, 0.95) for value in series)
+
+
+def test_accept_length_paired_over_requests_is_red_on_a_degraded_draft_and_green_when_unchanged(tmp_path):
+    gate = _accept_gate(tmp_path, SIXTEEN, SIXTEEN)
+    assert gate.verdict == "passed"  # the engine repeats itself
+    # one look with the gate's whole alpha, and final: the pairs are the last boot's, so more boots add nothing
+    assert gate.statistic.final and gate.statistic.alpha == pytest.approx(0.01 / 6)
+    moved = list(SIXTEEN)
+    moved[2], moved[5] = moved[2] - 0.12, moved[5] + 0.08  # another host's bf16 ties: a few requests move, both ways
+    assert _accept_gate(tmp_path, SIXTEEN, tuple(moved)).verdict == "passed"
+    for seed in range(5):
+        gate = _accept_gate(tmp_path, SIXTEEN, _degraded(SIXTEEN, seed))
+        assert gate.verdict == "regressed" and "of 16 requests" in gate.statistic.test, gate.to_dict()
+    # Eight requests cannot exclude no change at the gate's alpha, whatever the drop (8 of 8 worse is p = 0.004 by
+    # the sign test): halved, never red (the engine matrix asks 16)
+    halved = tuple(1 + (v - 1) / 2 for v in ENGINE_SERIES)
+    assert _accept_gate(tmp_path, ENGINE_SERIES, halved).verdict == "inconclusive"
+
+
+def test_accept_length_is_not_paired_when_a_request_is_missing_from_the_series(tmp_path):
+    """A request that verified nothing leaves the series, and every later request would be paired with another
+    prompt's figure: the two means are compared instead."""
+    gate = _accept_gate(tmp_path, SIXTEEN, SIXTEEN[:-1])
+    assert "unpaired" in gate.statistic.test and not gate.statistic.final
