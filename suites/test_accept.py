@@ -317,18 +317,22 @@ def test_penalty_cuts_repetition(plain_greedy, server, suite_config, name):
         pytest.skip(f"the greedy text repeats no word in {tokens} tokens: {name} has nothing to act on")
     concurrency = suite_config.suite("accept")["concurrency"]
     penalty, prompts = {name: PENALTIES[name]}, _sampling_prompts(suite_config)
-    after = repeated_words(greedy_texts(server, prompts, tokens, concurrency, **penalty))
+    penalised = greedy_texts(server, prompts, tokens, concurrency, **penalty)
+    after = repeated_words(penalised)
     if suite_config.reference_url is None:
         assert after < before, (f"{name}={PENALTIES[name]:g} left {after} repeated words against {before} without "
                                 f"it (greedy, {tokens} tokens per prompt): the penalty is ignored under speculation")
         return
     # A trained model's text need not repeat less under a penalty (SmolLM2: 21 repeated words against 19, with and
     # without speculation alike), so with the non-speculative reference at hand the penalty is held to what it does
-    # there: ignored under speculation, it leaves the unpenalised text's repetition where the reference's moved.
+    # there: ignored under speculation, it leaves the unpenalised text as it was where the reference's moved. The
+    # text, not its count of repeats: under speculation a penalty acts per verify step, so its text depends on which
+    # drafts were accepted, and a penalised text can repeat as often as the plain one by chance (22 and 22 in a run
+    # with 30 % of NGRAM's drafts corrupted, which changes which are accepted).
     reference = connect(replace(suite_config, base_url=suite_config.reference_url, model=None))
     theirs = repeated_words(greedy_texts(reference, prompts, tokens, concurrency, **penalty))
-    moved_here, moved_there = after != before, theirs != before
+    moved_here, moved_there = penalised != plain, theirs != before
     assert moved_here or not moved_there, (
-        f"{name}={PENALTIES[name]:g} left {after} repeated words, as many as without it, while the reference without "
-        f"speculation went from {before} to {theirs} under it (greedy, {tokens} tokens per prompt): the penalty is "
-        f"ignored under speculation")
+        f"{name}={PENALTIES[name]:g} left the greedy text as it was without it ({after} repeated words), while the "
+        f"reference without speculation went from {before} to {theirs} under it (greedy, {tokens} tokens per prompt): "
+        f"the penalty is ignored under speculation")
