@@ -355,8 +355,8 @@ def _detect(spec: MetricSpec, tolerance: float) -> float | None:
     return None if spec.detect is None else math.copysign(spec.detect, tolerance)
 
 
-# An accuracy gated paired over its units (``max_drop_stderr`` with a `per_question` record): what the unit is called
-# and the metric counting them.
+# A figure gated paired over its units (``max_drop_stderr`` with a `per_question` record): what the unit is called
+# and the metric counting them ("": the units the run measured).
 PAIRED_UNITS = {"gpqa_accuracy": ("questions", "gpqa_num_questions"), "mc_accuracy": ("items", "mc_num_items"),
                 "accept_length": ("requests", "")}
 # Units named by their place, not by what they are: paired only when both sides have exactly the same places (a
@@ -391,7 +391,7 @@ def _paired_statistic(spec: MetricSpec, evidence: Evidence, metrics: Mapping,
     value, se_now = metrics.get(spec.metric), metrics.get(PAIRED_STDERR_OF[spec.metric])
     if value is None:
         return None
-    questions = int(metrics.get(count) or 0)
+    questions = int(metrics.get(count) or 0) if count else len(units)  # accept: the requests its series holds
     se_base = spec.reference_stderr
     return stats.compare_estimates(value, se_base if se_now is None else se_now, spec.reference, se_base, better,
                                    tolerance, levels, questions, f"{questions} {unit}", _detect(spec, tolerance))
