@@ -27,7 +27,7 @@ answers() {
         -H "Authorization: Bearer $(cat "$conf/token")" "https://127.0.0.1:$port/readyz" >/dev/null 2>&1
 }
 
-alive() { [ -f "$run/$1.pid" ] && kill -0 "$(cat "$run/$1.pid")" 2>/dev/null; }
+source .ci/pidfile.sh
 
 if ! answers; then
     apiserver=$(bash .ci/kube-build.sh 2>>"$logs/kube-build.log" | tail -1)
@@ -51,7 +51,7 @@ if ! answers; then
     fi
     echo "$(cat "$conf/token"),dspark-ci,dspark-ci,system:masters" >"$conf/tokens.csv"
     chmod 600 "$conf/tokens.csv"
-    if ! alive etcd; then
+    if ! pid_alive "$run/etcd.pid" etcd; then
         say "starting etcd on 127.0.0.1:$etcd_port"
         nohup etcd --name dspark --data-dir "$state/etcd" \
             --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
@@ -59,8 +59,11 @@ if ! answers; then
             --initial-cluster "dspark=http://127.0.0.1:23800" >"$logs/etcd.log" 2>&1 &
         echo $! >"$run/etcd.pid"
     fi
-    for _ in $(seq 50); do curl -sf "http://127.0.0.1:$etcd_port/health" >/dev/null && break; sleep 0.2; done
-    if alive kube-apiserver; then kill "$(cat "$run/kube-apiserver.pid")"; sleep 1; fi
+    etcd_answers() { curl -sf --max-time 3 "http://127.0.0.1:$etcd_port/health" >/dev/null; }
+    for _ in $(seq 50); do etcd_answers && break; sleep 0.2; done
+    etcd_answers || { say "etcd did not answer on 127.0.0.1:$etcd_port; tail of $logs/etcd.log:";
+                      tail -20 "$logs/etcd.log" >&2; exit 1; }
+    pid_stop "$run/kube-apiserver.pid" "$apiserver"
     say "starting kube-apiserver on 127.0.0.1:$port"
     nohup "$apiserver" --etcd-servers "http://127.0.0.1:$etcd_port" --etcd-prefix /dspark-registry \
         --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$port" \
@@ -73,7 +76,7 @@ if ! answers; then
         --kubelet-certificate-authority "$conf/pki/kubelet.crt" --kubelet-preferred-address-types InternalIP \
         >"$logs/kube-apiserver.log" 2>&1 &
     echo $! >"$run/kube-apiserver.pid"
-    for _ in $(seq 120); do answers && break; alive kube-apiserver || break; sleep 0.5; done
+    for _ in $(seq 120); do answers && break; pid_alive "$run/kube-apiserver.pid" "$apiserver" || break; sleep 0.5; done
     answers || { say "kube-apiserver did not become ready; tail of $logs/kube-apiserver.log:";
                  tail -20 "$logs/kube-apiserver.log" >&2; exit 1; }
 fi

@@ -32,6 +32,7 @@ munge_sock=$run_dir/munge.sock
 nodes=$(seq -f 'n%g' 1 "$n_nodes")
 export SLURM_CONF=$conf
 say() { echo "slurm-up: $*" >&2; }
+source "$(dirname "$0")/pidfile.sh"
 
 install_missing() {
     local missing=()
@@ -133,15 +134,6 @@ update_config() {
     mv -f "$new" "$conf"
     mv -f "$gnew" "$conf_dir/gres.conf"
     return $changed
-}
-
-# PIDFILE PROGRAM: the pidfile's process runs and is that program (pids get reused). Compared through
-# readlink -f: Debian's /usr/sbin/slurmd is an alternatives symlink to slurmd-wlm.
-pid_alive() {
-    local pid
-    pid=$(cat "$1" 2>/dev/null) || return 1
-    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null \
-        && [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$(command -v "$2")")" ]
 }
 
 fail() {  # MESSAGE LOGFILE...
