@@ -15,6 +15,7 @@ engine2=unix:///run/dspark-docker2.sock
 sim_image=${DSPARK_SIM_IMAGE:-dspark-ci/sglang-sim:latest}
 log_dir=${DSPARK_DOCKER_LOG_DIR:-/var/log/dspark-ci}
 say() { echo "docker-up: $*" >&2; }
+source "$repo/.ci/pidfile.sh"
 
 missing=()
 command -v dockerd >/dev/null || missing+=(docker.io)
@@ -29,15 +30,20 @@ fi
 
 answers() { docker -H "$1" version --format '{{.Server.Version}}' >/dev/null 2>&1; }
 
-start_engine() {  # URL NAME dockerd-args...
-    local url=$1 name=$2; shift 2
+start_engine() {  # URL NAME PIDFILE EXEC_ROOT dockerd-args...
+    local url=$1 name=$2 pidfile=$3 exec_root=$4; shift 4
     if answers "$url"; then
         say "$name already answers at $url"
         return
     fi
+    # dockerd refuses to start while its pidfile names a live process, and adopts a live pid in its containerd's as
+    # containerd; files left by daemons that died with the machine may name anyone by now (pids are reused)
+    pid_forget_stale "$pidfile" dockerd
+    pid_forget_stale "$exec_root/containerd/containerd.pid" containerd
     mkdir -p "$log_dir"
     say "starting $name at $url (log: $log_dir/$name.log)"
-    setsid nohup dockerd --host "$url" --bridge=none --iptables=false "$@" >"$log_dir/$name.log" 2>&1 < /dev/null &
+    setsid nohup dockerd --host "$url" --bridge=none --iptables=false --pidfile "$pidfile" --exec-root "$exec_root" \
+        "$@" >"$log_dir/$name.log" 2>&1 < /dev/null &
     for _ in $(seq 1 120); do
         answers "$url" && return
         sleep 0.5
@@ -47,9 +53,8 @@ start_engine() {  # URL NAME dockerd-args...
     exit 3
 }
 
-start_engine "$engine1" dockerd
-start_engine "$engine2" dockerd2 --data-root /var/lib/dspark-docker2 --exec-root /run/dspark-docker2 \
-    --pidfile /run/dspark-docker2.pid
+start_engine "$engine1" dockerd /var/run/docker.pid /var/run/docker
+start_engine "$engine2" dockerd2 /run/dspark-docker2.pid /run/dspark-docker2 --data-root /var/lib/dspark-docker2
 
 # Build once (offline: Debian packages + local wheels), then copy to the second engine if it differs.
 "$repo/docker/build-sim-image.sh" --docker-host "$engine1"
