@@ -1,6 +1,6 @@
-# Sourced by .ci/{slurm,kube}-{up,down}.sh. A pidfile names our daemon only while its pid still runs the
-# program we started: pids get reused (pid_max is 32768 on small machines and one engine matrix wraps it), so
-# a stale pidfile must neither stop us from starting the daemon nor make us signal a stranger.
+# Sourced by .ci/{slurm,kube}-{up,down}.sh and .ci/docker-up.sh. A pidfile names our daemon only while its
+# pid still runs the program we started: pids get reused (pid_max is 32768 on small machines and one engine
+# matrix wraps it), so a stale pidfile must neither stop us from starting the daemon nor make us signal a stranger.
 
 # PIDFILE PROGRAM (a name on PATH or a path): the pid runs and is that program. Compared through readlink -f:
 # Debian's /usr/sbin/slurmd is an alternatives symlink to slurmd-wlm.
