@@ -79,8 +79,9 @@ BUGS: tuple[Bug, ...] = (
     Bug("draft-degraded-30pct", "a draft that loses quality (a stale draft checkpoint or wrong draft layer) so "
         "acceptance drops by about a third while nothing fails",
         "srt/speculative/ngram_worker.py", _NGRAM_COPY,
-        # 30 % of the rows corrupted cost 13 % of the drafts accepted (1.334 -> 1.295, 2026-12-07): many verify
-        # steps accept nothing either way, so the rows corrupted are 70 % for the third the bug is named for
+        # Rows corrupted against the drop they cost (2026-12-07, one run each): 30 % cost 13 % (1.334 -> 1.295;
+        # many verify steps accept nothing either way), 70 % fell under the collapse floor, 50 % cost 29 %
+        # (1.334 -> 1.237), the third the bug is named for
         _corrupt("rows", "        rows = np.random.default_rng().random(bs) < 0.5\n"), (NGRAM,),
         (r"gate accept_length", r"gate accept_rate"),
         "the accept_length gate of baselines/cpu-engine.yaml, paired over the NGRAM cell's 16 requests"),
