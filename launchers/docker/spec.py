@@ -22,6 +22,7 @@ from dspark_ci.launchers.docker.options import DockerOptions
 from dspark_ci.launchers.docker.tuning import DockerTuning
 from dspark_ci.launchers.materialize import resolve_env, server_argv, server_python
 from dspark_ci.launchers.plan_types import LaunchPlan, RankCommand
+from dspark_ci.sglang_sim.cpu_engine import cache_root
 
 # Labels on everything we create: how teardown and `dspark-ci cleanup` find it.
 LABEL_RUN, LABEL_CELL, LABEL_RANK, LABEL_LAUNCH = ("dspark-ci.run", "dspark-ci.cell", "dspark-ci.rank",
@@ -105,12 +106,15 @@ def _container_python(context: LaunchContext) -> str:
 
 def engine_volumes(context: LaunchContext) -> dict[str, dict[str, str]]:
     """SGLang's real engine on the CPU (--server sglang-engine) runs in the simulator's Debian image from this
-    machine's SGLang venv, the Python installation it links to and this dspark-ci's files, bind-mounted read-only at the
-    same paths: no image to build or pull, no network."""
+    machine's SGLang venv, the Python installation it links to, this dspark-ci's files and the engine's cache (the
+    converted model, the compiled attention), bind-mounted read-only at the same paths: no image to build or pull,
+    no network, no compiler in the container."""
     if context.server != "sglang-engine":
         return {}
     venv = Path(server_python(context.server, context.caller_env)).parent.parent
-    return {str(path): {"bind": str(path), "mode": "ro"} for path in (venv, *_base_python(venv), TREE)}
+    cache = cache_root(context.caller_env)
+    paths = (venv, *_base_python(venv), TREE, *([cache] if cache.is_dir() else []))
+    return {str(path): {"bind": str(path), "mode": "ro"} for path in paths}
 
 
 def _base_python(venv: Path) -> list[Path]:

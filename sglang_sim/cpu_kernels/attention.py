@@ -1,18 +1,22 @@
 """``IntelAMXAttnBackend``'s CPU attention ops: decode (one query per sequence; draft decode too), extend (a chunk
 of queries after a cached prefix; speculative verify with its tree mask), and the draft-decode table.
 
-Written as a softmax in float32, the definition the C++ kernels compute in tiles. Heads are grouped as SGLang
-groups them (query head h reads KV head ``h // (q_heads // kv_heads)``).
+A softmax in float32, the definition the C++ kernels compute in tiles. Heads are grouped as SGLang groups them
+(query head h reads KV head ``h // (q_heads // kv_heads)``).
 
-Each query is computed alone, over exactly the keys it sees, in their cache order (``_attend_one``), whether it
-comes from a decode batch or an extend/verify batch: a token's attention then has the same bits in a speculative
-verify as in plain decoding, so greedy parity between the two is exact rather than within rounding. Batched
-reductions over different shapes do not guarantee that (measured: 3 of 600 rows differed in their last bit),
-and in a tiny random model one flipped bit can flip a near-tie argmax."""
+Here this file gathers each request's keys and says which of them each query sees; ``attention.cpp`` (compiled
+once, ``native.py``) computes each query alone, over exactly those keys, in their cache order, whether it comes
+from a decode batch or an extend/verify batch: a token's attention then has the same bits in a speculative verify
+as in plain decoding, so greedy parity between the two is exact rather than within rounding. Batched reductions
+over different shapes do not guarantee that (measured: 3 of 600 rows differed in their last bit), and one flipped
+bit can flip a near-tie argmax."""
 
 from __future__ import annotations
 
 import torch
+from dspark_ci.sglang_sim.cpu_kernels import native
+
+NO_SINKS = torch.empty(0)
 
 
 def _not_supported(what: str) -> NotImplementedError:
@@ -20,39 +24,20 @@ def _not_supported(what: str) -> NotImplementedError:
                                "(README.md)")
 
 
-def _attend_one(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sm_scale: float, logit_cap: float,
-                sink: torch.Tensor | None) -> torch.Tensor:
-    """One query ``q [H, D]`` over the keys it sees ``k [s, KVH, D]``/values ``v [s, KVH, Dv]``; ``[H, Dv]``
-    float32. ``logit_cap > 0`` soft-caps the scores (``cap * tanh(score / cap)``); a per-head ``sink`` logit joins
-    the softmax's denominator and contributes no value."""
-    heads, kv_heads = q.shape[0], k.shape[1]
-    group = heads // kv_heads
-    kf = k.float().repeat_interleave(group, dim=1)
-    vf = v.float().repeat_interleave(group, dim=1)
-    scores = torch.einsum("hd,shd->hs", q.float(), kf) * sm_scale
-    if logit_cap > 0:
-        scores = logit_cap * torch.tanh(scores / logit_cap)
-    if sink is not None:
-        scores = torch.cat([scores, sink.float().view(heads, 1)], dim=-1)
-    weights = _softmax(scores)[:, :k.shape[0]]
-    return torch.einsum("hs,shd->hd", weights, vf)
+def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, visible: torch.Tensor, sm_scale: float,
+            logit_cap: float, sinks: torch.Tensor | None) -> torch.Tensor:
+    """Queries ``q [T, H, D]`` over ``keys [S, KVH, D]``/``values [S, KVH, Dv]`` (float32), query t seeing the
+    keys ``visible[t]`` marks; ``[T, H, Dv]`` float32."""
+    sink = NO_SINKS if sinks is None else sinks.float()
+    return native.module().attend(q.float(), keys, values, visible, sm_scale, logit_cap, sink)
 
 
-def _softmax(scores: torch.Tensor) -> torch.Tensor:
-    """Softmax over the last axis, spelled out: ``torch.softmax`` starts its OpenMP team even for a few dozen
-    scores, which costs milliseconds per call on a busy machine (measured: 7 ms against 0.04 ms). No keys at all
-    give zero weights."""
-    if scores.shape[-1] == 0:
-        return scores
-    e = (scores - scores.amax(-1, keepdim=True)).exp()
-    return e / e.sum(-1, keepdim=True)
-
-
-def _in_window(query_pos: int, key_pos: torch.Tensor, sliding_window_size: int) -> torch.Tensor:
-    """Keys within the last ``sliding_window_size`` positions of the query (itself included); all when <= 0."""
+def _in_window(query_pos: torch.Tensor, key_pos: torch.Tensor, sliding_window_size: int) -> torch.Tensor:
+    """``[queries, keys]``: keys within the last ``sliding_window_size`` positions of each query (itself
+    included); all when <= 0."""
     if sliding_window_size <= 0:
-        return torch.ones(key_pos.numel(), dtype=torch.bool)
-    return (query_pos - key_pos) < sliding_window_size
+        return torch.ones(query_pos.numel(), key_pos.numel(), dtype=torch.bool)
+    return (query_pos[:, None] - key_pos[None, :]) < sliding_window_size
 
 
 def decode_attention(query: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor, key_scale: float,
@@ -73,25 +58,22 @@ def decode_attention(query: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
         v_buffer[loc] = value.view(-1, *v_buffer.shape[1:]).to(v_buffer.dtype)
     for i, (row, n) in enumerate(zip(req_pool_indices.tolist(), seq_lens.tolist(), strict=False)):
         slots = req_to_token[row, :n].to(torch.int64)
-        slots = slots[_in_window(n - 1, torch.arange(n), sliding_window_size)]
         keys, values = k_buffer[slots].float() * key_scale, v_buffer[slots].float() * value_scale
-        output[i] = _attend_one(query[i], keys, values, sm_scale, logit_cap, sinks).to(output.dtype)
+        visible = _in_window(torch.tensor([n - 1]), torch.arange(n), sliding_window_size)
+        output[i] = _attend(query[i][None], keys, values, visible, sm_scale, logit_cap, sinks)[0].to(output.dtype)
 
 
 def _visible(e: int, prefix: int, own_mask: torch.Tensor | None, is_causal: bool,
-             sliding_window_size: int) -> list[torch.Tensor]:
-    """Per extend token t (position ``prefix + t``), which of the ``prefix + e`` keys it sees: the prefix, and
-    among the extend tokens its tree-mask row, else those up to itself (causal), else all."""
+             sliding_window_size: int) -> torch.Tensor:
+    """``[e, prefix + e]``: per extend token t (position ``prefix + t``), which keys it sees: the prefix, and among
+    the extend tokens its tree-mask row, else those up to itself (causal), else all."""
     n = prefix + e
-    rows = []
-    for t in range(e):
-        seen = torch.ones(n, dtype=torch.bool)
-        if own_mask is not None:
-            seen[prefix:] = own_mask[t]
-        elif is_causal:
-            seen[prefix + t + 1:] = False
-        rows.append(seen & _in_window(prefix + t, torch.arange(n), sliding_window_size))
-    return rows
+    seen = torch.ones(e, n, dtype=torch.bool)
+    if own_mask is not None:
+        seen[:, prefix:] = own_mask
+    elif is_causal:
+        seen[:, prefix:] = torch.ones(e, e, dtype=torch.bool).tril()
+    return seen & _in_window(torch.arange(prefix, n), torch.arange(n), sliding_window_size)
 
 
 def extend_attention(q_extend: torch.Tensor, k_extend: torch.Tensor | None, v_extend: torch.Tensor | None,
@@ -122,9 +104,9 @@ def extend_attention(q_extend: torch.Tensor, k_extend: torch.Tensor | None, v_ex
         if custom_mask is not None:
             own = custom_mask.reshape(-1)[mask_at:mask_at + e * e].view(e, e).bool()
             mask_at += e * e
-        for t, seen in enumerate(_visible(e, prefix, own, is_causal, sliding_window_size)):
-            out = _attend_one(q_extend[start + t], keys[seen], values[seen], sm_scale, logit_cap, sinks)
-            o_extend[start + t] = out.to(o_extend.dtype)
+        visible = _visible(e, prefix, own, is_causal, sliding_window_size)
+        out = _attend(q_extend[start:start + e], keys, values, visible, sm_scale, logit_cap, sinks)
+        o_extend[start:start + e] = out.to(o_extend.dtype)
 
 
 def build_draft_decode_metadata(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor,
