@@ -374,6 +374,43 @@ def check_build_draft_decode_metadata_lays_out_each_candidates_drafts():
     assert got[3, :9].tolist() == [0, 1, 2, 3, 4, 5, 9, 10, 11]  # request 1 (row 0), candidate 1
 
 
+# ---- linear layers ----
+
+def bf16_steps(got, want):
+    """How many bf16 steps apart two bf16 tensors are, elementwise (both finite)."""
+    as_int = lambda x: x.contiguous().view(torch.int16).to(torch.int32)  # noqa: E731
+    return (as_int(got) - as_int(want)).abs()
+
+
+def packed_linear(x, weight, bias):
+    packed = ops.convert_weight_packed(weight)
+    return ops.weight_packed_linear(x, packed, bias, True)
+
+
+def check_weight_packed_linear_is_x_times_w_transposed_plus_bias():
+    gen = torch.Generator().manual_seed(3)
+    weight = torch.randn(40, 24, generator=gen).bfloat16()
+    bias = torch.randn(40, generator=gen).bfloat16()
+    x = torch.randn(5, 24, generator=gen).bfloat16()
+    got = packed_linear(x, weight, bias)
+    want = (x.double() @ weight.double().t() + bias.double()).bfloat16()
+    assert got.dtype == torch.bfloat16 and got.shape == (5, 40), (got.dtype, got.shape)
+    # float32 sums in another order than float64's may land one bf16 step away, never more
+    assert int(bf16_steps(got, want).max()) <= 1, bf16_steps(got, want).max()
+    assert torch.equal(packed_linear(x, weight, None), packed_linear(x, weight, torch.zeros_like(bias)))
+
+
+def check_a_rows_linear_bits_do_not_depend_on_its_batch():
+    """A token verified among drafts must equal the token decoded alone, through every layer."""
+    gen = torch.Generator().manual_seed(4)
+    # the model's MLP shape: one torch.mm over all 300 rows gives row 7 other bits than alone
+    weight = torch.randn(1536, 576, generator=gen).bfloat16()
+    x = torch.randn(300, 576, generator=gen).bfloat16()
+    whole = packed_linear(x, weight, None)
+    for rows in (slice(0, 1), slice(7, 8), slice(3, 20), slice(32, 37), slice(100, 250)):
+        assert torch.equal(packed_linear(x[rows], weight, None), whole[rows]), rows
+
+
 def check_every_import_time_name_is_present():
     names = ["assign_req_to_token_pool_cpu", "copy_all_layer_kv_cache_cpu", "assign_draft_cache_locs_contiguous_cpu",
              "assign_extend_cache_locs_cpu", "build_tree_kernel_efficient_cpu", "verify_tree_greedy_cpu",
@@ -383,8 +420,9 @@ def check_every_import_time_name_is_present():
     assert callable(sgl_kernel.speculative.reconstruct_indices_from_tree_mask)
     for op in ("decode_attention_cpu", "extend_attention_cpu"):
         assert hasattr(ops, op), op
-    # the layers must keep their native paths: no weight packing means cpu_has_amx_support() stays False
-    assert not hasattr(ops, "convert_weight_packed")
+    # SGLang's linear layers pack their weights once the platform says AMX (boot/sitecustomize.py)
+    for op in ("convert_weight_packed", "weight_packed_linear"):
+        assert hasattr(ops, op), op
 
 
 def main() -> int:

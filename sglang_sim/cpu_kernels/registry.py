@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from dspark_ci.sglang_sim.cpu_kernels import attention, memory, speculative
+from dspark_ci.sglang_sim.cpu_kernels import attention, linear, memory, speculative
 
 # op name -> (implementation, the arguments it writes in place)
 OPS: dict[str, tuple[Callable[..., object], tuple[str, ...]]] = {
@@ -25,6 +25,8 @@ OPS: dict[str, tuple[Callable[..., object], tuple[str, ...]]] = {
     "decode_attention_cpu": (attention.decode_attention, ("k_buffer", "v_buffer", "output")),
     "extend_attention_cpu": (attention.extend_attention, ("o_extend",)),
     "build_draft_decode_metadata_cpu": (attention.build_draft_decode_metadata, ()),
+    "convert_weight_packed": (linear.convert_weight_packed, ()),
+    "weight_packed_linear": (linear.weight_packed_linear, ()),
     "reconstruct_indices_from_tree_mask": (speculative.reconstruct_indices_from_tree_mask, (
         "positions", "retrieve_index", "retrieve_next_token", "retrieve_next_sibling")),
 }

@@ -3,10 +3,13 @@
 
 - the torchvision stub of ``ground/sglang/resolve_child.py``: no torchvision build loads beside torch 2.13's CPU
   build, and transformers imports ``torchvision.io`` (nothing the engine runs calls it);
-- the platform told it has AMX, for the attention backend's sake only. Without AMX SGLang swaps ``intel_amx`` for
-  ``torch_native``, which has no speculative verify path. SGLang's own platform override is installed the moment
-  ``sglang.srt.runtime_context`` is first imported, in each process, so argument re-validation in a child agrees.
-  The layers keep their native paths: they ask ``cpu_has_amx_support()``, which stays False here (it needs
+- the platform told it has AMX, for two paths only, each the moment its module is first imported (in each process,
+  so argument re-validation in a child agrees):
+  - the attention backend: without AMX SGLang swaps ``intel_amx`` for ``torch_native``, which has no speculative
+    verify path (SGLang's own platform override, ``sglang.srt.runtime_context``);
+  - the linear layers: their weights are packed once and multiplied by ``sgl_kernel.weight_packed_linear``
+    (``layers/quantization/unquant.py``), SGLang's CPU GEMM path, which ../linear.py plays in float32.
+  The other layers keep their native paths: they ask ``cpu_has_amx_support()``, which stays False here (it needs
   ``torch.cpu._is_amx_tile_supported()``); see ../README.md."""
 
 import importlib.abc
@@ -15,14 +18,31 @@ import sys
 
 from dspark_ci.ground.sglang.resolve_child import _StubFinder
 
-_PLATFORM_MODULE = "sglang.srt.runtime_context"
+
+def _attention_backend(module):
+    module.override_platform(has_amx=True).install()
+
+
+def _packed_linear_weights(module):
+    module._is_cpu_amx_available = True  # read by UnquantizedLinearMethod.process_weights_after_loading
+
+
+def _packing_allowed(module):
+    module.cpu_has_amx_support = lambda: True  # asked again by _amx_process_weight_after_loading
+
+
+# SGLang module -> what is done to it right after it first runs
+AFTER_IMPORT = {"sglang.srt.runtime_context": _attention_backend,
+                "sglang.srt.layers.quantization.unquant": _packed_linear_weights,
+                "sglang.srt.layers.amx_utils": _packing_allowed}
 
 
 class _TellAmxOnImport(importlib.abc.MetaPathFinder):
-    """Finds ``sglang.srt.runtime_context`` as the path finder does, and installs the override after it runs."""
+    """Finds the modules of ``AFTER_IMPORT`` as the path finder does, and changes each after it runs."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != _PLATFORM_MODULE:
+        change = AFTER_IMPORT.get(fullname)
+        if change is None:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None:
@@ -31,7 +51,7 @@ class _TellAmxOnImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             run(module)
-            module.override_platform(has_amx=True).install()
+            change(module)
 
         spec.loader.exec_module = exec_module
         return spec
