@@ -66,10 +66,15 @@ def test_one_core_per_rank_and_node_ranks_side_by_side():
     assert env["SGLANG_USE_CPU_ENGINE"] == "1" and env["HF_HUB_OFFLINE"] == "1"
     paths = env["PYTHONPATH"].split(":")
     assert paths[0].endswith("cpu_kernels/boot") and paths[-1] == "/elsewhere"
+    # one OpenMP thread a process unless the caller says otherwise
+    assert env["OMP_NUM_THREADS"] == "1"
+    assert engine_env({"OMP_NUM_THREADS": "4"}, ["--tp-size", "1"])["OMP_NUM_THREADS"] == "4"
 
 
 def test_every_launcher_runs_the_wrapper_with_the_engine_venv(tmp_path):
-    env = {"DSPARK_SGLANG_ENGINE_PYTHON": str(tmp_path / "venv" / "bin" / "python")}
+    (tmp_path / "engine-cache").mkdir()
+    env = {"DSPARK_SGLANG_ENGINE_PYTHON": str(tmp_path / "venv" / "bin" / "python"),
+           "DSPARK_CPU_ENGINE_CACHE": str(tmp_path / "engine-cache")}
     rank = RankCommand(node_rank=0, head=("python3", "-m", "sglang.launch_server", "--model-path", "m"), env={})
     python = server_python("sglang-engine", env)
     assert server_argv(rank, "sglang-engine", python)[:2] == [python, str(ENTRY)]
@@ -77,6 +82,7 @@ def test_every_launcher_runs_the_wrapper_with_the_engine_venv(tmp_path):
     mounts = engine_volumes(context)
     assert {str(tmp_path / "venv"): {"bind": str(tmp_path / "venv"), "mode": "ro"}}.items() <= mounts.items()
     assert all(volume["mode"] == "ro" for volume in mounts.values())
+    assert str(tmp_path / "engine-cache") in mounts  # the converted model and the compiled attention
     tuning = DockerTuning()
     assert image_for(DockerOptions(), context, tuning, None) == tuning.sim_image  # type: ignore[arg-type]
 

@@ -13,7 +13,8 @@ What is the cell's and what is this CPU's:
   --skip-server-warmup (SGLang's warm-up request takes minutes on two cores), --enable-metrics and
   --sleep-on-idle (an idle scheduler polls in a busy loop);
 - the environment: ``SGLANG_USE_CPU_ENGINE=1``, ``HF_HUB_OFFLINE=1``, one core per rank
-  (``SGLANG_CPU_OMP_THREADS_BIND``) and the CPU kernels' boot directory leading PYTHONPATH.
+  (``SGLANG_CPU_OMP_THREADS_BIND``), one OpenMP thread per process (``OMP_NUM_THREADS``) and the CPU kernels'
+  boot directory leading PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -212,6 +213,12 @@ def engine_env(environ: Mapping[str, str], argv: Sequence[str]) -> dict[str, str
     bind = threads_bind(argv, len(os.sched_getaffinity(0)))
     if bind is not None and "SGLANG_CPU_OMP_THREADS_BIND" not in environ:
         env["SGLANG_CPU_OMP_THREADS_BIND"] = bind
+    # One OpenMP thread a process. SGLang applies its bind only with AMX (distributed/bootstrap.py
+    # _init_cpu_threads_env), so each rank would otherwise run one thread per core of the machine. Beside any other
+    # busy process (a second rank, the reference, the tokenizer, the client) each small GEMM then waits at its
+    # barrier for a thread that lost its core: measured, one forward's linears took 190 ms on one thread whether or
+    # not a busy process ran beside, and 140 ms on two threads alone but 350-470 ms beside it.
+    env.setdefault("OMP_NUM_THREADS", "1")
     return env
 
 
