@@ -33,10 +33,12 @@ TEARDOWN_WAIT_S = 300.0  # after an interrupt: how long the cells in flight may 
 
 def expected_seconds(cell: Cell, known: Mapping[str, float]) -> float:
     """The cell's last measured time, else an estimate from what it does (an expected rejection is over once SGLang
-    refuses; a served cell boots and measures; every extra node adds a pull and a rendezvous)."""
+    refuses; a served cell boots and measures; a reference for parity is a second boot; every extra node adds a
+    pull and a rendezvous)."""
     if cell.id in known:
         return known[cell.id]
-    return estimate_seconds({"expect": cell.expect.outcome, "nnodes": cell.nnodes})  # what the nightly assumes
+    # what the nightly assumes
+    return estimate_seconds({"expect": cell.expect.outcome, "nnodes": cell.nnodes, "suites": cell.suites})
 
 
 def longest_first(cells: Sequence[Cell], known: Mapping[str, float]) -> list[Cell]:

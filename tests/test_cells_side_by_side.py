@@ -156,6 +156,11 @@ def test_cells_start_longest_first_within_the_nodes_there_are():
     assert [c.id for c in longest_first(cells, known)] == sorted(by_id, key=lambda i: -known[i])
     untimed = longest_first(cells, {})  # an expected rejection is short; more nodes take longer
     assert [c.nnodes for c in untimed] == [2, 1, 1] and untimed[-1].expect.outcome == "reject"
+    # the engine matrix on a fresh clone: cells that boot a parity reference beside them go before those that do not
+    engine = [c for c in load_cells([str(REPO / "matrices" / "cpu-engine.yaml")]) if c.expect.outcome != "reject"]
+    ordered = longest_first(engine, {})
+    with_reference = [c for c in ordered if "parity" in c.suites]
+    assert with_reference and ordered[:len(with_reference)] == with_reference and ordered[0].nnodes == 2
     three_nodes = Capacity(max_parallel=3, nodes=3)
     assert three_nodes.fits(1, [2]) and not three_nodes.fits(2, [2]) and not three_nodes.fits(1, [1, 1, 1])
     assert Capacity(max_parallel=2, nodes=1).fits(4, [])  # a cell larger than the fleet still runs, alone

@@ -41,6 +41,7 @@ RESOLVER_SECONDS = 3 * 60  # that job: install the resolver environment (~80 s),
 REJECT_SECONDS = 6 * 60  # an expected rejection: pull/boot until SGLang refuses
 SERVE_SECONDS = 45 * 60  # boot + accept + speed + GPQA with thinking
 MULTI_NODE_EXTRA = 10 * 60  # per extra node: image pull, rendezvous
+REFERENCE_EXTRA = 10 * 60  # parity boots the non-speculative reference beside the cell and asks both
 PRIOR_RED_RATE = 0.1  # a cell no nightly has judged yet: about what a new configuration shows in its first weeks
 RED_RATE_MEMORY = 0.3  # the weight of tonight in a cell's red rate (an exponentially weighted mean of nights)
 
@@ -59,9 +60,11 @@ class Shard:
 
 
 def estimate_seconds(entry: dict) -> float:
-    """A cell's time when no nightly has measured it yet (from the plan entry's expectation and nodes)."""
-    base = REJECT_SECONDS if entry.get("expect") == REJECT else SERVE_SECONDS
-    return base + MULTI_NODE_EXTRA * max(0, int(entry.get("nnodes") or 1) - 1)
+    """A cell's time when no nightly has measured it yet (from the plan entry's expectation, nodes and suites)."""
+    if entry.get("expect") == REJECT:
+        return REJECT_SECONDS
+    reference = REFERENCE_EXTRA if "parity" in (entry.get("suites") or {}) else 0
+    return SERVE_SECONDS + reference + MULTI_NODE_EXTRA * max(0, int(entry.get("nnodes") or 1) - 1)
 
 
 def schedule(entries: list[dict], durations: dict[str, float], fleet: dict[str, int],
