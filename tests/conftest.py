@@ -51,11 +51,15 @@ USER_HISTORY: Path = history_path(os.environ)
 @pytest.fixture(scope="session", autouse=True)
 def own_state(tmp_path_factory) -> Path:
     """DSPARK_STATE_DIR and DSPARK_HISTORY of this session, in os.environ (subprocesses inherit it); a test that
-    sets its own (tmp_path / "state") still wins for what it starts."""
+    sets its own (tmp_path / "state") still wins for what it starts. Also one OpenMP thread per process unless the
+    caller set a count: the xdist workers already share the cores, and a torch process (SGLang's front end, the
+    model conversion check, the kernel checks) with a thread per core stalls at every barrier for a thread that lost
+    its core (2-3 times slower beside one busy process, measured on the engine)."""
     root = tmp_path_factory.mktemp("dspark-state")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(STATE_DIR_ENV, str(root))
         patch.setenv(HISTORY_ENV, str(root / "history.sqlite"))
+        patch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
         yield root
 
 
