@@ -1,4 +1,4 @@
-"""``dspark_ci.sglang_sim.cpu_kernels``: SGLang's ``sgl_kernel`` CPU ops in pure torch, each against a plain reference.
+"""``dspark_ci.sglang_sim.cpu_kernels``: SGLang's ``sgl_kernel`` CPU ops, each against a plain reference.
 
 The checks (tests/cpu_kernels_checks.py) need torch, which this interpreter does not have: they run once, in a
 subprocess of SGLang's venv ($DSPARK_SGLANG_PYTHON; ``.ci/run`` sets it from ``.ci/sglang-resolver.sh``, whose CPU

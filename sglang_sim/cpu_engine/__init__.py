@@ -30,7 +30,7 @@ from dspark_ci.ground.sglang.release import CPU_SPECULATIVE_ALGORITHMS, DEFAULT_
 PACKAGE = Path(__file__).resolve().parent
 ENTRY = PACKAGE / "__main__.py"  # run by path: the SGLang venv does not have this tree installed
 MODEL_DIR = PACKAGE / "model"  # target/ and draft/: config.json and tokenizer files (weights: checkpoint.py)
-# sgl_kernel's CPU ops in pure torch, the torchvision stub and the AMX platform override: imported first by every
+# sgl_kernel's CPU ops, the torchvision stub and the AMX platform override: imported first by every
 # process of the server (SGLang spawns its scheduler and detokenizer as fresh interpreters).
 KERNELS_BOOT = PACKAGE.parent / "cpu_kernels" / "boot"
 FRONTEND_BOOT = PACKAGE.parent / "frontend" / "boot"  # the torchvision stub alone

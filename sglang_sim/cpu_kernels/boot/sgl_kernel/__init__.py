@@ -1,5 +1,6 @@
 """``import sgl_kernel`` inside an SGLang engine process on CPU: the CPU ops of ``dspark_ci.sglang_sim.cpu_kernels``
-(pure torch), registered as ``torch.ops.sgl_kernel.*``, and the Python names SGLang imports from here."""
+(torch, attention's loops compiled), registered as ``torch.ops.sgl_kernel.*``, and the Python names SGLang imports
+from here."""
 
 import torch
 from dspark_ci.sglang_sim.cpu_kernels import registry
