@@ -16,7 +16,8 @@ torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::T
                      double logit_cap, torch::Tensor sink) {
   TORCH_CHECK(q.dtype() == torch::kFloat32 && k.dtype() == torch::kFloat32 && v.dtype() == torch::kFloat32,
               "attend: float32 q, k and v");
-  q = q.contiguous(); k = k.contiguous(); v = v.contiguous(); visible = visible.contiguous();
+  // held in these locals: a pointer into a temporary's storage would dangle once the temporary is gone
+  q = q.contiguous(); k = k.contiguous(); v = v.contiguous(); visible = visible.contiguous(); sink = sink.contiguous();
   const int64_t T = q.size(0), H = q.size(1), D = q.size(2), S = k.size(0), KVH = k.size(1), Dv = v.size(2);
   TORCH_CHECK(KVH > 0 && H % KVH == 0 && visible.size(0) == T && visible.size(1) == S, "attend: shapes");
   const int64_t group = H / KVH;
@@ -26,7 +27,7 @@ torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::T
   const float* vp = v.data_ptr<float>();
   const bool* mp = visible.data_ptr<bool>();
   const bool has_sink = sink.numel() > 0;
-  const float* sp = has_sink ? sink.contiguous().data_ptr<float>() : nullptr;
+  const float* sp = has_sink ? sink.data_ptr<float>() : nullptr;
   float* op = out.data_ptr<float>();
   const float scale = static_cast<float>(sm_scale), cap = static_cast<float>(logit_cap);
   at::parallel_for(0, T * H, 1, [&](int64_t begin, int64_t end) {
