@@ -219,10 +219,10 @@ def engine_env(environ: Mapping[str, str], argv: Sequence[str]) -> dict[str, str
     # barrier for a thread that lost its core: measured, one forward's linears took 190 ms on one thread whether or
     # not a busy process ran beside, and 140 ms on two threads alone but 350-470 ms beside it.
     env.setdefault("OMP_NUM_THREADS", "1")
-    # When a scheduler dies, SGLang 0.5.23's tokenizer manager asks for CUDA coredumps and then sleeps 60 s waiting
-    # for them (SGLANG_CUDA_COREDUMP_BEFORE_CRASH, on by default) while a surviving scheduler is still alive. No CUDA
-    # runs here, so no coredump can come: the wait only held the dead server up for a minute before it exited (a
-    # killed tp rank's verdict came 68 s late under load). Its py-spy dump of the schedulers stays.
+    # When a scheduler dies while another is alive, the pinned release's tokenizer manager asks for CUDA coredumps
+    # and sleeps 60 s waiting for them (SGLANG_CUDA_COREDUMP_BEFORE_CRASH, on by default). No CUDA runs here, so no
+    # coredump can come: the wait only held the dead server up for a minute before it exited (a killed tp rank's
+    # verdict came 68 s late under load). Its py-spy dump of the schedulers stays.
     env.setdefault("SGLANG_CUDA_COREDUMP_BEFORE_CRASH", "false")
     return env
 
