@@ -340,10 +340,13 @@ def _without_starved_clients(verdict: stats.Verdict, evidence: Evidence, metric:
     timed, saturated = evidence.timed_by_the_server()
     if not saturated:
         return verdict
+    # Said with the verdict: a user who reads "1 boot(s)" after a run of twelve learns where the others went
+    starved = f"timed by a client starved of CPU (event-loop lag p99 over {SATURATED_LOOP_LAG_MS:g} ms)"
     if timed.values(metric):
-        return compare(timed)
+        decided = compare(timed)
+        return replace(decided, test=f"{decided.test}; {len(saturated)} boot(s) set aside, {starved}")
     if verdict.verdict == stats.INCONCLUSIVE:
-        return verdict
+        return replace(verdict, test=f"{verdict.test}; every boot was {starved}")
     lags = ", ".join(f"{lag:.1f}" for lag in saturated)
     why = (f"{verdict.describe()}, but every boot was timed by a client starved of CPU (event-loop lag p99 {lags} "
            f"ms, over {SATURATED_LOOP_LAG_MS:g} ms), which reads every timing worse: the machine may have set them")
