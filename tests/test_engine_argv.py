@@ -21,6 +21,7 @@ from dspark_ci.sglang_sim.cpu_engine import (
     flag_value,
     refusal,
     threads_bind,
+    unserved_model_modules,
     workdir,
 )
 
@@ -69,6 +70,20 @@ def test_one_core_per_rank_and_node_ranks_side_by_side():
     # one OpenMP thread a process unless the caller says otherwise
     assert env["OMP_NUM_THREADS"] == "1"
     assert engine_env({"OMP_NUM_THREADS": "4"}, ["--tp-size", "1"])["OMP_NUM_THREADS"] == "4"
+
+
+def test_the_model_registry_imports_only_the_llama_module(tmp_path, monkeypatch):
+    """SGLang's registry skips the modules named in SGLANG_DISABLED_MODEL_ARCHS: all of them but llama's (the
+    engine's log then has none of the registry's 'Ignore import error when loading' lines)."""
+    models = tmp_path / "sglang" / "srt" / "models"
+    models.mkdir(parents=True)
+    for name in ("__init__", "registry", "llama", "grok", "qwen3_5"):
+        (models / f"{name}.py").write_text("")
+    (tmp_path / "sglang" / "__init__.py").write_text("")
+    assert unserved_model_modules(models) == ["grok", "qwen3_5", "registry"]
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert engine_env({}, ["--tp-size", "1"])["SGLANG_DISABLED_MODEL_ARCHS"] == "grok,qwen3_5,registry"
+    assert engine_env({"SGLANG_DISABLED_MODEL_ARCHS": ""}, [])["SGLANG_DISABLED_MODEL_ARCHS"] == ""  # the caller's
 
 
 def test_every_launcher_runs_the_wrapper_with_the_engine_venv(tmp_path):

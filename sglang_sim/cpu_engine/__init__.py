@@ -19,6 +19,7 @@ What is the cell's and what is this CPU's:
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -39,6 +40,8 @@ ENGINE_PYTHON_ENV = "DSPARK_SGLANG_ENGINE_PYTHON"
 CACHE_ENV = "DSPARK_CPU_ENGINE_CACHE"  # where the checkpoints are written once (default ~/.cache/dspark-ci)
 ORIGINAL_ARGV_ENV = "DSPARK_ENGINE_CELL_ARGV"  # the cell's own argv, for the record (JSON)
 
+# Every model served here, target and draft, tiny and real, is a LlamaForCausalLM: sglang/srt/models/llama.py.
+SERVED_MODEL_MODULES = ("llama",)
 DRAFT_ALGORITHMS = ("STANDALONE", "EAGLE", "EAGLE3")  # they load --speculative-draft-model-path: model/draft
 
 
@@ -224,7 +227,30 @@ def engine_env(environ: Mapping[str, str], argv: Sequence[str]) -> dict[str, str
     # coredump can come: the wait only held the dead server up for a minute before it exited (a killed tp rank's
     # verdict came 68 s late under load). Its py-spy dump of the schedulers stays.
     env.setdefault("SGLANG_CUDA_COREDUMP_BEFORE_CRASH", "false")
+    # SGLang's model registry imports every module of sglang/srt/models in each scheduler before it loads one
+    # (models/registry.py import_model_classes): 5.5 CPU-seconds a rank here, measured, for architectures this CPU
+    # never serves. SGLang's own switch skips them; the Llama module, and what it imports, loads as before.
+    unserved = unserved_model_modules(_sglang_models_dir())
+    if unserved:
+        env.setdefault("SGLANG_DISABLED_MODEL_ARCHS", ",".join(unserved))
     return env
+
+
+def unserved_model_modules(models_dir: Path | None) -> list[str]:
+    """The modules of SGLang's ``srt/models`` that define no architecture served here (``SERVED_MODEL_MODULES``)."""
+    if models_dir is None:
+        return []
+    return sorted(path.stem for path in models_dir.glob("*.py")
+                  if path.stem not in SERVED_MODEL_MODULES and not path.stem.startswith("_"))
+
+
+def _sglang_models_dir() -> Path | None:
+    """``sglang/srt/models`` of the SGLang this interpreter would import (the venv's, or a shadow copy ahead of it
+    on PYTHONPATH), found without importing SGLang; None where there is none."""
+    spec = importlib.util.find_spec("sglang")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    models = [Path(location) / "srt" / "models" for location in locations]
+    return next((path for path in models if path.is_dir()), None)
 
 
 def cache_root(environ: Mapping[str, str]) -> Path:
