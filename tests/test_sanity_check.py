@@ -89,12 +89,8 @@ def test_the_two_node_cell_is_gated_on_speed(tmp_path):
     assert {"tpot_ms_median", "output_throughput_tok_s"} <= failed
 
 
-def test_a_healthy_server_passes_the_sanity_check_beside_its_suites(tmp_path):
-    code, cell, stderr = run_cell(tmp_path, "", "--suites", "accept")
-    assert code == 0, stderr
-    outcomes = {test["nodeid"].split("::")[-1]: test["outcome"] for test in cell["tests"]}
-    assert outcomes["test_streams_parse_text_is_text_usage_adds_up"] == "passed"
-    assert outcomes["test_drafts_are_accepted"] == "passed"
+# A healthy server passing the sanity check beside its suites: tests/test_run_cli.py's smoke run (both serving
+# cells), which boots the same cells; a second healthy run here measured nothing that one does not.
 
 
 def test_a_stream_cut_mid_event_or_without_done_is_broken():
