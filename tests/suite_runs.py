@@ -19,3 +19,8 @@ def run_suite(tmp_path: Path, suite: str, base_url: str, *args: str) -> tuple[in
                            "--base-url", base_url, "--dspark-out", str(out), *args],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     return done.returncode, json.loads(out.read_text()), done.stdout + done.stderr
+
+
+def outcomes(output: dict) -> dict[str, str]:
+    """Each suite test's outcome by its name, from a --dspark-out JSON or a results.json cell (both have "tests")."""
+    return {test["nodeid"].split("::")[-1]: test["outcome"] for test in output["tests"]}

@@ -24,6 +24,7 @@ from dspark_ci.matrices import load_cells
 
 from dspark_ci.pd_accept import equivalence
 from tests.process_table import assert_no_process_with_env
+from tests.suite_runs import outcomes
 
 REPO = Path(__file__).resolve().parent.parent
 PD = str(REPO / "matrices" / "pd.yaml")
@@ -310,8 +311,7 @@ def test_run_random_hidden_states_red_on_acceptance_against_colocated(tmp_path):
     done, cell = _run(tmp_path, {"DSPARK_SIM_PREFILL_FAULTS": "pd_random_hidden"})
     assert done.returncode == 1 and cell["status"] == "failed", done.stderr[-4000:]
     assert _gate(cell)["verdict"] == "regressed" and _gate(cell)["effect"] < -0.1
-    outcomes = {t["nodeid"].split("::")[-1]: t["outcome"] for t in cell["tests"]}
-    assert outcomes["test_streams_parse_text_is_text_usage_adds_up"] == "passed"  # the text still parses
+    assert outcomes(cell)["test_streams_parse_text_is_text_usage_adds_up"] == "passed"  # the text still parses
     assert cell["metrics"]["parity_mismatches"] == 0
 
 

@@ -16,6 +16,7 @@ from dspark_ci.ground.suites import suite_of
 from dspark_ci.matrices import load_cells
 
 from tests.process_table import assert_no_process_with_env
+from tests.suite_runs import outcomes
 from tests.test_results_schema import assert_written_run_validates
 
 REPO = Path(__file__).resolve().parent.parent
@@ -79,9 +80,9 @@ def test_smoke_matrix_runs_end_to_end(tmp_path):
     assert measured["accept_length"] > 2 and measured["output_throughput_tok_s"] > 0
     assert "accept_length" in {g["metric"] for g in run.cell(ONE_NODE)["gates"]}
     for cell_id in (ONE_NODE, TWO_NODES):  # a healthy server passes the sanity check beside its suites
-        outcomes = {test["nodeid"].split("::")[-1]: test["outcome"] for test in run.cell(cell_id)["tests"]}
-        assert outcomes["test_streams_parse_text_is_text_usage_adds_up"] == "passed", cell_id
-        assert outcomes["test_drafts_are_accepted"] == "passed", cell_id
+        sanity = outcomes(run.cell(cell_id))
+        assert sanity["test_streams_parse_text_is_text_usage_adds_up"] == "passed", cell_id
+        assert sanity["test_drafts_are_accepted"] == "passed", cell_id
     undecided = assert_at_worst_undecided(run.cell(ONE_NODE), done, run.cell(TWO_NODES))
     assert f"{ONE_NODE}: {'INCONCLUSIVE' if undecided else 'PASSED'}" in done.stderr
     if done.returncode == 4:  # either cell undecided

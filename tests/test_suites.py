@@ -20,16 +20,12 @@ import sys
 import pytest
 
 from tests.simulator_process import SPECULATIVE_ARGS, running_simulator
-from tests.suite_runs import REPO, SYNTHETIC_GPQA, run_suite
+from tests.suite_runs import REPO, SYNTHETIC_GPQA, outcomes, run_suite
 
 ALPHA, GAMMA = 0.7, 3  # the speculative simulator's acceptance probability and DSpark block size
 GPQA_ACCURACY = 0.6
 STEP_MS = 20.0
 FAST = {"DSPARK_SIM_DECODE_STEP_MS": "1", "DSPARK_SIM_PREFILL_MS_PER_TOKEN": "0"}
-
-
-def outcomes(output: dict) -> dict[str, str]:
-    return {test["nodeid"].split("::")[-1]: test["outcome"] for test in output["tests"]}
 
 
 def expected_accept_length(alpha: float, gamma: int) -> float:
