@@ -228,8 +228,9 @@ def engine_env(environ: Mapping[str, str], argv: Sequence[str]) -> dict[str, str
     # verdict came 68 s late under load). Its py-spy dump of the schedulers stays.
     env.setdefault("SGLANG_CUDA_COREDUMP_BEFORE_CRASH", "false")
     # SGLang's model registry imports every module of sglang/srt/models in each scheduler before it loads one
-    # (models/registry.py import_model_classes): 5.5 CPU-seconds a rank here, measured, for architectures this CPU
-    # never serves. SGLang's own switch skips them; the Llama module, and what it imports, loads as before.
+    # (models/registry.py import_model_classes): 3.8 / 4.7 / 5.6 CPU-seconds a rank here (min / median / max of three
+    # imports; 0.02 with the switch), for architectures this CPU never serves. SGLang's own switch skips them; the
+    # Llama module, and what it imports, loads as before.
     unserved = unserved_model_modules(_sglang_models_dir())
     if unserved:
         env.setdefault("SGLANG_DISABLED_MODEL_ARCHS", ",".join(unserved))
