@@ -82,10 +82,11 @@ METRIC_SUITE: Mapping[str, str] = MappingProxyType({
     # median TPOT without speculation / with it, on the same requests in alternating rounds ("speculation must pay"),
     # and its per-request standard error (bootstrap over the requests of both sides)
     "speculative_speedup": "speed", "speculative_speedup_stderr": "speed",
-    # where the server's scheduler spent the speed window per output token: blocked (a sleep, a lock, a sync), on a
-    # CPU, waiting for one (the machine's load); only through the launcher (suites/offcpu.py)
-    "scheduler_blocked_ms_per_token": "speed", "scheduler_cpu_ms_per_token": "speed",
-    "scheduler_runqueue_ms_per_token": "speed",
+    # where the server's scheduler spent the speed window per output token: blocked (a sleep, a lock, a sync), idle
+    # (waiting on its sockets for work), on a CPU, waiting for one (the machine's load); only through the launcher
+    # (suites/offcpu.py)
+    "scheduler_blocked_ms_per_token": "speed", "scheduler_idle_ms_per_token": "speed",
+    "scheduler_cpu_ms_per_token": "speed", "scheduler_runqueue_ms_per_token": "speed",
     # the concurrency where that speedup falls to 1, at the sweep's shortest input length (suites/envelope.py)
     "speculation_boundary_concurrency": "speed",
 })

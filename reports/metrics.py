@@ -118,8 +118,10 @@ METRICS: dict[str, Metric] = {
     "speculative_speedup_stderr": Metric(NEUTRAL, "Speculative speedup per-request stderr", ".3f", "info"),
     # Where the scheduler's main thread spent the speed window, per output token (suites/offcpu.py): blocked is time
     # neither on a CPU nor waiting for one (a sleep, a lock, a sync in the decode step), which the machine's load
-    # does not make; the run queue's wait is the load. Read from /proc through the launcher only.
+    # does not make; idle is such time spent waiting on its sockets for work (a front end the load slowed); the run
+    # queue's wait is the load. Read from /proc through the launcher only.
     "scheduler_blocked_ms_per_token": Metric(LOWER, "Scheduler blocked / token (ms)", ".3f", "speed"),
+    "scheduler_idle_ms_per_token": Metric(NEUTRAL, "Scheduler idle / token (ms)", ".3f", "speed"),
     "scheduler_cpu_ms_per_token": Metric(NEUTRAL, "Scheduler CPU / token (ms)", ".3f", "speed"),
     "scheduler_runqueue_ms_per_token": Metric(NEUTRAL, "Scheduler run queue / token (ms)", ".3f", "speed"),
     # The concurrency where the speedup falls to 1 (suites/envelope.py): gated by a baseline, never inward.
@@ -149,7 +151,8 @@ SPEED_DETAIL = (
     ("ttft_ms_median", "ttft_ms_p90", "ttft_ms_p99", "tpot_ms_median", "tpot_ms_p90", "tpot_ms_p99"),
     ("itl_ms_mean", "itl_ms_median", "itl_ms_p90", "itl_ms_p99", "itl_chunk_ms_mean", "itl_token_ms_mean"),
     ("client_ttfb_ms_median", "client_ttfb_ms_p99", "client_loop_lag_ms_p99"),
-    ("scheduler_blocked_ms_per_token", "scheduler_cpu_ms_per_token", "scheduler_runqueue_ms_per_token"),
+    ("scheduler_blocked_ms_per_token", "scheduler_idle_ms_per_token", "scheduler_cpu_ms_per_token",
+     "scheduler_runqueue_ms_per_token"),
 )
 # A disaggregated cell's mean TTFT beside its split (shown when the servers reported any part of it).
 TTFT_SPLIT = ("ttft_ms_mean", "ttft_prefill_queue_ms", "ttft_transfer_ms", "ttft_first_decode_ms")

@@ -11,6 +11,13 @@ slowed by its own code sleeping, waiting on a lock, a sync or a peer is not runn
   scheduler's main thread blocked 7-30 ms per token, more than a planted 20 ms sleep per decode step added).
   While a helper it waits on is in the run queue, the process is not stalled; during a sleep in the decode step
   every thread is.
+- idle time, set apart from blocked: stalled samples in which the main thread waits on its sockets for work (a
+  poll-family system call, ``/proc/PID/task/PID/syscall``): with --sleep-on-idle SGLang's scheduler polls its
+  sockets when it has no batch (scheduler_components/idle_sleeper.py), and under load the window's requests reach
+  it late through a descheduled front end. While idle counted as blocked, CI read 2.48 ms blocked a token (over
+  its 2 ms ceiling) on a healthy one-rank engine beside a cold Go build and three other servers; under that load
+  again, split, every stall was in the poll (0.55 ms a token idle, none blocked). A sleep (clock_nanosleep), a lock
+  (futex) or a page wait (D) in the decode step stays blocked. A syscall file we may not read counts as blocked.
 
 Which processes: the deployment's processes named ``sglang::scheduler*`` (SGLang's process titles, one per
 rank), or, when none is (the simulator serves from the rank's own process), the ranks' root processes. Several
@@ -24,6 +31,7 @@ standalone run against a URL, or a deployment on another machine, has no such fi
 from __future__ import annotations
 
 import os
+import platform
 import threading
 import time
 from collections.abc import Sequence
@@ -35,6 +43,12 @@ import psutil
 SCHEDULER_TITLE = "sglang::scheduler"  # setproctitle in sglang/srt/managers/scheduler.py, one per rank
 NS_PER_MS = 1e6
 SAMPLE_S = 0.005  # 200 samples a second: a 20 ms stall per decode step is 4 samples each time
+# The poll family per architecture (the kernel's syscall tables): a main thread blocked in one waits on its sockets.
+# arm64 has no poll, select or epoll_wait, only their p-variants.
+WAITING_ON_SOCKETS = {
+    "x86_64": frozenset({7, 23, 232, 270, 271, 281, 441}),  # poll select epoll_wait pselect6 ppoll epoll_pwait(2)
+    "aarch64": frozenset({22, 72, 73, 441}),  # epoll_pwait pselect6 ppoll epoll_pwait2
+}.get(platform.machine(), frozenset())
 
 
 @dataclass(frozen=True)
@@ -57,8 +71,11 @@ class WindowShare:
     runqueue_ms_per_token: float
     blocked_ms_per_token: float
 
+    idle_ms_per_token: float = 0.0
+
     def metrics(self) -> dict[str, float]:
         return {"scheduler_blocked_ms_per_token": self.blocked_ms_per_token,
+                "scheduler_idle_ms_per_token": self.idle_ms_per_token,
                 "scheduler_cpu_ms_per_token": self.cpu_ms_per_token,
                 "scheduler_runqueue_ms_per_token": self.runqueue_ms_per_token}
 
@@ -112,17 +129,20 @@ def _share(start: ThreadTimes, end: ThreadTimes, stalls: StallCount, tokens: int
     wall = end.at_ns - start.at_ns
     on_cpu, runqueue = end.on_cpu_ns - start.on_cpu_ns, end.runqueue_ns - start.runqueue_ns
     per_token = lambda ns: ns / NS_PER_MS / tokens  # noqa: E731
-    return WindowShare(end.pid, wall / NS_PER_MS, per_token(on_cpu), per_token(runqueue),
-                       per_token(wall * stalls.stalled / stalls.samples))
+    share = lambda count: per_token(wall * count / stalls.samples)  # noqa: E731
+    return WindowShare(end.pid, wall / NS_PER_MS, per_token(on_cpu), per_token(runqueue), share(stalls.stalled),
+                       share(stalls.idle))
 
 
 @dataclass(frozen=True)
 class StallCount:
-    """How often one process was sampled, and how often none of its threads was runnable."""
+    """How often one process was sampled, how often none of its threads was runnable (stalled), and how often that
+    was its main thread waiting on its sockets for work (idle, not counted as stalled)."""
 
     pid: int
     samples: int
     stalled: int
+    idle: int = 0
 
 
 class StallSampler:
@@ -130,7 +150,7 @@ class StallSampler:
 
     def __init__(self, pids: Sequence[int]):
         self._pids = tuple(pids)
-        self._counts = {pid: [0, 0] for pid in self._pids}
+        self._counts = {pid: [0, 0, 0] for pid in self._pids}  # samples, stalled, idle
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="stall sampler", daemon=True)
 
@@ -143,7 +163,7 @@ class StallSampler:
         self._done.set()
         if self._thread.is_alive():
             self._thread.join()
-        return tuple(StallCount(pid, samples, stalled) for pid, (samples, stalled) in self._counts.items())
+        return tuple(StallCount(pid, *counts) for pid, counts in self._counts.items())
 
     def _run(self) -> None:
         tasks = {pid: _tasks(pid) for pid in self._pids}  # a scheduler's threads are all started by the window
@@ -152,7 +172,8 @@ class StallSampler:
                 states = [_state(path) for path in paths]
                 if any(states):
                     self._counts[pid][0] += 1
-                    self._counts[pid][1] += "R" not in states
+                    if "R" not in states:
+                        self._counts[pid][2 if waits_on_sockets(pid) else 1] += 1
 
 
 def _tasks(pid: int) -> list[str]:
@@ -169,3 +190,14 @@ def _state(path: str) -> str:
             return stat.read().rpartition(")")[2].split(maxsplit=1)[0]
     except (OSError, IndexError):
         return ""
+
+
+def waits_on_sockets(pid: int) -> bool:
+    """Whether the main thread of ``pid`` is blocked in a poll-family system call (False when unreadable: a
+    process we may not trace, or a thread that runs again by now)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/syscall") as syscall:
+            number = syscall.read().split(maxsplit=1)[0]
+    except (OSError, IndexError):
+        return False
+    return number.isdigit() and int(number) in WAITING_ON_SOCKETS

@@ -60,7 +60,11 @@ def test_standalone_against_a_url_the_scheduler_time_is_not_measured_and_says_wh
 
 @pytest.fixture
 def sleeper_and_spinner():
-    code = {"sleep": "import time\nwhile True: time.sleep(0.01)", "spin": "while True: pass"}
+    code = {"sleep": "import time\nwhile True: time.sleep(0.01)", "spin": "while True: pass",
+            # SGLang's idle sleeper: a poll on its sockets that nothing arrives on
+            "poll": "import select, socket\nwaiting = select.poll()\nquiet, _ = socket.socketpair()\n"
+                    "waiting.register(quiet, select.POLLIN)\n"
+                    "while True: waiting.poll(10)"}
     processes = {name: subprocess.Popen([sys.executable, "-c", body]) for name, body in code.items()}
     yield {name: process.pid for name, process in processes.items()}
     for process in processes.values():
@@ -83,6 +87,20 @@ def test_a_sleeping_process_reads_as_blocked_and_a_spinning_one_as_on_a_cpu_or_w
     # However loaded the machine, a busy loop is never blocked: it is on a CPU or waiting for one.
     assert spinner.blocked_ms_per_token == 0
     assert spinner.cpu_ms_per_token + spinner.runqueue_ms_per_token > 0.9 * spinner.wall_ms
+    assert sleeper.idle_ms_per_token == 0 and spinner.idle_ms_per_token == 0
+
+
+def test_a_process_waiting_on_its_sockets_reads_as_idle_not_blocked(sleeper_and_spinner):
+    pid = sleeper_and_spinner["poll"]
+    sampler = offcpu.StallSampler([pid]).start()
+    before = offcpu.read([pid])
+    time.sleep(1.0)
+    after = offcpu.read([pid])
+    [stalls] = sampler.stop()
+    share = offcpu._share(before[0], after[0], stalls, tokens=1)
+    assert share.idle_ms_per_token > 0.2 * share.wall_ms
+    # a sample between its state and its syscall being read may see it running again: a few, never most
+    assert share.blocked_ms_per_token < 0.2 * share.idle_ms_per_token
 
 
 def test_the_least_blocked_scheduler_stands_for_the_deployment():
@@ -92,10 +110,11 @@ def test_the_least_blocked_scheduler_stands_for_the_deployment():
     before = [times(1, 0, 0, 0), times(2, 0, 0, 0)]
     after = [times(1, 500, 200, 1000), times(2, 700, 200, 1000)]
     # rank 1 stalled 30 % of the window (waiting on its peer), rank 2 10 %; 100 tokens over one second
-    stalls = [StallCount(1, 200, 60), StallCount(2, 200, 20)]
+    # (each also idle 40 %, waiting for work, which stands for nothing)
+    stalls = [StallCount(1, 200, 60, 80), StallCount(2, 200, 20, 80)]
     share = offcpu.window_share(before, after, stalls, tokens=100)
     assert share is not None and share.pid == 2
-    assert share.metrics() == pytest.approx({"scheduler_blocked_ms_per_token": 1.0, "scheduler_cpu_ms_per_token": 7.0,
-                                             "scheduler_runqueue_ms_per_token": 2.0})
+    assert share.metrics() == pytest.approx({"scheduler_blocked_ms_per_token": 1.0, "scheduler_idle_ms_per_token": 4.0,
+                                             "scheduler_cpu_ms_per_token": 7.0, "scheduler_runqueue_ms_per_token": 2.0})
     assert offcpu.window_share(before, after, stalls, tokens=0) is None
     assert offcpu.window_share(before, [times(3, 1, 1, 1000)], stalls, tokens=100) is None  # never read at both ends
