@@ -12,12 +12,13 @@ slowed by its own code sleeping, waiting on a lock, a sync or a peer is not runn
   While a helper it waits on is in the run queue, the process is not stalled; during a sleep in the decode step
   every thread is.
 - idle time, set apart from blocked: stalled samples in which the main thread waits on its sockets for work (a
-  poll-family system call, ``/proc/PID/task/PID/syscall``): with --sleep-on-idle SGLang's scheduler polls its
-  sockets when it has no batch (scheduler_components/idle_sleeper.py), and under load the window's requests reach
-  it late through a descheduled front end. While idle counted as blocked, CI read 2.48 ms blocked a token (over
-  its 2 ms ceiling) on a healthy one-rank engine beside a cold Go build and three other servers; under that load
-  again, split, every stall was in the poll (0.55 ms a token idle, none blocked). A sleep (clock_nanosleep), a lock
-  (futex) or a page wait (D) in the decode step stays blocked. A syscall file we may not read counts as blocked.
+  poll-family system call on at least one descriptor, ``/proc/PID/task/PID/syscall``): with --sleep-on-idle
+  SGLang's scheduler polls its sockets when it has no batch (scheduler_components/idle_sleeper.py), and under load
+  the window's requests reach it late through a descheduled front end. While idle counted as blocked, CI read 2.48
+  ms blocked a token (over its 2 ms ceiling) on a healthy one-rank engine beside a cold Go build and three other
+  servers; under that load again, split, every stall was in the poll (0.55 ms a token idle, none blocked). A sleep
+  (clock_nanosleep, or a select on no descriptor), a lock (futex) or a page wait (D) in the decode step stays
+  blocked. A syscall file we may not read counts as blocked.
 
 Which processes: the deployment's processes named ``sglang::scheduler*`` (SGLang's process titles, one per
 rank), or, when none is (the simulator serves from the rank's own process), the ranks' root processes. Several
@@ -43,12 +44,16 @@ import psutil
 SCHEDULER_TITLE = "sglang::scheduler"  # setproctitle in sglang/srt/managers/scheduler.py, one per rank
 NS_PER_MS = 1e6
 SAMPLE_S = 0.005  # 200 samples a second: a 20 ms stall per decode step is 4 samples each time
-# The poll family per architecture (the kernel's syscall tables): a main thread blocked in one waits on its sockets.
-# arm64 has no poll, select or epoll_wait, only their p-variants.
-WAITING_ON_SOCKETS = {
-    "x86_64": frozenset({7, 23, 232, 270, 271, 281, 441}),  # poll select epoll_wait pselect6 ppoll epoll_pwait(2)
-    "aarch64": frozenset({22, 72, 73, 441}),  # epoll_pwait pselect6 ppoll epoll_pwait2
-}.get(platform.machine(), frozenset())
+# The poll family per architecture (the kernel's syscall tables): syscall number -> which argument counts the
+# descriptors waited on (None for epoll: its instance holds them). A main thread blocked in one with descriptors
+# waits on its sockets; with none it sleeps: Python 3.10's time.sleep is pselect6 with nfds 0 (3.11's is
+# clock_nanosleep). arm64 has no poll, select or epoll_wait, only their p-variants.
+SOCKET_WAITS: dict[int, int | None] = {
+    # poll, select, epoll_wait, pselect6, ppoll, epoll_pwait, epoll_pwait2
+    "x86_64": {7: 1, 23: 0, 232: None, 270: 0, 271: 1, 281: None, 441: None},
+    # epoll_pwait, pselect6, ppoll, epoll_pwait2
+    "aarch64": {22: None, 72: 0, 73: 1, 441: None},
+}.get(platform.machine(), {})
 
 
 @dataclass(frozen=True)
@@ -70,7 +75,6 @@ class WindowShare:
     cpu_ms_per_token: float
     runqueue_ms_per_token: float
     blocked_ms_per_token: float
-
     idle_ms_per_token: float = 0.0
 
     def metrics(self) -> dict[str, float]:
@@ -193,11 +197,12 @@ def _state(path: str) -> str:
 
 
 def waits_on_sockets(pid: int) -> bool:
-    """Whether the main thread of ``pid`` is blocked in a poll-family system call (False when unreadable: a
-    process we may not trace, or a thread that runs again by now)."""
+    """Whether the main thread of ``pid`` is blocked in a poll-family system call on at least one descriptor (False
+    when unreadable: a process we may not trace, or a thread that runs again by now)."""
     try:
         with open(f"/proc/{pid}/task/{pid}/syscall") as syscall:
-            number = syscall.read().split(maxsplit=1)[0]
-    except (OSError, IndexError):
+            number, *args = syscall.read().split()
+        count_at = SOCKET_WAITS[int(number)]
+        return count_at is None or int(args[count_at], 16) > 0
+    except (OSError, ValueError, KeyError, IndexError):  # "running", another syscall, or gone
         return False
-    return number.isdigit() and int(number) in WAITING_ON_SOCKETS

@@ -61,6 +61,8 @@ def test_standalone_against_a_url_the_scheduler_time_is_not_measured_and_says_wh
 @pytest.fixture
 def sleeper_and_spinner():
     code = {"sleep": "import time\nwhile True: time.sleep(0.01)", "spin": "while True: pass",
+            # Python 3.10's time.sleep: a select on no descriptor, a sleep all the same
+            "select": "import select\nwhile True: select.select([], [], [], 0.01)",
             # SGLang's idle sleeper: a poll on its sockets that nothing arrives on
             "poll": "import select, socket\nwaiting = select.poll()\nquiet, _ = socket.socketpair()\n"
                     "waiting.register(quiet, select.POLLIN)\n"
@@ -88,6 +90,8 @@ def test_a_sleeping_process_reads_as_blocked_and_a_spinning_one_as_on_a_cpu_or_w
     assert spinner.blocked_ms_per_token == 0
     assert spinner.cpu_ms_per_token + spinner.runqueue_ms_per_token > 0.9 * spinner.wall_ms
     assert sleeper.idle_ms_per_token == 0 and spinner.idle_ms_per_token == 0
+    selector = shares[sleeper_and_spinner["select"]]
+    assert selector.blocked_ms_per_token > 0.2 * selector.wall_ms and selector.idle_ms_per_token == 0
 
 
 def test_a_process_waiting_on_its_sockets_reads_as_idle_not_blocked(sleeper_and_spinner):
