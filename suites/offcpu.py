@@ -75,7 +75,7 @@ class WindowShare:
     cpu_ms_per_token: float
     runqueue_ms_per_token: float
     blocked_ms_per_token: float
-    idle_ms_per_token: float = 0.0
+    idle_ms_per_token: float
 
     def metrics(self) -> dict[str, float]:
         return {"scheduler_blocked_ms_per_token": self.blocked_ms_per_token,
@@ -146,7 +146,7 @@ class StallCount:
     pid: int
     samples: int
     stalled: int
-    idle: int = 0
+    idle: int
 
 
 class StallSampler:
